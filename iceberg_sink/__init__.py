@@ -1,0 +1,39 @@
+"""iceberg_sink: exactly-once streaming from Apache Spark into Apache Iceberg tables.
+
+    pre-write topology ─▶ writers ─▶ CommitAggregator ─▶ committer ─▶ post-commit topology
+    (topology/)           (writer/)   (committer/)        (committer/)  (topology/)
+
+Start with :meth:`IcebergSink.builder`.
+"""
+
+from iceberg_sink.builder import IcebergSinkBuilder
+from iceberg_sink.committer.committer import CommitOutcome
+from iceberg_sink.errors import (
+    CheckpointRewoundError,
+    CommitRetriesExhaustedError,
+    CommitStateUnknownError,
+    CommitVetoedError,
+    IcebergSinkError,
+    InvalidInputError,
+    InvalidSinkConfigError,
+    SchemaMismatchError,
+    UnsupportedTableError,
+)
+from iceberg_sink.sink import IcebergSink
+from iceberg_sink.topology.distribution import DistributionMode
+
+__all__ = [
+    "CheckpointRewoundError",
+    "CommitOutcome",
+    "CommitRetriesExhaustedError",
+    "CommitStateUnknownError",
+    "CommitVetoedError",
+    "DistributionMode",
+    "IcebergSink",
+    "IcebergSinkBuilder",
+    "IcebergSinkError",
+    "InvalidInputError",
+    "InvalidSinkConfigError",
+    "SchemaMismatchError",
+    "UnsupportedTableError",
+]

@@ -1,0 +1,387 @@
+"""Everything iceberg_sink needs from PyIceberg beyond its public table API, in one place.
+
+PyIceberg 0.12 cannot write delete manifests, commit pre-built manifests, row deltas or rewrites. This
+module builds them from PyIceberg's manifest/manifest-list writers and its catalog ``commit_table``
+with explicit requirements, the same way its own snapshot producers do. It is pinned to
+``pyiceberg==0.12.0`` (pyproject.toml); tests/test_pyiceberg_compat.py and the interop tests (Iceberg
+Java, DuckDB) check what it writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+    ManifestWriterV2,
+    write_manifest,
+    write_manifest_list,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import (
+    Operation,
+    Snapshot,
+    SnapshotSummaryCollector,
+    Summary,
+    update_snapshot_summaries,
+)
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    AssertTableUUID,
+    SetSnapshotRefUpdate,
+)
+from pyiceberg.typedef import Record
+
+from iceberg_sink.writer.result import DataFileMeta, FileContent
+
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing files: Arrow schema with field ids and Parquet column metrics.
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """The Arrow schema of ``schema`` with Iceberg field ids in each field's Parquet metadata."""
+    return schema_to_pyarrow(schema, include_field_ids=True)
+
+
+def parquet_metrics(metadata: pq.FileMetaData, schema: Schema, properties: Mapping[str, str]) -> dict[str, Any]:
+    """Iceberg column metrics from a written Parquet footer, honouring ``write.metadata.metrics.*``."""
+    stats = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(schema, dict(properties)),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return stats.to_serialized_dict()
+
+
+def nan_counts_by_field_id(
+    schema: Schema, nan_counts_by_name: Mapping[str, int], metrics: Mapping[str, Any]
+) -> dict[int, int]:
+    """NaN counts keyed by field id, for columns whose metrics are collected at all."""
+    collected = metrics["value_counts"]
+    result = {}
+    for name, count in nan_counts_by_name.items():
+        field_id = schema.find_field(name).field_id
+        if field_id in collected:
+            result[field_id] = count
+    return result
+
+
+def column_by_path(table: pa.Table, path: str) -> pa.Array:
+    """A column of ``table`` by Iceberg column name (``a.b`` reaches into structs)."""
+    if path in table.column_names:
+        return table.column(path).combine_chunks()
+    parts = path.split(".")
+    array = table.column(parts[0]).combine_chunks()
+    return pc.struct_field(array, parts[1:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Files and manifests.
+
+
+def to_data_file(meta: DataFileMeta, format_version: int) -> DataFile:
+    return DataFile.from_args(
+        content=DataFileContent(int(meta.content)),
+        file_path=meta.path,
+        file_format=FileFormat(meta.file_format),
+        partition=Record(*meta.partition),
+        record_count=meta.record_count,
+        file_size_in_bytes=meta.file_size_in_bytes,
+        column_sizes=dict(meta.column_sizes),
+        value_counts=dict(meta.value_counts),
+        null_value_counts=dict(meta.null_value_counts),
+        nan_value_counts=dict(meta.nan_value_counts),
+        lower_bounds=dict(meta.lower_bounds),
+        upper_bounds=dict(meta.upper_bounds),
+        key_metadata=None,
+        split_offsets=list(meta.split_offsets) or None,
+        equality_ids=list(meta.equality_ids) if meta.equality_ids is not None else None,
+        sort_order_id=meta.sort_order_id,
+        spec_id=meta.spec_id,
+    )
+
+
+def to_meta(data_file: DataFile) -> DataFileMeta:
+    return DataFileMeta(
+        content=FileContent(int(data_file.content)),
+        path=data_file.file_path,
+        file_format=str(data_file.file_format.value),
+        spec_id=data_file.spec_id,
+        partition=tuple(data_file.partition),  # type: ignore[arg-type]  # Record is iterable
+        record_count=data_file.record_count,
+        file_size_in_bytes=data_file.file_size_in_bytes,
+        column_sizes=data_file.column_sizes or {},
+        value_counts=data_file.value_counts or {},
+        null_value_counts=data_file.null_value_counts or {},
+        nan_value_counts=data_file.nan_value_counts or {},
+        lower_bounds=data_file.lower_bounds or {},
+        upper_bounds=data_file.upper_bounds or {},
+        split_offsets=tuple(data_file.split_offsets or []),
+        equality_ids=tuple(data_file.equality_ids or []) or None,
+        sort_order_id=data_file.sort_order_id,
+    )
+
+
+class _DeleteManifestWriterV2(ManifestWriterV2):
+    """PyIceberg 0.12's v2 manifest writer, for delete files (content=deletes)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+@attrs.frozen
+class StagedManifest:
+    """A manifest written before its commit: entries carry no snapshot id or sequence numbers."""
+
+    path: str
+    length: int
+    spec_id: int
+    content: int  # 0 data, 1 deletes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "length": self.length, "spec_id": self.spec_id, "content": self.content}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> StagedManifest:
+        return cls(path=obj["path"], length=obj["length"], spec_id=obj["spec_id"], content=obj["content"])
+
+
+def write_staged_manifest(
+    io: FileIO,
+    path: str,
+    spec: PartitionSpec,
+    schema: Schema,
+    files: Sequence[DataFileMeta],
+    deletes: bool,
+) -> StagedManifest:
+    """Write ``files`` as a v2 manifest whose entries inherit snapshot id and sequence numbers.
+
+    Staged manifests are private to the sink (read back by the committer), so they are always v2,
+    whatever the table's format version.
+    """
+    writer_cls = _DeleteManifestWriterV2 if deletes else ManifestWriterV2
+    writer = writer_cls(spec, schema, io.new_output(path), snapshot_id=-1, avro_compression="deflate")
+    with writer:
+        for meta in files:
+            writer.add_entry(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=None,
+                    sequence_number=None,
+                    file_sequence_number=None,
+                    data_file=to_data_file(meta, 2),
+                )
+            )
+    manifest = writer.to_manifest_file()
+    return StagedManifest(path=path, length=manifest.manifest_length, spec_id=spec.spec_id, content=1 if deletes else 0)
+
+
+def read_staged_manifest(io: FileIO, staged: StagedManifest) -> list[DataFileMeta]:
+    manifest = ManifestFile.from_args(
+        manifest_path=staged.path,
+        manifest_length=staged.length,
+        partition_spec_id=staged.spec_id,
+        content=ManifestContent(staged.content),
+        sequence_number=0,
+        min_sequence_number=0,
+        added_snapshot_id=0,
+    )
+    return [to_meta(e.data_file) for e in manifest.fetch_manifest_entry(io, discard_deleted=True)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Committing a snapshot.
+
+
+@attrs.frozen
+class SnapshotChanges:
+    """The files one snapshot adds, grouped by content."""
+
+    data_files: tuple[DataFileMeta, ...] = ()
+    delete_files: tuple[DataFileMeta, ...] = ()
+
+    @property
+    def operation(self) -> Operation:
+        if self.delete_files and self.data_files:
+            return Operation.OVERWRITE
+        if self.delete_files:
+            return Operation.DELETE
+        return Operation.APPEND
+
+
+def branch_head(table: Table, branch: str) -> Snapshot | None:
+    """The snapshot a new commit to ``branch`` builds on (main's head for a branch not yet created)."""
+    metadata = table.metadata
+    if branch in metadata.refs:
+        return metadata.snapshot_by_id(metadata.refs[branch].snapshot_id)
+    return metadata.current_snapshot()
+
+
+def _new_manifest_path(table: Table, commit_uuid: str, n: int) -> str:
+    return table.location_provider().new_metadata_location(f"{commit_uuid}-m{n}.avro")
+
+
+def _write_manifests(
+    table: Table,
+    io: FileIO,
+    snapshot_id: int,
+    commit_uuid: str,
+    files: Iterable[DataFileMeta],
+    deletes: bool,
+    written: list[str],
+) -> list[ManifestFile]:
+    metadata = table.metadata
+    by_spec: dict[int, list[DataFileMeta]] = {}
+    for meta in files:
+        by_spec.setdefault(meta.spec_id, []).append(meta)
+    result = []
+    for spec_id, metas in sorted(by_spec.items()):
+        path = _new_manifest_path(table, commit_uuid, len(written))
+        written.append(path)
+        spec = metadata.specs()[spec_id]
+        writer: ManifestWriter
+        if deletes:
+            writer = _DeleteManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
+        else:
+            writer = write_manifest(
+                metadata.format_version, spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate"
+            )
+        with writer:
+            for meta in metas:
+                writer.add(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=snapshot_id,
+                        sequence_number=None,
+                        data_file=to_data_file(meta, metadata.format_version),
+                    )
+                )
+        result.append(writer.to_manifest_file())
+    return result
+
+
+@attrs.frozen
+class PreparedCommit:
+    """A snapshot ready to commit, with the files written for it (deleted if it never lands)."""
+
+    snapshot: Snapshot
+    updates: tuple[Any, ...]
+    requirements: tuple[Any, ...]
+    written_files: tuple[str, ...]
+
+
+def prepare_commit(
+    table: Table,
+    io: FileIO,
+    branch: str,
+    changes: SnapshotChanges,
+    snapshot_properties: Mapping[str, str],
+) -> PreparedCommit:
+    """Write the manifests and manifest list of one snapshot on top of ``branch``'s head."""
+    metadata = table.metadata
+    if metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
+        raise ValueError(f"format version {metadata.format_version} is not supported")
+    parent = branch_head(table, branch)
+    snapshot_id = metadata.new_snapshot_id()
+    sequence_number = metadata.next_sequence_number()
+    commit_uuid = uuid.uuid4().hex
+    written: list[str] = []
+    new_manifests = _write_manifests(table, io, snapshot_id, commit_uuid, changes.data_files, False, written)
+    new_manifests += _write_manifests(table, io, snapshot_id, commit_uuid, changes.delete_files, True, written)
+    existing = list(parent.manifests(io)) if parent is not None else []
+
+    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
+    written.append(manifest_list)
+    with write_manifest_list(
+        format_version=metadata.format_version,
+        output_file=io.new_output(manifest_list),
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id if parent else None,
+        sequence_number=sequence_number,
+        avro_compression="deflate",
+    ) as list_writer:
+        list_writer.add_manifests(new_manifests + existing)
+
+    collector = SnapshotSummaryCollector()
+    schema = metadata.schema()
+    specs = metadata.specs()
+    for meta in (*changes.data_files, *changes.delete_files):
+        collector.add_file(
+            to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
+        )
+    summary = update_snapshot_summaries(
+        Summary(operation=changes.operation, **collector.build(), **snapshot_properties),
+        previous_summary=parent.summary if parent is not None else None,
+    )
+    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id if parent else None,
+        sequence_number=sequence_number,
+        manifest_list=manifest_list,
+        summary=summary,
+        schema_id=metadata.current_schema_id,
+    )
+    current_ref = metadata.refs.get(branch)
+    updates = (
+        AddSnapshotUpdate(snapshot=snapshot),
+        SetSnapshotRefUpdate(  # type: ignore[call-arg]
+            snapshot_id=snapshot_id,
+            parent_snapshot_id=parent.snapshot_id if parent else None,
+            ref_name=branch,
+            type=SnapshotRefType.BRANCH,
+        ),
+    )
+    requirements = (
+        AssertTableUUID(uuid=metadata.table_uuid),
+        AssertRefSnapshotId(  # type: ignore[call-arg]
+            ref=branch, snapshot_id=current_ref.snapshot_id if current_ref else None
+        ),
+    )
+    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+
+
+def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
+    """Send one prepared snapshot to the catalog; returns the table as of the new metadata.
+
+    Raises PyIceberg's CommitFailedException (another writer moved the branch: refresh and retry)
+    or CommitStateUnknownException (may or may not have landed).
+    """
+    response = table.catalog.commit_table(table, prepared.requirements, prepared.updates)
+    return Table(
+        identifier=table.name(),
+        metadata=response.metadata,
+        metadata_location=response.metadata_location,
+        io=table.io,
+        catalog=table.catalog,
+    )

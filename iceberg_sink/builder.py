@@ -1,0 +1,169 @@
+"""``IcebergSink.builder()``: records options; ``build()`` validates them all at once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyiceberg.exceptions import NoSuchTableError
+
+from iceberg_sink import options
+from iceberg_sink._pyiceberg import SUPPORTED_FORMAT_VERSIONS
+from iceberg_sink.config import CreateOptions, SinkConfig
+from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.sink import IcebergSink
+from iceberg_sink.table.catalog import CatalogConfig, load_table, redact
+from iceberg_sink.table.partitioning import parse_terms
+from iceberg_sink.topology.distribution import DistributionMode
+
+_UNSET: Any = object()
+
+
+class IcebergSinkBuilder:
+    """Fluent configuration of an :class:`IcebergSink`. Each method returns the builder."""
+
+    def __init__(self) -> None:
+        self._catalog: CatalogConfig | None = None
+        self._catalog_error: str | None = None
+        self._embedded_root: str | None = None
+        self._table: Any = _UNSET
+        self._create: dict[str, Any] | None = None
+        self._distribution: Any = None
+        self._branch: Any = "main"
+        self._write_options: dict[str, Any] = {}
+
+    def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
+        """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
+        if not isinstance(name, str) or not name:
+            self._catalog_error = f"catalog: expected a non-empty name, received {name!r}"
+        else:
+            self._catalog = CatalogConfig(name, {k: str(v) for k, v in properties.items()})
+        return self
+
+    def embedded(self, root: str | os.PathLike[str]) -> IcebergSinkBuilder:
+        """Use the embedded default catalog (SQLite + local warehouse) under ``root``."""
+        self._embedded_root = os.fspath(root)
+        return self
+
+    def table(self, identifier: str) -> IcebergSinkBuilder:
+        """The target table, ``namespace.name``."""
+        self._table = identifier
+        return self
+
+    def create_if_missing(
+        self,
+        partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        format_version: int = 2,
+    ) -> IcebergSinkBuilder:
+        """Create the table from the DataFrame's schema when it does not exist.
+
+        Args:
+            partition_by: transforms such as ``"day(ts)"``, ``"bucket(16, user_id)"``, ``"region"``.
+            properties: table properties of the new table.
+            format_version: Iceberg format version (1 or 2; 2 is required for upserts and CDC).
+        """
+        self._create = {
+            "partition_by": partition_by,
+            "properties": dict(properties or {}),
+            "format_version": format_version,
+        }
+        return self
+
+    def distribution_mode(self, mode: str) -> IcebergSinkBuilder:
+        """``"none"``, ``"hash"`` (by partition) or ``"range"`` (by partition and sort order)."""
+        self._distribution = mode
+        return self
+
+    def branch(self, name: str) -> IcebergSinkBuilder:
+        """Commit to this branch (created from main's head on the first commit if missing)."""
+        self._branch = name
+        return self
+
+    def write_option(self, key: str, value: Any) -> IcebergSinkBuilder:
+        """Set one option (see docs/options.md); overrides the table property of the same key."""
+        self._write_options[key] = value
+        return self
+
+    def build(self) -> IcebergSink:
+        """Validate every option at once and return the sink.
+
+        Raises:
+            InvalidSinkConfigError: naming each option that is wrong, what it received and what is allowed.
+        """
+        problems: list[str] = []
+        if self._catalog_error:
+            problems.append(self._catalog_error)
+        if self._table is _UNSET:
+            problems.append("table: required; call .table('namespace.name')")
+        elif not isinstance(self._table, str) or "." not in self._table.strip(".") or not self._table.strip():
+            problems.append(f"table: expected 'namespace.name', received {self._table!r}")
+        if not isinstance(self._branch, str) or not self._branch:
+            problems.append(f"branch: expected a non-empty branch name, received {self._branch!r}")
+        distribution = None
+        if self._distribution is not None:
+            allowed = [m.value for m in DistributionMode]
+            if self._distribution not in allowed:
+                problems.append(
+                    f"distribution_mode: expected one of {', '.join(allowed)}, received {self._distribution!r}"
+                )
+            else:
+                distribution = str(self._distribution)
+        parsed_options: dict[str, Any] = {}
+        try:
+            parsed_options = options.validate_builder_options(self._write_options)
+        except InvalidSinkConfigError as e:
+            problems.append(str(e))
+        create = None
+        if self._create is not None:
+            try:
+                terms = parse_terms(list(self._create["partition_by"]))
+                fv = self._create["format_version"]
+                if fv not in SUPPORTED_FORMAT_VERSIONS:
+                    problems.append(f"create_if_missing(format_version): expected 1 or 2, received {fv!r}")
+                else:
+                    create = CreateOptions(terms, self._create["properties"], fv)
+            except InvalidSinkConfigError as e:
+                problems.append(str(e))
+        catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
+        if problems:
+            raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
+
+        try:
+            loaded = catalog.load()
+        except Exception as e:
+            raise InvalidSinkConfigError(
+                f"catalog {catalog.name!r} with properties {redact(dict(catalog.properties))} could not be loaded: {e}"
+            ) from e
+        try:
+            existing = load_table(loaded, self._table)
+        except NoSuchTableError:
+            existing = None
+        except Exception as e:
+            raise InvalidSinkConfigError(
+                f"table {self._table!r}: could not be loaded from catalog {catalog.name!r}: {e}"
+            ) from e
+        if existing is None and create is None:
+            raise InvalidSinkConfigError(
+                f"table {self._table} does not exist in catalog {catalog.name!r}; create it first or call "
+                ".create_if_missing(partition_by=[...])"
+            )
+        if existing is not None and existing.metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
+            raise InvalidSinkConfigError(
+                f"table {self._table} has format version {existing.metadata.format_version}; "
+                f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
+            )
+        if existing is not None:
+            # Table properties must parse too; raises naming the property.
+            options.resolve(parsed_options, existing.properties)
+        return IcebergSink(
+            SinkConfig(
+                catalog=catalog,
+                table=self._table,
+                create=create,
+                branch=self._branch,
+                distribution_mode=distribution,
+                write_options=parsed_options,
+            )
+        )

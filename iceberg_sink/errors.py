@@ -1,0 +1,64 @@
+"""Errors raised by iceberg_sink.
+
+Every error derives from :class:`IcebergSinkError` and from the nearest builtin, so callers can catch
+either. The docstring of each says whether retrying can help.
+"""
+
+from __future__ import annotations
+
+
+class IcebergSinkError(Exception):
+    """Root of every error raised by iceberg_sink."""
+
+
+class InvalidSinkConfigError(IcebergSinkError, ValueError):
+    """A builder option is missing, unknown or out of range. Fatal: fix the configuration."""
+
+
+class SchemaMismatchError(IcebergSinkError, ValueError):
+    """The DataFrame does not fit the table. Fatal: nothing was written or committed.
+
+    Attributes:
+        mismatches: one human-readable line per problem found.
+    """
+
+    def __init__(self, table: str, mismatches: list[str]) -> None:
+        self.mismatches = tuple(mismatches)
+        lines = "\n".join(f"  - {m}" for m in mismatches)
+        super().__init__(
+            f"the DataFrame does not match the schema of table {table} "
+            f"({len(mismatches)} problem{'s' if len(mismatches) != 1 else ''}):\n{lines}"
+        )
+
+
+class InvalidInputError(IcebergSinkError, ValueError):
+    """A row of input cannot be written (for example a null where the table requires a value).
+
+    Fatal for the checkpoint: nothing of it is committed; earlier checkpoints stay committed.
+    """
+
+
+class UnsupportedTableError(IcebergSinkError, ValueError):
+    """The table uses a feature this sink cannot write (for example an unsupported format version)."""
+
+
+class CheckpointRewoundError(IcebergSinkError, RuntimeError):
+    """The stream restarted from a checkpoint older than what the table already holds.
+
+    Fatal: replaying would either duplicate or silently drop rows. Restore the matching checkpoint
+    location, or start a new one (a new checkpoint location is a new job).
+    """
+
+
+class CommitRetriesExhaustedError(IcebergSinkError, RuntimeError):
+    """Every commit attempt lost the optimistic-concurrency race. Retryable: the committable is kept
+    under the checkpoint location, and the next run or micro-batch commits it."""
+
+
+class CommitStateUnknownError(IcebergSinkError, RuntimeError):
+    """The catalog did not say whether a commit landed. Do not clean anything up: the next attempt
+    checks the table's history and either finds the checkpoint committed or commits it."""
+
+
+class CommitVetoedError(IcebergSinkError, RuntimeError):
+    """A pre-commit hook refused the commit. The checkpoint stays pending and nothing is lost."""

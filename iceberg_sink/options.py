@@ -1,0 +1,225 @@
+"""Every tunable of the sink, declared once: key, type, default and a one-line doc.
+
+Resolution order is builder (``write_option``) > table property > default. The options table in
+``docs/options.md`` is generated from :data:`OPTIONS` by ``python -m iceberg_sink.options``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from iceberg_sink.errors import InvalidSinkConfigError
+
+# Table property prefixes that are passed through to the writers untouched (column metrics modes).
+PASS_THROUGH_PREFIXES = ("write.metadata.metrics.",)
+
+
+@attrs.frozen
+class Option:
+    """One declared option.
+
+    Attributes:
+        key: the option key; also the table property it is read from, when ``table_property`` is true.
+        type: ``int``, ``str`` or ``bool``.
+        default: the value when neither the builder nor the table sets it.
+        doc: one line for the docs table.
+        table_property: whether a table property of the same key applies.
+        choices: allowed values for a ``str`` option, if restricted.
+        minimum: smallest allowed value for an ``int`` option.
+    """
+
+    key: str
+    type: type
+    default: Any
+    doc: str
+    table_property: bool = True
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+
+    def parse(self, value: Any, source: str) -> Any:
+        """Convert ``value`` (from ``source``: builder or table property) to this option's type."""
+        try:
+            if self.type is bool:
+                parsed: Any = _parse_bool(value)
+            elif self.type is int:
+                if isinstance(value, bool):
+                    raise ValueError("a boolean is not an integer")
+                parsed = int(value)
+                if isinstance(value, float) and value != parsed:
+                    raise ValueError("not a whole number")
+            else:
+                parsed = str(value)
+        except (TypeError, ValueError) as e:
+            raise InvalidSinkConfigError(
+                f"option {self.key!r} from {source}: expected {self.type.__name__}, received {value!r} ({e})"
+            ) from None
+        if self.choices and parsed not in self.choices:
+            raise InvalidSinkConfigError(
+                f"option {self.key!r} from {source}: expected one of {', '.join(self.choices)}, received {value!r}"
+            )
+        if self.minimum is not None and parsed < self.minimum:
+            raise InvalidSinkConfigError(
+                f"option {self.key!r} from {source}: expected an integer >= {self.minimum}, received {value!r}"
+            )
+        return parsed
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError("expected true or false")
+
+
+TARGET_FILE_SIZE_BYTES = Option(
+    "write.target-file-size-bytes", int, 512 * 1024 * 1024, "Roll data files at about this size.", minimum=1
+)
+PARQUET_COMPRESSION = Option(
+    "write.parquet.compression-codec",
+    str,
+    "zstd",
+    "Parquet compression codec of data and delete files.",
+    choices=("zstd", "snappy", "gzip", "lz4", "brotli", "uncompressed", "none"),
+)
+PARQUET_COMPRESSION_LEVEL = Option(
+    "write.parquet.compression-level", int, -1, "Codec level; -1 means the codec's default."
+)
+PARQUET_ROW_GROUP_LIMIT = Option(
+    "write.parquet.row-group-limit", int, 1_048_576, "Maximum rows per Parquet row group.", minimum=1
+)
+DISTRIBUTION_MODE = Option(
+    "write.distribution-mode",
+    str,
+    "",
+    "How rows reach writers: none, hash or range. Empty: hash for partitioned tables, else none.",
+    choices=("", "none", "hash", "range"),
+)
+WRITER_BUFFER_BYTES = Option(
+    "iceberg-sink.writer.buffer-bytes",
+    int,
+    16 * 1024 * 1024,
+    "Rows a writer holds per open file before flushing a Parquet row-group chunk.",
+    table_property=False,
+    minimum=1,
+)
+COMMIT_NUM_RETRIES = Option(
+    "commit.retry.num-retries", int, 4, "Commit attempts after the first when another writer won.", minimum=0
+)
+COMMIT_MIN_WAIT_MS = Option("commit.retry.min-wait-ms", int, 100, "First backoff between commit attempts.", minimum=0)
+COMMIT_MAX_WAIT_MS = Option(
+    "commit.retry.max-wait-ms", int, 60_000, "Largest backoff between commit attempts.", minimum=0
+)
+COMMIT_TOTAL_TIMEOUT_MS = Option(
+    "commit.retry.total-timeout-ms", int, 1_800_000, "Give up retrying a commit after this long.", minimum=0
+)
+SNAPSHOT_PROPERTY_PREFIX = Option(
+    "iceberg-sink.snapshot-property-prefix",
+    str,
+    "iceberg-sink",
+    "Prefix of the job-id and checkpoint-id keys written in each snapshot summary.",
+    table_property=False,
+)
+
+OPTIONS: tuple[Option, ...] = (
+    TARGET_FILE_SIZE_BYTES,
+    PARQUET_COMPRESSION,
+    PARQUET_COMPRESSION_LEVEL,
+    PARQUET_ROW_GROUP_LIMIT,
+    DISTRIBUTION_MODE,
+    WRITER_BUFFER_BYTES,
+    COMMIT_NUM_RETRIES,
+    COMMIT_MIN_WAIT_MS,
+    COMMIT_MAX_WAIT_MS,
+    COMMIT_TOTAL_TIMEOUT_MS,
+    SNAPSHOT_PROPERTY_PREFIX,
+)
+_BY_KEY = {o.key: o for o in OPTIONS}
+
+
+def lookup(key: str) -> Option | None:
+    """Return the declared option for ``key``, or None for a pass-through or unknown key."""
+    return _BY_KEY.get(key)
+
+
+def validate_builder_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse options given to the builder; raise naming every unknown key or bad value at once."""
+    problems: list[str] = []
+    parsed: dict[str, Any] = {}
+    for key, value in options.items():
+        option = _BY_KEY.get(key)
+        if option is None:
+            if key.startswith(PASS_THROUGH_PREFIXES):
+                parsed[key] = str(value)
+                continue
+            problems.append(
+                f"unknown write option {key!r}; expected one of {', '.join(sorted(_BY_KEY))} "
+                f"or a key starting with {', '.join(PASS_THROUGH_PREFIXES)}"
+            )
+            continue
+        try:
+            parsed[key] = option.parse(value, "the builder")
+        except InvalidSinkConfigError as e:
+            problems.append(str(e))
+    if problems:
+        raise InvalidSinkConfigError("; ".join(problems))
+    return parsed
+
+
+@attrs.frozen
+class ResolvedOptions:
+    """Options after applying builder > table property > default."""
+
+    values: Mapping[str, Any]
+    pass_through: Mapping[str, str]
+
+    def get(self, option: Option) -> Any:
+        return self.values[option.key]
+
+    def writer_properties(self) -> dict[str, str]:
+        """The table-property view the writers use (metrics modes, codec, row groups)."""
+        props = {k: str(v) for k, v in self.values.items()}
+        props.update(self.pass_through)
+        return props
+
+
+def resolve(builder: Mapping[str, Any], table_properties: Mapping[str, str]) -> ResolvedOptions:
+    """Resolve every declared option for one table."""
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.key in builder:
+            values[option.key] = builder[option.key]
+        elif option.table_property and option.key in table_properties:
+            values[option.key] = option.parse(table_properties[option.key], "table property")
+        else:
+            values[option.key] = option.default
+    pass_through = {k: v for k, v in table_properties.items() if k.startswith(PASS_THROUGH_PREFIXES)}
+    pass_through.update({k: str(v) for k, v in builder.items() if k.startswith(PASS_THROUGH_PREFIXES)})
+    return ResolvedOptions(values=values, pass_through=pass_through)
+
+
+def options_table_markdown(extra: Callable[[Option], str] | None = None) -> str:
+    """Render the options table for docs/options.md."""
+    rows = [
+        "| key | type | default | read from table property | description |",
+        "|---|---|---|---|---|",
+    ]
+    for o in OPTIONS:
+        default = repr(o.default) if o.type is str else str(o.default)
+        allowed = f" One of: {', '.join(c or '(empty)' for c in o.choices)}." if o.choices else ""
+        rows.append(
+            f"| `{o.key}` | {o.type.__name__} | `{default}` | {'yes' if o.table_property else 'no'} "
+            f"| {o.doc}{allowed} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - docs generator
+    sys.stdout.write(options_table_markdown())

@@ -1,0 +1,200 @@
+"""One sink job: the per-checkpoint flow that drives every stage on the driver.
+
+    DataFrame ─▶ distribution ─▶ writer tasks ─▶ CommitAggregator ─▶ persist committable ─▶ IcebergCommitter
+
+Exactly-once argument, for a checkpoint (micro-batch) N of a job (one checkpoint location):
+
+1. Committables still stored for checkpoints below N are committed first, in order; each commit is
+   idempotent (the committer checks the branch history for the job's newest checkpoint).
+2. If the table already holds N (Spark replays the last batch after a crash that followed our
+   commit), nothing is written again. A table ahead of the stream by more than that means the
+   checkpoint location was rewound: that is refused, never silently skipped.
+3. If a committable for N was persisted before a crash, it is committed as is; the batch is not
+   written again.
+4. Otherwise the batch is written, aggregated, persisted, then committed. Files of a crashed attempt
+   that never reached a persisted committable are orphans no snapshot references.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from iceberg_sink import _faults, options
+from iceberg_sink._pyiceberg import SUPPORTED_FORMAT_VERSIONS
+from iceberg_sink.committer.aggregator import CommitAggregator
+from iceberg_sink.committer.committable import Committable
+from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter, RetryPolicy
+from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.config import SinkConfig
+from iceberg_sink.errors import CheckpointRewoundError, InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.table.partitioning import build_spec
+from iceberg_sink.table.schema import check_compatible, spark_to_iceberg
+from iceberg_sink.topology.distribution import DistributionMode, distribute
+from iceberg_sink.writer.spark import write_dataframe
+from iceberg_sink.writer.spec import WriterSpec
+
+logger = logging.getLogger("iceberg_sink")
+
+
+class SinkJob:
+    """The driver-side state of one job: one table, one checkpoint location, one job id."""
+
+    def __init__(self, config: SinkConfig, store: CheckpointStore, catalog: Catalog | None = None) -> None:
+        self._config = config
+        self._catalog = catalog or config.catalog.load()
+        self._store = store
+        self.job_id = store.job_id(config.table)
+        self._checked_schemas: set[str] = set()
+        self._table: Table | None = None
+        table = catalogs.load_table(self._catalog, config.table)
+        resolved = options.resolve(config.options, table.properties if table is not None else {})
+        self.committer = IcebergCommitter(
+            load_table=self.refresh,
+            branch=config.branch,
+            job_id=self.job_id,
+            retry=RetryPolicy(
+                num_retries=resolved.get(options.COMMIT_NUM_RETRIES),
+                min_wait_ms=resolved.get(options.COMMIT_MIN_WAIT_MS),
+                max_wait_ms=resolved.get(options.COMMIT_MAX_WAIT_MS),
+                total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
+            ),
+            property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
+        )
+        self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
+
+    # -- table -----------------------------------------------------------------------------
+
+    def refresh(self) -> Table:
+        table = catalogs.load_table(self._catalog, self._config.table)
+        if table is None:
+            raise InvalidSinkConfigError(f"table {self._config.table} does not exist (was it dropped?)")
+        self._table = table
+        return table
+
+    def ensure_table(self, struct: StructType) -> Table:
+        table = catalogs.load_table(self._catalog, self._config.table)
+        if table is None:
+            create = self._config.create
+            if create is None:
+                raise InvalidSinkConfigError(
+                    f"table {self._config.table} does not exist; create it or call .create_if_missing() on the builder"
+                )
+            schema = spark_to_iceberg(struct)
+            spec = build_spec(create.partition_by, schema)
+            props = {"format-version": str(create.format_version), **dict(create.properties)}
+            props.setdefault(options.PARQUET_COMPRESSION.key, options.PARQUET_COMPRESSION.default)
+            table = catalogs.create_table(self._catalog, self._config.table, schema, spec, props)
+            logger.info("created table %s (partitioned by %s)", self._config.table, spec)
+        if table.metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
+            raise UnsupportedTableError(
+                f"table {self._config.table} has format version {table.metadata.format_version}; "
+                f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
+            )
+        self._table = table
+        key = struct.json()
+        if key not in self._checked_schemas:
+            check_compatible(self._config.table, table.schema(), struct)
+            self._checked_schemas.add(key)
+        return table
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def _commit(self, committable: Committable) -> CommitOutcome:
+        outcome = self.committer.commit(committable)
+        _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
+        self._store.delete(committable.checkpoint_id)
+        if outcome.snapshot is not None:
+            logger.info(
+                "checkpoint %s committed as snapshot %s: %s data files, %s records",
+                committable.checkpoint_id,
+                outcome.snapshot.snapshot_id,
+                committable.summary.data_files,
+                committable.summary.records,
+            )
+        else:
+            logger.info("checkpoint %s was already committed; skipped", committable.checkpoint_id)
+        return outcome
+
+    def commit_pending(self, before: int | None = None) -> list[CommitOutcome]:
+        """Commit stored committables (below ``before``), oldest first, one snapshot each."""
+        outcomes = []
+        for committable in self._store.pending():
+            if before is not None and committable.checkpoint_id >= before:
+                continue
+            outcomes.append(self._commit(committable))
+        return outcomes
+
+    def next_checkpoint_id(self) -> int:
+        table = self.refresh()
+        pending = [c.checkpoint_id for c in self._store.pending()]
+        return max([self.committer.max_committed(table), *pending]) + 1
+
+    def process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
+        """Write and commit one checkpoint; see the module docstring for the recovery rules."""
+        table = self.ensure_table(df.schema)
+        self.commit_pending(before=checkpoint_id)
+        table = self.refresh()
+        committed = self.committer.max_committed(table)
+        if checkpoint_id < committed:
+            raise CheckpointRewoundError(
+                f"stream is at checkpoint {checkpoint_id} but table {self._config.table} already holds checkpoint "
+                f"{committed} of job {self.job_id}: the checkpoint location was restored from an older copy. "
+                "Restore its latest state, or use a new checkpoint location (a new job) to write again."
+            )
+        stored = self._store.get(checkpoint_id)
+        if checkpoint_id == committed:
+            if stored is not None:
+                return self._commit(stored)
+            logger.info("checkpoint %s already committed; replayed batch skipped", checkpoint_id)
+            return CommitOutcome(checkpoint_id, None, already_committed=True, attempts=0)
+        if stored is not None:
+            return self._commit(stored)
+
+        spec = self.writer_spec(table, checkpoint_id)
+        resolved = options.resolve(self._config.options, table.properties)
+        mode = self._distribution_mode(table, resolved)
+        sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
+        distributed = distribute(df, mode, table.spec(), table.schema(), sort_columns=[c for c in sort_columns if c])
+        results = write_dataframe(distributed, spec)
+        _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
+        committable = self.aggregator.aggregate(table, table.io, checkpoint_id, results)
+        if committable is None:
+            logger.info("checkpoint %s wrote no rows; no snapshot", checkpoint_id)
+            return None
+        self._store.put(committable)
+        _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
+        return self._commit(committable)
+
+    def _distribution_mode(self, table: Table, resolved: options.ResolvedOptions) -> DistributionMode:
+        if self._config.distribution_mode:
+            return DistributionMode(self._config.distribution_mode)
+        configured = resolved.get(options.DISTRIBUTION_MODE)
+        if configured:
+            return DistributionMode(configured)
+        return DistributionMode.HASH if table.spec().fields else DistributionMode.NONE
+
+    def writer_spec(self, table: Table, checkpoint_id: int) -> WriterSpec:
+        resolved = options.resolve(self._config.options, table.properties)
+        props: dict[str, Any] = {**table.properties, **resolved.writer_properties()}
+        return WriterSpec(
+            table_name=self._config.table,
+            location=table.location(),
+            schema_json=table.schema().model_dump_json(),
+            spec_json=table.spec().model_dump_json(),
+            io_properties=dict(table.io.properties),
+            writer_properties=props,
+            job_id=self.job_id,
+            checkpoint_id=checkpoint_id,
+            target_file_size=resolved.get(options.TARGET_FILE_SIZE_BYTES),
+            buffer_bytes=resolved.get(options.WRITER_BUFFER_BYTES),
+            row_group_limit=resolved.get(options.PARQUET_ROW_GROUP_LIMIT),
+            compression=resolved.get(options.PARQUET_COMPRESSION),
+            compression_level=resolved.get(options.PARQUET_COMPRESSION_LEVEL),
+        )

@@ -1,0 +1,129 @@
+"""The public sink: ``start`` a streaming query or ``write`` a bounded DataFrame."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming.query import StreamingQuery
+
+from iceberg_sink.committer.committer import CommitOutcome
+from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.config import SinkConfig
+from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.pipeline import SinkJob
+from iceberg_sink.table import catalog as catalogs
+
+if TYPE_CHECKING:
+    from iceberg_sink.builder import IcebergSinkBuilder
+
+_TRIGGER_KEYS = ("processingTime", "once", "availableNow", "continuous")
+
+
+class IcebergSink:
+    """Writes Spark DataFrames into one Iceberg table with exactly-once commits.
+
+    Create it with :meth:`builder`. The same sink can start several streams, each with its own
+    checkpoint location (each location is its own job id), and write bounded DataFrames.
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        self._config = config
+
+    @staticmethod
+    def builder() -> IcebergSinkBuilder:
+        """Start configuring a sink."""
+        from iceberg_sink.builder import IcebergSinkBuilder
+
+        return IcebergSinkBuilder()
+
+    @property
+    def config(self) -> SinkConfig:
+        return self._config
+
+    def load_table(self) -> Table:
+        """The target table as the catalog has it now."""
+        table = catalogs.load_table(self._config.catalog.load(), self._config.table)
+        if table is None:
+            raise InvalidSinkConfigError(f"table {self._config.table} does not exist yet")
+        return table
+
+    def start(
+        self,
+        streaming_df: DataFrame,
+        checkpoint_location: str,
+        trigger: Mapping[str, Any] | None = None,
+        query_name: str | None = None,
+    ) -> StreamingQuery:
+        """Start a streaming query that commits each micro-batch as one snapshot.
+
+        Args:
+            streaming_df: a streaming DataFrame (``spark.readStream...``).
+            checkpoint_location: Spark's checkpoint location; the sink keeps its job id and pending
+                committables under ``<checkpoint_location>/iceberg_sink``.
+            trigger: Spark trigger, e.g. ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
+            query_name: optional name of the query.
+
+        Returns:
+            The running :class:`pyspark.sql.streaming.StreamingQuery`.
+        """
+        if not streaming_df.isStreaming:
+            raise InvalidSinkConfigError(
+                "start() expects a streaming DataFrame (spark.readStream...); received a bounded one: use write()"
+            )
+        if not checkpoint_location:
+            raise InvalidSinkConfigError("start() needs a checkpoint_location; received an empty value")
+        trigger = dict(trigger or {})
+        unknown = sorted(set(trigger) - set(_TRIGGER_KEYS))
+        if unknown or len(trigger) > 1:
+            raise InvalidSinkConfigError(
+                f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
+            )
+        job = SinkJob(self._config, CheckpointStore(checkpoint_location))
+        # Create or check the table before the first batch so schema errors surface now.
+        job.ensure_table(streaming_df.schema)
+
+        def process_batch(batch: DataFrame, batch_id: int) -> None:
+            job.process(batch, batch_id)
+
+        writer = streaming_df.writeStream.foreachBatch(process_batch).option("checkpointLocation", checkpoint_location)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.start()
+
+    def write(
+        self, df: DataFrame, checkpoint_location: str | None = None, checkpoint_id: int | None = None
+    ) -> CommitOutcome | None:
+        """Write a bounded DataFrame as one checkpoint (one snapshot), through the streaming code path.
+
+        Args:
+            df: a bounded DataFrame.
+            checkpoint_location: where the job id and the committable are kept; a temporary
+                directory when omitted (the write is then a job of its own).
+            checkpoint_id: with a checkpoint location, makes the write idempotent: a rerun with the
+                same id after a crash commits what was staged or skips what is committed. Default:
+                one past the job's last checkpoint.
+
+        Returns:
+            The commit outcome, or None when ``df`` was empty.
+        """
+        if df.isStreaming:
+            raise InvalidSinkConfigError("write() expects a bounded DataFrame; received a streaming one: use start()")
+        temporary = checkpoint_location is None
+        location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
+        try:
+            job = SinkJob(self._config, CheckpointStore(location))
+            job.ensure_table(df.schema)
+            if checkpoint_id is None:
+                job.commit_pending()
+                checkpoint_id = job.next_checkpoint_id()
+            return job.process(df, checkpoint_id)
+        finally:
+            if temporary:
+                shutil.rmtree(location, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Table-level concerns shared by the stages: catalog access, schema checks, partition specs."""

@@ -1,0 +1,84 @@
+"""Catalog access on the driver: the configured PyIceberg catalog or the embedded default.
+
+The embedded default is a SQLite catalog file and a local warehouse folder under one root directory
+(``./iceberg-sink-data`` unless set with ``IcebergSink.builder().embedded(root)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+DEFAULT_EMBEDDED_ROOT = "iceberg-sink-data"
+_SECRET = re.compile(r"(secret|password|token|credential|key)", re.IGNORECASE)
+
+
+def redact(properties: Mapping[str, str]) -> dict[str, str]:
+    """A copy of catalog properties safe to log: secret-looking values replaced."""
+    return {k: ("***" if _SECRET.search(k) else v) for k, v in properties.items()}
+
+
+def _sorted_items(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in dict(value).items()))
+
+
+@attrs.frozen(repr=False)
+class CatalogConfig:
+    """Name and properties of a PyIceberg catalog. Its repr never shows secrets."""
+
+    name: str
+    properties: tuple[tuple[str, str], ...] = attrs.field(converter=_sorted_items)
+
+    @classmethod
+    def embedded(cls, root: str | os.PathLike[str] | None = None) -> CatalogConfig:
+        base = Path(root if root is not None else DEFAULT_EMBEDDED_ROOT).absolute()
+        (base / "warehouse").mkdir(parents=True, exist_ok=True)
+        return cls(
+            "iceberg_sink",
+            {
+                "type": "sql",
+                "uri": f"sqlite:///{base / 'catalog.db'}",
+                "warehouse": (base / "warehouse").as_uri(),
+            },
+        )
+
+    def __repr__(self) -> str:
+        return f"CatalogConfig(name={self.name!r}, properties={redact(dict(self.properties))!r})"
+
+    def load(self) -> Catalog:
+        return load_catalog(self.name, **dict(self.properties))
+
+
+def load_table(catalog: Catalog, identifier: str) -> Table | None:
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        return None
+
+
+def create_table(
+    catalog: Catalog,
+    identifier: str,
+    schema: Schema,
+    spec: PartitionSpec,
+    properties: Mapping[str, str],
+) -> Table:
+    """Create the table (and its namespace), or load it if another process created it first."""
+    namespace = Catalog.identifier_to_tuple(identifier)[:-1]
+    if namespace:
+        with contextlib.suppress(NamespaceAlreadyExistsError):
+            catalog.create_namespace(namespace)
+    try:
+        return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=dict(properties))
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)

@@ -1,0 +1,186 @@
+"""Spark schemas against Iceberg schemas: conversion for table creation and the write-time check.
+
+Columns match by name. Allowed promotions are Iceberg's (int→long, float→double, widening decimal
+precision); Spark's TimestampType maps to ``timestamptz`` and TimestampNTZType to ``timestamp``.
+Every mismatch is collected so the error lists them all at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
+from pyspark.sql import types as T
+
+from iceberg_sink.errors import SchemaMismatchError
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self.next = 0
+
+    def __call__(self) -> int:
+        self.next += 1
+        return self.next
+
+
+def _convert(dt: T.DataType, ids: _Ids, path: str) -> IcebergType:
+    if isinstance(dt, T.ByteType | T.ShortType | T.IntegerType):
+        return IntegerType()
+    if isinstance(dt, T.LongType):
+        return LongType()
+    if isinstance(dt, T.FloatType):
+        return FloatType()
+    if isinstance(dt, T.DoubleType):
+        return DoubleType()
+    if isinstance(dt, T.BooleanType):
+        return BooleanType()
+    if isinstance(dt, T.StringType | T.VarcharType | T.CharType):
+        return StringType()
+    if isinstance(dt, T.BinaryType):
+        return BinaryType()
+    if isinstance(dt, T.DateType):
+        return DateType()
+    if isinstance(dt, T.TimestampNTZType):
+        return TimestampType()
+    if isinstance(dt, T.TimestampType):
+        return TimestamptzType()
+    if isinstance(dt, T.DecimalType):
+        return DecimalType(dt.precision, dt.scale)
+    if isinstance(dt, T.StructType):
+        return StructType(*_fields(dt.fields, ids, path))
+    if isinstance(dt, T.ArrayType):
+        element_id = ids()
+        return ListType(
+            element_id, _convert(dt.elementType, ids, f"{path}.element"), element_required=not dt.containsNull
+        )
+    if isinstance(dt, T.MapType):
+        key_id, value_id = ids(), ids()
+        return MapType(
+            key_id,
+            _convert(dt.keyType, ids, f"{path}.key"),
+            value_id,
+            _convert(dt.valueType, ids, f"{path}.value"),
+            value_required=not dt.valueContainsNull,
+        )
+    raise SchemaMismatchError(path, [f"column {path!r} has Spark type {dt.simpleString()}, which Iceberg cannot store"])
+
+
+def _fields(fields: Iterable[T.StructField], ids: _Ids, prefix: str) -> list[NestedField]:
+    result = []
+    for f in fields:
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        field_id = ids()
+        result.append(NestedField(field_id, f.name, _convert(f.dataType, ids, path), required=not f.nullable))
+    return result
+
+
+def spark_to_iceberg(struct: T.StructType, required: Iterable[str] = ()) -> Schema:
+    """An Iceberg schema for a Spark schema; columns in ``required`` become required."""
+    ids = _Ids()
+    fields = _fields(struct.fields, ids, "")
+    must = set(required)
+    fields = [
+        NestedField(f.field_id, f.name, f.field_type, required=f.required or f.name in must, doc=f.doc) for f in fields
+    ]
+    return Schema(*fields)
+
+
+def _type_problem(source: IcebergType, target: IcebergType, path: str, problems: list[str]) -> None:
+    if source == target:
+        return
+    if isinstance(target, StructType) and isinstance(source, StructType):
+        _struct_problems(source, target, path, problems)
+        return
+    if isinstance(target, ListType) and isinstance(source, ListType):
+        if target.element_required and not source.element_required:
+            problems.append(f"{path}: list elements may be null in the DataFrame but are required in the table")
+        _type_problem(source.element_type, target.element_type, f"{path}.element", problems)
+        return
+    if isinstance(target, MapType) and isinstance(source, MapType):
+        _type_problem(source.key_type, target.key_type, f"{path}.key", problems)
+        if target.value_required and not source.value_required:
+            problems.append(f"{path}: map values may be null in the DataFrame but are required in the table")
+        _type_problem(source.value_type, target.value_type, f"{path}.value", problems)
+        return
+    if isinstance(source, IntegerType) and isinstance(target, LongType):
+        return
+    if isinstance(source, FloatType) and isinstance(target, DoubleType):
+        return
+    if (
+        isinstance(source, DecimalType)
+        and isinstance(target, DecimalType)
+        and source.scale == target.scale
+        and source.precision <= target.precision
+    ):
+        return
+    hint = ""
+    if isinstance(source, TimestamptzType) and isinstance(target, TimestampType):
+        hint = " (cast the column to TimestampNTZType to write a timestamp without time zone)"
+    elif isinstance(source, TimestampType) and isinstance(target, TimestamptzType):
+        hint = " (cast the column to TimestampType to write a timestamp with time zone)"
+    problems.append(f"{path}: table type {target} cannot take DataFrame type {source}{hint}")
+
+
+def _struct_problems(
+    source: StructType,
+    target: StructType,
+    prefix: str,
+    problems: list[str],
+    runtime_checked: frozenset[str] = frozenset(),
+) -> None:
+    target_by_name = {f.name: f for f in target.fields}
+    source_by_name = {f.name: f for f in source.fields}
+    lower_targets = {name.lower(): name for name in target_by_name}
+    for f in source.fields:
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        t = target_by_name.get(f.name)
+        if t is None:
+            near = lower_targets.get(f.name.lower())
+            suggestion = f" (the table has {near!r}: names are case sensitive)" if near else ""
+            problems.append(f"{path}: column is not in the table{suggestion}")
+            continue
+        if t.required and not f.required and path not in runtime_checked:
+            problems.append(
+                f"{path}: column is required (not null) in the table but nullable in the DataFrame; "
+                "make it non-nullable (e.g. filter nulls and use a non-null expression) or make the table column optional"
+            )
+        _type_problem(f.field_type, t.field_type, path, problems)
+    for t in target.fields:
+        if t.name not in source_by_name and t.required:
+            path = f"{prefix}.{t.name}" if prefix else t.name
+            problems.append(f"{path}: column is required in the table but missing from the DataFrame")
+
+
+def check_compatible(
+    table_name: str, table_schema: Schema, struct: T.StructType, runtime_checked: Iterable[str] = ()
+) -> None:
+    """Raise :class:`SchemaMismatchError` listing every way ``struct`` cannot be written to the table.
+
+    Args:
+        runtime_checked: top-level columns that may be nullable in the DataFrame although required in
+            the table, because the writer refuses a null at run time (key columns in CDC modes).
+    """
+    source = spark_to_iceberg(struct).as_struct()
+    problems: list[str] = []
+    _struct_problems(source, table_schema.as_struct(), "", problems, frozenset(runtime_checked))
+    if problems:
+        raise SchemaMismatchError(table_name, problems)

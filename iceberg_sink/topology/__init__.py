@@ -1,0 +1,2 @@
+"""Topologies around the write: distribution of rows before writing (none / hash / range), and what
+runs after each commit (hooks, compaction)."""

@@ -1,0 +1,40 @@
+"""Runs :class:`TaskWriter` inside Spark tasks through ``mapInArrow`` and collects the results."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql import DataFrame
+
+from iceberg_sink.writer.result import WriteResult
+from iceberg_sink.writer.spec import WriterSpec
+from iceberg_sink.writer.task_writer import TaskWriter
+
+_RESULT_SCHEMA = pa.schema([pa.field("payload", pa.binary(), nullable=False)])
+
+
+def _write_task(spec: WriterSpec) -> object:
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        task_id = context.partitionId() if context is not None else 0
+        attempt_id = context.taskAttemptId() if context is not None else 0
+        writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
+        try:
+            for batch in batches:
+                writer.write(batch)
+            result = writer.complete()
+        except BaseException:
+            writer.abort()
+            raise
+        yield pa.RecordBatch.from_arrays([pa.array([result.encode()], pa.binary())], schema=_RESULT_SCHEMA)
+
+    return write
+
+
+def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
+    """Write ``df`` with one stateless writer per Spark partition; return each task's result."""
+    rows = df.mapInArrow(_write_task(spec), "payload binary").collect()  # type: ignore[arg-type]
+    results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
+    return [r for r in results if r.data_files or r.delete_files]

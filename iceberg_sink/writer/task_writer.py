@@ -1,0 +1,246 @@
+"""The writer that runs inside one Spark task.
+
+It receives Arrow batches, routes each row to the file of its Iceberg partition (fanout: several
+partitions may be open at once), buffers rows per file and flushes them as Parquet row groups, rolls
+a file when it reaches the target size, and on completion returns a :class:`WriteResult` listing
+every file with its column metrics. It holds no state beyond the task: if the task fails, the files
+it wrote are deleted (best effort) and never reach the driver; leftovers are orphan files that no
+snapshot references.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from typing import IO, Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+from pyiceberg.table.locations import LocationProvider
+
+from iceberg_sink import _pyiceberg
+from iceberg_sink.writer.conform import conform_batch
+from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
+from iceberg_sink.writer.spec import WriterSpec
+
+logger = logging.getLogger(__name__)
+
+# Flush the largest open file's buffer when all buffers together pass this many times the
+# per-file buffer: bounds memory when one task sees many partitions.
+_TOTAL_BUFFER_FACTOR = 4
+
+
+class RollingParquetWriter:
+    """Writes the rows of one partition, rolling to a new file at the target size."""
+
+    def __init__(
+        self,
+        spec: WriterSpec,
+        io: FileIO,
+        arrow_schema: pa.Schema,
+        new_path: Callable[[], str],
+        partition: tuple[Any, ...],
+        content: FileContent = FileContent.DATA,
+        equality_ids: tuple[int, ...] | None = None,
+    ) -> None:
+        self._spec = spec
+        self._io = io
+        self._schema = arrow_schema
+        self._new_path = new_path
+        self._partition = partition
+        self._content = content
+        self._equality_ids = equality_ids
+        self._buffer: list[pa.Table] = []
+        self.buffered_bytes = 0
+        self._path: str | None = None
+        self._stream: Any = None
+        self._writer: pq.ParquetWriter | None = None
+        self._nan_counts: dict[str, int] = {}
+        self._float_columns = [f.name for f in arrow_schema if pa.types.is_floating(f.type)]
+        self.completed: list[DataFileMeta] = []
+        self.all_paths: list[str] = []
+
+    def write(self, table: pa.Table) -> None:
+        self._buffer.append(table)
+        self.buffered_bytes += table.nbytes
+        if self.buffered_bytes >= self._spec.buffer_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        table = pa.concat_tables(self._buffer)
+        self._buffer = []
+        self.buffered_bytes = 0
+        if self._writer is None:
+            self._open()
+        assert self._writer is not None
+        for name in self._float_columns:
+            nans = pc.sum(pc.is_nan(table.column(name))).as_py() or 0
+            self._nan_counts[name] = self._nan_counts.get(name, 0) + nans
+        self._writer.write_table(table, row_group_size=self._spec.row_group_limit)
+        if self._stream.tell() >= self._spec.target_file_size:
+            self._close_file()
+
+    def _open(self) -> None:
+        self._path = self._new_path()
+        self.all_paths.append(self._path)
+        self._stream = self._io.new_output(self._path).create(overwrite=False)
+        codec = self._spec.compression
+        self._writer = pq.ParquetWriter(
+            cast(IO[Any], self._stream),
+            schema=self._schema,
+            compression="none" if codec in ("uncompressed", "none") else codec,
+            compression_level=None if self._spec.compression_level < 0 else self._spec.compression_level,
+            store_decimal_as_integer=True,
+            write_statistics=True,
+        )
+        self._nan_counts = {}
+
+    def _close_file(self) -> None:
+        assert self._writer is not None and self._path is not None
+        self._writer.close()
+        metadata = self._writer.writer.metadata  # type: ignore[attr-defined]
+        size = self._stream.tell()
+        self._stream.close()
+        metrics = _pyiceberg.parquet_metrics(metadata, self._spec.schema, self._spec.properties)
+        nan_ids = _pyiceberg.nan_counts_by_field_id(self._spec.schema, self._nan_counts, metrics)
+        self.completed.append(
+            DataFileMeta(
+                content=self._content,
+                path=self._path,
+                spec_id=self._spec.partition_spec.spec_id,
+                partition=self._partition,
+                record_count=metadata.num_rows,
+                file_size_in_bytes=size,
+                column_sizes=metrics["column_sizes"],
+                value_counts=metrics["value_counts"],
+                null_value_counts=metrics["null_value_counts"],
+                nan_value_counts=nan_ids,
+                lower_bounds=metrics["lower_bounds"],
+                upper_bounds=metrics["upper_bounds"],
+                split_offsets=metrics["split_offsets"],
+                equality_ids=self._equality_ids,
+            )
+        )
+        self._writer = None
+        self._stream = None
+        self._path = None
+
+    def close(self) -> list[DataFileMeta]:
+        self.flush()
+        if self._writer is not None:
+            self._close_file()
+        return self.completed
+
+    def abort(self) -> None:
+        """Close without recording; the caller deletes :attr:`all_paths`."""
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if self._stream is not None:
+                self._stream.close()
+        except Exception:
+            logger.debug("ignoring error while aborting writer", exc_info=True)
+
+
+class TaskWriter:
+    """Partitioned (fanout) writer for one task and one checkpoint."""
+
+    def __init__(self, spec: WriterSpec, task_id: int, attempt_id: int) -> None:
+        self._spec = spec
+        self._task_id = task_id
+        self._attempt_id = attempt_id
+        self._io = spec.file_io()
+        self._locations: LocationProvider = spec.location_provider()
+        self._schema = spec.schema
+        self._partition_spec = spec.partition_spec
+        self._arrow_schema = _pyiceberg.arrow_schema(self._schema)
+        self._writers: dict[tuple[Any, ...], RollingParquetWriter] = {}
+        self._keys: dict[tuple[Any, ...], PartitionKey | None] = {}
+        self._transforms = [
+            (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
+            for f in self._partition_spec.fields
+        ]
+        self._file_seq = 0
+        # One random component per task attempt: retries and restarts never reuse a name.
+        self._attempt_uuid = uuid.uuid4().hex[:12]
+
+    def _new_path(self, key: PartitionKey | None) -> str:
+        self._file_seq += 1
+        name = (
+            f"{self._task_id:05d}-{self._attempt_id}-{self._spec.job_id}-{self._spec.checkpoint_id:06d}-"
+            f"{self._attempt_uuid}-{self._file_seq:05d}.parquet"
+        )
+        return self._locations.new_data_location(data_file_name=name, partition_key=key)
+
+    def _writer_for(self, values: tuple[Any, ...]) -> RollingParquetWriter:
+        writer = self._writers.get(values)
+        if writer is None:
+            key = None
+            if self._transforms:
+                key = PartitionKey(
+                    field_values=[
+                        PartitionFieldValue(field=f, value=v)
+                        for (f, _, _), v in zip(self._transforms, values, strict=True)
+                    ],
+                    partition_spec=self._partition_spec,
+                    schema=self._schema,
+                )
+            partition = tuple(key.partition) if key is not None else ()  # type: ignore[arg-type]
+            writer = RollingParquetWriter(
+                self._spec, self._io, self._arrow_schema, lambda: self._new_path(key), partition
+            )
+            self._writers[values] = writer
+        return writer
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        table = conform_batch(batch, self._arrow_schema)
+        for values, rows in self._split(table):
+            self._writer_for(values).write(rows)
+        self._bound_memory()
+
+    def _split(self, table: pa.Table) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
+        if not self._transforms:
+            yield (), table
+            return
+        keys = {}
+        for i, (field, source, name) in enumerate(self._transforms):
+            assert name is not None
+            column = _pyiceberg.column_by_path(table, name)
+            keys[f"p{i}"] = field.transform.pyarrow_transform(source.field_type)(column)
+        names = list(keys)
+        keys["__row"] = pa.array(range(table.num_rows), pa.int64())
+        groups = pa.table(keys).group_by(names, use_threads=False).aggregate([("__row", "list")])
+        group_keys = [groups.column(n).to_pylist() for n in names]
+        for g, rows in enumerate(groups.column("__row_list").to_pylist()):
+            values = tuple(column[g] for column in group_keys)
+            yield values, table.take(pa.array(rows, pa.int64())) if len(rows) != table.num_rows else table
+
+    def _bound_memory(self) -> None:
+        total = sum(w.buffered_bytes for w in self._writers.values())
+        while total > self._spec.buffer_bytes * _TOTAL_BUFFER_FACTOR:
+            largest = max(self._writers.values(), key=lambda w: w.buffered_bytes)
+            total -= largest.buffered_bytes
+            largest.flush()
+
+    def complete(self) -> WriteResult:
+        files: list[DataFileMeta] = []
+        for writer in self._writers.values():
+            files.extend(writer.close())
+        return WriteResult(data_files=tuple(files), task_id=self._task_id, attempt_id=self._attempt_id)
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+            for path in writer.all_paths:
+                try:
+                    self._io.delete(path)
+                except Exception:
+                    logger.warning("could not delete %s after a failed write", path)

@@ -1,0 +1,237 @@
+"""Apache Iceberg Java 1.9.2 (on Spark 3.5) as a reader service: JSON lines on stdin/stdout.
+
+Run with the Java reader venv's python (see java_env.py)::
+
+    <venv-java>/bin/python java_reader_server.py --jar <iceberg-spark-runtime-3.5_2.12-1.9.2.jar>
+
+One SparkSession serves every request. Each request is one JSON object on one line of stdin; each
+reply is one JSON object on one line of stdout. Everything else (Spark, log4j, py4j, warnings) goes
+to stderr: the real stdout file descriptor is duplicated for the protocol and fd 1 is pointed at
+stderr before the JVM starts, so not even a stray ``System.out.println`` can corrupt the stream.
+
+Requests (an optional ``"id"`` is echoed back in the reply)::
+
+    {"op": "ping"}                                            -> {"ok": true, "spark": "3.5.x"}
+    {"op": "read", "metadata": M, "where": W|null, "out": P}  -> {"ok": true, "rows": N}
+    {"op": "snapshots", "metadata": M, "out": P}              -> {"ok": true, "rows": N}
+    {"op": "files", "metadata": M, "out": P}                  -> {"ok": true, "rows": N}
+    {"op": "metadata_table", "metadata": M, "name": T, "out": P}  (T: history, manifests, entries, ...)
+    {"op": "sql", "query": Q, "out": P, "views": {name: M}|null}
+    {"op": "shutdown"}                                        -> {"ok": true}, then exits
+    failures                                                  -> {"ok": false, "error": "..."}
+
+``M`` is a metadata.json path or file:// URI, read with ``spark.read.format("iceberg").load(M)``
+(metadata tables with ``M + "#snapshots"`` etc.); ``P`` is where the result is written as an Arrow
+IPC file. ``views`` registers each metadata file as a temp view before running the SQL. Map and
+struct columns of metadata tables (snapshot ``summary``, file ``partition``, metrics maps) are turned
+into JSON strings; the ``files`` table leaves out ``lower_bounds``, ``upper_bounds``,
+``key_metadata`` and ``readable_metrics``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+_FILES_DROPPED = ("lower_bounds", "upper_bounds", "key_metadata", "readable_metrics")
+_MAX_ERROR_CHARS = 20_000
+
+_LOG4J2 = """\
+status = error
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+logger.nativeio.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativeio.level = error
+logger.snapshotscan.name = org.apache.iceberg.SnapshotScan
+logger.snapshotscan.level = error
+logger.basemetastore.name = org.apache.iceberg.BaseMetastoreTableOperations
+logger.basemetastore.level = error
+"""
+
+
+def _protocol_stdout() -> IO[str]:
+    """Keep the real stdout for replies; send fd 1 (and sys.stdout) to stderr for everyone else."""
+    sys.stdout.flush()
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(proto_fd, "w", encoding="utf-8", buffering=1)
+
+
+def _start_spark(jar: str, driver_memory: str, cores: int, work_dir: Path) -> Any:
+    from pyspark.sql import SparkSession
+
+    # Loopback only, and scratch space inside our own temporary directory.
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
+    log4j = work_dir / "log4j2.properties"
+    log4j.write_text(_LOG4J2, encoding="utf-8")
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("iceberg-java-reader")
+        .config("spark.jars", jar)
+        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", str(cores))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _to_arrow(df: Any) -> Any:
+    """Collect a Spark DataFrame as one pyarrow Table (keeps the schema when there are no rows)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    batches = df._collect_as_arrow()
+    if batches:
+        return pa.Table.from_batches(batches)
+    schema = to_arrow_schema(df.schema)
+    tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    fields = [
+        pa.field(f.name, pa.timestamp("us", tz=tz), f.nullable)
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None
+        else f
+        for f in schema
+    ]
+    return pa.schema(fields).empty_table()
+
+
+def _write_arrow(table: Any, out: str) -> None:
+    import pyarrow as pa
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    tmp.replace(path)
+
+
+def _jsonify_nested(df: Any, drop: tuple[str, ...] = ()) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType, StructType
+
+    cols = []
+    for field in df.schema.fields:
+        if field.name in drop:
+            continue
+        if isinstance(field.dataType, MapType | StructType):
+            cols.append(F.to_json(F.col(field.name)).alias(field.name))
+        else:
+            cols.append(F.col(field.name))
+    return df.select(*cols)
+
+
+class Server:
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def _load(self, metadata: str, table: str | None = None) -> Any:
+        if not metadata:
+            raise ValueError("'metadata' is required")
+        return self.spark.read.format("iceberg").load(metadata if table is None else f"{metadata}#{table}")
+
+    def _finish(self, df: Any, req: dict[str, Any]) -> dict[str, Any]:
+        where = req.get("where")
+        if where:
+            df = df.where(where)
+        out = req.get("out")
+        if not out:
+            raise ValueError("'out' is required")
+        table = _to_arrow(df)
+        _write_arrow(table, out)
+        return {"ok": True, "rows": table.num_rows}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        if op == "ping":
+            return {"ok": True, "spark": self.spark.version}
+        if op == "read":
+            return self._finish(self._load(req.get("metadata", "")), req)
+        if op == "snapshots":
+            return self._finish(_jsonify_nested(self._load(req.get("metadata", ""), "snapshots")), req)
+        if op == "files":
+            df = _jsonify_nested(self._load(req.get("metadata", ""), "files"), _FILES_DROPPED)
+            return self._finish(df, req)
+        if op == "metadata_table":
+            name = req.get("name")
+            if not name:
+                raise ValueError("'name' is required")
+            return self._finish(_jsonify_nested(self._load(req.get("metadata", ""), str(name))), req)
+        if op == "sql":
+            for view, metadata in (req.get("views") or {}).items():
+                self._load(metadata).createOrReplaceTempView(view)
+            return self._finish(self.spark.sql(req["query"]), {**req, "where": None})
+        raise ValueError(f"unknown op {op!r}")
+
+
+def _error_text(exc: BaseException) -> str:
+    """The exception's type and message, with the Java exception text and its "Caused by" chain but
+    without the Java stack frames."""
+    lines = f"{type(exc).__name__}: {exc}".splitlines()
+    kept = [ln for ln in lines if not ln.lstrip().startswith("at ") and not re.match(r"\s*\.\.\. \d+ more", ln)]
+    return "\n".join(kept)[:_MAX_ERROR_CHARS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--jar", required=True, help="path of iceberg-spark-runtime-3.5_2.12-1.9.2.jar")
+    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--cores", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    proto = _protocol_stdout()
+    with tempfile.TemporaryDirectory(prefix="iceberg-java-reader-") as work:
+        spark = _start_spark(args.jar, args.driver_memory, args.cores, Path(work))
+        server = Server(spark)
+        try:
+            for line in sys.stdin:
+                if not line.strip():
+                    continue
+                req: dict[str, Any] = {}
+                try:
+                    parsed = json.loads(line)
+                    if not isinstance(parsed, dict):
+                        raise ValueError("a request must be a JSON object")
+                    req = parsed
+                    reply = {"ok": True} if req.get("op") == "shutdown" else server.handle(req)
+                except Exception as exc:
+                    traceback.print_exc(file=sys.stderr)
+                    reply = {"ok": False, "error": _error_text(exc)}
+                if "id" in req:
+                    reply["id"] = req["id"]
+                proto.write(json.dumps(reply, default=str) + "\n")
+                proto.flush()
+                if req.get("op") == "shutdown":
+                    break
+        finally:
+            spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+"""Independent readers of Iceberg tables, each starting from a metadata.json file.
+
+- ``JavaIcebergReader``: Apache Iceberg Java 1.9.2 on Spark 3.5, in a long-lived subprocess of the
+  Java reader venv (java_env.py, java_reader_server.py).
+- ``duckdb_read``: DuckDB 1.5.5's iceberg extension, loaded from the PyPI extension packages.
+- ``pyiceberg_read``: PyIceberg's ``StaticTable`` (append-only tables: it refuses equality deletes).
+- ``normalize``: turns any of their results into a sorted list of plain dicts that compare equal
+  across readers.
+
+Every function takes a metadata location as a plain path or a ``file://`` URI.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime as dt
+import itertools
+import json
+import math
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+from importlib.util import find_spec
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+from tests.interop.java_env import JavaEnv, ensure_java_env
+
+SERVER_SCRIPT: Path = Path(__file__).resolve().with_name("java_reader_server.py")
+
+# Variables of the parent's PySpark 4 / venv that must not leak into the Spark 3.5 server.
+_SCRUBBED_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "SPARK_HOME",
+    "PYSPARK_PYTHON",
+    "PYSPARK_DRIVER_PYTHON",
+    "PYSPARK_SUBMIT_ARGS",
+    "SPARK_CONF_DIR",
+)
+
+
+class JavaReaderError(RuntimeError):
+    """The Java reader server answered a request with an error (carries the Java exception text)."""
+
+
+class JavaReaderDied(RuntimeError):
+    """The Java reader server process exited or stopped answering; carries its stderr tail."""
+
+
+def _local_path(location: str | os.PathLike[str]) -> str:
+    """A plain filesystem path for ``location`` (a path or a ``file://`` URI)."""
+    text = os.fspath(location)
+    if text.startswith("file://"):
+        return text[len("file://") :]
+    if text.startswith("file:"):
+        return text[len("file:") :]
+    return text
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    with pa.OSFile(str(path), "rb") as source:
+        table = pa.ipc.open_file(source).read_all()
+    return table
+
+
+class JavaIcebergReader:
+    """Apache Iceberg Java 1.9.2 (Spark 3.5) reading tables straight from their metadata.json.
+
+    One server subprocess with one SparkSession serves all calls; start-up takes ~10 s, a small
+    read ~0.5-1 s. Calls are serialized (thread-safe). Results travel as Arrow IPC files in a
+    private temporary directory. Timestamps come back as ``timestamp[us, tz=UTC]`` (timestamptz)
+    and ``timestamp[us]`` (timestamp); strings/binary as ``string``/``binary``.
+    """
+
+    def __init__(
+        self,
+        env: JavaEnv | None = None,
+        *,
+        driver_memory: str = "1g",
+        cores: int = 1,
+        startup_timeout: float = 300.0,
+        request_timeout: float = 600.0,
+    ) -> None:
+        self.env = env if env is not None else ensure_java_env()
+        self.request_timeout = request_timeout
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._dir = Path(tempfile.mkdtemp(prefix="iceberg-java-reader-"))
+        self.stderr_path = self._dir / "server-stderr.log"
+        self._stderr: IO[bytes] = self.stderr_path.open("wb")
+        child_env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+        child_env["PYTHONUNBUFFERED"] = "1"
+        started = time.monotonic()
+        self._proc = subprocess.Popen(
+            [
+                str(self.env.python),
+                str(SERVER_SCRIPT),
+                "--jar",
+                str(self.env.jar),
+                "--driver-memory",
+                driver_memory,
+                "--cores",
+                str(cores),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            encoding="utf-8",
+            env=child_env,
+            cwd=str(self._dir),
+        )
+        self._finalizer = weakref.finalize(self, _kill, self._proc)
+        self._replies: queue.Queue[str | None] = queue.Queue()
+        self._pump = threading.Thread(target=self._read_stdout, name="java-reader-stdout", daemon=True)
+        self._pump.start()
+        try:
+            reply = self._request({"op": "ping"}, timeout=startup_timeout)
+        except BaseException:
+            self.close()
+            raise
+        self.spark_version = str(reply.get("spark"))
+        self.startup_seconds = time.monotonic() - started
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _read_stdout(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._replies.put(line)
+        self._replies.put(None)
+
+    def stderr_tail(self, max_lines: int = 60) -> str:
+        """The last lines the server wrote to stderr (Spark's log, Python tracebacks)."""
+        self._stderr.flush()
+        try:
+            with self.stderr_path.open("r", encoding="utf-8", errors="replace") as fh:
+                return "".join(collections.deque(fh, maxlen=max_lines))
+        except OSError:
+            return ""
+
+    def _died(self, what: str) -> JavaReaderDied:
+        code = self._proc.poll()
+        return JavaReaderDied(
+            f"Java Iceberg reader server {what} (exit code {code}); "
+            f"stderr tail ({self.stderr_path}):\n{self.stderr_tail()}"
+        )
+
+    def _request(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("JavaIcebergReader is closed")
+            if self._proc.poll() is not None:
+                raise self._died("is not running")
+            req_id = next(self._ids)
+            assert self._proc.stdin is not None
+            try:
+                self._proc.stdin.write(json.dumps({**req, "id": req_id}) + "\n")
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                raise self._died("closed its input") from exc
+            deadline = time.monotonic() + (self.request_timeout if timeout is None else timeout)
+            while True:
+                remaining = deadline - time.monotonic()
+                try:
+                    line = self._replies.get(timeout=max(remaining, 0.0)) if remaining > 0 else None
+                except queue.Empty:
+                    line = None
+                if line is None:
+                    if self._proc.poll() is None:
+                        _kill(self._proc)  # the protocol is out of step now; do not reuse it
+                        self._closed = True
+                        raise self._died(f"did not answer {req.get('op')!r} in time and was killed")
+                    raise self._died(f"exited while handling {req.get('op')!r}")
+                try:
+                    reply = json.loads(line)
+                except ValueError as exc:
+                    raise self._died(f"wrote a non-JSON line to stdout: {line[:500]!r}") from exc
+                if reply.get("id") == req_id:
+                    break
+        if not reply.get("ok"):
+            raise JavaReaderError(f"{req.get('op')} failed: {reply.get('error')}")
+        return dict(reply)
+
+    def _table_request(self, req: dict[str, Any]) -> pa.Table:
+        out = self._dir / f"result-{uuid.uuid4().hex}.arrow"
+        try:
+            reply = self._request({**req, "out": str(out)})
+            table = _read_ipc(out)
+        finally:
+            out.unlink(missing_ok=True)
+        if table.num_rows != reply.get("rows"):
+            raise JavaReaderError(f"server reported {reply.get('rows')} rows, the Arrow file has {table.num_rows}")
+        return table
+
+    # -- API ------------------------------------------------------------------------------------
+
+    def ping(self) -> str:
+        """Round-trip to the server; returns the Spark version."""
+        return str(self._request({"op": "ping"}).get("spark"))
+
+    def read(self, metadata_location: str | os.PathLike[str], where: str | None = None) -> pa.Table:
+        """``spark.read.format("iceberg").load(metadata_location)``, filtered by the Spark SQL ``where``."""
+        return self._table_request({"op": "read", "metadata": os.fspath(metadata_location), "where": where})
+
+    def snapshots(self, metadata_location: str | os.PathLike[str]) -> pa.Table:
+        """The ``#snapshots`` metadata table; ``summary`` is a JSON object string."""
+        return self._table_request({"op": "snapshots", "metadata": os.fspath(metadata_location)})
+
+    def files(self, metadata_location: str | os.PathLike[str]) -> pa.Table:
+        """The ``#files`` metadata table (data and delete files of the current snapshot).
+
+        ``partition`` and the metrics maps are JSON strings (e.g. ``{"ts_day":"2024-01-01","id_bucket":0}``);
+        ``lower_bounds``, ``upper_bounds``, ``key_metadata`` and ``readable_metrics`` are left out.
+        """
+        return self._table_request({"op": "files", "metadata": os.fspath(metadata_location)})
+
+    def metadata_table(self, metadata_location: str | os.PathLike[str], name: str) -> pa.Table:
+        """Any metadata table (``history``, ``manifests``, ``entries``, ``refs``, ``delete_files``, ...);
+        map and struct columns become JSON strings."""
+        return self._table_request({"op": "metadata_table", "metadata": os.fspath(metadata_location), "name": name})
+
+    def sql(self, query: str, views: Mapping[str, str | os.PathLike[str]] | None = None) -> pa.Table:
+        """A free-form Spark SQL query; ``views`` maps temp view names to metadata locations to
+        register first (Spark cannot query ``iceberg.`<path>``` directly)."""
+        named = {name: os.fspath(loc) for name, loc in (views or {}).items()}
+        return self._table_request({"op": "sql", "query": query, "views": named})
+
+    def close(self) -> None:
+        """Stop the server (politely, then by force) and remove the temporary directory."""
+        with self._lock:
+            if not self._closed and self._proc.poll() is None:
+                try:
+                    assert self._proc.stdin is not None
+                    self._proc.stdin.write(json.dumps({"op": "shutdown"}) + "\n")
+                    self._proc.stdin.flush()
+                    self._proc.stdin.close()
+                    self._proc.wait(timeout=60)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._closed = True
+            self._finalizer()
+            self._stderr.close()
+            for child in self._dir.glob("*"):
+                child.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self._dir.rmdir()
+
+    def __enter__(self) -> JavaIcebergReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+
+
+# -- DuckDB -----------------------------------------------------------------------------------------
+
+_DUCKDB_EXTENSIONS = ("parquet", "avro", "iceberg")  # load order: iceberg needs the other two
+
+
+def duckdb_extension_paths() -> dict[str, Path]:
+    """The ``.duckdb_extension`` files shipped by the duckdb-extension-* PyPI packages, for the
+    installed DuckDB version."""
+    import duckdb
+
+    version = f"v{duckdb.__version__}"
+    paths: dict[str, Path] = {}
+    for name in _DUCKDB_EXTENSIONS:
+        spec = find_spec(f"duckdb_extension_{name}")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"PyPI package duckdb-extension-{name} is not installed")
+        found = sorted(
+            p
+            for loc in spec.submodule_search_locations
+            for p in Path(loc).glob(f"extensions/*/{name}.duckdb_extension")
+        )
+        exact = [p for p in found if p.parent.name == version]
+        if not exact:
+            raise RuntimeError(f"no {name}.duckdb_extension for DuckDB {version} in duckdb-extension-{name}: {found}")
+        paths[name] = exact[0]
+    return paths
+
+
+def duckdb_connect() -> Any:
+    """A DuckDB connection with parquet, avro and iceberg loaded from local files (never downloads),
+    and ``TimeZone = 'UTC'``."""
+    import duckdb
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
+    for path in duckdb_extension_paths().values():
+        con.load_extension(str(path))
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def duckdb_read(metadata_location: str | os.PathLike[str], where: str | None = None) -> pa.Table:
+    """``select * from iceberg_scan('<metadata.json>') [where ...]`` with DuckDB's iceberg extension.
+
+    ``where`` is a DuckDB SQL predicate. Plain paths and file:// URIs both work; no version
+    guessing is needed since the exact metadata file is given.
+    """
+    path = _local_path(metadata_location).replace("'", "''")
+    query = f"select * from iceberg_scan('{path}')"
+    if where:
+        query += f" where ({where})"
+    con = duckdb_connect()
+    try:
+        return con.sql(query).to_arrow_table()
+    finally:
+        con.close()
+
+
+# -- PyIceberg --------------------------------------------------------------------------------------
+
+
+def pyiceberg_read(metadata_location: str | os.PathLike[str], row_filter: str | None = None) -> pa.Table:
+    """``StaticTable.from_metadata(...).scan(row_filter).to_arrow()`` (PyIceberg filter syntax)."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(os.fspath(metadata_location))
+    return table.scan(row_filter=row_filter if row_filter else AlwaysTrue()).to_arrow()
+
+
+# -- comparing results ------------------------------------------------------------------------------
+
+
+class _NaN:
+    """Stands for a floating-point NaN so that NaN == NaN in normalized rows."""
+
+    _instance: _NaN | None = None
+
+    def __new__(cls) -> _NaN:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _NaN)
+
+    def __hash__(self) -> int:
+        return hash("NaN")
+
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+NAN: _NaN = _NaN()
+
+
+def _norm(value: Any, typ: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if pa.types.is_dictionary(typ):
+        return _norm(value, typ.value_type)
+    if pa.types.is_floating(typ):
+        return NAN if math.isnan(value) else float(value)
+    if pa.types.is_timestamp(typ):
+        if typ.tz is not None:
+            return value.astimezone(dt.UTC)
+        return value
+    if pa.types.is_map(typ):
+        return {_norm(k, typ.key_type): _norm(v, typ.item_type) for k, v in value}
+    if pa.types.is_struct(typ):
+        return {typ.field(i).name: _norm(value[typ.field(i).name], typ.field(i).type) for i in range(typ.num_fields)}
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return [_norm(v, typ.value_type) for v in value]
+    return value
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    if value is None:
+        return (3, None)
+    if isinstance(value, _NaN):
+        return (2, None)
+    if isinstance(value, dict | list):
+        return (1, repr(value))
+    return (0, value)
+
+
+def normalize(table: pa.Table, sort_by: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of ``table`` as plain dicts, in a canonical order, comparable across readers.
+
+    - Column order does not matter (dicts); column names must match.
+    - ``timestamptz`` (Arrow timestamp with any tz) -> aware ``datetime`` in UTC (``datetime.UTC``),
+      whatever zone the reader labelled it with (Spark "UTC", DuckDB "Etc/UTC", PyIceberg "UTC").
+      ``timestamp`` without zone -> naive ``datetime``. Aware and naive never compare equal, so a
+      timestamptz/timestamp mix-up between readers shows up as a difference.
+      Nanosecond timestamps are cast to microseconds and raise if that would lose precision.
+    - NaN -> the ``NAN`` sentinel (equal to itself); -0.0 == 0.0 as in Python.
+    - decimal -> ``Decimal`` as is (``Decimal("1.5") == Decimal("1.50")``); date -> ``date``;
+      binary, large_binary, fixed -> ``bytes``; string/large_string -> ``str``; UUID -> ``str``.
+    - struct -> dict, list -> list, map -> dict, all normalized recursively.
+    - Rows are sorted by ``sort_by`` (None last, NaN just before None), then by the whole row, so
+      the result is canonical even when ``sort_by`` is not unique.
+
+    Python equality is loose across numeric types (``1 == 1.0 == True == Decimal(1)``): compare
+    ``canonical_schema`` too when the column types matter.
+    """
+    missing = [c for c in sort_by if c not in table.column_names]
+    if missing:
+        raise KeyError(f"sort_by columns {missing} not in {table.column_names}")
+    columns: dict[str, list[Any]] = {}
+    for name in table.column_names:
+        column = table.column(name)
+        typ = column.type
+        if pa.types.is_timestamp(typ) and typ.unit == "ns":
+            column = column.cast(pa.timestamp("us", tz=typ.tz), safe=True)
+            typ = column.type
+        columns[name] = [_norm(v, typ) for v in column.to_pylist()]
+    rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    if not columns:
+        rows = [{} for _ in range(table.num_rows)]
+    return sorted(
+        rows,
+        key=lambda row: (
+            tuple(_sort_key(row[c]) for c in sort_by),
+            repr(sorted(row.items(), key=lambda kv: kv[0])),
+        ),
+    )
+
+
+def canonical_type(typ: pa.DataType) -> str:
+    """An Arrow type's name with reader-specific spellings folded together: large_string ->
+    string, large_binary -> binary, large_list -> list, any timestamp zone -> "UTC", dictionary
+    -> its value type, nullability and field metadata ignored."""
+    if pa.types.is_dictionary(typ):
+        return canonical_type(typ.value_type)
+    if pa.types.is_large_string(typ) or pa.types.is_string(typ) or pa.types.is_string_view(typ):
+        return "string"
+    if pa.types.is_large_binary(typ) or pa.types.is_binary(typ) or pa.types.is_binary_view(typ):
+        return "binary"
+    if pa.types.is_timestamp(typ):
+        return f"timestamp[{typ.unit}{', tz=UTC' if typ.tz is not None else ''}]"
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return f"list<{canonical_type(typ.value_type)}>"
+    if pa.types.is_map(typ):
+        return f"map<{canonical_type(typ.key_type)}, {canonical_type(typ.item_type)}>"
+    if pa.types.is_struct(typ):
+        inner = ", ".join(f"{typ.field(i).name}: {canonical_type(typ.field(i).type)}" for i in range(typ.num_fields))
+        return f"struct<{inner}>"
+    return str(typ)
+
+
+def canonical_schema(table: pa.Table | pa.Schema) -> dict[str, str]:
+    """``{column: canonical_type}`` for comparing column types across readers."""
+    schema = table.schema if isinstance(table, pa.Table) else table
+    return {field.name: canonical_type(field.type) for field in schema}
