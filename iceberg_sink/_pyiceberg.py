@@ -37,7 +37,7 @@ from pyiceberg.manifest import (
     write_manifest,
     write_manifest_list,
 )
-from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
@@ -100,6 +100,37 @@ def column_by_path(table: pa.Table, path: str) -> pa.Array:
     parts = path.split(".")
     array = table.column(parts[0]).combine_chunks()
     return pc.struct_field(array, parts[1:])
+
+
+def partition_values(spec: PartitionSpec, schema: Schema, transformed: Sequence[Any]) -> tuple[Any, ...]:
+    """Iceberg's internal representation of transformed partition values (dates as days, ...).
+
+    PyIceberg's PartitionKey refuses two fields on one source column (e.g. day(ts) and hour(ts)),
+    which Iceberg allows, so the conversion is done per field here.
+    """
+    result = []
+    for field, value in zip(spec.fields, transformed, strict=True):
+        result_type = field.transform.result_type(schema.find_field(field.source_id).field_type)
+        result.append(_to_partition_representation(result_type, value))
+    return tuple(result)
+
+
+@attrs.frozen
+class PartitionPath:
+    """What PyIceberg's location providers need of a partition key: its escaped path."""
+
+    spec: PartitionSpec
+    schema: Schema
+    values: tuple[Any, ...]
+
+    @property
+    def partition(self) -> Record:
+        return Record(*self.values)
+
+    def to_path(self) -> str:
+        # partition_to_path URL-escapes every name and value (quote_plus, safe=""), so no value
+        # can add a path separator or climb out of the table's data folder.
+        return self.spec.partition_to_path(Record(*self.values), self.schema)
 
 
 # ---------------------------------------------------------------------------------------------

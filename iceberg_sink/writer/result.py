@@ -18,6 +18,10 @@ class FileContent(IntEnum):
     EQUALITY_DELETES = 2
 
 
+def _int_tuple(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value or ())
+
+
 def _int_map(value: Any) -> tuple[tuple[int, int], ...]:
     return tuple(sorted((int(k), int(v)) for k, v in dict(value or {}).items()))
 
@@ -47,7 +51,7 @@ class DataFileMeta:
     nan_value_counts: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_int_map)
     lower_bounds: tuple[tuple[int, bytes], ...] = attrs.field(default=(), converter=_bytes_map)
     upper_bounds: tuple[tuple[int, bytes], ...] = attrs.field(default=(), converter=_bytes_map)
-    split_offsets: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    split_offsets: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
     equality_ids: tuple[int, ...] | None = None
     sort_order_id: int | None = None
     file_format: str = "PARQUET"

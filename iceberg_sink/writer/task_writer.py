@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.table.locations import LocationProvider
 
 from iceberg_sink import _pyiceberg
@@ -161,7 +160,6 @@ class TaskWriter:
         self._partition_spec = spec.partition_spec
         self._arrow_schema = _pyiceberg.arrow_schema(self._schema)
         self._writers: dict[tuple[Any, ...], RollingParquetWriter] = {}
-        self._keys: dict[tuple[Any, ...], PartitionKey | None] = {}
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
             for f in self._partition_spec.fields
@@ -170,28 +168,19 @@ class TaskWriter:
         # One random component per task attempt: retries and restarts never reuse a name.
         self._attempt_uuid = uuid.uuid4().hex[:12]
 
-    def _new_path(self, key: PartitionKey | None) -> str:
+    def _new_path(self, key: _pyiceberg.PartitionPath | None) -> str:
         self._file_seq += 1
         name = (
             f"{self._task_id:05d}-{self._attempt_id}-{self._spec.job_id}-{self._spec.checkpoint_id:06d}-"
             f"{self._attempt_uuid}-{self._file_seq:05d}.parquet"
         )
-        return self._locations.new_data_location(data_file_name=name, partition_key=key)
+        return self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
 
     def _writer_for(self, values: tuple[Any, ...]) -> RollingParquetWriter:
         writer = self._writers.get(values)
         if writer is None:
-            key = None
-            if self._transforms:
-                key = PartitionKey(
-                    field_values=[
-                        PartitionFieldValue(field=f, value=v)
-                        for (f, _, _), v in zip(self._transforms, values, strict=True)
-                    ],
-                    partition_spec=self._partition_spec,
-                    schema=self._schema,
-                )
-            partition = tuple(key.partition) if key is not None else ()  # type: ignore[arg-type]
+            partition = _pyiceberg.partition_values(self._partition_spec, self._schema, values)
+            key = _pyiceberg.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
             writer = RollingParquetWriter(
                 self._spec, self._io, self._arrow_schema, lambda: self._new_path(key), partition
             )

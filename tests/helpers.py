@@ -1,0 +1,46 @@
+"""Test helpers that build real sink pieces around a real catalog (no Spark needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from iceberg_sink import options
+from iceberg_sink.writer.result import WriteResult
+from iceberg_sink.writer.spec import WriterSpec
+from iceberg_sink.writer.task_writer import TaskWriter
+
+
+def writer_spec(table: Table, job_id: str = "job", checkpoint_id: int = 0, **overrides: Any) -> WriterSpec:
+    resolved = options.resolve({}, table.properties)
+    values: dict[str, Any] = {
+        "table_name": "test",
+        "location": table.location(),
+        "schema_json": table.schema().model_dump_json(),
+        "spec_json": table.spec().model_dump_json(),
+        "io_properties": dict(table.io.properties),
+        "writer_properties": {**table.properties, **resolved.writer_properties()},
+        "job_id": job_id,
+        "checkpoint_id": checkpoint_id,
+        "target_file_size": resolved.get(options.TARGET_FILE_SIZE_BYTES),
+        "buffer_bytes": resolved.get(options.WRITER_BUFFER_BYTES),
+        "row_group_limit": resolved.get(options.PARQUET_ROW_GROUP_LIMIT),
+        "compression": resolved.get(options.PARQUET_COMPRESSION),
+        "compression_level": -1,
+    }
+    values.update(overrides)
+    return WriterSpec(**values)
+
+
+def write_batches(spec: WriterSpec, *batches: pa.Table, task_id: int = 0) -> WriteResult:
+    writer = TaskWriter(spec, task_id=task_id, attempt_id=1)
+    for batch in batches:
+        writer.write(batch)
+    return writer.complete()
+
+
+def reload(catalog: Catalog, name: str) -> Table:
+    return catalog.load_table(name)

@@ -1,0 +1,175 @@
+"""The committer against a real SQLite catalog: ordering, idempotence, conflicts, lost responses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitStateUnknownException
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField, StringType
+
+from iceberg_sink import CommitRetriesExhaustedError
+from iceberg_sink.committer.aggregator import CommitAggregator
+from iceberg_sink.committer.committable import Committable
+from iceberg_sink.committer.committer import IcebergCommitter, RetryPolicy, find_max_committed_checkpoint
+from tests.helpers import write_batches, writer_spec
+
+SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
+NO_WAIT = RetryPolicy(num_retries=3, min_wait_ms=0, max_wait_ms=0)
+
+
+class LosingCatalog(SqlCatalog):
+    """A real SQLite catalog whose next N commits land but answer 'state unknown' (a lost response)."""
+
+    lose_next = 0
+
+    def commit_table(self, table: Table, requirements: Any, updates: Any) -> Any:
+        response = super().commit_table(table, requirements, updates)
+        if self.lose_next:
+            self.lose_next -= 1
+            raise CommitStateUnknownException("connection reset after the commit was sent")
+        return response
+
+
+@pytest.fixture
+def sql_catalog(tmp_path: Path) -> LosingCatalog:
+    (tmp_path / "wh").mkdir()
+    cat = LosingCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=(tmp_path / "wh").as_uri())
+    cat.create_namespace("db")
+    cat.create_table("db.t", schema=SCHEMA)
+    return cat
+
+
+def committable_for(table: Table, job: str, checkpoint: int, ids: list[int], branch: str = "main") -> Committable:
+    data = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]})
+    result = write_batches(writer_spec(table, job_id=job, checkpoint_id=checkpoint), data)
+    committable = CommitAggregator("db.t", branch, job).aggregate(table, table.io, checkpoint, [result])
+    assert committable is not None
+    return committable
+
+
+def committer(
+    cat: SqlCatalog, job: str, branch: str = "main", load: Callable[[], Table] | None = None
+) -> IcebergCommitter:
+    return IcebergCommitter(load or (lambda: cat.load_table("db.t")), branch, job, NO_WAIT, sleep=lambda s: None)
+
+
+def ids_in(table: Table, branch: str = "main") -> list[int]:
+    snapshot = table.snapshot_by_name(branch)
+    assert snapshot is not None
+    return sorted(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()["id"].to_pylist())
+
+
+def test_each_checkpoint_is_one_snapshot_with_job_and_checkpoint_ids(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    c = committer(sql_catalog, "job1")
+    for checkpoint, ids in enumerate([[1, 2], [3], [4, 5, 6]]):
+        outcome = c.commit(committable_for(table, "job1", checkpoint, ids))
+        assert outcome.snapshot is not None and not outcome.already_committed
+    table = sql_catalog.load_table("db.t")
+    snapshots = table.snapshots()
+    assert [s.summary["iceberg-sink.checkpoint-id"] for s in snapshots] == ["0", "1", "2"]  # type: ignore[index]
+    assert {s.summary["iceberg-sink.job-id"] for s in snapshots} == {"job1"}  # type: ignore[index]
+    assert [s.sequence_number for s in snapshots] == [1, 2, 3]
+    assert ids_in(table) == [1, 2, 3, 4, 5, 6]
+    assert find_max_committed_checkpoint(table, "main", "job1", "iceberg-sink") == 2
+    assert find_max_committed_checkpoint(table, "main", "other", "iceberg-sink") == -1
+
+
+def test_recommitting_a_checkpoint_is_a_no_op(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    committable = committable_for(table, "job1", 0, [1, 2, 3])
+    c = committer(sql_catalog, "job1")
+    c.commit(committable)
+    again = c.commit(committable)
+    assert again.already_committed and again.snapshot is None
+    table = sql_catalog.load_table("db.t")
+    assert len(table.snapshots()) == 1
+    assert ids_in(table) == [1, 2, 3]
+    # Staged manifests are cleaned up once committed.
+    assert all(not Path(p.removeprefix("file://")).exists() for p in committable.manifests.paths)
+
+
+def test_lost_commit_response_is_not_applied_twice(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    committable = committable_for(table, "job1", 7, [10, 11])
+    sql_catalog.lose_next = 1
+    outcome = committer(sql_catalog, "job1").commit(committable)
+    assert outcome.attempts == 1
+    table = sql_catalog.load_table("db.t")
+    assert len(table.snapshots()) == 1
+    assert ids_in(table) == [10, 11]
+
+
+def test_conflict_with_another_writer_is_retried_on_the_new_head(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    committable = committable_for(table, "job1", 0, [1, 2])
+    calls = {"n": 0}
+    other = sql_catalog.load_table("db.t")
+
+    def load_then_race() -> Table:
+        loaded = sql_catalog.load_table("db.t")
+        calls["n"] += 1
+        if calls["n"] == 1:  # another writer commits right after we read the table
+            other.append(pa.table({"id": pa.array([100], pa.int64()), "v": ["other"]}))
+        return loaded
+
+    outcome = committer(sql_catalog, "job1", load=load_then_race).commit(committable)
+    assert outcome.attempts == 2
+    table = sql_catalog.load_table("db.t")
+    assert ids_in(table) == [1, 2, 100]
+    assert len(table.snapshots()) == 2
+
+
+def test_exhausted_retries_keep_nothing_half_done(sql_catalog: LosingCatalog, tmp_path: Path) -> None:
+    table = sql_catalog.load_table("db.t")
+    committable = committable_for(table, "job1", 0, [1])
+    other = sql_catalog.load_table("db.t")
+
+    def always_stale() -> Table:
+        loaded = sql_catalog.load_table("db.t")
+        other.refresh()
+        other.append(pa.table({"id": pa.array([100], pa.int64()), "v": ["other"]}))
+        return loaded
+
+    with pytest.raises(CommitRetriesExhaustedError, match="stays pending"):
+        committer(sql_catalog, "job1", load=always_stale).commit(committable)
+    table = sql_catalog.load_table("db.t")
+    assert 1 not in ids_in(table)
+    # The staged manifests survive for the next attempt; the failed attempts' own files do not.
+    assert all(Path(p.removeprefix("file://")).exists() for p in committable.manifests.paths)
+    outcome = committer(sql_catalog, "job1").commit(committable)
+    assert outcome.snapshot is not None
+    assert ids_in(sql_catalog.load_table("db.t")).count(1) == 1
+
+
+def test_branch_commits_leave_main_alone_and_dedup_on_the_branch(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    committer(sql_catalog, "job1").commit(committable_for(table, "job1", 0, [1]))
+    table = sql_catalog.load_table("db.t")
+    branch_committer = committer(sql_catalog, "job1", branch="audit")
+    # The branch forks from main's head, which already holds checkpoint 0 of job1.
+    assert branch_committer.max_committed(table) == 0
+    branch_committer.commit(committable_for(table, "job1", 1, [2], branch="audit"))
+    table = sql_catalog.load_table("db.t")
+    assert ids_in(table, "main") == [1]
+    assert ids_in(table, "audit") == [1, 2]
+    assert find_max_committed_checkpoint(table, "audit", "job1", "iceberg-sink") == 1
+    assert find_max_committed_checkpoint(table, "main", "job1", "iceberg-sink") == 0
+
+
+def test_two_jobs_do_not_confuse_each_others_checkpoints(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    a, b = committer(sql_catalog, "jobA"), committer(sql_catalog, "jobB")
+    a.commit(committable_for(table, "jobA", 5, [1]))
+    b.commit(committable_for(table, "jobB", 0, [2]))
+    b.commit(committable_for(table, "jobB", 1, [3]))
+    table = sql_catalog.load_table("db.t")
+    assert a.max_committed(table) == 5 and b.max_committed(table) == 1
+    assert ids_in(table) == [1, 2, 3]

@@ -1,0 +1,92 @@
+"""Builder validation: every problem reported at once, naming option, value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iceberg_sink import IcebergSink, IcebergSinkError, InvalidSinkConfigError, options
+
+
+def test_invalid_error_is_a_value_error_and_root_error() -> None:
+    assert issubclass(InvalidSinkConfigError, ValueError)
+    assert issubclass(InvalidSinkConfigError, IcebergSinkError)
+
+
+def test_build_reports_every_problem_at_once(tmp_path: Path) -> None:
+    builder = (
+        IcebergSink.builder()
+        .embedded(tmp_path)
+        .table("no_namespace")
+        .distribution_mode("random")
+        .write_option("write.target-file-size-bytes", "lots")
+        .write_option("no.such.option", 1)
+        .create_if_missing(partition_by=["bucket(user_id)", "day(ts)"])
+    )
+    with pytest.raises(InvalidSinkConfigError) as info:
+        builder.build()
+    message = str(info.value)
+    assert "table: expected 'namespace.name', received 'no_namespace'" in message
+    assert "distribution_mode: expected one of none, hash, range, received 'random'" in message
+    assert "'write.target-file-size-bytes' from the builder: expected int, received 'lots'" in message
+    assert "unknown write option 'no.such.option'" in message
+    assert "bucket needs a positive width" in message
+
+
+def test_missing_table_without_create_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSinkConfigError, match=r"db.t does not exist.*create_if_missing"):
+        IcebergSink.builder().embedded(tmp_path).table("db.t").build()
+
+
+def test_table_is_required(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSinkConfigError, match="table: required"):
+        IcebergSink.builder().embedded(tmp_path).build()
+
+
+def test_unloadable_catalog_is_reported_without_secrets(tmp_path: Path) -> None:
+    builder = IcebergSink.builder().catalog("bad", type="nonsense", **{"s3.secret-access-key": "hunter2"}).table("db.t")
+    with pytest.raises(InvalidSinkConfigError) as info:
+        builder.build()
+    assert "hunter2" not in str(info.value)
+    assert "***" in str(info.value)
+
+
+def test_valid_build_records_options(tmp_path: Path) -> None:
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path)
+        .table("db.events")
+        .create_if_missing(partition_by=["day(ts)", "bucket(16, user_id)"])
+        .distribution_mode("hash")
+        .branch("audit")
+        .write_option("write.target-file-size-bytes", 128 * 1024 * 1024)
+        .write_option("write.metadata.metrics.column.name", "truncate(4)")
+        .build()
+    )
+    assert sink.config.branch == "audit"
+    assert sink.config.distribution_mode == "hash"
+    assert sink.config.options["write.target-file-size-bytes"] == 128 * 1024 * 1024
+    assert sink.config.options["write.metadata.metrics.column.name"] == "truncate(4)"
+    assert "secret" not in repr(sink.config.catalog).lower()
+
+
+def test_precedence_builder_over_table_over_default() -> None:
+    table_props = {"write.target-file-size-bytes": "1000", "commit.retry.num-retries": "9"}
+    resolved = options.resolve({"write.target-file-size-bytes": 5}, table_props)
+    assert resolved.get(options.TARGET_FILE_SIZE_BYTES) == 5
+    assert resolved.get(options.COMMIT_NUM_RETRIES) == 9
+    assert resolved.get(options.COMMIT_MIN_WAIT_MS) == options.COMMIT_MIN_WAIT_MS.default
+
+
+def test_bad_table_property_names_the_property() -> None:
+    with pytest.raises(InvalidSinkConfigError, match="'commit.retry.num-retries' from table property: expected int"):
+        options.resolve({}, {"commit.retry.num-retries": "often"})
+
+
+def test_options_doc_lists_every_option() -> None:
+    table = options.options_table_markdown()
+    for option in options.OPTIONS:
+        assert f"`{option.key}`" in table
+    docs = Path(__file__).parents[2] / "docs" / "options.md"
+    assert table in docs.read_text(), "docs/options.md is stale: run python -m iceberg_sink.options"

@@ -1,0 +1,96 @@
+"""DataFrame schema against table schema: conversions, promotions and the listed mismatches."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
+from pyspark.sql import types as T
+
+from iceberg_sink import SchemaMismatchError
+from iceberg_sink.table.schema import check_compatible, spark_to_iceberg
+
+TABLE = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "score", DoubleType()),
+    NestedField(3, "amount", DecimalType(12, 2)),
+    NestedField(4, "ts", TimestamptzType()),
+    NestedField(5, "local_ts", TimestampType()),
+    NestedField(6, "address", StructType(NestedField(7, "city", StringType()), NestedField(8, "zip", IntegerType()))),
+    NestedField(9, "note", StringType()),
+)
+
+
+def test_conversion_maps_spark_types() -> None:
+    struct = T.StructType(
+        [
+            T.StructField("a", T.ShortType()),
+            T.StructField("b", T.TimestampType(), nullable=False),
+            T.StructField("c", T.TimestampNTZType()),
+            T.StructField("d", T.ArrayType(T.StringType(), containsNull=False)),
+            T.StructField("e", T.MapType(T.StringType(), T.LongType())),
+        ]
+    )
+    schema = spark_to_iceberg(struct, required=["a"])
+    assert str(schema.find_field("a").field_type) == "int" and schema.find_field("a").required
+    assert schema.find_field("b").field_type == TimestamptzType() and schema.find_field("b").required
+    assert schema.find_field("c").field_type == TimestampType()
+    assert str(schema.find_field("d").field_type) == "list<string>"
+    assert str(schema.find_field("e").field_type) == "map<string, long>"
+
+
+def test_promotions_and_missing_optional_columns_are_accepted() -> None:
+    struct = T.StructType(
+        [
+            T.StructField("id", T.IntegerType(), nullable=False),
+            T.StructField("score", T.FloatType()),
+            T.StructField("amount", T.DecimalType(10, 2)),
+            T.StructField("address", T.StructType([T.StructField("city", T.StringType())])),
+        ]
+    )
+    check_compatible("db.t", TABLE, struct)
+
+
+def test_every_mismatch_is_listed() -> None:
+    struct = T.StructType(
+        [
+            T.StructField("id", T.LongType(), nullable=True),
+            T.StructField("score", T.StringType()),
+            T.StructField("amount", T.DecimalType(14, 2)),
+            T.StructField("local_ts", T.TimestampType()),
+            T.StructField("Note", T.StringType()),
+            T.StructField("extra", T.StringType()),
+            T.StructField("address", T.StructType([T.StructField("zip", T.LongType())])),
+        ]
+    )
+    with pytest.raises(SchemaMismatchError) as info:
+        check_compatible("db.t", TABLE, struct)
+    mismatches = info.value.mismatches
+    text = str(info.value)
+    assert "id: column is required (not null) in the table but nullable" in text
+    assert "score: table type double cannot take DataFrame type string" in text
+    assert "amount: table type decimal(12, 2) cannot take DataFrame type decimal(14, 2)" in text
+    assert (
+        "local_ts: table type timestamp cannot take DataFrame type timestamptz (cast the column to TimestampNTZType"
+        in text
+    )
+    assert "Note: column is not in the table (the table has 'note': names are case sensitive)" in text
+    assert "extra: column is not in the table" in text
+    assert "address.zip: table type int cannot take DataFrame type long" in text
+    assert len(mismatches) == 7
+    assert isinstance(info.value, ValueError)
+
+
+def test_required_column_missing_from_dataframe() -> None:
+    with pytest.raises(SchemaMismatchError, match="id: column is required in the table but missing"):
+        check_compatible("db.t", TABLE, T.StructType([T.StructField("note", T.StringType())]))

@@ -1,0 +1,200 @@
+"""The task writer on its own: files, partition values, metrics, names — checked against PyIceberg."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.conversions import from_bytes
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import (
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    TruncateTransform,
+    YearTransform,
+)
+from pyiceberg.types import (
+    BinaryType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
+
+from iceberg_sink import InvalidInputError
+from iceberg_sink.writer.result import FileContent
+from tests.helpers import write_batches, writer_spec
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "name", StringType()),
+    NestedField(3, "score", DoubleType()),
+    NestedField(4, "ts", TimestamptzType()),
+    NestedField(5, "day", DateType()),
+    NestedField(6, "amount", DecimalType(10, 2)),
+    NestedField(7, "blob", BinaryType()),
+)
+UTC = dt.UTC
+
+
+def rows(n: int, offset: int = 0) -> pa.Table:
+    base = dt.datetime(2024, 12, 31, 22, 0, tzinfo=UTC)
+    return pa.table(
+        {
+            "id": pa.array([offset + i for i in range(n)], pa.int64()),
+            "name": [f"name-{i % 7}-{'x' * (i % 40)}" if i % 5 else None for i in range(n)],
+            "score": [float("nan") if i % 11 == 0 else i / 3 for i in range(n)],
+            "ts": pa.array([base + dt.timedelta(minutes=37 * i) for i in range(n)], pa.timestamp("us", tz="UTC")),
+            "day": [dt.date(2023, 1, 1) + dt.timedelta(days=i % 400) for i in range(n)],
+            "amount": [Decimal(i) / 4 for i in range(n)],
+            "blob": [bytes([i % 256]) * (i % 3) for i in range(n)],
+        },
+    )
+
+
+def make_table(catalog: Catalog, name: str, spec: PartitionSpec, props: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    catalog.create_namespace_if_not_exists("db")
+    return catalog.create_table(f"db.{name}", schema=SCHEMA, partition_spec=spec, properties=props or {})
+
+
+ALL_TRANSFORMS = PartitionSpec(
+    PartitionField(4, 1000, DayTransform(), "ts_day"),
+    PartitionField(1, 1001, BucketTransform(5), "id_bucket"),
+    PartitionField(2, 1002, TruncateTransform(6), "name_trunc"),
+    PartitionField(5, 1003, MonthTransform(), "day_month"),
+    PartitionField(4, 1004, YearTransform(), "ts_year"),
+    PartitionField(4, 1005, HourTransform(), "ts_hour"),
+    PartitionField(6, 1006, TruncateTransform(10), "amount_trunc"),
+    PartitionField(7, 1007, IdentityTransform(), "blob"),
+)
+
+
+def test_partition_values_equal_pyiceberg_transforms(catalog: Catalog) -> None:
+    table = make_table(catalog, "parts", ALL_TRANSFORMS)
+    data = rows(300)
+    result = write_batches(writer_spec(table), data.slice(0, 120), data.slice(120))
+    assert sum(f.record_count for f in result.data_files) == 300
+    fields = ALL_TRANSFORMS.fields
+    for meta in result.data_files:
+        written = pq.read_table(meta.path.removeprefix("file://"))
+        assert written.num_rows == meta.record_count
+        for row in written.to_pylist():
+            expected = tuple(
+                f.transform.transform(SCHEMA.find_field(f.source_id).field_type)(
+                    _internal(row[SCHEMA.find_field(f.source_id).name])
+                )
+                for f in fields
+            )
+            assert expected == meta.partition, row
+
+
+def _internal(value: object) -> object:
+    """PyIceberg's Python transforms take Iceberg's internal representation."""
+    if isinstance(value, dt.datetime):
+        return int((value - dt.datetime(1970, 1, 1, tzinfo=UTC)) / dt.timedelta(microseconds=1))
+    if isinstance(value, dt.date):
+        return (value - dt.date(1970, 1, 1)).days
+    return value
+
+
+def test_metrics_match_the_data(catalog: Catalog) -> None:
+    table = make_table(catalog, "metrics", PartitionSpec())
+    data = rows(200)
+    result = write_batches(writer_spec(table), data)
+    (meta,) = result.data_files
+    assert meta.content == FileContent.DATA
+    assert meta.record_count == 200
+    value_counts, nulls, nans = dict(meta.value_counts), dict(meta.null_value_counts), dict(meta.nan_value_counts)
+    lower, upper = dict(meta.lower_bounds), dict(meta.upper_bounds)
+    assert value_counts[1] == 200 and nulls[1] == 0
+    assert nulls[2] == sum(1 for v in data["name"].to_pylist() if v is None)
+    assert nans[3] == sum(1 for v in data["score"].to_pylist() if math.isnan(v))
+    scores = [v for v in data["score"].to_pylist() if not math.isnan(v)]
+    assert from_bytes(DoubleType(), lower[3]) == min(scores)
+    assert from_bytes(DoubleType(), upper[3]) == max(scores)
+    assert from_bytes(LongType(), lower[1]) == 0 and from_bytes(LongType(), upper[1]) == 199
+    # Strings: 16 characters by default (write.metadata.metrics.default = truncate(16)), upper rounded up.
+    names = sorted(v for v in data["name"].to_pylist() if v is not None)
+    assert from_bytes(StringType(), lower[2]) == names[0][:16]
+    assert from_bytes(StringType(), upper[2]) >= names[-1][:16]
+    assert len(from_bytes(StringType(), upper[2])) <= 16
+    assert from_bytes(DecimalType(10, 2), upper[6]) == Decimal("49.75")
+    assert meta.file_size_in_bytes == Path(meta.path.removeprefix("file://")).stat().st_size
+    assert meta.split_offsets and meta.split_offsets[0] == 4
+
+
+def test_metrics_modes_from_properties(catalog: Catalog) -> None:
+    table = make_table(
+        catalog,
+        "modes",
+        PartitionSpec(),
+        {"write.metadata.metrics.column.name": "none", "write.metadata.metrics.column.score": "counts"},
+    )
+    (meta,) = write_batches(writer_spec(table), rows(50)).data_files
+    assert 2 not in dict(meta.value_counts) and 2 not in dict(meta.lower_bounds)
+    assert 3 in dict(meta.value_counts) and 3 not in dict(meta.lower_bounds)
+
+
+def test_files_roll_at_target_size(catalog: Catalog) -> None:
+    table = make_table(catalog, "roll", PartitionSpec())
+    spec = writer_spec(table, target_file_size=20_000, buffer_bytes=10_000, compression="uncompressed")
+    result = write_batches(spec, *[rows(500, offset=i * 500) for i in range(8)])
+    assert len(result.data_files) > 2
+    assert sum(f.record_count for f in result.data_files) == 4000
+    assert len({f.path for f in result.data_files}) == len(result.data_files)
+
+
+def test_file_names_unique_per_job_checkpoint_and_task(catalog: Catalog) -> None:
+    table = make_table(catalog, "names", PartitionSpec())
+    a = write_batches(writer_spec(table, job_id="jobA", checkpoint_id=3), rows(5), task_id=0)
+    b = write_batches(writer_spec(table, job_id="jobA", checkpoint_id=3), rows(5), task_id=0)
+    (pa_, pb) = (a.data_files[0].path, b.data_files[0].path)
+    assert pa_ != pb
+    assert "jobA" in pa_ and "-000003-" in pa_
+
+
+def test_partition_values_cannot_escape_the_table_location(catalog: Catalog) -> None:
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name"))
+    table = make_table(catalog, "escape", spec)
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["../../../../tmp/evil", "a/b", "x=y%z"]})
+    result = write_batches(writer_spec(table), data)
+    data_root = table.location().removeprefix("file://") + "/data/"
+    for meta in result.data_files:
+        path = Path(meta.path.removeprefix("file://")).resolve()
+        assert str(path).startswith(data_root), path
+        assert path.parent.parent == Path(data_root)
+    assert sorted(f.partition[0] for f in result.data_files) == sorted(data["name"].to_pylist())
+
+
+def test_null_in_required_column_is_refused(catalog: Catalog) -> None:
+    table = make_table(catalog, "required", PartitionSpec())
+    bad = pa.table({"id": pa.array([1, None], pa.int64())})
+    with pytest.raises(InvalidInputError, match=r"column 'id' is required .* 1 row\(s\)"):
+        write_batches(writer_spec(table), bad)
+
+
+def test_failed_task_deletes_its_files(catalog: Catalog) -> None:
+    from iceberg_sink.writer.task_writer import TaskWriter
+
+    table = make_table(catalog, "abort", PartitionSpec())
+    spec = writer_spec(table, target_file_size=1, buffer_bytes=1)
+    writer = TaskWriter(spec, task_id=0, attempt_id=0)
+    writer.write(rows(10))
+    writer.write(rows(10))
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    assert len(list(data_dir.iterdir())) == 2
+    writer.abort()
+    assert list(data_dir.iterdir()) == []
