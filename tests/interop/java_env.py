@@ -10,17 +10,19 @@ run on Spark 3.5.
 only after a successful install, and a venv whose marker matches is reused as is (about 0.1 s).
 An incomplete venv (no marker, or one written for other pins, another project path or other
 project dependencies) is removed and built again. Concurrent callers are
-serialized with a lock file next to the venv.
+serialized with a lock file in the temporary directory.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -162,8 +164,9 @@ def _complete_env(venv_dir: Path) -> JavaEnv | None:
 
 @contextmanager
 def _locked(venv_dir: Path) -> Iterator[None]:
-    venv_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = venv_dir.parent / f".{venv_dir.name}.lock"
+    # The lock lives in the temp directory, not next to the venv, so it never lands in the work tree.
+    digest = hashlib.sha256(str(venv_dir).encode()).hexdigest()[:16]
+    lock_path = Path(tempfile.gettempdir()) / f"iceberg-sink-java-env-{digest}.lock"
     with lock_path.open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

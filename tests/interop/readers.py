@@ -50,6 +50,9 @@ _SCRUBBED_ENV = (
 )
 
 
+_TIMED_OUT = "<timed out>"  # sentinel: never a reply line, since those end with a newline
+
+
 class JavaReaderError(RuntimeError):
     """The Java reader server answered a request with an error (carries the Java exception text)."""
 
@@ -165,6 +168,7 @@ class JavaIcebergReader:
             if self._proc.poll() is not None:
                 raise self._died("is not running")
             req_id = next(self._ids)
+            started = time.monotonic()
             assert self._proc.stdin is not None
             try:
                 self._proc.stdin.write(json.dumps({**req, "id": req_id}) + "\n")
@@ -175,18 +179,23 @@ class JavaIcebergReader:
             while True:
                 remaining = deadline - time.monotonic()
                 try:
-                    line = self._replies.get(timeout=max(remaining, 0.0)) if remaining > 0 else None
+                    line = self._replies.get(timeout=remaining) if remaining > 0 else _TIMED_OUT
                 except queue.Empty:
-                    line = None
-                if line is None:
-                    if self._proc.poll() is None:
-                        _kill(self._proc)  # the protocol is out of step now; do not reuse it
-                        self._closed = True
-                        raise self._died(f"did not answer {req.get('op')!r} in time and was killed")
+                    line = _TIMED_OUT
+                if line is None:  # stdout closed: the server is exiting
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self._proc.wait(timeout=30)
+                    self._closed = True
                     raise self._died(f"exited while handling {req.get('op')!r}")
+                if line is _TIMED_OUT:
+                    _kill(self._proc)  # the protocol is out of step now; do not reuse it
+                    self._closed = True
+                    raise self._died(f"did not answer {req.get('op')!r} in {deadline - started:.0f}s and was killed")
                 try:
                     reply = json.loads(line)
                 except ValueError as exc:
+                    _kill(self._proc)  # something else wrote to the protocol stream; it cannot be trusted
+                    self._closed = True
                     raise self._died(f"wrote a non-JSON line to stdout: {line[:500]!r}") from exc
                 if reply.get("id") == req_id:
                     break
