@@ -102,7 +102,7 @@ def test_committable_round_trips(
 def test_unknown_version_is_refused_with_a_clear_message() -> None:
     encoded = json.loads(WriteResult().encode())
     encoded["version"] = 99
-    with pytest.raises(CodecError, match="version 99.*reads versions"):
+    with pytest.raises(CodecError, match=r"version 99.*reads versions"):
         WriteResult.decode(json.dumps(encoded).encode())
 
 

@@ -80,7 +80,7 @@ def test_precedence_builder_over_table_over_default() -> None:
 
 
 def test_bad_table_property_names_the_property() -> None:
-    with pytest.raises(InvalidSinkConfigError, match="'commit.retry.num-retries' from table property: expected int"):
+    with pytest.raises(InvalidSinkConfigError, match=r"'commit.retry.num-retries' from table property: expected int"):
         options.resolve({}, {"commit.retry.num-retries": "often"})
 
 
