@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the test dependencies into .venv and runs lint, type checks and the whole test suite
+# (real local Spark; the Iceberg Java reader venv .venv-java is built on first use).
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+ensure_venv test
+echo "== ruff"
+.venv/bin/ruff check iceberg_sink tests benchmarks
+.venv/bin/ruff format --check iceberg_sink tests benchmarks
+echo "== mypy"
+.venv/bin/mypy iceberg_sink
+echo "== pytest"
+exec .venv/bin/python -m pytest "$@"

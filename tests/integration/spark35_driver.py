@@ -1,0 +1,249 @@
+"""Runs the sink end to end on whatever PySpark the interpreter has (meant for the Spark 3.5 venv).
+
+    <java venv>/bin/python -m tests.integration.spark35_driver WORK_DIR
+
+In ``WORK_DIR`` it creates a SQLite catalog and a warehouse, then:
+
+(a) ``sink.write(df)`` of :func:`bounded_rows` (long/string/double/timestamp/decimal/date columns)
+    into ``db.bounded``, partitioned by ``day(ts), bucket(4, user_id)``;
+(b) a file stream over :data:`SOURCE_FILES` Parquet files (``maxFilesPerTrigger=1``, trigger
+    ``availableNow``) into ``db.streamed``, partitioned by ``day(ts)``.
+
+The session time zone is Asia/Kolkata (UTC+5:30), so a transform or cast that uses local time
+instead of UTC puts rows in the wrong partition. Each step runs even if the other failed; the
+result, with each step's traceback, is written to ``WORK_DIR/result.json`` (see :func:`main`).
+The exit code is 0 only if both steps succeeded.
+
+Expected rows come from Python (:func:`bounded_rows`, ``tests.integration.sources.event_batch``),
+never from Spark: Spark 3.5 has no ``DataFrame.toArrow()``. This module imports PySpark only in
+:func:`main`, so the test (another venv) can import the data generators.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import time
+import traceback
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+SESSION_TZ = "Asia/Kolkata"
+BOUNDED_TABLE = "db.bounded"
+BOUNDED_PARTITION_BY = ("day(ts)", "bucket(4, user_id)")
+BOUNDED_ROWS = 240
+STREAMED_TABLE = "db.streamed"
+STREAMED_PARTITION_BY = ("day(ts)",)
+SOURCE_FILES = 4
+ROWS_PER_FILE = 30
+CHECKPOINT_KEY = "iceberg-sink.checkpoint-id"
+RESULT_FILE = "result.json"
+
+# Spark DDL of the bounded DataFrame, and the same columns as an Arrow schema for the expectation.
+BOUNDED_COLUMNS = ("id", "user_id", "name", "score", "ts", "amount", "d")
+BOUNDED_SCHEMA_DDL = "id long, user_id long, name string, score double, ts timestamp, amount decimal(12,3), d date"
+
+# Instants next to midnight in UTC and in Asia/Kolkata (18:30 UTC), before the epoch, and with
+# microseconds, where a local-time or truncate-toward-zero day transform goes wrong.
+_EDGE_TIMESTAMPS = (
+    dt.datetime(2024, 3, 9, 18, 29, 59, 999_999, tzinfo=dt.UTC),
+    dt.datetime(2024, 3, 9, 18, 30, 0, tzinfo=dt.UTC),
+    dt.datetime(2024, 3, 9, 23, 59, 59, 999_999, tzinfo=dt.UTC),
+    dt.datetime(2024, 3, 10, 0, 0, 0, tzinfo=dt.UTC),
+    dt.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC),
+    dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
+)
+
+
+def bounded_rows(n: int = BOUNDED_ROWS) -> list[dict[str, Any]]:
+    """The bounded DataFrame's rows, deterministic, with nulls, NaN, -0.0, non-ASCII text,
+    negative decimals and timestamps/dates on both sides of the epoch and of midnight."""
+    base = dt.datetime(2024, 3, 8, 12, 0, tzinfo=dt.UTC)
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        if i < len(_EDGE_TIMESTAMPS):
+            ts: dt.datetime | None = _EDGE_TIMESTAMPS[i]
+        elif i % 41 == 0:
+            ts = None
+        else:
+            ts = base + dt.timedelta(minutes=37 * i, microseconds=i)
+        score: float | None
+        if i % 17 == 0:
+            score = float("nan")
+        elif i % 19 == 0:
+            score = None
+        elif i % 23 == 0:
+            score = -0.0
+        else:
+            score = i * 1.25 - 100
+        rows.append(
+            {
+                "id": i,
+                "user_id": None if i % 29 == 0 else (i * 7) % 53 - 5,
+                "name": None if i % 11 == 0 else ("naïve-ü-" if i % 5 == 0 else "user-") + str(i % 13),
+                "score": score,
+                "ts": ts,
+                "amount": None if i % 31 == 0 else Decimal(i * 1_234 - 150_000).scaleb(-3),
+                "d": dt.date(1969, 12, 25) + dt.timedelta(days=i * 3) if i % 37 else None,
+            }
+        )
+    return rows
+
+
+def bounded_arrow_schema() -> Any:
+    """The Arrow schema the bounded rows are read back with (timestamp -> timestamptz in UTC)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("id", pa.int64()),
+            ("user_id", pa.int64()),
+            ("name", pa.string()),
+            ("score", pa.float64()),
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("amount", pa.decimal128(12, 3)),
+            ("d", pa.date32()),
+        ]
+    )
+
+
+def _snapshot_summaries(table: Any) -> list[dict[str, Any]]:
+    """Each snapshot's id, parent and summary (``operation`` and every property), oldest first."""
+    return [
+        {
+            "snapshot_id": s.snapshot_id,
+            "parent_snapshot_id": s.parent_snapshot_id,
+            "summary": {} if s.summary is None else s.summary.model_dump(),
+        }
+        for s in table.snapshots()
+    ]
+
+
+def _run_step(name: str, result: dict[str, Any], step: Any) -> None:
+    started = time.monotonic()
+    try:
+        result[name] = {"ok": True, **step()}
+    except BaseException:
+        result[name] = {"ok": False, "error": traceback.format_exc()}
+        sys.stderr.write(f"step {name} failed:\n{result[name]['error']}\n")
+    result[name]["seconds"] = round(time.monotonic() - started, 2)
+
+
+def main(argv: list[str]) -> int:
+    """Run both steps in ``argv[0]`` (the work dir) and write ``result.json`` there:
+
+    ``{"pyspark_version", "spark_version", "python", "session_tz",
+       "bounded": {"ok", "seconds", "metadata_location", "rows_written", "rows_in_table", "snapshots", ...},
+       "streamed": {..., "checkpoint_ids": ["0", "1", ...]}}``
+
+    where ``snapshots`` is ``[{"snapshot_id", "parent_snapshot_id", "summary": {...}}, ...]``.
+
+    A failed step has ``"ok": false`` and ``"error"`` (the traceback) instead.
+    """
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m tests.integration.spark35_driver WORK_DIR\n")
+        return 2
+    work = Path(argv[0]).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    # Python workers must run this interpreter (the venv with this PySpark and iceberg_sink).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from iceberg_sink import IcebergSink
+    from tests.integration.sources import EVENT_SCHEMA_DDL, write_source_files
+
+    warehouse = work / "warehouse"
+    warehouse.mkdir(exist_ok=True)
+    catalog: dict[str, str] = {
+        "type": "sql",
+        "uri": f"sqlite:///{work / 'catalog.db'}",
+        "warehouse": warehouse.as_uri(),
+    }
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("iceberg_sink-spark35-driver")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", SESSION_TZ)
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    result: dict[str, Any] = {
+        "pyspark_version": pyspark.__version__,
+        "spark_version": spark.version,
+        "python": sys.executable,
+        "session_tz": spark.conf.get("spark.sql.session.timeZone"),
+    }
+
+    def bounded() -> dict[str, Any]:
+        rows = bounded_rows()
+        df = spark.createDataFrame([tuple(r[c] for c in BOUNDED_COLUMNS) for r in rows], BOUNDED_SCHEMA_DDL)
+        sink = (
+            IcebergSink.builder()
+            .catalog("spark35", **catalog)
+            .table(BOUNDED_TABLE)
+            .create_if_missing(partition_by=list(BOUNDED_PARTITION_BY))
+            .build()
+        )
+        outcome = sink.write(df)
+        table = sink.load_table()
+        return {
+            "metadata_location": table.metadata_location,
+            "rows_written": len(rows),
+            "outcome_checkpoint_id": None if outcome is None else outcome.checkpoint_id,
+            "outcome_snapshot_id": None
+            if outcome is None or outcome.snapshot is None
+            else outcome.snapshot.snapshot_id,
+            "rows_in_table": table.scan().to_arrow().num_rows,
+            "snapshots": _snapshot_summaries(table),
+        }
+
+    def streamed() -> dict[str, Any]:
+        source = work / "source"
+        write_source_files(source, files=SOURCE_FILES, rows_per_file=ROWS_PER_FILE)
+        sink = (
+            IcebergSink.builder()
+            .catalog("spark35", **catalog)
+            .table(STREAMED_TABLE)
+            .create_if_missing(partition_by=list(STREAMED_PARTITION_BY))
+            .build()
+        )
+        df = spark.readStream.schema(EVENT_SCHEMA_DDL).option("maxFilesPerTrigger", 1).parquet(str(source))
+        query = sink.start(df, str(work / "checkpoint"), trigger={"availableNow": True}, query_name="spark35")
+        query.awaitTermination(600)
+        if query.isActive:
+            query.stop()
+            raise TimeoutError("the availableNow query did not finish in 600 s")
+        error = query.exception()
+        if error is not None:
+            raise error
+        table = sink.load_table()
+        snapshots = _snapshot_summaries(table)
+        return {
+            "metadata_location": table.metadata_location,
+            "rows_written": SOURCE_FILES * ROWS_PER_FILE,
+            "rows_in_table": table.scan().to_arrow().num_rows,
+            "snapshots": snapshots,
+            "checkpoint_ids": [s["summary"].get(CHECKPOINT_KEY) for s in snapshots],
+        }
+
+    try:
+        _run_step("bounded", result, bounded)
+        _run_step("streamed", result, streamed)
+    finally:
+        (work / RESULT_FILE).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+        spark.stop()
+    return 0 if result["bounded"]["ok"] and result["streamed"]["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
