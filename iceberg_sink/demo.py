@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 
 def _events(start: int, n: int) -> pa.Table:
-    base = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
     ids = range(start, start + n)
     return pa.table(
         {
@@ -85,9 +85,13 @@ def main(argv: list[str] | None = None) -> int:
 
     table = sink.load_table()
     print(f"\ntable demo.events at {table.metadata_location}")
-    print(f"partitioned by {', '.join(f'{f.transform}({table.schema().find_column_name(f.source_id)})' for f in table.spec().fields)}")
+    print(
+        f"partitioned by {', '.join(f'{f.transform}({table.schema().find_column_name(f.source_id)})' for f in table.spec().fields)}"
+    )
     print("\nsnapshots:")
-    print(f"  {'snapshot id':>20}  {'operation':<9}  {'job id':<32}  {'checkpoint':>10}  {'added rows':>10}  {'total rows':>10}")
+    print(
+        f"  {'snapshot id':>20}  {'operation':<9}  {'job id':<32}  {'checkpoint':>10}  {'added rows':>10}  {'total rows':>10}"
+    )
     for s in table.snapshots():
         summary = s.summary
         assert summary is not None
