@@ -17,6 +17,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
@@ -34,6 +35,8 @@ from pyiceberg.manifest import (
     ManifestFile,
     ManifestWriter,
     ManifestWriterV2,
+    data_file_with_partition,
+    manifest_entry_schema_with_data_file,
     write_manifest,
     write_manifest_list,
 )
@@ -54,7 +57,8 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     SetSnapshotRefUpdate,
 )
-from pyiceberg.typedef import Record
+from pyiceberg.typedef import Record, TableVersion
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
@@ -180,8 +184,44 @@ def to_meta(data_file: DataFile) -> DataFileMeta:
     )
 
 
-class _DeleteManifestWriterV2(ManifestWriterV2):
-    """PyIceberg 0.12's v2 manifest writer, for delete files (content=deletes)."""
+def _spec_data_file_type(partition_type: StructType, format_version: TableVersion) -> Schema:
+    """The manifest entry schema with ``equality_ids`` as ``list<int>``.
+
+    PyIceberg 0.12 declares it ``list<long>``; the Iceberg spec (field 135, element 136) says int,
+    and Iceberg Java fails to read equality delete entries written as longs.
+    """
+    data_file = data_file_with_partition(partition_type=partition_type, format_version=format_version)
+    fields = [
+        NestedField(
+            field_id=135,
+            name="equality_ids",
+            field_type=ListType(element_id=136, element_type=IntegerType(), element_required=True),
+            required=False,
+            doc=f.doc,
+        )
+        if f.field_id == 135
+        else f
+        for f in data_file.fields
+    ]
+    return manifest_entry_schema_with_data_file(format_version=format_version, data_file=StructType(*fields))
+
+
+class _ManifestWriterV2(ManifestWriterV2):
+    """PyIceberg 0.12's v2 manifest writer with the spec's ``equality_ids`` type."""
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        partition_type = self._spec.partition_type(self._schema)
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=_spec_data_file_type(partition_type, 2),
+            record_schema=_spec_data_file_type(partition_type, 2),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
+class _DeleteManifestWriterV2(_ManifestWriterV2):
+    """The v2 manifest writer, for delete files (content=deletes)."""
 
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
@@ -221,7 +261,7 @@ def write_staged_manifest(
     Staged manifests are private to the sink (read back by the committer), so they are always v2,
     whatever the table's format version.
     """
-    writer_cls = _DeleteManifestWriterV2 if deletes else ManifestWriterV2
+    writer_cls = _DeleteManifestWriterV2 if deletes else _ManifestWriterV2
     writer = writer_cls(spec, schema, io.new_output(path), snapshot_id=-1, avro_compression="deflate")
     with writer:
         for meta in files:
@@ -305,8 +345,10 @@ def _write_manifests(
         if deletes:
             writer = _DeleteManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
         else:
-            writer = write_manifest(
-                metadata.format_version, spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate"
+            writer = (
+                _ManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
+                if metadata.format_version == 2
+                else write_manifest(1, spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
             )
         with writer:
             for meta in metas:

@@ -10,11 +10,12 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from iceberg_sink import options
 from iceberg_sink._pyiceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink.config import CreateOptions, SinkConfig
-from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.config import ChangeConfig, CreateOptions, SinkConfig
+from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact
-from iceberg_sink.table.partitioning import parse_terms
+from iceberg_sink.table.partitioning import field_name, parse_terms
+from iceberg_sink.table.schema import check_changes_table, partition_problem
 from iceberg_sink.topology.distribution import DistributionMode
 
 _UNSET: Any = object()
@@ -32,6 +33,7 @@ class IcebergSinkBuilder:
         self._distribution: Any = None
         self._branch: Any = "main"
         self._write_options: dict[str, Any] = {}
+        self._changes: list[tuple[str, dict[str, Any]]] = []
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -86,6 +88,55 @@ class IcebergSinkBuilder:
         self._write_options[key] = value
         return self
 
+    def upsert(self, key: Sequence[str]) -> IcebergSinkBuilder:
+        """Every row is the new state of its key: it replaces the row with the same key, or is inserted.
+
+        Args:
+            key: the key columns. They must include the source column of every partition field. When
+                the sink creates the table they become its required identifier fields.
+        """
+        self._changes.append(("upsert", {"key": key}))
+        return self
+
+    def cdc(self, op_column: str, key: Sequence[str], order_by: str | None = None) -> IcebergSinkBuilder:
+        """Rows carry an operation (insert, update, update-before, delete) in ``op_column``.
+
+        Args:
+            op_column: the column holding the operation code (see topology/changes.py); not stored.
+            key: the key columns, as for :meth:`upsert`.
+            order_by: the column ordering the changes of one key within a checkpoint (for example a log
+                sequence number); by default, arrival order within the source partition.
+        """
+        self._changes.append(("cdc", {"op_column": op_column, "key": key, "order_by": order_by}))
+        return self
+
+    def _change_config(self, problems: list[str]) -> ChangeConfig | None:
+        if not self._changes:
+            return None
+        if len(self._changes) > 1:
+            problems.append(
+                f"upsert()/cdc(): expected one of them, once; received {', '.join(m + '()' for m, _ in self._changes)}"
+            )
+            return None
+        mode, args = self._changes[0]
+        raw_key = args["key"]
+        key = (raw_key,) if isinstance(raw_key, str) else tuple(raw_key) if isinstance(raw_key, Sequence) else None
+        if not key or not all(isinstance(k, str) and k for k in key) or len(set(key)) != len(key):
+            problems.append(f"{mode}(key): expected a non-empty list of distinct column names, received {raw_key!r}")
+            return None
+        if mode == "upsert":
+            return ChangeConfig(key=key)
+        op_column, order_by = args["op_column"], args["order_by"]
+        if not isinstance(op_column, str) or not op_column or op_column in key:
+            problems.append(f"cdc(op_column): expected a column name that is not a key column, received {op_column!r}")
+            return None
+        if order_by is not None and (not isinstance(order_by, str) or not order_by or order_by == op_column):
+            problems.append(
+                f"cdc(order_by): expected None or a column name other than the op column, received {order_by!r}"
+            )
+            return None
+        return ChangeConfig(key=key, op_column=op_column, order_by=order_by)
+
     def build(self) -> IcebergSink:
         """Validate every option at once and return the sink.
 
@@ -126,6 +177,21 @@ class IcebergSinkBuilder:
                     create = CreateOptions(terms, self._create["properties"], fv)
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
+        changes = self._change_config(problems)
+        if changes is not None and create is not None:
+            if create.format_version < 2:
+                problems.append(
+                    f"create_if_missing(format_version): upsert/CDC write equality deletes, which need format "
+                    f"version 2; received {create.format_version}"
+                )
+            try:
+                partition_problem(
+                    str(self._table),
+                    [(field_name(t), str(t.transform), t.column) for t in create.partition_by],
+                    changes.key,
+                )
+            except InvalidSinkConfigError as e:
+                problems.append(str(e))
         catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
@@ -157,6 +223,11 @@ class IcebergSinkBuilder:
         if existing is not None:
             # Table properties must parse too; raises naming the property.
             options.resolve(parsed_options, existing.properties)
+            if changes is not None:
+                try:
+                    check_changes_table(self._table, existing, changes.key)
+                except UnsupportedTableError as e:
+                    raise InvalidSinkConfigError(str(e)) from e
         return IcebergSink(
             SinkConfig(
                 catalog=catalog,
@@ -165,5 +236,6 @@ class IcebergSinkBuilder:
                 branch=self._branch,
                 distribution_mode=distribution,
                 write_options=parsed_options,
+                changes=changes,
             )
         )

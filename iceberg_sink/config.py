@@ -31,6 +31,27 @@ class CreateOptions:
 
 
 @attrs.frozen
+class ChangeConfig:
+    """Upsert or CDC mode.
+
+    Attributes:
+        key: the key columns (the table's identifier fields).
+        op_column: the column holding each row's operation; None in upsert mode (every row is the
+            new state of its key).
+        order_by: the column ordering the changes of one key within a checkpoint; None for arrival
+            order within the source partition.
+    """
+
+    key: tuple[str, ...]
+    op_column: str | None = None
+    order_by: str | None = None
+
+    @property
+    def is_upsert(self) -> bool:
+        return self.op_column is None
+
+
+@attrs.frozen
 class SinkConfig:
     """Everything the sink was built with; validated by ``build()``.
 
@@ -41,6 +62,7 @@ class SinkConfig:
         branch: the branch commits go to.
         distribution_mode: ``none``, ``hash``, ``range`` or None (table property, then default).
         write_options: builder-given options, already parsed.
+        changes: upsert/CDC configuration, or None for append-only writes.
     """
 
     catalog: CatalogConfig
@@ -49,6 +71,7 @@ class SinkConfig:
     branch: str
     distribution_mode: str | None
     write_options: tuple[tuple[str, Any], ...] = attrs.field(converter=_freeze)
+    changes: ChangeConfig | None = None
 
     @property
     def options(self) -> dict[str, Any]:

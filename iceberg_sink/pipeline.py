@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
@@ -32,10 +33,17 @@ from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter, RetryPolicy
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
-from iceberg_sink.errors import CheckpointRewoundError, InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.errors import (
+    CheckpointRewoundError,
+    InvalidInputError,
+    InvalidSinkConfigError,
+    SchemaMismatchError,
+    UnsupportedTableError,
+)
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.partitioning import build_spec
-from iceberg_sink.table.schema import check_compatible, spark_to_iceberg
+from iceberg_sink.table.schema import check_changes_table, check_compatible, spark_to_iceberg
+from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.writer.spark import write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
@@ -86,7 +94,7 @@ class SinkJob:
                 raise InvalidSinkConfigError(
                     f"table {self._config.table} does not exist; create it or call .create_if_missing() on the builder"
                 )
-            schema = spark_to_iceberg(struct)
+            schema = self._create_schema(struct)
             spec = build_spec(create.partition_by, schema)
             props = {"format-version": str(create.format_version), **dict(create.properties)}
             props.setdefault(options.PARQUET_COMPRESSION.key, options.PARQUET_COMPRESSION.default)
@@ -97,12 +105,50 @@ class SinkJob:
                 f"table {self._config.table} has format version {table.metadata.format_version}; "
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
+        changes = self._config.changes
+        if changes is not None:
+            check_changes_table(self._config.table, table, changes.key)
         self._table = table
         key = struct.json()
         if key not in self._checked_schemas:
-            check_compatible(self._config.table, table.schema(), struct)
+            check_compatible(
+                self._config.table,
+                table.schema(),
+                self._table_columns(struct),
+                runtime_checked=changes.key if changes is not None else (),
+            )
             self._checked_schemas.add(key)
         return table
+
+    def _table_columns(self, struct: StructType) -> StructType:
+        """The part of the input stored in the table (the op column of CDC input is not)."""
+        changes = self._config.changes
+        if changes is None or changes.op_column is None:
+            return struct
+        names = [f.name for f in struct.fields]
+        if changes.op_column not in names:
+            raise SchemaMismatchError(
+                self._config.table,
+                [
+                    f"{changes.op_column}: the operation column given to .cdc(op_column=...) is missing from the DataFrame"
+                ],
+            )
+        return StructType([f for f in struct.fields if f.name != changes.op_column])
+
+    def _create_schema(self, struct: StructType) -> Schema:
+        changes = self._config.changes
+        if changes is None:
+            return spark_to_iceberg(struct)
+        table_struct = self._table_columns(struct)
+        missing = [k for k in changes.key if k not in table_struct.fieldNames()]
+        if missing:
+            raise SchemaMismatchError(
+                self._config.table, [f"{k}: key column is missing from the DataFrame" for k in missing]
+            )
+        schema = spark_to_iceberg(table_struct, required=changes.key)
+        # Key columns become the table's identifier fields (required), whatever Spark says of nulls.
+        ids = [schema.find_field(k).field_id for k in changes.key]
+        return Schema(*schema.fields, identifier_field_ids=ids)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -161,8 +207,20 @@ class SinkJob:
         resolved = options.resolve(self._config.options, table.properties)
         mode = self._distribution_mode(table, resolved)
         sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
+        if self._config.changes is not None:
+            df = reduce_changes(df, self._config.changes)
         distributed = distribute(df, mode, table.spec(), table.schema(), sort_columns=[c for c in sort_columns if c])
-        results = write_dataframe(distributed, spec)
+        try:
+            results = write_dataframe(distributed, spec)
+        except Exception as e:
+            text = str(e)
+            if ERROR_MARKER in text:
+                # A row was refused inside Spark (null key, unknown op code): nothing was committed.
+                detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
+                raise InvalidInputError(
+                    f"checkpoint {checkpoint_id} of table {self._config.table} was not written: {detail}"
+                ) from e
+            raise
         _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
         committable = self.aggregator.aggregate(table, table.io, checkpoint_id, results)
         if committable is None:
@@ -178,6 +236,8 @@ class SinkJob:
         configured = resolved.get(options.DISTRIBUTION_MODE)
         if configured:
             return DistributionMode(configured)
+        # For upserts/CDC the reduction already shuffled rows by key; clustering by partition on top
+        # keeps one file per partition and writer.
         return DistributionMode.HASH if table.spec().fields else DistributionMode.NONE
 
     def writer_spec(self, table: Table, checkpoint_id: int) -> WriterSpec:
@@ -197,4 +257,11 @@ class SinkJob:
             row_group_limit=resolved.get(options.PARQUET_ROW_GROUP_LIMIT),
             compression=resolved.get(options.PARQUET_COMPRESSION),
             compression_level=resolved.get(options.PARQUET_COMPRESSION_LEVEL),
+            equality_field_ids=self._equality_ids(table),
+            op_column=OP_COLUMN if self._config.changes is not None else None,
         )
+
+    def _equality_ids(self, table: Table) -> tuple[int, ...]:
+        if self._config.changes is None:
+            return ()
+        return tuple(table.schema().find_field(k).field_id for k in self._config.changes.key)

@@ -8,6 +8,7 @@ Every mismatch is collected so the error lists them all at once.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
@@ -30,7 +31,7 @@ from pyiceberg.types import (
 )
 from pyspark.sql import types as T
 
-from iceberg_sink.errors import SchemaMismatchError
+from iceberg_sink.errors import InvalidSinkConfigError, SchemaMismatchError, UnsupportedTableError
 
 
 class _Ids:
@@ -184,3 +185,47 @@ def check_compatible(
     _struct_problems(source, table_schema.as_struct(), "", problems, frozenset(runtime_checked))
     if problems:
         raise SchemaMismatchError(table_name, problems)
+
+
+def check_changes_table(table_name: str, table: Any, key: Iterable[str]) -> None:
+    """Refuse a table that upserts/CDC cannot write correctly, naming what to change.
+
+    Equality deletes need format version 2 or later; an equality delete applies only within its
+    partition, so every partition field must be derived from key columns (otherwise an update that
+    moves a row to another partition would leave the old row behind).
+    """
+
+    if table.metadata.format_version < 2:
+        raise UnsupportedTableError(
+            f"table {table_name} has format version {table.metadata.format_version}; upserts and CDC write equality "
+            "deletes, which need format version 2 (upgrade with table.transaction().upgrade_table_version(2))"
+        )
+    schema = table.schema()
+    keys = list(key)
+    problems = []
+    for k in keys:
+        try:
+            schema.find_field(k)
+        except ValueError:
+            problems.append(f"key column {k!r} is not in table {table_name} ({', '.join(schema.column_names)})")
+    if problems:
+        raise InvalidSinkConfigError("; ".join(problems))
+    partition_problem(
+        table_name,
+        [(f.name, str(f.transform), schema.find_column_name(f.source_id) or "?") for f in table.spec().fields],
+        keys,
+    )
+
+
+def partition_problem(table_name: str, fields: Iterable[tuple[str, str, str]], key: Iterable[str]) -> None:
+    """Raise when a partition field's source column is not a key column."""
+
+    keys = set(key)
+    bad = [(name, transform, source) for name, transform, source in fields if source not in keys]
+    if bad:
+        listed = ", ".join(f"{name} = {transform}({source})" for name, transform, source in bad)
+        raise InvalidSinkConfigError(
+            f"upsert/CDC key {sorted(keys)} of table {table_name} must include the source column of every partition "
+            f"field (an equality delete applies only within its partition, so a key whose rows could move between "
+            f"partitions would keep stale rows); not in the key: {listed}. Add those columns to the key."
+        )

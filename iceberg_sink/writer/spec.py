@@ -7,7 +7,7 @@ FileIO from these.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 
 import attrs
@@ -19,6 +19,10 @@ from pyiceberg.table.locations import LocationProvider, load_location_provider
 
 def _frozen_dict(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in value.items()))
+
+
+def _int_tuple(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
 
 
 @attrs.frozen(cache_hash=True)
@@ -38,6 +42,8 @@ class WriterSpec:
         buffer_bytes: flush a file's buffered rows at about this many bytes.
         row_group_limit: max rows per Parquet row group.
         compression: Parquet codec name; compression_level: -1 for default.
+        equality_field_ids: key field ids in upsert/CDC modes (empty for appends).
+        op_column: the normalised operation column in upsert/CDC modes ("I", "U" or "D").
     """
 
     table_name: str
@@ -53,6 +59,8 @@ class WriterSpec:
     row_group_limit: int
     compression: str
     compression_level: int
+    equality_field_ids: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+    op_column: str | None = None
 
     @cached_property
     def schema(self) -> Schema:

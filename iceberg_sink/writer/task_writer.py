@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
+from pyiceberg.schema import Schema
 from pyiceberg.table.locations import LocationProvider
 
 from iceberg_sink import _pyiceberg
@@ -40,7 +41,7 @@ class RollingParquetWriter:
         self,
         spec: WriterSpec,
         io: FileIO,
-        arrow_schema: pa.Schema,
+        schema: Schema,
         new_path: Callable[[], str],
         partition: tuple[Any, ...],
         content: FileContent = FileContent.DATA,
@@ -48,7 +49,8 @@ class RollingParquetWriter:
     ) -> None:
         self._spec = spec
         self._io = io
-        self._schema = arrow_schema
+        self._iceberg_schema = schema
+        self._schema = _pyiceberg.arrow_schema(schema)
         self._new_path = new_path
         self._partition = partition
         self._content = content
@@ -59,7 +61,7 @@ class RollingParquetWriter:
         self._stream: Any = None
         self._writer: pq.ParquetWriter | None = None
         self._nan_counts: dict[str, int] = {}
-        self._float_columns = [f.name for f in arrow_schema if pa.types.is_floating(f.type)]
+        self._float_columns = [f.name for f in self._schema if pa.types.is_floating(f.type)]
         self.completed: list[DataFileMeta] = []
         self.all_paths: list[str] = []
 
@@ -106,8 +108,8 @@ class RollingParquetWriter:
         metadata = self._writer.writer.metadata  # type: ignore[attr-defined]
         size = self._stream.tell()
         self._stream.close()
-        metrics = _pyiceberg.parquet_metrics(metadata, self._spec.schema, self._spec.properties)
-        nan_ids = _pyiceberg.nan_counts_by_field_id(self._spec.schema, self._nan_counts, metrics)
+        metrics = _pyiceberg.parquet_metrics(metadata, self._iceberg_schema, self._spec.properties)
+        nan_ids = _pyiceberg.nan_counts_by_field_id(self._iceberg_schema, self._nan_counts, metrics)
         self.completed.append(
             DataFileMeta(
                 content=self._content,
@@ -148,7 +150,12 @@ class RollingParquetWriter:
 
 
 class TaskWriter:
-    """Partitioned (fanout) writer for one task and one checkpoint."""
+    """Partitioned (fanout) writer for one task and one checkpoint.
+
+    In upsert/CDC modes (``spec.op_column`` set) each incoming row is the last change of its key in
+    this checkpoint (see topology/changes.py): every row adds an equality delete of its key, and
+    rows that are not deletes add their new image as a data row.
+    """
 
     def __init__(self, spec: WriterSpec, task_id: int, attempt_id: int) -> None:
         self._spec = spec
@@ -159,41 +166,81 @@ class TaskWriter:
         self._schema = spec.schema
         self._partition_spec = spec.partition_spec
         self._arrow_schema = _pyiceberg.arrow_schema(self._schema)
-        self._writers: dict[tuple[Any, ...], RollingParquetWriter] = {}
+        self._writers: dict[tuple[FileContent, tuple[Any, ...]], RollingParquetWriter] = {}
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
             for f in self._partition_spec.fields
         ]
+        self._equality_ids = tuple(spec.equality_field_ids)
+        self._delete_schema: Schema | None = None
+        self._delete_input_schema: pa.Schema | None = None
+        if self._equality_ids:
+            key_names = [self._schema.find_column_name(i) for i in self._equality_ids]
+            self._delete_schema = self._schema.select(*[n for n in key_names if n is not None])
+            # The columns a delete row needs: the key, and the sources of partition fields (to find
+            # the partition the delete applies to).
+            needed = {n.split(".")[0] for n in key_names if n} | {n.split(".")[0] for _, _, n in self._transforms if n}
+            self._delete_input_schema = pa.schema(
+                [
+                    f if f.name in {k.split(".")[0] for k in key_names if k} else f.with_nullable(True)
+                    for f in self._arrow_schema
+                    if f.name in needed
+                ]
+            )
         self._file_seq = 0
         # One random component per task attempt: retries and restarts never reuse a name.
         self._attempt_uuid = uuid.uuid4().hex[:12]
 
-    def _new_path(self, key: _pyiceberg.PartitionPath | None) -> str:
+    def _new_path(self, key: _pyiceberg.PartitionPath | None, content: FileContent) -> str:
         self._file_seq += 1
+        kind = "" if content == FileContent.DATA else "-eq-deletes"
         name = (
             f"{self._task_id:05d}-{self._attempt_id}-{self._spec.job_id}-{self._spec.checkpoint_id:06d}-"
-            f"{self._attempt_uuid}-{self._file_seq:05d}.parquet"
+            f"{self._attempt_uuid}-{self._file_seq:05d}{kind}.parquet"
         )
         return self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
 
-    def _writer_for(self, values: tuple[Any, ...]) -> RollingParquetWriter:
-        writer = self._writers.get(values)
+    def _writer_for(self, content: FileContent, values: tuple[Any, ...]) -> RollingParquetWriter:
+        writer = self._writers.get((content, values))
         if writer is None:
             partition = _pyiceberg.partition_values(self._partition_spec, self._schema, values)
             key = _pyiceberg.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
+            deletes = content == FileContent.EQUALITY_DELETES
+            schema = self._delete_schema if deletes and self._delete_schema is not None else self._schema
             writer = RollingParquetWriter(
-                self._spec, self._io, self._arrow_schema, lambda: self._new_path(key), partition
+                self._spec,
+                self._io,
+                schema,
+                lambda: self._new_path(key, content),
+                partition,
+                content=content,
+                equality_ids=self._equality_ids if deletes else None,
             )
-            self._writers[values] = writer
+            self._writers[(content, values)] = writer
         return writer
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
-        table = conform_batch(batch, self._arrow_schema)
-        for values, rows in self._split(table):
-            self._writer_for(values).write(rows)
+        op_column = self._spec.op_column
+        if op_column is None:
+            self._write_rows(FileContent.DATA, conform_batch(batch, self._arrow_schema))
+        else:
+            ops = batch.column(op_column)
+            assert self._delete_input_schema is not None and self._delete_schema is not None
+            # Every row's key is deleted first (an equality delete only removes rows of earlier
+            # checkpoints), then the rows that are not deletes are inserted.
+            deletes = conform_batch(batch, self._delete_input_schema)
+            key_names = self._delete_schema.column_names
+            self._write_rows(FileContent.EQUALITY_DELETES, deletes, project=key_names)
+            inserts = batch.filter(pc.not_equal(ops, "D"))
+            if inserts.num_rows:
+                self._write_rows(FileContent.DATA, conform_batch(inserts, self._arrow_schema))
         self._bound_memory()
+
+    def _write_rows(self, content: FileContent, table: pa.Table, project: list[str] | None = None) -> None:
+        for values, rows in self._split(table):
+            self._writer_for(content, values).write(rows.select(project) if project is not None else rows)
 
     def _split(self, table: pa.Table) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
         if not self._transforms:
@@ -220,10 +267,13 @@ class TaskWriter:
             largest.flush()
 
     def complete(self) -> WriteResult:
-        files: list[DataFileMeta] = []
-        for writer in self._writers.values():
-            files.extend(writer.close())
-        return WriteResult(data_files=tuple(files), task_id=self._task_id, attempt_id=self._attempt_id)
+        data: list[DataFileMeta] = []
+        deletes: list[DataFileMeta] = []
+        for (content, _), writer in self._writers.items():
+            (data if content == FileContent.DATA else deletes).extend(writer.close())
+        return WriteResult(
+            data_files=tuple(data), delete_files=tuple(deletes), task_id=self._task_id, attempt_id=self._attempt_id
+        )
 
     def abort(self) -> None:
         for writer in self._writers.values():

@@ -1,0 +1,99 @@
+"""Pre-write topology for upserts and CDC: validate, normalise and reduce each checkpoint's changes.
+
+Within one checkpoint only the last change of each key matters for the committed table: the
+checkpoint becomes one snapshot whose equality deletes (one per changed key) remove every older
+row of the key, and whose data files hold the key's final image, if any. So each key's changes are
+reduced to the last one here, in Spark: a window over the key ordered by ``order_by`` (then arrival
+order), which Spark computes with a sort that spills to disk. Writers therefore never track keys in
+memory (Flink's insertedRowMap is a known out-of-memory cause), and never need position deletes:
+a key has at most one inserted row per checkpoint, and an equality delete applies only to rows of
+lower sequence numbers, so it never removes the row the same snapshot inserts.
+
+Operation codes (Debezium's and Flink's row kinds map onto these):
+
+=================  =============================================
+insert             ``I``, ``insert``, ``c``, ``r``, ``+I``
+update (after)     ``U``, ``update``, ``u``, ``+U``
+update (before)    ``UB``, ``update_before``, ``-U``: dropped (the key is known)
+delete             ``D``, ``delete``, ``d``, ``-D``
+=================  =============================================
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from iceberg_sink.config import ChangeConfig
+
+INSERT_CODES = ("I", "insert", "c", "r", "+I")
+UPDATE_CODES = ("U", "update", "u", "+U")
+UPDATE_BEFORE_CODES = ("UB", "update_before", "-U")
+DELETE_CODES = ("D", "delete", "d", "-D")
+
+#: The normalised operation column the writers receive: "I", "U" or "D".
+OP_COLUMN = "__iceberg_sink_op"
+_SEQ = "__iceberg_sink_seq"
+_RANK = "__iceberg_sink_rank"
+#: Marks errors raised inside Spark so the driver can report them as InvalidInputError.
+ERROR_MARKER = "iceberg_sink invalid input:"
+
+
+def _q(name: str) -> Column:
+    return F.col(".".join(f"`{p}`" for p in name.split(".")))
+
+
+def _normalised_op(changes: ChangeConfig) -> Column:
+    null_key = None
+    for k in changes.key:
+        null_key = _q(k).isNull() if null_key is None else (null_key | _q(k).isNull())
+    assert null_key is not None
+    key_text = F.concat_ws(
+        ", ", *[F.concat(F.lit(f"{k}="), F.coalesce(_q(k).cast("string"), F.lit("null"))) for k in changes.key]
+    )
+    check = F.when(
+        null_key,
+        F.raise_error(
+            F.concat(
+                F.lit(f"{ERROR_MARKER} a key column is null ({', '.join(changes.key)} must all be set); row key: "),
+                key_text,
+            )
+        ),
+    )
+    if changes.op_column is None:
+        return check.otherwise(F.lit("U"))
+    op = _q(changes.op_column).cast("string")
+    allowed = ", ".join(INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES)
+    return (
+        check.when(op.isin(*INSERT_CODES), F.lit("I"))
+        .when(op.isin(*UPDATE_CODES), F.lit("U"))
+        .when(op.isin(*UPDATE_BEFORE_CODES), F.lit("B"))
+        .when(op.isin(*DELETE_CODES), F.lit("D"))
+        .otherwise(
+            F.raise_error(
+                F.concat(
+                    F.lit(f"{ERROR_MARKER} unknown operation code '"),
+                    F.coalesce(op, F.lit("null")),
+                    F.lit(f"' in column {changes.op_column!r}; expected one of {allowed}; row key: "),
+                    key_text,
+                )
+            )
+        )
+    )
+
+
+def reduce_changes(df: DataFrame, changes: ChangeConfig) -> DataFrame:
+    """Return one row per changed key: its last change, with the operation in :data:`OP_COLUMN`.
+
+    The input's op column is dropped (it is not stored in the table).
+    """
+    with_seq = df.withColumn(_SEQ, F.monotonically_increasing_id())
+    with_op = with_seq.withColumn(OP_COLUMN, _normalised_op(changes)).where(F.col(OP_COLUMN) != F.lit("B"))
+    ordering: list[Column] = []
+    if changes.order_by is not None:
+        ordering.append(_q(changes.order_by).desc_nulls_last())
+    ordering.append(F.col(_SEQ).desc())
+    window = Window.partitionBy(*[_q(k) for k in changes.key]).orderBy(*ordering)
+    last = with_op.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1)
+    dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
+    return last.drop(*dropped)
