@@ -7,6 +7,7 @@ Start with :meth:`IcebergSink.builder`.
 """
 
 from iceberg_sink.builder import IcebergSinkBuilder
+from iceberg_sink.committer.committable import CommitSummary
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.errors import (
     CheckpointRewoundError,
@@ -19,14 +20,18 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
+from iceberg_sink.metrics import MetricsSnapshot
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.topology.distribution import DistributionMode
+from iceberg_sink.topology.hooks import CommitResult, PostCommitHookError
 
 __all__ = [
     "CheckpointRewoundError",
     "CommitOutcome",
+    "CommitResult",
     "CommitRetriesExhaustedError",
     "CommitStateUnknownError",
+    "CommitSummary",
     "CommitVetoedError",
     "DistributionMode",
     "IcebergSink",
@@ -34,6 +39,8 @@ __all__ = [
     "IcebergSinkError",
     "InvalidInputError",
     "InvalidSinkConfigError",
+    "MetricsSnapshot",
+    "PostCommitHookError",
     "SchemaMismatchError",
     "UnsupportedTableError",
 ]

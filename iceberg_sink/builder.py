@@ -17,6 +17,7 @@ from iceberg_sink.table.catalog import CatalogConfig, load_table, redact
 from iceberg_sink.table.partitioning import field_name, parse_terms
 from iceberg_sink.table.schema import check_changes_table, partition_problem
 from iceberg_sink.topology.distribution import DistributionMode
+from iceberg_sink.topology.hooks import PostCommitHook, PreCommitHook
 
 _UNSET: Any = object()
 
@@ -34,6 +35,8 @@ class IcebergSinkBuilder:
         self._branch: Any = "main"
         self._write_options: dict[str, Any] = {}
         self._changes: list[tuple[str, dict[str, Any]]] = []
+        self._pre_hooks: list[Any] = []
+        self._post_hooks: list[Any] = []
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -86,6 +89,24 @@ class IcebergSinkBuilder:
     def write_option(self, key: str, value: Any) -> IcebergSinkBuilder:
         """Set one option (see docs/options.md); overrides the table property of the same key."""
         self._write_options[key] = value
+        return self
+
+    def pre_commit_hook(self, fn: PreCommitHook) -> IcebergSinkBuilder:
+        """Call ``fn(summary)`` on the driver before each commit (see topology/hooks.py).
+
+        ``fn`` may return a mapping of snapshot properties to add, or raise to veto the commit (the
+        checkpoint stays pending and nothing is lost). Hooks run in registration order.
+        """
+        self._pre_hooks.append(fn)
+        return self
+
+    def post_commit_hook(self, fn: PostCommitHook) -> IcebergSinkBuilder:
+        """Call ``fn(result)`` after each successful commit, in registration order.
+
+        A failing hook is logged and counted (``sink.metrics().post_commit_hook_failures``) and never
+        undoes the commit; set ``iceberg-sink.post-commit.fail-on-error`` to stop the stream on it.
+        """
+        self._post_hooks.append(fn)
         return self
 
     def upsert(self, key: Sequence[str]) -> IcebergSinkBuilder:
@@ -177,6 +198,8 @@ class IcebergSinkBuilder:
                     create = CreateOptions(terms, self._create["properties"], fv)
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
+        for kind, hooks in (("pre_commit_hook", self._pre_hooks), ("post_commit_hook", self._post_hooks)):
+            problems.extend(f"{kind}: expected a callable, received {h!r}" for h in hooks if not callable(h))
         changes = self._change_config(problems)
         if changes is not None and create is not None:
             if create.format_version < 2:
@@ -237,5 +260,7 @@ class IcebergSinkBuilder:
                 distribution_mode=distribution,
                 write_options=parsed_options,
                 changes=changes,
+                pre_commit_hooks=tuple(self._pre_hooks),
+                post_commit_hooks=tuple(self._post_hooks),
             )
         )

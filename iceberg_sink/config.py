@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -63,6 +63,9 @@ class SinkConfig:
         distribution_mode: ``none``, ``hash``, ``range`` or None (table property, then default).
         write_options: builder-given options, already parsed.
         changes: upsert/CDC configuration, or None for append-only writes.
+        pre_commit_hooks: called before each commit, in order (see topology/hooks.py).
+        post_commit_hooks: called after each commit, in order.
+        compaction: post-commit compaction settings (topology/compaction), or None.
     """
 
     catalog: CatalogConfig
@@ -72,6 +75,9 @@ class SinkConfig:
     distribution_mode: str | None
     write_options: tuple[tuple[str, Any], ...] = attrs.field(converter=_freeze)
     changes: ChangeConfig | None = None
+    pre_commit_hooks: tuple[Callable[..., Any], ...] = ()
+    post_commit_hooks: tuple[Callable[..., Any], ...] = ()
+    compaction: Any = None
 
     @property
     def options(self) -> dict[str, Any]:

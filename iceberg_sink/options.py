@@ -128,6 +128,14 @@ SNAPSHOT_PROPERTY_PREFIX = Option(
     table_property=False,
 )
 
+POST_COMMIT_FAIL_ON_ERROR = Option(
+    "iceberg-sink.post-commit.fail-on-error",
+    bool,
+    False,
+    "Stop the stream when a post-commit hook fails (the commit stands either way).",
+    table_property=False,
+)
+
 OPTIONS: tuple[Option, ...] = (
     TARGET_FILE_SIZE_BYTES,
     PARQUET_COMPRESSION,
@@ -140,6 +148,7 @@ OPTIONS: tuple[Option, ...] = (
     COMMIT_MAX_WAIT_MS,
     COMMIT_TOTAL_TIMEOUT_MS,
     SNAPSHOT_PROPERTY_PREFIX,
+    POST_COMMIT_FAIL_ON_ERROR,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 

@@ -18,6 +18,8 @@ Exactly-once argument, for a checkpoint (micro-batch) N of a job (one checkpoint
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from pyiceberg.catalog import Catalog
@@ -40,11 +42,13 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
+from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.partitioning import build_spec
 from iceberg_sink.table.schema import check_changes_table, check_compatible, spark_to_iceberg
 from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, distribute
+from iceberg_sink.topology.hooks import CommitResult, HookRunner
 from iceberg_sink.writer.spark import write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
 
@@ -54,8 +58,15 @@ logger = logging.getLogger("iceberg_sink")
 class SinkJob:
     """The driver-side state of one job: one table, one checkpoint location, one job id."""
 
-    def __init__(self, config: SinkConfig, store: CheckpointStore, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        config: SinkConfig,
+        store: CheckpointStore,
+        catalog: Catalog | None = None,
+        metrics: SinkMetrics | None = None,
+    ) -> None:
         self._config = config
+        self.metrics = metrics or SinkMetrics()
         self._catalog = catalog or config.catalog.load()
         self._store = store
         self.job_id = store.job_id(config.table)
@@ -76,6 +87,13 @@ class SinkJob:
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
         )
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
+        self.hooks = HookRunner(
+            config.pre_commit_hooks,
+            config.post_commit_hooks,
+            fail_on_post_error=resolved.get(options.POST_COMMIT_FAIL_ON_ERROR),
+            metrics=self.metrics,
+        )
+        self.post_commit: list[Callable[[Table, CommitResult], None]] = []
 
     # -- table -----------------------------------------------------------------------------
 
@@ -153,9 +171,39 @@ class SinkJob:
     # -- checkpoints -----------------------------------------------------------------------
 
     def _commit(self, committable: Committable) -> CommitOutcome:
-        outcome = self.committer.commit(committable)
+        started = time.monotonic()
+        properties = self.hooks.before_commit(committable.summary) if self._config.pre_commit_hooks else {}
+        outcome = self.committer.commit(committable, extra_properties=properties)
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
+        if outcome.snapshot is None:
+            self.metrics.add(skipped_commits=1)
+        else:
+            summary = committable.summary
+            self.metrics.add(
+                commits=1,
+                committed_data_files=summary.data_files,
+                committed_delete_files=summary.delete_files,
+                committed_records=summary.records,
+                committed_bytes=summary.bytes,
+            )
+            self.metrics.set(last_commit_duration_ms=(time.monotonic() - started) * 1000)
+            self.metrics.committed()
+            snapshot = outcome.snapshot
+            result = CommitResult(
+                table=self._config.table,
+                branch=self._config.branch,
+                job_id=self.job_id,
+                checkpoint_id=committable.checkpoint_id,
+                snapshot_id=snapshot.snapshot_id,
+                sequence_number=snapshot.sequence_number or 0,
+                operation=snapshot.summary.operation.value if snapshot.summary else "",
+                snapshot_summary=dict(snapshot.summary.additional_properties) if snapshot.summary else {},
+                checkpoint=summary,
+            )
+            self.hooks.after_commit(result)
+            for step in self.post_commit:
+                step(self._table or self.refresh(), result)
         if outcome.snapshot is not None:
             logger.info(
                 "checkpoint %s committed as snapshot %s: %s data files, %s records",
@@ -184,6 +232,13 @@ class SinkJob:
 
     def process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         """Write and commit one checkpoint; see the module docstring for the recovery rules."""
+        started = time.monotonic()
+        try:
+            return self._process(df, checkpoint_id)
+        finally:
+            self.metrics.set(last_checkpoint_duration_ms=(time.monotonic() - started) * 1000)
+
+    def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         table = self.ensure_table(df.schema)
         self.commit_pending(before=checkpoint_id)
         table = self.refresh()

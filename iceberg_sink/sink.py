@@ -15,6 +15,7 @@ from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.pipeline import SinkJob
 from iceberg_sink.table import catalog as catalogs
 
@@ -33,6 +34,11 @@ class IcebergSink:
 
     def __init__(self, config: SinkConfig) -> None:
         self._config = config
+        self._metrics = SinkMetrics()
+
+    def metrics(self) -> MetricsSnapshot:
+        """Counters of every job of this sink: commits, files, records, hook failures, compactions."""
+        return self._metrics.snapshot()
 
     @staticmethod
     def builder() -> IcebergSinkBuilder:
@@ -83,7 +89,7 @@ class IcebergSink:
             raise InvalidSinkConfigError(
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
-        job = SinkJob(self._config, CheckpointStore(checkpoint_location))
+        job = SinkJob(self._config, CheckpointStore(checkpoint_location), metrics=self._metrics)
         # Create or check the table before the first batch so schema errors surface now.
         job.ensure_table(streaming_df.schema)
 
@@ -118,7 +124,7 @@ class IcebergSink:
         temporary = checkpoint_location is None
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:
-            job = SinkJob(self._config, CheckpointStore(location))
+            job = SinkJob(self._config, CheckpointStore(location), metrics=self._metrics)
             job.ensure_table(df.schema)
             if checkpoint_id is None:
                 job.commit_pending()

@@ -6,6 +6,7 @@ deletes) and by DuckDB must equal the model: applying every change in order to a
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -233,3 +234,40 @@ def test_build_refuses_partitions_outside_the_key_and_v1_tables(
     catalog.create_table("db.v2", Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType())))
     with pytest.raises(InvalidSinkConfigError, match="key column 'nope' is not in table"):
         IcebergSink.builder().catalog("test", **catalog_props).table("db.v2").upsert(key=["nope"]).build()
+
+
+def test_streaming_cdc_one_snapshot_per_micro_batch(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    rng = random.Random(3)
+    model: dict[int, dict[str, Any]] = {}
+    lsn = 0
+    source = tmp_path / "changes"
+    source.mkdir()
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("region", pa.string()),
+            ("v", pa.string()),
+            ("n", pa.int64()),
+            ("lsn", pa.int64()),
+            ("op", pa.string()),
+        ]
+    )
+    for i in range(3):
+        changes = random_changes(rng, model, lsn, 40, keys=25)
+        lsn = max(c["lsn"] for c in changes)
+        apply(model, changes)
+        pq.write_table(pa.Table.from_pylist(changes, schema=schema), source / f"part-{i}.parquet")
+        # Distinct modification times keep the file stream's batch order equal to the change order.
+        os.utime(source / f"part-{i}.parquet", (1_700_000_000 + i, 1_700_000_000 + i))
+    sink = cdc_builder(tmp_path, ["region"]).build()
+    stream = spark.readStream.schema(CHANGE_DDL).option("maxFilesPerTrigger", 1).parquet(str(source))
+    query = sink.start(stream, str(tmp_path / "ckpt"), trigger={"availableNow": True})
+    query.awaitTermination(600)
+    assert query.exception() is None
+    table = sink.load_table()
+    assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0", "1", "2"]  # type: ignore[index]
+    assert normalize(java_reader.read(table.metadata_location), ["id"]) == expected(model)

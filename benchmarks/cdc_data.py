@@ -1,0 +1,217 @@
+"""Deterministic input of the CDC benchmark, written once as Parquet and read by both systems.
+
+The table has a ``long`` key and four payload columns::
+
+    id long (key), name string, version long, amount double, ts timestamp
+
+The initial load holds ids ``0 .. rows-1`` at version 0. Batch ``b`` (1-based) holds
+``batch_size`` upserts in shuffled order: ``update_fraction`` of them are updates of distinct
+existing ids drawn uniformly from every id alive so far (their ``version`` becomes ``b``, ``amount``
+and ``ts`` new random values), the rest inserts of new ids, following the highest id so far. No
+key repeats within a batch (``MERGE INTO`` refuses a target row matched by two source rows), so
+the final state is known exactly: :class:`Expected` keeps it as NumPy arrays and derives the row
+count, the sum of ``version`` and a sample of rows to compare with what each table returns.
+
+Both systems read the very same files, so they see identical data (same seed, same bytes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+#: Spark DDL of the input files (both systems read them with this schema).
+SPARK_DDL = "id bigint, name string, version bigint, amount double, ts timestamp"
+COLUMNS = ("id", "name", "version", "amount", "ts")
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("version", pa.int64()),
+        pa.field("amount", pa.float64()),
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
+_TS_BASE_MICROS = int(dt.datetime(2024, 1, 1, tzinfo=dt.UTC).timestamp() * 1_000_000)
+_TS_SPAN_MICROS = 365 * 86_400 * 1_000_000
+#: Rows per Parquet file of the initial load (keeps the generator's memory flat at 10M rows).
+INITIAL_FILE_ROWS = 1_000_000
+
+
+def _rows(ids: np.ndarray, versions: np.ndarray, amounts: np.ndarray, ts: np.ndarray) -> pa.Table:
+    id_array = pa.array(ids, pa.int64())
+    names = pc.binary_join_element_wise(
+        "user-", pc.cast(id_array, pa.string()), "-v", pc.cast(pa.array(versions, pa.int64()), pa.string()), ""
+    )
+    return pa.Table.from_arrays(
+        [
+            id_array,
+            names,
+            pa.array(versions, pa.int64()),
+            pa.array(amounts, pa.float64()),
+            pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def expected_name(row_id: int, version: int) -> str:
+    return f"user-{row_id}-v{version}"
+
+
+@dataclass
+class Expected:
+    """The table's final state, known from the generator, and what to compare it with."""
+
+    version: np.ndarray
+    amount: np.ndarray
+    ts: np.ndarray
+    times_updated: np.ndarray
+    initial_rows: int
+
+    @property
+    def rows(self) -> int:
+        return len(self.version)
+
+    def version_sum(self) -> int:
+        return int(self.version.sum())
+
+    def sample_ids(self, seed: int, updated: int = 300, inserted: int = 100, untouched: int = 100) -> list[int]:
+        """Ids to read back: updated ones (several times when there are), inserted and untouched ones."""
+        rng = np.random.default_rng(seed + 1)
+        picks: list[np.ndarray] = []
+        initial = np.arange(self.initial_rows)
+        for pool, count in (
+            (np.flatnonzero(self.times_updated > 1), updated // 3),
+            (np.flatnonzero(self.times_updated > 0), updated),
+            (np.arange(self.initial_rows, self.rows), inserted),
+            (initial[self.times_updated[: self.initial_rows] == 0], untouched),
+        ):
+            if len(pool):
+                picks.append(rng.choice(pool, size=min(count, len(pool)), replace=False))
+        return sorted({int(i) for part in picks for i in part})
+
+    def row(self, row_id: int) -> dict[str, Any]:
+        version = int(self.version[row_id])
+        return {
+            "id": row_id,
+            "name": expected_name(row_id, version),
+            "version": version,
+            "amount": float(self.amount[row_id]),
+            "ts_micros": int(self.ts[row_id]),
+        }
+
+
+@dataclass
+class Dataset:
+    """Where the generated files are, and the expected end state."""
+
+    initial_files: list[Path]
+    batch_files: list[Path]
+    expected: Expected
+    updates_per_batch: int
+    inserts_per_batch: int
+    generate_seconds: float
+    bytes_initial: int = field(default=0)
+
+    def rows_before_batch(self, index: int) -> int:
+        """Table rows when batch ``index`` (0-based) starts."""
+        return self.expected.initial_rows + index * self.inserts_per_batch
+
+
+def generate(
+    out_dir: Path, rows: int, batches: int, batch_size: int, seed: int, update_fraction: float = 0.5
+) -> Dataset:
+    """Write the initial load and the batches under ``out_dir``; return them with the expected state."""
+    started = time.perf_counter()
+    if rows < 1 or batches < 0 or batch_size < 1 or not 0.0 <= update_fraction <= 1.0:
+        raise ValueError(f"bad sizes: rows={rows} batches={batches} batch_size={batch_size} fraction={update_fraction}")
+    updates = round(batch_size * update_fraction)
+    inserts = batch_size - updates
+    if updates > rows:
+        raise ValueError(f"{updates} updates per batch need at least as many initial rows (have {rows})")
+    rng = np.random.default_rng(seed)
+    total = rows + batches * inserts
+    version = np.zeros(total, dtype=np.int64)
+    amount = np.empty(total, dtype=np.float64)
+    ts = np.empty(total, dtype=np.int64)
+    times_updated = np.zeros(total, dtype=np.int32)
+
+    initial_dir = out_dir / "initial"
+    batch_dir = out_dir / "batches"
+    initial_dir.mkdir(parents=True, exist_ok=True)
+    batch_dir.mkdir(parents=True, exist_ok=True)
+    initial_files: list[Path] = []
+    for start in range(0, rows, INITIAL_FILE_ROWS):
+        stop = min(rows, start + INITIAL_FILE_ROWS)
+        n = stop - start
+        amount[start:stop] = np.round(rng.random(n) * 10_000, 2)
+        ts[start:stop] = _TS_BASE_MICROS + rng.integers(0, _TS_SPAN_MICROS, n)
+        path = initial_dir / f"part-{len(initial_files):05d}.parquet"
+        ids = np.arange(start, stop, dtype=np.int64)
+        pq.write_table(_rows(ids, version[start:stop], amount[start:stop], ts[start:stop]), path, compression="zstd")
+        initial_files.append(path)
+
+    batch_files: list[Path] = []
+    live = rows
+    for b in range(1, batches + 1):
+        updated = rng.choice(live, size=updates, replace=False).astype(np.int64)
+        inserted = np.arange(live, live + inserts, dtype=np.int64)
+        ids = np.concatenate([updated, inserted])[rng.permutation(batch_size)]
+        version[ids] = b
+        amount[ids] = np.round(rng.random(batch_size) * 10_000, 2)
+        ts[ids] = _TS_BASE_MICROS + rng.integers(0, _TS_SPAN_MICROS, batch_size)
+        times_updated[updated] += 1
+        path = batch_dir / f"batch-{b:05d}.parquet"
+        pq.write_table(_rows(ids, version[ids], amount[ids], ts[ids]), path, compression="zstd")
+        batch_files.append(path)
+        live += inserts
+
+    return Dataset(
+        initial_files=initial_files,
+        batch_files=batch_files,
+        expected=Expected(version, amount, ts, times_updated, rows),
+        updates_per_batch=updates,
+        inserts_per_batch=inserts,
+        generate_seconds=time.perf_counter() - started,
+        bytes_initial=sum(p.stat().st_size for p in initial_files),
+    )
+
+
+def compare(expected: Expected, observed: dict[str, Any], sample_ids: list[int]) -> dict[str, Any]:
+    """Compare what a reader returned (see ``merge_into_driver.observe``) with the expected state."""
+    rows_by_id = {int(r["id"]): r for r in observed["sample"]}
+    mismatches: list[dict[str, Any]] = []
+    for row_id in sample_ids:
+        want = expected.row(row_id)
+        got = rows_by_id.get(row_id)
+        if got != want:
+            mismatches.append({"id": row_id, "expected": want, "observed": got})
+    sample_rows = len(observed["sample"])
+    ok = (
+        observed["rows"] == expected.rows
+        and observed["distinct_ids"] == expected.rows
+        and observed["version_sum"] == expected.version_sum()
+        and not mismatches
+        and sample_rows == len(sample_ids)
+    )
+    return {
+        "ok": ok,
+        "rows": observed["rows"],
+        "expected_rows": expected.rows,
+        "distinct_ids": observed["distinct_ids"],
+        "version_sum": observed["version_sum"],
+        "expected_version_sum": expected.version_sum(),
+        "sample_ids": len(sample_ids),
+        "sample_rows_returned": sample_rows,
+        "sample_mismatches": len(mismatches),
+        "first_mismatches": mismatches[:5],
+    }

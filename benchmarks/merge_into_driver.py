@@ -1,0 +1,201 @@
+"""The ``foreachBatch`` + ``MERGE INTO`` side of the CDC benchmark: Spark 3.5 with Apache Iceberg Java.
+
+Runs in the Java venv (PySpark 3.5 + ``iceberg-spark-runtime-3.5_2.12-1.9.2.jar``; see
+``tests/interop/java_env.py``), started by ``benchmarks/cdc.py``::
+
+    <venv-java>/bin/python -m benchmarks.merge_into_driver SPEC.json
+
+``SPEC.json`` (written by cdc.py) names the jar, a warehouse directory, the Parquet files of the
+initial load and of each batch, the ids to sample, and optionally the metadata.json of the table the
+iceberg_sink side wrote. The driver:
+
+1. creates ``bench.db.cdc`` in a Hadoop catalog: format v2, merge-on-read for MERGE, UPDATE and
+   DELETE, so matched rows are removed with position deletes instead of rewriting data files;
+2. bulk-loads the initial files (``INSERT INTO ... SELECT``), timed;
+3. for each batch, as a ``foreachBatch`` function would: registers the batch as a temp view and runs
+   ``MERGE INTO t USING changes s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED
+   THEN INSERT *``, timing each batch from reading its file to the end of the commit;
+4. reads the MERGE table back (row count, distinct ids, sum of ``version``, sample rows), and the
+   iceberg_sink table too when given: Iceberg Java is the reader of record for its equality deletes;
+5. times one full aggregate scan of each table with the same engine (the read cost of their deletes).
+
+The result is written as JSON to the ``result`` path of the spec. Progress goes to stderr. This
+module imports nothing from the project, so it runs with any PySpark 3.5 interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TABLE = "bench.db.cdc"
+DDL_COLUMNS = "id bigint NOT NULL, name string, version bigint, amount double, ts timestamp"
+INPUT_DDL = "id bigint, name string, version bigint, amount double, ts timestamp"
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+}
+MERGE_SQL = (
+    f"MERGE INTO {TABLE} t USING changes s ON t.id = s.id "
+    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+)
+_LOG4J2 = """\
+status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+"""
+
+
+def log(message: str) -> None:
+    print(f"[merge_into {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
+    log4j = work_dir / "log4j2.properties"
+    log4j.write_text(_LOG4J2, encoding="utf-8")
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
+    spark = (
+        SparkSession.builder.master(f"local[{spec['cores']}]")
+        .appName("cdc-benchmark-merge-into")
+        .config("spark.jars", spec["jar"])
+        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config("spark.sql.catalog.bench", "org.apache.iceberg.spark.SparkCatalog")
+        .config("spark.sql.catalog.bench.type", "hadoop")
+        .config("spark.sql.catalog.bench.warehouse", spec["warehouse"])
+        .config("spark.driver.memory", spec["driver_memory"])
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(spec["shuffle_partitions"]))
+        .config("spark.default.parallelism", str(spec["cores"]))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def iceberg_version(spark: Any) -> str:
+    try:
+        return str(spark._jvm.org.apache.iceberg.IcebergBuild.version())
+    except Exception as e:  # only informational
+        return f"unknown ({type(e).__name__})"
+
+
+def observe(spark: Any, df: Any, sample_ids: list[int]) -> dict[str, Any]:
+    """Row count, distinct ids, sum of ``version`` and the sample rows of ``df``, plus the scan time."""
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    agg = df.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.countDistinct("id").alias("distinct_ids"),
+        F.sum("version").alias("version_sum"),
+    ).collect()[0]
+    scan_seconds = time.perf_counter() - started
+    sample = (
+        df.where(F.col("id").isin(sample_ids))
+        .select("id", "name", "version", "amount", F.unix_micros("ts").alias("ts_micros"))
+        .collect()
+    )
+    return {
+        "rows": int(agg["rows"]),
+        "distinct_ids": int(agg["distinct_ids"]),
+        "version_sum": int(agg["version_sum"] or 0),
+        "scan_seconds": scan_seconds,
+        "sample": [row.asDict() for row in sample],
+    }
+
+
+def latest_summary(spark: Any) -> dict[str, str]:
+    rows = spark.sql(f"SELECT summary FROM {TABLE}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    return {str(k): str(v) for k, v in (rows[0]["summary"] or {}).items()} if rows else {}
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import pyspark
+
+    with tempfile.TemporaryDirectory(prefix="cdc-merge-into-") as work:
+        spark = start_spark(spec, Path(work))
+        result: dict[str, Any] = {
+            "spark_version": spark.version,
+            "pyspark_version": pyspark.__version__,
+            "iceberg_version": iceberg_version(spark),
+            "java_version": spark._jvm.java.lang.System.getProperty("java.version"),
+            "table_properties": TABLE_PROPERTIES,
+            "merge_sql": MERGE_SQL,
+        }
+        try:
+            props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+            spark.sql("CREATE NAMESPACE IF NOT EXISTS bench.db")
+            spark.sql(f"CREATE TABLE {TABLE} ({DDL_COLUMNS}) USING iceberg TBLPROPERTIES ({props})")
+
+            started = time.perf_counter()
+            spark.read.schema(INPUT_DDL).parquet(*spec["initial_files"]).createOrReplaceTempView("initial")
+            spark.sql(f"INSERT INTO {TABLE} SELECT * FROM initial")
+            result["load_seconds"] = time.perf_counter() - started
+            log(f"loaded the initial rows in {result['load_seconds']:.1f}s")
+
+            seconds: list[float] = []
+            summaries: list[dict[str, str]] = []
+            for index, path in enumerate(spec["batch_files"]):
+                started = time.perf_counter()
+                spark.read.schema(INPUT_DDL).parquet(path).createOrReplaceTempView("changes")
+                spark.sql(MERGE_SQL)
+                elapsed = time.perf_counter() - started
+                seconds.append(elapsed)
+                summary = latest_summary(spark)
+                summaries.append(summary)
+                log(
+                    f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
+                    f"(data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
+                )
+            result["batch_seconds"] = seconds
+            result["batch_summaries"] = summaries
+
+            result["observed"] = observe(spark, spark.table(TABLE), spec["sample_ids"])
+            log(f"MERGE table read back: {result['observed']['rows']} rows")
+            sink_metadata = spec.get("sink_metadata")
+            if sink_metadata:
+                sink_df = spark.read.format("iceberg").load(sink_metadata)
+                result["sink_observed"] = observe(spark, sink_df, spec["sample_ids"])
+                log(f"iceberg_sink table read back with Iceberg Java: {result['sink_observed']['rows']} rows")
+                # A second scan of each, now that both code paths are warm: the read cost of each table's deletes.
+                result["sink_scan_seconds"] = observe(spark, sink_df, [])["scan_seconds"]
+            result["scan_seconds"] = observe(spark, spark.table(TABLE), [])["scan_seconds"]
+        finally:
+            spark.stop()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    result = run(spec)
+    Path(spec["result"]).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
