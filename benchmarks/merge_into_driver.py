@@ -43,8 +43,7 @@ TABLE_PROPERTIES = {
     "write.delete.mode": "merge-on-read",
 }
 MERGE_SQL = (
-    f"MERGE INTO {TABLE} t USING changes s ON t.id = s.id "
-    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    f"MERGE INTO {TABLE} t USING changes s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
 )
 _LOG4J2 = """\
 status = error
@@ -131,6 +130,40 @@ def latest_summary(spark: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (rows[0]["summary"] or {}).items()} if rows else {}
 
 
+def merge(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """Create the table, bulk-load it, apply every batch with MERGE INTO and read the table back."""
+    result: dict[str, Any] = {"table_properties": TABLE_PROPERTIES, "merge_sql": MERGE_SQL}
+    props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS bench.db")
+    spark.sql(f"CREATE TABLE {TABLE} ({DDL_COLUMNS}) USING iceberg TBLPROPERTIES ({props})")
+
+    started = time.perf_counter()
+    spark.read.schema(INPUT_DDL).parquet(*spec["initial_files"]).createOrReplaceTempView("initial")
+    spark.sql(f"INSERT INTO {TABLE} SELECT * FROM initial")
+    result["load_seconds"] = time.perf_counter() - started
+    log(f"loaded the initial rows in {result['load_seconds']:.1f}s")
+
+    seconds: list[float] = []
+    summaries: list[dict[str, str]] = []
+    for index, path in enumerate(spec["batch_files"]):
+        started = time.perf_counter()
+        spark.read.schema(INPUT_DDL).parquet(path).createOrReplaceTempView("changes")
+        spark.sql(MERGE_SQL)
+        elapsed = time.perf_counter() - started
+        seconds.append(elapsed)
+        summary = latest_summary(spark)
+        summaries.append(summary)
+        log(
+            f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
+            f"(data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
+        )
+    result["batch_seconds"] = seconds
+    result["batch_summaries"] = summaries
+    result["observed"] = observe(spark, spark.table(TABLE), spec["sample_ids"])
+    log(f"MERGE table read back: {result['observed']['rows']} rows")
+    return result
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import pyspark
 
@@ -141,47 +174,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "pyspark_version": pyspark.__version__,
             "iceberg_version": iceberg_version(spark),
             "java_version": spark._jvm.java.lang.System.getProperty("java.version"),
-            "table_properties": TABLE_PROPERTIES,
-            "merge_sql": MERGE_SQL,
         }
         try:
-            props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
-            spark.sql("CREATE NAMESPACE IF NOT EXISTS bench.db")
-            spark.sql(f"CREATE TABLE {TABLE} ({DDL_COLUMNS}) USING iceberg TBLPROPERTIES ({props})")
-
-            started = time.perf_counter()
-            spark.read.schema(INPUT_DDL).parquet(*spec["initial_files"]).createOrReplaceTempView("initial")
-            spark.sql(f"INSERT INTO {TABLE} SELECT * FROM initial")
-            result["load_seconds"] = time.perf_counter() - started
-            log(f"loaded the initial rows in {result['load_seconds']:.1f}s")
-
-            seconds: list[float] = []
-            summaries: list[dict[str, str]] = []
-            for index, path in enumerate(spec["batch_files"]):
-                started = time.perf_counter()
-                spark.read.schema(INPUT_DDL).parquet(path).createOrReplaceTempView("changes")
-                spark.sql(MERGE_SQL)
-                elapsed = time.perf_counter() - started
-                seconds.append(elapsed)
-                summary = latest_summary(spark)
-                summaries.append(summary)
-                log(
-                    f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
-                    f"(data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
-                )
-            result["batch_seconds"] = seconds
-            result["batch_summaries"] = summaries
-
-            result["observed"] = observe(spark, spark.table(TABLE), spec["sample_ids"])
-            log(f"MERGE table read back: {result['observed']['rows']} rows")
+            if spec["merge"]:
+                result.update(merge(spark, spec))
             sink_metadata = spec.get("sink_metadata")
             if sink_metadata:
                 sink_df = spark.read.format("iceberg").load(sink_metadata)
                 result["sink_observed"] = observe(spark, sink_df, spec["sample_ids"])
                 log(f"iceberg_sink table read back with Iceberg Java: {result['sink_observed']['rows']} rows")
-                # A second scan of each, now that both code paths are warm: the read cost of each table's deletes.
+                # Scanned again once warm, like the MERGE table below: the read cost of each table's deletes.
                 result["sink_scan_seconds"] = observe(spark, sink_df, [])["scan_seconds"]
-            result["scan_seconds"] = observe(spark, spark.table(TABLE), [])["scan_seconds"]
+            if spec["merge"]:
+                result["scan_seconds"] = observe(spark, spark.table(TABLE), [])["scan_seconds"]
         finally:
             spark.stop()
     return result

@@ -22,6 +22,7 @@ from iceberg_sink.errors import (
 )
 from iceberg_sink.metrics import MetricsSnapshot
 from iceberg_sink.sink import IcebergSink
+from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult
 from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import CommitResult, PostCommitHookError
 
@@ -33,6 +34,8 @@ __all__ = [
     "CommitStateUnknownError",
     "CommitSummary",
     "CommitVetoedError",
+    "CompactionConfig",
+    "CompactionResult",
     "DistributionMode",
     "IcebergSink",
     "IcebergSinkBuilder",

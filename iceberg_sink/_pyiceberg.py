@@ -458,3 +458,174 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
         io=table.io,
         catalog=table.catalog,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading live files with their sequence numbers, and committing rewrites.
+
+
+@attrs.frozen
+class LiveFile:
+    """A live data or delete file of a snapshot, with the sequence numbers Iceberg assigned it."""
+
+    meta: DataFileMeta
+    data_sequence_number: int
+    manifest_path: str
+
+
+def live_files(table: Table, snapshot: Snapshot | None) -> tuple[list[LiveFile], list[LiveFile]]:
+    """The live data files and delete files of ``snapshot``."""
+    if snapshot is None:
+        return [], []
+    data: list[LiveFile] = []
+    deletes: list[LiveFile] = []
+    for manifest in snapshot.manifests(table.io):
+        target = data if manifest.content == ManifestContent.DATA else deletes
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            target.append(LiveFile(to_meta(entry.data_file), int(entry.sequence_number or 0), manifest.manifest_path))
+    return data, deletes
+
+
+def _replace_summary(
+    table: Table, parent: Snapshot | None, added: Sequence[DataFileMeta], removed: Sequence[DataFileMeta]
+) -> Summary:
+    """Summary of a ``replace`` snapshot (PyIceberg's summary update refuses that operation)."""
+    metadata = table.metadata
+    collector = SnapshotSummaryCollector()
+    specs, schema = metadata.specs(), metadata.schema()
+    for meta in added:
+        collector.add_file(
+            to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
+        )
+    for meta in removed:
+        collector.remove_file(
+            to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
+        )
+    props = collector.build()
+    previous = dict(parent.summary.additional_properties) if parent is not None and parent.summary else {}
+
+    def total(key: str, plus: str, minus: str) -> str:
+        return str(int(previous.get(key, "0")) + int(props.get(plus, "0")) - int(props.get(minus, "0")))
+
+    props.update(
+        {
+            "total-data-files": total("total-data-files", "added-data-files", "deleted-data-files"),
+            "total-delete-files": total("total-delete-files", "added-delete-files", "removed-delete-files"),
+            "total-records": total("total-records", "added-records", "deleted-records"),
+            "total-files-size": total("total-files-size", "added-files-size", "removed-files-size"),
+            "total-position-deletes": total(
+                "total-position-deletes", "added-position-deletes", "removed-position-deletes"
+            ),
+            "total-equality-deletes": total(
+                "total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"
+            ),
+        }
+    )
+    return Summary(operation=Operation.REPLACE, **props)
+
+
+def prepare_rewrite(
+    table: Table,
+    io: FileIO,
+    branch: str,
+    added: Sequence[DataFileMeta],
+    removed_paths: frozenset[str],
+    data_sequence_number: int,
+    snapshot_properties: Mapping[str, str],
+) -> PreparedCommit:
+    """A ``replace`` snapshot: ``removed_paths`` (data and delete files) out, ``added`` in.
+
+    Added data files carry ``data_sequence_number`` (the sequence number of the snapshot the rewrite
+    read), so equality deletes committed after that snapshot still apply to the rewritten rows.
+    """
+    metadata = table.metadata
+    parent = branch_head(table, branch)
+    if parent is None:
+        raise ValueError("cannot rewrite files of a branch without snapshots")
+    snapshot_id = metadata.new_snapshot_id()
+    sequence_number = metadata.next_sequence_number()
+    commit_uuid = uuid.uuid4().hex
+    written: list[str] = []
+    manifests: list[ManifestFile] = []
+    removed: list[DataFileMeta] = []
+
+    by_spec: dict[int, list[DataFileMeta]] = {}
+    for meta in added:
+        by_spec.setdefault(meta.spec_id, []).append(meta)
+    for spec_id, metas in sorted(by_spec.items()):
+        path = _new_manifest_path(table, commit_uuid, len(written))
+        written.append(path)
+        writer = _ManifestWriterV2(
+            metadata.specs()[spec_id], metadata.schema(), io.new_output(path), snapshot_id, "deflate"
+        )
+        with writer:
+            for meta in metas:
+                writer.add(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=snapshot_id,
+                        sequence_number=data_sequence_number,
+                        file_sequence_number=None,
+                        data_file=to_data_file(meta, metadata.format_version),
+                    )
+                )
+        manifests.append(writer.to_manifest_file())
+
+    for manifest in parent.manifests(io):
+        entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
+        hits = [e for e in entries if e.data_file.file_path in removed_paths]
+        if not hits:
+            manifests.append(manifest)
+            continue
+        path = _new_manifest_path(table, commit_uuid, len(written))
+        written.append(path)
+        spec = metadata.specs()[manifest.partition_spec_id]
+        rewritten: ManifestWriter = (
+            _DeleteManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
+            if manifest.content == ManifestContent.DELETES
+            else _ManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
+        )
+        with rewritten:
+            for entry in entries:
+                if entry.data_file.file_path in removed_paths:
+                    rewritten.delete(entry)
+                    removed.append(to_meta(entry.data_file))
+                else:
+                    rewritten.existing(entry)
+        manifests.append(rewritten.to_manifest_file())
+
+    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
+    written.append(manifest_list)
+    with write_manifest_list(
+        format_version=metadata.format_version,
+        output_file=io.new_output(manifest_list),
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id,
+        sequence_number=sequence_number,
+        avro_compression="deflate",
+    ) as list_writer:
+        list_writer.add_manifests(manifests)
+    summary = _replace_summary(table, parent, added, removed)
+    summary = Summary(operation=summary.operation, **{**summary.additional_properties, **snapshot_properties})
+    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id,
+        sequence_number=sequence_number,
+        manifest_list=manifest_list,
+        summary=summary,
+        schema_id=metadata.current_schema_id,
+    )
+    updates = (
+        AddSnapshotUpdate(snapshot=snapshot),
+        SetSnapshotRefUpdate(  # type: ignore[call-arg]
+            snapshot_id=snapshot_id,
+            parent_snapshot_id=parent.snapshot_id,
+            ref_name=branch,
+            type=SnapshotRefType.BRANCH,
+        ),
+    )
+    requirements = (
+        AssertTableUUID(uuid=metadata.table_uuid),
+        AssertRefSnapshotId(ref=branch, snapshot_id=parent.snapshot_id),  # type: ignore[call-arg]
+    )
+    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))

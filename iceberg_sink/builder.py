@@ -16,6 +16,7 @@ from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact
 from iceberg_sink.table.partitioning import field_name, parse_terms
 from iceberg_sink.table.schema import check_changes_table, partition_problem
+from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import PostCommitHook, PreCommitHook
 
@@ -36,6 +37,7 @@ class IcebergSinkBuilder:
         self._write_options: dict[str, Any] = {}
         self._changes: list[tuple[str, dict[str, Any]]] = []
         self._pre_hooks: list[Any] = []
+        self._compaction: dict[str, Any] | None = None
         self._post_hooks: list[Any] = []
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
@@ -107,6 +109,34 @@ class IcebergSinkBuilder:
         undoes the commit; set ``iceberg-sink.post-commit.fail-on-error`` to stop the stream on it.
         """
         self._post_hooks.append(fn)
+        return self
+
+    def compaction(
+        self,
+        every_n_commits: int | None = None,
+        small_files_per_partition: int | None = None,
+        small_files_bytes: int | None = None,
+        every_seconds: float | None = None,
+        background: bool = False,
+        **planning: Any,
+    ) -> IcebergSinkBuilder:
+        """Compact small files (and apply deletes) after commits; see topology/compaction.
+
+        Any trigger starts a compaction: ``every_n_commits`` commits, a partition receiving more than
+        ``small_files_per_partition`` small files, ``small_files_bytes`` of small files, or
+        ``every_seconds`` seconds since the last one. ``background=True`` runs it on a thread of the
+        same SparkSession without blocking the stream. ``planning`` takes the other CompactionConfig
+        fields (target_file_size_bytes, min_file_size_bytes, max_group_bytes, min_input_files,
+        delete_file_threshold).
+        """
+        self._compaction = {
+            "every_n_commits": every_n_commits,
+            "small_files_per_partition": small_files_per_partition,
+            "small_files_bytes": small_files_bytes,
+            "every_seconds": every_seconds,
+            "background": background,
+            **planning,
+        }
         return self
 
     def upsert(self, key: Sequence[str]) -> IcebergSinkBuilder:
@@ -201,6 +231,19 @@ class IcebergSinkBuilder:
         for kind, hooks in (("pre_commit_hook", self._pre_hooks), ("post_commit_hook", self._post_hooks)):
             problems.extend(f"{kind}: expected a callable, received {h!r}" for h in hooks if not callable(h))
         changes = self._change_config(problems)
+        compaction = None
+        if self._compaction is not None:
+            try:
+                compaction = CompactionConfig(**self._compaction)
+                if not compaction.has_trigger:
+                    problems.append(
+                        "compaction: expected at least one trigger (every_n_commits, small_files_per_partition, "
+                        "small_files_bytes or every_seconds), received none"
+                    )
+            except TypeError as e:
+                problems.append(f"compaction: {e}; see CompactionConfig for the accepted settings")
+            except InvalidSinkConfigError as e:
+                problems.append(str(e))
         if changes is not None and create is not None:
             if create.format_version < 2:
                 problems.append(
@@ -262,5 +305,6 @@ class IcebergSinkBuilder:
                 changes=changes,
                 pre_commit_hooks=tuple(self._pre_hooks),
                 post_commit_hooks=tuple(self._post_hooks),
+                compaction=compaction,
             )
         )

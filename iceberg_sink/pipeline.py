@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from iceberg_sink import _faults, options
@@ -47,6 +46,7 @@ from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.partitioning import build_spec
 from iceberg_sink.table.schema import check_changes_table, check_compatible, spark_to_iceberg
 from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
+from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
 from iceberg_sink.writer.spark import write_dataframe
@@ -93,7 +93,18 @@ class SinkJob:
             fail_on_post_error=resolved.get(options.POST_COMMIT_FAIL_ON_ERROR),
             metrics=self.metrics,
         )
-        self.post_commit: list[Callable[[Table, CommitResult], None]] = []
+        self._spark: SparkSession | None = None
+        self.compaction: CompactionTrigger | None = None
+        if config.compaction is not None:
+            self.compaction = CompactionTrigger(
+                config.compaction,
+                table_key=f"{config.catalog.name}:{config.table}:{config.branch}",
+                branch=config.branch,
+                load_table=self.refresh,
+                small_file_bytes=config.compaction.min_size(resolved.get(options.TARGET_FILE_SIZE_BYTES)),
+                metrics=self.metrics,
+                spark=self._active_spark,
+            )
 
     # -- table -----------------------------------------------------------------------------
 
@@ -202,8 +213,8 @@ class SinkJob:
                 checkpoint=summary,
             )
             self.hooks.after_commit(result)
-            for step in self.post_commit:
-                step(self._table or self.refresh(), result)
+            if self.compaction is not None:
+                self.compaction.observe(result, outcome.data_files)
         if outcome.snapshot is not None:
             logger.info(
                 "checkpoint %s committed as snapshot %s: %s data files, %s records",
@@ -238,7 +249,14 @@ class SinkJob:
         finally:
             self.metrics.set(last_checkpoint_duration_ms=(time.monotonic() - started) * 1000)
 
+    def _active_spark(self) -> SparkSession:
+        spark = self._spark or SparkSession.getActiveSession()
+        if spark is None:
+            raise RuntimeError("compaction needs a SparkSession; none is active")
+        return spark
+
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
+        self._spark = df.sparkSession
         table = self.ensure_table(df.schema)
         self.commit_pending(before=checkpoint_id)
         table = self.refresh()

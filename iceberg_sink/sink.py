@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from iceberg_sink.committer.committer import CommitOutcome
@@ -18,6 +18,8 @@ from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.pipeline import SinkJob
 from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
+from iceberg_sink.topology.compaction.job import Progress
 
 if TYPE_CHECKING:
     from iceberg_sink.builder import IcebergSinkBuilder
@@ -35,6 +37,7 @@ class IcebergSink:
     def __init__(self, config: SinkConfig) -> None:
         self._config = config
         self._metrics = SinkMetrics()
+        self._jobs: list[SinkJob] = []
 
     def metrics(self) -> MetricsSnapshot:
         """Counters of every job of this sink: commits, files, records, hook failures, compactions."""
@@ -57,6 +60,40 @@ class IcebergSink:
         if table is None:
             raise InvalidSinkConfigError(f"table {self._config.table} does not exist yet")
         return table
+
+    def compact(
+        self,
+        spark: SparkSession | None = None,
+        config: CompactionConfig | None = None,
+        partition_filter: Callable[[int, tuple[Any, ...]], bool] | None = None,
+        progress: Progress | None = None,
+    ) -> CompactionResult:
+        """Compact the sink's table and branch once, now (the standalone compaction job).
+
+        Args:
+            spark: the SparkSession to rewrite with (default: the active one).
+            config: planning thresholds (defaults: the builder's compaction settings, else CompactionConfig()).
+            partition_filter: ``(spec_id, partition values) -> bool`` to compact only some partitions.
+            progress: called with (phase, done, total).
+        """
+        session = spark or SparkSession.getActiveSession()
+        if session is None:
+            raise InvalidSinkConfigError("compact() needs a SparkSession; pass spark= or start one")
+        return compact(
+            session,
+            self.load_table,
+            config or self._config.compaction or CompactionConfig(),
+            branch=self._config.branch,
+            partition_filter=partition_filter,
+            progress=progress,
+            write_options=self._config.options,
+        )
+
+    def await_compactions(self, timeout: float | None = None) -> None:
+        """Wait for background compactions started by this sink's streams to finish."""
+        for job in self._jobs:
+            if job.compaction is not None:
+                job.compaction.wait(timeout)
 
     def start(
         self,
@@ -90,6 +127,7 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         job = SinkJob(self._config, CheckpointStore(checkpoint_location), metrics=self._metrics)
+        self._jobs.append(job)
         # Create or check the table before the first batch so schema errors surface now.
         job.ensure_table(streaming_df.schema)
 
@@ -125,6 +163,7 @@ class IcebergSink:
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:
             job = SinkJob(self._config, CheckpointStore(location), metrics=self._metrics)
+            self._jobs.append(job)
             job.ensure_table(df.schema)
             if checkpoint_id is None:
                 job.commit_pending()

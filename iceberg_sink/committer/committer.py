@@ -57,6 +57,7 @@ class CommitOutcome:
     snapshot: Snapshot | None
     already_committed: bool
     attempts: int
+    data_files: tuple[DataFileMeta, ...] = attrs.field(default=(), repr=False)
 
 
 def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix: str) -> int:
@@ -163,7 +164,13 @@ class IcebergCommitter:
                 logger.info("checkpoint %s committed after an unknown-state attempt", committable.checkpoint_id)
             self._cleanup_staged(io, committable)
             snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
-            return CommitOutcome(committable.checkpoint_id, snapshot, already_committed=False, attempts=attempt)
+            return CommitOutcome(
+                committable.checkpoint_id,
+                snapshot,
+                already_committed=False,
+                attempts=attempt,
+                data_files=changes.data_files,
+            )
 
     @staticmethod
     def _read(io: FileIO, staged: _pyiceberg.StagedManifest | None) -> list[DataFileMeta]:

@@ -1,0 +1,251 @@
+"""Run one compaction: plan, rewrite in Spark, validate against what was committed since, commit.
+
+The commit is a ``replace`` snapshot whose new files keep the data sequence number of the snapshot
+the plan read (S). Against the branch head at commit time:
+
+- an equality delete committed after S has a higher sequence number than the new files, so it still
+  applies to the rewritten rows: nothing deleted meanwhile comes back;
+- a group whose input file is no longer live (another compaction or an overwrite removed it), or whose
+  partition received position deletes after S, is dropped (its new files deleted), not the stream;
+- delete files are removed only when no remaining live data file they apply to is left.
+
+A lost race with another writer (the branch head moved) is retried on the new head.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from iceberg_sink import _pyiceberg, options
+from iceberg_sink.committer.committer import RetryPolicy
+from iceberg_sink.errors import CommitRetriesExhaustedError
+from iceberg_sink.topology.compaction.config import CompactionConfig
+from iceberg_sink.topology.compaction.planner import CompactionPlan, RewriteGroup, applies, plan
+from iceberg_sink.topology.compaction.rewriter import encode_group, spark_rewrite
+from iceberg_sink.writer.result import FileContent, WriteResult
+from iceberg_sink.writer.spec import WriterSpec
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+
+
+@attrs.frozen
+class CompactionResult:
+    """What one compaction did.
+
+    Attributes:
+        snapshot_id: the ``replace`` snapshot, or None when nothing was committed.
+        planned_groups / committed_groups / dropped_groups: groups planned, committed, dropped on conflict.
+        rewritten_data_files: data files replaced; added_data_files: new data files.
+        removed_delete_files: delete files no longer needed and removed.
+        rewritten_bytes / added_bytes: sizes before and after.
+        duration_ms: wall time.
+    """
+
+    snapshot_id: int | None = None
+    planned_groups: int = 0
+    committed_groups: int = 0
+    dropped_groups: int = 0
+    rewritten_data_files: int = 0
+    added_data_files: int = 0
+    removed_delete_files: int = 0
+    rewritten_bytes: int = 0
+    added_bytes: int = 0
+    duration_ms: float = 0.0
+
+
+def _writer_spec(table: Table, config: CompactionConfig, overrides: Mapping[str, Any]) -> WriterSpec:
+    resolved = options.resolve(dict(overrides), table.properties)
+    return WriterSpec(
+        table_name=str(table.name()),
+        location=table.location(),
+        schema_json=table.schema().model_dump_json(),
+        spec_json=table.spec().model_dump_json(),
+        io_properties=dict(table.io.properties),
+        writer_properties={**table.properties, **resolved.writer_properties()},
+        job_id="compact-" + uuid.uuid4().hex[:12],
+        checkpoint_id=0,
+        target_file_size=config.target(resolved.get(options.TARGET_FILE_SIZE_BYTES)),
+        buffer_bytes=resolved.get(options.WRITER_BUFFER_BYTES),
+        row_group_limit=resolved.get(options.PARQUET_ROW_GROUP_LIMIT),
+        compression=resolved.get(options.PARQUET_COMPRESSION),
+        compression_level=resolved.get(options.PARQUET_COMPRESSION_LEVEL),
+    )
+
+
+def _sort_columns(table: Table) -> list[tuple[str, str]]:
+    result = []
+    for field in table.sort_order().fields:
+        name = table.schema().find_column_name(field.source_id)
+        if name is not None and "." not in name:
+            result.append((name, "descending" if field.direction.value == "desc" else "ascending"))
+    return result
+
+
+def _rewrite(
+    spark: SparkSession,
+    spec: WriterSpec,
+    groups: tuple[RewriteGroup, ...],
+    sort: list[tuple[str, str]],
+    progress: Progress | None,
+) -> dict[int, WriteResult]:
+    payloads = [(i, encode_group(g, sort)) for i, g in enumerate(groups)]
+    chunk = max(2, spark.sparkContext.defaultParallelism * 2)
+    results: dict[int, WriteResult] = {}
+    for start in range(0, len(payloads), chunk):
+        part = payloads[start : start + chunk]
+        rdd = spark.sparkContext.parallelize(part, numSlices=len(part))
+        for index, encoded in rdd.mapPartitions(spark_rewrite(spec)).collect():
+            results[index] = WriteResult.decode(encoded)
+        if progress is not None:
+            progress("rewrite", len(results), len(groups))
+    return results
+
+
+def _delete(table: Table, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except Exception:
+            logger.warning("could not delete %s", path)
+
+
+def compact(
+    spark: SparkSession,
+    load_table: Callable[[], Table],
+    config: CompactionConfig | None = None,
+    branch: str = "main",
+    partition_filter: Callable[[int, tuple[Any, ...]], bool] | None = None,
+    progress: Progress | None = None,
+    write_options: Mapping[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+) -> CompactionResult:
+    """Compact ``branch`` of the table once.
+
+    Args:
+        spark: the SparkSession whose tasks rewrite the groups.
+        load_table: returns the table as the catalog has it now (called again before each commit attempt).
+        config: thresholds (see CompactionConfig); defaults apply when None.
+        partition_filter: ``(spec_id, partition values) -> bool`` to compact only some partitions.
+        progress: called with (phase, done, total) as groups are rewritten and committed.
+        write_options: option overrides (see docs/options.md) for the new files.
+        retry: backoff when the branch head moves under the commit.
+    """
+    started = time.monotonic()
+    config = config or CompactionConfig()
+    retry = retry or RetryPolicy()
+    table = load_table()
+    resolved = options.resolve(dict(write_options or {}), table.properties)
+    the_plan = plan(table, branch, config, resolved.get(options.TARGET_FILE_SIZE_BYTES), partition_filter)
+    if the_plan is None:
+        return CompactionResult(duration_ms=(time.monotonic() - started) * 1000)
+    if progress is not None:
+        progress("plan", len(the_plan.groups), len(the_plan.groups))
+    spec = _writer_spec(table, config, write_options or {})
+    results = _rewrite(spark, spec, the_plan.groups, _sort_columns(table), progress)
+    attempt = 0
+    while True:
+        attempt += 1
+        table = load_table()
+        kept, dropped = _validate(table, branch, the_plan)
+        _delete(table, [f.path for i in dropped for f in results[i].data_files])
+        if not kept:
+            logger.warning("compaction dropped every group: the table changed under all of them")
+            return CompactionResult(
+                planned_groups=len(the_plan.groups),
+                dropped_groups=len(dropped),
+                duration_ms=(time.monotonic() - started) * 1000,
+            )
+        added = [f for i in kept for f in results[i].data_files]
+        replaced = [f for i in kept for f in the_plan.groups[i].data_files]
+        removed_deletes = _still_removable(table, branch, the_plan, {f.meta.path for f in replaced})
+        prepared = _pyiceberg.prepare_rewrite(
+            table,
+            table.io,
+            branch,
+            added,
+            frozenset({f.meta.path for f in replaced} | removed_deletes),
+            the_plan.sequence_number,
+            {
+                "iceberg-sink.operation": "compaction",
+                "iceberg-sink.compaction.read-snapshot-id": str(the_plan.snapshot_id),
+            },
+        )
+        try:
+            committed = _pyiceberg.commit_prepared(table, prepared)
+        except CommitFailedException as e:
+            _delete(table, list(prepared.written_files))
+            if attempt > retry.num_retries:
+                _delete(table, [f.path for f in added])
+                raise CommitRetriesExhaustedError(f"compaction lost {attempt} commit races: {e}") from e
+            time.sleep(retry.wait_ms(attempt) / 1000)
+            results = {i: r for i, r in results.items() if i in kept}
+            continue
+        if progress is not None:
+            progress("commit", len(kept), len(the_plan.groups))
+        snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
+        return CompactionResult(
+            snapshot_id=snapshot.snapshot_id if snapshot else None,
+            planned_groups=len(the_plan.groups),
+            committed_groups=len(kept),
+            dropped_groups=len(the_plan.groups) - len(kept),
+            rewritten_data_files=len(replaced),
+            added_data_files=len(added),
+            removed_delete_files=len(removed_deletes),
+            rewritten_bytes=sum(f.meta.file_size_in_bytes for f in replaced),
+            added_bytes=sum(f.file_size_in_bytes for f in added),
+            duration_ms=(time.monotonic() - started) * 1000,
+        )
+
+
+def _validate(table: Table, branch: str, the_plan: CompactionPlan) -> tuple[list[int], list[int]]:
+    """Split the plan's groups into those still valid at the branch head and those in conflict."""
+    head = _pyiceberg.branch_head(table, branch)
+    data, deletes = _pyiceberg.live_files(table, head)
+    live = {f.meta.path for f in data}
+    new_position_deletes = {
+        (d.meta.spec_id, d.meta.partition)
+        for d in deletes
+        if d.meta.content == FileContent.POSITION_DELETES and d.data_sequence_number > the_plan.sequence_number
+    }
+    kept, dropped = [], []
+    for i, group in enumerate(the_plan.groups):
+        gone = [f.meta.path for f in group.data_files if f.meta.path not in live]
+        if gone or group.partition in new_position_deletes:
+            logger.info(
+                "compaction group %s dropped: %s",
+                i,
+                f"{len(gone)} input files no longer live" if gone else "new position deletes",
+            )
+            dropped.append(i)
+        else:
+            kept.append(i)
+    return kept, dropped
+
+
+def _still_removable(table: Table, branch: str, the_plan: CompactionPlan, replaced: set[str]) -> frozenset[str]:
+    """Delete files of the plan that no live, not-replaced data file at the head needs any more."""
+    head = _pyiceberg.branch_head(table, branch)
+    data, deletes = _pyiceberg.live_files(table, head)
+    remaining: dict[tuple[int, tuple[Any, ...]], list[Any]] = {}
+    for f in data:
+        if f.meta.path not in replaced:
+            remaining.setdefault((f.meta.spec_id, f.meta.partition), []).append(f)
+    result = set()
+    for d in deletes:
+        # Only delete files the plan read (sequence number at or below its snapshot's) may go.
+        if d.data_sequence_number > the_plan.sequence_number:
+            continue
+        if not any(applies(d, f) for f in remaining.get((d.meta.spec_id, d.meta.partition), [])):
+            result.add(d.meta.path)
+    return frozenset(result)

@@ -1,0 +1,127 @@
+"""When to compact after commits, and where the compaction runs (inline or in the background).
+
+The trigger counts commits, small data files per partition and small-file bytes since the last
+compaction, and the time since it. At most one compaction runs per table at a time in this process:
+a trigger that fires while one runs waits for the next commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.topology.compaction.config import CompactionConfig
+from iceberg_sink.topology.compaction.job import CompactionResult, compact
+from iceberg_sink.topology.hooks import CommitResult
+from iceberg_sink.writer.result import DataFileMeta
+
+logger = logging.getLogger(__name__)
+
+_RUNNING: dict[str, threading.Lock] = defaultdict(threading.Lock)
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _table_lock(key: str) -> threading.Lock:
+    with _REGISTRY_LOCK:
+        return _RUNNING[key]
+
+
+class CompactionTrigger:
+    """Post-commit step: counts what commits add and starts a compaction when a threshold is met."""
+
+    def __init__(
+        self,
+        config: CompactionConfig,
+        table_key: str,
+        branch: str,
+        load_table: Callable[[], Table],
+        small_file_bytes: int,
+        metrics: SinkMetrics,
+        spark: Callable[[], SparkSession],
+    ) -> None:
+        self._config = config
+        self._table_key = table_key
+        self._branch = branch
+        self._load_table = load_table
+        self._small = small_file_bytes
+        self._metrics = metrics
+        self._spark = spark
+        self._reset()
+        self.last_result: CompactionResult | None = None
+        self.last_error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def _reset(self) -> None:
+        self._commits = 0
+        self._small_by_partition: dict[tuple[int, tuple[object, ...]], int] = defaultdict(int)
+        self._small_bytes = 0
+        self._since = time.monotonic()
+
+    def observe(self, result: CommitResult, data_files: tuple[DataFileMeta, ...]) -> None:
+        """Record one commit; compact if a trigger fires."""
+        self._commits += 1
+        for f in data_files:
+            if f.file_size_in_bytes < self._small:
+                self._small_by_partition[(f.spec_id, f.partition)] += 1
+                self._small_bytes += f.file_size_in_bytes
+        if self.should_run():
+            self.run()
+
+    def should_run(self) -> bool:
+        c = self._config
+        return (
+            (c.every_n_commits is not None and self._commits >= c.every_n_commits)
+            or (
+                c.small_files_per_partition is not None
+                and any(n > c.small_files_per_partition for n in self._small_by_partition.values())
+            )
+            or (c.small_files_bytes is not None and self._small_bytes > c.small_files_bytes)
+            or (c.every_seconds is not None and time.monotonic() - self._since >= c.every_seconds)
+        )
+
+    def run(self) -> None:
+        lock = _table_lock(self._table_key)
+        if not lock.acquire(blocking=False):
+            logger.info("compaction of %s already running; trigger kept for the next commit", self._table_key)
+            return
+        self._metrics.add(compactions_triggered=1)
+        self._reset()
+        if self._config.background:
+            self._thread = threading.Thread(
+                target=self._run_locked, args=(lock,), name="iceberg-sink-compaction", daemon=True
+            )
+            self._thread.start()
+        else:
+            self._run_locked(lock)
+
+    def _run_locked(self, lock: threading.Lock) -> None:
+        try:
+            result = compact(self._spark(), self._load_table, self._config, branch=self._branch)
+        except Exception as e:
+            self.last_error = e
+            self._metrics.add(compactions_failed=1)
+            logger.exception("compaction of %s failed; the stream goes on", self._table_key)
+        else:
+            self.last_result = result
+            self._metrics.add(
+                compactions_succeeded=1,
+                compaction_rewritten_files=result.rewritten_data_files,
+                compaction_added_files=result.added_data_files,
+                compaction_removed_delete_files=result.removed_delete_files,
+            )
+            self._metrics.set(last_compaction_duration_ms=result.duration_ms)
+            logger.info("compaction of %s: %s", self._table_key, result)
+        finally:
+            lock.release()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a background compaction to finish (tests, shutdown)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
