@@ -144,13 +144,16 @@ def merge(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     log(f"loaded the initial rows in {result['load_seconds']:.1f}s")
 
     seconds: list[float] = []
+    intervals: list[tuple[float, float]] = []
     summaries: list[dict[str, str]] = []
     for index, path in enumerate(spec["batch_files"]):
+        wall = time.time()
         started = time.perf_counter()
         spark.read.schema(INPUT_DDL).parquet(path).createOrReplaceTempView("changes")
         spark.sql(MERGE_SQL)
         elapsed = time.perf_counter() - started
         seconds.append(elapsed)
+        intervals.append((wall, wall + elapsed))
         summary = latest_summary(spark)
         summaries.append(summary)
         log(
@@ -158,6 +161,7 @@ def merge(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
             f"(data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
         )
     result["batch_seconds"] = seconds
+    result["batch_intervals"] = intervals
     result["batch_summaries"] = summaries
     result["observed"] = observe(spark, spark.table(TABLE), spec["sample_ids"])
     log(f"MERGE table read back: {result['observed']['rows']} rows")

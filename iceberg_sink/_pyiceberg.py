@@ -629,3 +629,117 @@ def prepare_rewrite(
         AssertRefSnapshotId(ref=branch, snapshot_id=parent.snapshot_id),  # type: ignore[call-arg]
     )
     return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+
+
+def prepare_manifest_rewrite(
+    table: Table, io: FileIO, branch: str, entries_per_manifest: int, snapshot_properties: Mapping[str, str]
+) -> PreparedCommit | None:
+    """A ``replace`` snapshot that only regroups the branch's live entries into fewer manifests.
+
+    Entries keep their status-independent identity (snapshot id, data and file sequence numbers) as
+    ``EXISTING``; no file is added or removed. None when there is nothing to merge.
+    """
+    metadata = table.metadata
+    parent = branch_head(table, branch)
+    if parent is None:
+        return None
+    old = parent.manifests(io)
+    groups: dict[tuple[int, int], list[ManifestEntry]] = {}
+    for manifest in old:
+        key = (int(manifest.content), manifest.partition_spec_id)
+        groups.setdefault(key, []).extend(manifest.fetch_manifest_entry(io, discard_deleted=True))
+    planned = sum(max(1, -(-len(e) // entries_per_manifest)) for e in groups.values() if e)
+    if planned >= len(old):
+        return None
+    snapshot_id = metadata.new_snapshot_id()
+    commit_uuid = uuid.uuid4().hex
+    written: list[str] = []
+    manifests: list[ManifestFile] = []
+    for (content, spec_id), entries in sorted(groups.items()):
+        for start in range(0, len(entries), entries_per_manifest):
+            path = _new_manifest_path(table, commit_uuid, len(written))
+            written.append(path)
+            spec = metadata.specs()[spec_id]
+            cls = _DeleteManifestWriterV2 if content == int(ManifestContent.DELETES) else _ManifestWriterV2
+            writer: ManifestWriter = (
+                cls(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
+                if metadata.format_version >= 2
+                else write_manifest(1, spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
+            )
+            with writer:
+                for entry in entries[start : start + entries_per_manifest]:
+                    writer.existing(entry)
+            manifests.append(writer.to_manifest_file())
+    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
+    written.append(manifest_list)
+    sequence_number = metadata.next_sequence_number()
+    with write_manifest_list(
+        format_version=metadata.format_version,
+        output_file=io.new_output(manifest_list),
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id,
+        sequence_number=sequence_number,
+        avro_compression="deflate",
+    ) as list_writer:
+        list_writer.add_manifests(manifests)
+    previous = dict(parent.summary.additional_properties) if parent.summary else {}
+    totals = {k: v for k, v in previous.items() if k.startswith("total-")}
+    summary = Summary(
+        operation=Operation.REPLACE,
+        **totals,
+        **{"manifests-created": str(len(manifests)), "manifests-replaced": str(len(old))},
+        **snapshot_properties,
+    )
+    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id,
+        sequence_number=sequence_number,
+        manifest_list=manifest_list,
+        summary=summary,
+        schema_id=metadata.current_schema_id,
+    )
+    updates = (
+        AddSnapshotUpdate(snapshot=snapshot),
+        SetSnapshotRefUpdate(  # type: ignore[call-arg]
+            snapshot_id=snapshot_id, parent_snapshot_id=parent.snapshot_id, ref_name=branch, type=SnapshotRefType.BRANCH
+        ),
+    )
+    requirements = (
+        AssertTableUUID(uuid=metadata.table_uuid),
+        AssertRefSnapshotId(ref=branch, snapshot_id=parent.snapshot_id),  # type: ignore[call-arg]
+    )
+    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+
+
+def reachable_files(table: Table) -> set[str]:
+    """Every file the table's metadata references: metadata files, manifest lists, manifests, data
+    and delete files of every snapshot, statistics files."""
+    metadata = table.metadata
+    io = table.io
+    result = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    result.update(s.statistics_path for s in metadata.statistics)
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        result.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            result.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+                result.add(entry.data_file.file_path)
+    return result
+
+
+def staged_manifest_files(io: FileIO, path: str) -> list[str]:
+    """The data and delete files a staged (not yet committed) manifest lists."""
+    manifest = ManifestFile.from_args(
+        manifest_path=path,
+        manifest_length=0,
+        partition_spec_id=0,
+        content=ManifestContent.DATA,
+        sequence_number=0,
+        min_sequence_number=0,
+        added_snapshot_id=0,
+    )
+    return [e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=False)]

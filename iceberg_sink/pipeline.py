@@ -49,6 +49,7 @@ from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_change
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
+from iceberg_sink.topology.maintenance import EPHEMERAL_JOB_KEY
 from iceberg_sink.writer.spark import write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
 
@@ -64,8 +65,12 @@ class SinkJob:
         store: CheckpointStore,
         catalog: Catalog | None = None,
         metrics: SinkMetrics | None = None,
+        ephemeral: bool = False,
     ) -> None:
         self._config = config
+        # A job whose checkpoint location is thrown away (a bounded write without one) cannot be
+        # resumed: its snapshots need not be kept by snapshot expiry for exactly-once bookkeeping.
+        self._job_properties = {EPHEMERAL_JOB_KEY: "true"} if ephemeral else {}
         self.metrics = metrics or SinkMetrics()
         self._catalog = catalog or config.catalog.load()
         self._store = store
@@ -183,7 +188,9 @@ class SinkJob:
 
     def _commit(self, committable: Committable) -> CommitOutcome:
         started = time.monotonic()
-        properties = self.hooks.before_commit(committable.summary) if self._config.pre_commit_hooks else {}
+        properties = dict(self._job_properties)
+        if self._config.pre_commit_hooks:
+            properties.update(self.hooks.before_commit(committable.summary))
         outcome = self.committer.commit(committable, extra_properties=properties)
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)

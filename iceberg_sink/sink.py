@@ -162,7 +162,7 @@ class IcebergSink:
         temporary = checkpoint_location is None
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:
-            job = SinkJob(self._config, CheckpointStore(location), metrics=self._metrics)
+            job = SinkJob(self._config, CheckpointStore(location), metrics=self._metrics, ephemeral=temporary)
             self._jobs.append(job)
             job.ensure_table(df.schema)
             if checkpoint_id is None:

@@ -73,9 +73,20 @@ def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix
         summary = snapshot.summary
         if summary is not None and summary.get(job_key) == job_id:
             return int(summary[checkpoint_key] or -1)
-        if snapshot.parent_snapshot_id is None:
-            break
-        snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+        parent = (
+            metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+        )
+        if parent is None:
+            # The root, or a chain cut by expired snapshots (Java leaves a dangling parent id, PyIceberg
+            # clears it). Expiry (topology/maintenance.py) keeps each resumable job's newest snapshot, so
+            # the newest of this job's remaining snapshots holds the maximum.
+            ids = [
+                int(s.summary[checkpoint_key] or -1)
+                for s in metadata.snapshots
+                if s.summary is not None and s.summary.get(job_key) == job_id
+            ]
+            return max(ids, default=-1)
+        snapshot = parent
     return -1
 
 

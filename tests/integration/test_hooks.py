@@ -71,7 +71,7 @@ def test_veto_keeps_the_checkpoint_pending_until_a_restart_commits_it(spark: Spa
 
     sink = build()
     ckpt = str(tmp_path / "ckpt")
-    with pytest.raises(CommitVetoedError, match="audit service down.*stays pending"):
+    with pytest.raises(CommitVetoedError, match=r"audit service down.*stays pending"):
         sink.write(spark.range(0, 5), checkpoint_location=ckpt, checkpoint_id=0)
     assert sink.load_table().snapshots() == []
     assert [c.checkpoint_id for c in CheckpointStore(ckpt).pending()] == [0]

@@ -1,0 +1,144 @@
+"""How busy the machine was with *other* work while a benchmark ran (Linux ``/proc``).
+
+A background thread samples ``/proc/<pid>/stat`` of every process about once a second and adds up
+the CPU time of processes that are not this process or one of its descendants (the benchmark's
+drivers, their JVMs and Python workers are descendants). On a 2-core machine a concurrent test run
+or build easily doubles a batch's latency, so the benchmark reports this foreign CPU time per batch
+and can wait for a quiet machine before each system starts.
+
+A process that starts and ends between two samples is missed, and a foreign process's CPU time
+before its first sample is counted in full at that sample (it started within the interval, or the
+monitor just started); both are small at a 1 s interval.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _read_processes() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds used so far) for every process that can be read."""
+    out: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ... utime stime": comm may contain spaces and parentheses.
+        fields = text[text.rfind(")") + 2 :].split()
+        try:
+            out[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS)
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def _descendants(root: int, processes: dict[int, tuple[int, float]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in processes.items():
+        children.setdefault(ppid, []).append(pid)
+    found = {root}
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+class ForeignCpuMonitor:
+    """Cumulative CPU seconds of processes outside this process tree, sampled every ``interval``."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.available = Path("/proc/self/stat").exists()
+        self._root = os.getpid()
+        self._times: list[float] = []
+        self._totals: list[float] = []
+        self._total = 0.0
+        self._last: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        processes = _read_processes()
+        ours = _descendants(self._root, processes)
+        now = time.time()
+        first = not self._times
+        current: dict[int, float] = {}
+        added = 0.0
+        for pid, (_, cpu) in processes.items():
+            if pid in ours:
+                continue
+            current[pid] = cpu
+            if not first:
+                added += max(0.0, cpu - self._last.get(pid, 0.0))
+        with self._lock:
+            self._last = current
+            self._total += added
+            self._times.append(now)
+            self._totals.append(self._total)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> ForeignCpuMonitor:
+        if self.available and self._thread is None:
+            self._sample()
+            self._thread = threading.Thread(target=self._run, name="foreign-cpu-monitor", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def total_at(self, when: float) -> float:
+        """Foreign CPU seconds accumulated by wall-clock time ``when`` (linear between samples)."""
+        with self._lock:
+            times, totals = list(self._times), list(self._totals)
+        if not times:
+            return 0.0
+        i = bisect.bisect_left(times, when)
+        if i == 0:
+            return totals[0]
+        if i >= len(times):
+            return totals[-1]
+        t0, t1 = times[i - 1], times[i]
+        return totals[i - 1] + (totals[i] - totals[i - 1]) * (when - t0) / (t1 - t0)
+
+    def between(self, start: float, end: float) -> float | None:
+        """Foreign CPU seconds between two wall-clock times; None without /proc."""
+        if not self.available:
+            return None
+        return max(0.0, self.total_at(end) - self.total_at(start))
+
+    def wait_until_quiet(self, threshold: float, quiet_seconds: float, max_wait: float) -> float:
+        """Block until other processes used under ``threshold`` cores for ``quiet_seconds`` in a row,
+        or ``max_wait`` seconds passed. Returns the seconds waited."""
+        if not self.available or max_wait <= 0:
+            return 0.0
+        started = time.time()
+        while True:
+            now = time.time()
+            window_start = now - quiet_seconds
+            if now - started >= quiet_seconds and self._times and self._times[0] <= window_start:
+                busy = self.between(window_start, now) or 0.0
+                if busy / quiet_seconds < threshold:
+                    return now - started
+            if now - started >= max_wait:
+                return now - started
+            time.sleep(self.interval)

@@ -1,0 +1,197 @@
+"""The iceberg_sink side of the CDC benchmark: PySpark 4.x in the main venv.
+
+Started by ``benchmarks/cdc.py`` in a process of its own (so its JVM is gone before the MERGE side
+starts)::
+
+    .venv/bin/python -m benchmarks.sink_driver SPEC.json
+
+``SPEC.json`` names the Parquet files of the initial load and of each batch, a scratch directory
+and the Spark settings. The driver:
+
+1. builds an ``.upsert(key=["id"])`` sink on ``bench.cdc`` in an embedded catalog (SQLite +
+   local warehouse) under the scratch directory; an empty write creates the table, whose ``id``
+   becomes a required identifier field;
+2. appends the initial rows through a second, append-mode sink on the same table, timed;
+3. writes each batch with ``sink.write(batch_df, checkpoint_location=..., checkpoint_id=i)``, the
+   code path of the streaming ``foreachBatch`` (one snapshot per batch; one equality delete per
+   changed key), timing it from reading the batch's file to the end of the commit.
+
+The result (per-batch seconds and wall-clock intervals, a breakdown by stage, snapshot summaries and
+the table's metadata location, which the MERGE side's Iceberg Java reads back) is written as JSON to
+the ``result`` path of the spec. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cdc_data import SPARK_DDL
+
+TABLE = "bench.cdc"
+
+
+def log(message: str) -> None:
+    print(f"[iceberg_sink {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class PhaseTimer:
+    """Times the sink's stages per batch by wrapping three of its callables at run time.
+
+    Informational only (what the sink does is unchanged): ``spark_write`` is
+    ``pipeline.write_dataframe`` (the Spark job: reading the batch, the change reduction and its
+    shuffle, the writer tasks), ``aggregate`` the ``CommitAggregator`` (staging manifests),
+    ``commit`` the ``IcebergCommitter`` (manifests, manifest list, catalog commit); ``other`` is
+    the rest (loading the table from the catalog, checks, the checkpoint store). A callable that
+    is not found (renamed upstream) is not reported.
+    """
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        self._restore: list[Callable[[], None]] = []
+
+    def _wrap(self, owner: Any, attribute: str, phase: str) -> None:
+        original = getattr(owner, attribute, None)
+        if original is None:
+            return
+        timer = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timer.current[phase] = timer.current.get(phase, 0.0) + time.perf_counter() - started
+
+        setattr(owner, attribute, timed)
+        self._restore.append(lambda: setattr(owner, attribute, original))
+
+    @contextmanager
+    def installed(self) -> Iterator[PhaseTimer]:
+        from iceberg_sink import pipeline
+        from iceberg_sink.committer.aggregator import CommitAggregator
+        from iceberg_sink.committer.committer import IcebergCommitter
+
+        self._wrap(pipeline, "write_dataframe", "spark_write")
+        self._wrap(CommitAggregator, "aggregate", "aggregate")
+        self._wrap(IcebergCommitter, "commit", "commit")
+        try:
+            yield self
+        finally:
+            for restore in reversed(self._restore):
+                restore()
+            self._restore.clear()
+
+    def take(self, elapsed: float) -> dict[str, float]:
+        phases, self.current = self.current, {}
+        phases["other"] = max(0.0, elapsed - sum(phases.values()))
+        return phases
+
+
+def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
+    from pyspark.sql import SparkSession
+
+    # Python workers (the mapInArrow writers) must run this interpreter, the one with iceberg_sink.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
+    spark = (
+        SparkSession.builder.master(f"local[{spec['cores']}]")
+        .appName("cdc-benchmark-iceberg-sink")
+        .config("spark.driver.memory", spec["driver_memory"])
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(spec["shuffle_partitions"]))
+        .config("spark.default.parallelism", str(spec["cores"]))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import pyiceberg
+    import pyspark
+    from pyspark.sql import functions as F
+
+    from iceberg_sink import IcebergSink
+
+    work_dir = Path(spec["work_dir"])
+    spark = start_spark(spec, work_dir)
+    try:
+        lake = work_dir / "lake"
+        upsert_sink = IcebergSink.builder().embedded(lake).table(TABLE).create_if_missing().upsert(key=["id"]).build()
+        upsert_sink.write(spark.createDataFrame([], SPARK_DDL))  # creates the table, commits nothing
+        append_sink = IcebergSink.builder().embedded(lake).table(TABLE).build()
+
+        started = time.perf_counter()
+        initial = spark.read.schema(SPARK_DDL).parquet(*spec["initial_files"])
+        # The table's id is required: drop nulls (there are none) and use an expression Spark knows is not null.
+        initial = initial.where(F.col("id").isNotNull()).withColumn("id", F.coalesce("id", F.lit(0).cast("bigint")))
+        append_sink.write(initial)
+        load_seconds = time.perf_counter() - started
+        log(f"loaded the initial rows in {load_seconds:.1f}s")
+
+        checkpoint = str(work_dir / "checkpoint")
+        seconds: list[float] = []
+        intervals: list[tuple[float, float]] = []
+        phases: list[dict[str, float]] = []
+        summaries: list[dict[str, str]] = []
+        timer = PhaseTimer()
+        with timer.installed():
+            for index, path in enumerate(spec["batch_files"]):
+                wall = time.time()
+                started = time.perf_counter()
+                batch = spark.read.schema(SPARK_DDL).parquet(path)
+                outcome = upsert_sink.write(batch, checkpoint_location=checkpoint, checkpoint_id=index)
+                elapsed = time.perf_counter() - started
+                seconds.append(elapsed)
+                intervals.append((wall, wall + elapsed))
+                phase = timer.take(elapsed)
+                phases.append(phase)
+                snapshot = outcome.snapshot if outcome is not None else None
+                summary = dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
+                summaries.append(summary)
+                log(
+                    f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
+                    f"({', '.join(f'{k} {v:.2f}s' for k, v in phase.items())}; "
+                    f"data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
+                )
+        return {
+            "spark_version": spark.version,
+            "pyspark_version": pyspark.__version__,
+            "pyiceberg_version": pyiceberg.__version__,
+            "load_seconds": load_seconds,
+            "batch_seconds": seconds,
+            "batch_intervals": intervals,
+            "batch_phases": phases,
+            "batch_summaries": summaries,
+            "metadata_location": upsert_sink.load_table().metadata_location,
+        }
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    result = run(spec)
+    Path(spec["result"]).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
