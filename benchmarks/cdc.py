@@ -1,6 +1,6 @@
 """CDC benchmark: per-batch upsert latency of iceberg_sink vs ``foreachBatch`` + ``MERGE INTO``.
 
-    .venv/bin/python -m benchmarks.cdc [--rows 1000000] [--batches 10] [--batch-size 10000]
+    .venv/bin/python -m benchmarks.cdc [--rows 1000000] [--batches 30] [--batch-size 10000]
                                        [--out benchmarks/results/cdc.json]
 
 One invocation runs both systems on this machine, one after the other, each in a fresh process of
@@ -166,7 +166,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m benchmarks.cdc", description="CDC upsert latency: iceberg_sink vs foreachBatch + MERGE INTO"
     )
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the initial load (default 1000000)")
-    parser.add_argument("--batches", type=int, default=10, help="change batches applied (default 10)")
+    parser.add_argument("--batches", type=int, default=30, help="change batches applied (default 30)")
     parser.add_argument("--batch-size", type=int, default=10_000, help="changes per batch (default 10000)")
     parser.add_argument("--update-fraction", type=float, default=0.5, help="updates among the changes (default 0.5)")
     parser.add_argument("--seed", type=int, default=20240601, help="seed of the generated data")

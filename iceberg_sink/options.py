@@ -230,5 +230,21 @@ def options_table_markdown(extra: Callable[[Option], str] | None = None) -> str:
     return "\n".join(rows) + "\n"
 
 
+def options_doc() -> str:
+    """The whole of docs/options.md."""
+    return (
+        "# Options\n\n"
+        "Generated from `iceberg_sink/options.py` by `python -m iceberg_sink.options > docs/options.md`; "
+        "do not edit by hand.\n\n"
+        "Precedence: builder (`.write_option(key, value)`) > table property of the same key > default. "
+        "Keys starting with `write.metadata.metrics.` (column metrics modes, e.g. "
+        "`write.metadata.metrics.column.name = truncate(8)`) are passed to the writers as given.\n\n"
+        + options_table_markdown()
+        + "\nUpserts/CDC (`.upsert(key=...)`, `.cdc(op_column=..., key=..., order_by=...)`), hooks "
+        "(`.pre_commit_hook`, `.post_commit_hook`) and compaction (`.compaction(...)`) are builder methods; "
+        "see docs/cdc.md and docs/compaction.md.\n"
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover - docs generator
-    sys.stdout.write(options_table_markdown())
+    sys.stdout.write(options_doc())
