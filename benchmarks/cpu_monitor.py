@@ -17,7 +17,9 @@ import bisect
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -127,18 +129,32 @@ class ForeignCpuMonitor:
         return max(0.0, self.total_at(end) - self.total_at(start))
 
     def wait_until_quiet(self, threshold: float, quiet_seconds: float, max_wait: float) -> float:
-        """Block until other processes used under ``threshold`` cores for ``quiet_seconds`` in a row,
-        or ``max_wait`` seconds passed. Returns the seconds waited."""
+        """Block until other processes used under ``threshold`` cores over the last ``quiet_seconds``
+        (samples from before the call count), or ``max_wait`` seconds passed. Returns the seconds waited."""
         if not self.available or max_wait <= 0:
             return 0.0
         started = time.time()
         while True:
             now = time.time()
             window_start = now - quiet_seconds
-            if now - started >= quiet_seconds and self._times and self._times[0] <= window_start:
-                busy = self.between(window_start, now) or 0.0
-                if busy / quiet_seconds < threshold:
-                    return now - started
+            with self._lock:
+                covered = bool(self._times) and self._times[0] <= window_start
+            if covered and (self.between(window_start, now) or 0.0) / quiet_seconds < threshold:
+                return now - started
             if now - started >= max_wait:
                 return now - started
-            time.sleep(self.interval)
+            time.sleep(self.interval / 2)
+
+
+def quiet_gate(spec: dict[str, Any]) -> tuple[ForeignCpuMonitor, Callable[[], float]]:
+    """A started monitor and a function that waits for a quiet machine as ``spec["quiet"]`` says
+    (``threshold`` cores, ``seconds`` window, ``max_wait`` seconds; no waiting without it)."""
+    monitor = ForeignCpuMonitor(interval=0.5).start()
+    quiet = spec.get("quiet") or {}
+
+    def wait() -> float:
+        if not quiet or quiet.get("max_wait", 0) <= 0:
+            return 0.0
+        return monitor.wait_until_quiet(quiet["threshold"], quiet["seconds"], quiet["max_wait"])
+
+    return monitor, wait

@@ -19,8 +19,11 @@ iceberg_sink side wrote. The driver:
    iceberg_sink table too when given: Iceberg Java is the reader of record for its equality deletes;
 5. times one full aggregate scan of each table with the same engine (the read cost of their deletes).
 
-The result is written as JSON to the ``result`` path of the spec. Progress goes to stderr. This
-module imports nothing from the project, so it runs with any PySpark 3.5 interpreter.
+Before the load and before each batch it waits for other processes to go quiet, as ``spec["quiet"]``
+says (``benchmarks/cpu_monitor.py``). The result is written as JSON to the ``result`` path of the
+spec; progress goes to stderr. Apart from the standard-library-only ``benchmarks.cpu_monitor`` it
+imports nothing from the project, so it runs with any PySpark 3.5 interpreter (from the project
+root, so that ``benchmarks`` is importable).
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchmarks.cpu_monitor import quiet_gate
 
 TABLE = "bench.db.cdc"
 DDL_COLUMNS = "id bigint NOT NULL, name string, version bigint, amount double, ts timestamp"
@@ -130,13 +136,14 @@ def latest_summary(spark: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (rows[0]["summary"] or {}).items()} if rows else {}
 
 
-def merge(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+def merge(spark: Any, spec: dict[str, Any], wait_quiet: Callable[[], float]) -> dict[str, Any]:
     """Create the table, bulk-load it, apply every batch with MERGE INTO and read the table back."""
     result: dict[str, Any] = {"table_properties": TABLE_PROPERTIES, "merge_sql": MERGE_SQL}
     props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
     spark.sql("CREATE NAMESPACE IF NOT EXISTS bench.db")
     spark.sql(f"CREATE TABLE {TABLE} ({DDL_COLUMNS}) USING iceberg TBLPROPERTIES ({props})")
 
+    result["load_waited_for_quiet_seconds"] = wait_quiet()
     started = time.perf_counter()
     spark.read.schema(INPUT_DDL).parquet(*spec["initial_files"]).createOrReplaceTempView("initial")
     spark.sql(f"INSERT INTO {TABLE} SELECT * FROM initial")
@@ -144,9 +151,11 @@ def merge(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     log(f"loaded the initial rows in {result['load_seconds']:.1f}s")
 
     seconds: list[float] = []
+    waited: list[float] = []
     intervals: list[tuple[float, float]] = []
     summaries: list[dict[str, str]] = []
     for index, path in enumerate(spec["batch_files"]):
+        waited.append(wait_quiet())
         wall = time.time()
         started = time.perf_counter()
         spark.read.schema(INPUT_DDL).parquet(path).createOrReplaceTempView("changes")
@@ -161,6 +170,7 @@ def merge(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
             f"(data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
         )
     result["batch_seconds"] = seconds
+    result["batch_waited_for_quiet_seconds"] = waited
     result["batch_intervals"] = intervals
     result["batch_summaries"] = summaries
     result["observed"] = observe(spark, spark.table(TABLE), spec["sample_ids"])
@@ -171,6 +181,7 @@ def merge(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import pyspark
 
+    monitor, wait_quiet = quiet_gate(spec)
     with tempfile.TemporaryDirectory(prefix="cdc-merge-into-") as work:
         spark = start_spark(spec, Path(work))
         result: dict[str, Any] = {
@@ -181,7 +192,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         }
         try:
             if spec["merge"]:
-                result.update(merge(spark, spec))
+                result.update(merge(spark, spec, wait_quiet))
             sink_metadata = spec.get("sink_metadata")
             if sink_metadata:
                 sink_df = spark.read.format("iceberg").load(sink_metadata)
@@ -193,6 +204,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 result["scan_seconds"] = observe(spark, spark.table(TABLE), [])["scan_seconds"]
         finally:
             spark.stop()
+            monitor.stop()
     return result
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cdc_data import SPARK_DDL
+from benchmarks.cpu_monitor import quiet_gate
 
 TABLE = "bench.cdc"
 
@@ -128,6 +129,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     from iceberg_sink import IcebergSink
 
     work_dir = Path(spec["work_dir"])
+    monitor, wait_quiet = quiet_gate(spec)
     spark = start_spark(spec, work_dir)
     try:
         lake = work_dir / "lake"
@@ -135,6 +137,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         upsert_sink.write(spark.createDataFrame([], SPARK_DDL))  # creates the table, commits nothing
         append_sink = IcebergSink.builder().embedded(lake).table(TABLE).build()
 
+        load_waited = wait_quiet()
         started = time.perf_counter()
         initial = spark.read.schema(SPARK_DDL).parquet(*spec["initial_files"])
         # The table's id is required: drop nulls (there are none) and use an expression Spark knows is not null.
@@ -145,12 +148,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         checkpoint = str(work_dir / "checkpoint")
         seconds: list[float] = []
+        waited: list[float] = []
         intervals: list[tuple[float, float]] = []
         phases: list[dict[str, float]] = []
         summaries: list[dict[str, str]] = []
         timer = PhaseTimer()
         with timer.installed():
             for index, path in enumerate(spec["batch_files"]):
+                waited.append(wait_quiet())
                 wall = time.time()
                 started = time.perf_counter()
                 batch = spark.read.schema(SPARK_DDL).parquet(path)
@@ -173,7 +178,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "pyspark_version": pyspark.__version__,
             "pyiceberg_version": pyiceberg.__version__,
             "load_seconds": load_seconds,
+            "load_waited_for_quiet_seconds": load_waited,
             "batch_seconds": seconds,
+            "batch_waited_for_quiet_seconds": waited,
             "batch_intervals": intervals,
             "batch_phases": phases,
             "batch_summaries": summaries,
@@ -181,6 +188,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         }
     finally:
         spark.stop()
+        monitor.stop()
 
 
 def main(argv: list[str]) -> int:

@@ -183,13 +183,22 @@ def test_stream_with_upserts_and_compaction_stays_bounded_and_correct(
         [(n, pa.int64() if t == "long" else pa.string()) for n, t in (c.split() for c in CHANGE_DDL.split(", "))]
     )
     lsn = 0
+    models = []
     for i in range(12):
         changes = random_changes(rng, model, lsn, 25, keys=30)
         lsn = max(c["lsn"] for c in changes)
         apply(model, changes)
+        models.append(expected(model))
         pq.write_table(pa.Table.from_pylist(changes, schema=schema), source / f"part-{i:03d}.parquet")
         os.utime(source / f"part-{i:03d}.parquet", (1_700_000_000 + i, 1_700_000_000 + i))
-    sink = cdc_sink(tmp_path, every_n_commits=3, background=background).build()
+    # After every commit, remember the table's metadata file: each must read as the model of its
+    # checkpoint, whatever compactions ran before it (inline or in the background).
+    states: list[tuple[int, str]] = []
+    holder: dict[str, Any] = {}
+    builder = cdc_sink(tmp_path, every_n_commits=3, background=background)
+    builder.post_commit_hook(lambda r: states.append((r.checkpoint_id, holder["sink"].load_table().metadata_location)))
+    sink = builder.build()
+    holder["sink"] = sink
     stream = spark.readStream.schema(CHANGE_DDL).option("maxFilesPerTrigger", 1).parquet(str(source))
     query = sink.start(stream, str(tmp_path / "ckpt"), trigger={"availableNow": True})
     query.awaitTermination(600)
@@ -207,3 +216,7 @@ def test_stream_with_upserts_and_compaction_stays_bounded_and_correct(
     assert max(data_files_per_partition(table).values()) <= 4
     assert normalize(java_reader.read(table.metadata_location), ["id"]) == expected(model)
     assert normalize(duckdb_read(table.metadata_location), ["id"]) == expected(model)
+    assert [c for c, _ in states] == list(range(12))
+    for checkpoint, location in states:
+        assert normalize(java_reader.read(location), ["id"]) == models[checkpoint], f"checkpoint {checkpoint}"
+        assert normalize(duckdb_read(location), ["id"]) == models[checkpoint], f"checkpoint {checkpoint}"

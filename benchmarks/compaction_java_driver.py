@@ -1,0 +1,166 @@
+"""The Iceberg Java side of the compaction benchmark: ``rewrite_data_files`` on Spark 3.5.
+
+Runs in the Java venv (PySpark 3.5 + ``iceberg-spark-runtime-3.5_2.12-1.9.2.jar``; see
+``tests/interop/java_env.py``), started by ``benchmarks/compaction.py``::
+
+    <venv-java>/bin/python -m benchmarks.compaction_java_driver SPEC.json
+
+``SPEC.json`` (written by compaction.py) names the jar, a Hadoop-catalog warehouse, a namespace and
+the tables to compact, the procedure's options and the Spark settings. compaction.py prepared each
+table as ``<warehouse>/<namespace>/<table>/metadata/v1.metadata.json`` (a copy of the metadata.json
+of the table iceberg_sink wrote, so the manifests and data files are the very same files) plus
+``version-hint.text``. For each table, in order, the driver:
+
+1. times ``CALL hc.system.rewrite_data_files(table => ..., options => map(...))`` (planning, the
+   rewrite and the commit; a fresh JVM, so the first table also pays class loading and JIT);
+2. records the procedure's output row and the summary of the new current snapshot, and the path of
+   the newest ``vN.metadata.json`` so compaction.py can read the result back.
+
+The driver only adds files (new data files next to the old ones, new metadata in its own folder);
+it never deletes any, so sharing the data files with the original table is safe. The result is
+written as JSON to the ``result`` path of the spec. Progress goes to stderr. This module imports
+nothing from the project, so it runs with any PySpark 3.5 interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CATALOG = "hc"
+_LOG4J2 = """\
+status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+"""
+
+
+def log(message: str) -> None:
+    print(f"[java rewrite {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
+    log4j = work_dir / "log4j2.properties"
+    log4j.write_text(_LOG4J2, encoding="utf-8")
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
+    spark = (
+        SparkSession.builder.master(f"local[{spec['cores']}]")
+        .appName("compaction-benchmark-rewrite-data-files")
+        .config("spark.jars", spec["jar"])
+        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config(f"spark.sql.catalog.{CATALOG}", "org.apache.iceberg.spark.SparkCatalog")
+        .config(f"spark.sql.catalog.{CATALOG}.type", "hadoop")
+        .config(f"spark.sql.catalog.{CATALOG}.warehouse", spec["warehouse"])
+        .config("spark.driver.memory", spec["driver_memory"])
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(spec["shuffle_partitions"]))
+        .config("spark.default.parallelism", str(spec["cores"]))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def iceberg_version(spark: Any) -> str:
+    try:
+        return str(spark._jvm.org.apache.iceberg.IcebergBuild.version())
+    except Exception as e:  # only informational
+        return f"unknown ({type(e).__name__})"
+
+
+def newest_metadata(table_dir: Path) -> str:
+    """The ``vN.metadata.json`` with the highest N: the Hadoop catalog's current metadata."""
+    versions = []
+    for path in (table_dir / "metadata").glob("v*.metadata.json"):
+        match = re.fullmatch(r"v(\d+)\.metadata\.json", path.name)
+        if match:
+            versions.append((int(match.group(1)), path))
+    if not versions:
+        raise FileNotFoundError(f"no vN.metadata.json under {table_dir / 'metadata'}")
+    return str(max(versions)[1])
+
+
+def options_sql(options: dict[str, str]) -> str:
+    return "map(" + ", ".join(f"'{k}', '{v}'" for k, v in options.items()) + ")"
+
+
+def rewrite(spark: Any, spec: dict[str, Any], table: str) -> dict[str, Any]:
+    identifier = f"{spec['namespace']}.{table}"
+    call = (
+        f"CALL {CATALOG}.system.rewrite_data_files(table => '{identifier}', options => {options_sql(spec['options'])})"
+    )
+    started = time.perf_counter()
+    rows = spark.sql(call).collect()
+    seconds = time.perf_counter() - started
+    output = {str(k): v for k, v in rows[0].asDict().items()} if rows else {}
+    summary_rows = spark.sql(
+        f"SELECT summary FROM {CATALOG}.{identifier}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).collect()
+    summary = {str(k): str(v) for k, v in (summary_rows[0]["summary"] or {}).items()} if summary_rows else {}
+    table_dir = Path(spec["warehouse"]) / spec["namespace"] / table
+    log(f"{identifier}: {seconds:.2f}s, {output}")
+    return {
+        "table": identifier,
+        "call": call,
+        "seconds": seconds,
+        "output": output,
+        "summary": summary,
+        "metadata_location": newest_metadata(table_dir),
+    }
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import pyspark
+
+    with tempfile.TemporaryDirectory(prefix="compaction-java-") as work:
+        started = time.perf_counter()
+        spark = start_spark(spec, Path(work))
+        result: dict[str, Any] = {
+            "spark_version": spark.version,
+            "pyspark_version": pyspark.__version__,
+            "iceberg_version": iceberg_version(spark),
+            "java_version": spark._jvm.java.lang.System.getProperty("java.version"),
+            "startup_seconds": time.perf_counter() - started,
+            "runs": [],
+        }
+        try:
+            for table in spec["tables"]:
+                result["runs"].append(rewrite(spark, spec, table))
+        finally:
+            spark.stop()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    result = run(spec)
+    Path(spec["result"]).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
