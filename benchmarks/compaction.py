@@ -1,6 +1,6 @@
 """Compaction benchmark: read cost of CDC tables with and without compaction, and compaction throughput.
 
-    .venv/bin/python -m benchmarks.compaction [--checkpoints 100] [--keys 20000] [--changes-per-checkpoint 2000]
+    .venv/bin/python -m benchmarks.compaction [--checkpoints 100] [--keys 20000] [--changes-per-checkpoint 1000]
                                               [--out benchmarks/results/compaction.json]
 
 One invocation, on this machine, in this order:
@@ -33,7 +33,7 @@ generator's model (rows, distinct ids, sums of ``id`` and ``version``) with both
 against each other with a checksum of every column computed by Iceberg Java.
 
 **Part B: compaction throughput on the same files.** The metadata.json of ``bench.plain`` (the
-uncompacted table) is registered ``--compaction-runs`` times under new names: in the SQLite catalog
+uncompacted table) is registered once per compaction run under a new name: in the SQLite catalog
 (``bench.ours_1``, ...) for iceberg_sink, and copied into a Hadoop-catalog warehouse
 (``<ns>/<table>/metadata/v1.metadata.json`` + ``version-hint.text``) for Iceberg Java. Every copy
 reads the very same manifests and data files; each compactor only adds files, so sharing is safe.
@@ -42,15 +42,19 @@ Then, one after the other:
 - iceberg_sink: ``sink.compact(spark, config=CompactionConfig())`` in this process's Spark session
   (PySpark 4.x, ``local[2]``, already warm from part A);
 - Iceberg Java: ``CALL hc.system.rewrite_data_files(table => ..., options => map(...))`` in
-  ``benchmarks/compaction_java_driver.py`` (PySpark 3.5.7 + Iceberg 1.9.2, ``local[2]``, a fresh JVM;
-  the first run pays class loading and JIT).
+  ``benchmarks/compaction_java_driver.py`` (PySpark 3.5.7 + Iceberg 1.9.2, ``local[2]``, one JVM for
+  all of its runs).
 
-The options make both do the same job: rewrite every data file that has a delete applying to it or
-is small, applying the deletes (``delete-file-threshold=1``, ``min-input-files=2``, the table's
-default target file size) and drop the delete files that no longer apply
-(``remove-dangling-deletes=true``). Reported per run: input files and bytes, output files and bytes,
-rows, seconds, MB/s (input data + delete bytes per second); each compacted table is read back with
-Iceberg Java and must have the checksum of the uncompacted one.
+Each compactor does one warm-up run first (timed, but reported apart: for Java it is the run that
+pays class loading and JIT), then ``--compaction-runs`` measured runs, each on a fresh copy. The Java options make it do the same job as iceberg_sink: rewrite every data file
+that has a delete applying to it or is small, applying the deletes (``delete-file-threshold=1``,
+``min-input-files=2``, the table's default target file size), and drop the delete files that no
+longer apply (``remove-dangling-deletes=true``, which costs Java an extra Spark job over the
+``entries`` metadata table and a second commit). Each like-for-like Java run is followed by one with
+``remove-dangling-deletes=false`` (reported apart as ``keep_dangling``: the delete files stay in
+the table's metadata, applying to nothing). Reported per run: input files and bytes, output files
+and bytes, rows, seconds, MB/s (input data + delete bytes per second); each compacted table is read
+back with Iceberg Java (and DuckDB) and must have the checksum of the uncompacted one.
 
 The JSON result goes to stdout and to ``--out``; progress goes to stderr. ``plot_compaction.py``
 draws ``docs/benchmarks/compaction.png`` from it.
@@ -274,7 +278,8 @@ def part_a(
     tables = {"plain": False, "compacted": True}
     sinks = {name: upsert_sink(name, compaction) for name, compaction in tables.items()}
     out: dict[str, Any] = {
-        name: {"compaction": c, "checkpoint_seconds": [], "compactions": []} for name, c in tables.items()
+        name: {"compaction": c, "checkpoint_seconds": [], "compactions": [], "files_after_checkpoint": []}
+        for name, c in tables.items()
     }
     for name, sink in sinks.items():
         sink.write(spark.createDataFrame([], SPARK_DDL).withColumn("id", _not_null_id()))  # creates the table
@@ -310,6 +315,9 @@ def part_a(
                 compactions.append(
                     {"after_checkpoint": i, "seconds": seconds, "by": "benchmark", "result": attrs.asdict(result)}
                 )
+        for name, sink in sinks.items():
+            counts = counters(summary_of(sink.load_table()))
+            out[name]["files_after_checkpoint"].append([counts["total-data-files"], counts["total-delete-files"]])
         if (i + 1) % 10 == 0 or i + 1 == len(batches):
             log(
                 f"checkpoint {i + 1}/{len(batches)}: "
@@ -449,44 +457,54 @@ def part_b(
         "max_group_bytes": config.max_group_bytes,
         "target_file_size_bytes": "table default (write.target-file-size-bytes, 512 MiB)",
     }
-    ours = []
-    for run in range(1, runs + 1):
+
+    def check(run: dict[str, Any], location: str) -> dict[str, Any]:
+        checksum = java_checksum(java, location)
+        after = StaticTableStats(location)
+        return {
+            **run,
+            "metadata_location": location,
+            "summary": after.summary,
+            "output": after.files,
+            "checksum": checksum,
+            "same_content": checksum == reference,
+            "duckdb": duckdb_check(duck, location),
+            **throughput(input_stats, run["seconds"]),
+        }
+
+    ours: list[dict[str, Any]] = []
+    for run in ["warmup", *range(1, runs + 1)]:
         name = f"{NAMESPACE}.ours_{run}"
         catalog.register_table(name, plain_metadata)
         sink = IcebergSink.builder().embedded(lake).table(name).build()
         started = time.perf_counter()
         result = sink.compact(spark, config=config)
         seconds = time.perf_counter() - started
-        table = sink.load_table()
-        after = file_stats(table)
-        check = java_checksum(java, table.metadata_location)
         ours.append(
-            {
-                "table": name,
-                "seconds": seconds,
-                "result": attrs.asdict(result),
-                "summary": counters(summary_of(table)),
-                "output": after,
-                "metadata_location": table.metadata_location,
-                "checksum": check,
-                "same_content": check == reference,
-                **throughput(input_stats, seconds),
-            }
+            check(
+                {"table": name, "variant": "warmup" if run == "warmup" else "default", "seconds": seconds},
+                sink.load_table().metadata_location,
+            )
         )
-        log(f"iceberg_sink compaction {run}: {seconds:.2f}s, {ours[-1]['result']}, same content {check == reference}")
-    out["iceberg_sink"] = ours
+        ours[-1]["result"] = attrs.asdict(result)
+        log(f"iceberg_sink compaction {run}: {seconds:.2f}s, {ours[-1]['result']}, same {ours[-1]['same_content']}")
+    out["iceberg_sink_warmup"] = ours[0]
+    out["iceberg_sink"] = ours[1:]
 
+    # Java: one warm-up run (a fresh JVM: class loading, JIT), then the like-for-like runs
+    # (remove-dangling-deletes=true) alternating with runs that keep the dangling delete files.
     warehouse = work / "java-warehouse"
-    tables = []
+    variants = {"remove_dangling": JAVA_OPTIONS, "keep_dangling": {**JAVA_OPTIONS, "remove-dangling-deletes": "false"}}
+    tables = [("java_warmup", "warmup", JAVA_OPTIONS)]
     for run in range(1, runs + 1):
-        hadoop_copy(plain_metadata, warehouse, f"java_{run}")
-        tables.append(f"java_{run}")
+        tables += [(f"java_{variant}_{run}", variant, options) for variant, options in variants.items()]
+    for name, _, _ in tables:
+        hadoop_copy(plain_metadata, warehouse, name)
     spec = {
         "jar": str(java_env.jar),
         "warehouse": str(warehouse),
         "namespace": NAMESPACE,
-        "tables": tables,
-        "options": JAVA_OPTIONS,
+        "tables": [{"name": name, "options": options} for name, _, options in tables],
         "cores": cores,
         "driver_memory": driver_memory,
         "shuffle_partitions": cores * 2,
@@ -494,28 +512,17 @@ def part_b(
     }
     log("starting the Iceberg Java rewrite_data_files driver")
     driver = run_java_driver(java_env, spec, work)
-    runs_out = []
-    for run in driver.pop("runs"):
-        location = run["metadata_location"]
-        after = StaticTableStats(location)
-        check = java_checksum(java, location)
-        runs_out.append(
-            {
-                **run,
-                "summary": counters(run["summary"]),
-                "output": after.files,
-                "checksum": check,
-                "same_content": check == reference,
-                "duckdb": duckdb_check(duck, location),
-                **throughput(input_stats, run["seconds"]),
-            }
+    java_runs = []
+    for (_, variant, _), run in zip(tables, driver.pop("runs"), strict=True):
+        java_runs.append(
+            check({**run, "variant": variant, "procedure_summary": run["summary"]}, run["metadata_location"])
         )
-        log(f"Java {run['table']}: {run['seconds']:.2f}s, same content {check == reference}")
-    out["iceberg_java"] = runs_out
+        log(f"Java {run['table']}: {run['seconds']:.2f}s, same content {java_runs[-1]['same_content']}")
+    out["iceberg_java_warmup"] = java_runs[0]
+    out["iceberg_java"] = [r for r in java_runs if r["variant"] == "remove_dangling"]
+    out["iceberg_java_keep_dangling"] = [r for r in java_runs if r["variant"] == "keep_dangling"]
     out["iceberg_java_driver"] = driver
-    out["iceberg_java_options"] = JAVA_OPTIONS
-    for run in ours:
-        run["duckdb"] = duckdb_check(duck, run["metadata_location"])
+    out["iceberg_java_options"] = variants
     return out
 
 
@@ -570,11 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--checkpoints", type=int, default=100)
     parser.add_argument("--keys", type=int, default=20_000, help="rows of the initial load")
-    parser.add_argument("--changes-per-checkpoint", type=int, default=2_000)
+    parser.add_argument("--changes-per-checkpoint", type=int, default=1_000)
     parser.add_argument("--update-fraction", type=float, default=0.8, help="share of changes that update a key")
     parser.add_argument("--compact-every", type=int, default=10, help="every_n_commits of the compacted table")
     parser.add_argument("--read-runs", type=int, default=3)
-    parser.add_argument("--compaction-runs", type=int, default=2, help="runs of each compactor, each on its own copy")
+    parser.add_argument("--compaction-runs", type=int, default=3, help="runs of each compactor, each on its own copy")
     parser.add_argument("--seed", type=int, default=20_240_101)
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--driver-memory", default="2g")
@@ -688,7 +695,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(text + "\n", encoding="utf-8")
     print(text)
     checks = list(result["part_a"]["content_checks"].values())
-    checks += [r["same_content"] for r in result["part_b"]["iceberg_sink"] + result["part_b"]["iceberg_java"]]
+    b = result["part_b"]
+    runs = [b["iceberg_sink_warmup"], *b["iceberg_sink"], b["iceberg_java_warmup"], *b["iceberg_java"]]
+    checks += [r["same_content"] for r in [*runs, *b["iceberg_java_keep_dangling"]]]
     return 0 if all(checks) else 1
 
 

@@ -5,8 +5,8 @@ Runs in the Java venv (PySpark 3.5 + ``iceberg-spark-runtime-3.5_2.12-1.9.2.jar`
 
     <venv-java>/bin/python -m benchmarks.compaction_java_driver SPEC.json
 
-``SPEC.json`` (written by compaction.py) names the jar, a Hadoop-catalog warehouse, a namespace and
-the tables to compact, the procedure's options and the Spark settings. compaction.py prepared each
+``SPEC.json`` (written by compaction.py) names the jar, a Hadoop-catalog warehouse, a namespace,
+the tables to compact (each with the procedure's options) and the Spark settings. compaction.py prepared each
 table as ``<warehouse>/<namespace>/<table>/metadata/v1.metadata.json`` (a copy of the metadata.json
 of the table iceberg_sink wrote, so the manifests and data files are the very same files) plus
 ``version-hint.text``. For each table, in order, the driver:
@@ -105,11 +105,9 @@ def options_sql(options: dict[str, str]) -> str:
     return "map(" + ", ".join(f"'{k}', '{v}'" for k, v in options.items()) + ")"
 
 
-def rewrite(spark: Any, spec: dict[str, Any], table: str) -> dict[str, Any]:
+def rewrite(spark: Any, spec: dict[str, Any], table: str, options: dict[str, str]) -> dict[str, Any]:
     identifier = f"{spec['namespace']}.{table}"
-    call = (
-        f"CALL {CATALOG}.system.rewrite_data_files(table => '{identifier}', options => {options_sql(spec['options'])})"
-    )
+    call = f"CALL {CATALOG}.system.rewrite_data_files(table => '{identifier}', options => {options_sql(options)})"
     started = time.perf_counter()
     rows = spark.sql(call).collect()
     seconds = time.perf_counter() - started
@@ -146,7 +144,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         }
         try:
             for table in spec["tables"]:
-                result["runs"].append(rewrite(spark, spec, table))
+                result["runs"].append(rewrite(spark, spec, table["name"], table["options"]))
         finally:
             spark.stop()
     return result

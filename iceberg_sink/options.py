@@ -136,6 +136,14 @@ POST_COMMIT_FAIL_ON_ERROR = Option(
     table_property=False,
 )
 
+SKIP_DELETES_FOR_NEW_KEYS = Option(
+    "iceberg-sink.cdc.skip-deletes-for-new-keys",
+    bool,
+    True,
+    "Upsert/CDC: no equality delete for a key outside the table's key bounds (re-checked at commit).",
+    table_property=False,
+)
+
 OPTIONS: tuple[Option, ...] = (
     TARGET_FILE_SIZE_BYTES,
     PARQUET_COMPRESSION,
@@ -149,6 +157,7 @@ OPTIONS: tuple[Option, ...] = (
     COMMIT_TOTAL_TIMEOUT_MS,
     SNAPSHOT_PROPERTY_PREFIX,
     POST_COMMIT_FAIL_ON_ERROR,
+    SKIP_DELETES_FOR_NEW_KEYS,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 

@@ -21,13 +21,14 @@ import logging
 import time
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from iceberg_sink import _faults, options
+from iceberg_sink import _faults, _pyiceberg, options
 from iceberg_sink._pyiceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
@@ -43,15 +44,19 @@ from iceberg_sink.errors import (
 )
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.table.partitioning import build_spec
 from iceberg_sink.table.schema import check_changes_table, check_compatible, spark_to_iceberg
 from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
+from iceberg_sink.topology.compaction.rewriter import read_by_field_id
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
 from iceberg_sink.topology.maintenance import EPHEMERAL_JOB_KEY
+from iceberg_sink.writer.result import DataFileMeta
 from iceberg_sink.writer.spark import write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
+from iceberg_sink.writer.task_writer import TaskWriter
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -90,7 +95,9 @@ class SinkJob:
                 total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
             ),
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
+            late_deletes=self._late_deletes,
         )
+        self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
         self.hooks = HookRunner(
             config.pre_commit_hooks,
@@ -283,8 +290,13 @@ class SinkJob:
         if stored is not None:
             return self._commit(stored)
 
-        spec = self.writer_spec(table, checkpoint_id)
         resolved = options.resolve(self._config.options, table.properties)
+        proof = None
+        if self._config.changes is not None and resolved.get(options.SKIP_DELETES_FOR_NEW_KEYS):
+            if self._key_bounds is None:
+                self._key_bounds = KeyBoundsCache(self._equality_ids(table))
+            proof = self._key_bounds.bounds(table, _pyiceberg.branch_head(table, self._config.branch))
+        spec = self.writer_spec(table, checkpoint_id, proof)
         mode = self._distribution_mode(table, resolved)
         sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
         if self._config.changes is not None:
@@ -302,7 +314,9 @@ class SinkJob:
                 ) from e
             raise
         _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
-        committable = self.aggregator.aggregate(table, table.io, checkpoint_id, results)
+        committable = self.aggregator.aggregate(
+            table, table.io, checkpoint_id, results, proof_snapshot_id=proof.snapshot_id if proof else None
+        )
         if committable is None:
             logger.info("checkpoint %s wrote no rows; no snapshot", checkpoint_id)
             return None
@@ -320,7 +334,22 @@ class SinkJob:
         # keeps one file per partition and writer.
         return DistributionMode.HASH if table.spec().fields else DistributionMode.NONE
 
-    def writer_spec(self, table: Table, checkpoint_id: int) -> WriterSpec:
+    def _late_deletes(self, checkpoint_id: int, files: tuple[DataFileMeta, ...]) -> tuple[DataFileMeta, ...]:
+        """Equality deletes for every key in ``files`` (when a new-key proof no longer holds)."""
+        table = self.refresh()
+        spec = self.writer_spec(table, checkpoint_id)
+        writer = TaskWriter(spec, task_id=0, attempt_id=0)
+        schema = table.schema()
+        try:
+            for f in files:
+                rows = read_by_field_id(table.io, f.path, schema)
+                writer.write(rows.append_column(OP_COLUMN, pa.array(["D"] * rows.num_rows, pa.string())))
+            return writer.complete().delete_files
+        except BaseException:
+            writer.abort()
+            raise
+
+    def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         resolved = options.resolve(self._config.options, table.properties)
         props: dict[str, Any] = {**table.properties, **resolved.writer_properties()}
         return WriterSpec(
@@ -339,6 +368,7 @@ class SinkJob:
             compression_level=resolved.get(options.PARQUET_COMPRESSION_LEVEL),
             equality_field_ids=self._equality_ids(table),
             op_column=OP_COLUMN if self._config.changes is not None else None,
+            new_key_proof=proof,
         )
 
     def _equality_ids(self, table: Table) -> tuple[int, ...]:

@@ -30,14 +30,21 @@ class CommitAggregator:
         self._job_id = job_id
 
     def aggregate(
-        self, table: Table, io: FileIO, checkpoint_id: int, results: Iterable[WriteResult]
+        self,
+        table: Table,
+        io: FileIO,
+        checkpoint_id: int,
+        results: Iterable[WriteResult],
+        proof_snapshot_id: int | None = None,
     ) -> Committable | None:
         """Return the committable of ``checkpoint_id``, or None when nothing was written."""
         data: list[DataFileMeta] = []
         deletes: list[DataFileMeta] = []
+        skipped = 0
         for result in results:
             data.extend(result.data_files)
             deletes.extend(result.delete_files)
+            skipped += result.skipped_deletes
         if not data and not deletes:
             return None
         metadata = table.metadata
@@ -71,4 +78,6 @@ class CommitAggregator:
             branch=self._branch,
             manifests=DeltaManifests(data_manifest=staged(data, "data"), delete_manifest=staged(deletes, "deletes")),
             summary=summary,
+            proof_snapshot_id=proof_snapshot_id if skipped else None,
+            skipped_deletes=skipped,
         )

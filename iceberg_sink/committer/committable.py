@@ -49,6 +49,8 @@ class Committable:
         branch: the target branch.
         manifests: the staged manifests holding the checkpoint's files.
         summary: counts for hooks and metrics.
+        proof_snapshot_id: the snapshot the writers' "key is new" proof was made on (-1: empty branch).
+        skipped_deletes: how many equality deletes the writers skipped on that proof.
     """
 
     job_id: str
@@ -57,8 +59,10 @@ class Committable:
     branch: str
     manifests: DeltaManifests
     summary: CommitSummary
+    proof_snapshot_id: int | None = None
+    skipped_deletes: int = 0
 
-    CODEC_VERSION = 1
+    CODEC_VERSION = 2
 
     def encode(self) -> bytes:
         return _codec.dumps(
@@ -74,12 +78,14 @@ class Committable:
                     self.manifests.delete_manifest.to_json() if self.manifests.delete_manifest else None
                 ),
                 "summary": self.summary.to_json(),
+                "proof_snapshot_id": self.proof_snapshot_id,
+                "skipped_deletes": self.skipped_deletes,
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> Committable:
-        obj = _codec.loads(data, "committable", (1,))
+        obj = _codec.loads(data, "committable", (1, 2))
         return cls(
             job_id=obj["job_id"],
             checkpoint_id=obj["checkpoint_id"],
@@ -90,4 +96,6 @@ class Committable:
                 delete_manifest=(StagedManifest.from_json(obj["delete_manifest"]) if obj["delete_manifest"] else None),
             ),
             summary=CommitSummary(**obj["summary"]),
+            proof_snapshot_id=obj.get("proof_snapshot_id"),
+            skipped_deletes=obj.get("skipped_deletes", 0),
         )

@@ -23,6 +23,7 @@ from pyiceberg.table.snapshots import Snapshot
 from iceberg_sink import _pyiceberg
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.errors import CommitRetriesExhaustedError, CommitStateUnknownError
+from iceberg_sink.table.key_bounds import data_added_since
 from iceberg_sink.writer.result import DataFileMeta
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,9 @@ class IcebergCommitter:
         retry: RetryPolicy,
         property_prefix: str = "iceberg-sink",
         sleep: Callable[[float], None] = time.sleep,
+        late_deletes: Callable[[int, tuple[DataFileMeta, ...]], tuple[DataFileMeta, ...]] | None = None,
     ) -> None:
+        self._late_deletes = late_deletes
         self._load_table = load_table
         self._branch = branch
         self._job_id = job_id
@@ -127,6 +130,7 @@ class IcebergCommitter:
         deadline = time.monotonic() + self._retry.total_timeout_ms / 1000
         attempt = 0
         state_unknown = False
+        late_added = False
         while True:
             if attempt > 0:
                 table = self._load_table()
@@ -142,6 +146,24 @@ class IcebergCommitter:
                     data_files=tuple(self._read(io, committable.manifests.data_manifest)),
                     delete_files=tuple(self._read(io, committable.manifests.delete_manifest)),
                 )
+            if committable.skipped_deletes and committable.proof_snapshot_id is not None and not late_added:
+                head = _pyiceberg.branch_head(table, self._branch)
+                if data_added_since(table, head, committable.proof_snapshot_id):
+                    # Rows were added since the writers proved their keys new: the proof no longer
+                    # holds, so the skipped equality deletes are written now, from our data files.
+                    if self._late_deletes is None:
+                        raise CommitRetriesExhaustedError(
+                            f"checkpoint {committable.checkpoint_id} skipped equality deletes but the table changed "
+                            "since, and this committer cannot write them"
+                        )
+                    extra = self._late_deletes(committable.checkpoint_id, changes.data_files)
+                    changes = attrs.evolve(changes, delete_files=changes.delete_files + extra)
+                    late_added = True
+                    logger.info(
+                        "checkpoint %s: table changed since its new-key proof; wrote %s equality delete files",
+                        committable.checkpoint_id,
+                        len(extra),
+                    )
             prepared = _pyiceberg.prepare_commit(table, io, self._branch, changes, properties)
             try:
                 committed = _pyiceberg.commit_prepared(table, prepared)

@@ -107,14 +107,16 @@ class WriteResult:
         delete_files: position and equality delete files written (CDC modes).
         task_id: Spark partition id of the task, for metrics and logs.
         attempt_id: Spark task attempt id; results of failed attempts never reach the driver.
+        skipped_deletes: rows whose equality delete was skipped because their key was provably new.
     """
 
     data_files: tuple[DataFileMeta, ...] = ()
     delete_files: tuple[DataFileMeta, ...] = ()
     task_id: int = 0
     attempt_id: int = 0
+    skipped_deletes: int = 0
 
-    CODEC_VERSION = 1
+    CODEC_VERSION = 2
 
     def encode(self) -> bytes:
         return _codec.dumps(
@@ -125,15 +127,17 @@ class WriteResult:
                 "delete_files": [f.to_json() for f in self.delete_files],
                 "task_id": self.task_id,
                 "attempt_id": self.attempt_id,
+                "skipped_deletes": self.skipped_deletes,
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> WriteResult:
-        obj = _codec.loads(data, "write-result", (1,))
+        obj = _codec.loads(data, "write-result", (1, 2))
         return cls(
             data_files=tuple(DataFileMeta.from_json(f) for f in obj["data_files"]),
             delete_files=tuple(DataFileMeta.from_json(f) for f in obj["delete_files"]),
             task_id=obj["task_id"],
             attempt_id=obj["attempt_id"],
+            skipped_deletes=obj.get("skipped_deletes", 0),
         )

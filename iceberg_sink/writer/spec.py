@@ -16,6 +16,8 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.locations import LocationProvider, load_location_provider
 
+from iceberg_sink.table.key_bounds import KeyBounds
+
 
 def _frozen_dict(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in value.items()))
@@ -44,6 +46,8 @@ class WriterSpec:
         compression: Parquet codec name; compression_level: -1 for default.
         equality_field_ids: key field ids in upsert/CDC modes (empty for appends).
         op_column: the normalised operation column in upsert/CDC modes ("I", "U" or "D").
+        new_key_proof: the table's key bounds when the checkpoint began (see table/key_bounds.py):
+            rows whose key is outside them skip their equality delete. None: always write it.
     """
 
     table_name: str
@@ -61,6 +65,7 @@ class WriterSpec:
     compression_level: int
     equality_field_ids: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
     op_column: str | None = None
+    new_key_proof: KeyBounds | None = None
 
     @cached_property
     def schema(self) -> Schema:

@@ -18,9 +18,11 @@ from typing import IO, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.table.locations import LocationProvider
+from pyiceberg.types import PrimitiveType
 
 from iceberg_sink import _pyiceberg
 from iceberg_sink.writer.conform import conform_batch
@@ -32,6 +34,18 @@ logger = logging.getLogger(__name__)
 # Flush the largest open file's buffer when all buffers together pass this many times the
 # per-file buffer: bounds memory when one task sees many partitions.
 _TOTAL_BUFFER_FACTOR = 4
+
+
+def _bound_scalar(value: Any, arrow_type: pa.DataType) -> pa.Scalar | None:
+    """An Arrow scalar of ``arrow_type`` for a bound in Iceberg's internal representation."""
+    try:
+        if pa.types.is_date32(arrow_type) and isinstance(value, int):
+            return pa.scalar(value, pa.int32()).cast(arrow_type)
+        if (pa.types.is_timestamp(arrow_type) or pa.types.is_time64(arrow_type)) and isinstance(value, int):
+            return pa.scalar(value, pa.int64()).cast(arrow_type)
+        return pa.scalar(value, type=arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+        return None  # a type the proof does not handle: that column proves nothing
 
 
 class RollingParquetWriter:
@@ -187,6 +201,7 @@ class TaskWriter:
                     if f.name in needed
                 ]
             )
+        self._skipped_deletes = 0
         self._file_seq = 0
         # One random component per task attempt: retries and restarts never reuse a name.
         self._attempt_uuid = uuid.uuid4().hex[:12]
@@ -231,12 +246,42 @@ class TaskWriter:
             # Every row's key is deleted first (an equality delete only removes rows of earlier
             # checkpoints), then the rows that are not deletes are inserted.
             deletes = conform_batch(batch, self._delete_input_schema)
+            new = self._provably_new(deletes)
+            if new is not None:
+                # A key outside the table's key bounds matches no existing row: no delete needed.
+                self._skipped_deletes += pc.sum(new).as_py() or 0
+                deletes = deletes.filter(pc.invert(new))
             key_names = self._delete_schema.column_names
-            self._write_rows(FileContent.EQUALITY_DELETES, deletes, project=key_names)
+            if deletes.num_rows:
+                self._write_rows(FileContent.EQUALITY_DELETES, deletes, project=key_names)
             inserts = batch.filter(pc.not_equal(ops, "D"))
             if inserts.num_rows:
                 self._write_rows(FileContent.DATA, conform_batch(inserts, self._arrow_schema))
         self._bound_memory()
+
+    def _provably_new(self, rows: pa.Table) -> pa.ChunkedArray | pa.Array | None:
+        """True for rows whose key no existing row can have; None when nothing can be proven."""
+        proof = self._spec.new_key_proof
+        if proof is None:
+            return None
+        if proof.empty:
+            return pa.array([True] * rows.num_rows, pa.bool_())
+        mask = None
+        for field_id, lower, upper in proof.fields:
+            name = self._schema.find_column_name(field_id)
+            if lower is None or upper is None or name is None or name not in rows.column_names:
+                continue
+            column = rows.column(name)
+            field_type = self._schema.find_field(field_id).field_type
+            if not isinstance(field_type, PrimitiveType):
+                continue
+            lo = _bound_scalar(from_bytes(field_type, lower), column.type)
+            hi = _bound_scalar(from_bytes(field_type, upper), column.type)
+            if lo is None or hi is None:
+                continue
+            outside = pc.or_(pc.less(column, lo), pc.greater(column, hi))
+            mask = outside if mask is None else pc.or_(mask, outside)
+        return mask
 
     def _write_rows(self, content: FileContent, table: pa.Table, project: list[str] | None = None) -> None:
         for values, rows in self._split(table):
@@ -272,7 +317,11 @@ class TaskWriter:
         for (content, _), writer in self._writers.items():
             (data if content == FileContent.DATA else deletes).extend(writer.close())
         return WriteResult(
-            data_files=tuple(data), delete_files=tuple(deletes), task_id=self._task_id, attempt_id=self._attempt_id
+            data_files=tuple(data),
+            delete_files=tuple(deletes),
+            task_id=self._task_id,
+            attempt_id=self._attempt_id,
+            skipped_deletes=self._skipped_deletes,
         )
 
     def abort(self) -> None:

@@ -125,15 +125,20 @@ def test_snapshot_summary_counts_equality_deletes(spark: SparkSession, tmp_path:
     sink = cdc_builder(tmp_path, []).build()
     sink.write(frame(spark, [{"id": 1, "region": "a", "v": "x", "n": 1, "lsn": 1, "op": "I"}]))
     sink.write(frame(spark, [{"id": 1, "region": "a", "v": "x", "n": 1, "lsn": 2, "op": "D"}]))
-    first, second = sink.load_table().snapshots()
-    assert first.summary is not None and second.summary is not None
-    assert first.summary.operation.value == "overwrite"
-    assert first.summary["added-data-files"] == "1" and first.summary["added-equality-deletes"] == "1"
+    sink.write(frame(spark, [{"id": 2, "region": "a", "v": "y", "n": 1, "lsn": 3, "op": "U"}]))
+    sink.write(frame(spark, [{"id": 2, "region": "a", "v": "z", "n": 1, "lsn": 4, "op": "U"}]))
+    first, second, _, fourth = sink.load_table().snapshots()
+    assert first.summary is not None and second.summary is not None and fourth.summary is not None
+    # Into an empty table every key is provably new: no equality delete at all.
+    assert first.summary.operation.value == "append"
+    assert first.summary["added-data-files"] == "1"
+    assert "added-delete-files" not in first.summary.additional_properties
     assert second.summary.operation.value == "delete"
-    assert (
-        second.summary["added-delete-files"] == "1" and "added-data-files" not in second.summary.additional_properties
-    )
-    assert second.summary["total-equality-deletes"] == "2"
+    assert second.summary["added-delete-files"] == "1"
+    assert "added-data-files" not in second.summary.additional_properties
+    assert second.summary["added-equality-deletes"] == "1" and second.summary["added-equality-delete-files"] == "1"
+    assert fourth.summary.operation.value == "overwrite"
+    assert fourth.summary["added-data-files"] == "1" and fourth.summary["added-equality-deletes"] == "1"
     table = sink.load_table()
     assert table.schema().identifier_field_names() == {"id", "region"}
     assert all(table.schema().find_field(k).required for k in ("id", "region"))
@@ -199,7 +204,7 @@ def test_bad_change_input_commits_nothing(spark: SparkSession, tmp_path: Path) -
     table = sink.load_table()
     assert len(table.snapshots()) == 1
     data_dir = Path(table.location().removeprefix("file://")) / "data"
-    assert len(list(data_dir.rglob("*.parquet"))) == 2  # the first checkpoint's data and delete file only
+    assert len(list(data_dir.rglob("*.parquet"))) == 1  # the first checkpoint's data file only (its key was new)
 
 
 def test_build_refuses_partitions_outside_the_key_and_v1_tables(
@@ -271,3 +276,64 @@ def test_streaming_cdc_one_snapshot_per_micro_batch(
     table = sink.load_table()
     assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0", "1", "2"]  # type: ignore[index]
     assert normalize(java_reader.read(table.metadata_location), ["id"]) == expected(model)
+
+
+def test_new_keys_skip_equality_deletes_but_updates_do_not(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.mono")
+        .create_if_missing()
+        .upsert(key=["id"])
+        .build()
+    )
+    ddl = "id long, v string"
+    sink.write(spark.createDataFrame([(i, "a") for i in range(0, 100)], ddl))
+    sink.write(spark.createDataFrame([(i, "b") for i in range(100, 200)], ddl))  # all above the table's max id
+    sink.write(spark.createDataFrame([(i, "c") for i in range(190, 210)], ddl))  # 10 updates, 10 new
+    summaries = [s.summary for s in sink.load_table().snapshots()]
+    assert [s.additional_properties.get("added-equality-deletes") for s in summaries if s] == [None, None, "10"]
+    rows = normalize(java_reader.read(sink.load_table().metadata_location), ["id"])
+    assert rows == [{"id": i, "v": "a" if i < 100 else "b" if i < 190 else "c"} for i in range(210)]
+    # With the optimisation off, every changed key gets its delete.
+    plain = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.mono")
+        .upsert(key=["id"])
+        .write_option("iceberg-sink.cdc.skip-deletes-for-new-keys", False)
+        .build()
+    )
+    plain.write(spark.createDataFrame([(i, "d") for i in range(300, 305)], ddl))
+    assert sink.load_table().current_snapshot().summary["added-equality-deletes"] == "5"  # type: ignore[union-attr,index]
+
+
+def test_new_key_proof_broken_by_a_concurrent_writer_falls_back_to_deletes(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Another writer adds a row with a key we proved new, between our write and our commit."""
+    ddl = "id long, v string"
+    other = IcebergSink.builder().embedded(tmp_path / "lake").table("db.race").create_if_missing().build()
+    other.write(spark.createDataFrame([(1, "old")], ddl))
+    fired = {"n": 0}
+
+    def concurrent_append(summary: Any) -> None:
+        if fired["n"] == 0:
+            fired["n"] += 1
+            other.write(spark.createDataFrame([(50, "theirs")], ddl))
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.race")
+        .upsert(key=["id"])
+        .pre_commit_hook(concurrent_append)
+        .build()
+    )
+    sink.write(spark.createDataFrame([(50, "ours"), (60, "ours")], ddl))  # 50 and 60 were new when written
+    rows = normalize(java_reader.read(sink.load_table().metadata_location), ["id"])
+    assert rows == [{"id": 1, "v": "old"}, {"id": 50, "v": "ours"}, {"id": 60, "v": "ours"}]
+    last = sink.load_table().current_snapshot().summary  # type: ignore[union-attr]
+    assert last["added-equality-deletes"] == "2"  # type: ignore[index]
