@@ -64,6 +64,9 @@ def plot(result: dict[str, Any], out: Path) -> None:
                     str(value), (xs[-1], value), xytext=(3, 0), textcoords="offset points", fontsize=8, va="center"
                 )
         files_ax.set_xlabel("checkpoint")
+        from matplotlib.ticker import MaxNLocator
+
+        files_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         kinds = [("data files", "total-data-files"), ("delete files", "total-delete-files")]
         xs = list(range(len(kinds)))

@@ -374,6 +374,55 @@ class PreparedCommit:
     written_files: tuple[str, ...]
 
 
+def _finish(
+    table: Table,
+    io: FileIO,
+    branch: str,
+    parent: Snapshot | None,
+    snapshot_id: int,
+    commit_uuid: str,
+    manifests: list[ManifestFile],
+    summary: Summary,
+    written: list[str],
+) -> PreparedCommit:
+    """Write the manifest list and build the snapshot, ref update and the commit's requirements: the
+    table is the same one and the branch head is still ``parent`` (compare-and-swap)."""
+    metadata = table.metadata
+    sequence_number = metadata.next_sequence_number()
+    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
+    written.append(manifest_list)
+    parent_id = parent.snapshot_id if parent is not None else None
+    with write_manifest_list(
+        format_version=metadata.format_version,
+        output_file=io.new_output(manifest_list),
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent_id,
+        sequence_number=sequence_number,
+        avro_compression="deflate",
+    ) as list_writer:
+        list_writer.add_manifests(manifests)
+    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent_id,
+        sequence_number=sequence_number,
+        manifest_list=manifest_list,
+        summary=summary,
+        schema_id=metadata.current_schema_id,
+    )
+    current_ref = metadata.refs.get(branch)
+    updates = (
+        AddSnapshotUpdate(snapshot=snapshot),
+        SetSnapshotRefUpdate(  # type: ignore[call-arg]
+            snapshot_id=snapshot_id, parent_snapshot_id=parent_id, ref_name=branch, type=SnapshotRefType.BRANCH
+        ),
+    )
+    requirements = (
+        AssertTableUUID(uuid=metadata.table_uuid),
+        AssertRefSnapshotId(ref=branch, snapshot_id=current_ref.snapshot_id if current_ref else None),  # type: ignore[call-arg]
+    )
+    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+
+
 def prepare_commit(
     table: Table,
     io: FileIO,
@@ -387,25 +436,11 @@ def prepare_commit(
         raise ValueError(f"format version {metadata.format_version} is not supported")
     parent = branch_head(table, branch)
     snapshot_id = metadata.new_snapshot_id()
-    sequence_number = metadata.next_sequence_number()
     commit_uuid = uuid.uuid4().hex
     written: list[str] = []
     new_manifests = _write_manifests(table, io, snapshot_id, commit_uuid, changes.data_files, False, written)
     new_manifests += _write_manifests(table, io, snapshot_id, commit_uuid, changes.delete_files, True, written)
     existing = list(parent.manifests(io)) if parent is not None else []
-
-    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
-    written.append(manifest_list)
-    with write_manifest_list(
-        format_version=metadata.format_version,
-        output_file=io.new_output(manifest_list),
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent.snapshot_id if parent else None,
-        sequence_number=sequence_number,
-        avro_compression="deflate",
-    ) as list_writer:
-        list_writer.add_manifests(new_manifests + existing)
-
     collector = SnapshotSummaryCollector()
     schema = metadata.schema()
     specs = metadata.specs()
@@ -417,31 +452,7 @@ def prepare_commit(
         Summary(operation=changes.operation, **collector.build(), **snapshot_properties),
         previous_summary=parent.summary if parent is not None else None,
     )
-    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent.snapshot_id if parent else None,
-        sequence_number=sequence_number,
-        manifest_list=manifest_list,
-        summary=summary,
-        schema_id=metadata.current_schema_id,
-    )
-    current_ref = metadata.refs.get(branch)
-    updates = (
-        AddSnapshotUpdate(snapshot=snapshot),
-        SetSnapshotRefUpdate(  # type: ignore[call-arg]
-            snapshot_id=snapshot_id,
-            parent_snapshot_id=parent.snapshot_id if parent else None,
-            ref_name=branch,
-            type=SnapshotRefType.BRANCH,
-        ),
-    )
-    requirements = (
-        AssertTableUUID(uuid=metadata.table_uuid),
-        AssertRefSnapshotId(  # type: ignore[call-arg]
-            ref=branch, snapshot_id=current_ref.snapshot_id if current_ref else None
-        ),
-    )
-    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+    return _finish(table, io, branch, parent, snapshot_id, commit_uuid, new_manifests + existing, summary, written)
 
 
 def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
@@ -543,7 +554,6 @@ def prepare_rewrite(
     if parent is None:
         raise ValueError("cannot rewrite files of a branch without snapshots")
     snapshot_id = metadata.new_snapshot_id()
-    sequence_number = metadata.next_sequence_number()
     commit_uuid = uuid.uuid4().hex
     written: list[str] = []
     manifests: list[ManifestFile] = []
@@ -594,41 +604,9 @@ def prepare_rewrite(
                     rewritten.existing(entry)
         manifests.append(rewritten.to_manifest_file())
 
-    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
-    written.append(manifest_list)
-    with write_manifest_list(
-        format_version=metadata.format_version,
-        output_file=io.new_output(manifest_list),
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent.snapshot_id,
-        sequence_number=sequence_number,
-        avro_compression="deflate",
-    ) as list_writer:
-        list_writer.add_manifests(manifests)
     summary = _replace_summary(table, parent, added, removed)
     summary = Summary(operation=summary.operation, **{**summary.additional_properties, **snapshot_properties})
-    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent.snapshot_id,
-        sequence_number=sequence_number,
-        manifest_list=manifest_list,
-        summary=summary,
-        schema_id=metadata.current_schema_id,
-    )
-    updates = (
-        AddSnapshotUpdate(snapshot=snapshot),
-        SetSnapshotRefUpdate(  # type: ignore[call-arg]
-            snapshot_id=snapshot_id,
-            parent_snapshot_id=parent.snapshot_id,
-            ref_name=branch,
-            type=SnapshotRefType.BRANCH,
-        ),
-    )
-    requirements = (
-        AssertTableUUID(uuid=metadata.table_uuid),
-        AssertRefSnapshotId(ref=branch, snapshot_id=parent.snapshot_id),  # type: ignore[call-arg]
-    )
-    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+    return _finish(table, io, branch, parent, snapshot_id, commit_uuid, manifests, summary, written)
 
 
 def prepare_manifest_rewrite(
@@ -670,18 +648,6 @@ def prepare_manifest_rewrite(
                 for entry in entries[start : start + entries_per_manifest]:
                     writer.existing(entry)
             manifests.append(writer.to_manifest_file())
-    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
-    written.append(manifest_list)
-    sequence_number = metadata.next_sequence_number()
-    with write_manifest_list(
-        format_version=metadata.format_version,
-        output_file=io.new_output(manifest_list),
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent.snapshot_id,
-        sequence_number=sequence_number,
-        avro_compression="deflate",
-    ) as list_writer:
-        list_writer.add_manifests(manifests)
     previous = dict(parent.summary.additional_properties) if parent.summary else {}
     totals = {k: v for k, v in previous.items() if k.startswith("total-")}
     summary = Summary(
@@ -690,25 +656,7 @@ def prepare_manifest_rewrite(
         **{"manifests-created": str(len(manifests)), "manifests-replaced": str(len(old))},
         **snapshot_properties,
     )
-    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent.snapshot_id,
-        sequence_number=sequence_number,
-        manifest_list=manifest_list,
-        summary=summary,
-        schema_id=metadata.current_schema_id,
-    )
-    updates = (
-        AddSnapshotUpdate(snapshot=snapshot),
-        SetSnapshotRefUpdate(  # type: ignore[call-arg]
-            snapshot_id=snapshot_id, parent_snapshot_id=parent.snapshot_id, ref_name=branch, type=SnapshotRefType.BRANCH
-        ),
-    )
-    requirements = (
-        AssertTableUUID(uuid=metadata.table_uuid),
-        AssertRefSnapshotId(ref=branch, snapshot_id=parent.snapshot_id),  # type: ignore[call-arg]
-    )
-    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+    return _finish(table, io, branch, parent, snapshot_id, commit_uuid, manifests, summary, written)
 
 
 def reachable_files(table: Table) -> set[str]:

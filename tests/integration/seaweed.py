@@ -3,7 +3,8 @@
 The session-scoped ``seaweed`` fixture starts one ``weed mini`` on loopback only, on free ports, with
 its data in a temporary directory, and an S3 Tables bucket that is the REST catalog's warehouse.
 It yields the PyIceberg catalog properties (``load_catalog(name, **props)``). If SeaweedFS cannot
-start, the fixture fails with the tail of its log: it never skips.
+start (or is not ready within STARTUP_TIMEOUT_S), the fixture fails with the tail of its log: it
+never skips. Only a port lost to a race between choosing it and weed binding it is retried.
 
 Credentials: ``weed mini`` takes its admin identity from ``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` in its environment (set for the child process only, fresh per session).
@@ -25,9 +26,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -36,6 +38,7 @@ WAREHOUSE_BUCKET = "sinkwh"
 REGION = "us-east-1"
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+START_ATTEMPTS = 3
 _LOG_TAIL_CHARS = 8000
 
 # Every listening port of `weed mini`, set explicitly: its defaults (9333, 8333, 8181, ... and each
@@ -107,30 +110,29 @@ def catalog_properties(rest_port: int, s3_port: int, access_key: str, secret_key
     }
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], props: dict[str, str], log: Path) -> None:
-    """Until the REST catalog answers an authenticated request for the warehouse, or fail."""
+def _wait_ready(proc: subprocess.Popen[bytes], props: dict[str, str], log: Path) -> str | None:
+    """Wait until the REST catalog answers an authenticated request for the warehouse.
+
+    Returns None when ready, else why not (the process exited, or the time ran out).
+    """
     from pyiceberg.catalog import load_catalog
 
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     last_error: BaseException | None = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(
-                f"SeaweedFS (weed mini) exited with code {proc.returncode} during start-up.\n"
-                f"--- weed log ({log}) ---\n{log_tail(log)}",
-                pytrace=False,
-            )
+            return f"SeaweedFS (weed mini) exited with code {proc.returncode} during start-up"
         try:
+            # A bounded probe first (PyIceberg's REST client sets no socket timeout): any HTTP answer,
+            # 401 included, means the catalog listens; then a real authenticated call.
+            with contextlib.suppress(urllib.error.HTTPError):
+                urllib.request.urlopen(f"{props['uri']}/v1/config", timeout=2).close()
             load_catalog("seaweed-readiness", **props).list_namespaces()
-            return
+            return None
         except Exception as e:  # not up yet: connection refused, 5xx, bucket not created yet, ...
             last_error = e
             time.sleep(0.3)
-    pytest.fail(
-        f"SeaweedFS (weed mini) was not ready within {STARTUP_TIMEOUT_S:.0f}s; last error: {last_error!r}\n"
-        f"--- weed log ({log}) ---\n{log_tail(log)}",
-        pytrace=False,
-    )
+    return f"SeaweedFS (weed mini) was not ready within {STARTUP_TIMEOUT_S:.0f}s; last error: {last_error!r}"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -145,17 +147,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=STOP_TIMEOUT_S)
 
 
-@pytest.fixture(scope="session")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Start ``weed mini`` for the session; yield PyIceberg properties of its REST catalog."""
-    root = tmp_path_factory.mktemp("seaweedfs")
-    data = root / "data"
-    data.mkdir()
-    log = root / "weed.log"
-    access_key = "sink" + secrets.token_hex(6)
-    secret_key = "sws" + secrets.token_hex(16)
-    ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
-    command = [
+def _command(data: Path, sockets: Path, ports: dict[str, int]) -> list[str]:
+    return [
         weed_binary(),
         "-logtostderr",  # glog would otherwise write weed.* files into /tmp
         "mini",
@@ -168,26 +161,44 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         "-webdav=false",
         "-admin.ui=false",
         f"-tableBucket={WAREHOUSE_BUCKET}",
-        f"-filer.localSocket={root / 'filer.sock'}",
-        f"-s3.localSocket={root / 's3.sock'}",
+        f"-filer.localSocket={sockets / 'filer.sock'}",
+        f"-s3.localSocket={sockets / 's3.sock'}",
     ]
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Start ``weed mini`` for the session; yield PyIceberg properties of its REST catalog."""
+    access_key = "sink" + secrets.token_hex(6)
+    secret_key = "sws" + secrets.token_hex(16)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))},
         "AWS_ACCESS_KEY_ID": access_key,
         "AWS_SECRET_ACCESS_KEY": secret_key,
     }
-    props = catalog_properties(ports["s3.port.iceberg"], ports["s3.port"], access_key, secret_key)
-    log_file: IO[bytes] = log.open("wb")
-    try:
-        proc = subprocess.Popen(
-            command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT
-        )
-    except OSError as e:
-        log_file.close()
-        pytest.fail(f"SeaweedFS (weed mini) could not be started: {e}; command: {command}", pytrace=False)
-    try:
-        _wait_ready(proc, props, log)
-        yield props
-    finally:
-        _stop(proc)
-        log_file.close()
+    for attempt in range(1, START_ATTEMPTS + 1):
+        root = tmp_path_factory.mktemp("seaweedfs")
+        data = root / "data"
+        data.mkdir()
+        log = root / "weed.log"
+        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+        command = _command(data, root, ports)
+        props = catalog_properties(ports["s3.port.iceberg"], ports["s3.port"], access_key, secret_key)
+        with log.open("wb") as log_file:
+            try:
+                proc = subprocess.Popen(
+                    command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT
+                )
+            except OSError as e:
+                pytest.fail(f"SeaweedFS (weed mini) could not be started: {e}; command: {command}", pytrace=False)
+            try:
+                problem = _wait_ready(proc, props, log)
+                if problem is None:
+                    yield props
+                    return
+            finally:
+                _stop(proc)
+        # A port taken between free_ports() and weed binding it: try again with new ports.
+        if attempt < START_ATTEMPTS and "Port allocation failed" in log_tail(log):
+            continue
+        pytest.fail(f"{problem}.\n--- weed log ({log}) ---\n{log_tail(log)}", pytrace=False)
