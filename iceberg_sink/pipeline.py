@@ -357,7 +357,7 @@ class SinkJob:
             location=table.location(),
             schema_json=table.schema().model_dump_json(),
             spec_json=table.spec().model_dump_json(),
-            io_properties=dict(table.io.properties),
+            io_properties=catalogs.file_io_properties(table.io.properties),
             writer_properties=props,
             job_id=self.job_id,
             checkpoint_id=checkpoint_id,

@@ -59,6 +59,16 @@ class CatalogConfig:
         return load_catalog(self.name, **dict(self.properties))
 
 
+# The FileIO settings tasks need to read and write files. Everything else a catalog hands its FileIO
+# (the catalog's own credential, its auth manager, ...) stays on the driver.
+_FILE_IO_PREFIXES = ("s3.", "gcs.", "gs.", "adls.", "hdfs.", "oss.", "hf.", "client.", "py-io-impl")
+
+
+def file_io_properties(properties: Mapping[str, object]) -> dict[str, str]:
+    """The subset of a FileIO's properties that may travel to Spark tasks."""
+    return {k: v for k, v in properties.items() if isinstance(v, str) and k.startswith(_FILE_IO_PREFIXES)}
+
+
 def load_table(catalog: Catalog, identifier: str) -> Table | None:
     try:
         return catalog.load_table(identifier)

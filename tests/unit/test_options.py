@@ -92,3 +92,21 @@ def test_options_doc_lists_every_option() -> None:
     assert docs.read_text() == options.options_doc(), (
         "docs/options.md is stale: python -m iceberg_sink.options > docs/options.md"
     )
+
+
+def test_only_file_io_settings_travel_to_tasks() -> None:
+    from iceberg_sink.table.catalog import file_io_properties
+
+    props = {
+        "s3.endpoint": "http://127.0.0.1:8333",
+        "s3.secret-access-key": "task-needs-this",
+        "credential": "client:catalog-secret",
+        "token": "bearer",
+        "auth.manager": object(),
+        "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO",
+    }
+    assert file_io_properties(props) == {
+        "s3.endpoint": "http://127.0.0.1:8333",
+        "s3.secret-access-key": "task-needs-this",
+        "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO",
+    }

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from iceberg_sink import _pyiceberg, options
 from iceberg_sink.committer.committer import RetryPolicy
 from iceberg_sink.errors import CommitRetriesExhaustedError
+from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, RewriteGroup, applies, plan
 from iceberg_sink.topology.compaction.rewriter import encode_group, spark_rewrite
@@ -71,7 +72,7 @@ def _writer_spec(table: Table, config: CompactionConfig, overrides: Mapping[str,
         location=table.location(),
         schema_json=table.schema().model_dump_json(),
         spec_json=table.spec().model_dump_json(),
-        io_properties=dict(table.io.properties),
+        io_properties=file_io_properties(table.io.properties),
         writer_properties={**table.properties, **resolved.writer_properties()},
         job_id="compact-" + uuid.uuid4().hex[:12],
         checkpoint_id=0,
