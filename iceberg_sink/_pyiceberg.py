@@ -681,13 +681,4 @@ def reachable_files(table: Table) -> set[str]:
 
 def staged_manifest_files(io: FileIO, path: str) -> list[str]:
     """The data and delete files a staged (not yet committed) manifest lists."""
-    manifest = ManifestFile.from_args(
-        manifest_path=path,
-        manifest_length=0,
-        partition_spec_id=0,
-        content=ManifestContent.DATA,
-        sequence_number=0,
-        min_sequence_number=0,
-        added_snapshot_id=0,
-    )
-    return [e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=False)]
+    return [meta.path for meta in read_staged_manifest(io, StagedManifest(path=path, length=0, spec_id=0, content=0))]
