@@ -193,12 +193,12 @@ class SinkJob:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def _commit(self, committable: Committable) -> CommitOutcome:
+    def _commit(self, committable: Committable, table: Table | None = None) -> CommitOutcome:
         started = time.monotonic()
         properties = dict(self._job_properties)
         if self._config.pre_commit_hooks:
             properties.update(self.hooks.before_commit(committable.summary))
-        outcome = self.committer.commit(committable, extra_properties=properties)
+        outcome = self.committer.commit(committable, extra_properties=properties, table=table)
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
         if outcome.snapshot is None:
@@ -272,8 +272,8 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         self._spark = df.sparkSession
         table = self.ensure_table(df.schema)
-        self.commit_pending(before=checkpoint_id)
-        table = self.refresh()
+        if self.commit_pending(before=checkpoint_id):
+            table = self.refresh()
         committed = self.committer.max_committed(table)
         if checkpoint_id < committed:
             raise CheckpointRewoundError(
@@ -284,11 +284,11 @@ class SinkJob:
         stored = self._store.get(checkpoint_id)
         if checkpoint_id == committed:
             if stored is not None:
-                return self._commit(stored)
+                return self._commit(stored, table)
             logger.info("checkpoint %s already committed; replayed batch skipped", checkpoint_id)
             return CommitOutcome(checkpoint_id, None, already_committed=True, attempts=0)
         if stored is not None:
-            return self._commit(stored)
+            return self._commit(stored, table)
 
         resolved = options.resolve(self._config.options, table.properties)
         proof = None
@@ -322,7 +322,7 @@ class SinkJob:
             return None
         self._store.put(committable)
         _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
-        return self._commit(committable)
+        return self._commit(committable, table)
 
     def _distribution_mode(self, table: Table, resolved: options.ResolvedOptions) -> DistributionMode:
         if self._config.distribution_mode:

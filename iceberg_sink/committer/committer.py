@@ -115,11 +115,24 @@ class IcebergCommitter:
     def max_committed(self, table: Table) -> int:
         return find_max_committed_checkpoint(table, self._branch, self._job_id, self._prefix)
 
-    def commit(self, committable: Committable, extra_properties: Mapping[str, str] | None = None) -> CommitOutcome:
-        """Commit one checkpoint as one snapshot, unless the table already holds it."""
+    def commit(
+        self,
+        committable: Committable,
+        extra_properties: Mapping[str, str] | None = None,
+        table: Table | None = None,
+    ) -> CommitOutcome:
+        """Commit one checkpoint as one snapshot, unless the table already holds it.
+
+        Args:
+            committable: the checkpoint's committable.
+            extra_properties: snapshot properties added by pre-commit hooks.
+            table: the table as just loaded, to use for the first attempt (default: load it).
+        """
         if committable.job_id != self._job_id:
             raise ValueError(f"committable of job {committable.job_id} given to the committer of job {self._job_id}")
-        table = self._load_table()
+        # A table the caller just loaded saves a catalog round trip; if it is stale the commit fails
+        # its compare-and-swap and the retry reloads.
+        table = table if table is not None else self._load_table()
         io = table.io
         changes: _pyiceberg.SnapshotChanges | None = None
         properties = {

@@ -6,7 +6,6 @@ The embedded default is a SQLite catalog file and a local warehouse folder under
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -83,12 +82,27 @@ def create_table(
     spec: PartitionSpec,
     properties: Mapping[str, str],
 ) -> Table:
-    """Create the table (and its namespace), or load it if another process created it first."""
+    """Create the table (and its namespace), or load it if another process created it first.
+
+    Two streams starting together race here; some catalogs report the loser with their own error
+    (PyIceberg's SQL catalog lets SQLite's IntegrityError through), so any failure is followed by a
+    check whether the other side's creation succeeded.
+    """
     namespace = Catalog.identifier_to_tuple(identifier)[:-1]
     if namespace:
-        with contextlib.suppress(NamespaceAlreadyExistsError):
+        try:
             catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        except Exception:
+            if not catalog.namespace_exists(namespace):
+                raise
     try:
         return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=dict(properties))
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
+    except Exception:
+        existing = load_table(catalog, identifier)
+        if existing is None:
+            raise
+        return existing
