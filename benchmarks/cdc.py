@@ -33,6 +33,7 @@ and to ``--out``; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -45,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cdc_data import Dataset, compare, generate
+from benchmarks.cdc_data import NEW_KEY_LAYOUTS, Dataset, compare, generate
 from benchmarks.cpu_monitor import ForeignCpuMonitor
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -165,6 +166,25 @@ def machine() -> dict[str, Any]:
     }
 
 
+def source_state() -> dict[str, Any]:
+    """Which iceberg_sink was measured: the git commit, whether iceberg_sink/ differs from it, and a
+    digest of its sources (the package is installed editable, and the work tree may move on)."""
+
+    def git(*cmd: str) -> str:
+        proc = subprocess.run(["git", *cmd], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    digest = hashlib.sha256()
+    for path in sorted((PROJECT_ROOT / "iceberg_sink").rglob("*.py")):
+        digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return {
+        "git_head": git("rev-parse", "HEAD"),
+        "git_head_subject": git("log", "-1", "--format=%s"),
+        "iceberg_sink_modified_since_head": bool(git("status", "--porcelain", "--", "iceberg_sink")),
+        "iceberg_sink_sources_sha256": digest.hexdigest(),
+    }
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.cdc", description="CDC upsert latency: iceberg_sink vs foreachBatch + MERGE INTO"
@@ -173,8 +193,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=30, help="change batches applied (default 30)")
     parser.add_argument("--batch-size", type=int, default=10_000, help="changes per batch (default 10000)")
     parser.add_argument("--update-fraction", type=float, default=0.5, help="updates among the changes (default 0.5)")
+    parser.add_argument(
+        "--new-keys",
+        choices=NEW_KEY_LAYOUTS,
+        default="above",
+        help="inserted ids: 'above' the highest id so far (auto-increment; iceberg_sink proves them new) or "
+        "'within' the range of existing ids (no proof: an equality delete for every key). Default above",
+    )
     parser.add_argument("--seed", type=int, default=20240601, help="seed of the generated data")
     parser.add_argument("--warmup", type=int, default=2, help="first batches left out of the statistics (default 2)")
+    parser.add_argument(
+        "--scans", type=int, default=3, help="timed full scans of each final table with Iceberg Java (default 3)"
+    )
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "benchmarks" / "results" / "cdc.json")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {', '.join(SYSTEMS)}")
     parser.add_argument("--cores", type=int, default=2, help="local[N] of both Spark sessions (default 2)")
@@ -194,8 +224,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.systems) - set(SYSTEMS))
     if unknown or not args.systems:
         parser.error(f"--systems: expected a subset of {', '.join(SYSTEMS)}, received {unknown or 'nothing'}")
-    if args.warmup < 0 or args.batches < 1:
-        parser.error("--batches must be at least 1 and --warmup at least 0")
+    if args.warmup < 0 or args.batches < 1 or args.scans < 1:
+        parser.error("--batches and --scans must be at least 1, --warmup at least 0")
     return args
 
 
@@ -225,27 +255,36 @@ def main(argv: list[str] | None = None) -> int:
     run_started = time.perf_counter()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     wall_started = time.time()
+    source = source_state()
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="iceberg-sink-cdc-bench-")).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     monitor = ForeignCpuMonitor().start()
     log(f"scratch directory {work_dir}")
     try:
         java_python, jar = java_env_paths()
-        data = generate(work_dir / "data", args.rows, args.batches, args.batch_size, args.seed, args.update_fraction)
+        data = generate(
+            work_dir / "data",
+            args.rows,
+            args.batches,
+            args.batch_size,
+            args.seed,
+            args.update_fraction,
+            args.new_keys,
+        )
         log(
             f"generated {args.rows} initial rows and {args.batches} batches of {args.batch_size} "
             f"in {data.generate_seconds:.1f}s"
         )
         sample_ids = data.expected.sample_ids(args.seed)
-        common = {
+        common: dict[str, Any] = {
             "initial_files": [str(p) for p in data.initial_files],
             "batch_files": [str(p) for p in data.batch_files],
             "cores": args.cores,
             "driver_memory": args.driver_memory,
             "shuffle_partitions": args.shuffle_partitions,
+            "quiet": {"threshold": QUIET_CORES, "seconds": QUIET_SECONDS, "max_wait": args.wait_quiet},
         }
         timings: dict[str, float] = {"generate": data.generate_seconds}
-        common["quiet"] = {"threshold": QUIET_CORES, "seconds": QUIET_SECONDS, "max_wait": args.wait_quiet}
 
         sink_raw: dict[str, Any] | None = None
         if "iceberg_sink" in args.systems:
@@ -267,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                 "warehouse": str(work_dir / "merge-warehouse"),
                 "merge": "merge_into" in args.systems,
                 "sample_ids": sample_ids,
+                "scans": args.scans,
                 "sink_metadata": sink_raw["metadata_location"] if sink_raw else None,
             },
             work_dir,
@@ -290,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                 "spark_version": sink_raw["spark_version"],
                 "pyiceberg_version": sink_raw["pyiceberg_version"],
                 "batch_phases": sink_raw["batch_phases"],
-                "full_scan_seconds": java["sink_scan_seconds"],
+                "full_scan_seconds": statistics.median(java["sink_scan_runs"]),
+                "full_scan_runs": java["sink_scan_runs"],
             }
         if "merge_into" in args.systems:
             systems["merge_into"] = {
@@ -307,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                 "jar": jar.name,
                 "table_properties": java["table_properties"],
                 "merge_sql": java["merge_sql"],
-                "full_scan_seconds": java["scan_seconds"],
+                "full_scan_seconds": statistics.median(java["scan_runs"]),
+                "full_scan_runs": java["scan_runs"],
             }
         for system in systems.values():
             system["steady_state"] = summarize(system["batch_seconds"], args.warmup)
@@ -324,14 +366,17 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_size": args.batch_size,
                 "updates_per_batch": data.updates_per_batch,
                 "inserts_per_batch": data.inserts_per_batch,
+                "new_keys": data.new_keys,
                 "seed": args.seed,
                 "warmup": args.warmup,
                 "cores": args.cores,
                 "driver_memory": args.driver_memory,
                 "shuffle_partitions": args.shuffle_partitions,
+                "scans": args.scans,
                 "initial_parquet_bytes": data.bytes_initial,
             },
             "machine": {**machine(), "java_runtime_of_spark_3_5": java.get("java_version")},
+            "iceberg_sink_source": source,
             "rows_before_batch": [data.rows_before_batch(i) for i in range(args.batches)],
             "systems": systems,
             "foreign_cpu": {

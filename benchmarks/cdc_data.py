@@ -4,11 +4,19 @@ The table has a ``long`` key and four payload columns::
 
     id long (key), name string, version long, amount double, ts timestamp
 
-The initial load holds ids ``0 .. rows-1`` at version 0. Batch ``b`` (1-based) holds
-``batch_size`` upserts in shuffled order: ``update_fraction`` of them are updates of distinct
-existing ids drawn uniformly from every id alive so far (their ``version`` becomes ``b``, ``amount``
-and ``ts`` new random values), the rest inserts of new ids, following the highest id so far. No
-key repeats within a batch (``MERGE INTO`` refuses a target row matched by two source rows), so
+The initial load holds ``rows`` ids at version 0. Batch ``b`` (1-based) holds ``batch_size``
+upserts in shuffled order: ``update_fraction`` of them are updates of distinct existing ids drawn
+uniformly from every id alive so far (their ``version`` becomes ``b``, ``amount`` and ``ts`` new
+random values), the rest inserts of new ids. Where new ids come from (``new_keys``):
+
+- ``above`` (default): ids ``0 .. rows-1`` first, then each insert takes the next id above the
+  highest so far, as auto-increment keys do. iceberg_sink can prove such keys new from the table's
+  key bounds and skips their equality deletes.
+- ``within``: the initial ids are the even numbers ``0 .. 2*rows-2``; inserts take random unused odd
+  numbers, inside the range of existing keys (as random or hashed keys do): no key bound proves
+  them new, so iceberg_sink writes an equality delete for every key of the batch.
+
+No key repeats within a batch (``MERGE INTO`` refuses a target row matched by two source rows), so
 the final state is known exactly: :class:`Expected` keeps it as NumPy arrays and derives the row
 count, the sum of ``version`` and a sample of rows to compare with what each table returns.
 
@@ -69,31 +77,35 @@ def expected_name(row_id: int, version: int) -> str:
 
 @dataclass
 class Expected:
-    """The table's final state, known from the generator, and what to compare it with."""
+    """The table's final state, known from the generator, and what to compare it with.
+
+    Arrays are indexed by id over the whole id space; ``alive`` marks the ids the table holds.
+    """
 
     version: np.ndarray
     amount: np.ndarray
     ts: np.ndarray
     times_updated: np.ndarray
+    alive: np.ndarray
+    initial: np.ndarray
     initial_rows: int
 
     @property
     def rows(self) -> int:
-        return len(self.version)
+        return int(self.alive.sum())
 
     def version_sum(self) -> int:
-        return int(self.version.sum())
+        return int(self.version[self.alive].sum())
 
     def sample_ids(self, seed: int, updated: int = 300, inserted: int = 100, untouched: int = 100) -> list[int]:
         """Ids to read back: updated ones (several times when there are), inserted and untouched ones."""
         rng = np.random.default_rng(seed + 1)
         picks: list[np.ndarray] = []
-        initial = np.arange(self.initial_rows)
         for pool, count in (
             (np.flatnonzero(self.times_updated > 1), updated // 3),
             (np.flatnonzero(self.times_updated > 0), updated),
-            (np.arange(self.initial_rows, self.rows), inserted),
-            (initial[self.times_updated[: self.initial_rows] == 0], untouched),
+            (np.flatnonzero(self.alive & ~self.initial), inserted),
+            (np.flatnonzero(self.initial & (self.times_updated == 0)), untouched),
         ):
             if len(pool):
                 picks.append(rng.choice(pool, size=min(count, len(pool)), replace=False))
@@ -119,6 +131,7 @@ class Dataset:
     expected: Expected
     updates_per_batch: int
     inserts_per_batch: int
+    new_keys: str
     generate_seconds: float
     bytes_initial: int = field(default=0)
 
@@ -127,23 +140,49 @@ class Dataset:
         return self.expected.initial_rows + index * self.inserts_per_batch
 
 
+#: Where inserted ids come from: ``above`` the highest id so far (auto-increment keys), or ``within``
+#: the range of existing ids (initial ids are even, inserted ids random unused odd numbers).
+NEW_KEY_LAYOUTS = ("above", "within")
+
+
 def generate(
-    out_dir: Path, rows: int, batches: int, batch_size: int, seed: int, update_fraction: float = 0.5
+    out_dir: Path,
+    rows: int,
+    batches: int,
+    batch_size: int,
+    seed: int,
+    update_fraction: float = 0.5,
+    new_keys: str = "above",
 ) -> Dataset:
     """Write the initial load and the batches under ``out_dir``; return them with the expected state."""
     started = time.perf_counter()
     if rows < 1 or batches < 0 or batch_size < 1 or not 0.0 <= update_fraction <= 1.0:
         raise ValueError(f"bad sizes: rows={rows} batches={batches} batch_size={batch_size} fraction={update_fraction}")
+    if new_keys not in NEW_KEY_LAYOUTS:
+        raise ValueError(f"new_keys: expected one of {NEW_KEY_LAYOUTS}, received {new_keys!r}")
     updates = round(batch_size * update_fraction)
     inserts = batch_size - updates
     if updates > rows:
         raise ValueError(f"{updates} updates per batch need at least as many initial rows (have {rows})")
     rng = np.random.default_rng(seed)
-    total = rows + batches * inserts
-    version = np.zeros(total, dtype=np.int64)
-    amount = np.empty(total, dtype=np.float64)
-    ts = np.empty(total, dtype=np.int64)
-    times_updated = np.zeros(total, dtype=np.int32)
+    if new_keys == "above":
+        space = rows + batches * inserts
+        initial_ids = np.arange(rows, dtype=np.int64)
+        new_ids = np.arange(rows, space, dtype=np.int64)
+    else:
+        if batches * inserts > rows:
+            raise ValueError(f"new_keys='within' has room for {rows} inserts, not {batches * inserts}")
+        space = 2 * rows
+        initial_ids = np.arange(rows, dtype=np.int64) * 2
+        new_ids = rng.choice(rows, size=batches * inserts, replace=False).astype(np.int64) * 2 + 1
+    version = np.zeros(space, dtype=np.int64)
+    amount = np.zeros(space, dtype=np.float64)
+    ts = np.zeros(space, dtype=np.int64)
+    times_updated = np.zeros(space, dtype=np.int32)
+    alive = np.zeros(space, dtype=bool)
+    initial = np.zeros(space, dtype=bool)
+    alive[initial_ids] = True
+    initial[initial_ids] = True
 
     initial_dir = out_dir / "initial"
     batch_dir = out_dir / "batches"
@@ -151,36 +190,36 @@ def generate(
     batch_dir.mkdir(parents=True, exist_ok=True)
     initial_files: list[Path] = []
     for start in range(0, rows, INITIAL_FILE_ROWS):
-        stop = min(rows, start + INITIAL_FILE_ROWS)
-        n = stop - start
-        amount[start:stop] = np.round(rng.random(n) * 10_000, 2)
-        ts[start:stop] = _TS_BASE_MICROS + rng.integers(0, _TS_SPAN_MICROS, n)
+        ids = initial_ids[start : start + INITIAL_FILE_ROWS]
+        amount[ids] = np.round(rng.random(len(ids)) * 10_000, 2)
+        ts[ids] = _TS_BASE_MICROS + rng.integers(0, _TS_SPAN_MICROS, len(ids))
         path = initial_dir / f"part-{len(initial_files):05d}.parquet"
-        ids = np.arange(start, stop, dtype=np.int64)
-        pq.write_table(_rows(ids, version[start:stop], amount[start:stop], ts[start:stop]), path, compression="zstd")
+        pq.write_table(_rows(ids, version[ids], amount[ids], ts[ids]), path, compression="zstd")
         initial_files.append(path)
 
     batch_files: list[Path] = []
-    live = rows
+    live_ids = initial_ids
     for b in range(1, batches + 1):
-        updated = rng.choice(live, size=updates, replace=False).astype(np.int64)
-        inserted = np.arange(live, live + inserts, dtype=np.int64)
+        updated = live_ids[rng.choice(len(live_ids), size=updates, replace=False)]
+        inserted = new_ids[(b - 1) * inserts : b * inserts]
         ids = np.concatenate([updated, inserted])[rng.permutation(batch_size)]
         version[ids] = b
         amount[ids] = np.round(rng.random(batch_size) * 10_000, 2)
         ts[ids] = _TS_BASE_MICROS + rng.integers(0, _TS_SPAN_MICROS, batch_size)
         times_updated[updated] += 1
+        alive[inserted] = True
         path = batch_dir / f"batch-{b:05d}.parquet"
         pq.write_table(_rows(ids, version[ids], amount[ids], ts[ids]), path, compression="zstd")
         batch_files.append(path)
-        live += inserts
+        live_ids = np.concatenate([live_ids, inserted])
 
     return Dataset(
         initial_files=initial_files,
         batch_files=batch_files,
-        expected=Expected(version, amount, ts, times_updated, rows),
+        expected=Expected(version, amount, ts, times_updated, alive, initial, rows),
         updates_per_batch=updates,
         inserts_per_batch=inserts,
+        new_keys=new_keys,
         generate_seconds=time.perf_counter() - started,
         bytes_initial=sum(p.stat().st_size for p in initial_files),
     )

@@ -17,7 +17,9 @@ iceberg_sink side wrote. The driver:
    THEN INSERT *``, timing each batch from reading its file to the end of the commit;
 4. reads the MERGE table back (row count, distinct ids, sum of ``version``, sample rows), and the
    iceberg_sink table too when given: Iceberg Java is the reader of record for its equality deletes;
-5. times one full aggregate scan of each table with the same engine (the read cost of their deletes).
+5. times ``scans`` full aggregate scans of each table (``count(*)``, ``count(DISTINCT id)``,
+   ``sum(version)``) with the same engine, alternating between the tables: the read cost of each
+   table's deletes.
 
 Before the load and before each batch it waits for other processes to go quiet, as ``spec["quiet"]``
 says (``benchmarks/cpu_monitor.py``). The result is written as JSON to the ``result`` path of the
@@ -194,14 +196,24 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             if spec["merge"]:
                 result.update(merge(spark, spec, wait_quiet))
             sink_metadata = spec.get("sink_metadata")
+            tables: dict[str, Any] = {}
             if sink_metadata:
-                sink_df = spark.read.format("iceberg").load(sink_metadata)
-                result["sink_observed"] = observe(spark, sink_df, spec["sample_ids"])
+                tables["sink"] = spark.read.format("iceberg").load(sink_metadata)
+                result["sink_observed"] = observe(spark, tables["sink"], spec["sample_ids"])
                 log(f"iceberg_sink table read back with Iceberg Java: {result['sink_observed']['rows']} rows")
-                # Scanned again once warm, like the MERGE table below: the read cost of each table's deletes.
-                result["sink_scan_seconds"] = observe(spark, sink_df, [])["scan_seconds"]
             if spec["merge"]:
-                result["scan_seconds"] = observe(spark, spark.table(TABLE), [])["scan_seconds"]
+                tables["merge"] = spark.table(TABLE)
+            # Full scans of each table, alternating, once everything is warm: the read cost of their deletes.
+            scans: dict[str, list[float]] = {name: [] for name in tables}
+            for _ in range(spec.get("scans", 3)):
+                for name, df in tables.items():
+                    wait_quiet()
+                    scans[name].append(observe(spark, df, [])["scan_seconds"])
+            if "sink" in scans:
+                result["sink_scan_runs"] = scans["sink"]
+            if "merge" in scans:
+                result["scan_runs"] = scans["merge"]
+            log(f"full scans (seconds): {scans}")
         finally:
             spark.stop()
             monitor.stop()

@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.plot_cdc benchmarks/results/cdc.json [more.json ...] \\
         [--out docs/benchmarks/cdc_latency.png]
 
-One panel per result file, stacked: seconds per batch against the batch number (the table's row count
+One panel per result file (two columns when there are several): seconds per batch against the batch number (the table's row count
 before the batch on the top axis) for each system, the warm-up batches shaded, the steady-state
 median as a dashed line. A batch during which other processes used more than
 ``--busy-threshold`` CPU seconds per second is drawn hollow and flagged in the legend.
@@ -29,6 +29,11 @@ STYLE = {
     },
 }
 
+NEW_KEYS_TEXT = {
+    "above": "above the highest id (auto-increment): iceberg_sink skips their equality deletes",
+    "within": "inside the existing id range: iceberg_sink writes an equality delete for every key",
+}
+
 
 def _rows_label(rows: float) -> str:
     return f"{rows / 1e6:.2f}M" if rows >= 1e6 else f"{rows / 1e3:.0f}k"
@@ -43,7 +48,7 @@ def plot_panel(ax: Any, result: dict[str, Any], busy_threshold: float) -> None:
     x = list(range(1, batches + 1))
     if warmup:
         ax.axvspan(0.5, warmup + 0.5, color="0.92", zorder=0)
-        ax.text(0.6, 0.97, "warm-up", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="0.4")
+        ax.text(0.6, 0.02, "warm-up", transform=ax.get_xaxis_transform(), va="bottom", fontsize=8, color="0.4")
     flagged = False
     for name, system in result["systems"].items():
         style = STYLE.get(name, {"label": name, "color": "0.3", "marker": "^"})
@@ -86,9 +91,11 @@ def plot_panel(ax: Any, result: dict[str, Any], busy_threshold: float) -> None:
     top.set_xticks(ticks)
     top.set_xticklabels([_rows_label(rows[t - 1]) for t in ticks], fontsize=8)
     top.set_xlabel("table rows before the batch", fontsize=8)
+    new_keys = NEW_KEYS_TEXT.get(config.get("new_keys", "above"), str(config.get("new_keys")))
     ax.set_title(
         f"{_rows_label(config['rows'])} initial rows; batches of {config['batch_size']:,} changes "
-        f"({config['updates_per_batch']:,} updates + {config['inserts_per_batch']:,} inserts)",
+        f"({config['updates_per_batch']:,} updates + {config['inserts_per_batch']:,} inserts)\n"
+        f"new ids {new_keys}",
         fontsize=10,
     )
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, frameon=False)
@@ -109,9 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         print("plot_cdc needs matplotlib: .venv/bin/pip install matplotlib", file=sys.stderr)
         return 2
     results = [json.loads(p.read_text(encoding="utf-8")) for p in args.results]
-    fig, axes = plt.subplots(len(results), 1, figsize=(9.5, 5.8 * len(results)), squeeze=False)
-    for ax, result in zip(axes[:, 0], results, strict=True):
+    ncols = 1 if len(results) == 1 else 2
+    nrows = (len(results) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(9.5 * ncols, 5.8 * nrows), squeeze=False)
+    flat = list(axes.flat)
+    for ax, result in zip(flat, results, strict=False):
         plot_panel(ax, result, args.busy_threshold)
+    for ax in flat[len(results) :]:
+        ax.set_visible(False)
     machine = results[0]["machine"]
     fig.suptitle(
         f"CDC upserts into an Iceberg table: latency per batch ({machine['cpus']} cores, "
