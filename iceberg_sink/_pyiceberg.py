@@ -319,6 +319,14 @@ def branch_head(table: Table, branch: str) -> Snapshot | None:
     return metadata.current_snapshot()
 
 
+def _has_live_files(manifest: ManifestFile) -> bool:
+    """Whether a carried-over manifest still lists live files. One holding only deleted entries
+    (left by a rewrite) is dropped from the next snapshot, as Iceberg Java does."""
+    if manifest.added_files_count is None or manifest.existing_files_count is None:
+        return True
+    return manifest.added_files_count + manifest.existing_files_count > 0
+
+
 def _new_manifest_path(table: Table, commit_uuid: str, n: int) -> str:
     return table.location_provider().new_metadata_location(f"{commit_uuid}-m{n}.avro")
 
@@ -440,7 +448,7 @@ def prepare_commit(
     written: list[str] = []
     new_manifests = _write_manifests(table, io, snapshot_id, commit_uuid, changes.data_files, False, written)
     new_manifests += _write_manifests(table, io, snapshot_id, commit_uuid, changes.delete_files, True, written)
-    existing = list(parent.manifests(io)) if parent is not None else []
+    existing = [m for m in parent.manifests(io) if _has_live_files(m)] if parent is not None else []
     collector = SnapshotSummaryCollector()
     schema = metadata.schema()
     specs = metadata.specs()
@@ -585,7 +593,8 @@ def prepare_rewrite(
         entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
         hits = [e for e in entries if e.data_file.file_path in removed_paths]
         if not hits:
-            manifests.append(manifest)
+            if _has_live_files(manifest):
+                manifests.append(manifest)
             continue
         path = _new_manifest_path(table, commit_uuid, len(written))
         written.append(path)

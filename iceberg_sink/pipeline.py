@@ -71,6 +71,7 @@ class SinkJob:
         catalog: Catalog | None = None,
         metrics: SinkMetrics | None = None,
         ephemeral: bool = False,
+        compaction: CompactionTrigger | None = None,
     ) -> None:
         self._config = config
         # A job whose checkpoint location is thrown away (a bounded write without one) cannot be
@@ -106,8 +107,10 @@ class SinkJob:
             metrics=self.metrics,
         )
         self._spark: SparkSession | None = None
-        self.compaction: CompactionTrigger | None = None
-        if config.compaction is not None:
+        # The trigger outlives a job: a sink's bounded writes are jobs of their own but count
+        # towards the same compaction thresholds.
+        self.compaction: CompactionTrigger | None = compaction
+        if self.compaction is None and config.compaction is not None:
             self.compaction = CompactionTrigger(
                 config.compaction,
                 table_key=f"{config.catalog.name}:{config.table}:{config.branch}",

@@ -20,6 +20,7 @@ from iceberg_sink.pipeline import SinkJob
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
+from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 
 if TYPE_CHECKING:
     from iceberg_sink.builder import IcebergSinkBuilder
@@ -37,7 +38,7 @@ class IcebergSink:
     def __init__(self, config: SinkConfig) -> None:
         self._config = config
         self._metrics = SinkMetrics()
-        self._jobs: list[SinkJob] = []
+        self._compaction: CompactionTrigger | None = None
 
     def metrics(self) -> MetricsSnapshot:
         """Counters of every job of this sink: commits, files, records, hook failures, compactions."""
@@ -89,11 +90,21 @@ class IcebergSink:
             write_options=self._config.options,
         )
 
+    def _job(self, checkpoint_location: str, ephemeral: bool) -> SinkJob:
+        job = SinkJob(
+            self._config,
+            CheckpointStore(checkpoint_location),
+            metrics=self._metrics,
+            ephemeral=ephemeral,
+            compaction=self._compaction,
+        )
+        self._compaction = job.compaction
+        return job
+
     def await_compactions(self, timeout: float | None = None) -> None:
-        """Wait for background compactions started by this sink's streams to finish."""
-        for job in self._jobs:
-            if job.compaction is not None:
-                job.compaction.wait(timeout)
+        """Wait for a background compaction started after this sink's commits to finish."""
+        if self._compaction is not None:
+            self._compaction.wait(timeout)
 
     def start(
         self,
@@ -126,8 +137,7 @@ class IcebergSink:
             raise InvalidSinkConfigError(
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
-        job = SinkJob(self._config, CheckpointStore(checkpoint_location), metrics=self._metrics)
-        self._jobs.append(job)
+        job = self._job(checkpoint_location, ephemeral=False)
         # Create or check the table before the first batch so schema errors surface now.
         job.ensure_table(streaming_df.schema)
 
@@ -162,8 +172,7 @@ class IcebergSink:
         temporary = checkpoint_location is None
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:
-            job = SinkJob(self._config, CheckpointStore(location), metrics=self._metrics, ephemeral=temporary)
-            self._jobs.append(job)
+            job = self._job(location, ephemeral=temporary)
             job.ensure_table(df.schema)
             if checkpoint_id is None:
                 job.commit_pending()

@@ -220,3 +220,24 @@ def test_stream_with_upserts_and_compaction_stays_bounded_and_correct(
     for checkpoint, location in states:
         assert normalize(java_reader.read(location), ["id"]) == models[checkpoint], f"checkpoint {checkpoint}"
         assert normalize(duckdb_read(location), ["id"]) == models[checkpoint], f"checkpoint {checkpoint}"
+
+
+def test_bounded_writes_share_one_trigger_and_drop_dead_manifests(spark: SparkSession, tmp_path: Path) -> None:
+    """Each write() is a job of its own, but all count towards the sink's compaction trigger; and
+    manifests left with only deleted entries by a compaction are not carried into later snapshots."""
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.w")
+        .create_if_missing(partition_by=["p"])
+        .compaction(every_n_commits=3)
+        .build()
+    )
+    for i in range(7):
+        sink.write(spark.createDataFrame([(i * 10 + j, j % 2) for j in range(10)], "id long, p long"))
+    assert sink.metrics().compactions_succeeded == 2
+    table = sink.load_table()
+    assert max(data_files_per_partition(table).values()) <= 2
+    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    assert all((m.added_files_count or 0) + (m.existing_files_count or 0) > 0 for m in manifests)
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(70))
