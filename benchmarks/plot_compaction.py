@@ -45,7 +45,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     a, b, params = result["part_a"], result["part_b"], result["parameters"]
-    fig, (files_ax, read_ax, compact_ax) = plt.subplots(1, 3, figsize=(16, 5.2), width_ratios=[1, 1.5, 1.1])
+    fig, (files_ax, read_ax, compact_ax) = plt.subplots(1, 3, figsize=(16, 5.2), width_ratios=[1, 1.3, 1.4])
     width = 0.38
 
     # 1. files after each checkpoint (or, for results without the series, after the last one)
@@ -59,9 +59,9 @@ def plot(result: dict[str, Any], out: Path) -> None:
             xs = list(range(1, len(counts) + 1))
             files_ax.plot(xs, [c[0] for c in counts], color=color, label=f"data files, {label}")
             files_ax.plot(xs, [c[1] for c in counts], color=color, linestyle="--", label=f"delete files, {label}")
-            for value in counts[-1]:
+            for value, dy in zip(counts[-1], (5, -5), strict=True):
                 files_ax.annotate(
-                    str(value), (xs[-1], value), xytext=(3, 0), textcoords="offset points", fontsize=8, va="center"
+                    str(value), (xs[-1], value), xytext=(3, dy), textcoords="offset points", fontsize=8, va="center"
                 )
         files_ax.set_xlabel("checkpoint")
         from matplotlib.ticker import MaxNLocator
@@ -141,7 +141,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
             Patch(facecolor=JAVA_LIGHT_COLOR, hatch="//", label="  same, keeping dangling delete files"),
         ],
         fontsize=7,
-        loc="upper right",
+        loc="upper left",
     )
     compact_ax.set_ylabel("seconds")
     inp = b["input"]
