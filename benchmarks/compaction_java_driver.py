@@ -25,7 +25,6 @@ nothing from the project, so it runs with any PySpark 3.5 interpreter.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import tempfile
@@ -33,17 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.java_spark import start_java_spark
+
 CATALOG = "hc"
-_LOG4J2 = """\
-status = error
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = stderr
-appender.console.type = Console
-appender.console.name = stderr
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
-"""
 
 
 def log(message: str) -> None:
@@ -51,35 +42,7 @@ def log(message: str) -> None:
 
 
 def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
-    log4j = work_dir / "log4j2.properties"
-    log4j.write_text(_LOG4J2, encoding="utf-8")
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
-    spark = (
-        SparkSession.builder.master(f"local[{spec['cores']}]")
-        .appName("compaction-benchmark-rewrite-data-files")
-        .config("spark.jars", spec["jar"])
-        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-        .config(f"spark.sql.catalog.{CATALOG}", "org.apache.iceberg.spark.SparkCatalog")
-        .config(f"spark.sql.catalog.{CATALOG}.type", "hadoop")
-        .config(f"spark.sql.catalog.{CATALOG}.warehouse", spec["warehouse"])
-        .config("spark.driver.memory", spec["driver_memory"])
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(spec["shuffle_partitions"]))
-        .config("spark.default.parallelism", str(spec["cores"]))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return start_java_spark(spec, work_dir, "compaction-benchmark-rewrite-data-files", CATALOG)
 
 
 def iceberg_version(spark: Any) -> str:

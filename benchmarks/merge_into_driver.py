@@ -23,15 +23,14 @@ iceberg_sink side wrote. The driver:
 
 Before the load and before each batch it waits for other processes to go quiet, as ``spec["quiet"]``
 says (``benchmarks/cpu_monitor.py``). The result is written as JSON to the ``result`` path of the
-spec; progress goes to stderr. Apart from the standard-library-only ``benchmarks.cpu_monitor`` it
-imports nothing from the project, so it runs with any PySpark 3.5 interpreter (from the project
+spec; progress goes to stderr. Apart from ``benchmarks.cpu_monitor`` and ``benchmarks.java_spark`` (no
+iceberg_sink imports) it needs nothing of the project, so it runs with any PySpark 3.5 interpreter (from the project
 root, so that ``benchmarks`` is importable).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu_monitor import quiet_gate
+from benchmarks.java_spark import start_java_spark
 
 TABLE = "bench.db.cdc"
 DDL_COLUMNS = "id bigint NOT NULL, name string, version bigint, amount double, ts timestamp"
@@ -53,16 +53,6 @@ TABLE_PROPERTIES = {
 MERGE_SQL = (
     f"MERGE INTO {TABLE} t USING changes s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
 )
-_LOG4J2 = """\
-status = error
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = stderr
-appender.console.type = Console
-appender.console.name = stderr
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
-"""
 
 
 def log(message: str) -> None:
@@ -70,35 +60,7 @@ def log(message: str) -> None:
 
 
 def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
-    log4j = work_dir / "log4j2.properties"
-    log4j.write_text(_LOG4J2, encoding="utf-8")
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
-    spark = (
-        SparkSession.builder.master(f"local[{spec['cores']}]")
-        .appName("cdc-benchmark-merge-into")
-        .config("spark.jars", spec["jar"])
-        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-        .config("spark.sql.catalog.bench", "org.apache.iceberg.spark.SparkCatalog")
-        .config("spark.sql.catalog.bench.type", "hadoop")
-        .config("spark.sql.catalog.bench.warehouse", spec["warehouse"])
-        .config("spark.driver.memory", spec["driver_memory"])
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(spec["shuffle_partitions"]))
-        .config("spark.default.parallelism", str(spec["cores"]))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return start_java_spark(spec, work_dir, "cdc-benchmark-merge-into", "bench")
 
 
 def iceberg_version(spark: Any) -> str:
