@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg_sink import options
@@ -40,7 +39,3 @@ def write_batches(spec: WriterSpec, *batches: pa.Table, task_id: int = 0) -> Wri
     for batch in batches:
         writer.write(batch)
     return writer.complete()
-
-
-def reload(catalog: Catalog, name: str) -> Table:
-    return catalog.load_table(name)

@@ -3,8 +3,8 @@
 Per partition, a data file is a candidate when it is smaller than the minimum size or when at least
 ``delete_file_threshold`` delete files apply to it. Candidates are bin-packed (largest first) into
 groups of at most ``max_group_bytes``; a group is kept when it has at least ``min_input_files`` files
-or deletes to apply. A delete file is removed by the rewrite when, once the group's files are
-replaced, no live data file it applies to remains.
+or deletes to apply. Which delete files the rewrite removes is decided at commit time, against the
+branch head (topology/compaction/job.py).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ class CompactionPlan:
     snapshot_id: int
     sequence_number: int
     groups: tuple[RewriteGroup, ...]
-    removable_deletes: frozenset[str]
 
 
 def plan(
@@ -96,18 +95,10 @@ def plan(
             )
     if not groups:
         return None
-    replaced = {f.meta.path for g in groups for f in g.data_files}
-    removable = set()
-    for key, partition_deletes in deletes_by_partition.items():
-        remaining = [f for f in by_partition.get(key, []) if f.meta.path not in replaced]
-        for d in partition_deletes:
-            if not any(applies(d, f) for f in remaining):
-                removable.add(d.meta.path)
     return CompactionPlan(
         snapshot_id=snapshot.snapshot_id,
         sequence_number=snapshot.sequence_number or 0,
         groups=tuple(groups),
-        removable_deletes=frozenset(removable),
     )
 
 
