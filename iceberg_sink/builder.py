@@ -9,7 +9,7 @@ from typing import Any
 from pyiceberg.exceptions import NoSuchTableError
 
 from iceberg_sink import options
-from iceberg_sink._pyiceberg import SUPPORTED_FORMAT_VERSIONS
+from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.sink import IcebergSink

@@ -28,8 +28,9 @@ from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from iceberg_sink import _faults, _pyiceberg, options
-from iceberg_sink._pyiceberg import SUPPORTED_FORMAT_VERSIONS
+from iceberg_sink import _faults, options
+from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
+from iceberg_sink._iceberg.files import branch_head
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter, RetryPolicy
@@ -298,7 +299,7 @@ class SinkJob:
         if self._config.changes is not None and resolved.get(options.SKIP_DELETES_FOR_NEW_KEYS):
             if self._key_bounds is None:
                 self._key_bounds = KeyBoundsCache(self._equality_ids(table))
-            proof = self._key_bounds.bounds(table, _pyiceberg.branch_head(table, self._config.branch))
+            proof = self._key_bounds.bounds(table, branch_head(table, self._config.branch))
         spec = self.writer_spec(table, checkpoint_id, proof)
         mode = self._distribution_mode(table, resolved)
         sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
-from iceberg_sink import _pyiceberg
+from iceberg_sink._iceberg import manifests
 from iceberg_sink.committer.committable import CommitSummary, Committable, DeltaManifests
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 
@@ -50,7 +50,7 @@ class CommitAggregator:
         metadata = table.metadata
         attempt = uuid.uuid4().hex[:12]
 
-        def staged(files: list[DataFileMeta], kind: str) -> _pyiceberg.StagedManifest | None:
+        def staged(files: list[DataFileMeta], kind: str) -> manifests.StagedManifest | None:
             if not files:
                 return None
             spec_ids = {f.spec_id for f in files}
@@ -60,7 +60,7 @@ class CommitAggregator:
             path = table.location_provider().new_metadata_location(
                 f"iceberg-sink-{self._job_id}-{checkpoint_id:06d}-{attempt}-{kind}.avro"
             )
-            return _pyiceberg.write_staged_manifest(io, path, spec, metadata.schema(), files, deletes=kind == "deletes")
+            return manifests.write_staged_manifest(io, path, spec, metadata.schema(), files, deletes=kind == "deletes")
 
         summary = CommitSummary(
             checkpoint_id=checkpoint_id,

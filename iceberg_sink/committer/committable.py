@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from iceberg_sink import _codec
-from iceberg_sink._pyiceberg import StagedManifest
+from iceberg_sink._iceberg.manifests import StagedManifest
 
 
 @attrs.frozen

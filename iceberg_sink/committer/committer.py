@@ -20,7 +20,8 @@ from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg_sink import _pyiceberg
+from iceberg_sink._iceberg import manifests, producer
+from iceberg_sink._iceberg.files import branch_head
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.errors import CommitRetriesExhaustedError, CommitStateUnknownError
 from iceberg_sink.table.key_bounds import data_added_since
@@ -68,7 +69,7 @@ def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix
     stops at the first snapshot written by this job: checkpoints commit in order, so it holds the max.
     """
     metadata = table.metadata
-    snapshot = _pyiceberg.branch_head(table, branch)
+    snapshot = branch_head(table, branch)
     job_key, checkpoint_key = f"{prefix}.job-id", f"{prefix}.checkpoint-id"
     while snapshot is not None:
         summary = snapshot.summary
@@ -134,7 +135,7 @@ class IcebergCommitter:
         # its compare-and-swap and the retry reloads.
         table = table if table is not None else self._load_table()
         io = table.io
-        changes: _pyiceberg.SnapshotChanges | None = None
+        changes: producer.SnapshotChanges | None = None
         properties = {
             **(extra_properties or {}),
             f"{self._prefix}.job-id": self._job_id,
@@ -155,12 +156,12 @@ class IcebergCommitter:
             if changes is None:
                 # Read only once the checkpoint is known to be uncommitted: after a commit the
                 # staged manifests are deleted.
-                changes = _pyiceberg.SnapshotChanges(
+                changes = producer.SnapshotChanges(
                     data_files=tuple(self._read(io, committable.manifests.data_manifest)),
                     delete_files=tuple(self._read(io, committable.manifests.delete_manifest)),
                 )
             if committable.skipped_deletes and committable.proof_snapshot_id is not None and not late_added:
-                head = _pyiceberg.branch_head(table, self._branch)
+                head = branch_head(table, self._branch)
                 if data_added_since(table, head, committable.proof_snapshot_id):
                     # Rows were added since the writers proved their keys new: the proof no longer
                     # holds, so the skipped equality deletes are written now, from our data files.
@@ -177,9 +178,9 @@ class IcebergCommitter:
                         committable.checkpoint_id,
                         len(extra),
                     )
-            prepared = _pyiceberg.prepare_commit(table, io, self._branch, changes, properties)
+            prepared = producer.prepare_commit(table, io, self._branch, changes, properties)
             try:
-                committed = _pyiceberg.commit_prepared(table, prepared)
+                committed = producer.commit_prepared(table, prepared)
             except CommitFailedException as e:
                 self._delete(io, prepared.written_files)
                 if attempt > self._retry.num_retries or time.monotonic() > deadline:
@@ -219,8 +220,8 @@ class IcebergCommitter:
             )
 
     @staticmethod
-    def _read(io: FileIO, staged: _pyiceberg.StagedManifest | None) -> list[DataFileMeta]:
-        return _pyiceberg.read_staged_manifest(io, staged) if staged is not None else []
+    def _read(io: FileIO, staged: manifests.StagedManifest | None) -> list[DataFileMeta]:
+        return manifests.read_staged_manifest(io, staged) if staged is not None else []
 
     @staticmethod
     def _delete(io: FileIO, paths: tuple[str, ...]) -> None:

@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg_sink import _pyiceberg
+from iceberg_sink._iceberg import manifests, producer
 from iceberg_sink.errors import InvalidSinkConfigError
 
 logger = logging.getLogger(__name__)
@@ -85,10 +85,10 @@ def expire_snapshots(
     expired = [s.snapshot_id for s in table.metadata.snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in keep]
     if not expired:
         return ExpireResult((), ())
-    before = _pyiceberg.reachable_files(table)
+    before = manifests.reachable_files(table)
     table.maintenance.expire_snapshots().by_ids(expired).commit()
     table = load_table()
-    after = _pyiceberg.reachable_files(table)
+    after = manifests.reachable_files(table)
     # Metadata files stay: they are the table's history log, removed by write.metadata.delete-after-commit.
     gone = sorted(p for p in before - after if not p.endswith(".metadata.json"))
     if delete_files:
@@ -118,7 +118,7 @@ def remove_orphan_files(
     io = table.io
     location = table.location()
     fs, root = pafs.FileSystem.from_uri(location) if "://" in location else (pafs.LocalFileSystem(), location)
-    referenced = {_normalise(p) for p in _pyiceberg.reachable_files(table)}
+    referenced = {_normalise(p) for p in manifests.reachable_files(table)}
     infos = [i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File]
     # Staged manifests of pending committables, and the files they list, belong to checkpoints that
     # will still be committed.
@@ -127,7 +127,7 @@ def remove_orphan_files(
             uri = location.rstrip("/") + "/" + info.path[len(root.rstrip("/")) + 1 :]
             referenced.add(_normalise(info.path))
             try:
-                referenced.update(_normalise(p) for p in _pyiceberg.staged_manifest_files(io, uri))
+                referenced.update(_normalise(p) for p in manifests.staged_manifest_files(io, uri))
             except Exception:
                 logger.warning("could not read staged manifest %s; keeping it", info.path)
     cutoff = dt.datetime.now(dt.UTC) - older_than
@@ -151,10 +151,10 @@ def rewrite_manifests(
     """Merge the branch's manifests into as few as ``entries_per_manifest`` allows; returns the new
     snapshot id, or None when the manifests were already compact."""
     table = load_table()
-    prepared = _pyiceberg.prepare_manifest_rewrite(
+    prepared = producer.prepare_manifest_rewrite(
         table, table.io, branch, entries_per_manifest, {"iceberg-sink.operation": "rewrite-manifests"}
     )
     if prepared is None:
         return None
-    _pyiceberg.commit_prepared(table, prepared)
+    producer.commit_prepared(table, prepared)
     return prepared.snapshot.snapshot_id

@@ -24,7 +24,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.locations import LocationProvider
 from pyiceberg.types import PrimitiveType
 
-from iceberg_sink import _pyiceberg
+from iceberg_sink._iceberg import files
+from iceberg_sink._iceberg.metrics import nan_counts_by_field_id, parquet_metrics
 from iceberg_sink.writer.conform import conform_batch
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -64,7 +65,7 @@ class RollingParquetWriter:
         self._spec = spec
         self._io = io
         self._iceberg_schema = schema
-        self._schema = _pyiceberg.arrow_schema(schema)
+        self._schema = files.arrow_schema(schema)
         self._new_path = new_path
         self._partition = partition
         self._content = content
@@ -122,8 +123,8 @@ class RollingParquetWriter:
         metadata = self._writer.writer.metadata  # type: ignore[attr-defined]
         size = self._stream.tell()
         self._stream.close()
-        metrics = _pyiceberg.parquet_metrics(metadata, self._iceberg_schema, self._spec.properties)
-        nan_ids = _pyiceberg.nan_counts_by_field_id(self._iceberg_schema, self._nan_counts, metrics)
+        metrics = parquet_metrics(metadata, self._iceberg_schema, self._spec.properties)
+        nan_ids = nan_counts_by_field_id(self._iceberg_schema, self._nan_counts, metrics)
         self.completed.append(
             DataFileMeta(
                 content=self._content,
@@ -179,7 +180,7 @@ class TaskWriter:
         self._locations: LocationProvider = spec.location_provider()
         self._schema = spec.schema
         self._partition_spec = spec.partition_spec
-        self._arrow_schema = _pyiceberg.arrow_schema(self._schema)
+        self._arrow_schema = files.arrow_schema(self._schema)
         self._writers: dict[tuple[FileContent, tuple[Any, ...]], RollingParquetWriter] = {}
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
@@ -206,7 +207,7 @@ class TaskWriter:
         # One random component per task attempt: retries and restarts never reuse a name.
         self._attempt_uuid = uuid.uuid4().hex[:12]
 
-    def _new_path(self, key: _pyiceberg.PartitionPath | None, content: FileContent) -> str:
+    def _new_path(self, key: files.PartitionPath | None, content: FileContent) -> str:
         self._file_seq += 1
         kind = "" if content == FileContent.DATA else "-eq-deletes"
         name = (
@@ -218,8 +219,8 @@ class TaskWriter:
     def _writer_for(self, content: FileContent, values: tuple[Any, ...]) -> RollingParquetWriter:
         writer = self._writers.get((content, values))
         if writer is None:
-            partition = _pyiceberg.partition_values(self._partition_spec, self._schema, values)
-            key = _pyiceberg.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
+            partition = files.partition_values(self._partition_spec, self._schema, values)
+            key = files.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
             deletes = content == FileContent.EQUALITY_DELETES
             schema = self._delete_schema if deletes and self._delete_schema is not None else self._schema
             writer = RollingParquetWriter(
@@ -294,7 +295,7 @@ class TaskWriter:
         keys = {}
         for i, (field, source, name) in enumerate(self._transforms):
             assert name is not None
-            column = _pyiceberg.column_by_path(table, name)
+            column = files.column_by_path(table, name)
             keys[f"p{i}"] = field.transform.pyarrow_transform(source.field_type)(column)
         names = list(keys)
         keys["__row"] = pa.array(range(table.num_rows), pa.int64())

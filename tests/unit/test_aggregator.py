@@ -14,7 +14,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from iceberg_sink import _pyiceberg
+from iceberg_sink._iceberg import manifests
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.writer.result import FileContent
 from tests.helpers import write_batches, writer_spec
@@ -62,8 +62,8 @@ def test_every_file_of_every_task_is_in_the_staged_manifests(table, tasks: list[
     assert committable is not None
     data = [f for r in results for f in r.data_files]
     deletes = [f for r in results for f in r.delete_files]
-    staged_data = _pyiceberg.read_staged_manifest(table.io, committable.manifests.data_manifest) if data else []
-    staged_deletes = _pyiceberg.read_staged_manifest(table.io, committable.manifests.delete_manifest)  # type: ignore[arg-type]
+    staged_data = manifests.read_staged_manifest(table.io, committable.manifests.data_manifest) if data else []
+    staged_deletes = manifests.read_staged_manifest(table.io, committable.manifests.delete_manifest)  # type: ignore[arg-type]
     assert sorted(f.path for f in staged_data) == sorted(f.path for f in data)
     assert sorted(staged_deletes, key=lambda f: f.path) == sorted(deletes, key=lambda f: f.path)
     summary = committable.summary

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from iceberg_sink._codec import CodecError
-from iceberg_sink._pyiceberg import StagedManifest
+from iceberg_sink._iceberg.manifests import StagedManifest
 from iceberg_sink.committer.committable import CommitSummary, Committable, DeltaManifests
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 

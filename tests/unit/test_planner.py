@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iceberg_sink._pyiceberg import LiveFile
-from iceberg_sink.topology.compaction.planner import _bin_pack, applies
+from iceberg_sink._iceberg.deletes import applies
+from iceberg_sink._iceberg.files import LiveFile
+from iceberg_sink.topology.compaction.planner import _bin_pack
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 

@@ -25,12 +25,15 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink import _pyiceberg, options
+from iceberg_sink import options
+from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg.deletes import applies
+from iceberg_sink._iceberg.files import branch_head, live_files
 from iceberg_sink.committer.committer import RetryPolicy
 from iceberg_sink.errors import CommitRetriesExhaustedError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
-from iceberg_sink.topology.compaction.planner import CompactionPlan, RewriteGroup, applies, plan
+from iceberg_sink.topology.compaction.planner import CompactionPlan, RewriteGroup, plan
 from iceberg_sink.topology.compaction.rewriter import encode_group, spark_rewrite
 from iceberg_sink.writer.result import FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -170,7 +173,7 @@ def compact(
         added = [f for i in kept for f in results[i].data_files]
         replaced = [f for i in kept for f in the_plan.groups[i].data_files]
         removed_deletes = _still_removable(table, branch, the_plan, {f.meta.path for f in replaced})
-        prepared = _pyiceberg.prepare_rewrite(
+        prepared = producer.prepare_rewrite(
             table,
             table.io,
             branch,
@@ -183,7 +186,7 @@ def compact(
             },
         )
         try:
-            committed = _pyiceberg.commit_prepared(table, prepared)
+            committed = producer.commit_prepared(table, prepared)
         except CommitFailedException as e:
             _delete(table, list(prepared.written_files))
             if attempt > retry.num_retries:
@@ -211,8 +214,8 @@ def compact(
 
 def _validate(table: Table, branch: str, the_plan: CompactionPlan) -> tuple[list[int], list[int]]:
     """Split the plan's groups into those still valid at the branch head and those in conflict."""
-    head = _pyiceberg.branch_head(table, branch)
-    data, deletes = _pyiceberg.live_files(table, head)
+    head = branch_head(table, branch)
+    data, deletes = live_files(table, head)
     live = {f.meta.path for f in data}
     new_position_deletes = {
         (d.meta.spec_id, d.meta.partition)
@@ -236,8 +239,8 @@ def _validate(table: Table, branch: str, the_plan: CompactionPlan) -> tuple[list
 
 def _still_removable(table: Table, branch: str, the_plan: CompactionPlan, replaced: set[str]) -> frozenset[str]:
     """Delete files of the plan that no live, not-replaced data file at the head needs any more."""
-    head = _pyiceberg.branch_head(table, branch)
-    data, deletes = _pyiceberg.live_files(table, head)
+    head = branch_head(table, branch)
+    data, deletes = live_files(table, head)
     remaining: dict[tuple[int, tuple[Any, ...]], list[Any]] = {}
     for f in data:
         if f.meta.path not in replaced:

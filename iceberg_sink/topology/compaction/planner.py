@@ -16,20 +16,11 @@ from typing import Any
 import attrs
 from pyiceberg.table import Table
 
-from iceberg_sink import _pyiceberg
-from iceberg_sink._pyiceberg import LiveFile
+from iceberg_sink._iceberg.deletes import applies
+from iceberg_sink._iceberg.files import LiveFile, branch_head, live_files
 from iceberg_sink.topology.compaction.config import CompactionConfig
-from iceberg_sink.writer.result import FileContent
 
 PartitionKey = tuple[int, tuple[Any, ...]]
-
-
-def applies(delete: LiveFile, data: LiveFile) -> bool:
-    """Iceberg's rule: same partition, and an equality delete needs a strictly higher sequence number
-    than the data file, a position delete a higher or equal one."""
-    if delete.meta.content == FileContent.EQUALITY_DELETES:
-        return delete.data_sequence_number > data.data_sequence_number
-    return delete.data_sequence_number >= data.data_sequence_number
 
 
 @attrs.frozen
@@ -62,10 +53,10 @@ def plan(
     partition_filter: Callable[[int, tuple[Any, ...]], bool] | None = None,
 ) -> CompactionPlan | None:
     """Plan a compaction of ``branch``; None when the branch has no snapshot or nothing to do."""
-    snapshot = _pyiceberg.branch_head(table, branch)
+    snapshot = branch_head(table, branch)
     if snapshot is None:
         return None
-    data, deletes = _pyiceberg.live_files(table, snapshot)
+    data, deletes = live_files(table, snapshot)
     by_partition: dict[PartitionKey, list[LiveFile]] = defaultdict(list)
     deletes_by_partition: dict[PartitionKey, list[LiveFile]] = defaultdict(list)
     for f in data:

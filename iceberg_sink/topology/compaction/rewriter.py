@@ -20,8 +20,9 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyspark import TaskContext
 
-from iceberg_sink._pyiceberg import LiveFile
-from iceberg_sink.topology.compaction.planner import RewriteGroup, applies
+from iceberg_sink._iceberg.deletes import applies
+from iceberg_sink._iceberg.files import LiveFile
+from iceberg_sink.topology.compaction.planner import RewriteGroup
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import TaskWriter

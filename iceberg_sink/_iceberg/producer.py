@@ -1,11 +1,5 @@
-"""Everything iceberg_sink needs from PyIceberg beyond its public table API, in one place.
-
-PyIceberg 0.12 cannot write delete manifests, commit pre-built manifests, row deltas or rewrites. This
-module builds them from PyIceberg's manifest/manifest-list writers and its catalog ``commit_table``
-with explicit requirements, the same way its own snapshot producers do. It is pinned to
-``pyiceberg==0.12.0`` (pyproject.toml); tests/test_pyiceberg_compat.py and the interop tests (Iceberg
-Java, DuckDB) check what it writes.
-"""
+"""Snapshot producers: every commit kind the sink makes (append / row delta, rewrite files, rewrite
+manifests) is prepared here and sent to the catalog as one compare-and-swap."""
 
 from __future__ import annotations
 
@@ -14,34 +8,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import (
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
-)
 from pyiceberg.manifest import (
-    DataFile,
-    DataFileContent,
-    FileFormat,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
     ManifestWriter,
-    ManifestWriterV2,
-    data_file_with_partition,
-    manifest_entry_schema_with_data_file,
     write_manifest,
     write_manifest_list,
 )
-from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import (
@@ -57,242 +33,16 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     SetSnapshotRefUpdate,
 )
-from pyiceberg.typedef import Record, TableVersion
-from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
-from iceberg_sink.writer.result import DataFileMeta, FileContent
-
-SUPPORTED_FORMAT_VERSIONS = (1, 2)
-
-
-# ---------------------------------------------------------------------------------------------
-# Writing files: Arrow schema with field ids and Parquet column metrics.
-
-
-def arrow_schema(schema: Schema) -> pa.Schema:
-    """The Arrow schema of ``schema`` with Iceberg field ids in each field's Parquet metadata."""
-    return schema_to_pyarrow(schema, include_field_ids=True)
-
-
-def parquet_metrics(metadata: pq.FileMetaData, schema: Schema, properties: Mapping[str, str]) -> dict[str, Any]:
-    """Iceberg column metrics from a written Parquet footer, honouring ``write.metadata.metrics.*``."""
-    stats = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(schema, dict(properties)),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
-    )
-    return stats.to_serialized_dict()
-
-
-def nan_counts_by_field_id(
-    schema: Schema, nan_counts_by_name: Mapping[str, int], metrics: Mapping[str, Any]
-) -> dict[int, int]:
-    """NaN counts keyed by field id, for columns whose metrics are collected at all."""
-    collected = metrics["value_counts"]
-    result = {}
-    for name, count in nan_counts_by_name.items():
-        field_id = schema.find_field(name).field_id
-        if field_id in collected:
-            result[field_id] = count
-    return result
-
-
-def column_by_path(table: pa.Table, path: str) -> pa.Array:
-    """A column of ``table`` by Iceberg column name (``a.b`` reaches into structs)."""
-    if path in table.column_names:
-        return table.column(path).combine_chunks()
-    parts = path.split(".")
-    array = table.column(parts[0]).combine_chunks()
-    return pc.struct_field(array, parts[1:])
-
-
-def partition_values(spec: PartitionSpec, schema: Schema, transformed: Sequence[Any]) -> tuple[Any, ...]:
-    """Iceberg's internal representation of transformed partition values (dates as days, ...).
-
-    PyIceberg's PartitionKey refuses two fields on one source column (e.g. day(ts) and hour(ts)),
-    which Iceberg allows, so the conversion is done per field here.
-    """
-    result = []
-    for field, value in zip(spec.fields, transformed, strict=True):
-        result_type = field.transform.result_type(schema.find_field(field.source_id).field_type)
-        result.append(_to_partition_representation(result_type, value))
-    return tuple(result)
-
-
-@attrs.frozen
-class PartitionPath:
-    """What PyIceberg's location providers need of a partition key: its escaped path."""
-
-    spec: PartitionSpec
-    schema: Schema
-    values: tuple[Any, ...]
-
-    @property
-    def partition(self) -> Record:
-        return Record(*self.values)
-
-    def to_path(self) -> str:
-        # partition_to_path URL-escapes every name and value (quote_plus, safe=""), so no value
-        # can add a path separator or climb out of the table's data folder.
-        return self.spec.partition_to_path(Record(*self.values), self.schema)
-
-
-# ---------------------------------------------------------------------------------------------
-# Files and manifests.
-
-
-def to_data_file(meta: DataFileMeta, format_version: int) -> DataFile:
-    return DataFile.from_args(
-        content=DataFileContent(int(meta.content)),
-        file_path=meta.path,
-        file_format=FileFormat(meta.file_format),
-        partition=Record(*meta.partition),
-        record_count=meta.record_count,
-        file_size_in_bytes=meta.file_size_in_bytes,
-        column_sizes=dict(meta.column_sizes),
-        value_counts=dict(meta.value_counts),
-        null_value_counts=dict(meta.null_value_counts),
-        nan_value_counts=dict(meta.nan_value_counts),
-        lower_bounds=dict(meta.lower_bounds),
-        upper_bounds=dict(meta.upper_bounds),
-        key_metadata=None,
-        split_offsets=list(meta.split_offsets) or None,
-        equality_ids=list(meta.equality_ids) if meta.equality_ids is not None else None,
-        sort_order_id=meta.sort_order_id,
-        spec_id=meta.spec_id,
-    )
-
-
-def to_meta(data_file: DataFile) -> DataFileMeta:
-    return DataFileMeta(
-        content=FileContent(int(data_file.content)),
-        path=data_file.file_path,
-        file_format=str(data_file.file_format.value),
-        spec_id=data_file.spec_id,
-        partition=tuple(data_file.partition),  # type: ignore[arg-type]  # Record is iterable
-        record_count=data_file.record_count,
-        file_size_in_bytes=data_file.file_size_in_bytes,
-        column_sizes=data_file.column_sizes or {},
-        value_counts=data_file.value_counts or {},
-        null_value_counts=data_file.null_value_counts or {},
-        nan_value_counts=data_file.nan_value_counts or {},
-        lower_bounds=data_file.lower_bounds or {},
-        upper_bounds=data_file.upper_bounds or {},
-        split_offsets=tuple(data_file.split_offsets or []),
-        equality_ids=tuple(data_file.equality_ids or []) or None,
-        sort_order_id=data_file.sort_order_id,
-    )
-
-
-def _spec_data_file_type(partition_type: StructType, format_version: TableVersion) -> Schema:
-    """The manifest entry schema with ``equality_ids`` as ``list<int>``.
-
-    PyIceberg 0.12 declares it ``list<long>``; the Iceberg spec (field 135, element 136) says int,
-    and Iceberg Java fails to read equality delete entries written as longs.
-    """
-    data_file = data_file_with_partition(partition_type=partition_type, format_version=format_version)
-    fields = [
-        NestedField(
-            field_id=135,
-            name="equality_ids",
-            field_type=ListType(element_id=136, element_type=IntegerType(), element_required=True),
-            required=False,
-            doc=f.doc,
-        )
-        if f.field_id == 135
-        else f
-        for f in data_file.fields
-    ]
-    return manifest_entry_schema_with_data_file(format_version=format_version, data_file=StructType(*fields))
-
-
-class _ManifestWriterV2(ManifestWriterV2):
-    """PyIceberg 0.12's v2 manifest writer with the spec's ``equality_ids`` type."""
-
-    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
-        partition_type = self._spec.partition_type(self._schema)
-        return AvroOutputFile[ManifestEntry](
-            output_file=self._output_file,
-            file_schema=_spec_data_file_type(partition_type, 2),
-            record_schema=_spec_data_file_type(partition_type, 2),
-            schema_name="manifest_entry",
-            metadata=self._meta,
-        )
-
-
-class _DeleteManifestWriterV2(_ManifestWriterV2):
-    """The v2 manifest writer, for delete files (content=deletes)."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
-@attrs.frozen
-class StagedManifest:
-    """A manifest written before its commit: entries carry no snapshot id or sequence numbers."""
-
-    path: str
-    length: int
-    spec_id: int
-    content: int  # 0 data, 1 deletes
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "length": self.length, "spec_id": self.spec_id, "content": self.content}
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> StagedManifest:
-        return cls(path=obj["path"], length=obj["length"], spec_id=obj["spec_id"], content=obj["content"])
-
-
-def write_staged_manifest(
-    io: FileIO,
-    path: str,
-    spec: PartitionSpec,
-    schema: Schema,
-    files: Sequence[DataFileMeta],
-    deletes: bool,
-) -> StagedManifest:
-    """Write ``files`` as a v2 manifest whose entries inherit snapshot id and sequence numbers.
-
-    Staged manifests are private to the sink (read back by the committer), so they are always v2,
-    whatever the table's format version.
-    """
-    writer_cls = _DeleteManifestWriterV2 if deletes else _ManifestWriterV2
-    writer = writer_cls(spec, schema, io.new_output(path), snapshot_id=-1, avro_compression="deflate")
-    with writer:
-        for meta in files:
-            writer.add_entry(
-                ManifestEntry.from_args(
-                    status=ManifestEntryStatus.ADDED,
-                    snapshot_id=None,
-                    sequence_number=None,
-                    file_sequence_number=None,
-                    data_file=to_data_file(meta, 2),
-                )
-            )
-    manifest = writer.to_manifest_file()
-    return StagedManifest(path=path, length=manifest.manifest_length, spec_id=spec.spec_id, content=1 if deletes else 0)
-
-
-def read_staged_manifest(io: FileIO, staged: StagedManifest) -> list[DataFileMeta]:
-    manifest = ManifestFile.from_args(
-        manifest_path=staged.path,
-        manifest_length=staged.length,
-        partition_spec_id=staged.spec_id,
-        content=ManifestContent(staged.content),
-        sequence_number=0,
-        min_sequence_number=0,
-        added_snapshot_id=0,
-    )
-    return [to_meta(e.data_file) for e in manifest.fetch_manifest_entry(io, discard_deleted=True)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Committing a snapshot.
+from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
+from iceberg_sink._iceberg.files import branch_head, to_data_file, to_meta
+from iceberg_sink._iceberg.manifests import (
+    _DeleteManifestWriterV2,
+    _has_live_files,
+    _ManifestWriterV2,
+    _new_manifest_path,
+)
+from iceberg_sink.writer.result import DataFileMeta
 
 
 @attrs.frozen
@@ -309,26 +59,6 @@ class SnapshotChanges:
         if self.delete_files:
             return Operation.DELETE
         return Operation.APPEND
-
-
-def branch_head(table: Table, branch: str) -> Snapshot | None:
-    """The snapshot a new commit to ``branch`` builds on (main's head for a branch not yet created)."""
-    metadata = table.metadata
-    if branch in metadata.refs:
-        return metadata.snapshot_by_id(metadata.refs[branch].snapshot_id)
-    return metadata.current_snapshot()
-
-
-def _has_live_files(manifest: ManifestFile) -> bool:
-    """Whether a carried-over manifest still lists live files. One holding only deleted entries
-    (left by a rewrite) is dropped from the next snapshot, as Iceberg Java does."""
-    if manifest.added_files_count is None or manifest.existing_files_count is None:
-        return True
-    return manifest.added_files_count + manifest.existing_files_count > 0
-
-
-def _new_manifest_path(table: Table, commit_uuid: str, n: int) -> str:
-    return table.location_provider().new_metadata_location(f"{commit_uuid}-m{n}.avro")
 
 
 def _write_manifests(
@@ -477,32 +207,6 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
         io=table.io,
         catalog=table.catalog,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading live files with their sequence numbers, and committing rewrites.
-
-
-@attrs.frozen
-class LiveFile:
-    """A live data or delete file of a snapshot, with the sequence numbers Iceberg assigned it."""
-
-    meta: DataFileMeta
-    data_sequence_number: int
-    manifest_path: str
-
-
-def live_files(table: Table, snapshot: Snapshot | None) -> tuple[list[LiveFile], list[LiveFile]]:
-    """The live data files and delete files of ``snapshot``."""
-    if snapshot is None:
-        return [], []
-    data: list[LiveFile] = []
-    deletes: list[LiveFile] = []
-    for manifest in snapshot.manifests(table.io):
-        target = data if manifest.content == ManifestContent.DATA else deletes
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            target.append(LiveFile(to_meta(entry.data_file), int(entry.sequence_number or 0), manifest.manifest_path))
-    return data, deletes
 
 
 def _replace_summary(
@@ -666,28 +370,3 @@ def prepare_manifest_rewrite(
         **snapshot_properties,
     )
     return _finish(table, io, branch, parent, snapshot_id, commit_uuid, manifests, summary, written)
-
-
-def reachable_files(table: Table) -> set[str]:
-    """Every file the table's metadata references: metadata files, manifest lists, manifests, data
-    and delete files of every snapshot, statistics files."""
-    metadata = table.metadata
-    io = table.io
-    result = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
-    result.update(s.statistics_path for s in metadata.statistics)
-    seen_manifests: set[str] = set()
-    for snapshot in metadata.snapshots:
-        result.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(io):
-            if manifest.manifest_path in seen_manifests:
-                continue
-            seen_manifests.add(manifest.manifest_path)
-            result.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                result.add(entry.data_file.file_path)
-    return result
-
-
-def staged_manifest_files(io: FileIO, path: str) -> list[str]:
-    """The data and delete files a staged (not yet committed) manifest lists."""
-    return [meta.path for meta in read_staged_manifest(io, StagedManifest(path=path, length=0, spec_id=0, content=0))]

@@ -1,0 +1,16 @@
+"""Everything iceberg_sink needs from PyIceberg beyond its public table API, in one package.
+
+PyIceberg 0.12 cannot write delete manifests, commit pre-built manifests, row deltas or rewrites.
+This package builds them from PyIceberg's manifest and manifest-list writers and its catalog
+``commit_table`` with explicit requirements. It is the only place that touches PyIceberg internals
+and is pinned to ``pyiceberg==0.12.0`` (pyproject.toml); the interop tests (Iceberg Java, DuckDB)
+check what it writes.
+
+- ``files``: the sink's file values <-> PyIceberg's DataFile, partition paths, live files of a snapshot.
+- ``metrics``: column metrics of written Parquet files.
+- ``manifests``: manifest writers (format-version dispatch in one place), staged manifests.
+- ``deletes``: the one rule for which delete file applies to which data file.
+- ``producer``: one snapshot-producer base that every commit kind subclasses.
+"""
+
+SUPPORTED_FORMAT_VERSIONS = (1, 2)

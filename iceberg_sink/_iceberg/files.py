@@ -1,0 +1,147 @@
+"""Conversions between the sink's file values and PyIceberg's, partition paths, and reading a
+snapshot's live files with their sequence numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.io.pyarrow import (
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+)
+from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import (
+    Snapshot,
+)
+from pyiceberg.typedef import Record
+
+from iceberg_sink.writer.result import DataFileMeta, FileContent
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """The Arrow schema of ``schema`` with Iceberg field ids in each field's Parquet metadata."""
+    return schema_to_pyarrow(schema, include_field_ids=True)
+
+
+def column_by_path(table: pa.Table, path: str) -> pa.Array:
+    """A column of ``table`` by Iceberg column name (``a.b`` reaches into structs)."""
+    if path in table.column_names:
+        return table.column(path).combine_chunks()
+    parts = path.split(".")
+    array = table.column(parts[0]).combine_chunks()
+    return pc.struct_field(array, parts[1:])
+
+
+def partition_values(spec: PartitionSpec, schema: Schema, transformed: Sequence[Any]) -> tuple[Any, ...]:
+    """Iceberg's internal representation of transformed partition values (dates as days, ...).
+
+    PyIceberg's PartitionKey refuses two fields on one source column (e.g. day(ts) and hour(ts)),
+    which Iceberg allows, so the conversion is done per field here.
+    """
+    result = []
+    for field, value in zip(spec.fields, transformed, strict=True):
+        result_type = field.transform.result_type(schema.find_field(field.source_id).field_type)
+        result.append(_to_partition_representation(result_type, value))
+    return tuple(result)
+
+
+@attrs.frozen
+class PartitionPath:
+    """What PyIceberg's location providers need of a partition key: its escaped path."""
+
+    spec: PartitionSpec
+    schema: Schema
+    values: tuple[Any, ...]
+
+    @property
+    def partition(self) -> Record:
+        return Record(*self.values)
+
+    def to_path(self) -> str:
+        # partition_to_path URL-escapes every name and value (quote_plus, safe=""), so no value
+        # can add a path separator or climb out of the table's data folder.
+        return self.spec.partition_to_path(Record(*self.values), self.schema)
+
+
+def to_data_file(meta: DataFileMeta, format_version: int) -> DataFile:
+    return DataFile.from_args(
+        content=DataFileContent(int(meta.content)),
+        file_path=meta.path,
+        file_format=FileFormat(meta.file_format),
+        partition=Record(*meta.partition),
+        record_count=meta.record_count,
+        file_size_in_bytes=meta.file_size_in_bytes,
+        column_sizes=dict(meta.column_sizes),
+        value_counts=dict(meta.value_counts),
+        null_value_counts=dict(meta.null_value_counts),
+        nan_value_counts=dict(meta.nan_value_counts),
+        lower_bounds=dict(meta.lower_bounds),
+        upper_bounds=dict(meta.upper_bounds),
+        key_metadata=None,
+        split_offsets=list(meta.split_offsets) or None,
+        equality_ids=list(meta.equality_ids) if meta.equality_ids is not None else None,
+        sort_order_id=meta.sort_order_id,
+        spec_id=meta.spec_id,
+    )
+
+
+def to_meta(data_file: DataFile) -> DataFileMeta:
+    return DataFileMeta(
+        content=FileContent(int(data_file.content)),
+        path=data_file.file_path,
+        file_format=str(data_file.file_format.value),
+        spec_id=data_file.spec_id,
+        partition=tuple(data_file.partition),  # type: ignore[arg-type]  # Record is iterable
+        record_count=data_file.record_count,
+        file_size_in_bytes=data_file.file_size_in_bytes,
+        column_sizes=data_file.column_sizes or {},
+        value_counts=data_file.value_counts or {},
+        null_value_counts=data_file.null_value_counts or {},
+        nan_value_counts=data_file.nan_value_counts or {},
+        lower_bounds=data_file.lower_bounds or {},
+        upper_bounds=data_file.upper_bounds or {},
+        split_offsets=tuple(data_file.split_offsets or []),
+        equality_ids=tuple(data_file.equality_ids or []) or None,
+        sort_order_id=data_file.sort_order_id,
+    )
+
+
+def branch_head(table: Table, branch: str) -> Snapshot | None:
+    """The snapshot a new commit to ``branch`` builds on (main's head for a branch not yet created)."""
+    metadata = table.metadata
+    if branch in metadata.refs:
+        return metadata.snapshot_by_id(metadata.refs[branch].snapshot_id)
+    return metadata.current_snapshot()
+
+
+@attrs.frozen
+class LiveFile:
+    """A live data or delete file of a snapshot, with the sequence numbers Iceberg assigned it."""
+
+    meta: DataFileMeta
+    data_sequence_number: int
+    manifest_path: str
+
+
+def live_files(table: Table, snapshot: Snapshot | None) -> tuple[list[LiveFile], list[LiveFile]]:
+    """The live data files and delete files of ``snapshot``."""
+    if snapshot is None:
+        return [], []
+    data: list[LiveFile] = []
+    deletes: list[LiveFile] = []
+    for manifest in snapshot.manifests(table.io):
+        target = data if manifest.content == ManifestContent.DATA else deletes
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            target.append(LiveFile(to_meta(entry.data_file), int(entry.sequence_number or 0), manifest.manifest_path))
+    return data, deletes

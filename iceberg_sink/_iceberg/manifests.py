@@ -1,0 +1,172 @@
+"""Manifest files: the writers (with the spec's ``equality_ids`` type), staged manifests of pending
+checkpoints, and the files a table's metadata references."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+from pyiceberg.avro.file import AvroOutputFile
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+    data_file_with_partition,
+    manifest_entry_schema_with_data_file,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.typedef import TableVersion
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+
+from iceberg_sink._iceberg.files import to_data_file, to_meta
+from iceberg_sink.writer.result import DataFileMeta
+
+
+def _spec_data_file_type(partition_type: StructType, format_version: TableVersion) -> Schema:
+    """The manifest entry schema with ``equality_ids`` as ``list<int>``.
+
+    PyIceberg 0.12 declares it ``list<long>``; the Iceberg spec (field 135, element 136) says int,
+    and Iceberg Java fails to read equality delete entries written as longs.
+    """
+    data_file = data_file_with_partition(partition_type=partition_type, format_version=format_version)
+    fields = [
+        NestedField(
+            field_id=135,
+            name="equality_ids",
+            field_type=ListType(element_id=136, element_type=IntegerType(), element_required=True),
+            required=False,
+            doc=f.doc,
+        )
+        if f.field_id == 135
+        else f
+        for f in data_file.fields
+    ]
+    return manifest_entry_schema_with_data_file(format_version=format_version, data_file=StructType(*fields))
+
+
+class _ManifestWriterV2(ManifestWriterV2):
+    """PyIceberg 0.12's v2 manifest writer with the spec's ``equality_ids`` type."""
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        partition_type = self._spec.partition_type(self._schema)
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=_spec_data_file_type(partition_type, 2),
+            record_schema=_spec_data_file_type(partition_type, 2),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
+class _DeleteManifestWriterV2(_ManifestWriterV2):
+    """The v2 manifest writer, for delete files (content=deletes)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+@attrs.frozen
+class StagedManifest:
+    """A manifest written before its commit: entries carry no snapshot id or sequence numbers."""
+
+    path: str
+    length: int
+    spec_id: int
+    content: int  # 0 data, 1 deletes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "length": self.length, "spec_id": self.spec_id, "content": self.content}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> StagedManifest:
+        return cls(path=obj["path"], length=obj["length"], spec_id=obj["spec_id"], content=obj["content"])
+
+
+def write_staged_manifest(
+    io: FileIO,
+    path: str,
+    spec: PartitionSpec,
+    schema: Schema,
+    files: Sequence[DataFileMeta],
+    deletes: bool,
+) -> StagedManifest:
+    """Write ``files`` as a v2 manifest whose entries inherit snapshot id and sequence numbers.
+
+    Staged manifests are private to the sink (read back by the committer), so they are always v2,
+    whatever the table's format version.
+    """
+    writer_cls = _DeleteManifestWriterV2 if deletes else _ManifestWriterV2
+    writer = writer_cls(spec, schema, io.new_output(path), snapshot_id=-1, avro_compression="deflate")
+    with writer:
+        for meta in files:
+            writer.add_entry(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=None,
+                    sequence_number=None,
+                    file_sequence_number=None,
+                    data_file=to_data_file(meta, 2),
+                )
+            )
+    manifest = writer.to_manifest_file()
+    return StagedManifest(path=path, length=manifest.manifest_length, spec_id=spec.spec_id, content=1 if deletes else 0)
+
+
+def read_staged_manifest(io: FileIO, staged: StagedManifest) -> list[DataFileMeta]:
+    manifest = ManifestFile.from_args(
+        manifest_path=staged.path,
+        manifest_length=staged.length,
+        partition_spec_id=staged.spec_id,
+        content=ManifestContent(staged.content),
+        sequence_number=0,
+        min_sequence_number=0,
+        added_snapshot_id=0,
+    )
+    return [to_meta(e.data_file) for e in manifest.fetch_manifest_entry(io, discard_deleted=True)]
+
+
+def _has_live_files(manifest: ManifestFile) -> bool:
+    """Whether a carried-over manifest still lists live files. One holding only deleted entries
+    (left by a rewrite) is dropped from the next snapshot, as Iceberg Java does."""
+    if manifest.added_files_count is None or manifest.existing_files_count is None:
+        return True
+    return manifest.added_files_count + manifest.existing_files_count > 0
+
+
+def _new_manifest_path(table: Table, commit_uuid: str, n: int) -> str:
+    return table.location_provider().new_metadata_location(f"{commit_uuid}-m{n}.avro")
+
+
+def reachable_files(table: Table) -> set[str]:
+    """Every file the table's metadata references: metadata files, manifest lists, manifests, data
+    and delete files of every snapshot, statistics files."""
+    metadata = table.metadata
+    io = table.io
+    result = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    result.update(s.statistics_path for s in metadata.statistics)
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        result.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            result.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+                result.add(entry.data_file.file_path)
+    return result
+
+
+def staged_manifest_files(io: FileIO, path: str) -> list[str]:
+    """The data and delete files a staged (not yet committed) manifest lists."""
+    return [meta.path for meta in read_staged_manifest(io, StagedManifest(path=path, length=0, spec_id=0, content=0))]
