@@ -31,9 +31,10 @@ from pyspark.sql.types import StructType
 from iceberg_sink import _faults, options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink._iceberg.files import branch_head
+from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
-from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter, RetryPolicy
+from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import (

@@ -8,15 +8,17 @@ from typing import Any
 
 import attrs
 from pyiceberg.avro.file import AvroOutputFile
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestWriter,
     ManifestWriterV2,
     data_file_with_partition,
     manifest_entry_schema_with_data_file,
+    write_manifest,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -73,6 +75,29 @@ class _DeleteManifestWriterV2(_ManifestWriterV2):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
+
+
+def new_manifest_writer(
+    format_version: int,
+    content: ManifestContent,
+    spec: PartitionSpec,
+    schema: Schema,
+    output: OutputFile,
+    snapshot_id: int,
+) -> ManifestWriter:
+    """The manifest writer for a table of ``format_version``: the one place that dispatches on it.
+
+    Format version 1 has no delete files and no sequence numbers; asking for a v1 delete manifest is
+    a bug in the caller (the sink refuses upserts into v1 tables before writing anything).
+    """
+    if format_version == 1:
+        if content == ManifestContent.DELETES:
+            raise ValueError("format version 1 tables cannot hold delete files")
+        return write_manifest(1, spec, schema, output, snapshot_id, "deflate")
+    if format_version == 2:
+        cls = _DeleteManifestWriterV2 if content == ManifestContent.DELETES else _ManifestWriterV2
+        return cls(spec, schema, output, snapshot_id, "deflate")
+    raise ValueError(f"format version {format_version} is not supported (expected 1 or 2)")
 
 
 @attrs.frozen
@@ -135,16 +160,12 @@ def read_staged_manifest(io: FileIO, staged: StagedManifest) -> list[DataFileMet
     return [to_meta(e.data_file) for e in manifest.fetch_manifest_entry(io, discard_deleted=True)]
 
 
-def _has_live_files(manifest: ManifestFile) -> bool:
+def has_live_files(manifest: ManifestFile) -> bool:
     """Whether a carried-over manifest still lists live files. One holding only deleted entries
     (left by a rewrite) is dropped from the next snapshot, as Iceberg Java does."""
     if manifest.added_files_count is None or manifest.existing_files_count is None:
         return True
     return manifest.added_files_count + manifest.existing_files_count > 0
-
-
-def _new_manifest_path(table: Table, commit_uuid: str, n: int) -> str:
-    return table.location_provider().new_metadata_location(f"{commit_uuid}-m{n}.avro")
 
 
 def reachable_files(table: Table) -> set[str]:

@@ -1,13 +1,26 @@
-"""Snapshot producers: every commit kind the sink makes (append / row delta, rewrite files, rewrite
-manifests) is prepared here and sent to the catalog as one compare-and-swap."""
+"""Snapshot producers: every commit the sink makes is one subclass of :class:`SnapshotProducer`.
+
+    RowDelta          appends data files and delete files (a checkpoint of the stream)
+    RewriteFiles      replaces data and delete files by new data files (compaction)
+    RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
+
+The base class owns what every commit must get right, so no commit kind can get it wrong on its
+own: the format-version dispatch of manifest writers, the snapshot's sequence number and parent,
+summary totals (never negative, never made up when the parent has none), the branch update (which
+keeps the branch's retention settings), and the requirements that make the commit a
+compare-and-swap on the branch head. :func:`commit_prepared` sends a prepared snapshot and turns
+PyIceberg's complaint about a stale sequence number (another branch committed meanwhile) into the
+retryable :class:`CommitFailedException`.
+"""
 
 from __future__ import annotations
 
+import abc
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import attrs
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     ManifestContent,
@@ -15,18 +28,11 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     ManifestWriter,
-    write_manifest,
     write_manifest_list,
 )
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import (
-    Operation,
-    Snapshot,
-    SnapshotSummaryCollector,
-    Summary,
-    update_snapshot_summaries,
-)
+from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertRefSnapshotId,
@@ -36,24 +42,49 @@ from pyiceberg.table.update import (
 
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink._iceberg.files import branch_head, to_data_file, to_meta
-from iceberg_sink._iceberg.manifests import (
-    _DeleteManifestWriterV2,
-    _has_live_files,
-    _ManifestWriterV2,
-    _new_manifest_path,
-)
+from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink.writer.result import DataFileMeta
+
+# (total, added, removed) summary keys, as Iceberg Java's SnapshotSummary keeps them.
+_TOTALS = (
+    ("total-data-files", "added-data-files", "deleted-data-files"),
+    ("total-delete-files", "added-delete-files", "removed-delete-files"),
+    ("total-records", "added-records", "deleted-records"),
+    ("total-files-size", "added-files-size", "removed-files-size"),
+    ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
+    ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
+)
+
+
+def summary_totals(previous: Mapping[str, str] | None, changes: Mapping[str, str]) -> dict[str, str]:
+    """The ``total-*`` keys of a new snapshot from its parent's summary and its own changes.
+
+    As Iceberg Java does: a branch's first snapshot starts from zero; a total the parent does not
+    carry is left out (it cannot be known, so it is not made up); a total that would go negative
+    (a parent summary that was wrong) is left out rather than reported.
+    """
+    result = {}
+    for total, added, removed in _TOTALS:
+        try:
+            base = 0 if previous is None else int(previous[total])
+            value = base + int(changes.get(added, "0")) - int(changes.get(removed, "0"))
+        except (KeyError, ValueError):
+            continue
+        if value >= 0:
+            result[total] = str(value)
+    return result
 
 
 @attrs.frozen
 class SnapshotChanges:
-    """The files one snapshot adds, grouped by content."""
+    """The files one checkpoint adds, grouped by content."""
 
     data_files: tuple[DataFileMeta, ...] = ()
     delete_files: tuple[DataFileMeta, ...] = ()
 
     @property
     def operation(self) -> Operation:
+        # Iceberg Java's BaseRowDelta: deletes only is a delete, both an overwrite.
         if self.delete_files and self.data_files:
             return Operation.OVERWRITE
         if self.delete_files:
@@ -61,190 +92,304 @@ class SnapshotChanges:
         return Operation.APPEND
 
 
-def _write_manifests(
-    table: Table,
-    io: FileIO,
-    snapshot_id: int,
-    commit_uuid: str,
-    files: Iterable[DataFileMeta],
-    deletes: bool,
-    written: list[str],
-) -> list[ManifestFile]:
-    metadata = table.metadata
-    by_spec: dict[int, list[DataFileMeta]] = {}
-    for meta in files:
-        by_spec.setdefault(meta.spec_id, []).append(meta)
-    result = []
-    for spec_id, metas in sorted(by_spec.items()):
-        path = _new_manifest_path(table, commit_uuid, len(written))
-        written.append(path)
-        spec = metadata.specs()[spec_id]
-        writer: ManifestWriter
-        if deletes:
-            writer = _DeleteManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
-        else:
-            writer = (
-                _ManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
-                if metadata.format_version == 2
-                else write_manifest(1, spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
-            )
-        with writer:
-            for meta in metas:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=snapshot_id,
-                        sequence_number=None,
-                        data_file=to_data_file(meta, metadata.format_version),
-                    )
-                )
-        result.append(writer.to_manifest_file())
-    return result
-
-
 @attrs.frozen
 class PreparedCommit:
     """A snapshot ready to commit, with the files written for it (deleted if it never lands)."""
 
     snapshot: Snapshot
-    updates: tuple[Any, ...]
-    requirements: tuple[Any, ...]
+    updates: tuple[object, ...]
+    requirements: tuple[object, ...]
     written_files: tuple[str, ...]
 
 
-def _finish(
-    table: Table,
-    io: FileIO,
-    branch: str,
-    parent: Snapshot | None,
-    snapshot_id: int,
-    commit_uuid: str,
-    manifests: list[ManifestFile],
-    summary: Summary,
-    written: list[str],
-) -> PreparedCommit:
-    """Write the manifest list and build the snapshot, ref update and the commit's requirements: the
-    table is the same one and the branch head is still ``parent`` (compare-and-swap)."""
-    metadata = table.metadata
-    sequence_number = metadata.next_sequence_number()
-    manifest_list = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
-    written.append(manifest_list)
-    parent_id = parent.snapshot_id if parent is not None else None
-    with write_manifest_list(
-        format_version=metadata.format_version,
-        output_file=io.new_output(manifest_list),
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent_id,
-        sequence_number=sequence_number,
-        avro_compression="deflate",
-    ) as list_writer:
-        list_writer.add_manifests(manifests)
-    snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent_id,
-        sequence_number=sequence_number,
-        manifest_list=manifest_list,
-        summary=summary,
-        schema_id=metadata.current_schema_id,
-    )
-    current_ref = metadata.refs.get(branch)
-    updates = (
-        AddSnapshotUpdate(snapshot=snapshot),
-        SetSnapshotRefUpdate(  # type: ignore[call-arg]
-            snapshot_id=snapshot_id, parent_snapshot_id=parent_id, ref_name=branch, type=SnapshotRefType.BRANCH
-        ),
-    )
-    requirements = (
-        AssertTableUUID(uuid=metadata.table_uuid),
-        AssertRefSnapshotId(ref=branch, snapshot_id=current_ref.snapshot_id if current_ref else None),  # type: ignore[call-arg]
-    )
-    return PreparedCommit(snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(written))
+class SnapshotProducer(abc.ABC):
+    """Builds one snapshot on top of a branch head. Subclasses say which manifests it lists.
+
+    Args:
+        table: the table as just loaded from the catalog (its metadata decides the parent, the
+            sequence number and the compare-and-swap requirements).
+        branch: the branch the snapshot is committed to (created on first commit, from main's head).
+        properties: extra summary properties (job and checkpoint ids, hook properties, ...).
+    """
+
+    def __init__(self, table: Table, branch: str, properties: Mapping[str, str]) -> None:
+        metadata = table.metadata
+        if metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
+            raise ValueError(
+                f"format version {metadata.format_version} is not supported (expected one of {SUPPORTED_FORMAT_VERSIONS})"
+            )
+        self.table = table
+        self.io: FileIO = table.io
+        self.branch = branch
+        self.properties = dict(properties)
+        self.parent = branch_head(table, branch)
+        self.snapshot_id = metadata.new_snapshot_id()
+        self._commit_uuid = uuid.uuid4().hex
+        self._written: list[str] = []
+        self._added: list[DataFileMeta] = []
+        self._removed: list[DataFileMeta] = []
+
+    # -- what subclasses provide -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def operation(self) -> Operation:
+        """The snapshot's operation (append, overwrite, delete, replace)."""
+
+    @abc.abstractmethod
+    def manifests(self) -> list[ManifestFile]:
+        """Every manifest the new snapshot lists (new ones written with :meth:`write_manifests`)."""
+
+    def extra_summary(self) -> dict[str, str]:
+        """Summary properties of this commit kind besides the file counts."""
+        return {}
+
+    # -- helpers for subclasses --------------------------------------------------------------
+
+    def parent_manifests(self) -> list[ManifestFile]:
+        """The parent's manifests that still list live files (Iceberg Java drops the others)."""
+        if self.parent is None:
+            return []
+        return [m for m in self.parent.manifests(self.io) if has_live_files(m)]
+
+    def new_manifest_path(self) -> str:
+        path = self.table.location_provider().new_metadata_location(f"{self._commit_uuid}-m{len(self._written)}.avro")
+        self._written.append(path)
+        return path
+
+    def write_manifests(
+        self, files: Iterable[DataFileMeta], content: ManifestContent, data_sequence_number: int | None = None
+    ) -> list[ManifestFile]:
+        """Manifests (one per partition spec) adding ``files`` in this snapshot.
+
+        ``data_sequence_number`` None lets the entries inherit the snapshot's sequence number; a
+        rewrite passes the sequence number of the snapshot it read.
+        """
+        metadata = self.table.metadata
+        by_spec: dict[int, list[DataFileMeta]] = {}
+        for meta in files:
+            by_spec.setdefault(meta.spec_id, []).append(meta)
+        result = []
+        for spec_id, metas in sorted(by_spec.items()):
+            writer = self._writer(content, spec_id)
+            with writer:
+                for meta in metas:
+                    writer.add(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=self.snapshot_id,
+                            sequence_number=data_sequence_number,
+                            file_sequence_number=None,
+                            data_file=to_data_file(meta, metadata.format_version),
+                        )
+                    )
+            self._added.extend(metas)
+            result.append(writer.to_manifest_file())
+        return result
+
+    def rewrite_manifest(self, manifest: ManifestFile, removed_paths: frozenset[str]) -> ManifestFile | None:
+        """``manifest`` with the entries of ``removed_paths`` marked deleted; None when it has none."""
+        entries = manifest.fetch_manifest_entry(self.io, discard_deleted=True)
+        if not any(e.data_file.file_path in removed_paths for e in entries):
+            return None
+        writer = self._writer(manifest.content, manifest.partition_spec_id)
+        with writer:
+            for entry in entries:
+                if entry.data_file.file_path in removed_paths:
+                    writer.delete(entry)
+                    self._removed.append(to_meta(entry.data_file))
+                else:
+                    writer.existing(entry)
+        return writer.to_manifest_file()
+
+    def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
+        metadata = self.table.metadata
+        return new_manifest_writer(
+            metadata.format_version,
+            content,
+            metadata.specs()[spec_id],
+            metadata.schema(),
+            self.io.new_output(self.new_manifest_path()),
+            self.snapshot_id,
+        )
+
+    # -- the template ------------------------------------------------------------------------
+
+    def summary(self) -> Summary:
+        metadata = self.table.metadata
+        collector = SnapshotSummaryCollector()
+        specs, schema = metadata.specs(), metadata.schema()
+        for meta in self._added:
+            collector.add_file(
+                to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
+            )
+        for meta in self._removed:
+            collector.remove_file(
+                to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
+            )
+        changes = collector.build()
+        previous = (
+            self.parent.summary.additional_properties if self.parent is not None and self.parent.summary else None
+        )
+        if self.parent is not None and self.parent.summary is None:
+            previous = {}  # a parent without a summary: no total can be known
+        totals = summary_totals(previous, changes)
+        return Summary(operation=self.operation(), **{**changes, **totals, **self.extra_summary(), **self.properties})
+
+    def prepare(self) -> PreparedCommit:
+        """Write the manifests and the manifest list, and build the snapshot, the branch update and
+        the requirements (same table, branch head still the parent)."""
+        metadata = self.table.metadata
+        manifests = self.manifests()
+        summary = self.summary()
+        sequence_number = metadata.next_sequence_number()
+        manifest_list = self.table.location_provider().new_metadata_location(
+            f"snap-{self.snapshot_id}-0-{self._commit_uuid}.avro"
+        )
+        self._written.append(manifest_list)
+        parent_id = self.parent.snapshot_id if self.parent is not None else None
+        with write_manifest_list(
+            format_version=metadata.format_version,
+            output_file=self.io.new_output(manifest_list),
+            snapshot_id=self.snapshot_id,
+            parent_snapshot_id=parent_id,
+            sequence_number=sequence_number,
+            avro_compression="deflate",
+        ) as list_writer:
+            list_writer.add_manifests(manifests)
+        snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
+            snapshot_id=self.snapshot_id,
+            parent_snapshot_id=parent_id,
+            sequence_number=sequence_number,
+            manifest_list=manifest_list,
+            summary=summary,
+            schema_id=metadata.current_schema_id,
+        )
+        current_ref = metadata.refs.get(self.branch)
+        # A branch keeps its retention settings across commits, as Iceberg Java's SnapshotProducer does.
+        updates = (
+            AddSnapshotUpdate(snapshot=snapshot),
+            SetSnapshotRefUpdate(  # type: ignore[call-arg]
+                snapshot_id=self.snapshot_id,
+                ref_name=self.branch,
+                type=SnapshotRefType.BRANCH,
+                max_ref_age_ms=current_ref.max_ref_age_ms if current_ref else None,
+                max_snapshot_age_ms=current_ref.max_snapshot_age_ms if current_ref else None,
+                min_snapshots_to_keep=current_ref.min_snapshots_to_keep if current_ref else None,
+            ),
+        )
+        requirements = (
+            AssertTableUUID(uuid=metadata.table_uuid),
+            AssertRefSnapshotId(ref=self.branch, snapshot_id=current_ref.snapshot_id if current_ref else None),  # type: ignore[call-arg]
+        )
+        return PreparedCommit(
+            snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(self._written)
+        )
+
+
+class RowDelta(SnapshotProducer):
+    """A checkpoint's snapshot: new data files and delete files on top of the branch head."""
+
+    def __init__(self, table: Table, branch: str, changes: SnapshotChanges, properties: Mapping[str, str]) -> None:
+        super().__init__(table, branch, properties)
+        if changes.delete_files and table.metadata.format_version < 2:
+            raise ValueError("delete files need format version 2; this table is version 1")
+        self._changes = changes
+
+    def operation(self) -> Operation:
+        return self._changes.operation
+
+    def manifests(self) -> list[ManifestFile]:
+        new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
+        new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
+        return new + self.parent_manifests()
+
+
+class RewriteFiles(SnapshotProducer):
+    """A ``replace`` snapshot: ``removed_paths`` (data and delete files) out, ``added`` data files in.
+
+    Added files carry ``data_sequence_number``, the sequence number of the snapshot the rewrite read,
+    so equality deletes committed after that snapshot still apply to the rewritten rows.
+    """
+
+    def __init__(
+        self,
+        table: Table,
+        branch: str,
+        added: Sequence[DataFileMeta],
+        removed_paths: frozenset[str],
+        data_sequence_number: int,
+        properties: Mapping[str, str],
+    ) -> None:
+        super().__init__(table, branch, properties)
+        if self.parent is None:
+            raise ValueError(f"cannot rewrite files of branch {branch!r}: it has no snapshot")
+        self._new = tuple(added)
+        self._removed_paths = removed_paths
+        # Format version 1 has no sequence numbers; entries inherit nothing there.
+        self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
+
+    def operation(self) -> Operation:
+        return Operation.REPLACE
+
+    def manifests(self) -> list[ManifestFile]:
+        result = self.write_manifests(self._new, ManifestContent.DATA, self._sequence_number)
+        assert self.parent is not None
+        for manifest in self.parent.manifests(self.io):
+            rewritten = self.rewrite_manifest(manifest, self._removed_paths)
+            if rewritten is not None:
+                result.append(rewritten)
+            elif has_live_files(manifest):
+                result.append(manifest)
+        return result
+
+
+class RewriteManifests(SnapshotProducer):
+    """A ``replace`` snapshot that only regroups the branch's live entries into fewer manifests.
+
+    Entries keep their identity (snapshot id, data and file sequence numbers) as ``EXISTING``; no
+    file is added or removed.
+    """
+
+    def __init__(self, table: Table, branch: str, entries_per_manifest: int, properties: Mapping[str, str]) -> None:
+        super().__init__(table, branch, properties)
+        self._per_manifest = entries_per_manifest
+        self._old = self.parent.manifests(self.io) if self.parent is not None else []
+        self._groups: dict[tuple[int, int], list[ManifestEntry]] = {}
+        for manifest in self._old:
+            key = (int(manifest.content), manifest.partition_spec_id)
+            self._groups.setdefault(key, []).extend(manifest.fetch_manifest_entry(self.io, discard_deleted=True))
+        self._created = 0
+
+    def worthwhile(self) -> bool:
+        """Whether regrouping gives fewer manifests than the branch has now."""
+        planned = sum(max(1, -(-len(e) // self._per_manifest)) for e in self._groups.values() if e)
+        return self.parent is not None and planned < len(self._old)
+
+    def operation(self) -> Operation:
+        return Operation.REPLACE
+
+    def manifests(self) -> list[ManifestFile]:
+        result = []
+        for (content, spec_id), entries in sorted(self._groups.items()):
+            for start in range(0, len(entries), self._per_manifest):
+                writer = self._writer(ManifestContent(content), spec_id)
+                with writer:
+                    for entry in entries[start : start + self._per_manifest]:
+                        writer.existing(entry)
+                result.append(writer.to_manifest_file())
+        self._created = len(result)
+        return result
+
+    def extra_summary(self) -> dict[str, str]:
+        return {"manifests-created": str(self._created), "manifests-replaced": str(len(self._old))}
 
 
 def prepare_commit(
-    table: Table,
-    io: FileIO,
-    branch: str,
-    changes: SnapshotChanges,
-    snapshot_properties: Mapping[str, str],
+    table: Table, io: FileIO, branch: str, changes: SnapshotChanges, snapshot_properties: Mapping[str, str]
 ) -> PreparedCommit:
-    """Write the manifests and manifest list of one snapshot on top of ``branch``'s head."""
-    metadata = table.metadata
-    if metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
-        raise ValueError(f"format version {metadata.format_version} is not supported")
-    parent = branch_head(table, branch)
-    snapshot_id = metadata.new_snapshot_id()
-    commit_uuid = uuid.uuid4().hex
-    written: list[str] = []
-    new_manifests = _write_manifests(table, io, snapshot_id, commit_uuid, changes.data_files, False, written)
-    new_manifests += _write_manifests(table, io, snapshot_id, commit_uuid, changes.delete_files, True, written)
-    existing = [m for m in parent.manifests(io) if _has_live_files(m)] if parent is not None else []
-    collector = SnapshotSummaryCollector()
-    schema = metadata.schema()
-    specs = metadata.specs()
-    for meta in (*changes.data_files, *changes.delete_files):
-        collector.add_file(
-            to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
-        )
-    summary = update_snapshot_summaries(
-        Summary(operation=changes.operation, **collector.build(), **snapshot_properties),
-        previous_summary=parent.summary if parent is not None else None,
-    )
-    return _finish(table, io, branch, parent, snapshot_id, commit_uuid, new_manifests + existing, summary, written)
-
-
-def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
-    """Send one prepared snapshot to the catalog; returns the table as of the new metadata.
-
-    Raises PyIceberg's CommitFailedException (another writer moved the branch: refresh and retry)
-    or CommitStateUnknownException (may or may not have landed).
-    """
-    response = table.catalog.commit_table(table, prepared.requirements, prepared.updates)
-    return Table(
-        identifier=table.name(),
-        metadata=response.metadata,
-        metadata_location=response.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
-    )
-
-
-def _replace_summary(
-    table: Table, parent: Snapshot | None, added: Sequence[DataFileMeta], removed: Sequence[DataFileMeta]
-) -> Summary:
-    """Summary of a ``replace`` snapshot (PyIceberg's summary update refuses that operation)."""
-    metadata = table.metadata
-    collector = SnapshotSummaryCollector()
-    specs, schema = metadata.specs(), metadata.schema()
-    for meta in added:
-        collector.add_file(
-            to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
-        )
-    for meta in removed:
-        collector.remove_file(
-            to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
-        )
-    props = collector.build()
-    previous = dict(parent.summary.additional_properties) if parent is not None and parent.summary else {}
-
-    def total(key: str, plus: str, minus: str) -> str:
-        return str(int(previous.get(key, "0")) + int(props.get(plus, "0")) - int(props.get(minus, "0")))
-
-    props.update(
-        {
-            "total-data-files": total("total-data-files", "added-data-files", "deleted-data-files"),
-            "total-delete-files": total("total-delete-files", "added-delete-files", "removed-delete-files"),
-            "total-records": total("total-records", "added-records", "deleted-records"),
-            "total-files-size": total("total-files-size", "added-files-size", "removed-files-size"),
-            "total-position-deletes": total(
-                "total-position-deletes", "added-position-deletes", "removed-position-deletes"
-            ),
-            "total-equality-deletes": total(
-                "total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"
-            ),
-        }
-    )
-    return Summary(operation=Operation.REPLACE, **props)
+    """A checkpoint's snapshot (see :class:`RowDelta`)."""
+    del io  # the table's own FileIO writes the manifests
+    return RowDelta(table, branch, changes, snapshot_properties).prepare()
 
 
 def prepare_rewrite(
@@ -256,117 +401,45 @@ def prepare_rewrite(
     data_sequence_number: int,
     snapshot_properties: Mapping[str, str],
 ) -> PreparedCommit:
-    """A ``replace`` snapshot: ``removed_paths`` (data and delete files) out, ``added`` in.
-
-    Added data files carry ``data_sequence_number`` (the sequence number of the snapshot the rewrite
-    read), so equality deletes committed after that snapshot still apply to the rewritten rows.
-    """
-    metadata = table.metadata
-    parent = branch_head(table, branch)
-    if parent is None:
-        raise ValueError("cannot rewrite files of a branch without snapshots")
-    snapshot_id = metadata.new_snapshot_id()
-    commit_uuid = uuid.uuid4().hex
-    written: list[str] = []
-    manifests: list[ManifestFile] = []
-    removed: list[DataFileMeta] = []
-
-    by_spec: dict[int, list[DataFileMeta]] = {}
-    for meta in added:
-        by_spec.setdefault(meta.spec_id, []).append(meta)
-    for spec_id, metas in sorted(by_spec.items()):
-        path = _new_manifest_path(table, commit_uuid, len(written))
-        written.append(path)
-        writer = _ManifestWriterV2(
-            metadata.specs()[spec_id], metadata.schema(), io.new_output(path), snapshot_id, "deflate"
-        )
-        with writer:
-            for meta in metas:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=snapshot_id,
-                        sequence_number=data_sequence_number,
-                        file_sequence_number=None,
-                        data_file=to_data_file(meta, metadata.format_version),
-                    )
-                )
-        manifests.append(writer.to_manifest_file())
-
-    for manifest in parent.manifests(io):
-        entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
-        hits = [e for e in entries if e.data_file.file_path in removed_paths]
-        if not hits:
-            if _has_live_files(manifest):
-                manifests.append(manifest)
-            continue
-        path = _new_manifest_path(table, commit_uuid, len(written))
-        written.append(path)
-        spec = metadata.specs()[manifest.partition_spec_id]
-        rewritten: ManifestWriter = (
-            _DeleteManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
-            if manifest.content == ManifestContent.DELETES
-            else _ManifestWriterV2(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
-        )
-        with rewritten:
-            for entry in entries:
-                if entry.data_file.file_path in removed_paths:
-                    rewritten.delete(entry)
-                    removed.append(to_meta(entry.data_file))
-                else:
-                    rewritten.existing(entry)
-        manifests.append(rewritten.to_manifest_file())
-
-    summary = _replace_summary(table, parent, added, removed)
-    summary = Summary(operation=summary.operation, **{**summary.additional_properties, **snapshot_properties})
-    return _finish(table, io, branch, parent, snapshot_id, commit_uuid, manifests, summary, written)
+    """A compaction's snapshot (see :class:`RewriteFiles`)."""
+    del io
+    return RewriteFiles(table, branch, added, removed_paths, data_sequence_number, snapshot_properties).prepare()
 
 
 def prepare_manifest_rewrite(
     table: Table, io: FileIO, branch: str, entries_per_manifest: int, snapshot_properties: Mapping[str, str]
 ) -> PreparedCommit | None:
-    """A ``replace`` snapshot that only regroups the branch's live entries into fewer manifests.
+    """A manifest rewrite's snapshot (see :class:`RewriteManifests`); None when nothing would merge."""
+    del io
+    producer = RewriteManifests(table, branch, entries_per_manifest, snapshot_properties)
+    return producer.prepare() if producer.worthwhile() else None
 
-    Entries keep their status-independent identity (snapshot id, data and file sequence numbers) as
-    ``EXISTING``; no file is added or removed. None when there is nothing to merge.
+
+def is_stale_sequence_number(error: ValueError) -> bool:
+    """PyIceberg's catalogs check a new snapshot's sequence number against the table's last one when
+    applying the commit; another branch committing meanwhile makes ours stale. Refreshing and
+    preparing again fixes it, so it is a retryable conflict (pinned wording of pyiceberg 0.12)."""
+    return "Cannot add snapshot with sequence number" in str(error)
+
+
+def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
+    """Send one prepared snapshot to the catalog; returns the table as of the new metadata.
+
+    Raises:
+        CommitFailedException: the branch head moved or the sequence number went stale (another
+            writer committed, on this or another branch): refresh, prepare again, retry.
+        CommitStateUnknownException: the commit may or may not have landed.
     """
-    metadata = table.metadata
-    parent = branch_head(table, branch)
-    if parent is None:
-        return None
-    old = parent.manifests(io)
-    groups: dict[tuple[int, int], list[ManifestEntry]] = {}
-    for manifest in old:
-        key = (int(manifest.content), manifest.partition_spec_id)
-        groups.setdefault(key, []).extend(manifest.fetch_manifest_entry(io, discard_deleted=True))
-    planned = sum(max(1, -(-len(e) // entries_per_manifest)) for e in groups.values() if e)
-    if planned >= len(old):
-        return None
-    snapshot_id = metadata.new_snapshot_id()
-    commit_uuid = uuid.uuid4().hex
-    written: list[str] = []
-    manifests: list[ManifestFile] = []
-    for (content, spec_id), entries in sorted(groups.items()):
-        for start in range(0, len(entries), entries_per_manifest):
-            path = _new_manifest_path(table, commit_uuid, len(written))
-            written.append(path)
-            spec = metadata.specs()[spec_id]
-            cls = _DeleteManifestWriterV2 if content == int(ManifestContent.DELETES) else _ManifestWriterV2
-            writer: ManifestWriter = (
-                cls(spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
-                if metadata.format_version >= 2
-                else write_manifest(1, spec, metadata.schema(), io.new_output(path), snapshot_id, "deflate")
-            )
-            with writer:
-                for entry in entries[start : start + entries_per_manifest]:
-                    writer.existing(entry)
-            manifests.append(writer.to_manifest_file())
-    previous = dict(parent.summary.additional_properties) if parent.summary else {}
-    totals = {k: v for k, v in previous.items() if k.startswith("total-")}
-    summary = Summary(
-        operation=Operation.REPLACE,
-        **totals,
-        **{"manifests-created": str(len(manifests)), "manifests-replaced": str(len(old))},
-        **snapshot_properties,
+    try:
+        response = table.catalog.commit_table(table, prepared.requirements, prepared.updates)  # type: ignore[arg-type]
+    except ValueError as e:
+        if is_stale_sequence_number(e):
+            raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
+        raise
+    return Table(
+        identifier=table.name(),
+        metadata=response.metadata,
+        metadata_location=response.metadata_location,
+        io=table.io,
+        catalog=table.catalog,
     )
-    return _finish(table, io, branch, parent, snapshot_id, commit_uuid, manifests, summary, written)

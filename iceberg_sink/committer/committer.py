@@ -10,38 +10,23 @@ the table (for example a commit whose response was lost) and is not applied agai
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 
 import attrs
-from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg import manifests, producer
 from iceberg_sink._iceberg.files import branch_head
+from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer.committable import Committable
-from iceberg_sink.errors import CommitRetriesExhaustedError, CommitStateUnknownError
+from iceberg_sink.errors import CommitRetriesExhaustedError
 from iceberg_sink.table.key_bounds import data_added_since
 from iceberg_sink.writer.result import DataFileMeta
 
 logger = logging.getLogger(__name__)
-
-
-@attrs.frozen
-class RetryPolicy:
-    """Backoff for optimistic-concurrency conflicts (Iceberg's commit.retry.* properties)."""
-
-    num_retries: int = 4
-    min_wait_ms: int = 100
-    max_wait_ms: int = 60_000
-    total_timeout_ms: int = 1_800_000
-
-    def wait_ms(self, attempt: int) -> float:
-        base = min(self.max_wait_ms, self.min_wait_ms * (2 ** max(0, attempt - 1)))
-        return float(base) * (0.5 + random.random() / 2)
 
 
 @attrs.frozen
@@ -131,38 +116,29 @@ class IcebergCommitter:
         """
         if committable.job_id != self._job_id:
             raise ValueError(f"committable of job {committable.job_id} given to the committer of job {self._job_id}")
-        # A table the caller just loaded saves a catalog round trip; if it is stale the commit fails
-        # its compare-and-swap and the retry reloads.
-        table = table if table is not None else self._load_table()
-        io = table.io
-        changes: producer.SnapshotChanges | None = None
         properties = {
             **(extra_properties or {}),
             f"{self._prefix}.job-id": self._job_id,
             f"{self._prefix}.checkpoint-id": str(committable.checkpoint_id),
         }
-        deadline = time.monotonic() + self._retry.total_timeout_ms / 1000
-        attempt = 0
-        state_unknown = False
+        changes: producer.SnapshotChanges | None = None
         late_added = False
-        while True:
-            if attempt > 0:
-                table = self._load_table()
-            # Re-checked on every attempt: a previous attempt whose response was lost may have landed.
-            if self.max_committed(table) >= committable.checkpoint_id:
-                self._cleanup_staged(io, committable)
-                return CommitOutcome(committable.checkpoint_id, None, already_committed=attempt == 0, attempts=attempt)
-            attempt += 1
+
+        def prepare(current: Table) -> producer.PreparedCommit | None:
+            nonlocal changes, late_added
+            # Checked on every attempt: an earlier attempt, or an earlier run, may have landed.
+            if self.max_committed(current) >= committable.checkpoint_id:
+                return None
             if changes is None:
                 # Read only once the checkpoint is known to be uncommitted: after a commit the
                 # staged manifests are deleted.
                 changes = producer.SnapshotChanges(
-                    data_files=tuple(self._read(io, committable.manifests.data_manifest)),
-                    delete_files=tuple(self._read(io, committable.manifests.delete_manifest)),
+                    data_files=tuple(self._read(current.io, committable.manifests.data_manifest)),
+                    delete_files=tuple(self._read(current.io, committable.manifests.delete_manifest)),
                 )
             if committable.skipped_deletes and committable.proof_snapshot_id is not None and not late_added:
-                head = branch_head(table, self._branch)
-                if data_added_since(table, head, committable.proof_snapshot_id):
+                head = branch_head(current, self._branch)
+                if data_added_since(current, head, committable.proof_snapshot_id):
                     # Rows were added since the writers proved their keys new: the proof no longer
                     # holds, so the skipped equality deletes are written now, from our data files.
                     if self._late_deletes is None:
@@ -178,46 +154,32 @@ class IcebergCommitter:
                         committable.checkpoint_id,
                         len(extra),
                     )
-            prepared = producer.prepare_commit(table, io, self._branch, changes, properties)
-            try:
-                committed = producer.commit_prepared(table, prepared)
-            except CommitFailedException as e:
-                self._delete(io, prepared.written_files)
-                if attempt > self._retry.num_retries or time.monotonic() > deadline:
-                    raise CommitRetriesExhaustedError(
-                        f"checkpoint {committable.checkpoint_id} of job {self._job_id}: {attempt} commit attempts "
-                        f"lost to concurrent writers ({e}); it stays pending and is retried by the next run"
-                    ) from e
-                logger.info(
-                    "commit conflict for checkpoint %s (attempt %s): %s",
-                    committable.checkpoint_id,
-                    attempt,
-                    e,
-                )
-                self._sleep(self._retry.wait_ms(attempt) / 1000)
-                continue
-            except CommitStateUnknownException as e:
-                # Keep the files: the snapshot may reference them. The next attempt checks history.
-                state_unknown = True
-                if attempt > self._retry.num_retries or time.monotonic() > deadline:
-                    raise CommitStateUnknownError(
-                        f"checkpoint {committable.checkpoint_id} of job {self._job_id}: the catalog did not say "
-                        f"whether the commit landed ({e}); the next run checks and commits it if needed"
-                    ) from e
-                logger.warning("commit state unknown for checkpoint %s: %s", committable.checkpoint_id, e)
-                self._sleep(self._retry.wait_ms(attempt) / 1000)
-                continue
-            if state_unknown:
-                logger.info("checkpoint %s committed after an unknown-state attempt", committable.checkpoint_id)
-            self._cleanup_staged(io, committable)
-            snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
+            return producer.RowDelta(current, self._branch, changes, properties).prepare()
+
+        result = commit_with_retry(
+            f"checkpoint {committable.checkpoint_id} of job {self._job_id}",
+            self._load_table,
+            prepare,
+            self._retry,
+            table=table,
+            sleep=self._sleep,
+            on_give_up="; it stays pending and the next run checks the table and commits it if needed",
+        )
+        io = result.table.io
+        self._cleanup_staged(io, committable)
+        if result.snapshot is None:
             return CommitOutcome(
-                committable.checkpoint_id,
-                snapshot,
-                already_committed=False,
-                attempts=attempt,
-                data_files=changes.data_files,
+                committable.checkpoint_id, None, already_committed=result.attempts == 0, attempts=result.attempts
             )
+        if result.state_was_unknown:
+            logger.info("checkpoint %s committed after an unknown-state attempt", committable.checkpoint_id)
+        return CommitOutcome(
+            committable.checkpoint_id,
+            result.snapshot,
+            already_committed=False,
+            attempts=result.attempts,
+            data_files=changes.data_files if changes is not None else (),
+        )
 
     @staticmethod
     def _read(io: FileIO, staged: manifests.StagedManifest | None) -> list[DataFileMeta]:

@@ -15,9 +15,10 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import CommitRetriesExhaustedError
+from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
-from iceberg_sink.committer.committer import IcebergCommitter, RetryPolicy, find_max_committed_checkpoint
+from iceberg_sink.committer.committer import IcebergCommitter, find_max_committed_checkpoint
 from tests.helpers import write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
@@ -173,3 +174,57 @@ def test_two_jobs_do_not_confuse_each_others_checkpoints(sql_catalog: LosingCata
     table = sql_catalog.load_table("db.t")
     assert a.max_committed(table) == 5 and b.max_committed(table) == 1
     assert ids_in(table) == [1, 2, 3]
+
+
+def test_a_commit_on_another_branch_meanwhile_is_retried_not_fatal(sql_catalog: LosingCatalog) -> None:
+    """Another branch's commit raises the table's last sequence number: the snapshot we prepared on
+    the older metadata has a stale one. That is a lost race (retry on fresh metadata), not an error."""
+    table = sql_catalog.load_table("db.t")
+    committer(sql_catalog, "job1").commit(committable_for(table, "job1", 0, [1]))
+    committer(sql_catalog, "jobB", branch="b").commit(committable_for(table, "jobB", 0, [50], branch="b"))
+    committable = committable_for(sql_catalog.load_table("db.t"), "job1", 1, [2])
+    calls = {"n": 0}
+
+    def load_then_other_branch_commits() -> Table:
+        loaded = sql_catalog.load_table("db.t")
+        calls["n"] += 1
+        if calls["n"] == 1:
+            other = committer(sql_catalog, "jobB", branch="b")
+            other.commit(committable_for(loaded, "jobB", 1, [51], branch="b"))
+        return loaded
+
+    outcome = committer(sql_catalog, "job1", load=load_then_other_branch_commits).commit(committable)
+    assert outcome.snapshot is not None and outcome.attempts == 2
+    table = sql_catalog.load_table("db.t")
+    assert ids_in(table, "main") == [1, 2]
+    assert ids_in(table, "b") == [1, 50, 51]
+    sequence_numbers = [s.sequence_number for s in table.snapshots()]
+    assert len(set(sequence_numbers)) == len(sequence_numbers)
+
+
+def test_a_commit_found_landed_after_a_lost_response_reports_its_snapshot(sql_catalog: LosingCatalog) -> None:
+    """Post-commit hooks, the compaction trigger and metrics run on the outcome's snapshot: a commit
+    whose response was lost but which landed must still report it."""
+    table = sql_catalog.load_table("db.t")
+    committable = committable_for(table, "job1", 3, [7])
+    sql_catalog.lose_next = 1
+    outcome = committer(sql_catalog, "job1").commit(committable)
+    table = sql_catalog.load_table("db.t")
+    assert outcome.snapshot is not None and not outcome.already_committed
+    assert outcome.snapshot.snapshot_id == table.metadata.current_snapshot_id
+    assert outcome.data_files and outcome.data_files[0].record_count == 1
+
+
+def test_commits_keep_the_branch_retention_settings(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    committer(sql_catalog, "job1").commit(committable_for(table, "job1", 0, [1]))
+    table = sql_catalog.load_table("db.t")
+    head = table.metadata.current_snapshot_id
+    assert head is not None
+    day, week = 86_400_000, 7 * 86_400_000
+    with table.manage_snapshots() as manage:
+        manage.create_branch(head, "audit", max_ref_age_ms=week, max_snapshot_age_ms=day, min_snapshots_to_keep=5)
+    committer(sql_catalog, "job1", branch="audit").commit(committable_for(table, "job1", 1, [2], branch="audit"))
+    ref = sql_catalog.load_table("db.t").metadata.refs["audit"]
+    assert (ref.max_ref_age_ms, ref.max_snapshot_age_ms, ref.min_snapshots_to_keep) == (week, day, 5)
+    assert ref.snapshot_id != head

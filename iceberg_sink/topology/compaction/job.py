@@ -29,7 +29,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import applies
 from iceberg_sink._iceberg.files import branch_head, live_files
-from iceberg_sink.committer.committer import RetryPolicy
+from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.errors import CommitRetriesExhaustedError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig

@@ -1,0 +1,132 @@
+"""The one retry loop for every commit the sink makes (checkpoints, compaction, manifest rewrites).
+
+Each attempt starts from the table as the catalog has it now and prepares its snapshot again (the
+branch head, the sequence number and what is still valid may all have changed). Lost races are
+retried with backoff (Iceberg's ``commit.retry.*`` properties). When the catalog does not say whether
+a commit landed, the files are kept and the next attempt first looks for that snapshot: found, the
+commit is done (and reported as done, so post-commit steps still run); not found, it prepares again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import attrs
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from iceberg_sink._iceberg.producer import PreparedCommit, commit_prepared
+from iceberg_sink.errors import CommitRetriesExhaustedError, CommitStateUnknownError
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Backoff for optimistic-concurrency conflicts (Iceberg's commit.retry.* properties)."""
+
+    num_retries: int = 4
+    min_wait_ms: int = 100
+    max_wait_ms: int = 60_000
+    total_timeout_ms: int = 1_800_000
+
+    def wait_ms(self, attempt: int) -> float:
+        base = min(self.max_wait_ms, self.min_wait_ms * (2 ** max(0, attempt - 1)))
+        return float(base) * (0.5 + random.random() / 2)
+
+
+@attrs.frozen
+class CommitAttempts:
+    """How a retried commit ended.
+
+    Attributes:
+        table: the table after the last attempt (as committed, or as last loaded).
+        snapshot: the committed snapshot; None when ``prepare`` said there was nothing to commit.
+        attempts: commit attempts sent to the catalog.
+        state_was_unknown: an attempt's outcome was unknown (its snapshot may be the one returned).
+    """
+
+    table: Table
+    snapshot: Snapshot | None
+    attempts: int
+    state_was_unknown: bool = False
+
+
+Prepare = Callable[[Table], PreparedCommit | None]
+
+
+def _delete(table: Table, paths: tuple[str, ...]) -> None:
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except Exception:
+            logger.warning("could not delete uncommitted file %s", path)
+
+
+def commit_with_retry(
+    what: str,
+    load_table: Callable[[], Table],
+    prepare: Prepare,
+    policy: RetryPolicy,
+    table: Table | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_give_up: str = "",
+) -> CommitAttempts:
+    """Prepare and commit until it lands, ``prepare`` returns None, or the policy gives up.
+
+    Args:
+        what: names the commit in errors and logs ("checkpoint 7 of job ...").
+        load_table: loads the table from the catalog (called before every attempt but the first
+            when ``table`` is given).
+        prepare: builds the snapshot on the given table; None means nothing is left to commit
+            (for example the checkpoint is already in the table).
+        policy: backoff and limits.
+        table: a table just loaded, used for the first attempt.
+        sleep: how to wait between attempts (tests pass a fake clock).
+        on_give_up: what happens to the work when the retries run out, appended to the error.
+
+    Raises:
+        CommitRetriesExhaustedError: every attempt lost a race; nothing was committed.
+        CommitStateUnknownError: the last attempt's outcome is unknown; its files are kept.
+    """
+    deadline = time.monotonic() + policy.total_timeout_ms / 1000
+    attempt = 0
+    unknown: list[PreparedCommit] = []
+    while True:
+        if table is None or attempt > 0:
+            table = load_table()
+        for earlier in unknown:
+            landed = table.metadata.snapshot_by_id(earlier.snapshot.snapshot_id)
+            if landed is not None:
+                logger.info("%s: the attempt whose outcome was unknown had landed", what)
+                return CommitAttempts(table, landed, attempt, state_was_unknown=True)
+        prepared = prepare(table)
+        if prepared is None:
+            return CommitAttempts(table, None, attempt, state_was_unknown=bool(unknown))
+        attempt += 1
+        exhausted = attempt > policy.num_retries or time.monotonic() > deadline
+        try:
+            committed = commit_prepared(table, prepared)
+        except CommitFailedException as e:
+            _delete(table, prepared.written_files)
+            if exhausted:
+                raise CommitRetriesExhaustedError(
+                    f"{what}: {attempt} commit attempts lost to concurrent writers ({e}){on_give_up}"
+                ) from e
+            logger.info("%s: commit conflict (attempt %s): %s", what, attempt, e)
+        except CommitStateUnknownException as e:
+            # Keep the files: the snapshot may reference them. The next attempt looks for it.
+            unknown.append(prepared)
+            if exhausted:
+                raise CommitStateUnknownError(
+                    f"{what}: the catalog did not say whether the commit landed ({e}){on_give_up}"
+                ) from e
+            logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, e)
+        else:
+            snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
+            return CommitAttempts(committed, snapshot, attempt, state_was_unknown=bool(unknown))
+        sleep(policy.wait_ms(attempt) / 1000)
