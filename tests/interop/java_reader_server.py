@@ -171,6 +171,11 @@ class Server:
         if op == "ping":
             return {"ok": True, "spark": self.spark.version}
         if op == "read":
+            branch = req.get("branch")
+            if branch:
+                # A branch other than main: Iceberg's read option picks its head snapshot.
+                df = self.spark.read.format("iceberg").option("branch", branch).load(req.get("metadata", ""))
+                return self._finish(df, req)
             return self._finish(self._load(req.get("metadata", "")), req)
         if op == "snapshots":
             return self._finish(_jsonify_nested(self._load(req.get("metadata", ""), "snapshots")), req)

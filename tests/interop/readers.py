@@ -220,9 +220,14 @@ class JavaIcebergReader:
         """Round-trip to the server; returns the Spark version."""
         return str(self._request({"op": "ping"}).get("spark"))
 
-    def read(self, metadata_location: str | os.PathLike[str], where: str | None = None) -> pa.Table:
-        """``spark.read.format("iceberg").load(metadata_location)``, filtered by the Spark SQL ``where``."""
-        return self._table_request({"op": "read", "metadata": os.fspath(metadata_location), "where": where})
+    def read(
+        self, metadata_location: str | os.PathLike[str], where: str | None = None, branch: str | None = None
+    ) -> pa.Table:
+        """``spark.read.format("iceberg").load(metadata_location)``, filtered by the Spark SQL ``where``;
+        ``branch`` reads that branch's head instead of main's."""
+        return self._table_request(
+            {"op": "read", "metadata": os.fspath(metadata_location), "where": where, "branch": branch}
+        )
 
     def snapshots(self, metadata_location: str | os.PathLike[str]) -> pa.Table:
         """The ``#snapshots`` metadata table; ``summary`` is a JSON object string."""
@@ -321,14 +326,18 @@ def duckdb_connect() -> Any:
     return con
 
 
-def duckdb_read(metadata_location: str | os.PathLike[str], where: str | None = None) -> pa.Table:
+def duckdb_read(
+    metadata_location: str | os.PathLike[str], where: str | None = None, snapshot_id: int | None = None
+) -> pa.Table:
     """``select * from iceberg_scan('<metadata.json>') [where ...]`` with DuckDB's iceberg extension.
 
-    ``where`` is a DuckDB SQL predicate. Plain paths and file:// URIs both work; no version
-    guessing is needed since the exact metadata file is given.
+    ``where`` is a DuckDB SQL predicate; ``snapshot_id`` reads that snapshot (e.g. a branch head)
+    instead of the current one. Plain paths and file:// URIs both work; no version guessing is
+    needed since the exact metadata file is given.
     """
     path = _local_path(metadata_location).replace("'", "''")
-    query = f"select * from iceberg_scan('{path}')"
+    at = f", snapshot_from_id={int(snapshot_id)}" if snapshot_id is not None else ""
+    query = f"select * from iceberg_scan('{path}'{at})"
     if where:
         query += f" where ({where})"
     con = duckdb_connect()
