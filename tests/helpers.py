@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitStateUnknownException
 from pyiceberg.table import Table
 
 from iceberg_sink import options
@@ -39,3 +41,16 @@ def write_batches(spec: WriterSpec, *batches: pa.Table, task_id: int = 0) -> Wri
     for batch in batches:
         writer.write(batch)
     return writer.complete()
+
+
+class LosingCatalog(SqlCatalog):
+    """A real SQLite catalog whose next N commits land but answer 'state unknown' (a lost response)."""
+
+    lose_next = 0
+
+    def commit_table(self, table: Table, requirements: Any, updates: Any) -> Any:
+        response = super().commit_table(table, requirements, updates)
+        if self.lose_next:
+            self.lose_next -= 1
+            raise CommitStateUnknownException("connection reset after the commit was sent")
+        return response

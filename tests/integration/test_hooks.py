@@ -10,6 +10,8 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import CommitResult, CommitSummary, CommitVetoedError, IcebergSink, PostCommitHookError
 from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.pipeline import SinkJob
+from tests.helpers import LosingCatalog
 
 
 def test_hooks_run_in_order_and_add_properties(spark: SparkSession, tmp_path: Path) -> None:
@@ -122,3 +124,31 @@ def test_hooks_must_be_callable(tmp_path: Path) -> None:
 
     with pytest.raises(InvalidSinkConfigError, match="pre_commit_hook: expected a callable, received 'nope'"):
         IcebergSink.builder().embedded(tmp_path).table("db.x").create_if_missing().pre_commit_hook("nope").build()  # type: ignore[arg-type]
+
+
+def test_a_commit_whose_response_was_lost_still_runs_post_commit_hooks_and_metrics(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The catalog applies the commit but the answer never arrives: the retry finds the snapshot
+    landed, and the checkpoint counts as committed by this run (hooks, metrics, trigger)."""
+    results: list[CommitResult] = []
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.lost")
+        .create_if_missing()
+        .post_commit_hook(results.append)
+        .build()
+    )
+    props = dict(sink.config.catalog.properties)
+    catalog = LosingCatalog(sink.config.catalog.name, **props)
+    job = SinkJob(sink.config, CheckpointStore(str(tmp_path / "ckpt")), catalog=catalog)
+    df = spark.range(0, 5)
+    job.ensure_table(df.schema)
+    catalog.lose_next = 1
+    outcome = job.process(df, 0)
+    assert outcome is not None and outcome.snapshot is not None and not outcome.already_committed
+    table = sink.load_table()
+    assert [r.snapshot_id for r in results] == [table.metadata.current_snapshot_id]
+    assert len(table.snapshots()) == 1
+    assert job.metrics.snapshot().commits == 1 and job.metrics.snapshot().committed_records == 5

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitStateUnknownException
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
@@ -19,23 +17,10 @@ from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import IcebergCommitter, find_max_committed_checkpoint
-from tests.helpers import write_batches, writer_spec
+from tests.helpers import LosingCatalog, write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
 NO_WAIT = RetryPolicy(num_retries=3, min_wait_ms=0, max_wait_ms=0)
-
-
-class LosingCatalog(SqlCatalog):
-    """A real SQLite catalog whose next N commits land but answer 'state unknown' (a lost response)."""
-
-    lose_next = 0
-
-    def commit_table(self, table: Table, requirements: Any, updates: Any) -> Any:
-        response = super().commit_table(table, requirements, updates)
-        if self.lose_next:
-            self.lose_next -= 1
-            raise CommitStateUnknownException("connection reset after the commit was sent")
-        return response
 
 
 @pytest.fixture
