@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import attrs
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 from pyiceberg.conversions import to_bytes
 from pyiceberg.io.pyarrow import (
     MetricModeTypes,
+    MetricsMode,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     match_metrics_mode,
@@ -51,15 +53,24 @@ _MAX_CODE_POINT = 0x10FFFF
 def parquet_metrics(metadata: pq.FileMetaData, schema: Schema, properties: Mapping[str, str]) -> dict[str, Any]:
     """Counts, column sizes and split offsets from a written Parquet footer (``write.metadata.metrics.*``).
 
-    The ``lower_bounds``/``upper_bounds`` it returns are footer aggregates and must not be recorded:
-    take them from :class:`ColumnValueStats` instead.
+    Bounds are not taken from the footer (see the module docstring; PyIceberg's truncation can also
+    produce a surrogate, which does not encode): every column that would get them is read in
+    ``counts`` mode here, and :class:`ColumnValueStats` provides them.
     """
+    counts = MetricsMode(MetricModeTypes.COUNTS)
+    plan = {
+        field_id: collector if collector.mode.type == MetricModeTypes.NONE else replace(collector, mode=counts)
+        for field_id, collector in compute_statistics_plan(schema, dict(properties)).items()
+    }
     stats = data_file_statistics_from_parquet_metadata(
         parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(schema, dict(properties)),
+        stats_columns=plan,
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
-    return stats.to_serialized_dict()
+    result = stats.to_serialized_dict()
+    result.pop("lower_bounds", None)
+    result.pop("upper_bounds", None)
+    return result
 
 
 def truncate_string_min(value: str, length: int) -> str:

@@ -181,3 +181,44 @@ def test_upsert_of_a_key_in_a_row_group_without_statistics_replaces_it(
 
 def normalize_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     return sorted(rows, key=lambda r: str(r["k"]))
+
+
+# One file per row; truncate(2) cuts each value, so the upper bound is rounded up at the boundaries
+# of Java's UnicodeUtil.truncateStringMax and BinaryUtil.truncateBinaryMax.
+TRUNCATION_ROWS = [
+    (0, "\ud7ff\ud7ffx", b"\xfe\xff\x00"),  # upper bounds "\ud7ff\ue000" (skips surrogates) and b"\xff"
+    (1, "a\U0010ffffx", b"\x01\xff\xff\x7a"),  # U+10FFFF / 0xFF carry: upper bounds "b" and b"\x02"
+    (2, "\U0010ffff\U0010ffffx", b"\xff\xff\x01"),  # nothing can be rounded up: no upper bound
+    (3, "\ue000", b"\x00"),
+]
+
+
+@pytest.fixture(scope="module")
+def truncated(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The metadata location of a truncate(2) table with one file per row of TRUNCATION_ROWS."""
+    tmp = tmp_path_factory.mktemp("truncation")
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp / "lake")
+        .table("db.trunc")
+        .create_if_missing(properties={"write.metadata.metrics.default": "truncate(2)"})
+        .build()
+    )
+    for r in TRUNCATION_ROWS:
+        sink.write(spark.createDataFrame([r], "id long, s string, b binary"))
+    table = sink.load_table()
+    assert table.inspect.files().num_rows == len(TRUNCATION_ROWS)
+    return table.metadata_location
+
+
+@pytest.mark.parametrize("row", TRUNCATION_ROWS, ids=[str(r[0]) for r in TRUNCATION_ROWS])
+def test_truncated_upper_bounds_at_unicode_and_byte_boundaries(
+    truncated: str, java_reader: JavaIcebergReader, row: tuple[int, str, bytes]
+) -> None:
+    row_id, s, b = row
+    for where in (f"s = '{s}'", f"s >= '{s}' and s <= '{s}'"):
+        assert java_reader.read(truncated, where=where).column("id").to_pylist() == [row_id], where
+        assert duckdb_read(truncated, where=where).column("id").to_pylist() == [row_id], where
+    assert java_reader.read(truncated, where=f"b = X'{b.hex()}'").column("id").to_pylist() == [row_id]
+    blob = "".join(f"\\x{byte:02X}" for byte in b)
+    assert duckdb_read(truncated, where=f"b = '{blob}'::BLOB").column("id").to_pylist() == [row_id]
