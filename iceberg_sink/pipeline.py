@@ -48,7 +48,7 @@ from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.table.partitioning import build_spec
-from iceberg_sink.table.schema import check_changes_table, check_compatible, spark_to_iceberg
+from iceberg_sink.table.schema import check_changes_table, check_compatible, check_key_columns, spark_to_iceberg
 from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
 from iceberg_sink.topology.compaction.rewriter import read_by_field_id
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
@@ -186,15 +186,22 @@ class SinkJob:
         if changes is None:
             return spark_to_iceberg(struct)
         table_struct = self._table_columns(struct)
-        missing = [k for k in changes.key if k not in table_struct.fieldNames()]
+        schema = spark_to_iceberg(table_struct, required=changes.key)
+        missing = [k for k in changes.key if k not in schema.column_names]
         if missing:
             raise SchemaMismatchError(
                 self._config.table, [f"{k}: key column is missing from the DataFrame" for k in missing]
             )
-        schema = spark_to_iceberg(table_struct, required=changes.key)
+        # Before the table is created: a key Iceberg forbids (float, under an optional struct) is refused.
+        check_key_columns(self._config.table, schema, changes.key)
         # Key columns become the table's identifier fields (required), whatever Spark says of nulls.
         ids = [schema.find_field(k).field_id for k in changes.key]
-        return Schema(*schema.fields, identifier_field_ids=ids)
+        try:
+            return Schema(*schema.fields, identifier_field_ids=ids)
+        except ValueError as e:  # PyIceberg's own identifier-field rules (e.g. a nullable nested key)
+            raise InvalidSinkConfigError(
+                f"upsert/CDC key {list(changes.key)} of table {self._config.table}: {e}"
+            ) from e
 
     # -- checkpoints -----------------------------------------------------------------------
 

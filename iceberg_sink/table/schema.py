@@ -24,6 +24,7 @@ from pyiceberg.types import (
     LongType,
     MapType,
     NestedField,
+    PrimitiveType,
     StringType,
     StructType,
     TimestampType,
@@ -210,11 +211,71 @@ def check_changes_table(table_name: str, table: Any, key: Iterable[str]) -> None
             problems.append(f"key column {k!r} is not in table {table_name} ({', '.join(schema.column_names)})")
     if problems:
         raise InvalidSinkConfigError("; ".join(problems))
+    check_key_columns(table_name, schema, keys)
     partition_problem(
         table_name,
         [(f.name, str(f.transform), schema.find_column_name(f.source_id) or "?") for f in table.spec().fields],
         keys,
     )
+
+
+def _path_to(struct: StructType, field_id: int) -> list[NestedField | IcebergType] | None:
+    """The fields from the top of ``struct`` down to ``field_id``; a list or map on the way is included."""
+    for field in struct.fields:
+        if field.field_id == field_id:
+            return [field]
+        inner = field.field_type
+        below: list[NestedField | IcebergType] | None = None
+        if isinstance(inner, StructType):
+            below = _path_to(inner, field_id)
+        elif isinstance(inner, ListType | MapType):
+            children = (inner.element_field,) if isinstance(inner, ListType) else (inner.key_field, inner.value_field)
+            below = _path_to(StructType(*children), field_id)
+            if below is not None:
+                below = [inner, *below]
+        if below is not None:
+            return [field, *below]
+    return None
+
+
+def check_key_columns(table_name: str, schema: Schema, key: Iterable[str]) -> None:
+    """Raise :class:`InvalidSinkConfigError` for key columns that cannot be equality or identifier fields.
+
+    The Iceberg spec requires identifier fields (and the sink's equality delete ids are the key) to
+    be primitive, not float or double (NaN and -0.0 make equality ambiguous across engines), not
+    inside a list or map, and not nested under an optional struct (a null struct would make the key
+    null). The sink itself supports top-level key columns only. Every bad column is named at once,
+    before anything is written or created.
+    """
+    problems = []
+    for name in key:
+        field = schema.find_field(name)
+        path = _path_to(schema.as_struct(), field.field_id) or [field]
+        t = field.field_type
+        if isinstance(t, FloatType | DoubleType):
+            problems.append(
+                f"key column {name!r} has type {t}; the Iceberg spec forbids float and double equality/identifier "
+                "fields; use an integer, decimal or string column as the key"
+            )
+        elif not isinstance(t, PrimitiveType):
+            problems.append(
+                f"key column {name!r} has type {t}; expected a primitive column (not a struct, list or map)"
+            )
+        if any(isinstance(p, ListType | MapType) for p in path):
+            problems.append(
+                f"key column {name!r} is inside a list or map; expected a column reached through structs only"
+            )
+        optional = [p.name for p in path[:-1] if isinstance(p, NestedField) and not p.required]
+        if optional:
+            problems.append(
+                f"key column {name!r} is nested under optional struct {optional[0]!r}; expected its parent structs to be "
+                "required (not null), or choose a top-level key column"
+            )
+        elif len(path) > 1 and not any(isinstance(p, ListType | MapType) for p in path):
+            # Iceberg allows it, but the writer projects delete rows by top-level column.
+            problems.append(f"key column {name!r} is nested in a struct; this sink supports top-level key columns only")
+    if problems:
+        raise InvalidSinkConfigError(f"upsert/CDC key of table {table_name}: " + "; ".join(problems))
 
 
 def partition_problem(table_name: str, fields: Iterable[tuple[str, str, str]], key: Iterable[str]) -> None:

@@ -25,7 +25,7 @@ from pyiceberg.table.locations import LocationProvider
 from pyiceberg.types import PrimitiveType
 
 from iceberg_sink._iceberg import files
-from iceberg_sink._iceberg.metrics import nan_counts_by_field_id, parquet_metrics
+from iceberg_sink._iceberg.metrics import ColumnValueStats, parquet_metrics
 from iceberg_sink.writer.conform import conform_batch
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -75,8 +75,7 @@ class RollingParquetWriter:
         self._path: str | None = None
         self._stream: Any = None
         self._writer: pq.ParquetWriter | None = None
-        self._nan_counts: dict[str, int] = {}
-        self._float_columns = [f.name for f in self._schema if pa.types.is_floating(f.type)]
+        self._values = ColumnValueStats(schema, spec.properties)
         self.completed: list[DataFileMeta] = []
         self.all_paths: list[str] = []
 
@@ -95,9 +94,8 @@ class RollingParquetWriter:
         if self._writer is None:
             self._open()
         assert self._writer is not None
-        for name in self._float_columns:
-            nans = pc.sum(pc.is_nan(table.column(name))).as_py() or 0
-            self._nan_counts[name] = self._nan_counts.get(name, 0) + nans
+        # Bounds come from the values themselves, not the footer (see _iceberg/metrics.py).
+        self._values.update(table)
         self._writer.write_table(table, row_group_size=self._spec.row_group_limit)
         if self._stream.tell() >= self._spec.target_file_size:
             self._close_file()
@@ -115,7 +113,7 @@ class RollingParquetWriter:
             store_decimal_as_integer=True,
             write_statistics=True,
         )
-        self._nan_counts = {}
+        self._values = ColumnValueStats(self._iceberg_schema, self._spec.properties)
 
     def _close_file(self) -> None:
         assert self._writer is not None and self._path is not None
@@ -124,7 +122,6 @@ class RollingParquetWriter:
         size = self._stream.tell()
         self._stream.close()
         metrics = parquet_metrics(metadata, self._iceberg_schema, self._spec.properties)
-        nan_ids = nan_counts_by_field_id(self._iceberg_schema, self._nan_counts, metrics)
         self.completed.append(
             DataFileMeta(
                 content=self._content,
@@ -136,9 +133,9 @@ class RollingParquetWriter:
                 column_sizes=metrics["column_sizes"],
                 value_counts=metrics["value_counts"],
                 null_value_counts=metrics["null_value_counts"],
-                nan_value_counts=nan_ids,
-                lower_bounds=metrics["lower_bounds"],
-                upper_bounds=metrics["upper_bounds"],
+                nan_value_counts=self._values.nan_value_counts(),
+                lower_bounds=self._values.lower_bounds(),
+                upper_bounds=self._values.upper_bounds(),
                 split_offsets=metrics["split_offsets"],
                 equality_ids=self._equality_ids,
             )
