@@ -23,6 +23,7 @@ from pyiceberg.table.snapshots import Snapshot
 from iceberg_sink._iceberg import manifests, producer
 from iceberg_sink._iceberg.files import branch_head
 from iceberg_sink.committer.committable import Committable
+from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
 from iceberg_sink.errors import CommitRetriesExhaustedError, CommitStateUnknownError
 from iceberg_sink.table.key_bounds import data_added_since
 from iceberg_sink.writer.result import DataFileMeta
@@ -70,11 +71,12 @@ def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix
     """
     metadata = table.metadata
     snapshot = branch_head(table, branch)
-    job_key, checkpoint_key = f"{prefix}.job-id", f"{prefix}.checkpoint-id"
+    keys = JobKeys(prefix)
     while snapshot is not None:
         summary = snapshot.summary
-        if summary is not None and summary.get(job_key) == job_id:
-            return int(summary[checkpoint_key] or -1)
+        checkpoint = keys.checkpoint_of(summary.additional_properties, job_id) if summary is not None else None
+        if checkpoint is not None:
+            return checkpoint
         parent = (
             metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
         )
@@ -83,9 +85,10 @@ def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix
             # clears it). Expiry (topology/maintenance.py) keeps each resumable job's newest snapshot, so
             # the newest of this job's remaining snapshots holds the maximum.
             ids = [
-                int(s.summary[checkpoint_key] or -1)
+                checkpoint
                 for s in metadata.snapshots
-                if s.summary is not None and s.summary.get(job_key) == job_id
+                if s.summary is not None
+                and (checkpoint := keys.checkpoint_of(s.summary.additional_properties, job_id)) is not None
             ]
             return max(ids, default=-1)
         snapshot = parent
@@ -101,7 +104,7 @@ class IcebergCommitter:
         branch: str,
         job_id: str,
         retry: RetryPolicy,
-        property_prefix: str = "iceberg-sink",
+        property_prefix: str = DEFAULT_PREFIX,
         sleep: Callable[[float], None] = time.sleep,
         late_deletes: Callable[[int, tuple[DataFileMeta, ...]], tuple[DataFileMeta, ...]] | None = None,
     ) -> None:
@@ -136,10 +139,10 @@ class IcebergCommitter:
         table = table if table is not None else self._load_table()
         io = table.io
         changes: producer.SnapshotChanges | None = None
+        # The sink's own keys win over a hook's; they include the prefix marker snapshot expiry needs.
         properties = {
             **(extra_properties or {}),
-            f"{self._prefix}.job-id": self._job_id,
-            f"{self._prefix}.checkpoint-id": str(committable.checkpoint_id),
+            **JobKeys(self._prefix).properties(self._job_id, committable.checkpoint_id),
         }
         deadline = time.monotonic() + self._retry.total_timeout_ms / 1000
         attempt = 0

@@ -20,14 +20,13 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg import manifests, producer
+from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError
 
 logger = logging.getLogger(__name__)
 
 MIN_ORPHAN_AGE = dt.timedelta(hours=1)
 DEFAULT_ORPHAN_AGE = dt.timedelta(days=3)
-SINK_JOB_KEY = "iceberg-sink.job-id"
-EPHEMERAL_JOB_KEY = "iceberg-sink.ephemeral-job"
 
 
 @attrs.frozen
@@ -62,12 +61,14 @@ def protected_snapshots(table: Table, retain_last: int) -> set[int]:
         protected.add(ref.snapshot_id)
         chain = _ancestry(table, table.metadata.snapshot_by_id(ref.snapshot_id))
         protected.update(s.snapshot_id for s in chain[:retain_last])
-        seen_jobs: set[str] = set()
+        seen_jobs: set[tuple[str, str]] = set()
         for snapshot in chain:
-            summary = snapshot.summary
-            job = summary.get(SINK_JOB_KEY) if summary is not None else None
-            ephemeral = summary is not None and summary.get(EPHEMERAL_JOB_KEY) == "true"
-            if job is not None and not ephemeral and job not in seen_jobs:
+            if snapshot.summary is None:
+                continue
+            summary = snapshot.summary.additional_properties
+            # Recognised whatever snapshot-property-prefix the job used (summary_keys records it).
+            job = summary_keys.sink_job_of(summary)
+            if job is not None and not summary_keys.is_ephemeral(summary) and job not in seen_jobs:
                 seen_jobs.add(job)
                 protected.add(snapshot.snapshot_id)
     return protected
@@ -152,7 +153,11 @@ def rewrite_manifests(
     snapshot id, or None when the manifests were already compact."""
     table = load_table()
     prepared = producer.prepare_manifest_rewrite(
-        table, table.io, branch, entries_per_manifest, {"iceberg-sink.operation": "rewrite-manifests"}
+        table,
+        table.io,
+        branch,
+        entries_per_manifest,
+        {summary_keys.OPERATION_KEY: summary_keys.OPERATION_REWRITE_MANIFESTS},
     )
     if prepared is None:
         return None
