@@ -13,7 +13,7 @@ import pytest
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidSinkConfigError
+from iceberg_sink import IcebergSink, InvalidSinkConfigError, MaintenanceRefusedError
 from iceberg_sink._iceberg import manifests
 from iceberg_sink.committer.committer import find_max_committed_checkpoint
 from iceberg_sink.topology import maintenance
@@ -257,3 +257,22 @@ def test_rewrite_manifests_on_a_branch(spark: SparkSession, tmp_path: Path) -> N
     # Same live files with the same sequence numbers: the branch's equality deletes apply as before.
     assert live_entries(table, snapshot_id) == expected
     assert maintenance.rewrite_manifests(main.load_table, branch="dev") is None
+
+
+def test_an_unreadable_staged_manifest_stops_orphan_removal(spark: SparkSession, tmp_path: Path) -> None:
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.u").create_if_missing().build()
+    sink.write(spark.range(0, 10))
+    root = Path(sink.load_table().location().removeprefix("file://"))
+    # A staged manifest nobody can read: the data files its checkpoint wrote are unknown, so none of
+    # the unreferenced files may be deleted (this one could be one of them).
+    unknown = root / "data" / "00000-9-staged-by-a-pending-checkpoint.parquet"
+    unknown.write_bytes(b"rows of a pending checkpoint")
+    (root / "metadata" / "iceberg-sink-job-000007-abc-data.avro").write_bytes(b"not avro")
+    two_days_ago = time.time() - 2 * 86400
+    for path in [*root.rglob("*")]:
+        os.utime(path, (two_days_ago, two_days_ago))
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+
+    with pytest.raises(MaintenanceRefusedError, match=r"cannot read the staged manifest .*iceberg-sink-job-000007"):
+        maintenance.remove_orphan_files(sink.load_table, dt.timedelta(days=1))
+    assert sorted(p for p in root.rglob("*") if p.is_file()) == files
