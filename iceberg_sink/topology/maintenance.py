@@ -226,6 +226,8 @@ def remove_orphan_files(
             f"older_than: expected at least {MIN_ORPHAN_AGE} (files of writes in flight are not referenced yet), "
             f"received {older_than}"
         )
+    if now is not None and now.utcoffset() is None:
+        raise InvalidSinkConfigError(f"now: expected a timezone-aware datetime, received the naive {now.isoformat()}")
     table = load_table()
     io = table.io
     location = table.location()

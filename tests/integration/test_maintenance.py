@@ -276,3 +276,28 @@ def test_an_unreadable_staged_manifest_stops_orphan_removal(spark: SparkSession,
     with pytest.raises(MaintenanceRefusedError, match=r"cannot read the staged manifest .*iceberg-sink-job-000007"):
         maintenance.remove_orphan_files(sink.load_table, dt.timedelta(days=1))
     assert sorted(p for p in root.rglob("*") if p.is_file()) == files
+
+
+def test_remove_orphans_matches_partition_paths_with_escaped_characters(spark: SparkSession, tmp_path: Path) -> None:
+    sink = (
+        IcebergSink.builder().embedded(tmp_path / "lake").table("db.esc").create_if_missing(partition_by=["p"]).build()
+    )
+    values = ["a b", "50%", "q?r#s", "c/d", "é=1&x+y"]
+    sink.write(spark.createDataFrame([(i, v) for i, v in enumerate(values)], "id long, p string"))
+    sink.write(spark.createDataFrame([(i + 10, v) for i, v in enumerate(values)], "id long, p string"))
+    root = Path(sink.load_table().location().removeprefix("file://"))
+    orphan = root / "data" / "p=a+b" / "00000-crashed-task.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"x")
+    files = {p for p in root.rglob("*") if p.is_file()}
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=30)  # every file counts as old
+    with pytest.raises(InvalidSinkConfigError, match="expected a timezone-aware datetime"):
+        maintenance.remove_orphan_files(sink.load_table, dt.timedelta(hours=1), now=later.replace(tzinfo=None))
+
+    result = maintenance.remove_orphan_files(sink.load_table, dt.timedelta(hours=1), now=later)
+    assert [Path(p).name for p in result.orphan_files] == [orphan.name]
+    assert {p for p in root.rglob("*") if p.is_file()} == files - {orphan}
+    rows = sink.load_table().scan().to_arrow().to_pylist()
+    assert sorted((r["id"], r["p"]) for r in rows) == sorted(
+        [(i, v) for i, v in enumerate(values)] + [(i + 10, v) for i, v in enumerate(values)]
+    )
