@@ -17,6 +17,7 @@ from iceberg_sink.errors import (
     IcebergSinkError,
     InvalidInputError,
     InvalidSinkConfigError,
+    MaintenanceRefusedError,
     SchemaMismatchError,
     UnsupportedTableError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "IcebergSinkError",
     "InvalidInputError",
     "InvalidSinkConfigError",
+    "MaintenanceRefusedError",
     "MetricsSnapshot",
     "PostCommitHookError",
     "SchemaMismatchError",

@@ -17,6 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from iceberg_sink.committer.summary_keys import JobKeys
+
 
 def _events(start: int, n: int) -> pa.Table:
     base = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
@@ -92,12 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  {'snapshot id':>20}  {'operation':<9}  {'job id':<32}  {'checkpoint':>10}  {'added rows':>10}  {'total rows':>10}"
     )
+    keys = JobKeys()  # the demo writes with the default prefix
     for s in table.snapshots():
         summary = s.summary
         assert summary is not None
         print(
-            f"  {s.snapshot_id:>20}  {summary.operation.value:<9}  {summary['iceberg-sink.job-id']:<32}  "
-            f"{summary['iceberg-sink.checkpoint-id']:>10}  {summary['added-records']:>10}  {summary['total-records']:>10}"
+            f"  {s.snapshot_id:>20}  {summary.operation.value:<9}  {summary[keys.job_id]:<32}  "
+            f"{summary[keys.checkpoint_id]:>10}  {summary['added-records']:>10}  {summary['total-records']:>10}"
         )
     rows = table.scan().to_arrow().sort_by("event_id")
     files = table.inspect.files()

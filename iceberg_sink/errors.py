@@ -62,3 +62,10 @@ class CommitStateUnknownError(IcebergSinkError, RuntimeError):
 
 class CommitVetoedError(IcebergSinkError, RuntimeError):
     """A pre-commit hook refused the commit. The checkpoint stays pending and nothing is lost."""
+
+
+class MaintenanceRefusedError(IcebergSinkError, RuntimeError):
+    """A maintenance job stopped before deleting anything: it could not tell which files are
+    referenced (for example, files listed under the table location match none of the table's
+    references, a sign the listing and the metadata spell paths differently). Fatal for this run;
+    nothing was deleted. Check the table's location and FileIO properties, then run it again."""

@@ -36,6 +36,7 @@ from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
 from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.committer.summary_keys import EPHEMERAL_JOB_KEY
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import (
     CheckpointRewoundError,
@@ -54,7 +55,6 @@ from iceberg_sink.topology.compaction.rewriter import read_by_field_id
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
-from iceberg_sink.topology.maintenance import EPHEMERAL_JOB_KEY
 from iceberg_sink.writer.result import DataFileMeta
 from iceberg_sink.writer.spark import write_dataframe
 from iceberg_sink.writer.spec import WriterSpec

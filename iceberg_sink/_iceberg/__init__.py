@@ -11,6 +11,7 @@ check what it writes.
 - ``manifests``: manifest writers (format-version dispatch in one place), staged manifests.
 - ``deletes``: the one rule for which delete file applies to which data file.
 - ``producer``: one snapshot-producer base that every commit kind subclasses.
+- ``listing``: listing and deleting files under a location with the table's FileIO settings.
 """
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2)

@@ -22,6 +22,7 @@ from iceberg_sink._iceberg import manifests, producer
 from iceberg_sink._iceberg.files import branch_head
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer.committable import Committable
+from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
 from iceberg_sink.errors import CommitRetriesExhaustedError
 from iceberg_sink.table.key_bounds import data_added_since
 from iceberg_sink.writer.result import DataFileMeta
@@ -55,11 +56,12 @@ def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix
     """
     metadata = table.metadata
     snapshot = branch_head(table, branch)
-    job_key, checkpoint_key = f"{prefix}.job-id", f"{prefix}.checkpoint-id"
+    keys = JobKeys(prefix)
     while snapshot is not None:
         summary = snapshot.summary
-        if summary is not None and summary.get(job_key) == job_id:
-            return int(summary[checkpoint_key] or -1)
+        checkpoint = keys.checkpoint_of(summary.additional_properties, job_id) if summary is not None else None
+        if checkpoint is not None:
+            return checkpoint
         parent = (
             metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
         )
@@ -68,9 +70,10 @@ def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix
             # clears it). Expiry (topology/maintenance.py) keeps each resumable job's newest snapshot, so
             # the newest of this job's remaining snapshots holds the maximum.
             ids = [
-                int(s.summary[checkpoint_key] or -1)
+                checkpoint
                 for s in metadata.snapshots
-                if s.summary is not None and s.summary.get(job_key) == job_id
+                if s.summary is not None
+                and (checkpoint := keys.checkpoint_of(s.summary.additional_properties, job_id)) is not None
             ]
             return max(ids, default=-1)
         snapshot = parent
@@ -86,7 +89,7 @@ class IcebergCommitter:
         branch: str,
         job_id: str,
         retry: RetryPolicy,
-        property_prefix: str = "iceberg-sink",
+        property_prefix: str = DEFAULT_PREFIX,
         sleep: Callable[[float], None] = time.sleep,
         late_deletes: Callable[[int, tuple[DataFileMeta, ...]], tuple[DataFileMeta, ...]] | None = None,
     ) -> None:
@@ -116,10 +119,10 @@ class IcebergCommitter:
         """
         if committable.job_id != self._job_id:
             raise ValueError(f"committable of job {committable.job_id} given to the committer of job {self._job_id}")
+        # The sink's own keys win over a hook's; they include the prefix marker snapshot expiry needs.
         properties = {
             **(extra_properties or {}),
-            f"{self._prefix}.job-id": self._job_id,
-            f"{self._prefix}.checkpoint-id": str(committable.checkpoint_id),
+            **JobKeys(self._prefix).properties(self._job_id, committable.checkpoint_id),
         }
         changes: producer.SnapshotChanges | None = None
         late_added = False

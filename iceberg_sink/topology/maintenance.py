@@ -2,9 +2,12 @@
 manifests. Each is a standalone job (API here, CLI in iceberg_sink/cli.py).
 
 Expiring keeps, for every iceberg_sink job, its newest snapshot on each branch: the committer finds a
-job's last checkpoint there, so expiring it would let a replayed micro-batch be committed twice.
-Orphan removal never deletes files younger than a safety age, nor files a pending committable
-(a staged ``iceberg-sink-*.avro`` manifest) still lists.
+job's last checkpoint there, so expiring it would let a replayed micro-batch be committed twice. Jobs
+are recognised whatever snapshot-property-prefix they used (committer/summary_keys.py).
+Orphan removal lists the table location with the table's own FileIO settings, compares normalised
+locations (``s3a://`` is ``s3://``, ``/x`` is ``file:///x``), and never deletes files younger than a
+safety age, nor files a pending committable (a staged ``iceberg-sink-*.avro`` manifest) still lists.
+It refuses to delete anything when the listing and the table's references disagree.
 """
 
 from __future__ import annotations
@@ -12,22 +15,22 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Callable
+import re
+import urllib.parse
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
-import pyarrow.fs as pafs
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg_sink._iceberg import manifests, producer
-from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink._iceberg import listing, manifests, producer
+from iceberg_sink.committer import summary_keys
+from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError
 
 logger = logging.getLogger(__name__)
 
 MIN_ORPHAN_AGE = dt.timedelta(hours=1)
 DEFAULT_ORPHAN_AGE = dt.timedelta(days=3)
-SINK_JOB_KEY = "iceberg-sink.job-id"
-EPHEMERAL_JOB_KEY = "iceberg-sink.ephemeral-job"
 
 
 @attrs.frozen
@@ -62,12 +65,14 @@ def protected_snapshots(table: Table, retain_last: int) -> set[int]:
         protected.add(ref.snapshot_id)
         chain = _ancestry(table, table.metadata.snapshot_by_id(ref.snapshot_id))
         protected.update(s.snapshot_id for s in chain[:retain_last])
-        seen_jobs: set[str] = set()
+        seen_jobs: set[tuple[str, str]] = set()
         for snapshot in chain:
-            summary = snapshot.summary
-            job = summary.get(SINK_JOB_KEY) if summary is not None else None
-            ephemeral = summary is not None and summary.get(EPHEMERAL_JOB_KEY) == "true"
-            if job is not None and not ephemeral and job not in seen_jobs:
+            if snapshot.summary is None:
+                continue
+            summary = snapshot.summary.additional_properties
+            # Recognised whatever snapshot-property-prefix the job used (summary_keys records it).
+            job = summary_keys.sink_job_of(summary)
+            if job is not None and not summary_keys.is_ephemeral(summary) and job not in seen_jobs:
                 seen_jobs.add(job)
                 protected.add(snapshot.snapshot_id)
     return protected
@@ -99,50 +104,158 @@ def expire_snapshots(
     return ExpireResult(tuple(expired), tuple(gone))
 
 
-def _normalise(path: str) -> str:
-    return path.removeprefix("file://").removeprefix("file:")
+_EQUAL_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+"""Schemes naming the same store (Iceberg Java's DeleteOrphanFiles default: s3a and s3n are s3)."""
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
+
+
+def location_parts(location: str) -> tuple[str, str, str]:
+    """``(scheme, authority, path)`` of a file location, normalised so that spellings of one file agree.
+
+    ``s3a://`` and ``s3n://`` are ``s3://``; ``/x``, ``file:/x``, ``file:///x`` and
+    ``file://localhost/x`` are all ``file`` with path ``/x``; percent-escapes in the path are decoded
+    (``a%20b`` is ``a b``). ``?`` and ``#`` stay part of the path: object keys may hold them.
+    """
+    match = _SCHEME.match(location)
+    if match is None:
+        return "file", "", urllib.parse.unquote(location)
+    scheme, rest = match.group(1).lower(), match.group(2)
+    scheme = _EQUAL_SCHEMES.get(scheme, scheme)
+    authority = ""
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        rest = slash + path
+    if scheme == "file" and authority.lower() == "localhost":
+        authority = ""
+    return scheme, authority, urllib.parse.unquote(rest)
+
+
+def normalise_location(location: str) -> str:
+    """One spelling per file location (see :func:`location_parts`), for comparing locations."""
+    scheme, authority, path = location_parts(location)
+    return f"{scheme}://{authority}{path}"
+
+
+def _is_staged_manifest(location: str) -> bool:
+    name = location.rsplit("/", 1)[-1]
+    return name.startswith("iceberg-sink-") and name.endswith(".avro")
+
+
+def select_orphans(
+    listed: Sequence[listing.ListedFile],
+    referenced: Iterable[str],
+    pending: Iterable[str],
+    cutoff: dt.datetime,
+    what: str,
+) -> list[listing.ListedFile]:
+    """The listed files that are orphans: referenced by neither the table nor a pending committable,
+    and last modified before ``cutoff``. Locations are compared normalised (:func:`location_parts`).
+
+    Args:
+        listed: files found under the table location.
+        referenced: every location the table's metadata references.
+        pending: staged manifests of pending committables and the files they list.
+        cutoff: files modified at or after it are kept (a file without a time is kept too).
+        what: names the job in errors.
+
+    Raises:
+        MaintenanceRefusedError: files were listed but none is referenced by the table, or a listed
+            file's path is referenced under another scheme or authority: the listing and the metadata
+            spell locations differently, and every file would look orphaned.
+    """
+    table_refs = {normalise_location(p) for p in referenced}
+    # Pending files do not count as evidence that the listing matches the metadata: staged manifests
+    # are found by the listing itself.
+    if listed and not any(normalise_location(f.location) in table_refs for f in listed):
+        raise MaintenanceRefusedError(
+            f"{what}: listed {len(listed)} files and none of them is referenced by the table (for example "
+            f"{listed[0].location!r}); the listing and the table's metadata seem to spell locations "
+            "differently, so nothing was deleted"
+        )
+    keep = table_refs | {normalise_location(p) for p in pending}
+    by_path: dict[str, set[tuple[str, str]]] = {}
+    for ref in keep:
+        scheme, authority, path = location_parts(ref)
+        by_path.setdefault(path, set()).add((scheme, authority))
+    orphans = []
+    for file in listed:
+        if normalise_location(file.location) in keep or file.location.rsplit("/", 1)[-1] == "version-hint.text":
+            continue
+        scheme, authority, path = location_parts(file.location)
+        if by_path.get(path, set()) - {(scheme, authority)}:
+            raise MaintenanceRefusedError(
+                f"{what}: listed {file.location!r}, whose path the table references under another scheme or "
+                "authority; nothing was deleted"
+            )
+        # A store that gives no modification time gives no proof of age: the file is kept.
+        if file.mtime is None or file.mtime >= cutoff:
+            continue
+        orphans.append(file)
+    return orphans
 
 
 def remove_orphan_files(
-    load_table: Callable[[], Table], older_than: dt.timedelta = DEFAULT_ORPHAN_AGE, dry_run: bool = False
+    load_table: Callable[[], Table],
+    older_than: dt.timedelta = DEFAULT_ORPHAN_AGE,
+    dry_run: bool = False,
+    *,
+    now: dt.datetime | None = None,
 ) -> OrphanResult:
     """Delete files under the table location that no snapshot, metadata file or pending committable
-    references and that are older than ``older_than`` (at least an hour: a running write's files are
-    not referenced yet)."""
+    references and that are older than ``older_than``.
+
+    Files are listed with the table's own FileIO settings (endpoint, credentials, region, path
+    style) and compared with the table's references by normalised location (see
+    :func:`location_parts`). Nothing is deleted, and :class:`MaintenanceRefusedError` is raised, when
+    the listing and the references disagree: files listed but none of them referenced, a listed file
+    whose path is referenced under another scheme or authority, or a staged manifest that cannot be
+    read (the files it lists could not be protected).
+
+    Args:
+        load_table: loads the table.
+        older_than: minimum age of a deleted file, at least an hour: a running write's files are not
+            referenced yet.
+        dry_run: only report the orphans.
+        now: the instant ages are measured from (default: the system clock, UTC).
+
+    Returns:
+        The orphans found, and whether they were deleted.
+    """
     if older_than < MIN_ORPHAN_AGE:
         raise InvalidSinkConfigError(
             f"older_than: expected at least {MIN_ORPHAN_AGE} (files of writes in flight are not referenced yet), "
             f"received {older_than}"
         )
+    if now is not None and now.utcoffset() is None:
+        raise InvalidSinkConfigError(f"now: expected a timezone-aware datetime, received the naive {now.isoformat()}")
     table = load_table()
     io = table.io
     location = table.location()
-    fs, root = pafs.FileSystem.from_uri(location) if "://" in location else (pafs.LocalFileSystem(), location)
-    referenced = {_normalise(p) for p in manifests.reachable_files(table)}
-    infos = [i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File]
+    listed = listing.list_files(io, location)
+    referenced = manifests.reachable_files(table)
     # Staged manifests of pending committables, and the files they list, belong to checkpoints that
-    # will still be committed.
-    for info in infos:
-        if info.base_name.startswith("iceberg-sink-") and info.base_name.endswith(".avro"):
-            uri = location.rstrip("/") + "/" + info.path[len(root.rstrip("/")) + 1 :]
-            referenced.add(_normalise(info.path))
-            try:
-                referenced.update(_normalise(p) for p in manifests.staged_manifest_files(io, uri))
-            except Exception:
-                logger.warning("could not read staged manifest %s; keeping it", info.path)
-    cutoff = dt.datetime.now(dt.UTC) - older_than
-    orphans = []
-    for info in infos:
-        if _normalise(info.path) in referenced or info.base_name == "version-hint.text":
-            continue
-        if info.mtime is not None and info.mtime.replace(tzinfo=info.mtime.tzinfo or dt.UTC) >= cutoff:
-            continue
-        orphans.append(info.path)
+    # will still be committed. They live in the metadata folder, which write.metadata.path may place
+    # outside the table location: list it too, for staged manifests only.
+    metadata_dir = table.location_provider().new_metadata_location("x").rsplit("/", 1)[0]
+    staged = [f.location for f in listed if _is_staged_manifest(f.location)]
+    if not normalise_location(metadata_dir + "/").startswith(normalise_location(location.rstrip("/") + "/")):
+        staged += [f.location for f in listing.list_files(io, metadata_dir) if _is_staged_manifest(f.location)]
+    pending = set(staged)
+    for manifest in staged:
+        try:
+            pending.update(manifests.staged_manifest_files(io, manifest))
+        except Exception as e:
+            raise MaintenanceRefusedError(
+                f"remove-orphans on {table.name()}: cannot read the staged manifest {manifest} ({type(e).__name__}: "
+                f"{e}), so the files of its pending checkpoint cannot be protected; nothing was deleted. Commit the "
+                "pending checkpoint, or delete this manifest if no committable under a checkpoint location names it"
+            ) from e
+    cutoff = (now if now is not None else dt.datetime.now(dt.UTC)) - older_than
+    orphans = select_orphans(listed, referenced, pending, cutoff, f"remove-orphans on {table.name()} ({location})")
     if not dry_run:
-        for path in orphans:
-            fs.delete_file(path)
+        listing.delete_listed(io, location, orphans)
     logger.info("%s %s orphan files of %s", "found" if dry_run else "deleted", len(orphans), table.name())
-    return OrphanResult(tuple(sorted(orphans)), deleted=not dry_run)
+    return OrphanResult(tuple(sorted(f.location for f in orphans)), deleted=not dry_run)
 
 
 def rewrite_manifests(
@@ -152,7 +265,11 @@ def rewrite_manifests(
     snapshot id, or None when the manifests were already compact."""
     table = load_table()
     prepared = producer.prepare_manifest_rewrite(
-        table, table.io, branch, entries_per_manifest, {"iceberg-sink.operation": "rewrite-manifests"}
+        table,
+        table.io,
+        branch,
+        entries_per_manifest,
+        {summary_keys.OPERATION_KEY: summary_keys.OPERATION_REWRITE_MANIFESTS},
     )
     if prepared is None:
         return None

@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidSinkConfigError
+from iceberg_sink import IcebergSink, InvalidSinkConfigError, MaintenanceRefusedError
+from iceberg_sink._iceberg import manifests
 from iceberg_sink.committer.committer import find_max_committed_checkpoint
 from iceberg_sink.topology import maintenance
 from tests.integration.sources import EVENT_SCHEMA_DDL, write_source_files
@@ -161,3 +163,141 @@ def test_cli_compacts_with_progress(spark: SparkSession, tmp_path: Path) -> None
         check=False,
     )
     assert bad.returncode == 2 and "table db.nope does not exist" in bad.stderr
+
+
+def test_expiry_keeps_the_newest_snapshot_of_a_job_with_a_custom_prefix(spark: SparkSession, tmp_path: Path) -> None:
+    prefix = "acme.ingest"
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.p")
+        .create_if_missing()
+        .write_option("iceberg-sink.snapshot-property-prefix", prefix)
+        .build()
+    )
+    checkpoints = str(tmp_path / "ckpt")
+    for cp in range(3):
+        sink.write(spark.range(cp * 10, cp * 10 + 10), checkpoint_location=checkpoints, checkpoint_id=cp)
+    newest = sink.load_table().current_snapshot()
+    assert newest is not None and newest.summary is not None
+    job_id = newest.summary[f"{prefix}.job-id"]
+    assert "iceberg-sink.job-id" not in newest.summary.additional_properties
+    # Other writers commit afterwards, so the job's last snapshot is neither the head nor within retain_last.
+    other = IcebergSink.builder().embedded(tmp_path / "lake").table("db.p").build()
+    other.write(spark.range(100, 105))
+    other.write(spark.range(105, 110))
+
+    maintenance.expire_snapshots(sink.load_table, far_future(), retain_last=1)
+    # A replay of the job's last checkpoint (its driver died before recording the commit) is skipped.
+    outcome = sink.write(spark.range(20, 30), checkpoint_location=checkpoints, checkpoint_id=2)
+    assert outcome is not None and outcome.already_committed and outcome.snapshot is None
+    table = sink.load_table()
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [*range(30), *range(100, 110)]
+    kept = [s for s in table.snapshots() if s.summary is not None and s.summary.get(f"{prefix}.job-id") == job_id]
+    assert [s.snapshot_id for s in kept] == [newest.snapshot_id]
+    assert find_max_committed_checkpoint(table, "main", job_id, prefix) == 2
+
+
+def live_entries(table: Table, snapshot_id: int) -> set[tuple[str, int, int, int]]:
+    """(path, content, data sequence number, file sequence number) of a snapshot's live files."""
+    entries = table.inspect.entries(snapshot_id=snapshot_id).to_pylist()
+    return {
+        (e["data_file"]["file_path"], e["data_file"]["content"], e["sequence_number"], e["file_sequence_number"])
+        for e in entries
+        if e["status"] != 2
+    }
+
+
+def test_expiry_keeps_files_another_branch_still_references(spark: SparkSession, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    main = IcebergSink.builder().embedded(lake).table("db.b").create_if_missing().build()
+    for i in range(3):
+        main.write(spark.range(i * 10, i * 10 + 10).repartition(1))
+    audit = IcebergSink.builder().embedded(lake).table("db.b").branch("audit").build()
+    audit.write(spark.range(50, 55).repartition(1))  # forks audit from main's head
+    compacted = main.compact(spark)  # main no longer references the three small files; audit does
+    assert compacted.rewritten_data_files == 3, compacted
+    main.write(spark.range(60, 65).repartition(1))
+    table = main.load_table()
+    audit_head = table.metadata.refs["audit"].snapshot_id
+    audit_files = {p for p, *_ in live_entries(table, audit_head)}
+
+    result = maintenance.expire_snapshots(main.load_table, far_future(), retain_last=1)
+    table = main.load_table()
+    assert {s.snapshot_id for s in table.snapshots()} == {audit_head, table.metadata.refs["main"].snapshot_id}
+    assert len(result.expired_snapshot_ids) == 4  # three writes, the compaction, none of them a head
+    assert result.deleted_files, "nothing was deleted: the check below would prove nothing"
+    assert not audit_files & set(result.deleted_files)
+    missing = [p for p in manifests.reachable_files(table) if not Path(p.removeprefix("file://")).exists()]
+    assert not missing, missing
+    assert sorted(table.scan(snapshot_id=audit_head).to_arrow()["id"].to_pylist()) == [*range(30), *range(50, 55)]
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [*range(30), *range(60, 65)]
+
+
+def test_rewrite_manifests_on_a_branch(spark: SparkSession, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    main = IcebergSink.builder().embedded(lake).table("db.rb").create_if_missing().upsert(key=["id"]).build()
+    main.write(spark.createDataFrame([(k, "main") for k in range(4)], "id long, v string"))
+    dev = IcebergSink.builder().embedded(lake).table("db.rb").branch("dev").upsert(key=["id"]).build()
+    for i in range(4):
+        dev.write(spark.createDataFrame([(k, f"dev{i}") for k in range(i, i + 3)], "id long, v string"))
+    before = main.load_table()
+    main_head, dev_head = before.metadata.refs["main"].snapshot_id, before.metadata.refs["dev"].snapshot_id
+    dev_manifests = len(before.snapshot_by_id(dev_head).manifests(before.io))  # type: ignore[union-attr]
+    assert dev_manifests >= 6
+    expected = live_entries(before, dev_head)
+
+    snapshot_id = maintenance.rewrite_manifests(main.load_table, branch="dev")
+    table = main.load_table()
+    assert snapshot_id is not None and table.metadata.refs["dev"].snapshot_id == snapshot_id
+    assert table.metadata.refs["main"].snapshot_id == main_head
+    new = table.snapshot_by_id(snapshot_id)
+    assert new is not None and new.parent_snapshot_id == dev_head
+    assert len(new.manifests(table.io)) == 2
+    # Same live files with the same sequence numbers: the branch's equality deletes apply as before.
+    assert live_entries(table, snapshot_id) == expected
+    assert maintenance.rewrite_manifests(main.load_table, branch="dev") is None
+
+
+def test_an_unreadable_staged_manifest_stops_orphan_removal(spark: SparkSession, tmp_path: Path) -> None:
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.u").create_if_missing().build()
+    sink.write(spark.range(0, 10))
+    root = Path(sink.load_table().location().removeprefix("file://"))
+    # A staged manifest nobody can read: the data files its checkpoint wrote are unknown, so none of
+    # the unreferenced files may be deleted (this one could be one of them).
+    unknown = root / "data" / "00000-9-staged-by-a-pending-checkpoint.parquet"
+    unknown.write_bytes(b"rows of a pending checkpoint")
+    (root / "metadata" / "iceberg-sink-job-000007-abc-data.avro").write_bytes(b"not avro")
+    two_days_ago = time.time() - 2 * 86400
+    for path in [*root.rglob("*")]:
+        os.utime(path, (two_days_ago, two_days_ago))
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+
+    with pytest.raises(MaintenanceRefusedError, match=r"cannot read the staged manifest .*iceberg-sink-job-000007"):
+        maintenance.remove_orphan_files(sink.load_table, dt.timedelta(days=1))
+    assert sorted(p for p in root.rglob("*") if p.is_file()) == files
+
+
+def test_remove_orphans_matches_partition_paths_with_escaped_characters(spark: SparkSession, tmp_path: Path) -> None:
+    sink = (
+        IcebergSink.builder().embedded(tmp_path / "lake").table("db.esc").create_if_missing(partition_by=["p"]).build()
+    )
+    values = ["a b", "50%", "q?r#s", "c/d", "é=1&x+y"]
+    sink.write(spark.createDataFrame([(i, v) for i, v in enumerate(values)], "id long, p string"))
+    sink.write(spark.createDataFrame([(i + 10, v) for i, v in enumerate(values)], "id long, p string"))
+    root = Path(sink.load_table().location().removeprefix("file://"))
+    orphan = root / "data" / "p=a+b" / "00000-crashed-task.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"x")
+    files = {p for p in root.rglob("*") if p.is_file()}
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=30)  # every file counts as old
+    with pytest.raises(InvalidSinkConfigError, match="expected a timezone-aware datetime"):
+        maintenance.remove_orphan_files(sink.load_table, dt.timedelta(hours=1), now=later.replace(tzinfo=None))
+
+    result = maintenance.remove_orphan_files(sink.load_table, dt.timedelta(hours=1), now=later)
+    assert [Path(p).name for p in result.orphan_files] == [orphan.name]
+    assert {p for p in root.rglob("*") if p.is_file()} == files - {orphan}
+    rows = sink.load_table().scan().to_arrow().to_pylist()
+    assert sorted((r["id"], r["p"]) for r in rows) == sorted(
+        [(i, v) for i, v in enumerate(values)] + [(i + 10, v) for i, v in enumerate(values)]
+    )

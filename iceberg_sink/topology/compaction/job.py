@@ -30,6 +30,7 @@ from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import applies
 from iceberg_sink._iceberg.files import branch_head, live_files
 from iceberg_sink._iceberg.retry import RetryPolicy
+from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import CommitRetriesExhaustedError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
@@ -181,8 +182,8 @@ def compact(
             frozenset({f.meta.path for f in replaced} | removed_deletes),
             the_plan.sequence_number,
             {
-                "iceberg-sink.operation": "compaction",
-                "iceberg-sink.compaction.read-snapshot-id": str(the_plan.snapshot_id),
+                summary_keys.OPERATION_KEY: summary_keys.OPERATION_COMPACTION,
+                summary_keys.COMPACTION_READ_SNAPSHOT_KEY: str(the_plan.snapshot_id),
             },
         )
         try:
