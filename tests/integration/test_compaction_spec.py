@@ -155,8 +155,15 @@ NULLS_SCHEMA = Schema(
 )
 
 
-def commit_equality_deletes(table: Table, ids: list[int], rows: list[dict[str, Any]]) -> Table:
-    """Another writer's equality delete file (pyarrow + the project's snapshot producer)."""
+def commit_equality_deletes(
+    table: Table,
+    ids: list[int],
+    rows: list[dict[str, Any]],
+    spec_id: int | None = None,
+    partition: tuple[Any, ...] = (),
+) -> Table:
+    """Another writer's equality delete file (pyarrow + the project's snapshot producer), of the
+    current spec or of ``spec_id`` and ``partition``."""
     keys = pa.Table.from_pylist(rows, schema=arrow_schema(key_schema(table.schema(), ids)))
     path = f"{table.location()}/data/other-writer-{uuid.uuid4().hex}-eq-deletes.parquet"
     with table.io.new_output(path).create() as out:
@@ -164,8 +171,8 @@ def commit_equality_deletes(table: Table, ids: list[int], rows: list[dict[str, A
     meta = DataFileMeta(
         content=FileContent.EQUALITY_DELETES,
         path=path,
-        spec_id=table.spec().spec_id,
-        partition=(),
+        spec_id=table.spec().spec_id if spec_id is None else spec_id,
+        partition=partition,
         record_count=keys.num_rows,
         file_size_in_bytes=len(table.io.new_input(path)),
         equality_ids=tuple(ids),
@@ -386,6 +393,37 @@ def test_retry_after_a_dropped_group_commits_the_rest(
     table = sink.load_table()
     assert sorted(r["id"] for r in both_read(java_reader, table)) == [*range(30), 100]
     assert files_on_disk(table) <= files_ever_referenced(table)
+
+
+def test_group_moved_to_a_new_spec_is_dropped_when_its_old_partition_gets_deletes(
+    spark: SparkSession, java_reader: JavaIcebergReader, catalog: Catalog, catalog_props: dict[str, str]
+) -> None:
+    """Compaction writes the current spec. An equality delete committed meanwhile in an input file's
+    old spec and partition applies to the input files but would not to the new files (other spec):
+    that group must not commit, or the deleted rows come back."""
+    catalog.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "p", LongType(), required=True))
+    table = catalog.create_table(
+        "db.moved", schema, partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
+    )
+    for i in range(2):
+        rows = [{"id": i * 10 + j, "p": j % 2} for j in range(10)]
+        table.append(pa.Table.from_pylist(rows, schema=arrow_schema(table.schema())))
+    evolve_spec(table, None)
+    table = catalog.load_table("db.moved")
+    old_spec = next(s.spec_id for s in table.metadata.partition_specs if s.fields)
+    id_field = table.schema().find_field("id").field_id
+
+    def delete_in_old_partition() -> None:
+        current = catalog.load_table("db.moved")
+        commit_equality_deletes(current, [id_field], [{"id": 0}, {"id": 12}], spec_id=old_spec, partition=(0,))
+
+    sink = IcebergSink.builder().catalog("test", **catalog_props).table("db.moved").build()
+    result = compact(spark, racing(sink.load_table, {2: delete_in_old_partition}), CompactionConfig())
+    table = catalog.load_table("db.moved")
+    expected_ids = [i for i in range(20) if i not in (0, 12)]
+    assert sorted(r["id"] for r in both_read(java_reader, table)) == expected_ids
+    assert result.committed_groups == 1 and result.dropped_groups == 1
 
 
 def test_final_failed_attempt_deletes_every_new_file(spark: SparkSession, tmp_path: Path) -> None:

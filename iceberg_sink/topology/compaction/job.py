@@ -189,7 +189,7 @@ def compact(
         while True:
             attempt += 1
             table = load_table()
-            kept = _validate(table, branch, the_plan, pending)
+            kept = _validate(table, branch, the_plan, pending, spec.partition_spec.spec_id)
             discard(pending - set(kept))
             if not kept:
                 logger.warning("compaction dropped every group: the table changed under all of them")
@@ -245,31 +245,44 @@ def compact(
     )
 
 
-def _validate(table: Table, branch: str, the_plan: CompactionPlan, candidates: set[int]) -> list[int]:
+def _validate(
+    table: Table, branch: str, the_plan: CompactionPlan, candidates: set[int], output_spec_id: int
+) -> list[int]:
     """The groups among ``candidates`` still valid at the branch head (the others are in conflict).
 
-    A group conflicts when one of its input files is no longer live, or when a position delete
-    committed after the plan's snapshot may name one of them (same spec and partition: position
-    deletes are never global). Equality deletes committed since need no check: they have higher
-    sequence numbers than the new files, so they still apply to the rewritten rows.
+    A group conflicts when one of its input files is no longer live, or when a delete committed
+    after the plan's snapshot may apply to its input files but not to its new ones:
+
+    - a position delete of the group's spec and partition (it may name an input file);
+    - a partition-scoped equality delete of the group's spec and partition, when the group's files
+      are rewritten into another spec (``output_spec_id``): it would not apply to the new files.
+
+    Other equality deletes committed since need no check: they have higher sequence numbers than
+    the new files and apply to them (global ones everywhere; scoped ones to the new files of the
+    same spec and partition, which hold the same rows).
     """
+    rules = the_plan.rules
     head = branch_head(table, branch)
     data, deletes = live_files(table, head)
     live = {f.meta.path for f in data}
-    new_position_deletes = {
-        (d.meta.spec_id, d.meta.partition)
-        for d in deletes
-        if d.meta.content == FileContent.POSITION_DELETES and d.data_sequence_number > the_plan.sequence_number
-    }
+    conflicting: dict[tuple[int, tuple[Any, ...]], str] = {}
+    for d in deletes:
+        if d.data_sequence_number <= the_plan.sequence_number:
+            continue
+        key = (d.meta.spec_id, d.meta.partition)
+        if d.meta.content == FileContent.POSITION_DELETES:
+            conflicting[key] = "new position deletes"
+        elif not rules.is_global(d) and d.meta.spec_id != output_spec_id:
+            conflicting.setdefault(key, "new equality deletes of a spec the new files do not have")
     kept = []
     for i in sorted(candidates):
         group = the_plan.groups[i]
         gone = [f.meta.path for f in group.data_files if f.meta.path not in live]
-        if gone or group.partition in new_position_deletes:
+        if gone or group.partition in conflicting:
             logger.info(
                 "compaction group %s dropped: %s",
                 i,
-                f"{len(gone)} input files no longer live" if gone else "new position deletes",
+                f"{len(gone)} input files no longer live" if gone else conflicting[group.partition],
             )
         else:
             kept.append(i)

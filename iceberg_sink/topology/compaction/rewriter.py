@@ -156,6 +156,8 @@ def _null_safe_codes(data: pa.Array, keys: pa.Array) -> tuple[pa.Array, pa.Array
     values (and nulls) get equal codes, and the codes themselves are never null.
     """
     both = pa.concat_arrays([data, keys.cast(data.type)])
+    if isinstance(both, pa.ExtensionArray):  # uuid: encode its fixed-size binary storage
+        both = both.storage
     codes = pc.dictionary_encode(both, null_encoding="encode").indices
     return codes.slice(0, len(data)), codes.slice(len(data))
 
