@@ -7,9 +7,12 @@ the plan read (S). Against the branch head at commit time:
   applies to the rewritten rows: nothing deleted meanwhile comes back;
 - a group whose input file is no longer live (another compaction or an overwrite removed it), or whose
   partition received position deletes after S, is dropped (its new files deleted), not the stream;
-- delete files are removed only when no remaining live data file they apply to is left.
+- delete files are removed only when no remaining live data file they apply to is left; for a
+  global equality delete (unpartitioned spec) that means no data file of any spec or partition.
 
-A lost race with another writer (the branch head moved) is retried on the new head.
+A lost race with another writer (the branch head moved) is retried on the new head. New files of a
+group that is dropped, or of a compaction that fails, are deleted: a compaction leaves no orphans
+(except after CommitStateUnknownException, where they may be part of the table).
 """
 
 from __future__ import annotations
@@ -21,21 +24,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import producer
-from iceberg_sink._iceberg.deletes import applies
-from iceberg_sink._iceberg.files import branch_head, live_files
-from iceberg_sink._iceberg.retry import RetryPolicy
+from iceberg_sink._iceberg.deletes import DeleteRules
+from iceberg_sink._iceberg.files import LiveFile, branch_head, live_files
+from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
-from iceberg_sink.errors import CommitRetriesExhaustedError
+from iceberg_sink.errors import CommitStateUnknownError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
-from iceberg_sink.topology.compaction.planner import CompactionPlan, RewriteGroup, plan
-from iceberg_sink.topology.compaction.rewriter import encode_group, spark_rewrite
+from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
+from iceberg_sink.topology.compaction.rewriter import SortField, SortSpec, encode_group, sortable, spark_rewrite
 from iceberg_sink.writer.result import FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 
@@ -88,32 +90,49 @@ def _writer_spec(table: Table, config: CompactionConfig, overrides: Mapping[str,
     )
 
 
-def _sort_columns(table: Table) -> list[tuple[str, str]]:
-    result = []
-    for field in table.sort_order().fields:
-        name = table.schema().find_column_name(field.source_id)
-        if name is not None and "." not in name:
-            result.append((name, "descending" if field.direction.value == "desc" else "ascending"))
-    return result
+def _sort_spec(table: Table) -> SortSpec | None:
+    """The table's sort order for the rewrite; None when unsorted or a field cannot be applied."""
+    order = table.sort_order()
+    schema = table.schema()
+    fields = tuple(
+        SortField(f.source_id, str(f.transform), f.direction.value == "desc", f.null_order.value == "nulls-first")
+        for f in order.fields
+        # A void transform orders nothing.
+        if str(f.transform) != "void"
+    )
+    if not fields:
+        return None
+    if not all(sortable(schema, f) for f in fields):
+        # Sorting by a part of the order would be a lie if the files then claimed the order's id.
+        logger.warning("compaction does not sort: sort order %s has a field it cannot apply", order.order_id)
+        return None
+    return SortSpec(order.order_id, fields)
 
 
 def _rewrite(
     spark: SparkSession,
+    table: Table,
     spec: WriterSpec,
-    groups: tuple[RewriteGroup, ...],
-    sort: list[tuple[str, str]],
+    the_plan: CompactionPlan,
+    sort: SortSpec | None,
     progress: Progress | None,
 ) -> dict[int, WriteResult]:
-    payloads = [(i, encode_group(g, sort)) for i, g in enumerate(groups)]
+    groups = the_plan.groups
+    payloads = [(i, encode_group(g, sort, the_plan.rules)) for i, g in enumerate(groups)]
     chunk = max(2, spark.sparkContext.defaultParallelism * 2)
     results: dict[int, WriteResult] = {}
-    for start in range(0, len(payloads), chunk):
-        part = payloads[start : start + chunk]
-        rdd = spark.sparkContext.parallelize(part, numSlices=len(part))
-        for index, encoded in rdd.mapPartitions(spark_rewrite(spec)).collect():
-            results[index] = WriteResult.decode(encoded)
-        if progress is not None:
-            progress("rewrite", len(results), len(groups))
+    try:
+        for start in range(0, len(payloads), chunk):
+            part = payloads[start : start + chunk]
+            rdd = spark.sparkContext.parallelize(part, numSlices=len(part))
+            for index, encoded in rdd.mapPartitions(spark_rewrite(spec)).collect():
+                results[index] = WriteResult.decode(encoded)
+            if progress is not None:
+                progress("rewrite", len(results), len(groups))
+    except BaseException:
+        # Failed tasks delete their own files; the chunks that finished before must go too.
+        _delete(table, [f.path for r in results.values() for f in r.data_files])
+        raise
     return results
 
 
@@ -157,100 +176,137 @@ def compact(
     if progress is not None:
         progress("plan", len(the_plan.groups), len(the_plan.groups))
     spec = _writer_spec(table, config, write_options or {})
-    results = _rewrite(spark, spec, the_plan.groups, _sort_columns(table), progress)
-    attempt = 0
-    while True:
-        attempt += 1
-        table = load_table()
-        kept, dropped = _validate(table, branch, the_plan)
-        _delete(table, [f.path for i in dropped for f in results[i].data_files])
+    results = _rewrite(spark, table, spec, the_plan, _sort_spec(table), progress)
+    # Groups whose new files may still be committed; the files of every other group are deleted.
+    pending = set(results)
+
+    def discard(indices: set[int]) -> None:
+        _delete(table, [f.path for i in sorted(indices) for f in results[i].data_files])
+        pending.difference_update(indices)
+
+    kept: list[int] = []
+    replaced: list[LiveFile] = []
+    removed_deletes: frozenset[str] = frozenset()
+
+    def prepare(current: Table) -> producer.PreparedCommit | None:
+        nonlocal kept, replaced, removed_deletes
+        # Validated again on every attempt: the branch head may have moved under the plan.
+        kept = _validate(current, branch, the_plan, pending, spec.partition_spec.spec_id)
+        discard(pending - set(kept))
         if not kept:
-            logger.warning("compaction dropped every group: the table changed under all of them")
-            return CompactionResult(
-                planned_groups=len(the_plan.groups),
-                dropped_groups=len(dropped),
-                duration_ms=(time.monotonic() - started) * 1000,
-            )
-        added = [f for i in kept for f in results[i].data_files]
+            return None
         replaced = [f for i in kept for f in the_plan.groups[i].data_files]
-        removed_deletes = _still_removable(table, branch, the_plan, {f.meta.path for f in replaced})
-        prepared = producer.prepare_rewrite(
-            table,
-            table.io,
+        removed_deletes = _still_removable(current, branch, the_plan, {f.meta.path for f in replaced})
+        return producer.RewriteFiles(
+            current,
             branch,
-            added,
+            [f for i in kept for f in results[i].data_files],
             frozenset({f.meta.path for f in replaced} | removed_deletes),
             the_plan.sequence_number,
             {
                 summary_keys.OPERATION_KEY: summary_keys.OPERATION_COMPACTION,
                 summary_keys.COMPACTION_READ_SNAPSHOT_KEY: str(the_plan.snapshot_id),
             },
-        )
-        try:
-            committed = producer.commit_prepared(table, prepared)
-        except CommitFailedException as e:
-            _delete(table, list(prepared.written_files))
-            if attempt > retry.num_retries:
-                _delete(table, [f.path for f in added])
-                raise CommitRetriesExhaustedError(f"compaction lost {attempt} commit races: {e}") from e
-            time.sleep(retry.wait_ms(attempt) / 1000)
-            results = {i: r for i, r in results.items() if i in kept}
-            continue
-        if progress is not None:
-            progress("commit", len(kept), len(the_plan.groups))
-        snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
+        ).prepare()
+
+    try:
+        outcome = commit_with_retry(f"compaction of {table.name()}", load_table, prepare, retry)
+    except CommitStateUnknownError:
+        # The snapshot may have landed: its files may be live, so none is deleted.
+        raise
+    except BaseException:
+        discard(set(pending))
+        raise
+    if outcome.snapshot is None:
+        logger.warning("compaction dropped every group: the table changed under all of them")
         return CompactionResult(
-            snapshot_id=snapshot.snapshot_id if snapshot else None,
             planned_groups=len(the_plan.groups),
-            committed_groups=len(kept),
-            dropped_groups=len(the_plan.groups) - len(kept),
-            rewritten_data_files=len(replaced),
-            added_data_files=len(added),
-            removed_delete_files=len(removed_deletes),
-            rewritten_bytes=sum(f.meta.file_size_in_bytes for f in replaced),
-            added_bytes=sum(f.file_size_in_bytes for f in added),
+            dropped_groups=len(the_plan.groups),
             duration_ms=(time.monotonic() - started) * 1000,
         )
+    if progress is not None:
+        progress("commit", len(kept), len(the_plan.groups))
+    added = [f for i in kept for f in results[i].data_files]
+    return CompactionResult(
+        snapshot_id=outcome.snapshot.snapshot_id,
+        planned_groups=len(the_plan.groups),
+        committed_groups=len(kept),
+        dropped_groups=len(the_plan.groups) - len(kept),
+        rewritten_data_files=len(replaced),
+        added_data_files=len(added),
+        removed_delete_files=len(removed_deletes),
+        rewritten_bytes=sum(f.meta.file_size_in_bytes for f in replaced),
+        added_bytes=sum(f.file_size_in_bytes for f in added),
+        duration_ms=(time.monotonic() - started) * 1000,
+    )
 
 
-def _validate(table: Table, branch: str, the_plan: CompactionPlan) -> tuple[list[int], list[int]]:
-    """Split the plan's groups into those still valid at the branch head and those in conflict."""
+def _validate(
+    table: Table, branch: str, the_plan: CompactionPlan, candidates: set[int], output_spec_id: int
+) -> list[int]:
+    """The groups among ``candidates`` still valid at the branch head (the others are in conflict).
+
+    A group conflicts when one of its input files is no longer live, or when a delete committed
+    after the plan's snapshot may apply to its input files but not to its new ones:
+
+    - a position delete of the group's spec and partition (it may name an input file);
+    - a partition-scoped equality delete of the group's spec and partition, when the group's files
+      are rewritten into another spec (``output_spec_id``): it would not apply to the new files.
+
+    Other equality deletes committed since need no check: they have higher sequence numbers than
+    the new files and apply to them (global ones everywhere; scoped ones to the new files of the
+    same spec and partition, which hold the same rows).
+    """
+    rules = the_plan.rules
     head = branch_head(table, branch)
     data, deletes = live_files(table, head)
     live = {f.meta.path for f in data}
-    new_position_deletes = {
-        (d.meta.spec_id, d.meta.partition)
-        for d in deletes
-        if d.meta.content == FileContent.POSITION_DELETES and d.data_sequence_number > the_plan.sequence_number
-    }
-    kept, dropped = [], []
-    for i, group in enumerate(the_plan.groups):
+    conflicting: dict[tuple[int, tuple[Any, ...]], str] = {}
+    for d in deletes:
+        if d.data_sequence_number <= the_plan.sequence_number:
+            continue
+        key = (d.meta.spec_id, d.meta.partition)
+        if d.meta.content == FileContent.POSITION_DELETES:
+            conflicting[key] = "new position deletes"
+        elif not rules.is_global(d) and d.meta.spec_id != output_spec_id:
+            conflicting.setdefault(key, "new equality deletes of a spec the new files do not have")
+    kept = []
+    for i in sorted(candidates):
+        group = the_plan.groups[i]
         gone = [f.meta.path for f in group.data_files if f.meta.path not in live]
-        if gone or group.partition in new_position_deletes:
+        if gone or group.partition in conflicting:
             logger.info(
                 "compaction group %s dropped: %s",
                 i,
-                f"{len(gone)} input files no longer live" if gone else "new position deletes",
+                f"{len(gone)} input files no longer live" if gone else conflicting[group.partition],
             )
-            dropped.append(i)
         else:
             kept.append(i)
-    return kept, dropped
+    return kept
 
 
 def _still_removable(table: Table, branch: str, the_plan: CompactionPlan, replaced: set[str]) -> frozenset[str]:
-    """Delete files of the plan that no live, not-replaced data file at the head needs any more."""
+    """Delete files that no live data file at the head needs once ``replaced`` are rewritten.
+
+    Only delete files at or below the plan's sequence number qualify: the new files carry that
+    sequence number, so such a delete cannot apply to them (equality deletes need a higher one,
+    position deletes name other files). Every other live data file that a delete applies to, in
+    its partition or, for a global equality delete, anywhere in the table, keeps it.
+    """
+    rules: DeleteRules = the_plan.rules
     head = branch_head(table, branch)
     data, deletes = live_files(table, head)
-    remaining: dict[tuple[int, tuple[Any, ...]], list[Any]] = {}
+    remaining: dict[tuple[int, tuple[Any, ...]], list[LiveFile]] = {}
+    everywhere: list[LiveFile] = []
     for f in data:
         if f.meta.path not in replaced:
             remaining.setdefault((f.meta.spec_id, f.meta.partition), []).append(f)
+            everywhere.append(f)
     result = set()
     for d in deletes:
-        # Only delete files the plan read (sequence number at or below its snapshot's) may go.
         if d.data_sequence_number > the_plan.sequence_number:
             continue
-        if not any(applies(d, f) for f in remaining.get((d.meta.spec_id, d.meta.partition), [])):
+        candidates = everywhere if rules.is_global(d) else remaining.get((d.meta.spec_id, d.meta.partition), [])
+        if not any(rules.applies(d, f) for f in candidates):
             result.add(d.meta.path)
     return frozenset(result)

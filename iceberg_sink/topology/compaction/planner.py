@@ -1,7 +1,9 @@
 """Planning on the driver: which files to rewrite, in which groups.
 
 Per partition, a data file is a candidate when it is smaller than the minimum size or when at least
-``delete_file_threshold`` delete files apply to it. Candidates are bin-packed (largest first) into
+``delete_file_threshold`` delete files apply to it: those of its own partition and the *global*
+equality deletes (written under an unpartitioned spec, they apply to every partition of every spec;
+see _iceberg/deletes.py). Candidates are bin-packed (largest first) into
 groups of at most ``max_group_bytes``; a group is kept when it has at least ``min_input_files`` files
 or deletes to apply. Which delete files the rewrite removes is decided at commit time, against the
 branch head (topology/compaction/job.py).
@@ -16,7 +18,7 @@ from typing import Any
 import attrs
 from pyiceberg.table import Table
 
-from iceberg_sink._iceberg.deletes import applies
+from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile, branch_head, live_files
 from iceberg_sink.topology.compaction.config import CompactionConfig
 
@@ -38,11 +40,15 @@ class RewriteGroup:
 
 @attrs.frozen
 class CompactionPlan:
-    """What one compaction rewrites, read from ``snapshot_id`` (sequence ``sequence_number``)."""
+    """What one compaction rewrites, read from ``snapshot_id`` (sequence ``sequence_number``).
+
+    ``rules`` says which delete applies to which data file in this table (its unpartitioned specs).
+    """
 
     snapshot_id: int
     sequence_number: int
     groups: tuple[RewriteGroup, ...]
+    rules: DeleteRules
 
 
 def plan(
@@ -56,23 +62,30 @@ def plan(
     snapshot = branch_head(table, branch)
     if snapshot is None:
         return None
+    rules = DeleteRules.from_specs(table.specs())
     data, deletes = live_files(table, snapshot)
     by_partition: dict[PartitionKey, list[LiveFile]] = defaultdict(list)
     deletes_by_partition: dict[PartitionKey, list[LiveFile]] = defaultdict(list)
+    global_deletes: list[LiveFile] = []
     for f in data:
         by_partition[(f.meta.spec_id, f.meta.partition)].append(f)
     for d in deletes:
-        deletes_by_partition[(d.meta.spec_id, d.meta.partition)].append(d)
+        if rules.is_global(d):
+            global_deletes.append(d)
+        else:
+            deletes_by_partition[(d.meta.spec_id, d.meta.partition)].append(d)
 
     min_size = config.min_size(table_target)
     groups: list[RewriteGroup] = []
     for key, files in by_partition.items():
         if partition_filter is not None and not partition_filter(*key):
             continue
-        partition_deletes = deletes_by_partition.get(key, [])
+        # Global deletes may remove rows of any partition: rewriting a file without them would
+        # bring those rows back once the deletes are removed.
+        partition_deletes = deletes_by_partition.get(key, []) + global_deletes
         candidates = []
         for f in files:
-            applying = [d for d in partition_deletes if applies(d, f)]
+            applying = [d for d in partition_deletes if rules.applies(d, f)]
             if f.meta.file_size_in_bytes < min_size or len(applying) >= config.delete_file_threshold:
                 candidates.append((f, applying))
         for bin_ in _bin_pack(candidates, config.max_group_bytes):
@@ -90,6 +103,7 @@ def plan(
         snapshot_id=snapshot.snapshot_id,
         sequence_number=snapshot.sequence_number or 0,
         groups=tuple(groups),
+        rules=rules,
     )
 
 

@@ -1,10 +1,14 @@
 """Rewriting one group inside a Spark task: read, apply deletes, sort, write.
 
-Each data file is read by Iceberg field id (so renamed columns still line up), then the delete
-files that apply to it are applied: position deletes by (file_path, pos), equality deletes as an
-anti-join on their equality columns. Rows go through the sink's own TaskWriter, so new files have
-the same layout, metrics and naming rules as streamed ones. Memory: one data file at a time plus the
-group's delete keys (all rows of the group when the table has a sort order).
+Each data file is read as the table's current schema, matching columns by Iceberg field id at every
+nesting level (renamed, added, dropped and widened fields all line up; _iceberg/projection.py).
+Then the delete files that apply to it (_iceberg/deletes.py) are applied: position deletes by
+(file_path, pos), equality deletes as an anti-join on their equality columns in which a null
+matches a null, as Iceberg's equality deletes do (SQL's ``null = null`` is not true, so a plain
+join would let rows with null keys survive their deletes). Rows go through the sink's own
+TaskWriter, so new files have the same layout, metrics and naming rules as streamed ones; files
+written in the table's sort order record its id. Memory: one data file at a time plus the group's
+delete keys (all rows of the group when the table has a sort order).
 """
 
 from __future__ import annotations
@@ -13,55 +17,118 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
+from pyiceberg.transforms import BucketTransform, IdentityTransform, TimeTransform, TruncateTransform, parse_transform
+from pyiceberg.types import PrimitiveType
 from pyspark import TaskContext
 
-from iceberg_sink._iceberg.deletes import applies
+from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile
+from iceberg_sink._iceberg.projection import column_by_id, key_schema, null_struct_depth, read_projected
 from iceberg_sink.topology.compaction.planner import RewriteGroup
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import TaskWriter
 
-_FIELD_ID = b"PARQUET:field_id"
+
+@attrs.frozen
+class SortField:
+    """One field of a table sort order, as the rewrite task needs it.
+
+    Attributes:
+        source_id: the sorted field's id (possibly nested in structs).
+        transform: the Iceberg transform applied before sorting (``identity``, ``bucket[16]``, ...).
+        descending: sort direction.
+        nulls_first: whether nulls sort before all values.
+    """
+
+    source_id: int
+    transform: str
+    descending: bool
+    nulls_first: bool
 
 
-def encode_group(group: RewriteGroup, sort_columns: list[tuple[str, str]]) -> bytes:
+@attrs.frozen
+class SortSpec:
+    """The table's sort order, when every field of it can be applied to Arrow rows."""
+
+    order_id: int
+    fields: tuple[SortField, ...]
+
+
+def encode_group(group: RewriteGroup, sort: SortSpec | None, rules: DeleteRules) -> bytes:
+    """The JSON payload one rewrite task receives for ``group``."""
+
     def files(fs: tuple[LiveFile, ...]) -> list[dict[str, Any]]:
         return [{"meta": f.meta.to_json(), "seq": f.data_sequence_number} for f in fs]
 
     return json.dumps(
-        {"data": files(group.data_files), "deletes": files(group.delete_files), "sort": sort_columns}
+        {
+            "data": files(group.data_files),
+            "deletes": files(group.delete_files),
+            "sort": None
+            if sort is None
+            else {"order_id": sort.order_id, "fields": [attrs.asdict(f) for f in sort.fields]},
+            "unpartitioned_spec_ids": sorted(rules.unpartitioned_spec_ids),
+        }
     ).encode()
 
 
-def _decode(data: bytes) -> tuple[list[LiveFile], list[LiveFile], list[tuple[str, str]]]:
+def _decode(data: bytes) -> tuple[list[LiveFile], list[LiveFile], SortSpec | None, DeleteRules]:
     obj = json.loads(data)
 
     def files(items: list[dict[str, Any]]) -> list[LiveFile]:
         return [LiveFile(DataFileMeta.from_json(i["meta"]), i["seq"], "") for i in items]
 
-    return files(obj["data"]), files(obj["deletes"]), [tuple(s) for s in obj["sort"]]  # type: ignore[misc]
+    sort = obj["sort"]
+    return (
+        files(obj["data"]),
+        files(obj["deletes"]),
+        None if sort is None else SortSpec(sort["order_id"], tuple(SortField(**f) for f in sort["fields"])),
+        DeleteRules(obj["unpartitioned_spec_ids"]),
+    )
+
+
+def sortable(schema: Schema, field: SortField) -> bool:
+    """Whether the rewrite can order rows by ``field`` (a primitive source and a known transform)."""
+    try:
+        source = schema.find_field(field.source_id).field_type
+        transform = parse_transform(field.transform)
+        return isinstance(source, PrimitiveType) and isinstance(
+            transform, (IdentityTransform, BucketTransform, TimeTransform, TruncateTransform)
+        )
+    except ValueError:
+        return False
+
+
+def sort_rows(rows: pa.Table, schema: Schema, sort: SortSpec) -> pa.Table:
+    """``rows`` in the order of ``sort``, including each field's transform and null order."""
+    keys: dict[str, pa.Array] = {}
+    order: list[tuple[str, str]] = []
+    for i, field in enumerate(sort.fields):
+        values = column_by_id(rows, schema, field.source_id)
+        transform = parse_transform(field.transform)
+        if not isinstance(transform, IdentityTransform):
+            values = transform.pyarrow_transform(schema.find_field(field.source_id).field_type)(values)
+        # Arrow places nulls at one end for all keys at once; a null flag per field sorted before the
+        # field's values gives each field its own null order.
+        keys[f"n{i}"] = pc.is_null(values)
+        order.append((f"n{i}", "descending" if field.nulls_first else "ascending"))
+        keys[f"v{i}"] = values
+        order.append((f"v{i}", "descending" if field.descending else "ascending"))
+    if not rows.num_rows:
+        return rows
+    return rows.take(pc.sort_indices(pa.table(keys), sort_keys=order))
 
 
 def read_by_field_id(io: FileIO, path: str, schema: Schema) -> pa.Table:
-    """A Parquet file's columns renamed to ``schema``'s names by field id; missing columns are null."""
-    with io.new_input(path).open(seekable=True) as stream:
-        table = pq.read_table(stream)
-    by_id = {}
-    for i, field in enumerate(table.schema):
-        if field.metadata and _FIELD_ID in field.metadata:
-            by_id[int(field.metadata[_FIELD_ID])] = i
-    columns, names = [], []
-    for field in schema.fields:
-        if field.field_id in by_id:
-            columns.append(table.column(by_id[field.field_id]))
-            names.append(field.name)
-    return pa.Table.from_arrays(columns, names=names) if columns else pa.table({})
+    """A Parquet file's rows as ``schema``, matched by field id at every level (see read_projected)."""
+    return read_projected(io, path, schema)
 
 
 class _DeleteCache:
@@ -77,40 +144,88 @@ class _DeleteCache:
                 with self._io.new_input(path).open(seekable=True) as stream:
                     self._tables[path] = pq.read_table(stream, columns=["file_path", "pos"])
             else:
-                self._tables[path] = read_by_field_id(self._io, path, self._schema)
+                keys = key_schema(self._schema, delete.meta.equality_ids or ())
+                self._tables[path] = read_projected(self._io, path, keys)
         return self._tables[path]
 
 
+def _null_safe_codes(data: pa.Array, keys: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Integer codes for ``data`` and ``keys`` on which equality matches Iceberg's: null equals null.
+
+    Both sides are dictionary-encoded together with nulls encoded as a value of their own, so equal
+    values (and nulls) get equal codes, and the codes themselves are never null.
+    """
+    both = pa.concat_arrays([data, keys.cast(data.type)])
+    if isinstance(both, pa.ExtensionArray):  # uuid: encode its fixed-size binary storage
+        both = both.storage
+    codes = pc.dictionary_encode(both, null_encoding="encode").indices
+    return codes.slice(0, len(data)), codes.slice(len(data))
+
+
+def _key_columns(rows: pa.Table, schema: Schema, ids: tuple[int, ...]) -> pa.Table:
+    """The equality key ``ids`` of ``rows`` (of ``schema``): one column per field, plus, for a field
+    nested in structs, which of those structs is null (see null_struct_depth)."""
+    columns: dict[str, pa.Array] = {}
+    for i in ids:
+        columns[str(i)] = column_by_id(rows, schema, i)
+        depth = null_struct_depth(rows, schema, i)
+        if depth is not None:
+            columns[f"{i}.depth"] = depth
+    return pa.table(columns)
+
+
 def apply_deletes(
-    rows: pa.Table, data: LiveFile, deletes: list[LiveFile], cache: _DeleteCache, schema: Schema
+    rows: pa.Table,
+    data: LiveFile,
+    deletes: list[LiveFile],
+    cache: _DeleteCache,
+    schema: Schema,
+    rules: DeleteRules,
 ) -> pa.Table:
-    """``rows`` of ``data`` without the rows its applicable delete files remove."""
+    """``rows`` of ``data`` (in ``schema``) without the rows its applicable delete files remove."""
     positions: list[pa.Array] = []
-    equality: dict[tuple[str, ...], list[pa.Table]] = {}
+    equality: dict[tuple[int, ...], list[pa.Table]] = {}
     for delete in deletes:
-        if not applies(delete, data):
+        if not rules.applies(delete, data):
             continue
         table = cache.get(delete)
         if delete.meta.content == FileContent.POSITION_DELETES:
             mask = pc.equal(table.column("file_path"), data.meta.path)
             positions.append(table.column("pos").filter(mask).combine_chunks())
         else:
-            names = tuple(schema.find_column_name(i) or "" for i in delete.meta.equality_ids or ())
-            equality.setdefault(names, []).append(table.select(list(names)))
+            ids = tuple(delete.meta.equality_ids or ())
+            equality.setdefault(ids, []).append(_key_columns(table, key_schema(schema, ids), ids))
     if positions:
         drop = pa.concat_arrays([p.cast(pa.int64()) for p in positions])
         index = pa.array(range(rows.num_rows), pa.int64())
         rows = rows.filter(pc.invert(pc.is_in(index, value_set=drop)))
-    for names, tables in equality.items():
-        keys = pa.concat_tables(tables).combine_chunks()
-        key_cast = keys.cast(rows.select(list(names)).schema)
-        rows = rows.join(key_cast, keys=list(names), join_type="left anti", use_threads=False)
+    for ids, tables in equality.items():
+        if not rows.num_rows:
+            break
+        keys_table = pa.concat_tables(tables).combine_chunks()
+        if not keys_table.num_rows:
+            continue
+        data_keys = _key_columns(rows, schema, ids)
+        left: dict[str, pa.Array] = {}
+        right: dict[str, pa.Array] = {}
+        for name in data_keys.column_names:
+            left[name], right[name] = _null_safe_codes(
+                data_keys.column(name).combine_chunks(), keys_table.column(name).combine_chunks()
+            )
+        row_numbers = pa.array(range(rows.num_rows), pa.int64())
+        survivors = (
+            pa.table({**left, "__row": row_numbers})
+            .join(pa.table(right), keys=list(left), join_type="left anti", use_threads=False)
+            .column("__row")
+        )
+        # The join does not keep the input order; filtering by row number does.
+        rows = rows.filter(pc.is_in(row_numbers, value_set=survivors.combine_chunks()))
     return rows
 
 
 def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: int) -> WriteResult:
     """Rewrite one group into new data files of the table's current partition spec."""
-    data_files, delete_files, sort = _decode(payload)
+    data_files, delete_files, sort, rules = _decode(payload)
     schema = spec.schema
     io = spec.file_io()
     cache = _DeleteCache(io, schema)
@@ -118,18 +233,24 @@ def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: in
     kept: list[pa.Table] = []
     try:
         for data in data_files:
-            rows = apply_deletes(read_by_field_id(io, data.meta.path, schema), data, delete_files, cache, schema)
-            if sort:
+            rows = apply_deletes(read_projected(io, data.meta.path, schema), data, delete_files, cache, schema, rules)
+            if sort is not None:
                 kept.append(rows)
             elif rows.num_rows:
                 writer.write(rows)
-        if kept:
-            rows = pa.concat_tables(kept, promote_options="permissive")
-            writer.write(rows.sort_by(sort) if rows.num_rows else rows)
-        return writer.complete()
+        if sort is not None and kept:
+            writer.write(sort_rows(pa.concat_tables(kept), schema, sort))
+        result = writer.complete()
     except BaseException:
         writer.abort()
         raise
+    if sort is None:
+        return result
+    # Every file holds a slice of the sorted rows (the writer splits by partition and rolls files
+    # in order): tell readers so, as Iceberg's writers do.
+    return attrs.evolve(
+        result, data_files=tuple(attrs.evolve(f, sort_order_id=sort.order_id) for f in result.data_files)
+    )
 
 
 def spark_rewrite(spec: WriterSpec) -> Any:
