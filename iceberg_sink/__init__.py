@@ -18,6 +18,7 @@ from iceberg_sink.errors import (
     InvalidInputError,
     InvalidSinkConfigError,
     SchemaMismatchError,
+    UncommittableCheckpointError,
     UnsupportedTableError,
 )
 from iceberg_sink.metrics import MetricsSnapshot
@@ -45,5 +46,6 @@ __all__ = [
     "MetricsSnapshot",
     "PostCommitHookError",
     "SchemaMismatchError",
+    "UncommittableCheckpointError",
     "UnsupportedTableError",
 ]

@@ -62,3 +62,9 @@ class CommitStateUnknownError(IcebergSinkError, RuntimeError):
 
 class CommitVetoedError(IcebergSinkError, RuntimeError):
     """A pre-commit hook refused the commit. The checkpoint stays pending and nothing is lost."""
+
+
+class UncommittableCheckpointError(IcebergSinkError, RuntimeError):
+    """A stored checkpoint cannot be committed safely, for example because the table it was written
+    for was dropped and re-created since. Fatal for that checkpoint: nothing of it was committed, and
+    the message says what to do with it (its files belong to the table it was written for)."""
