@@ -291,7 +291,7 @@ class IcebergCommitter:
         self, table: Table, head: Snapshot | None, committable: Committable, conditional: tuple[DataFileMeta, ...]
     ) -> tuple[DataFileMeta, ...]:
         """The conditional deletes when the new-key proof no longer holds on ``head``, else none."""
-        if not committable.skipped_deletes:
+        if not committable.skipped_deletes and not conditional:
             return ()
         proof = committable.proof_snapshot_id
         if proof is not None and not data_added_since(table, head, proof):

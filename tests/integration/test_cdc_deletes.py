@@ -155,11 +155,14 @@ def test_upsert_after_unpartitioned_to_partitioned_reaches_old_rows(spark: Spark
         spec.add_field("id", BucketTransform(4), "id_bucket")
     changes(spark, sink)
     assert_table(sink.load_table(), after_changes())
-    # Once every spec-0 row is gone, a later checkpoint still sees only current-spec data and keeps
-    # its deletes partitioned; here spec-0 files are still live, so deletes stay global.
+    # The table now has an unpartitioned spec (added, not the default): a later checkpoint reuses it.
+    specs_before = len(sink.load_table().metadata.partition_specs)
     sink.write(spark.createDataFrame([(9, "eu", "nine", "U")], DDL))
     expected = [r if r[0] != 9 else (9, "eu", "nine") for r in after_changes()]
-    assert_table(sink.load_table(), expected)
+    table = sink.load_table()
+    assert_table(table, expected)
+    assert len(table.metadata.partition_specs) == specs_before
+    assert table.spec().fields, "the unpartitioned spec must not become the default"
 
 
 def test_upsert_after_partitioning_changes_reaches_old_rows(spark: SparkSession, tmp_path: Path) -> None:
