@@ -19,6 +19,7 @@ from iceberg_sink.errors import (
     InvalidSinkConfigError,
     MaintenanceRefusedError,
     SchemaMismatchError,
+    UncommittableCheckpointError,
     UnsupportedTableError,
 )
 from iceberg_sink.metrics import MetricsSnapshot
@@ -47,5 +48,6 @@ __all__ = [
     "MetricsSnapshot",
     "PostCommitHookError",
     "SchemaMismatchError",
+    "UncommittableCheckpointError",
     "UnsupportedTableError",
 ]

@@ -69,3 +69,9 @@ class MaintenanceRefusedError(IcebergSinkError, RuntimeError):
     referenced (for example, files listed under the table location match none of the table's
     references, a sign the listing and the metadata spell paths differently). Fatal for this run;
     nothing was deleted. Check the table's location and FileIO properties, then run it again."""
+
+
+class UncommittableCheckpointError(IcebergSinkError, RuntimeError):
+    """A stored checkpoint cannot be committed safely, for example because the table it was written
+    for was dropped and re-created since. Fatal for that checkpoint: nothing of it was committed, and
+    the message says what to do with it (its files belong to the table it was written for)."""

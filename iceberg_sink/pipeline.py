@@ -21,7 +21,6 @@ import logging
 import time
 from typing import Any
 
-import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -51,14 +50,11 @@ from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.table.partitioning import build_spec
 from iceberg_sink.table.schema import check_changes_table, check_compatible, check_key_columns, spark_to_iceberg
 from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
-from iceberg_sink.topology.compaction.rewriter import read_by_field_id
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
-from iceberg_sink.writer.result import DataFileMeta
 from iceberg_sink.writer.spark import write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
-from iceberg_sink.writer.task_writer import TaskWriter
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -98,7 +94,6 @@ class SinkJob:
                 total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
             ),
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
-            late_deletes=self._late_deletes,
         )
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
@@ -250,7 +245,8 @@ class SinkJob:
                 committable.summary.records,
             )
         else:
-            logger.info("checkpoint %s was already committed; skipped", committable.checkpoint_id)
+            # Already in the table, or it only deleted keys that provably do not exist.
+            logger.info("checkpoint %s needed no new snapshot; skipped", committable.checkpoint_id)
         return outcome
 
     def commit_pending(self, before: int | None = None) -> list[CommitOutcome]:
@@ -345,21 +341,6 @@ class SinkJob:
         # For upserts/CDC the reduction already shuffled rows by key; clustering by partition on top
         # keeps one file per partition and writer.
         return DistributionMode.HASH if table.spec().fields else DistributionMode.NONE
-
-    def _late_deletes(self, checkpoint_id: int, files: tuple[DataFileMeta, ...]) -> tuple[DataFileMeta, ...]:
-        """Equality deletes for every key in ``files`` (when a new-key proof no longer holds)."""
-        table = self.refresh()
-        spec = self.writer_spec(table, checkpoint_id)
-        writer = TaskWriter(spec, task_id=0, attempt_id=0)
-        schema = table.schema()
-        try:
-            for f in files:
-                rows = read_by_field_id(table.io, f.path, schema)
-                writer.write(rows.append_column(OP_COLUMN, pa.array(["D"] * rows.num_rows, pa.string())))
-            return writer.complete().delete_files
-        except BaseException:
-            writer.abort()
-            raise
 
     def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         resolved = options.resolve(self._config.options, table.properties)

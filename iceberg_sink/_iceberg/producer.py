@@ -94,12 +94,14 @@ class SnapshotChanges:
 
 @attrs.frozen
 class PreparedCommit:
-    """A snapshot ready to commit, with the files written for it (deleted if it never lands)."""
+    """A snapshot ready to commit, with the files written for it (deleted if it never lands), and the
+    table (metadata) it was prepared on."""
 
     snapshot: Snapshot
     updates: tuple[object, ...]
     requirements: tuple[object, ...]
     written_files: tuple[str, ...]
+    table: Table = attrs.field(eq=False, repr=False)
 
 
 class SnapshotProducer(abc.ABC):
@@ -282,7 +284,11 @@ class SnapshotProducer(abc.ABC):
             AssertRefSnapshotId(ref=self.branch, snapshot_id=current_ref.snapshot_id if current_ref else None),  # type: ignore[call-arg]
         )
         return PreparedCommit(
-            snapshot=snapshot, updates=updates, requirements=requirements, written_files=tuple(self._written)
+            snapshot=snapshot,
+            updates=updates,
+            requirements=requirements,
+            written_files=tuple(self._written),
+            table=self.table,
         )
 
 

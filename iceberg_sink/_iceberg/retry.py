@@ -110,7 +110,8 @@ def commit_with_retry(
         attempt += 1
         exhausted = attempt > policy.num_retries or time.monotonic() > deadline
         try:
-            committed = commit_prepared(table, prepared)
+            # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
+            committed = commit_prepared(prepared.table, prepared)
         except CommitFailedException as e:
             _delete(table, prepared.written_files)
             if exhausted:

@@ -3,7 +3,8 @@
     writer tasks ──WriteResult──▶ CommitAggregator ──Committable (DeltaManifests)──▶ IcebergCommitter
 
 For each checkpoint it folds every task's WriteResult into one staged data manifest (and one staged
-delete manifest when deletes were written) in the table's metadata folder, and returns a
+delete manifest when deletes were written, and one of conditional deletes when writers proved keys
+new) in the table's metadata folder, and returns a
 :class:`Committable` that the sink persists under the checkpoint location before any commit. It
 assumes one checkpoint at a time (Spark runs micro-batches one after another).
 """
@@ -40,12 +41,16 @@ class CommitAggregator:
         """Return the committable of ``checkpoint_id``, or None when nothing was written."""
         data: list[DataFileMeta] = []
         deletes: list[DataFileMeta] = []
+        conditional: list[DataFileMeta] = []
         skipped = 0
         for result in results:
             data.extend(result.data_files)
             deletes.extend(result.delete_files)
+            conditional.extend(result.conditional_delete_files)
             skipped += result.skipped_deletes
-        if not data and not deletes:
+        # A checkpoint of conditional deletes only (deletes of keys proven new) is still committed
+        # when the proof fails at commit time; when it holds the committer commits nothing.
+        if not data and not deletes and not conditional:
             return None
         metadata = table.metadata
         attempt = uuid.uuid4().hex[:12]
@@ -60,7 +65,7 @@ class CommitAggregator:
             path = table.location_provider().new_metadata_location(
                 f"iceberg-sink-{self._job_id}-{checkpoint_id:06d}-{attempt}-{kind}.avro"
             )
-            return manifests.write_staged_manifest(io, path, spec, metadata.schema(), files, deletes=kind == "deletes")
+            return manifests.write_staged_manifest(io, path, spec, metadata.schema(), files, deletes=kind != "data")
 
         summary = CommitSummary(
             checkpoint_id=checkpoint_id,
@@ -76,8 +81,13 @@ class CommitAggregator:
             checkpoint_id=checkpoint_id,
             table=self._table_name,
             branch=self._branch,
-            manifests=DeltaManifests(data_manifest=staged(data, "data"), delete_manifest=staged(deletes, "deletes")),
+            manifests=DeltaManifests(
+                data_manifest=staged(data, "data"),
+                delete_manifest=staged(deletes, "deletes"),
+                conditional_delete_manifest=staged(conditional, "conditional-deletes"),
+            ),
             summary=summary,
             proof_snapshot_id=proof_snapshot_id if skipped else None,
             skipped_deletes=skipped,
+            table_uuid=str(metadata.table_uuid),
         )

@@ -12,14 +12,20 @@ from iceberg_sink._iceberg.manifests import StagedManifest
 
 @attrs.frozen
 class DeltaManifests:
-    """The staged manifests of one checkpoint: data files, and delete files (CDC modes)."""
+    """The staged manifests of one checkpoint: data files, and delete files (CDC modes).
+
+    ``conditional_delete_manifest`` lists the equality deletes of keys the writers proved new; the
+    committer commits them only if that proof no longer holds (see table/key_bounds.py).
+    """
 
     data_manifest: StagedManifest | None = None
     delete_manifest: StagedManifest | None = None
+    conditional_delete_manifest: StagedManifest | None = None
 
     @property
     def paths(self) -> tuple[str, ...]:
-        return tuple(m.path for m in (self.data_manifest, self.delete_manifest) if m is not None)
+        staged = (self.data_manifest, self.delete_manifest, self.conditional_delete_manifest)
+        return tuple(m.path for m in staged if m is not None)
 
 
 @attrs.frozen
@@ -50,7 +56,9 @@ class Committable:
         manifests: the staged manifests holding the checkpoint's files.
         summary: counts for hooks and metrics.
         proof_snapshot_id: the snapshot the writers' "key is new" proof was made on (-1: empty branch).
-        skipped_deletes: how many equality deletes the writers skipped on that proof.
+        skipped_deletes: how many equality deletes the writers made conditional on that proof.
+        table_uuid: the UUID of the table the files were written for (None: written by a version
+            that did not record it). A table dropped and re-created under the same name has another.
     """
 
     job_id: str
@@ -61,8 +69,11 @@ class Committable:
     summary: CommitSummary
     proof_snapshot_id: int | None = None
     skipped_deletes: int = 0
+    table_uuid: str | None = None
 
-    CODEC_VERSION = 2
+    # 3: conditional_delete_manifest and table_uuid. Versions 1 and 2 decode without them (a v2
+    # committable's skipped deletes were not written at all: see IcebergCommitter).
+    CODEC_VERSION = 3
 
     def encode(self) -> bytes:
         return _codec.dumps(
@@ -80,12 +91,19 @@ class Committable:
                 "summary": self.summary.to_json(),
                 "proof_snapshot_id": self.proof_snapshot_id,
                 "skipped_deletes": self.skipped_deletes,
+                "conditional_delete_manifest": (
+                    self.manifests.conditional_delete_manifest.to_json()
+                    if self.manifests.conditional_delete_manifest
+                    else None
+                ),
+                "table_uuid": self.table_uuid,
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> Committable:
-        obj = _codec.loads(data, "committable", (1, 2))
+        obj = _codec.loads(data, "committable", (1, 2, 3))
+        conditional = obj.get("conditional_delete_manifest")
         return cls(
             job_id=obj["job_id"],
             checkpoint_id=obj["checkpoint_id"],
@@ -94,8 +112,10 @@ class Committable:
             manifests=DeltaManifests(
                 data_manifest=StagedManifest.from_json(obj["data_manifest"]) if obj["data_manifest"] else None,
                 delete_manifest=(StagedManifest.from_json(obj["delete_manifest"]) if obj["delete_manifest"] else None),
+                conditional_delete_manifest=StagedManifest.from_json(conditional) if conditional else None,
             ),
             summary=CommitSummary(**obj["summary"]),
             proof_snapshot_id=obj.get("proof_snapshot_id"),
             skipped_deletes=obj.get("skipped_deletes", 0),
+            table_uuid=obj.get("table_uuid"),
         )

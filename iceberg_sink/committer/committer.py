@@ -14,16 +14,17 @@ import time
 from collections.abc import Callable, Mapping
 
 import attrs
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg_sink._iceberg import manifests, producer
+from iceberg_sink._iceberg import manifests, producer, specs
 from iceberg_sink._iceberg.files import branch_head
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
-from iceberg_sink.errors import CommitRetriesExhaustedError
+from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
 from iceberg_sink.table.key_bounds import data_added_since
 from iceberg_sink.writer.result import DataFileMeta
 
@@ -91,9 +92,7 @@ class IcebergCommitter:
         retry: RetryPolicy,
         property_prefix: str = DEFAULT_PREFIX,
         sleep: Callable[[float], None] = time.sleep,
-        late_deletes: Callable[[int, tuple[DataFileMeta, ...]], tuple[DataFileMeta, ...]] | None = None,
     ) -> None:
-        self._late_deletes = late_deletes
         self._load_table = load_table
         self._branch = branch
         self._job_id = job_id
@@ -125,10 +124,15 @@ class IcebergCommitter:
             **JobKeys(self._prefix).properties(self._job_id, committable.checkpoint_id),
         }
         changes: producer.SnapshotChanges | None = None
-        late_added = False
+        conditional: tuple[DataFileMeta, ...] = ()
+        # The delete files each prepared snapshot commits, to know afterwards whether the
+        # conditional ones were needed by the snapshot that landed.
+        deletes_by_snapshot: dict[int, frozenset[str]] = {}
+        nothing_to_commit = False
 
         def prepare(current: Table) -> producer.PreparedCommit | None:
-            nonlocal changes, late_added
+            nonlocal changes, conditional, nothing_to_commit
+            self._check_same_table(current, committable)
             # Checked on every attempt: an earlier attempt, or an earlier run, may have landed.
             if self.max_committed(current) >= committable.checkpoint_id:
                 return None
@@ -139,25 +143,26 @@ class IcebergCommitter:
                     data_files=tuple(self._read(current.io, committable.manifests.data_manifest)),
                     delete_files=tuple(self._read(current.io, committable.manifests.delete_manifest)),
                 )
-            if committable.skipped_deletes and committable.proof_snapshot_id is not None and not late_added:
-                head = branch_head(current, self._branch)
-                if data_added_since(current, head, committable.proof_snapshot_id):
-                    # Rows were added since the writers proved their keys new: the proof no longer
-                    # holds, so the skipped equality deletes are written now, from our data files.
-                    if self._late_deletes is None:
-                        raise CommitRetriesExhaustedError(
-                            f"checkpoint {committable.checkpoint_id} skipped equality deletes but the table changed "
-                            "since, and this committer cannot write them"
-                        )
-                    extra = self._late_deletes(committable.checkpoint_id, changes.data_files)
-                    changes = attrs.evolve(changes, delete_files=changes.delete_files + extra)
-                    late_added = True
-                    logger.info(
-                        "checkpoint %s: table changed since its new-key proof; wrote %s equality delete files",
-                        committable.checkpoint_id,
-                        len(extra),
-                    )
-            return producer.RowDelta(current, self._branch, changes, properties).prepare()
+                conditional = tuple(self._read(current.io, committable.manifests.conditional_delete_manifest))
+            # Decided again on every attempt, against the exact head this attempt commits on (the
+            # commit's compare-and-swap on the branch head makes the decision hold).
+            current, delete_files = self._deletes_for_head(current, committable, changes.delete_files, conditional)
+            if not changes.data_files and not delete_files:
+                # Only deletes of keys that provably do not exist: nothing to commit. No
+                # compare-and-swap checks this decision, so it is made again on a table loaded now.
+                current = self._load_table()
+                self._check_same_table(current, committable)
+                if self.max_committed(current) >= committable.checkpoint_id:
+                    return None
+                current, delete_files = self._deletes_for_head(current, committable, changes.delete_files, conditional)
+                if not delete_files:
+                    nothing_to_commit = True
+                    return None
+            prepared = producer.RowDelta(
+                current, self._branch, attrs.evolve(changes, delete_files=delete_files), properties
+            ).prepare()
+            deletes_by_snapshot[prepared.snapshot.snapshot_id] = frozenset(f.path for f in delete_files)
+            return prepared
 
         result = commit_with_retry(
             f"checkpoint {committable.checkpoint_id} of job {self._job_id}",
@@ -170,10 +175,18 @@ class IcebergCommitter:
         )
         io = result.table.io
         self._cleanup_staged(io, committable)
+        conditional_paths = tuple(f.path for f in conditional)
         if result.snapshot is None:
+            if nothing_to_commit:
+                self._delete(io, conditional_paths)
+                return CommitOutcome(committable.checkpoint_id, None, already_committed=False, attempts=result.attempts)
             return CommitOutcome(
                 committable.checkpoint_id, None, already_committed=result.attempts == 0, attempts=result.attempts
             )
+        committed_deletes = deletes_by_snapshot.get(result.snapshot.snapshot_id, frozenset(conditional_paths))
+        if not committed_deletes & set(conditional_paths):
+            # The proof held: the conditional deletes were not needed and no snapshot has them.
+            self._delete(io, conditional_paths)
         if result.state_was_unknown:
             logger.info("checkpoint %s committed after an unknown-state attempt", committable.checkpoint_id)
         return CommitOutcome(
@@ -183,6 +196,97 @@ class IcebergCommitter:
             attempts=result.attempts,
             data_files=changes.data_files if changes is not None else (),
         )
+
+    def _check_same_table(self, table: Table, committable: Committable) -> None:
+        """Refuse to commit a checkpoint into another table than the one its files were written for."""
+        if committable.table_uuid is not None and str(table.metadata.table_uuid) != committable.table_uuid:
+            raise UncommittableCheckpointError(
+                f"checkpoint {committable.checkpoint_id} of job {self._job_id} was written for table "
+                f"{committable.table} with UUID {committable.table_uuid}, but that table now has UUID "
+                f"{table.metadata.table_uuid}: it was dropped and re-created. Its staged files belong to the old "
+                "table and are not committed into the new one. To write to the new table, start from a new "
+                "checkpoint location (or remove the committable of this checkpoint from the current one)."
+            )
+
+    def _deletes_for_head(
+        self,
+        table: Table,
+        committable: Committable,
+        deletes: tuple[DataFileMeta, ...],
+        conditional: tuple[DataFileMeta, ...],
+    ) -> tuple[Table, tuple[DataFileMeta, ...]]:
+        """The delete files to commit on the branch head of ``table``, and the table to commit on.
+
+        1. The new-key proof: conditional deletes (keys proven new when the checkpoint began) are
+           added unless no snapshot since the proof added data files.
+        2. Partition specs: deletes written under a partitioned spec reach only data files of that
+           spec. If the head has live data files of any other spec, the deletes are committed as
+           global deletes (the unpartitioned spec, added to the table's metadata if missing). Their
+           files hold key columns only and no partition value, so the same files are re-labelled:
+           nothing is read or rewritten.
+
+        Raises:
+            UncommittableCheckpointError: a committable from an older version whose skipped deletes
+                were never written, and whose proof no longer holds.
+        """
+        for _ in range(self._retry.num_retries + 1):
+            head = branch_head(table, self._branch)
+            chosen = deletes + self._conditional_deletes_needed(table, head, committable, conditional)
+            delete_specs = {f.spec_id for f in chosen}
+            metadata = table.metadata
+            if not any(metadata.specs()[s].fields for s in delete_specs):
+                return table, chosen
+            if not specs.live_data_spec_ids(table, head) - delete_specs:
+                return table, chosen
+            global_spec = specs.unpartitioned_spec_id(table)
+            if global_spec is not None:
+                logger.info(
+                    "checkpoint %s: the table has live data files in partition specs other than %s; committing %s "
+                    "equality delete files as global deletes (spec %s)",
+                    committable.checkpoint_id,
+                    sorted(delete_specs),
+                    len(chosen),
+                    global_spec,
+                )
+                return table, tuple(
+                    attrs.evolve(f, spec_id=global_spec, partition=()) if metadata.specs()[f.spec_id].fields else f
+                    for f in chosen
+                )
+            # A metadata-only commit (the new spec is not the default); the head may have moved
+            # meanwhile, so everything is decided again on the table it returns.
+            try:
+                table = specs.with_unpartitioned_spec(table)
+            except CommitFailedException as e:
+                logger.info("adding an unpartitioned spec lost a race (%s); reloading", e)
+                table = self._load_table()
+        raise CommitRetriesExhaustedError(
+            f"checkpoint {committable.checkpoint_id} of job {self._job_id}: could not add an unpartitioned partition "
+            f"spec to the table after {self._retry.num_retries + 1} attempts (concurrent spec changes); it stays "
+            "pending and is retried by the next run"
+        )
+
+    def _conditional_deletes_needed(
+        self, table: Table, head: Snapshot | None, committable: Committable, conditional: tuple[DataFileMeta, ...]
+    ) -> tuple[DataFileMeta, ...]:
+        """The conditional deletes when the new-key proof no longer holds on ``head``, else none."""
+        if not committable.skipped_deletes and not conditional:
+            return ()
+        proof = committable.proof_snapshot_id
+        if proof is not None and not data_added_since(table, head, proof):
+            return ()
+        if committable.manifests.conditional_delete_manifest is None:
+            raise UncommittableCheckpointError(
+                f"checkpoint {committable.checkpoint_id} of job {self._job_id} was staged by an older iceberg_sink "
+                f"that skipped {committable.skipped_deletes} equality deletes of keys proven new, and rows were "
+                "added to the table since, so committing it could leave stale or deleted rows alive. Commit it "
+                "with the iceberg_sink version that wrote it, or remove its committable and write the batch again."
+            )
+        logger.info(
+            "checkpoint %s: rows were added since its new-key proof; committing %s conditional delete files",
+            committable.checkpoint_id,
+            len(conditional),
+        )
+        return conditional
 
     @staticmethod
     def _read(io: FileIO, staged: manifests.StagedManifest | None) -> list[DataFileMeta]:

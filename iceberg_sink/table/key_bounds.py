@@ -1,13 +1,15 @@
 """Key bounds of a table: the proof that a key is new.
 
 A row whose key column value lies outside ``[min, max]`` of that column over every live data file
-cannot match an existing row, so its equality delete can be skipped. Bounds come from the data
+cannot match an existing row, so its equality delete is only needed if another writer adds the key
+before the checkpoint commits: writers put such deletes in conditional delete files. Bounds come from the data
 files' column metrics in the manifests (truncated string bounds are still conservative: lower bounds
 are prefixes, upper bounds are rounded up, and a missing bound means "unbounded"). Manifests never
 change, so bounds are cached per manifest and a checkpoint reads only manifests it has not seen.
 
 The proof holds for the snapshot it was computed on. The committer re-checks at commit time that no
-snapshot added data files since; if one did, it writes the skipped deletes after all.
+snapshot added data files since (:func:`data_added_since`); if one did, it commits the conditional
+deletes with the checkpoint, otherwise it drops them.
 """
 
 from __future__ import annotations

@@ -107,7 +107,10 @@ class WriteResult:
         delete_files: position and equality delete files written (CDC modes).
         task_id: Spark partition id of the task, for metrics and logs.
         attempt_id: Spark task attempt id; results of failed attempts never reach the driver.
-        skipped_deletes: rows whose equality delete was skipped because their key was provably new.
+        skipped_deletes: rows whose key was provably new (see table/key_bounds.py): their equality
+            deletes are in ``conditional_delete_files`` instead of ``delete_files``.
+        conditional_delete_files: equality deletes of keys proven new, committed only if the proof
+            no longer holds at commit time (the committer decides).
     """
 
     data_files: tuple[DataFileMeta, ...] = ()
@@ -115,8 +118,10 @@ class WriteResult:
     task_id: int = 0
     attempt_id: int = 0
     skipped_deletes: int = 0
+    conditional_delete_files: tuple[DataFileMeta, ...] = ()
 
-    CODEC_VERSION = 2
+    # 3: conditional_delete_files (versions 1 and 2 decode with none).
+    CODEC_VERSION = 3
 
     def encode(self) -> bytes:
         return _codec.dumps(
@@ -128,16 +133,18 @@ class WriteResult:
                 "task_id": self.task_id,
                 "attempt_id": self.attempt_id,
                 "skipped_deletes": self.skipped_deletes,
+                "conditional_delete_files": [f.to_json() for f in self.conditional_delete_files],
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> WriteResult:
-        obj = _codec.loads(data, "write-result", (1, 2))
+        obj = _codec.loads(data, "write-result", (1, 2, 3))
         return cls(
             data_files=tuple(DataFileMeta.from_json(f) for f in obj["data_files"]),
             delete_files=tuple(DataFileMeta.from_json(f) for f in obj["delete_files"]),
             task_id=obj["task_id"],
             attempt_id=obj["attempt_id"],
             skipped_deletes=obj.get("skipped_deletes", 0),
+            conditional_delete_files=tuple(DataFileMeta.from_json(f) for f in obj.get("conditional_delete_files", ())),
         )

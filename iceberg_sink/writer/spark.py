@@ -37,4 +37,4 @@ def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
     """Write ``df`` with one stateless writer per Spark partition; return each task's result."""
     rows = df.mapInArrow(_write_task(spec), "payload binary").collect()  # type: ignore[arg-type]
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
-    return [r for r in results if r.data_files or r.delete_files]
+    return [r for r in results if r.data_files or r.delete_files or r.conditional_delete_files]

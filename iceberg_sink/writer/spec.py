@@ -47,7 +47,8 @@ class WriterSpec:
         equality_field_ids: key field ids in upsert/CDC modes (empty for appends).
         op_column: the normalised operation column in upsert/CDC modes ("I", "U" or "D").
         new_key_proof: the table's key bounds when the checkpoint began (see table/key_bounds.py):
-            rows whose key is outside them skip their equality delete. None: always write it.
+            the equality deletes of rows whose key is outside them go to conditional delete files,
+            committed only if the proof fails at commit. None: every delete is unconditional.
     """
 
     table_name: str

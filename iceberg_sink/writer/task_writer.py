@@ -10,6 +10,7 @@ snapshot references.
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -161,12 +162,24 @@ class RollingParquetWriter:
             logger.debug("ignoring error while aborting writer", exc_info=True)
 
 
+class _Output(enum.Enum):
+    """Where a row goes: a data file, an equality delete file, or a conditional one."""
+
+    DATA = "data"
+    DELETES = "deletes"
+    # Equality deletes of keys the new-key proof says no existing row has. They are only committed
+    # if the proof fails at commit time (another writer added rows since), so they never get lost.
+    CONDITIONAL_DELETES = "conditional-deletes"
+
+
 class TaskWriter:
     """Partitioned (fanout) writer for one task and one checkpoint.
 
     In upsert/CDC modes (``spec.op_column`` set) each incoming row is the last change of its key in
     this checkpoint (see topology/changes.py): every row adds an equality delete of its key, and
-    rows that are not deletes add their new image as a data row.
+    rows that are not deletes add their new image as a data row. The delete of a key that
+    ``spec.new_key_proof`` proves new goes to a separate conditional delete file (key columns
+    only), which the committer adds to the snapshot only if the proof no longer holds.
     """
 
     def __init__(self, spec: WriterSpec, task_id: int, attempt_id: int) -> None:
@@ -178,7 +191,7 @@ class TaskWriter:
         self._schema = spec.schema
         self._partition_spec = spec.partition_spec
         self._arrow_schema = files.arrow_schema(self._schema)
-        self._writers: dict[tuple[FileContent, tuple[Any, ...]], RollingParquetWriter] = {}
+        self._writers: dict[tuple[_Output, tuple[Any, ...]], RollingParquetWriter] = {}
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
             for f in self._partition_spec.fields
@@ -204,32 +217,34 @@ class TaskWriter:
         # One random component per task attempt: retries and restarts never reuse a name.
         self._attempt_uuid = uuid.uuid4().hex[:12]
 
-    def _new_path(self, key: files.PartitionPath | None, content: FileContent) -> str:
+    def _new_path(self, key: files.PartitionPath | None, output: _Output) -> str:
         self._file_seq += 1
-        kind = "" if content == FileContent.DATA else "-eq-deletes"
+        kind = {_Output.DATA: "", _Output.DELETES: "-eq-deletes", _Output.CONDITIONAL_DELETES: "-cond-eq-deletes"}[
+            output
+        ]
         name = (
             f"{self._task_id:05d}-{self._attempt_id}-{self._spec.job_id}-{self._spec.checkpoint_id:06d}-"
             f"{self._attempt_uuid}-{self._file_seq:05d}{kind}.parquet"
         )
         return self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
 
-    def _writer_for(self, content: FileContent, values: tuple[Any, ...]) -> RollingParquetWriter:
-        writer = self._writers.get((content, values))
+    def _writer_for(self, output: _Output, values: tuple[Any, ...]) -> RollingParquetWriter:
+        writer = self._writers.get((output, values))
         if writer is None:
             partition = files.partition_values(self._partition_spec, self._schema, values)
             key = files.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
-            deletes = content == FileContent.EQUALITY_DELETES
+            deletes = output != _Output.DATA
             schema = self._delete_schema if deletes and self._delete_schema is not None else self._schema
             writer = RollingParquetWriter(
                 self._spec,
                 self._io,
                 schema,
-                lambda: self._new_path(key, content),
+                lambda: self._new_path(key, output),
                 partition,
-                content=content,
+                content=FileContent.EQUALITY_DELETES if deletes else FileContent.DATA,
                 equality_ids=self._equality_ids if deletes else None,
             )
-            self._writers[(content, values)] = writer
+            self._writers[(output, values)] = writer
         return writer
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -237,24 +252,30 @@ class TaskWriter:
             return
         op_column = self._spec.op_column
         if op_column is None:
-            self._write_rows(FileContent.DATA, conform_batch(batch, self._arrow_schema))
+            self._write_rows(_Output.DATA, conform_batch(batch, self._arrow_schema))
         else:
             ops = batch.column(op_column)
             assert self._delete_input_schema is not None and self._delete_schema is not None
             # Every row's key is deleted first (an equality delete only removes rows of earlier
             # checkpoints), then the rows that are not deletes are inserted.
             deletes = conform_batch(batch, self._delete_input_schema)
+            key_names = self._delete_schema.column_names
             new = self._provably_new(deletes)
             if new is not None:
-                # A key outside the table's key bounds matches no existing row: no delete needed.
-                self._skipped_deletes += pc.sum(new).as_py() or 0
+                # A key outside the table's key bounds matched no row when the checkpoint began, so
+                # its delete is only needed if another writer adds the key before our commit: the
+                # committer decides. Deletes (``D``) of such keys go the same way, never dropped.
+                new = pc.fill_null(new, False)
+                conditional = deletes.filter(new)
+                if conditional.num_rows:
+                    self._skipped_deletes += conditional.num_rows
+                    self._write_rows(_Output.CONDITIONAL_DELETES, conditional, project=key_names)
                 deletes = deletes.filter(pc.invert(new))
-            key_names = self._delete_schema.column_names
             if deletes.num_rows:
-                self._write_rows(FileContent.EQUALITY_DELETES, deletes, project=key_names)
+                self._write_rows(_Output.DELETES, deletes, project=key_names)
             inserts = batch.filter(pc.not_equal(ops, "D"))
             if inserts.num_rows:
-                self._write_rows(FileContent.DATA, conform_batch(inserts, self._arrow_schema))
+                self._write_rows(_Output.DATA, conform_batch(inserts, self._arrow_schema))
         self._bound_memory()
 
     def _provably_new(self, rows: pa.Table) -> pa.ChunkedArray | pa.Array | None:
@@ -281,9 +302,9 @@ class TaskWriter:
             mask = outside if mask is None else pc.or_(mask, outside)
         return mask
 
-    def _write_rows(self, content: FileContent, table: pa.Table, project: list[str] | None = None) -> None:
+    def _write_rows(self, output: _Output, table: pa.Table, project: list[str] | None = None) -> None:
         for values, rows in self._split(table):
-            self._writer_for(content, values).write(rows.select(project) if project is not None else rows)
+            self._writer_for(output, values).write(rows.select(project) if project is not None else rows)
 
     def _split(self, table: pa.Table) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
         if not self._transforms:
@@ -310,16 +331,16 @@ class TaskWriter:
             largest.flush()
 
     def complete(self) -> WriteResult:
-        data: list[DataFileMeta] = []
-        deletes: list[DataFileMeta] = []
-        for (content, _), writer in self._writers.items():
-            (data if content == FileContent.DATA else deletes).extend(writer.close())
+        written: dict[_Output, list[DataFileMeta]] = {output: [] for output in _Output}
+        for (output, _), writer in self._writers.items():
+            written[output].extend(writer.close())
         return WriteResult(
-            data_files=tuple(data),
-            delete_files=tuple(deletes),
+            data_files=tuple(written[_Output.DATA]),
+            delete_files=tuple(written[_Output.DELETES]),
             task_id=self._task_id,
             attempt_id=self._attempt_id,
             skipped_deletes=self._skipped_deletes,
+            conditional_delete_files=tuple(written[_Output.CONDITIONAL_DELETES]),
         )
 
     def abort(self) -> None:

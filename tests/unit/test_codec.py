@@ -83,20 +83,55 @@ manifests = st.builds(
     st.integers(0, 2**40),
     st.one_of(st.none(), manifests),
     st.one_of(st.none(), manifests),
+    st.one_of(st.none(), manifests),
     st.integers(0, 10**6),
+    st.one_of(st.none(), st.uuids().map(str)),
 )
 def test_committable_round_trips(
-    job: str, checkpoint: int, data: StagedManifest | None, deletes: StagedManifest | None, records: int
+    job: str,
+    checkpoint: int,
+    data: StagedManifest | None,
+    deletes: StagedManifest | None,
+    conditional: StagedManifest | None,
+    records: int,
+    table_uuid: str | None,
 ) -> None:
     committable = Committable(
         job_id=job,
         checkpoint_id=checkpoint,
         table="db.t",
         branch="main",
-        manifests=DeltaManifests(data, deletes),
+        manifests=DeltaManifests(data, deletes, conditional),
         summary=CommitSummary(checkpoint_id=checkpoint, data_files=2, records=records),
+        proof_snapshot_id=checkpoint if conditional else None,
+        skipped_deletes=3 if conditional else 0,
+        table_uuid=table_uuid,
     )
     assert Committable.decode(committable.encode()) == committable
+
+
+def test_version_2_committables_still_decode() -> None:
+    """A committable persisted by the previous release (no conditional deletes, no table UUID)."""
+    body = {
+        "job_id": "j",
+        "checkpoint_id": 4,
+        "table": "db.t",
+        "branch": "main",
+        "data_manifest": {"path": "m.avro", "length": 10, "spec_id": 0, "content": 0},
+        "delete_manifest": None,
+        "summary": {"checkpoint_id": 4, "data_files": 1},
+        "proof_snapshot_id": 7,
+        "skipped_deletes": 2,
+    }
+    decoded = Committable.decode(json.dumps({"kind": "committable", "version": 2, **body}).encode())
+    assert decoded.manifests.conditional_delete_manifest is None and decoded.table_uuid is None
+    assert decoded.skipped_deletes == 2 and decoded.proof_snapshot_id == 7
+
+
+@given(st.lists(data_files, max_size=3), st.integers(0, 100))
+def test_write_result_conditional_deletes_round_trip(conditional: list[DataFileMeta], skipped: int) -> None:
+    result = WriteResult(conditional_delete_files=tuple(conditional), skipped_deletes=skipped)
+    assert WriteResult.decode(result.encode()) == result
 
 
 def test_unknown_version_is_refused_with_a_clear_message() -> None:

@@ -12,7 +12,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from iceberg_sink import CommitRetriesExhaustedError
+from iceberg_sink import CommitRetriesExhaustedError, IcebergSinkError
 from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
@@ -213,3 +213,18 @@ def test_commits_keep_the_branch_retention_settings(sql_catalog: LosingCatalog) 
     ref = sql_catalog.load_table("db.t").metadata.refs["audit"]
     assert (ref.max_ref_age_ms, ref.max_snapshot_age_ms, ref.min_snapshots_to_keep) == (week, day, 5)
     assert ref.snapshot_id != head
+
+
+def test_committable_of_a_dropped_and_recreated_table_is_refused(sql_catalog: LosingCatalog) -> None:
+    """Staged files of the old table must never be committed into a new table of the same name."""
+    old = sql_catalog.load_table("db.t")
+    committable = committable_for(old, "job1", 0, [1, 2])
+    sql_catalog.drop_table("db.t")
+    new = sql_catalog.create_table("db.t", schema=SCHEMA)
+    assert new.metadata.table_uuid != old.metadata.table_uuid
+    with pytest.raises(IcebergSinkError, match=f"{old.metadata.table_uuid}.*{new.metadata.table_uuid}") as raised:
+        committer(sql_catalog, "job1").commit(committable)
+    assert isinstance(raised.value, RuntimeError)
+    assert sql_catalog.load_table("db.t").snapshots() == []
+    # Nothing is cleaned up either: the staged manifests still describe the old table's files.
+    assert all(Path(p.removeprefix("file://")).exists() for p in committable.manifests.paths)

@@ -126,11 +126,6 @@ def sort_rows(rows: pa.Table, schema: Schema, sort: SortSpec) -> pa.Table:
     return rows.take(pc.sort_indices(pa.table(keys), sort_keys=order))
 
 
-def read_by_field_id(io: FileIO, path: str, schema: Schema) -> pa.Table:
-    """A Parquet file's rows as ``schema``, matched by field id at every level (see read_projected)."""
-    return read_projected(io, path, schema)
-
-
 class _DeleteCache:
     def __init__(self, io: FileIO, schema: Schema) -> None:
         self._io = io
