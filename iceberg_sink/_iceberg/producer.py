@@ -31,7 +31,7 @@ from pyiceberg.manifest import (
     write_manifest_list,
 )
 from pyiceberg.table import Table
-from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
@@ -279,10 +279,16 @@ class SnapshotProducer(abc.ABC):
                 min_snapshots_to_keep=current_ref.min_snapshots_to_keep if current_ref else None,
             ),
         )
-        requirements = (
-            AssertTableUUID(uuid=metadata.table_uuid),
-            AssertRefSnapshotId(ref=self.branch, snapshot_id=current_ref.snapshot_id if current_ref else None),  # type: ignore[call-arg]
-        )
+        if metadata.snapshots or self.branch == MAIN_BRANCH:
+            ref_requirement = AssertRefSnapshotId(  # type: ignore[call-arg]
+                ref=self.branch, snapshot_id=current_ref.snapshot_id if current_ref else None
+            )
+        else:
+            # PyIceberg refuses "branch must not exist" on a table without snapshots. There, main
+            # must still have none; and a snapshot committed meanwhile (on any branch) makes ours
+            # carry a stale sequence number, which the catalog rejects: the attempt is retried.
+            ref_requirement = AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=None)  # type: ignore[call-arg]
+        requirements = (AssertTableUUID(uuid=metadata.table_uuid), ref_requirement)
         return PreparedCommit(
             snapshot=snapshot,
             updates=updates,

@@ -228,3 +228,18 @@ def test_committable_of_a_dropped_and_recreated_table_is_refused(sql_catalog: Lo
     assert sql_catalog.load_table("db.t").snapshots() == []
     # Nothing is cleaned up either: the staged manifests still describe the old table's files.
     assert all(Path(p.removeprefix("file://")).exists() for p in committable.manifests.paths)
+
+
+def test_the_first_commit_of_a_table_can_go_to_a_branch(sql_catalog: LosingCatalog) -> None:
+    """Found by the model check: PyIceberg refuses "branch must not exist" on a table without
+    snapshots, so a branch sink's first commit failed on every rerun."""
+    table = sql_catalog.load_table("db.t")
+    outcome = committer(sql_catalog, "job1", branch="b").commit(committable_for(table, "job1", 0, [1, 2], branch="b"))
+    assert outcome.snapshot is not None
+    table = sql_catalog.load_table("db.t")
+    assert ids_in(table, "b") == [1, 2]
+    assert "main" not in table.metadata.refs
+    # Main's first commit then starts from nothing, and the branch keeps its rows.
+    committer(sql_catalog, "job2").commit(committable_for(table, "job2", 0, [9]))
+    table = sql_catalog.load_table("db.t")
+    assert ids_in(table, "main") == [9] and ids_in(table, "b") == [1, 2]
