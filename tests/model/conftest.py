@@ -1,0 +1,47 @@
+"""Options of the model check: ``--profile short|long``, ``--seed N``, ``--steps N``.
+
+Each also reads an environment variable (ICEBERG_SINK_MODEL_PROFILE, ICEBERG_SINK_MODEL_SEED,
+ICEBERG_SINK_MODEL_STEPS); the command line wins. ICEBERG_SINK_MODEL_SKIP=kind,kind disables operation
+kinds (see tests/model/harness.py OPERATIONS); by default every kind runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# (seeds, steps per seed) of each profile.
+PROFILES: dict[str, tuple[list[int], int]] = {
+    "short": ([1, 2, 3], 12),
+    "long": ([101, 102, 103, 104, 105, 106, 107, 108], 60),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("model", "iceberg_sink randomized model check")
+    group.addoption("--profile", choices=sorted(PROFILES), default=None, help="model check profile (default short)")
+    group.addoption("--seed", type=int, default=None, help="run only this seed (reproduces a failure)")
+    group.addoption("--steps", type=int, default=None, help="steps per seed (default: the profile's)")
+
+
+def _option(config: pytest.Config, name: str, env: str) -> str | None:
+    value = config.getoption(name, default=None)
+    return str(value) if value is not None else os.environ.get(env)
+
+
+def model_seeds(config: pytest.Config) -> tuple[list[int], int]:
+    profile = _option(config, "--profile", "ICEBERG_SINK_MODEL_PROFILE") or "short"
+    seeds, steps = PROFILES[profile]
+    seed = _option(config, "--seed", "ICEBERG_SINK_MODEL_SEED")
+    if seed is not None:
+        seeds = [int(seed)]
+    step_override = _option(config, "--steps", "ICEBERG_SINK_MODEL_STEPS")
+    return seeds, int(step_override) if step_override is not None else steps
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "model_seed" in metafunc.fixturenames:
+        seeds, steps = model_seeds(metafunc.config)
+        metafunc.parametrize("model_seed", seeds)
+        metafunc.parametrize("model_steps", [steps])
