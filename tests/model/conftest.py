@@ -60,6 +60,7 @@ def java_env() -> JavaEnv:
     ``ensure_java_env`` rebuilds the venv when its marker names another project directory, so several
     git worktrees sharing one ``$ICEBERG_SINK_JAVA_VENV`` would keep rebuilding it under each other's
     running readers; the reader server needs only PySpark 3.5 and the jar, not this worktree's code.
+    A private copy of a complete venv works too (``cp -a``; the jar is looked up inside it).
     Waits up to 15 minutes for an install in progress, then falls back to ``ensure_java_env``.
     """
     venv = java_env_module.default_venv_dir()
@@ -68,6 +69,8 @@ def java_env() -> JavaEnv:
         try:
             marker = json.loads((venv / java_env_module.MARKER_NAME).read_text(encoding="utf-8"))
             jar = Path(str(marker.get("jar_path", "")))
+            if not jar.is_file() or not jar.is_relative_to(venv):  # a copied venv: its own jar
+                jar = next(iter(sorted(venv.glob(f"lib/python*/site-packages/*/jars/{jar.name}"))), jar)
             python = venv / "bin" / "python"
             if jar.is_file() and python.exists():
                 return JavaEnv(python=python, jar=jar)

@@ -50,6 +50,7 @@ from pyiceberg.types import (
     LongType,
     NestedField,
     StringType,
+    StructType,
 )
 from pyspark.sql import DataFrame, SparkSession
 
@@ -105,12 +106,23 @@ class Columns:
 
     names: dict[str, str]
     types: dict[str, str]
+    # struct columns: logical sub-field -> (current name, Spark type)
+    nested: dict[str, dict[str, tuple[str, str]]] = attrs.Factory(dict)
+
+    def spark_type(self, logical: str) -> str:
+        if logical in self.nested:
+            subs = ", ".join(f"`{n}`: {t}" for n, t in self.nested[logical].values())
+            return f"struct<{subs}>"
+        return self.types[logical]
 
     def ddl(self, extra: str = "") -> str:
-        cols = [f"`{self.names[c]}` {self.types[c]}" for c in self.names]
+        cols = [f"`{self.names[c]}` {self.spark_type(c)}" for c in self.names]
         return ", ".join(cols + ([extra] if extra else []))
 
     def arrow_schema(self) -> pa.Schema:
+        return pa.schema([(self.names[c], self._arrow(c)) for c in self.names])
+
+    def _arrow(self, logical: str) -> pa.DataType:
         arrow = {
             "bigint": pa.int64(),
             "int": pa.int32(),
@@ -119,10 +131,24 @@ class Columns:
             "string": pa.string(),
             "date": pa.date32(),
         }
-        return pa.schema([(self.names[c], arrow[self.types[c]]) for c in self.names])
+        if logical in self.nested:
+            return pa.struct([(n, arrow[t]) for n, t in self.nested[logical].values()])
+        return arrow[self.types[logical]]
 
     def physical(self, row: Row) -> Row:
-        return {self.names[c]: row.get(c) for c in self.names}
+        out = {}
+        for c, name in self.names.items():
+            value = row.get(c)
+            if c in self.nested and value is not None:
+                value = {n: value.get(sub) for sub, (n, _) in self.nested[c].items()}
+            out[name] = value
+        return out
+
+    def spark_value(self, logical: str, row: Row) -> Any:
+        value = row.get(logical)
+        if logical in self.nested and value is not None:
+            return tuple(value.get(sub) for sub in self.nested[logical])
+        return value
 
 
 @attrs.define
@@ -222,6 +248,15 @@ class World:
                 NestedField(5, "d", DoubleType(), required=False),
                 NestedField(6, "dt", DateType(), required=False),
                 NestedField(7, "lsn", LongType(), required=False),
+                NestedField(
+                    8,
+                    "m",
+                    StructType(
+                        NestedField(9, "a", StringType(), required=False),
+                        NestedField(10, "b", IntegerType(), required=False),
+                    ),
+                    required=False,
+                ),
                 identifier_field_ids=[1],
             ),
             partition_spec=PartitionSpec(PartitionField(1, 1000, BucketTransform(4), "id_bucket")),
@@ -347,6 +382,9 @@ class World:
             "d": self.rng.randrange(-(10**9), 10**9) / 1024,
             "dt": None if self.rng.random() < 0.1 else BASE_DATE + dt.timedelta(days=self.rng.randrange(400)),
             "lsn": self.lsn,
+            "m": None
+            if self.rng.random() < 0.15
+            else {"a": self.string_value(), "b": None if self.rng.random() < 0.2 else self.rng.randrange(-99, 99)},
         }
         for logical in self.main_cols.names:
             if logical.startswith("e"):
@@ -363,7 +401,7 @@ class World:
 
     def frame(self, cols: Columns, rows: list[Row], with_op: bool = False) -> DataFrame:
         names = list(cols.names)
-        data = [tuple(r.get(c) for c in names) + ((r["op"],) if with_op else ()) for r in rows]
+        data = [tuple(cols.spark_value(c, r) for c in names) + ((r["op"],) if with_op else ()) for r in rows]
         df = self.spark.createDataFrame(data, cols.ddl("op string" if with_op else ""))
         return df.repartition(self.rng.choice([1, 2, 3]))
 
@@ -510,7 +548,9 @@ class World:
     # -- maintenance ------------------------------------------------------------------------------
 
     def op_compaction(self, which: str | None = None) -> None:
-        which = which or self.rng.choice(["cdc", "cdc", "append"] + (["branch"] if self.branch_model is not None else []))
+        which = which or self.rng.choice(
+            ["cdc", "cdc", "append"] + (["branch"] if self.branch_model is not None else [])
+        )
         job = self.jobs[which]
         config = CompactionConfig(min_input_files=self.rng.choice([2, 3]), delete_file_threshold=1)
         self.log(f"compact {job_table(job)} branch {'b' if which == 'branch' else 'main'} ({config.min_input_files=})")
@@ -564,7 +604,7 @@ class World:
             choices.append("widen_n")
         if self.main_cols.types["f"] == "float":
             choices.append("widen_f")
-        choices.append("rename")
+        choices += ["rename", "rename_nested"]
         kind = self.rng.choice(choices)
         models = [self.main_model] + ([self.branch_model] if self.branch_model is not None else [])
         with table.update_schema() as update:
@@ -586,8 +626,16 @@ class World:
                 update.update_column(self.main_cols.names["f"], field_type=DoubleType())
                 self.main_cols.types["f"] = "double"
                 action = f"widen {self.main_cols.names['f']} float -> double"
+            elif kind == "rename_nested":
+                sub = self.rng.choice(["a", "b"])
+                old, typ = self.main_cols.nested["m"][sub]
+                self.renames += 1
+                new = f"{sub}_r{self.renames}"
+                update.rename_column((self.main_cols.names["m"], old), new)
+                self.main_cols.nested["m"][sub] = (new, typ)
+                action = f"rename nested field {self.main_cols.names['m']}.{old} -> {new}"
             else:
-                logical = self.rng.choice(["s", "n", "d", "dt"])
+                logical = self.rng.choice(["s", "n", "d", "dt", "m"])
                 self.renames += 1
                 old = self.main_cols.names[logical]
                 new = f"{logical}_r{self.renames}"
