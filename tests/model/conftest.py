@@ -20,7 +20,7 @@ from tests.interop.java_env import JavaEnv
 # (seeds, steps per seed) of each profile.
 PROFILES: dict[str, tuple[list[int], int]] = {
     "short": ([1, 2, 3], 12),
-    "long": ([101, 102, 103, 104, 105, 106, 107, 108], 60),
+    "long": ([101, 102, 103, 104, 105, 106, 107, 108], 60),  # plus SIGKILLed subprocess drivers
 }
 
 
@@ -36,8 +36,12 @@ def _option(config: pytest.Config, name: str, env: str) -> str | None:
     return str(value) if value is not None else os.environ.get(env)
 
 
+def model_profile(config: pytest.Config) -> str:
+    return _option(config, "--profile", "ICEBERG_SINK_MODEL_PROFILE") or "short"
+
+
 def model_seeds(config: pytest.Config) -> tuple[list[int], int]:
-    profile = _option(config, "--profile", "ICEBERG_SINK_MODEL_PROFILE") or "short"
+    profile = model_profile(config)
     seeds, steps = PROFILES[profile]
     seed = _option(config, "--seed", "ICEBERG_SINK_MODEL_SEED")
     if seed is not None:
@@ -51,6 +55,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         seeds, steps = model_seeds(metafunc.config)
         metafunc.parametrize("model_seed", seeds)
         metafunc.parametrize("model_steps", [steps])
+    if "model_long" in metafunc.fixturenames:
+        metafunc.parametrize("model_long", [model_profile(metafunc.config) == "long"], ids=["long"])
 
 
 @pytest.fixture(scope="session")

@@ -25,9 +25,14 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import json
 import os
+import pickle
 import random
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -75,7 +80,9 @@ OPERATIONS: dict[str, int] = {
     "rewrite_manifests": 2,
     "spec_evolution": 3,
     "schema_evolution": 4,
+    "sigkill": 2,  # a real SIGKILL of a subprocess driver; long profile only (a Spark start-up per kill)
 }
+LONG_ONLY = {"sigkill"}
 # Situations inside operations that can be switched off the same way (to look past a known bug).
 SCENARIOS: set[str] = {"branch_on_empty_table", "expire_before_restart", "long_strings", "struct_column"}
 SKIP_ENV = "ICEBERG_SINK_MODEL_SKIP"
@@ -205,14 +212,15 @@ def diff_rows(expected: list[Row], actual: list[Row]) -> str:
 class World:
     """Tables, sinks, models and the trace of one seeded run."""
 
-    def __init__(self, spark: SparkSession, java: JavaIcebergReader, root: Path, seed: int) -> None:
+    def __init__(self, spark: SparkSession, java: JavaIcebergReader, root: Path, seed: int, long: bool = False) -> None:
         self.spark = spark
         self.java = java
         self.root = root
         self.seed = seed
         self.rng = random.Random(seed)
         self.trace: list[str] = []
-        self.skip = skipped_operations()
+        self.long = long
+        self.skip = skipped_operations() | (set() if long else LONG_ONLY)
         self.lsn = 0
         self.catalog_props = {
             "type": "sql",
@@ -345,9 +353,10 @@ class World:
 
     def fail(self, message: str) -> ModelMismatch:
         trace = "\n".join("    " + t for t in self.trace)
-        skip = f" {SKIP_ENV}={','.join(sorted(self.skip))}" if self.skip else ""
+        shown = sorted(self.skip - (LONG_ONLY if not self.long else set()))
+        skip = f" {SKIP_ENV}={','.join(shown)}" if shown else ""
         return ModelMismatch(
-            f"model check failed: seed={self.seed}{skip} (rerun: pytest tests/model --seed {self.seed})\n"
+            f"model check failed: seed={self.seed}{skip} (rerun: pytest tests/model --seed {self.seed}{' --profile long' if self.long else ''})\n"
             f"  steps so far:\n{trace}\n  {message}"
         )
 
@@ -453,9 +462,16 @@ class World:
 
     # -- sink writes ------------------------------------------------------------------------------
 
-    def _write(self, job: SinkJob, df: DataFrame, crash_at: str | None = None) -> tuple[Any, str]:
+    def _write(
+        self, job: SinkJob, df: DataFrame, crash_at: str | None = None, killed: list[Row] | None = None
+    ) -> tuple[Any, str]:
+        """Write ``df`` as the job's next checkpoint; with ``crash_at``, die there first (in process, or
+        with ``killed`` = the batch's rows, a SIGKILLed subprocess driver) and replay after a restart."""
         checkpoint = job.next_checkpoint
-        if crash_at is None:
+        if killed is not None and crash_at is not None:
+            crashed = "crashed" if self._sigkill_write(job, killed, crash_at, checkpoint) else "no crash (empty)"
+            outcome = None
+        elif crash_at is None:
             outcome = job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
             job.next_checkpoint += 1
             return outcome, ""
@@ -464,14 +480,15 @@ class World:
             if point == crash_at and cp == checkpoint:
                 raise Crash(f"simulated driver death at {point} of checkpoint {cp}")
 
-        _faults.install(handler)
-        crashed = "no crash (fault point not reached)"
-        try:
-            outcome = job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
-        except Crash:
-            crashed = "crashed"
-        finally:
-            _faults.clear()
+        if killed is None:
+            _faults.install(handler)
+            crashed = "no crash (fault point not reached)"
+            try:
+                outcome = job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
+            except Crash:
+                crashed = "crashed"
+            finally:
+                _faults.clear()
         if crashed != "crashed":
             job.next_checkpoint += 1
             return outcome, crashed
@@ -495,12 +512,54 @@ class World:
         job.next_checkpoint += 1
         return outcome, f"crashed, restarted{between}, replayed checkpoint {checkpoint}"
 
-    def op_cdc(self, crash_at: str | None = None) -> None:
+    def _sigkill_write(self, job: SinkJob, rows: list[Row], point: str, checkpoint: int) -> bool:
+        """Run the checkpoint in a subprocess driver that SIGKILLs its process group at ``point``;
+        False when it finished without reaching the point (a checkpoint that commits nothing)."""
+        work = Path(tempfile.mkdtemp(prefix="kill-", dir=self.root))
+        names = list(self.main_cols.names)
+        data = [(*(self.main_cols.spark_value(c, r) for c in names), r["op"]) for r in rows]
+        (work / "rows.pickle").write_bytes(pickle.dumps(data))
+        request = {
+            "catalog": self.catalog_props,
+            "table": job_table(job),
+            "location": job.location,
+            "checkpoint": checkpoint,
+            "point": point,
+            "ddl": self.main_cols.ddl("op string"),
+            "rows": str(work / "rows.pickle"),
+        }
+        (work / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.model.kill_driver", str(work / "request.json")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            cwd=str(Path(__file__).resolve().parents[2]),
+            start_new_session=True,  # its own process group: the SIGKILL takes nothing else with it
+        )
+        if proc.returncode == 0 and "DONE" in proc.stdout:
+            return False
+        if proc.returncode != -signal.SIGKILL or "KILLING" not in proc.stdout:
+            raise self.fail(
+                f"the SIGKILL driver did not die at {point}: exit {proc.returncode}\n"
+                f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-3000:]}"
+            )
+        job.restart()
+        return True
+
+    def op_sigkill(self) -> None:
+        self.op_cdc(crash_at=self.rng.choice(FAULT_POINTS), sigkill=True)
+
+    def op_cdc(self, crash_at: str | None = None, sigkill: bool = False) -> None:
         changes = self.cdc_batch()
         desc = ", ".join(f"{c['op']}({c['id']}@{c['lsn']})" for c in sorted(changes, key=lambda c: c["lsn"]))
         job = self.jobs["cdc"]
-        self.log(f"cdc checkpoint {job.next_checkpoint}: {desc}" + (f" [crash at {crash_at}]" if crash_at else ""))
-        _, note = self._write(job, self.frame(self.main_cols, changes, with_op=True), crash_at)
+        how = "SIGKILL of a subprocess driver" if sigkill else "crash"
+        self.log(f"cdc checkpoint {job.next_checkpoint}: {desc}" + (f" [{how} at {crash_at}]" if crash_at else ""))
+        frame = self.frame(self.main_cols, changes, with_op=True)
+        _, note = self._write(job, frame, crash_at, killed=changes if sigkill else None)
         if note:
             self.trace[-1] += f" -> {note}"
         self.apply_cdc(self.main_model, changes)
@@ -603,11 +662,11 @@ class World:
         )
         self.log(f"rewrite manifests of {table} branch {branch} -> snapshot {snapshot}")
 
-    def op_spec_evolution(self) -> None:
+    def op_spec_evolution(self, name: str | None = None) -> None:
         table = self.table("db.main")
         current = {f.name for f in table.spec().fields}
         candidates = {"id_bucket": BucketTransform(4), "id_t16": TruncateTransform(16), "id_b3": BucketTransform(3)}
-        name = self.rng.choice(sorted(candidates))
+        name = name or self.rng.choice(sorted(candidates))
         with table.update_spec() as update:
             if name in current:
                 update.remove_field(name)
@@ -617,7 +676,7 @@ class World:
                 action = f"add partition field {name}"
         self.log(f"spec evolution of db.main: {action} -> spec {self.table('db.main').spec()}")
 
-    def op_schema_evolution(self) -> None:
+    def op_schema_evolution(self, kind: str | None = None) -> None:
         table = self.table("db.main")
         choices = ["add"]
         if self.main_cols.types["n"] == "int":
@@ -625,7 +684,7 @@ class World:
         if self.main_cols.types["f"] == "float":
             choices.append("widen_f")
         choices += ["rename"] + (["rename_nested"] if "m" in self.main_cols.nested else [])
-        kind = self.rng.choice(choices)
+        kind = kind or self.rng.choice(choices)
         models = [self.main_model] + ([self.branch_model] if self.branch_model is not None else [])
         with table.update_schema() as update:
             if kind == "add":
@@ -814,12 +873,14 @@ def duckdb_snapshot_read(metadata_location: str, snapshot_id: int) -> pa.Table:
         con.close()
 
 
-def run_seed(spark: SparkSession, java: JavaIcebergReader, seed: int, steps: int, root: Path | None = None) -> float:
+def run_seed(
+    spark: SparkSession, java: JavaIcebergReader, seed: int, steps: int, root: Path | None = None, long: bool = False
+) -> float:
     """Run one seed in a fresh directory; returns the wall time. Raises ModelMismatch with the trace."""
     own = root is None
     work = Path(tempfile.mkdtemp(prefix=f"model-{seed}-")) if root is None else root
     try:
-        return World(spark, java, work, seed).run(steps)
+        return World(spark, java, work, seed, long=long).run(steps)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
