@@ -493,7 +493,7 @@ class World:
             job.next_checkpoint += 1
             return outcome, crashed
         self.check_snapshots()  # remember the crashed commit's snapshot before anything expires it
-        between = ""
+        self.trace[-1] += " -> crashed"
         if job.name == "append" and "pyiceberg_append" not in self.skip and self.rng.random() < 0.5:
             # Another writer commits before the restart (a multiset model does not care about order),
             # so the crashed job's last snapshot is no longer the branch head.
@@ -502,15 +502,14 @@ class World:
             arrow = pa.Table.from_pylist([self.app_cols.physical(r) for r in rows], schema=table.schema().as_arrow())
             table.append(arrow)
             self.app_model.extend(rows)
-            between += f"; pyiceberg append of {len(rows)} rows"
-            self.trace[-1] += f" -> crashed; pyiceberg append of {len(rows)} rows"
+            self.trace[-1] += f"; pyiceberg append of {len(rows)} rows"
         if not {"expire_snapshots", "expire_before_restart"} & self.skip and self.rng.random() < 0.5:
-            between += "; " + self._expire(job_table(job), retain_last=1)
-            self.trace[-1] += f" -> {between}"
+            expired = self._expire(job_table(job), retain_last=1)
+            self.trace[-1] += "; " + expired
         job.restart()  # a new driver: new sink object, same checkpoint location
         outcome = job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
         job.next_checkpoint += 1
-        return outcome, f"crashed, restarted{between}, replayed checkpoint {checkpoint}"
+        return outcome, f"restarted, replayed checkpoint {checkpoint}"
 
     def _sigkill_write(self, job: SinkJob, rows: list[Row], point: str, checkpoint: int) -> bool:
         """Run the checkpoint in a subprocess driver that SIGKILLs its process group at ``point``;
