@@ -56,7 +56,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("model_seed", seeds)
         metafunc.parametrize("model_steps", [steps])
     if "model_long" in metafunc.fixturenames:
-        metafunc.parametrize("model_long", [model_profile(metafunc.config) == "long"], ids=["long"])
+        profile = model_profile(metafunc.config)
+        metafunc.parametrize("model_long", [profile == "long"], ids=[profile])
 
 
 @pytest.fixture(scope="session")
