@@ -795,6 +795,18 @@ class World:
         if doubled:
             raise self.fail(f"sink checkpoints committed as more than one snapshot: {doubled}")
 
+    def duckdb(self, read: Callable[[], pa.Table], table: Table) -> pa.Table | None:
+        """DuckDB's read, or None when DuckDB 1.5.5 fails with its known internal error on tables whose
+        equality deletes span several partition specs (Iceberg Java reads them; noted in the trace)."""
+        try:
+            return read()
+        except Exception as exc:
+            specs = {s.spec_id for s in table.metadata.partition_specs}
+            if "Comparison on NULL values" in str(exc) and len(specs) > 1:
+                self.trace[-1] += " [DuckDB: 'INTERNAL Error: Comparison on NULL values' with several specs; skipped]"
+                return None
+            raise
+
     def check(self) -> None:
         self.check_snapshots()
         main = self.table("db.main")
@@ -802,7 +814,9 @@ class World:
         if self.verified.get("db.main") != loc:
             rows = list(self.main_model.values())
             self.compare("db.main read by Iceberg Java", self.main_cols, rows, self.java.read(loc))
-            self.compare("db.main read by DuckDB", self.main_cols, rows, duckdb_read(loc))
+            duck = self.duckdb(lambda: duckdb_read(loc), main)
+            if duck is not None:
+                self.compare("db.main read by DuckDB", self.main_cols, rows, duck)
             self.java_filtered("db.main read by Iceberg Java", loc, self.main_cols, rows)
             if self.branch_model is not None:
                 ref = main.metadata.refs.get(BRANCH)
@@ -818,12 +832,12 @@ class World:
                 head = main.metadata.snapshot_by_id(ref.snapshot_id)
                 # DuckDB reads a snapshot with the schema it was written with; Java reads a branch
                 # with the table's current schema. Compare DuckDB only when they are the same.
+                duck = None
                 if head is not None and head.schema_id in (None, main.metadata.current_schema_id):
+                    duck = self.duckdb(lambda: duckdb_snapshot_read(loc, ref.snapshot_id), main)
+                if duck is not None:
                     self.compare(
-                        f"branch {BRANCH!r} (snapshot {ref.snapshot_id}) read by DuckDB",
-                        self.main_cols,
-                        brows,
-                        duckdb_snapshot_read(loc, ref.snapshot_id),
+                        f"branch {BRANCH!r} (snapshot {ref.snapshot_id}) read by DuckDB", self.main_cols, brows, duck
                     )
                 if self.rng.random() < 0.5:
                     self.java_filtered(
