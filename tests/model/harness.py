@@ -343,7 +343,8 @@ class World:
         builder = self._builder("db.main").cdc(op_column="op", key=["id"], order_by="lsn")
         if compaction:
             builder = builder.compaction(every_n_commits=every)
-        return builder.build()
+        sink: IcebergSink = builder.build()
+        return sink
 
     def table(self, name: str) -> Table:
         return self.catalog.load_table(name)
@@ -433,7 +434,8 @@ class World:
             key = self.rng.randrange(KEYS)
             r = self.rng.random()
             if r < 0.25:
-                row = {**(live.pop(key, None) or self.main_row(key))}
+                old = live.pop(key) if key in live else None
+                row = {**(old or self.main_row(key))}
                 self.lsn += 1
                 out.append({**row, "lsn": self.lsn, "op": self.rng.choice(["D", "delete", "d", "-D"])})
                 continue
@@ -664,7 +666,11 @@ class World:
     def op_spec_evolution(self, name: str | None = None) -> None:
         table = self.table("db.main")
         current = {f.name for f in table.spec().fields}
-        candidates = {"id_bucket": BucketTransform(4), "id_t16": TruncateTransform(16), "id_b3": BucketTransform(3)}
+        candidates: dict[str, Any] = {
+            "id_bucket": BucketTransform(4),
+            "id_t16": TruncateTransform(16),
+            "id_b3": BucketTransform(3),
+        }
         name = name or self.rng.choice(sorted(candidates))
         with table.update_spec() as update:
             if name in current:

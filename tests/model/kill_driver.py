@@ -41,8 +41,8 @@ def main(argv: list[str]) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    with open(req["rows"], "rb") as fh:
-        data = pickle.load(fh)
+    with open(req["rows"], "rb") as rows:
+        data = pickle.load(rows)
     sink = (
         IcebergSink.builder()
         .catalog("model", **req["catalog"])
