@@ -1,0 +1,88 @@
+"""Options of the model check: ``--profile short|long``, ``--seed N``, ``--steps N``.
+
+Each also reads an environment variable (ICEBERG_SINK_MODEL_PROFILE, ICEBERG_SINK_MODEL_SEED,
+ICEBERG_SINK_MODEL_STEPS); the command line wins. ICEBERG_SINK_MODEL_SKIP=kind,kind disables operation
+kinds (see tests/model/harness.py OPERATIONS); by default every kind runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.interop import java_env as java_env_module
+from tests.interop.java_env import JavaEnv
+
+# (seeds, steps per seed) of each profile.
+PROFILES: dict[str, tuple[list[int], int]] = {
+    "short": ([1, 2, 3], 12),
+    "long": ([101, 102, 103, 104, 105, 106, 107, 108], 60),  # plus SIGKILLed subprocess drivers
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("model", "iceberg_sink randomized model check")
+    group.addoption("--profile", choices=sorted(PROFILES), default=None, help="model check profile (default short)")
+    group.addoption("--seed", type=int, default=None, help="run only this seed (reproduces a failure)")
+    group.addoption("--steps", type=int, default=None, help="steps per seed (default: the profile's)")
+
+
+def _option(config: pytest.Config, name: str, env: str) -> str | None:
+    value = config.getoption(name, default=None)
+    return str(value) if value is not None else os.environ.get(env)
+
+
+def model_profile(config: pytest.Config) -> str:
+    return _option(config, "--profile", "ICEBERG_SINK_MODEL_PROFILE") or "short"
+
+
+def model_seeds(config: pytest.Config) -> tuple[list[int], int]:
+    profile = model_profile(config)
+    seeds, steps = PROFILES[profile]
+    seed = _option(config, "--seed", "ICEBERG_SINK_MODEL_SEED")
+    if seed is not None:
+        seeds = [int(seed)]
+    step_override = _option(config, "--steps", "ICEBERG_SINK_MODEL_STEPS")
+    return seeds, int(step_override) if step_override is not None else steps
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "model_seed" in metafunc.fixturenames:
+        seeds, steps = model_seeds(metafunc.config)
+        metafunc.parametrize("model_seed", seeds)
+        metafunc.parametrize("model_steps", [steps])
+    if "model_long" in metafunc.fixturenames:
+        profile = model_profile(metafunc.config)
+        metafunc.parametrize("model_long", [profile == "long"], ids=[profile])
+
+
+@pytest.fixture(scope="session")
+def java_env() -> JavaEnv:
+    """The shared Java reader venv as it is, when complete, even if another worktree built it.
+
+    ``ensure_java_env`` rebuilds the venv when its marker names another project directory, so several
+    git worktrees sharing one ``$ICEBERG_SINK_JAVA_VENV`` would keep rebuilding it under each other's
+    running readers; the reader server needs only PySpark 3.5 and the jar, not this worktree's code.
+    A private copy of a complete venv works too (``cp -a``; the jar is looked up inside it).
+    Waits up to 15 minutes for an install in progress, then falls back to ``ensure_java_env``.
+    """
+    venv = java_env_module.default_venv_dir()
+    deadline = time.monotonic() + 900
+    while True:
+        try:
+            marker = json.loads((venv / java_env_module.MARKER_NAME).read_text(encoding="utf-8"))
+            jar = Path(str(marker.get("jar_path", "")))
+            if not jar.is_file() or not jar.is_relative_to(venv):  # a copied venv: its own jar
+                jar = next(iter(sorted(venv.glob(f"lib/python*/site-packages/*/jars/{jar.name}"))), jar)
+            python = venv / "bin" / "python"
+            if jar.is_file() and python.exists():
+                return JavaEnv(python=python, jar=jar)
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline or not venv.exists():
+            return java_env_module.ensure_java_env()
+        time.sleep(5)
