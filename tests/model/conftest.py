@@ -7,15 +7,9 @@ kinds (see tests/model/harness.py OPERATIONS); by default every kind runs.
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from pathlib import Path
 
 import pytest
-
-from tests.interop import java_env as java_env_module
-from tests.interop.java_env import JavaEnv
 
 # (seeds, steps per seed) of each profile.
 PROFILES: dict[str, tuple[list[int], int]] = {
@@ -58,31 +52,3 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_long" in metafunc.fixturenames:
         profile = model_profile(metafunc.config)
         metafunc.parametrize("model_long", [profile == "long"], ids=[profile])
-
-
-@pytest.fixture(scope="session")
-def java_env() -> JavaEnv:
-    """The shared Java reader venv as it is, when complete, even if another worktree built it.
-
-    ``ensure_java_env`` rebuilds the venv when its marker names another project directory, so several
-    git worktrees sharing one ``$ICEBERG_SINK_JAVA_VENV`` would keep rebuilding it under each other's
-    running readers; the reader server needs only PySpark 3.5 and the jar, not this worktree's code.
-    A private copy of a complete venv works too (``cp -a``; the jar is looked up inside it).
-    Waits up to 15 minutes for an install in progress, then falls back to ``ensure_java_env``.
-    """
-    venv = java_env_module.default_venv_dir()
-    deadline = time.monotonic() + 900
-    while True:
-        try:
-            marker = json.loads((venv / java_env_module.MARKER_NAME).read_text(encoding="utf-8"))
-            jar = Path(str(marker.get("jar_path", "")))
-            if not jar.is_file() or not jar.is_relative_to(venv):  # a copied venv: its own jar
-                jar = next(iter(sorted(venv.glob(f"lib/python*/site-packages/*/jars/{jar.name}"))), jar)
-            python = venv / "bin" / "python"
-            if jar.is_file() and python.exists():
-                return JavaEnv(python=python, jar=jar)
-        except (OSError, ValueError):
-            pass
-        if time.monotonic() > deadline or not venv.exists():
-            return java_env_module.ensure_java_env()
-        time.sleep(5)
