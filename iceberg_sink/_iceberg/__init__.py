@@ -10,7 +10,11 @@ check what it writes.
 - ``metrics``: column metrics of written Parquet files.
 - ``manifests``: manifest writers (format-version dispatch in one place), staged manifests.
 - ``deletes``: the one rule for which delete file applies to which data file.
-- ``producer``: one snapshot-producer base that every commit kind subclasses.
+- ``producer``: one snapshot-producer base that every commit kind subclasses (row delta, rewrite
+  files, rewrite manifests): sequence numbers, summaries, the branch update, requirements.
+- ``retry``: the one retry loop of every commit (checkpoints, compaction, manifest rewrites).
+- ``specs``: which specs hold live data, and the unpartitioned spec that global deletes need.
+- ``projection``: reading old data files by field id at every nesting level.
 - ``listing``: listing and deleting files under a location with the table's FileIO settings.
 """
 

@@ -396,37 +396,6 @@ class RewriteManifests(SnapshotProducer):
         return {"manifests-created": str(self._created), "manifests-replaced": str(len(self._old))}
 
 
-def prepare_commit(
-    table: Table, io: FileIO, branch: str, changes: SnapshotChanges, snapshot_properties: Mapping[str, str]
-) -> PreparedCommit:
-    """A checkpoint's snapshot (see :class:`RowDelta`)."""
-    del io  # the table's own FileIO writes the manifests
-    return RowDelta(table, branch, changes, snapshot_properties).prepare()
-
-
-def prepare_rewrite(
-    table: Table,
-    io: FileIO,
-    branch: str,
-    added: Sequence[DataFileMeta],
-    removed_paths: frozenset[str],
-    data_sequence_number: int,
-    snapshot_properties: Mapping[str, str],
-) -> PreparedCommit:
-    """A compaction's snapshot (see :class:`RewriteFiles`)."""
-    del io
-    return RewriteFiles(table, branch, added, removed_paths, data_sequence_number, snapshot_properties).prepare()
-
-
-def prepare_manifest_rewrite(
-    table: Table, io: FileIO, branch: str, entries_per_manifest: int, snapshot_properties: Mapping[str, str]
-) -> PreparedCommit | None:
-    """A manifest rewrite's snapshot (see :class:`RewriteManifests`); None when nothing would merge."""
-    del io
-    producer = RewriteManifests(table, branch, entries_per_manifest, snapshot_properties)
-    return producer.prepare() if producer.worthwhile() else None
-
-
 def is_stale_sequence_number(error: ValueError) -> bool:
     """PyIceberg's catalogs check a new snapshot's sequence number against the table's last one when
     applying the commit; another branch committing meanwhile makes ours stale. Refreshing and

@@ -24,6 +24,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg import listing, manifests, producer
+from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError
 
@@ -259,19 +260,20 @@ def remove_orphan_files(
 
 
 def rewrite_manifests(
-    load_table: Callable[[], Table], branch: str = "main", entries_per_manifest: int = 10_000
+    load_table: Callable[[], Table],
+    branch: str = "main",
+    entries_per_manifest: int = 10_000,
+    retry: RetryPolicy | None = None,
 ) -> int | None:
     """Merge the branch's manifests into as few as ``entries_per_manifest`` allows; returns the new
-    snapshot id, or None when the manifests were already compact."""
-    table = load_table()
-    prepared = producer.prepare_manifest_rewrite(
-        table,
-        table.io,
-        branch,
-        entries_per_manifest,
-        {summary_keys.OPERATION_KEY: summary_keys.OPERATION_REWRITE_MANIFESTS},
-    )
-    if prepared is None:
-        return None
-    producer.commit_prepared(table, prepared)
-    return prepared.snapshot.snapshot_id
+    snapshot id, or None when the manifests were already compact. A stream committing meanwhile
+    makes the attempt retry on the new head (nothing it committed is dropped)."""
+
+    def prepare(table: Table) -> producer.PreparedCommit | None:
+        rewrite = producer.RewriteManifests(
+            table, branch, entries_per_manifest, {summary_keys.OPERATION_KEY: summary_keys.OPERATION_REWRITE_MANIFESTS}
+        )
+        return rewrite.prepare() if rewrite.worthwhile() else None
+
+    outcome = commit_with_retry(f"manifest rewrite of branch {branch}", load_table, prepare, retry or RetryPolicy())
+    return outcome.snapshot.snapshot_id if outcome.snapshot is not None else None

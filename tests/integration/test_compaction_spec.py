@@ -177,7 +177,7 @@ def commit_equality_deletes(
         file_size_in_bytes=len(table.io.new_input(path)),
         equality_ids=tuple(ids),
     )
-    prepared = producer.prepare_commit(table, table.io, "main", producer.SnapshotChanges(delete_files=(meta,)), {})
+    prepared = producer.RowDelta(table, "main", producer.SnapshotChanges(delete_files=(meta,)), {}).prepare()
     return producer.commit_prepared(table, prepared)
 
 

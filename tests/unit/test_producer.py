@@ -59,7 +59,7 @@ def test_every_commit_kind_writes_v1_manifests_into_a_v1_table(v1_catalog: SqlCa
             pa.table({"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids)}),
         )
         changes = producer.SnapshotChanges(data_files=result.data_files)
-        table = producer.commit_prepared(table, producer.prepare_commit(table, table.io, "main", changes, {}))
+        table = producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
     data, _ = live_files(table, table.current_snapshot())
     # A rewrite of both files into one, then a manifest rewrite: each must stay format version 1.
     merged = write_batches(
@@ -67,13 +67,13 @@ def test_every_commit_kind_writes_v1_manifests_into_a_v1_table(v1_catalog: SqlCa
     )
     removed = frozenset(f.meta.path for f in data)
     table = producer.commit_prepared(
-        table, producer.prepare_rewrite(table, table.io, "main", merged.data_files, removed, 1, {})
+        table, producer.RewriteFiles(table, "main", merged.data_files, removed, 1, {}).prepare()
     )
     assert _manifest_format_versions(table, table.current_snapshot()) == {"1"}
     # Two appends and a rewrite left several manifests: the manifest rewrite merges them.
-    prepared = producer.prepare_manifest_rewrite(table, table.io, "main", 10_000, {})
-    assert prepared is not None
-    table = producer.commit_prepared(table, prepared)
+    rewrite = producer.RewriteManifests(table, "main", 10_000, {})
+    assert rewrite.worthwhile()
+    table = producer.commit_prepared(table, rewrite.prepare())
     assert _manifest_format_versions(table, table.current_snapshot()) == {"1"}
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
     summary = table.current_snapshot().summary  # type: ignore[union-attr]
