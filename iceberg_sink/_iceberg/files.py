@@ -3,12 +3,14 @@ snapshot's live files with their sequence numbers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
     schema_to_pyarrow,
 )
@@ -27,6 +29,8 @@ from pyiceberg.table.snapshots import (
 from pyiceberg.typedef import Record
 
 from iceberg_sink.writer.result import DataFileMeta, FileContent
+
+logger = logging.getLogger(__name__)
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
@@ -145,3 +149,13 @@ def live_files(table: Table, snapshot: Snapshot | None) -> tuple[list[LiveFile],
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             target.append(LiveFile(to_meta(entry.data_file), int(entry.sequence_number or 0), manifest.manifest_path))
     return data, deletes
+
+
+def delete_quietly(io: FileIO, paths: Iterable[str]) -> None:
+    """Best-effort delete of files no snapshot references (a failure leaves an orphan, never an error:
+    remove-orphans cleans those up)."""
+    for path in paths:
+        try:
+            io.delete(path)
+        except Exception:
+            logger.warning("could not delete unreferenced file %s", path)

@@ -412,11 +412,16 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
         CommitStateUnknownException: the commit may or may not have landed.
     """
     try:
-        response = table.catalog.commit_table(table, prepared.requirements, prepared.updates)  # type: ignore[arg-type]
+        return commit_metadata(table, prepared.requirements, prepared.updates)
     except ValueError as e:
         if is_stale_sequence_number(e):
             raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
         raise
+
+
+def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tuple[object, ...]) -> Table:
+    """One metadata commit through the table's catalog; returns the table as of the new metadata."""
+    response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
     return Table(
         identifier=table.name(),
         metadata=response.metadata,

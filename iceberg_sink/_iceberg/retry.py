@@ -19,6 +19,7 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from iceberg_sink._iceberg.files import delete_quietly
 from iceberg_sink._iceberg.producer import PreparedCommit, commit_prepared
 from iceberg_sink.errors import CommitRetriesExhaustedError, CommitStateUnknownError
 
@@ -57,14 +58,6 @@ class CommitAttempts:
 
 
 Prepare = Callable[[Table], PreparedCommit | None]
-
-
-def _delete(table: Table, paths: tuple[str, ...]) -> None:
-    for path in paths:
-        try:
-            table.io.delete(path)
-        except Exception:
-            logger.warning("could not delete uncommitted file %s", path)
 
 
 def commit_with_retry(
@@ -113,7 +106,7 @@ def commit_with_retry(
             # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
             committed = commit_prepared(prepared.table, prepared)
         except CommitFailedException as e:
-            _delete(table, prepared.written_files)
+            delete_quietly(table.io, prepared.written_files)
             if exhausted:
                 raise CommitRetriesExhaustedError(
                     f"{what}: {attempt} commit attempts lost to concurrent writers ({e}){on_give_up}"

@@ -21,6 +21,7 @@ from pyiceberg.table.update import (
 )
 
 from iceberg_sink._iceberg.manifests import has_live_files
+from iceberg_sink._iceberg.producer import commit_metadata
 
 
 def unpartitioned_spec_id(table: Table) -> int | None:
@@ -64,13 +65,4 @@ def with_unpartitioned_spec(table: Table) -> Table:
         AssertLastAssignedPartitionId(last_assigned_partition_id=metadata.last_partition_id),  # type: ignore[call-arg]
         AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),  # type: ignore[call-arg]
     )
-    response = table.catalog.commit_table(
-        table, requirements, (AddPartitionSpecUpdate(spec=PartitionSpec(spec_id=spec_id)),)
-    )
-    return Table(
-        identifier=table.name(),
-        metadata=response.metadata,
-        metadata_location=response.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
-    )
+    return commit_metadata(table, requirements, (AddPartitionSpecUpdate(spec=PartitionSpec(spec_id=spec_id)),))

@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg import manifests, producer, specs
-from iceberg_sink._iceberg.files import branch_head
+from iceberg_sink._iceberg.files import branch_head, delete_quietly
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
@@ -178,7 +178,7 @@ class IcebergCommitter:
         conditional_paths = tuple(f.path for f in conditional)
         if result.snapshot is None:
             if nothing_to_commit:
-                self._delete(io, conditional_paths)
+                delete_quietly(io, conditional_paths)
                 return CommitOutcome(committable.checkpoint_id, None, already_committed=False, attempts=result.attempts)
             return CommitOutcome(
                 committable.checkpoint_id, None, already_committed=result.attempts == 0, attempts=result.attempts
@@ -186,7 +186,7 @@ class IcebergCommitter:
         committed_deletes = deletes_by_snapshot.get(result.snapshot.snapshot_id, frozenset(conditional_paths))
         if not committed_deletes & set(conditional_paths):
             # The proof held: the conditional deletes were not needed and no snapshot has them.
-            self._delete(io, conditional_paths)
+            delete_quietly(io, conditional_paths)
         if result.state_was_unknown:
             logger.info("checkpoint %s committed after an unknown-state attempt", committable.checkpoint_id)
         return CommitOutcome(
@@ -292,13 +292,5 @@ class IcebergCommitter:
     def _read(io: FileIO, staged: manifests.StagedManifest | None) -> list[DataFileMeta]:
         return manifests.read_staged_manifest(io, staged) if staged is not None else []
 
-    @staticmethod
-    def _delete(io: FileIO, paths: tuple[str, ...]) -> None:
-        for path in paths:
-            try:
-                io.delete(path)
-            except Exception:
-                logger.warning("could not delete uncommitted file %s", path)
-
     def _cleanup_staged(self, io: FileIO, committable: Committable) -> None:
-        self._delete(io, committable.manifests.paths)
+        delete_quietly(io, committable.manifests.paths)

@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 from iceberg_sink import options
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules
-from iceberg_sink._iceberg.files import LiveFile, branch_head, live_files
+from iceberg_sink._iceberg.files import LiveFile, branch_head, delete_quietly, live_files
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import CommitStateUnknownError
@@ -131,17 +131,9 @@ def _rewrite(
                 progress("rewrite", len(results), len(groups))
     except BaseException:
         # Failed tasks delete their own files; the chunks that finished before must go too.
-        _delete(table, [f.path for r in results.values() for f in r.data_files])
+        delete_quietly(table.io, [f.path for r in results.values() for f in r.data_files])
         raise
     return results
-
-
-def _delete(table: Table, paths: list[str]) -> None:
-    for path in paths:
-        try:
-            table.io.delete(path)
-        except Exception:
-            logger.warning("could not delete %s", path)
 
 
 def compact(
@@ -181,7 +173,7 @@ def compact(
     pending = set(results)
 
     def discard(indices: set[int]) -> None:
-        _delete(table, [f.path for i in sorted(indices) for f in results[i].data_files])
+        delete_quietly(table.io, [f.path for i in sorted(indices) for f in results[i].data_files])
         pending.difference_update(indices)
 
     kept: list[int] = []
