@@ -182,13 +182,15 @@ def compact(
 
     def prepare(current: Table) -> producer.PreparedCommit | None:
         nonlocal kept, replaced, removed_deletes
-        # Validated again on every attempt: the branch head may have moved under the plan.
-        kept = _validate(current, branch, the_plan, pending, spec.partition_spec.spec_id)
+        # Validated again on every attempt: the branch head may have moved under the plan. The
+        # head's manifests are read once for both checks.
+        head_files = live_files(current, branch_head(current, branch))
+        kept = _validate(head_files, the_plan, pending, spec.partition_spec.spec_id)
         discard(pending - set(kept))
         if not kept:
             return None
         replaced = [f for i in kept for f in the_plan.groups[i].data_files]
-        removed_deletes = _still_removable(current, branch, the_plan, {f.meta.path for f in replaced})
+        removed_deletes = _still_removable(head_files, the_plan, {f.meta.path for f in replaced})
         return producer.RewriteFiles(
             current,
             branch,
@@ -234,9 +236,13 @@ def compact(
 
 
 def _validate(
-    table: Table, branch: str, the_plan: CompactionPlan, candidates: set[int], output_spec_id: int
+    head_files: tuple[list[LiveFile], list[LiveFile]],
+    the_plan: CompactionPlan,
+    candidates: set[int],
+    output_spec_id: int,
 ) -> list[int]:
-    """The groups among ``candidates`` still valid at the branch head (the others are in conflict).
+    """The groups among ``candidates`` still valid at the branch head, given its live (data, delete)
+    files (the others are in conflict).
 
     A group conflicts when one of its input files is no longer live, or when a delete committed
     after the plan's snapshot may apply to its input files but not to its new ones:
@@ -250,8 +256,7 @@ def _validate(
     same spec and partition, which hold the same rows).
     """
     rules = the_plan.rules
-    head = branch_head(table, branch)
-    data, deletes = live_files(table, head)
+    data, deletes = head_files
     live = {f.meta.path for f in data}
     conflicting: dict[tuple[int, tuple[Any, ...]], str] = {}
     for d in deletes:
@@ -277,8 +282,11 @@ def _validate(
     return kept
 
 
-def _still_removable(table: Table, branch: str, the_plan: CompactionPlan, replaced: set[str]) -> frozenset[str]:
-    """Delete files that no live data file at the head needs once ``replaced`` are rewritten.
+def _still_removable(
+    head_files: tuple[list[LiveFile], list[LiveFile]], the_plan: CompactionPlan, replaced: set[str]
+) -> frozenset[str]:
+    """Delete files that no live data file at the head (``head_files``) needs once ``replaced`` are
+    rewritten.
 
     Only delete files at or below the plan's sequence number qualify: the new files carry that
     sequence number, so such a delete cannot apply to them (equality deletes need a higher one,
@@ -286,8 +294,7 @@ def _still_removable(table: Table, branch: str, the_plan: CompactionPlan, replac
     its partition or, for a global equality delete, anywhere in the table, keeps it.
     """
     rules: DeleteRules = the_plan.rules
-    head = branch_head(table, branch)
-    data, deletes = live_files(table, head)
+    data, deletes = head_files
     remaining: dict[tuple[int, tuple[Any, ...]], list[LiveFile]] = {}
     everywhere: list[LiveFile] = []
     for f in data:
