@@ -140,7 +140,7 @@ SKIP_DELETES_FOR_NEW_KEYS = Option(
     "iceberg-sink.cdc.skip-deletes-for-new-keys",
     bool,
     True,
-    "Upsert/CDC: no equality delete for a key outside the table's key bounds (re-checked at commit).",
+    "Upsert/CDC: a key outside the table's key bounds gets a conditional delete, committed only if rows were added since.",
     table_property=False,
 )
 
