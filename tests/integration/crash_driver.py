@@ -12,6 +12,19 @@ import signal
 import sys
 
 
+def kill_process_group_at(kill_point: str, kill_at: int) -> None:
+    """SIGKILL this whole process group when the sink reaches ``kill_point`` of checkpoint ``kill_at``."""
+    from iceberg_sink import _faults
+
+    def kill(point: str, checkpoint_id: int) -> None:
+        if point == kill_point and checkpoint_id == kill_at:
+            sys.stdout.write(f"KILLING at {point} {checkpoint_id}\n")
+            sys.stdout.flush()
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    _faults.install(kill)
+
+
 def main(argv: list[str]) -> int:
     uri, warehouse, source, checkpoint = argv[:4]
     kill_point, kill_at = (argv[4], int(argv[5])) if len(argv) > 5 else (None, -1)
@@ -19,18 +32,11 @@ def main(argv: list[str]) -> int:
 
     from pyspark.sql import SparkSession
 
-    from iceberg_sink import IcebergSink, _faults
+    from iceberg_sink import IcebergSink
     from tests.integration.sources import EVENT_SCHEMA_DDL
 
     if kill_point:
-
-        def kill(point: str, checkpoint_id: int) -> None:
-            if point == kill_point and checkpoint_id == kill_at:
-                sys.stdout.write(f"KILLING at {point} {checkpoint_id}\n")
-                sys.stdout.flush()
-                os.killpg(os.getpgid(0), signal.SIGKILL)
-
-        _faults.install(kill)
+        kill_process_group_at(kill_point, kill_at)
 
     spark = (
         SparkSession.builder.master("local[2]")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
 import sys
 
 
@@ -23,15 +22,10 @@ def main(argv: list[str]) -> int:
 
     from pyspark.sql import SparkSession
 
-    from iceberg_sink import IcebergSink, _faults
+    from iceberg_sink import IcebergSink
+    from tests.integration.crash_driver import kill_process_group_at
 
-    def kill(point: str, checkpoint_id: int) -> None:
-        if point == req["point"] and checkpoint_id == req["checkpoint"]:
-            sys.stdout.write(f"KILLING at {point} {checkpoint_id}\n")
-            sys.stdout.flush()
-            os.killpg(os.getpgid(0), signal.SIGKILL)
-
-    _faults.install(kill)
+    kill_process_group_at(req["point"], req["checkpoint"])
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
