@@ -28,6 +28,8 @@ class Option:
         default: the value when neither the builder nor the table sets it.
         doc: one line for the docs table.
         table_property: whether a table property of the same key applies.
+        builder: whether ``write_option`` may set it; False for table properties that every commit
+            to the table honours (whoever commits), such as manifest merging.
         choices: allowed values for a ``str`` option, if restricted.
         minimum: smallest allowed value for an ``int`` option.
     """
@@ -39,6 +41,7 @@ class Option:
     table_property: bool = True
     choices: tuple[str, ...] = ()
     minimum: int | None = None
+    builder: bool = True
 
     def parse(self, value: Any, source: str) -> Any:
         """Convert ``value`` (from ``source``: builder or table property) to this option's type."""
@@ -144,6 +147,32 @@ SKIP_DELETES_FOR_NEW_KEYS = Option(
     table_property=False,
 )
 
+# Read by every commit the sink makes (checkpoints, compaction, maintenance), as Iceberg Java's
+# merging snapshot producers read them: table properties only, so every writer of a table agrees.
+MANIFEST_MERGE_ENABLED = Option(
+    "commit.manifest-merge.enabled",
+    bool,
+    True,
+    "Merge small manifests of one content and partition spec on commit (as Iceberg Java's merge-append).",
+    builder=False,
+)
+MANIFEST_MIN_COUNT_TO_MERGE = Option(
+    "commit.manifest.min-count-to-merge",
+    int,
+    100,
+    "Merge once a commit's new manifest shares a bin with this many manifests.",
+    minimum=1,
+    builder=False,
+)
+MANIFEST_TARGET_SIZE_BYTES = Option(
+    "commit.manifest.target-size-bytes",
+    int,
+    8 * 1024 * 1024,
+    "Size merged manifests are packed to.",
+    minimum=1,
+    builder=False,
+)
+
 OPTIONS: tuple[Option, ...] = (
     TARGET_FILE_SIZE_BYTES,
     PARQUET_COMPRESSION,
@@ -158,6 +187,9 @@ OPTIONS: tuple[Option, ...] = (
     SNAPSHOT_PROPERTY_PREFIX,
     POST_COMMIT_FAIL_ON_ERROR,
     SKIP_DELETES_FOR_NEW_KEYS,
+    MANIFEST_MERGE_ENABLED,
+    MANIFEST_MIN_COUNT_TO_MERGE,
+    MANIFEST_TARGET_SIZE_BYTES,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -180,6 +212,12 @@ def validate_builder_options(options: Mapping[str, Any]) -> dict[str, Any]:
             problems.append(
                 f"unknown write option {key!r}; expected one of {', '.join(sorted(_BY_KEY))} "
                 f"or a key starting with {', '.join(PASS_THROUGH_PREFIXES)}"
+            )
+            continue
+        if not option.builder:
+            problems.append(
+                f"option {key!r} is a table property only (every commit to the table honours it, whoever "
+                f"writes): set it on the table instead of with write_option, received {value!r}"
             )
             continue
         try:
@@ -223,6 +261,12 @@ def resolve(builder: Mapping[str, Any], table_properties: Mapping[str, str]) -> 
     return ResolvedOptions(values=values, pass_through=pass_through)
 
 
+def _source(option: Option) -> str:
+    if not option.builder:
+        return "only (not a builder option)"
+    return "yes" if option.table_property else "no"
+
+
 def options_table_markdown(extra: Callable[[Option], str] | None = None) -> str:
     """Render the options table for docs/options.md."""
     rows = [
@@ -232,10 +276,7 @@ def options_table_markdown(extra: Callable[[Option], str] | None = None) -> str:
     for o in OPTIONS:
         default = repr(o.default) if o.type is str else str(o.default)
         allowed = f" One of: {', '.join(c or '(empty)' for c in o.choices)}." if o.choices else ""
-        rows.append(
-            f"| `{o.key}` | {o.type.__name__} | `{default}` | {'yes' if o.table_property else 'no'} "
-            f"| {o.doc}{allowed} |"
-        )
+        rows.append(f"| `{o.key}` | {o.type.__name__} | `{default}` | {_source(o)} | {o.doc}{allowed} |")
     return "\n".join(rows) + "\n"
 
 

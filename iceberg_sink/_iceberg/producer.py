@@ -5,7 +5,9 @@
     RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
 
 The base class owns what every commit must get right, so no commit kind can get it wrong on its
-own: the format-version dispatch of manifest writers, the snapshot's sequence number and parent,
+own: the format-version dispatch of manifest writers, merging small manifests as Iceberg Java's
+merging producers do (``_iceberg/merge.py``; the manifest rewrite, which regroups on its own terms,
+opts out), the snapshot's sequence number and parent,
 summary totals (never negative, never made up when the parent has none), the branch update (which
 keeps the branch's retention settings), and the requirements that make the commit a
 compare-and-swap on the branch head. :func:`commit_prepared` sends a prepared snapshot and turns
@@ -41,8 +43,9 @@ from pyiceberg.table.update import (
 )
 
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink._iceberg.files import branch_head, to_data_file, to_meta
+from iceberg_sink._iceberg.files import branch_head, delete_quietly, to_data_file, to_meta
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
+from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink.writer.result import DataFileMeta
 
 # (total, added, removed) summary keys, as Iceberg Java's SnapshotSummary keeps them.
@@ -114,6 +117,9 @@ class SnapshotProducer(abc.ABC):
         properties: extra summary properties (job and checkpoint ids, hook properties, ...).
     """
 
+    merges_manifests = True
+    """Whether the listed manifests are merged per the table's ``commit.manifest*`` properties."""
+
     def __init__(self, table: Table, branch: str, properties: Mapping[str, str]) -> None:
         metadata = table.metadata
         if metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
@@ -130,6 +136,8 @@ class SnapshotProducer(abc.ABC):
         self._written: list[str] = []
         self._added: list[DataFileMeta] = []
         self._removed: list[DataFileMeta] = []
+        self._merge_settings = MergeSettings.from_properties(metadata.properties)
+        self._merge_summary: dict[str, str] = {}
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -235,13 +243,34 @@ class SnapshotProducer(abc.ABC):
         if self.parent is not None and self.parent.summary is None:
             previous = {}  # a parent without a summary: no total can be known
         totals = summary_totals(previous, changes)
-        return Summary(operation=self.operation(), **{**changes, **totals, **self.extra_summary(), **self.properties})
+        return Summary(
+            operation=self.operation(),
+            **{**changes, **totals, **self._merge_summary, **self.extra_summary(), **self.properties},
+        )
+
+    def _merged(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        """``manifests`` with small ones merged (see ``_iceberg/merge.py``). A manifest this commit
+        wrote and then merged away is deleted at once: no snapshot will ever list it."""
+        if not self.merges_manifests or not self._merge_settings.enabled:
+            return manifests
+        merger = ManifestMerger(self.io, self.snapshot_id, self._merge_settings, self._writer)
+        result = merger.merge(manifests)
+        if merger.replaced:
+            own = {m.manifest_path for m in merger.replaced} & set(self._written)
+            delete_quietly(self.io, sorted(own))
+            self._written = [p for p in self._written if p not in own]
+            self._merge_summary = {
+                "manifests-created": str(sum(1 for m in result if m.added_snapshot_id == self.snapshot_id)),
+                "manifests-replaced": str(len(merger.replaced)),
+                "manifests-kept": str(sum(1 for m in result if m.added_snapshot_id != self.snapshot_id)),
+            }
+        return result
 
     def prepare(self) -> PreparedCommit:
         """Write the manifests and the manifest list, and build the snapshot, the branch update and
         the requirements (same table, branch head still the parent)."""
         metadata = self.table.metadata
-        manifests = self.manifests()
+        manifests = self._merged(self.manifests())
         summary = self.summary()
         sequence_number = metadata.next_sequence_number()
         manifest_list = self.table.location_provider().new_metadata_location(
@@ -359,8 +388,10 @@ class RewriteManifests(SnapshotProducer):
     """A ``replace`` snapshot that only regroups the branch's live entries into fewer manifests.
 
     Entries keep their identity (snapshot id, data and file sequence numbers) as ``EXISTING``; no
-    file is added or removed.
+    file is added or removed. It groups entries on its own terms, so commit-time merging is off.
     """
+
+    merges_manifests = False
 
     def __init__(self, table: Table, branch: str, entries_per_manifest: int, properties: Mapping[str, str]) -> None:
         super().__init__(table, branch, properties)

@@ -110,3 +110,11 @@ def test_only_file_io_settings_travel_to_tasks() -> None:
         "s3.secret-access-key": "task-needs-this",
         "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO",
     }
+
+
+def test_manifest_merge_properties_are_table_properties_only() -> None:
+    with pytest.raises(InvalidSinkConfigError, match=r"'commit.manifest.min-count-to-merge' is a table property only"):
+        options.validate_builder_options({"commit.manifest.min-count-to-merge": 5})
+    resolved = options.resolve({}, {"commit.manifest.min-count-to-merge": "5"})
+    assert resolved.get(options.MANIFEST_MIN_COUNT_TO_MERGE) == 5
+    assert resolved.get(options.MANIFEST_MERGE_ENABLED) is True
