@@ -32,7 +32,8 @@ from pyiceberg.manifest import (
     ManifestWriter,
     write_manifest_list,
 )
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary
 from pyiceberg.table.update import (
@@ -41,6 +42,7 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     SetSnapshotRefUpdate,
 )
+from pyiceberg.utils.properties import property_as_bool
 
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink._iceberg.files import branch_head, delete_quietly, to_data_file, to_meta
@@ -451,8 +453,14 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
 
 
 def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tuple[object, ...]) -> Table:
-    """One metadata commit through the table's catalog; returns the table as of the new metadata."""
+    """One metadata commit through the table's catalog; returns the table as of the new metadata.
+
+    The catalog trims the metadata log to ``write.metadata.previous-versions-max``; with
+    ``write.metadata.delete-after-commit.enabled`` the metadata files it dropped are deleted here,
+    as Iceberg Java's catalogs and PyIceberg's own transactions do after a commit.
+    """
     response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
+    delete_dropped_metadata(table.io, table.metadata, response.metadata)
     return Table(
         identifier=table.name(),
         metadata=response.metadata,
@@ -460,3 +468,19 @@ def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tup
         io=table.io,
         catalog=table.catalog,
     )
+
+
+def delete_dropped_metadata(io: FileIO, base: TableMetadata, committed: TableMetadata) -> None:
+    """Delete the metadata files ``base`` logged that the committed metadata's log no longer holds,
+    when the committed table has ``write.metadata.delete-after-commit.enabled`` (Iceberg Java's
+    ``CatalogUtil.deleteRemovedMetadataFiles``). A failed delete leaves an orphan, never an error:
+    the commit has landed."""
+    if not property_as_bool(
+        committed.properties,
+        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
+        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT,
+    ):
+        return
+    kept = {entry.metadata_file for entry in committed.metadata_log}
+    dropped = sorted({entry.metadata_file for entry in base.metadata_log} - kept)
+    delete_quietly(io, dropped)
