@@ -80,6 +80,7 @@ OPERATIONS: dict[str, int] = {
     "rewrite_manifests": 2,
     "spec_evolution": 3,
     "schema_evolution": 4,
+    "commit_properties": 2,
     "sigkill": 2,  # a real SIGKILL of a subprocess driver; long profile only (a Spark start-up per kill)
 }
 LONG_ONLY = {"sigkill"}
@@ -262,6 +263,8 @@ class World:
             names={c: c for c in ("id", "s", "n", "dt")},
             types={"id": "bigint", "s": "string", "n": "bigint", "dt": "date"},
         )
+        # Merging on commit and metadata retention, drawn per table so merges happen during the run.
+        main_props, app_props = self.commit_properties(), self.commit_properties()
         self.catalog.create_table(
             "db.main",
             Schema(
@@ -277,7 +280,7 @@ class World:
             ),
             partition_spec=PartitionSpec(PartitionField(1, 1000, BucketTransform(4), "id_bucket")),
             # Several row groups per file, so file-level bounds must cover every row group.
-            properties={"format-version": "2", "write.parquet.row-group-limit": "3"},
+            properties={"format-version": "2", "write.parquet.row-group-limit": "3", **main_props},
         )
         self.catalog.create_table(
             "db.app",
@@ -288,7 +291,7 @@ class World:
                 NestedField(4, "dt", DateType(), required=False),
             ),
             partition_spec=PartitionSpec(PartitionField(1, 1000, BucketTransform(2), "id_bucket")),
-            properties={"format-version": "2", "write.parquet.row-group-limit": "3"},
+            properties={"format-version": "2", "write.parquet.row-group-limit": "3", **app_props},
         )
         self.main_model: dict[int, Row] = {}
         self.branch_model: dict[int, Row] | None = None  # None until the branch's first commit
@@ -663,6 +666,38 @@ class World:
         )
         self.log(f"rewrite manifests of {table} branch {branch} -> snapshot {snapshot}")
 
+    def commit_properties(self) -> dict[str, str]:
+        """Random manifest-merge and metadata-retention properties (Iceberg's names)."""
+        props = {"commit.manifest.min-count-to-merge": str(self.rng.choice([2, 3, 5, 100]))}
+        if self.rng.random() < 0.3:
+            # Small bins: merges leave several manifests and pack only some of them.
+            props["commit.manifest.target-size-bytes"] = str(self.rng.choice([6_000, 20_000]))
+        if self.rng.random() < 0.15:
+            props["commit.manifest-merge.enabled"] = "false"
+        if self.rng.random() < 0.5:
+            props["write.metadata.previous-versions-max"] = str(self.rng.choice([1, 3, 10]))
+            props["write.metadata.delete-after-commit.enabled"] = self.rng.choice(["true", "false"])
+        return props
+
+    def op_commit_properties(self) -> None:
+        name = self.rng.choice(["db.main", "db.app"])
+        props = self.commit_properties()
+        with self.table(name).transaction() as tx:
+            tx.set_properties(props)
+        self.log(f"set commit properties of {name}: {props}")
+
+    def check_metadata_files(self) -> None:
+        """The metadata log stays within write.metadata.previous-versions-max, and every metadata file
+        it (and the table pointer) names still exists: deleting after commit never drops a live one."""
+        for name in ("db.main", "db.app"):
+            table = self.table(name)
+            limit = int(table.properties.get("write.metadata.previous-versions-max", "100"))
+            if len(table.metadata.metadata_log) > max(1, limit):
+                raise self.fail(f"{name}: metadata log has {len(table.metadata.metadata_log)} entries, max {limit}")
+            for location in [table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)]:
+                if not Path(location.removeprefix("file://")).exists():
+                    raise self.fail(f"{name}: metadata file {location} named by the table is gone")
+
     def op_spec_evolution(self, name: str | None = None) -> None:
         table = self.table("db.main")
         current = {f.name for f in table.spec().fields}
@@ -815,6 +850,7 @@ class World:
 
     def check(self) -> None:
         self.check_snapshots()
+        self.check_metadata_files()
         main = self.table("db.main")
         loc = main.metadata_location
         if self.verified.get("db.main") != loc:
