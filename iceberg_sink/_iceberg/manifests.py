@@ -4,21 +4,23 @@ checkpoints, and the files a table's metadata references."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 import attrs
 from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
     ManifestWriter,
+    ManifestWriterV1,
     ManifestWriterV2,
     data_file_with_partition,
     manifest_entry_schema_with_data_file,
-    write_manifest,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -52,12 +54,63 @@ def _spec_data_file_type(partition_type: StructType, format_version: TableVersio
     return manifest_entry_schema_with_data_file(format_version=format_version, data_file=StructType(*fields))
 
 
+BLOCK_ENTRIES = 100
+"""Manifest entries per Avro block (Iceberg Java's writers cut blocks at ~64 KB, about as many)."""
+
+
+class _BlockedAvroOutputFile(AvroOutputFile[ManifestEntry]):
+    """An Avro output file that writes entries in blocks of up to :data:`BLOCK_ENTRIES`.
+
+    PyIceberg 0.12's manifest writers write one block per entry, each compressed on its own: the
+    manifests come out many times larger (a 2,000-entry manifest: 316 KB instead of 9 KB) and are
+    slower to write and, for every reader, to read.
+    """
+
+    _pending: list[ManifestEntry]
+
+    def __enter__(self) -> _BlockedAvroOutputFile:
+        super().__enter__()
+        self._pending = []
+        return self
+
+    def write_block(self, objects: list[ManifestEntry]) -> None:
+        self._pending.extend(objects)
+        if len(self._pending) >= BLOCK_ENTRIES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            super().write_block(self._pending)
+            self._pending = []
+
+    def __exit__(
+        self, exctype: type[BaseException] | None, excinst: BaseException | None, exctb: TracebackType | None
+    ) -> None:
+        if exctype is None:
+            self._flush()
+        super().__exit__(exctype, excinst, exctb)
+
+
+class _ManifestWriterV1(ManifestWriterV1):
+    """PyIceberg 0.12's v1 manifest writer, writing blocks of many entries."""
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return _BlockedAvroOutputFile(
+            output_file=self._output_file,
+            file_schema=self._with_partition(1),
+            record_schema=self._with_partition(DEFAULT_READ_VERSION),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
 class _ManifestWriterV2(ManifestWriterV2):
-    """PyIceberg 0.12's v2 manifest writer with the spec's ``equality_ids`` type."""
+    """PyIceberg 0.12's v2 manifest writer with the spec's ``equality_ids`` type, writing blocks of
+    many entries."""
 
     def new_writer(self) -> AvroOutputFile[ManifestEntry]:
         partition_type = self._spec.partition_type(self._schema)
-        return AvroOutputFile[ManifestEntry](
+        return _BlockedAvroOutputFile(
             output_file=self._output_file,
             file_schema=_spec_data_file_type(partition_type, 2),
             record_schema=_spec_data_file_type(partition_type, 2),
@@ -93,7 +146,7 @@ def new_manifest_writer(
     if format_version == 1:
         if content == ManifestContent.DELETES:
             raise ValueError("format version 1 tables cannot hold delete files")
-        return write_manifest(1, spec, schema, output, snapshot_id, "deflate")
+        return _ManifestWriterV1(spec, schema, output, snapshot_id, "deflate")
     if format_version == 2:
         cls = _DeleteManifestWriterV2 if content == ManifestContent.DELETES else _ManifestWriterV2
         return cls(spec, schema, output, snapshot_id, "deflate")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -299,3 +300,36 @@ def test_a_malformed_merge_property_is_refused_naming_it(tmp_path: Path, value: 
     table = cat.load_table("db.t")
     with pytest.raises(ValueError, match=r"commit\.manifest\.min-count-to-merge"):
         producer.RowDelta(table, "main", producer.SnapshotChanges(), {})
+
+
+def avro_blocks(table: Table, path: str) -> int:
+    """Data blocks of an Avro file: each ends with the file's sync marker, as the header does."""
+    with AvroFile[object](table.io.new_input(path)) as avro:
+        sync = avro.header.sync
+    return Path(path.removeprefix("file://")).read_bytes().count(sync) - 1
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_manifests_hold_many_entries_per_avro_block_and_read_everywhere(
+    tmp_path: Path, java_reader: JavaIcebergReader, version: int
+) -> None:
+    cat = make_table(tmp_path, version, **{"commit.manifest.min-count-to-merge": "2"})
+    table = cat.load_table("db.t")
+    files = []
+    for i in range(250):
+        batch = pa.table({"id": pa.array([i], pa.int64()), "region": ["eu"], "v": [f"v{i}"]}, schema=SCHEMA.as_arrow())
+        files.extend(write_batches(writer_spec(table, checkpoint_id=0), batch).data_files)
+    table = producer.commit_prepared(
+        table, producer.RowDelta(table, "main", producer.SnapshotChanges(data_files=tuple(files)), {}).prepare()
+    )
+    one = pa.table({"id": pa.array([999], pa.int64()), "region": ["eu"], "v": ["x"]}, schema=SCHEMA.as_arrow())
+    more = write_batches(writer_spec(table, checkpoint_id=1), one).data_files
+    # The second commit merges both manifests into one of 251 entries (EXISTING and ADDED).
+    table = producer.commit_prepared(
+        table, producer.RowDelta(table, "main", producer.SnapshotChanges(data_files=more), {}).prepare()
+    )
+    [manifest] = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    assert manifest.existing_files_count == 250 and manifest.added_files_count == 1
+    assert avro_blocks(table, manifest.manifest_path) == 3
+    model = {i: ("eu", f"v{i}") for i in range(250)} | {999: ("eu", "x")}
+    check_readers(table.metadata_location, model, java_reader)
