@@ -26,7 +26,8 @@ the catalog commit, which parses and writes metadata.json), and the whole ``sink
 Every ``--sample-every`` checkpoints: metadata.json size, snapshot count, manifests listed by the
 current snapshot, and the metadata folder's file count and bytes. Reported: p50/p99 of the commit
 latency over an early window (checkpoints 1-20) and a late one (the last 20), their ratios, and the
-same over the first and last 100 checkpoints. After the run each table is read by DuckDB and
+same over the first and last 100 checkpoints, and the CPU other processes used meanwhile
+(``benchmarks/cpu_monitor.py``; in cores, per write). After the run each table is read by DuckDB and
 Iceberg Java and compared with the model (rows, sum of versions). JSON goes to stdout and ``--out``;
 progress to stderr.
 """
@@ -47,6 +48,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.cpu_monitor import ForeignCpuMonitor
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TABLE_DDL = "id long, v string, version long, lsn long, op string"
@@ -84,6 +87,11 @@ def window_stats(latency: dict[int, float], first: int, last: int) -> dict[str, 
     }
 
 
+def _mean_in(values: dict[int, float], first: int, last: int) -> float:
+    picked = [v for c, v in values.items() if first <= c <= last]
+    return statistics.fmean(picked) if picked else float("nan")
+
+
 class Stream:
     """One configuration: a CDC sink on its own table, its model and what was measured."""
 
@@ -108,6 +116,7 @@ class Stream:
         self.model: dict[int, tuple[str, int]] = {}
         self.commit_ms: dict[int, float] = {}
         self.write_s: dict[int, float] = {}
+        self.foreign_cores: dict[int, float] = {}
         self.samples: list[dict[str, Any]] = []
         self.expiries: list[dict[str, Any]] = []
 
@@ -215,6 +224,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     names = [n for n in CONFIGS if n in args.configs]
     streams = [Stream(name, CONFIGS[name], lake, work) for name in names]
     rng = random.Random(args.seed)
+    # Other processes' CPU use during each write: the machine may be shared (cpu_monitor.py).
+    monitor = ForeignCpuMonitor().start()
     started = time.perf_counter()
     try:
         lsn = 0
@@ -224,9 +235,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 lsn += len(rows)
                 df = spark.createDataFrame(rows, TABLE_DDL)
                 commits_before = stream.sink.metrics().commits
-                t0 = time.perf_counter()
+                t0, wall = time.perf_counter(), time.time()
                 stream.sink.write(df, checkpoint_location=stream.checkpoint_location, checkpoint_id=checkpoint)
                 stream.write_s[checkpoint] = time.perf_counter() - t0
+                foreign = monitor.between(wall, time.time())
+                if foreign is not None:
+                    stream.foreign_cores[checkpoint] = foreign / stream.write_s[checkpoint]
                 metrics = stream.sink.metrics()
                 if metrics.commits != commits_before + 1:
                     raise RuntimeError(f"{stream.name}: checkpoint {checkpoint} made no snapshot")
@@ -256,6 +270,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 )
         elapsed = time.perf_counter() - started
     finally:
+        monitor.stop()
         spark.stop()
     last = args.checkpoints - 1
     late = (max(EARLY[1] + 1, last - (EARLY[1] - EARLY[0])), last)
@@ -263,6 +278,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for stream in streams:
         early_w = window_stats(stream.commit_ms, *EARLY)
         late_w = window_stats(stream.commit_ms, *late)
+        early_w["foreign_cores_mean"] = _mean_in(stream.foreign_cores, *EARLY)
+        late_w["foreign_cores_mean"] = _mean_in(stream.foreign_cores, *late)
         first100 = window_stats(stream.commit_ms, 1, min(100, last))
         last100 = window_stats(stream.commit_ms, max(1, last - 99), last)
         results[stream.name] = {
@@ -285,6 +302,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "samples": stream.samples,
             "expiries": stream.expiries,
             "commit_ms_per_checkpoint": [round(stream.commit_ms[c], 2) for c in sorted(stream.commit_ms)],
+            "foreign_cores_per_checkpoint": [
+                round(stream.foreign_cores.get(c, -1.0), 2) for c in sorted(stream.commit_ms)
+            ],
         }
     verification = verify(streams, java=not args.no_java)
     for name, check in verification.items():

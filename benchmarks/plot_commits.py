@@ -63,14 +63,19 @@ def plot(result: dict[str, Any], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def _cores(window: dict[str, Any]) -> str:
+    value = window.get("foreign_cores_mean")
+    return "not measured" if value is None else f"{value:.2f} cores"
+
+
 def markdown(result: dict[str, Any]) -> str:
     w = result["windows"]
     rows = [
         f"| configuration | p50 ms, checkpoints {w['early'][0]}-{w['early'][1]} | p50 ms, {w['late'][0]}-{w['late'][1]} "
         f"| p50 ratio | p99 ms, {w['early'][0]}-{w['early'][1]} | p99 ms, {w['late'][0]}-{w['late'][1]} | p99 ratio "
         "| p50 / p99 ratio, last 100 vs first 100 | manifests at the end | metadata.json at the end | snapshots at the end "
-        "| metadata files at the end | read back (DuckDB, Java) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| metadata files at the end | other processes' CPU, early / late window | read back (DuckDB, Java) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in result["results"].items():
         c = r["commit_latency"]
@@ -84,7 +89,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {last['data_manifests']} data + {last['delete_manifests']} delete "
             f"| {last['metadata_json_bytes'] / 1024:.0f} KiB | {last['snapshots']} "
             f"| {last['metadata_json_files']} metadata.json, {last['metadata_folder_files']} files, "
-            f"{last['metadata_folder_bytes'] / 2**20:.1f} MiB | {'same rows as the model' if ok else 'MISMATCH'} |"
+            f"{last['metadata_folder_bytes'] / 2**20:.1f} MiB | {_cores(c['early'])} / {_cores(c['late'])} "
+            f"| {'same rows as the model' if ok else 'MISMATCH'} |"
         )
     return "\n".join(rows) + "\n"
 
