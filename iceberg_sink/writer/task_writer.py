@@ -3,7 +3,14 @@
 It receives Arrow batches, routes each row to the file of its Iceberg partition (fanout: several
 partitions may be open at once), buffers rows per file and flushes them as Parquet row groups, rolls
 a file when it reaches the target size, and on completion returns a :class:`WriteResult` listing
-every file with its column metrics. It holds no state beyond the task: if the task fails, the files
+every file with its column metrics.
+
+Memory is bounded by the number of open files, not by how many rows or partitions a task sees: at
+most ``spec.max_open_files`` files are open, and opening one more first closes the least recently
+used (its rows so far become a complete data file; a later row of that partition starts a new
+file). Each open file costs its output stream's buffer and Parquet writer state, and all buffered
+rows together stay under ``_TOTAL_BUFFER_FACTOR`` x ``spec.buffer_bytes`` plus one incoming batch
+(docs/benchmarks-memory.md measures this). It holds no state beyond the task: if the task fails, the files
 it wrote are deleted (best effort) and never reach the driver; leftovers are orphan files that no
 snapshot references.
 """
@@ -13,6 +20,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import IO, Any, cast
 
@@ -78,7 +86,6 @@ class RollingParquetWriter:
         self._writer: pq.ParquetWriter | None = None
         self._values = ColumnValueStats(schema, spec.properties)
         self.completed: list[DataFileMeta] = []
-        self.all_paths: list[str] = []
 
     def write(self, table: pa.Table) -> None:
         self._buffer.append(table)
@@ -103,7 +110,6 @@ class RollingParquetWriter:
 
     def _open(self) -> None:
         self._path = self._new_path()
-        self.all_paths.append(self._path)
         self._stream = self._io.new_output(self._path).create(overwrite=False)
         codec = self._spec.compression
         self._writer = pq.ParquetWriter(
@@ -152,7 +158,7 @@ class RollingParquetWriter:
         return self.completed
 
     def abort(self) -> None:
-        """Close without recording; the caller deletes :attr:`all_paths`."""
+        """Close without recording; the caller deletes the files its ``new_path`` named."""
         try:
             if self._writer is not None:
                 self._writer.close()
@@ -191,7 +197,12 @@ class TaskWriter:
         self._schema = spec.schema
         self._partition_spec = spec.partition_spec
         self._arrow_schema = files.arrow_schema(self._schema)
-        self._writers: dict[tuple[_Output, tuple[Any, ...]], RollingParquetWriter] = {}
+        # The open writers, least recently used first; closed writers leave their files in _written.
+        self._writers: OrderedDict[tuple[_Output, tuple[Any, ...]], RollingParquetWriter] = OrderedDict()
+        self._written: dict[_Output, list[DataFileMeta]] = {output: [] for output in _Output}
+        self._created_paths: list[str] = []  # every file this attempt created, for abort
+        self.peak_open_files = 0
+        self.evicted_files = 0  # writers closed early to stay within spec.max_open_files
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
             for f in self._partition_spec.fields
@@ -226,11 +237,23 @@ class TaskWriter:
             f"{self._task_id:05d}-{self._attempt_id}-{self._spec.job_id}-{self._spec.checkpoint_id:06d}-"
             f"{self._attempt_uuid}-{self._file_seq:05d}{kind}.parquet"
         )
-        return self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
+        path = self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
+        self._created_paths.append(path)
+        return path
+
+    @property
+    def open_files(self) -> int:
+        """Writers open now (each holds at most one open file and its buffered rows)."""
+        return len(self._writers)
 
     def _writer_for(self, output: _Output, values: tuple[Any, ...]) -> RollingParquetWriter:
         writer = self._writers.get((output, values))
-        if writer is None:
+        if writer is not None:
+            self._writers.move_to_end((output, values))
+        else:
+            if len(self._writers) >= self._spec.max_open_files:
+                self._close(next(iter(self._writers)))
+                self.evicted_files += 1
             partition = files.partition_values(self._partition_spec, self._schema, values)
             key = files.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
             deletes = output != _Output.DATA
@@ -245,7 +268,14 @@ class TaskWriter:
                 equality_ids=self._equality_ids if deletes else None,
             )
             self._writers[(output, values)] = writer
+            self.peak_open_files = max(self.peak_open_files, len(self._writers))
         return writer
+
+    def _close(self, key: tuple[_Output, tuple[Any, ...]]) -> None:
+        """Complete the files of one writer and forget it; the partition's next row opens a new one."""
+        # Closed before it leaves _writers, so that abort() still closes it if closing fails.
+        self._written[key[0]].extend(self._writers[key].close())
+        del self._writers[key]
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
@@ -331,9 +361,9 @@ class TaskWriter:
             largest.flush()
 
     def complete(self) -> WriteResult:
-        written: dict[_Output, list[DataFileMeta]] = {output: [] for output in _Output}
-        for (output, _), writer in self._writers.items():
-            written[output].extend(writer.close())
+        for key in list(self._writers):
+            self._close(key)
+        written = self._written
         return WriteResult(
             data_files=tuple(written[_Output.DATA]),
             delete_files=tuple(written[_Output.DELETES]),
@@ -344,10 +374,12 @@ class TaskWriter:
         )
 
     def abort(self) -> None:
+        """Close the open files and delete every file this attempt created, closed ones included."""
         for writer in self._writers.values():
             writer.abort()
-            for path in writer.all_paths:
-                try:
-                    self._io.delete(path)
-                except Exception:
-                    logger.warning("could not delete %s after a failed write", path)
+        self._writers.clear()
+        for path in self._created_paths:
+            try:
+                self._io.delete(path)
+            except Exception:
+                logger.warning("could not delete %s after a failed write", path)
