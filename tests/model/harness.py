@@ -297,6 +297,9 @@ class World:
         self.renames = 0
         compaction = "compaction" not in self.skip
         every = self.rng.choice([3, 4, 6])
+        # Drawn from its own generator so that adding it kept every seed's operation sequence. Small
+        # limits make writer tasks close least recently used files and cut partitions into several.
+        self.max_open_files = random.Random(f"max-open-files-{seed}").choice([1, 2, 3, 100])
         self.jobs: dict[str, SinkJob] = {
             "cdc": SinkJob(
                 "cdc",
@@ -337,7 +340,12 @@ class World:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _builder(self, table: str) -> Any:
-        return IcebergSink.builder().catalog("model", **self.catalog_props).table(table)
+        return (
+            IcebergSink.builder()
+            .catalog("model", **self.catalog_props)
+            .table(table)
+            .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
+        )
 
     def _cdc_builder(self, compaction: bool, every: int) -> IcebergSink:
         builder = self._builder("db.main").cdc(op_column="op", key=["id"], order_by="lsn")
@@ -864,7 +872,7 @@ class World:
         started = time.monotonic()
         kinds = [k for k in OPERATIONS if k not in self.skip]
         weights = [OPERATIONS[k] for k in kinds]
-        self.log(f"seed {self.seed}, {steps} steps, operations {kinds}")
+        self.log(f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, operations {kinds}")
         for _ in range(steps):
             kind = self.rng.choices(kinds, weights)[0]
             try:
