@@ -49,6 +49,8 @@ def test_append_over_more_partitions_than_open_files(
         # Rows stay in their (unclustered) Spark partitions: each task sees all 60 partitions.
         .distribution_mode("none")
         .write_option("iceberg-sink.writer.max-open-files", 4)
+        # Flush every slice at once, so that each partition's file is open from its first row.
+        .write_option("iceberg-sink.writer.buffer-bytes", 1)
         .build()
     )
     sink.write(df)
@@ -75,6 +77,7 @@ def test_cdc_with_repeated_keys_across_evicted_files(
         .create_if_missing(partition_by=["region", "bucket(16, id)"])
         .cdc(op_column="op", key=["id", "region"], order_by="lsn")
         .write_option("iceberg-sink.writer.max-open-files", 2)
+        .write_option("iceberg-sink.writer.buffer-bytes", 1)
         .build()
     )
     lsn = 0
