@@ -312,14 +312,39 @@ def open_files_per_task(partitions: int, max_open_files: int) -> int:
     return min(max(partitions, 1), max_open_files)
 
 
+def markdown_table(report: dict[str, Any]) -> str:
+    """The results table of docs/benchmarks-memory.md, in MiB."""
+    unlimited = report["settings"]["unlimited_max_open_files"]
+    rows = [
+        "| case | rows | partitions | max open files | data files | s | worker peak | worker bound "
+        "| worker base | driver Python peak | driver Python bound | driver JVM peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in report["cases"]:
+        peak, base = c["peak_bytes"], c["base_bytes"]
+        limit = "unlimited" if c["max_open_files"] == unlimited else str(c["max_open_files"])
+        kind = c["kind"].replace("_", " ") + (f" ({c['distribution']})" if c.get("distribution") else "")
+        rows.append(
+            f"| {kind} | {c['rows']:,} | {c['partitions'] or '-'} | {limit} | {c['added_data_files']:,} "
+            f"| {c['seconds']} | {peak['worker_max'] / MIB:.0f} | {c['worker_bound_bytes'] / MIB:.0f} "
+            f"| {base['worker_max'] / MIB:.0f} | {peak['driver_python'] / MIB:.0f} "
+            f"| {c.get('driver_python_bound_bytes', 0) / MIB:.0f} | {peak['driver_jvm'] / MIB:.0f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="10000,100000,1000000,10000000")
     parser.add_argument("--partitions", default="1,10,100,1000")
     parser.add_argument("--partition-rows", default="100000,2000000")
     parser.add_argument("--out", default="benchmarks/results/memory.json")
+    parser.add_argument("--markdown", metavar="JSON", help="print the docs table of a result file and exit")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(markdown_table(json.loads(Path(args.markdown).read_text())))
+        return
     if args.case:
         print(json.dumps(run_case(json.loads(args.case))), flush=True)
         return
