@@ -113,6 +113,14 @@ WRITER_BUFFER_BYTES = Option(
     table_property=False,
     minimum=1,
 )
+WRITER_MAX_OPEN_FILES = Option(
+    "iceberg-sink.writer.max-open-files",
+    int,
+    100,
+    "Files one writer task keeps open; past it the least recently used is closed (its partition gets a new file).",
+    table_property=False,
+    minimum=1,
+)
 COMMIT_NUM_RETRIES = Option(
     "commit.retry.num-retries", int, 4, "Commit attempts after the first when another writer won.", minimum=0
 )
@@ -180,6 +188,7 @@ OPTIONS: tuple[Option, ...] = (
     PARQUET_ROW_GROUP_LIMIT,
     DISTRIBUTION_MODE,
     WRITER_BUFFER_BYTES,
+    WRITER_MAX_OPEN_FILES,
     COMMIT_NUM_RETRIES,
     COMMIT_MIN_WAIT_MS,
     COMMIT_MAX_WAIT_MS,

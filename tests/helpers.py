@@ -28,6 +28,7 @@ def writer_spec(table: Table, job_id: str = "job", checkpoint_id: int = 0, **ove
         "checkpoint_id": checkpoint_id,
         "target_file_size": resolved.get(options.TARGET_FILE_SIZE_BYTES),
         "buffer_bytes": resolved.get(options.WRITER_BUFFER_BYTES),
+        "max_open_files": resolved.get(options.WRITER_MAX_OPEN_FILES),
         "row_group_limit": resolved.get(options.PARQUET_ROW_GROUP_LIMIT),
         "compression": resolved.get(options.PARQUET_COMPRESSION),
         "compression_level": -1,

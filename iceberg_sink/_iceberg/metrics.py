@@ -157,8 +157,8 @@ def _leaves(
             yield _Leaf(path, field.field_id, field.field_type, bounds, mode.length if truncates else None)
 
 
-def _leaf_array(table: pa.Table, path: tuple[str, ...]) -> pa.Array:
-    array: pa.Array = table.column(path[0]).combine_chunks()
+def _leaf_array(batch: pa.RecordBatch, path: tuple[str, ...]) -> pa.Array:
+    array: pa.Array = batch.column(path[0])
     for name in path[1:]:
         assert isinstance(array, pa.StructArray)
         # flatten() applies the struct's own nulls to its children: a field of a null struct is null.
@@ -195,11 +195,16 @@ class ColumnValueStats:
 
     def update(self, table: pa.Table) -> None:
         """Fold the values of ``table`` (in the file's Arrow schema) into the running statistics."""
+        # Batch by batch: combining a column's chunks would copy it, and a flush can be large.
+        for batch in table.to_batches():
+            self._update(batch)
+
+    def _update(self, batch: pa.RecordBatch) -> None:
         for leaf in self._leaves:
             floating = isinstance(leaf.field_type, FloatType | DoubleType)
             if not leaf.bounds and not floating:
                 continue
-            array = _leaf_array(table, leaf.path)
+            array = _leaf_array(batch, leaf.path)
             if floating:
                 self._nans[leaf.field_id] = self._nans.get(leaf.field_id, 0) + (pc.sum(pc.is_nan(array)).as_py() or 0)
             if not leaf.bounds:

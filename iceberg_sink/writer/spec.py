@@ -16,6 +16,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.locations import LocationProvider, load_location_provider
 
+from iceberg_sink.options import WRITER_MAX_OPEN_FILES
 from iceberg_sink.table.key_bounds import KeyBounds
 
 
@@ -49,6 +50,8 @@ class WriterSpec:
         new_key_proof: the table's key bounds when the checkpoint began (see table/key_bounds.py):
             the equality deletes of rows whose key is outside them go to conditional delete files,
             committed only if the proof fails at commit. None: every delete is unconditional.
+        max_open_files: files a task keeps open at once; past it the least recently used one is
+            closed (see TaskWriter), which bounds a task's memory however many partitions it sees.
     """
 
     table_name: str
@@ -67,6 +70,7 @@ class WriterSpec:
     equality_field_ids: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
     op_column: str | None = None
     new_key_proof: KeyBounds | None = None
+    max_open_files: int = WRITER_MAX_OPEN_FILES.default
 
     @cached_property
     def schema(self) -> Schema:

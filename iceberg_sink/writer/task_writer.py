@@ -3,7 +3,15 @@
 It receives Arrow batches, routes each row to the file of its Iceberg partition (fanout: several
 partitions may be open at once), buffers rows per file and flushes them as Parquet row groups, rolls
 a file when it reaches the target size, and on completion returns a :class:`WriteResult` listing
-every file with its column metrics. It holds no state beyond the task: if the task fails, the files
+every file with its column metrics.
+
+Memory is bounded by the number of open files, not by how many rows or partitions a task sees: at
+most ``spec.max_open_files`` Parquet files are open, and opening one more first closes the one
+whose partition was least recently written to (its rows so far become a complete data file; a later
+flush of that partition starts a new file). Each open file costs its output stream's buffer and
+Parquet writer state. Rows waiting for their first flush only cost their buffer, and all buffered
+rows together stay under ``_TOTAL_BUFFER_FACTOR`` x ``spec.buffer_bytes`` plus one incoming batch
+(docs/benchmarks-memory.md measures this). It holds no state beyond the task: if the task fails, the files
 it wrote are deleted (best effort) and never reach the driver; leftovers are orphan files that no
 snapshot references.
 """
@@ -13,6 +21,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import IO, Any, cast
 
@@ -36,6 +45,13 @@ logger = logging.getLogger(__name__)
 # Flush the largest open file's buffer when all buffers together pass this many times the
 # per-file buffer: bounds memory when one task sees many partitions.
 _TOTAL_BUFFER_FACTOR = 4
+# What one buffered slice costs beyond its Arrow buffers, per column (C++ array objects and Python
+# wrappers, about 750 bytes measured with pyarrow 26): counted in buffered_bytes, so that many tiny
+# slices (a batch spread over many partitions) cannot hide their size from the bounds above.
+_SLICE_OVERHEAD_PER_COLUMN = 1024
+# A writer's run of this many small slices (below _SMALL_SLICE_BYTES on average) is combined into one.
+_SLICES_TO_COMBINE = 16
+_SMALL_SLICE_BYTES = 64 * 1024
 
 
 def _bound_scalar(value: Any, arrow_type: pa.DataType) -> pa.Scalar | None:
@@ -62,6 +78,7 @@ class RollingParquetWriter:
         partition: tuple[Any, ...],
         content: FileContent = FileContent.DATA,
         equality_ids: tuple[int, ...] | None = None,
+        before_open: Callable[[], None] = lambda: None,
     ) -> None:
         self._spec = spec
         self._io = io
@@ -71,26 +88,42 @@ class RollingParquetWriter:
         self._partition = partition
         self._content = content
         self._equality_ids = equality_ids
+        self._before_open = before_open
         self._buffer: list[pa.Table] = []
+        self._uncombined = 0  # slices at the end of _buffer not combined yet
         self.buffered_bytes = 0
         self._path: str | None = None
         self._stream: Any = None
         self._writer: pq.ParquetWriter | None = None
         self._values = ColumnValueStats(schema, spec.properties)
         self.completed: list[DataFileMeta] = []
-        self.all_paths: list[str] = []
 
     def write(self, table: pa.Table) -> None:
+        overhead = _SLICE_OVERHEAD_PER_COLUMN * table.num_columns
         self._buffer.append(table)
-        self.buffered_bytes += table.nbytes
+        self.buffered_bytes += table.nbytes + overhead
+        self._uncombined += 1
         if self.buffered_bytes >= self._spec.buffer_bytes:
             self.flush()
+        elif self._uncombined >= _SLICES_TO_COMBINE:
+            self._combine_tail(overhead)
+
+    def _combine_tail(self, overhead: int) -> None:
+        """Copy a run of tiny slices into one table: their per-slice objects outweigh the copy."""
+        tail = self._buffer[-self._uncombined :]
+        size = sum(t.nbytes for t in tail)
+        if size < _SMALL_SLICE_BYTES * len(tail):
+            combined = pa.concat_tables(tail).combine_chunks()
+            self._buffer[-self._uncombined :] = [combined]
+            self.buffered_bytes += combined.nbytes - size - overhead * (len(tail) - 1)
+        self._uncombined = 0
 
     def flush(self) -> None:
         if not self._buffer:
             return
         table = pa.concat_tables(self._buffer)
         self._buffer = []
+        self._uncombined = 0
         self.buffered_bytes = 0
         if self._writer is None:
             self._open()
@@ -101,9 +134,14 @@ class RollingParquetWriter:
         if self._stream.tell() >= self._spec.target_file_size:
             self._close_file()
 
+    @property
+    def is_open(self) -> bool:
+        """Whether a Parquet file is open (it holds an output stream and writer state)."""
+        return self._writer is not None
+
     def _open(self) -> None:
+        self._before_open()
         self._path = self._new_path()
-        self.all_paths.append(self._path)
         self._stream = self._io.new_output(self._path).create(overwrite=False)
         codec = self._spec.compression
         self._writer = pq.ParquetWriter(
@@ -152,7 +190,7 @@ class RollingParquetWriter:
         return self.completed
 
     def abort(self) -> None:
-        """Close without recording; the caller deletes :attr:`all_paths`."""
+        """Close without recording; the caller deletes the files its ``new_path`` named."""
         try:
             if self._writer is not None:
                 self._writer.close()
@@ -191,7 +229,13 @@ class TaskWriter:
         self._schema = spec.schema
         self._partition_spec = spec.partition_spec
         self._arrow_schema = files.arrow_schema(self._schema)
-        self._writers: dict[tuple[_Output, tuple[Any, ...]], RollingParquetWriter] = {}
+        # Live writers (an open file, buffered rows or both), least recently written to first.
+        # Writers closed early leave their files in _written.
+        self._writers: OrderedDict[tuple[_Output, tuple[Any, ...]], RollingParquetWriter] = OrderedDict()
+        self._written: dict[_Output, list[DataFileMeta]] = {output: [] for output in _Output}
+        self._created_paths: list[str] = []  # every file this attempt created, for abort
+        self.peak_open_files = 0
+        self.evicted_files = 0  # files closed early to stay within spec.max_open_files
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
             for f in self._partition_spec.fields
@@ -226,11 +270,30 @@ class TaskWriter:
             f"{self._task_id:05d}-{self._attempt_id}-{self._spec.job_id}-{self._spec.checkpoint_id:06d}-"
             f"{self._attempt_uuid}-{self._file_seq:05d}{kind}.parquet"
         )
-        return self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
+        path = self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
+        self._created_paths.append(path)
+        return path
+
+    @property
+    def open_files(self) -> int:
+        """Parquet files open now."""
+        return sum(1 for writer in self._writers.values() if writer.is_open)
+
+    def _make_room(self) -> None:
+        """Called before a writer opens a file: close the least recently used open one if at the limit."""
+        open_now = self.open_files
+        if open_now >= self._spec.max_open_files:
+            key = next(k for k, w in self._writers.items() if w.is_open)
+            self._close(key)
+            self.evicted_files += 1
+            open_now -= 1
+        self.peak_open_files = max(self.peak_open_files, open_now + 1)
 
     def _writer_for(self, output: _Output, values: tuple[Any, ...]) -> RollingParquetWriter:
         writer = self._writers.get((output, values))
-        if writer is None:
+        if writer is not None:
+            self._writers.move_to_end((output, values))
+        else:
             partition = files.partition_values(self._partition_spec, self._schema, values)
             key = files.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
             deletes = output != _Output.DATA
@@ -243,9 +306,16 @@ class TaskWriter:
                 partition,
                 content=FileContent.EQUALITY_DELETES if deletes else FileContent.DATA,
                 equality_ids=self._equality_ids if deletes else None,
+                before_open=self._make_room,
             )
             self._writers[(output, values)] = writer
         return writer
+
+    def _close(self, key: tuple[_Output, tuple[Any, ...]]) -> None:
+        """Complete the files of one writer and forget it; the partition's next row starts a new one."""
+        # Closed before it leaves _writers, so that abort() still closes it if closing fails.
+        self._written[key[0]].extend(self._writers[key].close())
+        del self._writers[key]
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
@@ -324,16 +394,15 @@ class TaskWriter:
             yield values, table.take(pa.array(rows, pa.int64())) if len(rows) != table.num_rows else table
 
     def _bound_memory(self) -> None:
-        total = sum(w.buffered_bytes for w in self._writers.values())
-        while total > self._spec.buffer_bytes * _TOTAL_BUFFER_FACTOR:
-            largest = max(self._writers.values(), key=lambda w: w.buffered_bytes)
-            total -= largest.buffered_bytes
-            largest.flush()
+        # Summed again after each flush: opening a file may close another, which flushes it too.
+        while sum(w.buffered_bytes for w in self._writers.values()) > self._spec.buffer_bytes * _TOTAL_BUFFER_FACTOR:
+            max(self._writers.values(), key=lambda w: w.buffered_bytes).flush()
 
     def complete(self) -> WriteResult:
-        written: dict[_Output, list[DataFileMeta]] = {output: [] for output in _Output}
-        for (output, _), writer in self._writers.items():
-            written[output].extend(writer.close())
+        while self._writers:
+            # One at a time: a writer that only buffered rows opens its file here, within the limit.
+            self._close(next(iter(self._writers)))
+        written = self._written
         return WriteResult(
             data_files=tuple(written[_Output.DATA]),
             delete_files=tuple(written[_Output.DELETES]),
@@ -344,10 +413,12 @@ class TaskWriter:
         )
 
     def abort(self) -> None:
+        """Close the open files and delete every file this attempt created, closed ones included."""
         for writer in self._writers.values():
             writer.abort()
-            for path in writer.all_paths:
-                try:
-                    self._io.delete(path)
-                except Exception:
-                    logger.warning("could not delete %s after a failed write", path)
+        self._writers.clear()
+        for path in self._created_paths:
+            try:
+                self._io.delete(path)
+            except Exception:
+                logger.warning("could not delete %s after a failed write", path)

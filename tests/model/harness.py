@@ -300,6 +300,12 @@ class World:
         self.renames = 0
         compaction = "compaction" not in self.skip
         every = self.rng.choice([3, 4, 6])
+        # Drawn from a generator of their own so that adding them kept every seed's operation
+        # sequence. Small buffers open files early; small limits then make writer tasks close the
+        # least recently used ones, cutting a partition into several files in one checkpoint.
+        writer_rng = random.Random(f"max-open-files-{seed}")
+        self.max_open_files = writer_rng.choice([1, 2, 3, 100])
+        self.buffer_bytes = writer_rng.choice([1, 4096, 16 * 1024 * 1024])
         self.jobs: dict[str, SinkJob] = {
             "cdc": SinkJob(
                 "cdc",
@@ -340,7 +346,13 @@ class World:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _builder(self, table: str) -> Any:
-        return IcebergSink.builder().catalog("model", **self.catalog_props).table(table)
+        return (
+            IcebergSink.builder()
+            .catalog("model", **self.catalog_props)
+            .table(table)
+            .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
+            .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
+        )
 
     def _cdc_builder(self, compaction: bool, every: int) -> IcebergSink:
         builder = self._builder("db.main").cdc(op_column="op", key=["id"], order_by="lsn")
@@ -900,7 +912,10 @@ class World:
         started = time.monotonic()
         kinds = [k for k in OPERATIONS if k not in self.skip]
         weights = [OPERATIONS[k] for k in kinds]
-        self.log(f"seed {self.seed}, {steps} steps, operations {kinds}")
+        self.log(
+            f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, "
+            f"buffer-bytes {self.buffer_bytes}, operations {kinds}"
+        )
         for _ in range(steps):
             kind = self.rng.choices(kinds, weights)[0]
             try:

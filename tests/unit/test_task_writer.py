@@ -198,3 +198,99 @@ def test_failed_task_deletes_its_files(catalog: Catalog) -> None:
     assert len(list(data_dir.iterdir())) == 2
     writer.abort()
     assert list(data_dir.iterdir()) == []
+
+
+def _many_partitions(n: int, partitions: int, offset: int = 0) -> pa.Table:
+    """``n`` rows whose ``name`` cycles through ``partitions`` values, so every batch touches them all."""
+    return pa.table(
+        {
+            "id": pa.array(range(offset, offset + n), pa.int64()),
+            "name": [f"p{(offset + i) % partitions:04d}" for i in range(n)],
+            "score": [float(i) for i in range(n)],
+        }
+    )
+
+
+def test_open_files_stay_under_the_limit_and_every_row_is_written_once(catalog: Catalog) -> None:
+    from iceberg_sink.writer.task_writer import TaskWriter
+
+    table = make_table(catalog, "lru", PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name")))
+    # A one-byte buffer flushes every write: each partition's file is opened at its first row.
+    spec = writer_spec(table, max_open_files=3, buffer_bytes=1)
+    writer = TaskWriter(spec, task_id=0, attempt_id=0)
+    batches = [_many_partitions(50, 10, offset=i * 50) for i in range(4)]
+    for batch in batches:
+        writer.write(batch)
+        assert writer.open_files <= 3
+    result = writer.complete()
+    assert writer.peak_open_files == 3
+    # 10 partitions through 3 slots, visited round robin: every visit after the first three evicts.
+    assert writer.evicted_files > 0
+    assert len(result.data_files) == writer.evicted_files + 3
+    assert len({f.path for f in result.data_files}) == len(result.data_files)
+    written = pa.concat_tables(pq.read_table(f.path.removeprefix("file://")) for f in result.data_files)
+    assert sorted(written["id"].to_pylist()) == list(range(200))
+    for meta in result.data_files:
+        rows_of_file = pq.read_table(meta.path.removeprefix("file://"))
+        assert meta.record_count == rows_of_file.num_rows
+        assert set(rows_of_file["name"].to_pylist()) == {meta.partition[0]}
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    on_disk = {str(p) for p in data_dir.rglob("*.parquet")}
+    assert on_disk == {f.path.removeprefix("file://") for f in result.data_files}
+
+
+def test_without_pressure_a_partition_keeps_one_file(catalog: Catalog) -> None:
+    from iceberg_sink.writer.task_writer import TaskWriter
+
+    table = make_table(catalog, "lru_wide", PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name")))
+    writer = TaskWriter(writer_spec(table, max_open_files=10, buffer_bytes=1), task_id=0, attempt_id=0)
+    for i in range(4):
+        writer.write(_many_partitions(50, 10, offset=i * 50))
+    result = writer.complete()
+    assert writer.evicted_files == 0 and writer.peak_open_files == 10
+    assert len(result.data_files) == 10
+
+
+def test_rows_waiting_for_their_first_flush_hold_no_file(catalog: Catalog) -> None:
+    from iceberg_sink.writer.task_writer import TaskWriter
+
+    table = make_table(catalog, "lru_buffered", PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name")))
+    writer = TaskWriter(writer_spec(table, max_open_files=2), task_id=0, attempt_id=0)
+    for i in range(4):
+        writer.write(_many_partitions(50, 10, offset=i * 50))
+    assert writer.open_files == 0
+    result = writer.complete()
+    # Buffers (bounded together by the buffer size) are not files: each partition still gets one.
+    assert writer.evicted_files == 0 and writer.peak_open_files == 1
+    assert len(result.data_files) == 10
+    assert sum(f.record_count for f in result.data_files) == 200
+
+
+def test_flushes_past_the_total_buffer_open_files_within_the_limit(catalog: Catalog) -> None:
+    from iceberg_sink.writer.task_writer import TaskWriter
+
+    table = make_table(catalog, "lru_total", PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name")))
+    batch = _many_partitions(400, 40)
+    # Per-file buffer far above a batch's slice, total buffer below a batch: only the total bound flushes.
+    writer = TaskWriter(writer_spec(table, max_open_files=5, buffer_bytes=batch.nbytes // 8), task_id=0, attempt_id=0)
+    for i in range(6):
+        writer.write(_many_partitions(400, 40, offset=i * 400))
+        assert writer.open_files <= 5
+    result = writer.complete()
+    assert writer.peak_open_files == 5 and writer.evicted_files > 0
+    assert sorted(
+        pa.concat_tables(pq.read_table(f.path.removeprefix("file://")) for f in result.data_files)["id"].to_pylist()
+    ) == list(range(2400))
+
+
+def test_abort_deletes_files_the_lru_already_closed(catalog: Catalog) -> None:
+    from iceberg_sink.writer.task_writer import TaskWriter
+
+    table = make_table(catalog, "lru_abort", PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name")))
+    writer = TaskWriter(writer_spec(table, max_open_files=2, buffer_bytes=1), task_id=0, attempt_id=0)
+    writer.write(_many_partitions(30, 6))
+    assert writer.evicted_files > 0
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    assert list(data_dir.rglob("*.parquet"))
+    writer.abort()
+    assert list(data_dir.rglob("*.parquet")) == []
