@@ -283,3 +283,36 @@ def test_streaming_with_background_conversion_and_compaction(
     table = sink.load_table()
     assert not files_by_content(table)[2]
     check_reads(java_reader, table, model)
+
+
+def test_conversion_after_the_key_was_widened_and_columns_renamed(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Old data and delete files hold the key as int under its old name; new ones as long under the
+    new name. Keys are looked up by field id and compared after widening."""
+    from pyiceberg.types import LongType
+
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.w").create_if_missing().upsert(key=["k"]).build()
+    model: dict[int, str] = {}
+
+    def upsert(rows: list[tuple[int, str]], ddl: str) -> None:
+        sink.write(spark.createDataFrame(rows, ddl).repartition(2))
+        model.update(dict(rows))
+
+    for batch in range(3):
+        upsert([(i, f"v{batch}-{i}") for i in range(batch * 5, batch * 5 + 20)], "k int, v string")
+    table = sink.load_table()
+    with table.update_schema() as update:
+        update.update_column("k", LongType())
+        update.rename_column("k", "key")
+        update.rename_column("v", "value")
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.w").upsert(key=["key"]).build()
+    big = 2**33
+    upsert([(3, "new-3"), (17, "new-17"), (big, "big")], "key long, value string")
+    upsert([(big, "big-2"), (4, "new-4")], "key long, value string")
+    result = convert_equality_deletes(sink.load_table)
+    table = sink.load_table()
+    assert result.snapshot_id is not None and not files_by_content(table)[2]
+    want = sorted(model.items())
+    for read in (java_reader.read(table.metadata_location), duckdb_read(table.metadata_location)):
+        assert sorted(zip(read.column("key").to_pylist(), read.column("value").to_pylist(), strict=True)) == want

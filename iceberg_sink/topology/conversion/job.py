@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 
 import attrs
@@ -122,6 +122,34 @@ class ConversionResult:
     duration_ms: float = 0.0
 
 
+class KeyColumnCache:
+    """Key columns of data files read by earlier conversions, least recently used out past ``max_bytes``.
+
+    Data files never change, so a file's key columns, projected to one schema, can be reused by the
+    next conversion (a trigger keeps one cache): a run then mostly reads the files added since.
+    """
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self._max = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[tuple[str, int, frozenset[int]], pa.Table] = OrderedDict()
+
+    def get(self, key: tuple[str, int, frozenset[int]]) -> pa.Table | None:
+        table = self._entries.get(key)
+        if table is not None:
+            self._entries.move_to_end(key)
+        return table
+
+    def put(self, key: tuple[str, int, frozenset[int]], table: pa.Table) -> None:
+        if key in self._entries or table.nbytes > self._max:
+            return
+        self._entries[key] = table
+        self._bytes += table.nbytes
+        while self._bytes > self._max:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes
+
+
 class _PlanInvalidated(Exception):
     """A concurrent commit made the plan wrong (see the module docstring): plan again."""
 
@@ -200,7 +228,9 @@ def _new_path(table: Table, data: DataFileMeta, name: str) -> str:
         return data.path.rsplit("/", 1)[0] + "/" + name
 
 
-def write_conversion(table: Table, the_plan: ConversionPlan) -> tuple[list[DataFileMeta], list[str], int]:
+def write_conversion(
+    table: Table, the_plan: ConversionPlan, cache: KeyColumnCache | None = None
+) -> tuple[list[DataFileMeta], list[str], int]:
     """Look the planned keys up and write the position delete files.
 
     Returns the new position delete files, the old position delete files merged into them, and the
@@ -227,9 +257,15 @@ def write_conversion(table: Table, the_plan: ConversionPlan) -> tuple[list[DataF
             by_ids: dict[tuple[int, ...], list[LiveFile]] = defaultdict(list)
             for e in target.equality_deletes:
                 by_ids[tuple(e.meta.equality_ids or ())].append(e)
-            wanted = key_schema(schema, {i for ids in by_ids for i in ids})
-            rows = read_projected(io, target.data.meta.path, wanted, only_needed_columns=True)
-            read += 1
+            needed = frozenset(i for ids in by_ids for i in ids)
+            wanted = key_schema(schema, needed)
+            cache_key = (target.data.meta.path, schema.schema_id, needed)
+            rows = cache.get(cache_key) if cache is not None else None
+            if rows is None:
+                rows = read_projected(io, target.data.meta.path, wanted, only_needed_columns=True)
+                read += 1
+                if cache is not None:
+                    cache.put(cache_key, rows)
             if rows.num_rows != target.data.meta.record_count:
                 raise ValueError(
                     f"{target.data.meta.path}: expected {target.data.meta.record_count} rows (its manifest entry), "
@@ -305,6 +341,7 @@ def convert_equality_deletes(
     branch: str = "main",
     retry: RetryPolicy | None = None,
     max_replans: int = 3,
+    cache: KeyColumnCache | None = None,
 ) -> ConversionResult:
     """Convert the live equality deletes of ``branch`` into file-scoped position deletes, once.
 
@@ -315,6 +352,7 @@ def convert_equality_deletes(
         retry: backoff when the branch head moves under the commit.
         max_replans: plans discarded on conflict (see the module docstring) before giving up; giving
             up commits nothing and is not an error (the equality deletes stay and stay correct).
+        cache: key columns kept from earlier runs (a post-commit trigger keeps one), or None.
     """
     started = time.monotonic()
     retry = retry or RetryPolicy()
@@ -324,7 +362,7 @@ def convert_equality_deletes(
         the_plan = plan_conversion(table, branch)
         if the_plan is None:
             return ConversionResult(replans=replans, duration_ms=(time.monotonic() - started) * 1000)
-        added, merged, read = write_conversion(table, the_plan)
+        added, merged, read = write_conversion(table, the_plan, cache)
         removed = frozenset({e.meta.path for e in the_plan.equality_deletes} | set(merged))
         try:
             outcome = commit_with_retry(

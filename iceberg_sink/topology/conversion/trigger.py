@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.topology.conversion.config import ConversionConfig
-from iceberg_sink.topology.conversion.job import ConversionResult, convert_equality_deletes
+from iceberg_sink.topology.conversion.job import ConversionResult, KeyColumnCache, convert_equality_deletes
 from iceberg_sink.topology.hooks import CommitResult
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ class ConversionTrigger:
         self.last_result: ConversionResult | None = None
         self.last_error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        # Data files never change: their key columns are reused by the next conversions.
+        self._cache = KeyColumnCache()
 
     def should_run(self, result: CommitResult) -> bool:
         c = self._config
@@ -98,7 +100,9 @@ class ConversionTrigger:
 
     def _run_locked(self, lock: threading.Lock) -> None:
         try:
-            result = convert_equality_deletes(self._load_table, self._branch, max_replans=self._config.max_replans)
+            result = convert_equality_deletes(
+                self._load_table, self._branch, max_replans=self._config.max_replans, cache=self._cache
+            )
         except Exception as e:
             self.last_error = e
             self._metrics.add(conversions_failed=1)
