@@ -1,6 +1,7 @@
 """CDC benchmark: per-batch upsert latency of iceberg_sink vs ``foreachBatch`` + ``MERGE INTO``.
 
     .venv/bin/python -m benchmarks.cdc [--rows 1000000] [--batches 30] [--batch-size 10000]
+                                       [--convert N] [--scan-every K]
                                        [--out benchmarks/results/cdc.json]
 
 One invocation runs both systems on this machine, one after the other, each in a fresh process of
@@ -23,6 +24,12 @@ summary statistics skip the first ``--warmup`` batches (JIT, class loading, Pyth
 the last batch, both tables are read back with Iceberg Java (PyIceberg cannot apply equality
 deletes) and compared with the generator's expected state: row count, distinct ids, the sum of
 ``version`` and a few hundred sampled rows; a full aggregate scan of each is timed too.
+
+``--convert N`` runs the sink with the equality-delete conversion every N commits, in the background
+beside the batches (topology/conversion). ``--scan-every K`` records the sink's table right after
+every K-th batch (and the last) and times, with Iceberg Java after all batches, a full scan of it and
+of the MERGE table at its snapshot of the same batch: ``systems.iceberg_sink.scan_points`` holds
+both medians and their ratio per point (docs/benchmarks-cdc-read.md).
 
 The machine may be shared with other work: before the load and before each batch the drivers wait
 (up to ``--wait-quiet`` seconds) until other processes go quiet, and the CPU time other processes
@@ -205,6 +212,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scans", type=int, default=3, help="timed full scans of each final table with Iceberg Java (default 3)"
     )
+    parser.add_argument(
+        "--convert",
+        type=int,
+        default=0,
+        help="run the sink with .convert_equality_deletes(every_n_commits=N) in the background (default 0: off)",
+    )
+    parser.add_argument(
+        "--scan-every",
+        type=int,
+        default=0,
+        help="time full scans of both tables as of every K-th batch and the last (default 0: the final tables only)",
+    )
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "benchmarks" / "results" / "cdc.json")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {', '.join(SYSTEMS)}")
     parser.add_argument("--cores", type=int, default=2, help="local[N] of both Spark sessions (default 2)")
@@ -226,6 +245,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--systems: expected a subset of {', '.join(SYSTEMS)}, received {unknown or 'nothing'}")
     if args.warmup < 0 or args.batches < 1 or args.scans < 1:
         parser.error("--batches and --scans must be at least 1, --warmup at least 0")
+    if args.convert < 0 or args.scan_every < 0:
+        parser.error(f"--convert and --scan-every: expected >= 0, received {args.convert} and {args.scan_every}")
     return args
 
 
@@ -248,6 +269,30 @@ def system_result(
         "table_rows_after": observed["rows"],
         "checks": checks,
     }
+
+
+def scan_point_results(recorded: list[dict[str, Any]], scanned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scan point: the sink table's delete files then, both scan medians and their ratio."""
+    out = []
+    for point, runs in zip(recorded, scanned, strict=True):
+        sink = statistics.median(runs["sink_runs"])
+        merge = statistics.median(runs["merge_runs"]) if runs.get("merge_runs") else None
+        summary = point["summary"]
+        out.append(
+            {
+                "batch": point["batch"],
+                "sink_scan_seconds": sink,
+                "merge_scan_seconds": merge,
+                "ratio": sink / merge if merge else None,
+                "sink_scan_runs": runs["sink_runs"],
+                "merge_scan_runs": runs.get("merge_runs"),
+                "sink_data_files": int(summary.get("total-data-files", 0)),
+                "sink_delete_files": int(summary.get("total-delete-files", 0)),
+                "sink_equality_deletes": int(summary.get("total-equality-deletes", 0)),
+                "sink_position_deletes": int(summary.get("total-position-deletes", 0)),
+            }
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,7 +337,11 @@ def main(argv: list[str] | None = None) -> int:
             sink_work = work_dir / "iceberg_sink"
             sink_work.mkdir()
             sink_raw = run_driver(
-                sys.executable, "benchmarks.sink_driver", {**common, "work_dir": str(sink_work)}, work_dir, False
+                sys.executable,
+                "benchmarks.sink_driver",
+                {**common, "work_dir": str(sink_work), "convert_every": args.convert, "scan_every": args.scan_every},
+                work_dir,
+                False,
             )
             timings["iceberg_sink"] = time.perf_counter() - started
 
@@ -308,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sample_ids": sample_ids,
                 "scans": args.scans,
                 "sink_metadata": sink_raw["metadata_location"] if sink_raw else None,
+                "scan_points": sink_raw["scan_points"] if sink_raw else [],
             },
             work_dir,
             True,
@@ -332,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_phases": sink_raw["batch_phases"],
                 "full_scan_seconds": statistics.median(java["sink_scan_runs"]),
                 "full_scan_runs": java["sink_scan_runs"],
+                "convert_every": sink_raw["convert_every"],
+                "conversion_metrics": sink_raw["conversion_metrics"],
+                "final_summary": sink_raw["final_summary"],
+                "scan_points": scan_point_results(sink_raw["scan_points"], java.get("scan_points") or []),
             }
         if "merge_into" in args.systems:
             systems["merge_into"] = {
@@ -373,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
                 "driver_memory": args.driver_memory,
                 "shuffle_partitions": args.shuffle_partitions,
                 "scans": args.scans,
+                "convert": args.convert,
+                "scan_every": args.scan_every,
                 "initial_parquet_bytes": data.bytes_initial,
             },
             "machine": {**machine(), "java_runtime_of_spark_3_5": java.get("java_version")},
@@ -406,6 +462,13 @@ def main(argv: list[str] | None = None) -> int:
             f"p90 {steady['p90']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; "
             f"other processes used {foreign_cpu:.1f} CPU-s during its batches; waited {waited_total:.0f}s for quiet"
         )
+        for point in system.get("scan_points") or []:
+            ratio = point["ratio"]
+            log(
+                f"{name} after batch {point['batch']}: full scan {point['sink_scan_seconds']:.2f}s vs MERGE "
+                f"{point['merge_scan_seconds'] or float('nan'):.2f}s (ratio {ratio if ratio is None else round(ratio, 2)}), "
+                f"{point['sink_delete_files']} delete files, {point['sink_equality_deletes']} equality deletes"
+            )
     log(f"total {result['timings_seconds']['total']:.0f}s; wrote {args.out}")
     return 0 if result["ok"] else 1
 

@@ -100,6 +100,34 @@ def latest_summary(spark: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (rows[0]["summary"] or {}).items()} if rows else {}
 
 
+def latest_snapshot_id(spark: Any) -> int:
+    rows = spark.sql(f"SELECT snapshot_id FROM {TABLE}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    return int(rows[0]["snapshot_id"])
+
+
+def scan_points(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_quiet: Callable[[], float]) -> None:
+    """Full scans of both tables as they were after the same batches (``spec["scan_points"]``): the
+    sink's table at the metadata file it recorded then, the MERGE table at its snapshot of that batch.
+    Alternating, ``scans`` runs each, after all batches (same warm JVM for every point)."""
+    points = spec.get("scan_points") or []
+    snapshot_ids = result.get("batch_snapshot_ids") or []
+    out = []
+    for point in points:
+        batch = int(point["batch"])
+        tables = {"sink": spark.read.format("iceberg").load(point["metadata_location"])}
+        if snapshot_ids:
+            snapshot = snapshot_ids[batch - 1]
+            tables["merge"] = spark.read.format("iceberg").option("snapshot-id", str(snapshot)).load(TABLE)
+        runs: dict[str, list[float]] = {name: [] for name in tables}
+        for _ in range(spec.get("scans", 3)):
+            for name, df in tables.items():
+                wait_quiet()
+                runs[name].append(observe(spark, df, [])["scan_seconds"])
+        out.append({"batch": batch, "sink_runs": runs["sink"], "merge_runs": runs.get("merge")})
+        log(f"scan point after batch {batch}: {runs}")
+    result["scan_points"] = out
+
+
 def merge(spark: Any, spec: dict[str, Any], wait_quiet: Callable[[], float]) -> dict[str, Any]:
     """Create the table, bulk-load it, apply every batch with MERGE INTO and read the table back."""
     result: dict[str, Any] = {"table_properties": TABLE_PROPERTIES, "merge_sql": MERGE_SQL}
@@ -118,6 +146,7 @@ def merge(spark: Any, spec: dict[str, Any], wait_quiet: Callable[[], float]) -> 
     waited: list[float] = []
     intervals: list[tuple[float, float]] = []
     summaries: list[dict[str, str]] = []
+    snapshot_ids: list[int] = []
     for index, path in enumerate(spec["batch_files"]):
         waited.append(wait_quiet())
         wall = time.time()
@@ -129,6 +158,7 @@ def merge(spark: Any, spec: dict[str, Any], wait_quiet: Callable[[], float]) -> 
         intervals.append((wall, wall + elapsed))
         summary = latest_summary(spark)
         summaries.append(summary)
+        snapshot_ids.append(latest_snapshot_id(spark))
         log(
             f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
             f"(data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
@@ -137,6 +167,7 @@ def merge(spark: Any, spec: dict[str, Any], wait_quiet: Callable[[], float]) -> 
     result["batch_waited_for_quiet_seconds"] = waited
     result["batch_intervals"] = intervals
     result["batch_summaries"] = summaries
+    result["batch_snapshot_ids"] = snapshot_ids
     result["observed"] = observe(spark, spark.table(TABLE), spec["sample_ids"])
     log(f"MERGE table read back: {result['observed']['rows']} rows")
     return result
@@ -176,6 +207,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             if "merge" in scans:
                 result["scan_runs"] = scans["merge"]
             log(f"full scans (seconds): {scans}")
+            if spec.get("scan_points"):
+                scan_points(spark, spec, result, wait_quiet)
         finally:
             spark.stop()
             monitor.stop()

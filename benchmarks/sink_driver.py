@@ -16,6 +16,12 @@ and the Spark settings. The driver:
    code path of the streaming ``foreachBatch`` (one snapshot per batch; one equality delete per
    changed key), timing it from reading the batch's file to the end of the commit.
 
+With ``spec["convert_every"]`` N > 0 the upsert sink also runs the equality-delete conversion
+(``.convert_equality_deletes(every_n_commits=N)``, on a background thread of this driver, beside
+the batches). With ``spec["scan_every"]`` K > 0 the table's metadata location is recorded right
+after every K-th batch's commit (and after the last): the MERGE side's Iceberg Java times a full
+scan of the table as it was then. At the end the driver waits for a running conversion.
+
 The result (per-batch seconds and wall-clock intervals, a breakdown by stage, snapshot summaries and
 the table's metadata location, which the MERGE side's Iceberg Java reads back) is written as JSON to
 the ``result`` path of the spec. Progress goes to stderr.
@@ -133,7 +139,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     spark = start_spark(spec, work_dir)
     try:
         lake = work_dir / "lake"
-        upsert_sink = IcebergSink.builder().embedded(lake).table(TABLE).create_if_missing().upsert(key=["id"]).build()
+        builder = IcebergSink.builder().embedded(lake).table(TABLE).create_if_missing().upsert(key=["id"])
+        convert_every = int(spec.get("convert_every") or 0)
+        if convert_every > 0:
+            builder = builder.convert_equality_deletes(every_n_commits=convert_every, background=True)
+        upsert_sink = builder.build()
+        scan_every = int(spec.get("scan_every") or 0)
+        scan_points: list[dict[str, Any]] = []
         upsert_sink.write(spark.createDataFrame([], SPARK_DDL))  # creates the table, commits nothing
         append_sink = IcebergSink.builder().embedded(lake).table(TABLE).build()
 
@@ -168,12 +180,36 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 snapshot = outcome.snapshot if outcome is not None else None
                 summary = dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
                 summaries.append(summary)
+                last = index == len(spec["batch_files"]) - 1
+                if scan_every > 0 and ((index + 1) % scan_every == 0 or last):
+                    scan_points.append(
+                        {
+                            "batch": index + 1,
+                            "metadata_location": upsert_sink.load_table().metadata_location,
+                            "summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
+                        }
+                    )
                 log(
                     f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
                     f"({', '.join(f'{k} {v:.2f}s' for k, v in phase.items())}; "
                     f"data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
                 )
+        upsert_sink.await_conversions()
+        metrics = upsert_sink.metrics()
         return {
+            "convert_every": convert_every,
+            "scan_every": scan_every,
+            "scan_points": scan_points,
+            "conversion_metrics": {
+                "triggered": metrics.conversions_triggered,
+                "succeeded": metrics.conversions_succeeded,
+                "failed": metrics.conversions_failed,
+                "removed_equality_delete_files": metrics.conversion_removed_equality_delete_files,
+                "added_position_delete_files": metrics.conversion_added_position_delete_files,
+                "last_duration_ms": metrics.last_conversion_duration_ms,
+                "last_error": metrics.last_conversion_error,
+            },
+            "final_summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
             "spark_version": spark.version,
             "pyspark_version": pyspark.__version__,
             "pyiceberg_version": pyiceberg.__version__,

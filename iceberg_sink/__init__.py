@@ -25,6 +25,7 @@ from iceberg_sink.errors import (
 from iceberg_sink.metrics import MetricsSnapshot
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult
+from iceberg_sink.topology.conversion import ConversionConfig, ConversionResult
 from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import CommitResult, PostCommitHookError
 
@@ -38,6 +39,8 @@ __all__ = [
     "CommitVetoedError",
     "CompactionConfig",
     "CompactionResult",
+    "ConversionConfig",
+    "ConversionResult",
     "DistributionMode",
     "IcebergSink",
     "IcebergSinkBuilder",

@@ -17,6 +17,7 @@ from iceberg_sink.table.catalog import CatalogConfig, load_table, redact
 from iceberg_sink.table.partitioning import field_name, parse_terms
 from iceberg_sink.table.schema import check_changes_table, partition_problem
 from iceberg_sink.topology.compaction.config import CompactionConfig
+from iceberg_sink.topology.conversion.config import ConversionConfig
 from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import PostCommitHook, PreCommitHook
 
@@ -38,6 +39,7 @@ class IcebergSinkBuilder:
         self._changes: list[tuple[str, dict[str, Any]]] = []
         self._pre_hooks: list[Any] = []
         self._compaction: dict[str, Any] | None = None
+        self._conversion: dict[str, Any] | None = None
         self._post_hooks: list[Any] = []
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
@@ -118,13 +120,16 @@ class IcebergSinkBuilder:
         small_files_bytes: int | None = None,
         every_seconds: float | None = None,
         background: bool = False,
+        delete_files: int | None = None,
+        delete_records: int | None = None,
         **planning: Any,
     ) -> IcebergSinkBuilder:
         """Compact small files (and apply deletes) after commits; see topology/compaction.
 
         Any trigger starts a compaction: ``every_n_commits`` commits, a partition receiving more than
         ``small_files_per_partition`` small files, ``small_files_bytes`` of small files, or
-        ``every_seconds`` seconds since the last one. ``background=True`` runs it on a thread of the
+        ``every_seconds`` seconds since the last one, more than ``delete_files`` live delete files or
+        ``delete_records`` live delete rows on the branch. ``background=True`` runs it on a thread of the
         same SparkSession without blocking the stream. ``planning`` takes the other CompactionConfig
         fields (target_file_size_bytes, min_file_size_bytes, max_group_bytes, min_input_files,
         delete_file_threshold).
@@ -134,8 +139,36 @@ class IcebergSinkBuilder:
             "small_files_per_partition": small_files_per_partition,
             "small_files_bytes": small_files_bytes,
             "every_seconds": every_seconds,
+            "delete_files": delete_files,
+            "delete_records": delete_records,
             "background": background,
             **planning,
+        }
+        return self
+
+    def convert_equality_deletes(
+        self,
+        every_n_commits: int | None = None,
+        equality_delete_records: int | None = None,
+        delete_files: int | None = None,
+        background: bool = True,
+        max_replans: int = 3,
+    ) -> IcebergSinkBuilder:
+        """Convert the stream's equality deletes into position deletes after commits, so that full
+        reads cost about what a merge-on-read table's do; see topology/conversion and docs/cdc.md.
+
+        Any trigger starts a conversion: ``every_n_commits`` commits, more than
+        ``equality_delete_records`` live equality-delete rows, or more than ``delete_files`` live
+        delete files on the branch. ``background=True`` (default) runs it on a driver thread without
+        blocking the stream's commits; one conversion per table runs at a time; a failure is logged
+        and counted in ``sink.metrics()``, never stops the stream. Needs format version 2.
+        """
+        self._conversion = {
+            "every_n_commits": every_n_commits,
+            "equality_delete_records": equality_delete_records,
+            "delete_files": delete_files,
+            "background": background,
+            "max_replans": max_replans,
         }
         return self
 
@@ -238,12 +271,28 @@ class IcebergSinkBuilder:
                 if not compaction.has_trigger:
                     problems.append(
                         "compaction: expected at least one trigger (every_n_commits, small_files_per_partition, "
-                        "small_files_bytes or every_seconds), received none"
+                        "small_files_bytes, every_seconds, delete_files or delete_records), received none"
                     )
             except TypeError as e:
                 problems.append(f"compaction: {e}; see CompactionConfig for the accepted settings")
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
+        conversion = None
+        if self._conversion is not None:
+            try:
+                conversion = ConversionConfig(**self._conversion)
+                if not conversion.has_trigger:
+                    problems.append(
+                        "convert_equality_deletes: expected at least one trigger (every_n_commits, "
+                        "equality_delete_records or delete_files), received none"
+                    )
+            except InvalidSinkConfigError as e:
+                problems.append(str(e))
+            if create is not None and create.format_version < 2:
+                problems.append(
+                    "convert_equality_deletes: position deletes need format version 2; create_if_missing("
+                    f"format_version) received {create.format_version}"
+                )
         if changes is not None and create is not None:
             if create.format_version < 2:
                 problems.append(
@@ -306,5 +355,6 @@ class IcebergSinkBuilder:
                 pre_commit_hooks=tuple(self._pre_hooks),
                 post_commit_hooks=tuple(self._post_hooks),
                 compaction=compaction,
+                conversion=conversion,
             )
         )

@@ -1,7 +1,8 @@
-"""``iceberg-sink``: table upkeep from the command line (compact, expire, orphans, manifests).
+"""``iceberg-sink``: table upkeep from the command line (compact, convert deletes, expire, orphans, manifests).
 
 iceberg-sink compact --embedded ./iceberg-sink-data --table db.events [--partition region=eu]
 iceberg-sink compact --catalog prod --catalog-property uri=... --table db.events
+iceberg-sink convert-equality-deletes --table db.users
 iceberg-sink expire-snapshots --table db.events --older-than-hours 24 --retain-last 10
 iceberg-sink remove-orphans --table db.events --older-than-hours 72 [--dry-run]
 iceberg-sink rewrite-manifests --table db.events
@@ -48,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--target-file-size-bytes", type=int)
     c.add_argument("--min-input-files", type=int, default=2)
     c.add_argument("--master", default="local[2]", help="Spark master for the rewrite tasks")
+    v = sub.add_parser(
+        "convert-equality-deletes", help="turn equality deletes into position deletes (cheaper full reads)"
+    )
+    common(v)
+    v.add_argument("--max-replans", type=int, default=3, help="plans again when a concurrent commit conflicts")
     e = sub.add_parser("expire-snapshots", help="expire old snapshots and delete files only they used")
     common(e)
     e.add_argument("--older-than-hours", type=float, default=24 * 5)
@@ -147,6 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"compacted {args.table}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) -> "
                 f"{result.added_data_files} ({result.added_bytes} bytes), {result.removed_delete_files} delete files removed, "
                 f"{result.dropped_groups} groups dropped on conflict; snapshot {result.snapshot_id}"
+            )
+        elif args.command == "convert-equality-deletes":
+            converted = maintenance.convert_equality_deletes(load, branch=args.branch, max_replans=args.max_replans)
+            print(
+                f"converted {args.table}: {converted.removed_equality_delete_files} equality delete files "
+                f"({converted.removed_equality_deletes} rows) -> {converted.added_position_delete_files} position "
+                f"delete files ({converted.added_position_deletes} rows), {converted.removed_position_delete_files} "
+                f"older position delete files merged, {converted.data_files_read} data files read, "
+                f"{converted.replans} plans redone on conflict; snapshot {converted.snapshot_id}"
             )
         elif args.command == "expire-snapshots":
             older = dt.datetime.now(dt.UTC) - dt.timedelta(hours=args.older_than_hours)

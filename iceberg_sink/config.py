@@ -66,6 +66,7 @@ class SinkConfig:
         pre_commit_hooks: called before each commit, in order (see topology/hooks.py).
         post_commit_hooks: called after each commit, in order.
         compaction: post-commit compaction settings (topology/compaction), or None.
+        conversion: post-commit equality-delete conversion settings (topology/conversion), or None.
     """
 
     catalog: CatalogConfig
@@ -78,6 +79,7 @@ class SinkConfig:
     pre_commit_hooks: tuple[Callable[..., Any], ...] = ()
     post_commit_hooks: tuple[Callable[..., Any], ...] = ()
     compaction: Any = None
+    conversion: Any = None
 
     @property
     def options(self) -> dict[str, Any]:

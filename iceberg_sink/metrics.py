@@ -31,6 +31,13 @@ class MetricsSnapshot:
     compaction_added_files: int
     compaction_removed_delete_files: int
     last_compaction_duration_ms: float
+    conversions_triggered: int
+    conversions_succeeded: int
+    conversions_failed: int
+    conversion_removed_equality_delete_files: int
+    conversion_added_position_delete_files: int
+    last_conversion_duration_ms: float
+    last_conversion_error: str | None
 
 
 class SinkMetrics:
@@ -40,6 +47,7 @@ class SinkMetrics:
         self._lock = threading.Lock()
         self._values: dict[str, Any] = {f.name: 0 for f in attrs.fields(MetricsSnapshot)}
         self._values["elapsed_seconds_since_last_successful_commit"] = None
+        self._values["last_conversion_error"] = None
         self._last_success: float | None = None
 
     def add(self, **increments: float) -> None:
@@ -47,7 +55,7 @@ class SinkMetrics:
             for key, value in increments.items():
                 self._values[key] += value
 
-    def set(self, **values: float) -> None:
+    def set(self, **values: float | str | None) -> None:
         with self._lock:
             self._values.update(values)
 

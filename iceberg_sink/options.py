@@ -300,8 +300,8 @@ def options_doc() -> str:
         "`write.metadata.metrics.column.name = truncate(8)`) are passed to the writers as given.\n\n"
         + options_table_markdown()
         + "\nUpserts/CDC (`.upsert(key=...)`, `.cdc(op_column=..., key=..., order_by=...)`), hooks "
-        "(`.pre_commit_hook`, `.post_commit_hook`) and compaction (`.compaction(...)`) are builder methods; "
-        "see docs/cdc.md and docs/compaction.md.\n"
+        "(`.pre_commit_hook`, `.post_commit_hook`), compaction (`.compaction(...)`) and the equality-delete "
+        "conversion (`.convert_equality_deletes(...)`) are builder methods; see docs/cdc.md and docs/compaction.md.\n"
     )
 
 

@@ -51,6 +51,7 @@ from iceberg_sink.table.partitioning import build_spec
 from iceberg_sink.table.schema import check_changes_table, check_compatible, check_key_columns, spark_to_iceberg
 from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
+from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
 from iceberg_sink.writer.spark import write_dataframe
@@ -70,6 +71,7 @@ class SinkJob:
         metrics: SinkMetrics | None = None,
         ephemeral: bool = False,
         compaction: CompactionTrigger | None = None,
+        conversion: ConversionTrigger | None = None,
     ) -> None:
         self._config = config
         # A job whose checkpoint location is thrown away (a bounded write without one) cannot be
@@ -116,6 +118,15 @@ class SinkJob:
                 small_file_bytes=config.compaction.min_size(resolved.get(options.TARGET_FILE_SIZE_BYTES)),
                 metrics=self.metrics,
                 spark=self._active_spark,
+            )
+        self.conversion: ConversionTrigger | None = conversion
+        if self.conversion is None and config.conversion is not None:
+            self.conversion = ConversionTrigger(
+                config.conversion,
+                table_key=f"{config.catalog.name}:{config.table}:{config.branch}",
+                branch=config.branch,
+                load_table=self.refresh,
+                metrics=self.metrics,
             )
 
     # -- table -----------------------------------------------------------------------------
@@ -236,6 +247,8 @@ class SinkJob:
             self.hooks.after_commit(result)
             if self.compaction is not None:
                 self.compaction.observe(result, outcome.data_files)
+            if self.conversion is not None:
+                self.conversion.observe(result)
         if outcome.snapshot is not None:
             logger.info(
                 "checkpoint %s committed as snapshot %s: %s data files, %s records",

@@ -21,6 +21,8 @@ from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
+from iceberg_sink.topology.conversion import ConversionResult, convert_equality_deletes
+from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 
 if TYPE_CHECKING:
     from iceberg_sink.builder import IcebergSinkBuilder
@@ -39,6 +41,7 @@ class IcebergSink:
         self._config = config
         self._metrics = SinkMetrics()
         self._compaction: CompactionTrigger | None = None
+        self._conversion: ConversionTrigger | None = None
 
     def metrics(self) -> MetricsSnapshot:
         """Counters of every job of this sink: commits, files, records, hook failures, compactions."""
@@ -97,9 +100,25 @@ class IcebergSink:
             metrics=self._metrics,
             ephemeral=ephemeral,
             compaction=self._compaction,
+            conversion=self._conversion,
         )
         self._compaction = job.compaction
+        self._conversion = job.conversion
         return job
+
+    def convert_equality_deletes(self) -> ConversionResult:
+        """Convert the equality deletes of the sink's table and branch into position deletes once,
+        now (the standalone job; see topology/conversion). Safe beside running streams."""
+        return convert_equality_deletes(
+            self.load_table,
+            branch=self._config.branch,
+            max_replans=self._config.conversion.max_replans if self._config.conversion is not None else 3,
+        )
+
+    def await_conversions(self, timeout: float | None = None) -> None:
+        """Wait for a background equality-delete conversion started after this sink's commits."""
+        if self._conversion is not None:
+            self._conversion.wait(timeout)
 
     def await_compactions(self, timeout: float | None = None) -> None:
         """Wait for a background compaction started after this sink's commits to finish."""

@@ -2,6 +2,7 @@
 
     RowDelta          appends data files and delete files (a checkpoint of the stream)
     RewriteFiles      replaces data and delete files by new data files (compaction)
+    RewriteDeletes    replaces delete files by equivalent delete files (equality -> position deletes)
     RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
 
 The base class owns what every commit must get right, so no commit kind can get it wrong on its
@@ -48,7 +49,7 @@ from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink._iceberg.files import branch_head, delete_quietly, to_data_file, to_meta
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 # (total, added, removed) summary keys, as Iceberg Java's SnapshotSummary keeps them.
 _TOTALS = (
@@ -379,6 +380,55 @@ class RewriteFiles(SnapshotProducer):
         assert self.parent is not None
         for manifest in self.parent.manifests(self.io):
             rewritten = self.rewrite_manifest(manifest, self._removed_paths)
+            if rewritten is not None:
+                result.append(rewritten)
+            elif has_live_files(manifest):
+                result.append(manifest)
+        return result
+
+
+class RewriteDeletes(SnapshotProducer):
+    """A ``replace`` snapshot that swaps delete files for equivalent ones: ``removed_paths`` (delete
+    files) out, ``added`` delete files in; data files are untouched.
+
+    This is what converting equality deletes into position deletes commits. Iceberg Java labels a
+    ``RewriteFiles`` that changes no rows ``replace``, and so does this class. The added files
+    inherit the new snapshot's sequence number (``data_sequence_number`` None, as Java's
+    ``RewriteFiles`` gives added delete files when none is set); the caller justifies why that is
+    right for what it adds (topology/conversion/job.py).
+    """
+
+    def __init__(
+        self,
+        table: Table,
+        branch: str,
+        added: Sequence[DataFileMeta],
+        removed_paths: frozenset[str],
+        properties: Mapping[str, str],
+    ) -> None:
+        super().__init__(table, branch, properties)
+        if table.metadata.format_version < 2:
+            raise ValueError("delete files need format version 2; this table is version 1")
+        if self.parent is None:
+            raise ValueError(f"cannot rewrite delete files of branch {branch!r}: it has no snapshot")
+        if any(f.content == FileContent.DATA for f in added):
+            raise ValueError("RewriteDeletes adds delete files only; received a data file")
+        self._new = tuple(added)
+        self._removed_paths = removed_paths
+
+    def operation(self) -> Operation:
+        return Operation.REPLACE
+
+    def manifests(self) -> list[ManifestFile]:
+        result = self.write_manifests(self._new, ManifestContent.DELETES)
+        assert self.parent is not None
+        for manifest in self.parent.manifests(self.io):
+            # Data manifests are carried over unread: only delete files are removed.
+            rewritten = (
+                self.rewrite_manifest(manifest, self._removed_paths)
+                if manifest.content == ManifestContent.DELETES
+                else None
+            )
             if rewritten is not None:
                 result.append(rewritten)
             elif has_live_files(manifest):

@@ -24,14 +24,29 @@ def key_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
     return prune_columns(schema, set(field_ids), select_full_types=False)
 
 
-def read_projected(io: FileIO, path: str, schema: Schema) -> pa.Table:
+def _field_id(field: pa.Field) -> int | None:
+    value = (field.metadata or {}).get(b"PARQUET:field_id")
+    return int(value) if value is not None else None
+
+
+def read_projected(io: FileIO, path: str, schema: Schema, only_needed_columns: bool = False) -> pa.Table:
     """The Parquet file at ``path`` as rows of ``schema``, its columns matched by field id.
+
+    ``only_needed_columns`` reads just the file's top-level columns whose field ids ``schema`` has
+    (a key lookup reads the key column, not the whole file); every row is still returned, in order.
 
     Raises:
         pyiceberg.exceptions.ResolveError: a required field of ``schema`` is not in the file.
     """
     with io.new_input(path).open(seekable=True) as stream:
-        table = pq.read_table(stream)
+        parquet = pq.ParquetFile(stream)
+        names = None
+        if only_needed_columns:
+            wanted = {f.field_id for f in schema.fields}
+            names = [f.name for f in parquet.schema_arrow if _field_id(f) in wanted]
+            # Without one of them the row count would be lost: read everything instead.
+            names = names or None
+        table = parquet.read(columns=names)
     # Timestamps in nanoseconds only reach v1/v2 tables from foreign writers; Iceberg reads them as us.
     file_schema = pyarrow_to_schema(table.schema, downcast_ns_timestamp_to_us=True)
     target = schema_to_pyarrow(schema, include_field_ids=False)

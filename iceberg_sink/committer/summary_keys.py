@@ -27,6 +27,8 @@ OPERATION_KEY = "iceberg-sink.operation"
 OPERATION_COMPACTION = "compaction"
 OPERATION_REWRITE_MANIFESTS = "rewrite-manifests"
 COMPACTION_READ_SNAPSHOT_KEY = "iceberg-sink.compaction.read-snapshot-id"
+OPERATION_CONVERT_EQUALITY_DELETES = "convert-equality-deletes"
+CONVERSION_READ_SNAPSHOT_KEY = "iceberg-sink.conversion.read-snapshot-id"
 
 _JOB_ID_SUFFIX = ".job-id"
 _CHECKPOINT_ID_SUFFIX = ".checkpoint-id"

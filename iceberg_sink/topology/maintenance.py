@@ -1,5 +1,6 @@
 """Upkeep a streaming table needs besides compaction: expire snapshots, remove orphan files, rewrite
-manifests. Each is a standalone job (API here, CLI in iceberg_sink/cli.py).
+manifests, convert equality deletes into position deletes (topology/conversion). Each is a
+standalone job (API here, CLI in iceberg_sink/cli.py).
 
 Expiring keeps, for every iceberg_sink job, its newest snapshot on each branch: the committer finds a
 job's last checkpoint there, so expiring it would let a replayed micro-batch be committed twice. Jobs
@@ -27,6 +28,8 @@ from iceberg_sink._iceberg import listing, manifests, producer
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError
+from iceberg_sink.topology.conversion.job import ConversionResult
+from iceberg_sink.topology.conversion.job import convert_equality_deletes as _convert
 
 logger = logging.getLogger(__name__)
 
@@ -277,3 +280,20 @@ def rewrite_manifests(
 
     outcome = commit_with_retry(f"manifest rewrite of branch {branch}", load_table, prepare, retry or RetryPolicy())
     return outcome.snapshot.snapshot_id if outcome.snapshot is not None else None
+
+
+def convert_equality_deletes(
+    load_table: Callable[[], Table], branch: str = "main", max_replans: int = 3, retry: RetryPolicy | None = None
+) -> ConversionResult:
+    """Convert the live equality deletes of ``branch`` into file-scoped position deletes, once.
+
+    Safe beside running streams and compactions: the commit validates against the branch head and
+    plans again when a concurrent commit invalidated it (topology/conversion/job.py).
+
+    Args:
+        load_table: returns the table as the catalog has it now.
+        branch: the branch to convert.
+        max_replans: plans discarded on conflict before giving up (nothing committed, not an error).
+        retry: backoff when the branch head moves under the commit.
+    """
+    return _convert(load_table, branch=branch, retry=retry, max_replans=max_replans)

@@ -61,7 +61,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink import IcebergSink, _faults
 from iceberg_sink.topology import maintenance
-from iceberg_sink.topology.compaction import CompactionConfig
+from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
 
 Row = dict[str, Any]
@@ -75,6 +75,7 @@ OPERATIONS: dict[str, int] = {
     "pyiceberg_append": 3,
     "crash": 6,
     "compaction": 5,
+    "convert_deletes": 5,  # equality deletes -> position deletes, alone or racing compaction / the stream
     "expire_snapshots": 3,
     "remove_orphans": 1,
     "rewrite_manifests": 2,
@@ -306,10 +307,13 @@ class World:
         writer_rng = random.Random(f"max-open-files-{seed}")
         self.max_open_files = writer_rng.choice([1, 2, 3, 100])
         self.buffer_bytes = writer_rng.choice([1, 4096, 16 * 1024 * 1024])
+        # The CDC job also converts its equality deletes after every few commits (between micro-batches,
+        # so runs stay reproducible), when conversion is not skipped.
+        convert_every = None if "convert_deletes" in self.skip else self.rng.choice([3, 5, 8])
         self.jobs: dict[str, SinkJob] = {
             "cdc": SinkJob(
                 "cdc",
-                lambda: self._cdc_builder(compaction, every),
+                lambda: self._cdc_builder(compaction, every, convert_every),
                 str(root / "ckpt-cdc"),
                 "iceberg-sink",
             ),
@@ -354,10 +358,12 @@ class World:
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
         )
 
-    def _cdc_builder(self, compaction: bool, every: int) -> IcebergSink:
+    def _cdc_builder(self, compaction: bool, every: int, convert_every: int | None) -> IcebergSink:
         builder = self._builder("db.main").cdc(op_column="op", key=["id"], order_by="lsn")
         if compaction:
             builder = builder.compaction(every_n_commits=every)
+        if convert_every is not None:
+            builder = builder.convert_equality_deletes(every_n_commits=convert_every, background=False)
         sink: IcebergSink = builder.build()
         return sink
 
@@ -652,6 +658,42 @@ class World:
         result = job.get().compact(self.spark, config)
         self.trace[-1] += f" -> {result!r}"[:300]
 
+    def op_convert_deletes(self, mode: str | None = None) -> None:
+        """Convert db.main's equality deletes (main or the branch): alone, with a compaction committing
+        between its plan and its commit, inside a compaction's plan and commit, or with a CDC batch
+        committing between its plan and its commit. Reads must not change (check() compares)."""
+        branch = BRANCH if self.branch_model is not None and self.rng.random() < 0.3 else "main"
+        modes = ["alone", "compaction_commits_first", "conversion_commits_first"]
+        if branch == "main":
+            modes.append("cdc_commits_first")
+        mode = mode or self.rng.choice(modes)
+
+        def load() -> Table:
+            return self.table("db.main")
+
+        config = CompactionConfig(min_input_files=self.rng.choice([2, 3]), delete_file_threshold=1)
+        self.log(f"convert equality deletes of db.main branch {branch} ({mode})")
+        if mode == "alone":
+            result: Any = maintenance.convert_equality_deletes(load, branch=branch)
+        elif mode == "compaction_commits_first":
+            meanwhile = {}
+
+            def compaction() -> None:
+                meanwhile["compaction"] = compact(self.spark, load, config, branch=branch)
+
+            result = maintenance.convert_equality_deletes(racing(load, compaction), branch=branch)
+            result = (result, meanwhile.get("compaction"))
+        elif mode == "conversion_commits_first":
+            meanwhile = {}
+
+            def conversion() -> None:
+                meanwhile["conversion"] = maintenance.convert_equality_deletes(load, branch=branch)
+
+            result = (compact(self.spark, racing(load, conversion), config, branch=branch), meanwhile.get("conversion"))
+        else:
+            result = maintenance.convert_equality_deletes(racing(load, self.op_cdc), branch=branch)
+        self.trace[-1] += f" -> {result!r}"[:600]
+
     def _expire(self, table: str, retain_last: int) -> str:
         result = maintenance.expire_snapshots(
             lambda: self.table(table), older_than=dt.datetime.now(dt.UTC), retain_last=retain_last
@@ -928,6 +970,20 @@ class World:
                     f"step raised {type(exc).__name__}: {exc}\n{''.join(traceback.format_exc()[-4000:])}"
                 ) from exc
         return time.monotonic() - started
+
+
+def racing(load: Callable[[], Table], meanwhile: Callable[[], None]) -> Callable[[], Table]:
+    """A loader that runs ``meanwhile`` before its second load: for compaction and conversion alike
+    that is between the plan (first load) and the first commit attempt."""
+    calls = [0]
+
+    def loader() -> Table:
+        calls[0] += 1
+        if calls[0] == 2:
+            meanwhile()
+        return load()
+
+    return loader
 
 
 def job_table(job: SinkJob) -> str:

@@ -21,6 +21,10 @@ class CompactionConfig:
         small_files_per_partition: when a partition received more than this many small files.
         small_files_bytes: when small files written since the last compaction exceed this many bytes.
         every_seconds: when this many seconds passed since the last compaction (checked after commits).
+        delete_files: when the branch holds more than this many live delete files (snapshot summary
+            ``total-delete-files``).
+        delete_records: when the branch holds more than this many live delete rows, equality and
+            position (``total-equality-deletes`` + ``total-position-deletes``).
 
     Planning:
         target_file_size_bytes: size of rewritten files (default: the table's write.target-file-size-bytes).
@@ -35,6 +39,8 @@ class CompactionConfig:
     small_files_per_partition: int | None = None
     small_files_bytes: int | None = None
     every_seconds: float | None = None
+    delete_files: int | None = None
+    delete_records: int | None = None
     target_file_size_bytes: int | None = None
     min_file_size_bytes: int | None = None
     max_group_bytes: int = 512 * 1024 * 1024
@@ -48,6 +54,8 @@ class CompactionConfig:
             "small_files_per_partition",
             "small_files_bytes",
             "every_seconds",
+            "delete_files",
+            "delete_records",
             "target_file_size_bytes",
             "min_file_size_bytes",
             "max_group_bytes",
@@ -64,7 +72,14 @@ class CompactionConfig:
     def has_trigger(self) -> bool:
         return any(
             v is not None
-            for v in (self.every_n_commits, self.small_files_per_partition, self.small_files_bytes, self.every_seconds)
+            for v in (
+                self.every_n_commits,
+                self.small_files_per_partition,
+                self.small_files_bytes,
+                self.every_seconds,
+                self.delete_files,
+                self.delete_records,
+            )
         )
 
     def target(self, table_default: int) -> int:

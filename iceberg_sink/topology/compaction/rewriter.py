@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -157,7 +158,7 @@ def _null_safe_codes(data: pa.Array, keys: pa.Array) -> tuple[pa.Array, pa.Array
     return codes.slice(0, len(data)), codes.slice(len(data))
 
 
-def _key_columns(rows: pa.Table, schema: Schema, ids: tuple[int, ...]) -> pa.Table:
+def key_columns(rows: pa.Table, schema: Schema, ids: tuple[int, ...]) -> pa.Table:
     """The equality key ``ids`` of ``rows`` (of ``schema``): one column per field, plus, for a field
     nested in structs, which of those structs is null (see null_struct_depth)."""
     columns: dict[str, pa.Array] = {}
@@ -167,6 +168,40 @@ def _key_columns(rows: pa.Table, schema: Schema, ids: tuple[int, ...]) -> pa.Tab
         if depth is not None:
             columns[f"{i}.depth"] = depth
     return pa.table(columns)
+
+
+def row_numbers(count: int) -> pa.Array:
+    """0, 1, ..., count - 1 as int64 (numpy: building it from a Python range costs ~0.4 s per million)."""
+    return pa.array(np.arange(count, dtype=np.int64))
+
+
+def matching_rows(rows: pa.Table, schema: Schema, ids: tuple[int, ...], keys_table: pa.Table) -> pa.Array:
+    """Row numbers (int64, ascending) of ``rows`` (of ``schema``) whose equality key ``ids`` equals a
+    key of ``keys_table`` (built by :func:`key_columns`), a null matching a null as in Iceberg."""
+    if not rows.num_rows or not keys_table.num_rows:
+        return pa.array([], pa.int64())
+    data_keys = key_columns(rows, schema, ids)
+    if data_keys.num_columns == 1:
+        # One top-level key column: a hash lookup, in which a null matches a null (skip_nulls=False).
+        values = data_keys.column(0).combine_chunks()
+        keys = keys_table.column(0).combine_chunks().cast(values.type)
+        if isinstance(values, pa.ExtensionArray):  # uuid: look up its fixed-size binary storage
+            values, keys = values.storage, keys.storage
+        mask = pc.is_in(values, value_set=keys, skip_nulls=False)
+        return pc.indices_nonzero(mask).cast(pa.int64())
+    left: dict[str, pa.Array] = {}
+    right: dict[str, pa.Array] = {}
+    for name in data_keys.column_names:
+        left[name], right[name] = _null_safe_codes(
+            data_keys.column(name).combine_chunks(), keys_table.column(name).combine_chunks()
+        )
+    matched = (
+        pa.table({**left, "__row": row_numbers(rows.num_rows)})
+        .join(pa.table(right), keys=list(left), join_type="left semi", use_threads=False)
+        .column("__row")
+        .combine_chunks()
+    )
+    return pc.take(matched, pc.sort_indices(matched))
 
 
 def apply_deletes(
@@ -189,32 +224,19 @@ def apply_deletes(
             positions.append(table.column("pos").filter(mask).combine_chunks())
         else:
             ids = tuple(delete.meta.equality_ids or ())
-            equality.setdefault(ids, []).append(_key_columns(table, key_schema(schema, ids), ids))
+            equality.setdefault(ids, []).append(key_columns(table, key_schema(schema, ids), ids))
     if positions:
         drop = pa.concat_arrays([p.cast(pa.int64()) for p in positions])
-        index = pa.array(range(rows.num_rows), pa.int64())
-        rows = rows.filter(pc.invert(pc.is_in(index, value_set=drop)))
+        rows = rows.filter(pc.invert(pc.is_in(row_numbers(rows.num_rows), value_set=drop)))
     for ids, tables in equality.items():
         if not rows.num_rows:
             break
         keys_table = pa.concat_tables(tables).combine_chunks()
         if not keys_table.num_rows:
             continue
-        data_keys = _key_columns(rows, schema, ids)
-        left: dict[str, pa.Array] = {}
-        right: dict[str, pa.Array] = {}
-        for name in data_keys.column_names:
-            left[name], right[name] = _null_safe_codes(
-                data_keys.column(name).combine_chunks(), keys_table.column(name).combine_chunks()
-            )
-        row_numbers = pa.array(range(rows.num_rows), pa.int64())
-        survivors = (
-            pa.table({**left, "__row": row_numbers})
-            .join(pa.table(right), keys=list(left), join_type="left anti", use_threads=False)
-            .column("__row")
-        )
-        # The join does not keep the input order; filtering by row number does.
-        rows = rows.filter(pc.is_in(row_numbers, value_set=survivors.combine_chunks()))
+        matched = matching_rows(rows, schema, ids, keys_table)
+        # Filtering by row number keeps the input order.
+        rows = rows.filter(pc.invert(pc.is_in(row_numbers(rows.num_rows), value_set=matched)))
     return rows
 
 

@@ -1,7 +1,8 @@
 """When to compact after commits, and where the compaction runs (inline or in the background).
 
 The trigger counts commits, small data files per partition and small-file bytes since the last
-compaction, and the time since it. At most one compaction runs per table at a time in this process:
+compaction, and the time since it, and reads the live delete files and rows of the branch from
+the committed snapshot's summary. At most one compaction runs per table at a time in this process:
 a trigger that fires while one runs waits for the next commit.
 """
 
@@ -11,7 +12,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
@@ -31,6 +32,18 @@ _REGISTRY_LOCK = threading.Lock()
 def _table_lock(key: str) -> threading.Lock:
     with _REGISTRY_LOCK:
         return _RUNNING[key]
+
+
+def _deletes_of(summary: Mapping[str, str]) -> tuple[int, int]:
+    """(live delete files, live delete rows) of a snapshot summary; 0 where it does not say."""
+
+    def number(key: str) -> int:
+        try:
+            return int(summary.get(key, "0"))
+        except ValueError:
+            return 0
+
+    return number("total-delete-files"), number("total-equality-deletes") + number("total-position-deletes")
 
 
 class CompactionTrigger:
@@ -63,10 +76,12 @@ class CompactionTrigger:
         self._small_by_partition: dict[tuple[int, tuple[object, ...]], int] = defaultdict(int)
         self._small_bytes = 0
         self._since = time.monotonic()
+        self._deletes = (0, 0)  # live delete files, live delete rows of the last commit
 
     def observe(self, result: CommitResult, data_files: tuple[DataFileMeta, ...]) -> None:
         """Record one commit; compact if a trigger fires."""
         self._commits += 1
+        self._deletes = _deletes_of(result.snapshot_summary)
         for f in data_files:
             if f.file_size_in_bytes < self._small:
                 self._small_by_partition[(f.spec_id, f.partition)] += 1
@@ -84,6 +99,8 @@ class CompactionTrigger:
             )
             or (c.small_files_bytes is not None and self._small_bytes > c.small_files_bytes)
             or (c.every_seconds is not None and time.monotonic() - self._since >= c.every_seconds)
+            or (c.delete_files is not None and self._deletes[0] > c.delete_files)
+            or (c.delete_records is not None and self._deletes[1] > c.delete_records)
         )
 
     def run(self) -> None:

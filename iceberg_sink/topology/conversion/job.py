@@ -1,0 +1,400 @@
+"""Run one conversion of equality deletes into position deletes: plan, look up, validate, commit.
+
+Plan, on the branch head S (sequence number s): every live equality delete file E of S (data
+sequence number e) and, for each, the live data files D it applies to by the one rule
+(_iceberg/deletes.py: d < e, same spec and partition or E global), pruned by the key columns'
+bounds and null counts. Each such D is read once, key columns only, by field id (renamed, added and
+widened columns line up, _iceberg/projection.py); the positions of its rows whose key equals a key
+of one of its deletes (a null matching a null) are merged with the positions of D's existing
+file-scoped position deletes and written as ONE file-scoped position delete file for D. The commit
+is a ``replace`` snapshot removing every planned E and the merged old position delete files, and
+adding the new ones: no row changes, so readers see the same table.
+
+Sequence numbers: the new position delete files inherit the new snapshot's sequence number c. A
+position delete applies to the data file it names when its data sequence number is at least the
+file's; every target has d < e <= s < c, so each new file applies to its data file (and, named by
+path and bounds, to no other). c is also above the sequence number any concurrent compaction read,
+so a compaction that planned before this commit sees the new position deletes as committed after
+its plan and drops the group rewriting D (topology/compaction/job.py ``_validate``) instead of
+committing D's rows again at a sequence number the removed E no longer covers.
+
+Validation, against the branch head H of every commit attempt (commit_with_retry prepares again on
+each): the commit is in conflict, and planned again from H (at most ``max_replans`` times), when
+
+1. a file it removes (an E, a merged position delete file) is no longer live: another conversion or
+   a compaction removed it;
+2. a data file it adds position deletes for is no longer live: a compaction rewrote it;
+3. a data file live in H but not in S is one a removed E applies to: a compaction committed new
+   files at a sequence number below e (it read a snapshot older than E), and E's rows in them would
+   come back once E is gone.
+
+Stream commits in between add data files with higher sequence numbers (E does not apply to them)
+and new equality deletes (kept): they only make the attempt prepare again on the new head.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable
+
+import attrs
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from iceberg_sink import options
+from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
+from iceberg_sink._iceberg.files import LiveFile, PartitionPath, branch_head, delete_quietly, live_files
+from iceberg_sink._iceberg.position_deletes import read_positions, referenced_data_file, write_position_deletes
+from iceberg_sink._iceberg.projection import key_schema, read_projected
+from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
+from iceberg_sink.committer import summary_keys
+from iceberg_sink.errors import CommitStateUnknownError
+from iceberg_sink.topology.compaction.rewriter import key_columns, matching_rows
+from iceberg_sink.writer.result import DataFileMeta, FileContent
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class ConversionTarget:
+    """One data file that receives a position delete file, and the delete files that feed it.
+
+    Attributes:
+        data: the data file.
+        equality_deletes: the planned equality deletes that apply to it (after bounds pruning).
+        position_deletes: its live file-scoped position delete files, merged into the new file.
+    """
+
+    data: LiveFile
+    equality_deletes: tuple[LiveFile, ...]
+    position_deletes: tuple[LiveFile, ...]
+
+
+@attrs.frozen
+class ConversionPlan:
+    """What one conversion reads, planned on snapshot ``snapshot_id`` (sequence ``sequence_number``).
+
+    Attributes:
+        equality_deletes: the equality delete files the commit removes.
+        data_paths: every live data file of the snapshot (to see files committed after it).
+        targets: the data files whose rows the equality deletes may remove.
+        pruned: (equality delete, data file) pairs that the rule matched but key bounds excluded.
+    """
+
+    snapshot_id: int
+    sequence_number: int
+    equality_deletes: tuple[LiveFile, ...]
+    data_paths: frozenset[str]
+    targets: tuple[ConversionTarget, ...]
+    pruned: int
+
+
+@attrs.frozen
+class ConversionResult:
+    """What one conversion did.
+
+    Attributes:
+        snapshot_id: the ``replace`` snapshot, or None when nothing was committed.
+        removed_equality_delete_files / removed_equality_deletes: equality delete files (rows) removed.
+        added_position_delete_files / added_position_deletes: position delete files (rows) added.
+        removed_position_delete_files: older file-scoped position delete files merged into new ones.
+        data_files_read: data files whose key columns were read.
+        pruned_pairs: (equality delete, data file) pairs skipped by key bounds.
+        replans: plans discarded because a concurrent commit invalidated them.
+        duration_ms: wall time.
+    """
+
+    snapshot_id: int | None = None
+    removed_equality_delete_files: int = 0
+    removed_equality_deletes: int = 0
+    added_position_delete_files: int = 0
+    added_position_deletes: int = 0
+    removed_position_delete_files: int = 0
+    data_files_read: int = 0
+    pruned_pairs: int = 0
+    replans: int = 0
+    duration_ms: float = 0.0
+
+
+class KeyColumnCache:
+    """Key columns of data files read by earlier conversions, least recently used out past ``max_bytes``.
+
+    Data files never change, so a file's key columns, projected to one schema, can be reused by the
+    next conversion (a trigger keeps one cache): a run then mostly reads the files added since.
+    """
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self._max = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[tuple[str, int, frozenset[int]], pa.Table] = OrderedDict()
+
+    def get(self, key: tuple[str, int, frozenset[int]]) -> pa.Table | None:
+        table = self._entries.get(key)
+        if table is not None:
+            self._entries.move_to_end(key)
+        return table
+
+    def put(self, key: tuple[str, int, frozenset[int]], table: pa.Table) -> None:
+        if key in self._entries or table.nbytes > self._max:
+            return
+        self._entries[key] = table
+        self._bytes += table.nbytes
+        while self._bytes > self._max:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes
+
+
+class _PlanInvalidated(Exception):
+    """A concurrent commit made the plan wrong (see the module docstring): plan again."""
+
+
+def _has_field(schema: Schema, field_id: int) -> bool:
+    try:
+        schema.find_field(field_id)
+    except ValueError:
+        return False
+    return True
+
+
+def plan_conversion(table: Table, branch: str) -> ConversionPlan | None:
+    """Plan a conversion of ``branch``; None when it has no equality deletes to convert."""
+    snapshot = branch_head(table, branch)
+    if snapshot is None or table.metadata.format_version < 2:
+        return None
+    schema = table.schema()
+    rules = DeleteRules.from_specs(table.specs())
+    data, deletes = live_files(table, snapshot)
+    # An equality delete on a field the current schema dropped cannot be looked up: it stays.
+    equality = [
+        d
+        for d in deletes
+        if d.meta.content == FileContent.EQUALITY_DELETES
+        and d.meta.equality_ids
+        and all(_has_field(schema, i) for i in d.meta.equality_ids)
+    ]
+    if not equality:
+        return None
+    by_partition: dict[tuple[int, tuple[object, ...]], list[LiveFile]] = defaultdict(list)
+    for f in data:
+        by_partition[(f.meta.spec_id, f.meta.partition)].append(f)
+    scoped: dict[str, list[LiveFile]] = defaultdict(list)
+    for d in deletes:
+        named = referenced_data_file(d.meta)
+        if named is not None:
+            scoped[named].append(d)
+    applying: dict[str, list[LiveFile]] = defaultdict(list)
+    files = {f.meta.path: f for f in data}
+    pruned = 0
+    for e in equality:
+        candidates = data if rules.is_global(e) else by_partition.get((e.meta.spec_id, e.meta.partition), [])
+        for f in candidates:
+            if not rules.applies(e, f):
+                continue
+            if keys_may_match(e.meta, f.meta, schema):
+                applying[f.meta.path].append(e)
+            else:
+                pruned += 1
+    targets = tuple(
+        ConversionTarget(
+            files[path],
+            tuple(es),
+            tuple(p for p in scoped.get(path, []) if rules.applies(p, files[path])),
+        )
+        for path, es in sorted(applying.items())
+    )
+    return ConversionPlan(
+        snapshot_id=snapshot.snapshot_id,
+        sequence_number=snapshot.sequence_number or 0,
+        equality_deletes=tuple(equality),
+        data_paths=frozenset(files),
+        targets=targets,
+        pruned=pruned,
+    )
+
+
+def _new_path(table: Table, data: DataFileMeta, name: str) -> str:
+    """Where the position delete file of ``data`` goes: the table's data location of its partition."""
+    spec = table.specs()[data.spec_id]
+    key = PartitionPath(spec, table.schema(), data.partition) if spec.fields else None
+    try:
+        return table.location_provider().new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
+    except Exception:  # an old spec whose source column is gone: beside the data file
+        return data.path.rsplit("/", 1)[0] + "/" + name
+
+
+def write_conversion(
+    table: Table, the_plan: ConversionPlan, cache: KeyColumnCache | None = None
+) -> tuple[list[DataFileMeta], list[str], int]:
+    """Look the planned keys up and write the position delete files.
+
+    Returns the new position delete files, the old position delete files merged into them, and the
+    number of data files read. Files written are deleted again if this fails.
+    """
+    io, schema = table.io, table.schema()
+    compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
+    codec = "none" if compression in ("uncompressed", "none") else compression
+    keys: dict[str, pa.Table] = {}
+    run = uuid.uuid4().hex[:16]
+    written: list[DataFileMeta] = []
+    merged: list[str] = []
+    read = 0
+
+    def delete_keys(delete: LiveFile, ids: tuple[int, ...]) -> pa.Table:
+        if delete.meta.path not in keys:
+            wanted = key_schema(schema, ids)
+            rows = read_projected(io, delete.meta.path, wanted, only_needed_columns=True)
+            keys[delete.meta.path] = key_columns(rows, wanted, ids)
+        return keys[delete.meta.path]
+
+    try:
+        for target in the_plan.targets:
+            by_ids: dict[tuple[int, ...], list[LiveFile]] = defaultdict(list)
+            for e in target.equality_deletes:
+                by_ids[tuple(e.meta.equality_ids or ())].append(e)
+            needed = frozenset(i for ids in by_ids for i in ids)
+            wanted = key_schema(schema, needed)
+            cache_key = (target.data.meta.path, schema.schema_id, needed)
+            rows = cache.get(cache_key) if cache is not None else None
+            if rows is None:
+                rows = read_projected(io, target.data.meta.path, wanted, only_needed_columns=True)
+                read += 1
+                if cache is not None:
+                    cache.put(cache_key, rows)
+            if rows.num_rows != target.data.meta.record_count:
+                raise ValueError(
+                    f"{target.data.meta.path}: expected {target.data.meta.record_count} rows (its manifest entry), "
+                    f"read {rows.num_rows}; positions would be wrong, nothing is converted"
+                )
+            found = [
+                matching_rows(rows, wanted, ids, pa.concat_tables([delete_keys(e, ids) for e in es]).combine_chunks())
+                for ids, es in by_ids.items()
+            ]
+            new = pa.concat_arrays(found)
+            if not len(new):
+                continue
+            old = [read_positions(io, p.meta.path, target.data.meta.path) for p in target.position_deletes]
+            if old and pc.all(pc.is_in(new, value_set=pa.concat_arrays(old))).as_py():
+                continue  # every row found is already deleted by position
+            path = _new_path(table, target.data.meta, f"{run}-{len(written):05d}-pos-deletes.parquet")
+            written.append(write_position_deletes(io, path, target.data.meta, [new, *old], codec))
+            merged.extend(p.meta.path for p in target.position_deletes)
+    except BaseException:
+        delete_quietly(io, [f.path for f in written])
+        raise
+    return written, merged, read
+
+
+def _conflict(
+    current: Table, branch: str, the_plan: ConversionPlan, added: list[DataFileMeta], removed: frozenset[str]
+) -> str | None:
+    """Why the plan no longer holds at ``branch``'s head of ``current`` (module docstring), or None."""
+    data, deletes = live_files(current, branch_head(current, branch))
+    live_deletes = {d.meta.path for d in deletes}
+    gone = sorted(p for p in removed if p not in live_deletes)
+    if gone:
+        return f"{len(gone)} delete files it removes are no longer live (e.g. {gone[0]})"
+    live_data = {f.meta.path for f in data}
+    named = [referenced_data_file(f) for f in added]
+    rewritten = sorted(p for p in named if p is not None and p not in live_data)
+    if rewritten:
+        return f"{len(rewritten)} data files it adds position deletes for are no longer live (e.g. {rewritten[0]})"
+    rules = DeleteRules.from_specs(current.specs())
+    newer = [f for f in data if f.meta.path not in the_plan.data_paths]
+    for e in the_plan.equality_deletes:
+        for f in newer:
+            if rules.applies(e, f):
+                return f"data file {f.meta.path}, committed after the plan, needs equality delete {e.meta.path}"
+    return None
+
+
+def _prepare(
+    branch: str, the_plan: ConversionPlan, added: list[DataFileMeta], removed: frozenset[str]
+) -> Callable[[Table], producer.PreparedCommit]:
+    """The commit attempt on a freshly loaded table: validate against its branch head, then build."""
+
+    def prepare(current: Table) -> producer.PreparedCommit:
+        problem = _conflict(current, branch, the_plan, added, removed)
+        if problem is not None:
+            raise _PlanInvalidated(problem)
+        return producer.RewriteDeletes(
+            current,
+            branch,
+            added,
+            removed,
+            {
+                summary_keys.OPERATION_KEY: summary_keys.OPERATION_CONVERT_EQUALITY_DELETES,
+                summary_keys.CONVERSION_READ_SNAPSHOT_KEY: str(the_plan.snapshot_id),
+            },
+        ).prepare()
+
+    return prepare
+
+
+def convert_equality_deletes(
+    load_table: Callable[[], Table],
+    branch: str = "main",
+    retry: RetryPolicy | None = None,
+    max_replans: int = 3,
+    cache: KeyColumnCache | None = None,
+) -> ConversionResult:
+    """Convert the live equality deletes of ``branch`` into file-scoped position deletes, once.
+
+    Args:
+        load_table: returns the table as the catalog has it now (called before each plan and each
+            commit attempt).
+        branch: the branch to convert.
+        retry: backoff when the branch head moves under the commit.
+        max_replans: plans discarded on conflict (see the module docstring) before giving up; giving
+            up commits nothing and is not an error (the equality deletes stay and stay correct).
+        cache: key columns kept from earlier runs (a post-commit trigger keeps one), or None.
+    """
+    started = time.monotonic()
+    retry = retry or RetryPolicy()
+    replans = 0
+    while True:
+        table = load_table()
+        the_plan = plan_conversion(table, branch)
+        if the_plan is None:
+            return ConversionResult(replans=replans, duration_ms=(time.monotonic() - started) * 1000)
+        added, merged, read = write_conversion(table, the_plan, cache)
+        removed = frozenset({e.meta.path for e in the_plan.equality_deletes} | set(merged))
+        try:
+            outcome = commit_with_retry(
+                f"equality-delete conversion of {table.name()}",
+                load_table,
+                _prepare(branch, the_plan, added, removed),
+                retry,
+                on_give_up="; the equality deletes stay (nothing was converted)",
+            )
+        except _PlanInvalidated as e:
+            delete_quietly(table.io, [f.path for f in added])
+            replans += 1
+            if replans > max_replans:
+                logger.warning("equality-delete conversion gave up after %s plans: %s", replans, e)
+                return ConversionResult(replans=replans, duration_ms=(time.monotonic() - started) * 1000)
+            logger.info("equality-delete conversion planned again: %s", e)
+            continue
+        except CommitStateUnknownError:
+            raise  # the snapshot may have landed: its files may be live, so none is deleted
+        except BaseException:
+            delete_quietly(table.io, [f.path for f in added])
+            raise
+        assert outcome.snapshot is not None
+        return ConversionResult(
+            snapshot_id=outcome.snapshot.snapshot_id,
+            removed_equality_delete_files=len(the_plan.equality_deletes),
+            removed_equality_deletes=sum(e.meta.record_count for e in the_plan.equality_deletes),
+            added_position_delete_files=len(added),
+            added_position_deletes=sum(f.record_count for f in added),
+            removed_position_delete_files=len(merged),
+            data_files_read=read,
+            pruned_pairs=the_plan.pruned,
+            replans=replans,
+            duration_ms=(time.monotonic() - started) * 1000,
+        )

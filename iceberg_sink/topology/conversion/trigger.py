@@ -1,0 +1,126 @@
+"""When to convert equality deletes after commits, and where the conversion runs.
+
+The trigger reads the committed snapshot's summary (commit count since the last conversion, live
+equality-delete rows, live delete files): checking it costs nothing. At most one conversion runs
+per table and branch at a time in this process; a trigger that fires while one runs waits for the
+next commit. In the background (the default) the conversion runs on a driver thread and the
+stream's commits go on: they never wait for it, and the conversion's commit validates against
+whatever they committed meanwhile (topology/conversion/job.py). Failures are logged and counted in
+the sink's metrics; they never fail the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+
+from pyiceberg.table import Table
+
+from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.topology.conversion.config import ConversionConfig
+from iceberg_sink.topology.conversion.job import ConversionResult, KeyColumnCache, convert_equality_deletes
+from iceberg_sink.topology.hooks import CommitResult
+
+logger = logging.getLogger(__name__)
+
+_RUNNING: dict[str, threading.Lock] = defaultdict(threading.Lock)
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _table_lock(key: str) -> threading.Lock:
+    with _REGISTRY_LOCK:
+        return _RUNNING[key]
+
+
+def _summary_int(result: CommitResult, key: str) -> int:
+    try:
+        return int(result.snapshot_summary.get(key, "0"))
+    except ValueError:
+        return 0
+
+
+class ConversionTrigger:
+    """Post-commit step: starts an equality-delete conversion when a threshold is met."""
+
+    def __init__(
+        self,
+        config: ConversionConfig,
+        table_key: str,
+        branch: str,
+        load_table: Callable[[], Table],
+        metrics: SinkMetrics,
+    ) -> None:
+        self._config = config
+        self._table_key = table_key
+        self._branch = branch
+        self._load_table = load_table
+        self._metrics = metrics
+        self._commits = 0
+        self.last_result: ConversionResult | None = None
+        self.last_error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        # Data files never change: their key columns are reused by the next conversions.
+        self._cache = KeyColumnCache()
+
+    def should_run(self, result: CommitResult) -> bool:
+        c = self._config
+        return (
+            (c.every_n_commits is not None and self._commits >= c.every_n_commits)
+            or (
+                c.equality_delete_records is not None
+                and _summary_int(result, "total-equality-deletes") > c.equality_delete_records
+            )
+            or (c.delete_files is not None and _summary_int(result, "total-delete-files") > c.delete_files)
+        )
+
+    def observe(self, result: CommitResult) -> None:
+        """Record one commit; start a conversion if a trigger fires."""
+        self._commits += 1
+        if _summary_int(result, "total-equality-deletes") == 0:
+            return  # nothing to convert (a table without deletes never triggers)
+        if self.should_run(result):
+            self.run()
+
+    def run(self) -> None:
+        lock = _table_lock(self._table_key)
+        if not lock.acquire(blocking=False):
+            logger.info("conversion of %s already running; trigger kept for the next commit", self._table_key)
+            return
+        self._metrics.add(conversions_triggered=1)
+        self._commits = 0
+        if self._config.background:
+            self._thread = threading.Thread(
+                target=self._run_locked, args=(lock,), name="iceberg-sink-convert-deletes", daemon=True
+            )
+            self._thread.start()
+        else:
+            self._run_locked(lock)
+
+    def _run_locked(self, lock: threading.Lock) -> None:
+        try:
+            result = convert_equality_deletes(
+                self._load_table, self._branch, max_replans=self._config.max_replans, cache=self._cache
+            )
+        except Exception as e:
+            self.last_error = e
+            self._metrics.add(conversions_failed=1)
+            self._metrics.set(last_conversion_error=f"{type(e).__name__}: {e}")
+            logger.exception("equality-delete conversion of %s failed; the stream goes on", self._table_key)
+        else:
+            self.last_result = result
+            self._metrics.add(
+                conversions_succeeded=1,
+                conversion_removed_equality_delete_files=result.removed_equality_delete_files,
+                conversion_added_position_delete_files=result.added_position_delete_files,
+            )
+            self._metrics.set(last_conversion_duration_ms=result.duration_ms)
+            logger.info("equality-delete conversion of %s: %s", self._table_key, result)
+        finally:
+            lock.release()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a background conversion to finish (tests, shutdown)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
