@@ -144,6 +144,14 @@ SKIP_DELETES_FOR_NEW_KEYS = Option(
     table_property=False,
 )
 
+JVM_PARQUET_WRITER = Option(
+    "iceberg-sink.writer.jvm-parquet",
+    bool,
+    True,
+    "Appends: write data files with Spark's own Parquet writer where provably equivalent (else the Arrow writer).",
+    table_property=False,
+)
+
 OPTIONS: tuple[Option, ...] = (
     TARGET_FILE_SIZE_BYTES,
     PARQUET_COMPRESSION,
@@ -158,6 +166,7 @@ OPTIONS: tuple[Option, ...] = (
     SNAPSHOT_PROPERTY_PREFIX,
     POST_COMMIT_FAIL_ON_ERROR,
     SKIP_DELETES_FOR_NEW_KEYS,
+    JVM_PARQUET_WRITER,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
