@@ -13,7 +13,7 @@ process of its own (``benchmarks/append_driver.py``), ``local[2]``:
 | ``iceberg_java-3.5`` | 3.5 + Apache Iceberg Java 1.9.2 | ``writeStream.format("iceberg")`` |
 | ``iceberg_sink-3.5`` | 3.5 (Java venv; the jar is not used) | this sink |
 | ``iceberg_sink-4`` | the main venv's | this sink |
-| ``iceberg_sink_arrow-*`` | as above | this sink with its Arrow writer only (``iceberg-sink.writer.jvm-parquet=false``) |
+| ``iceberg_sink_jvm-*`` | as above | this sink with Spark's Parquet writer (``iceberg-sink.writer.jvm-parquet=true``) |
 
 Each writer runs unpartitioned and partitioned by ``day(ts), bucket(16, user_id)``. A round runs every
 system once; odd rounds run them in reverse order, so a slow phase of the machine does not always
@@ -69,8 +69,8 @@ SYSTEMS = (
     "iceberg_java-3.5",
     "iceberg_sink-3.5",
     "iceberg_sink-4",
-    "iceberg_sink_arrow-3.5",
-    "iceberg_sink_arrow-4",
+    "iceberg_sink_jvm-3.5",
+    "iceberg_sink_jvm-4",
 )
 
 
@@ -163,7 +163,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="write option of the sink (repeatable), e.g. iceberg-sink.writer.jvm=false",
+        help="write option of the sink (repeatable), e.g. iceberg-sink.writer.buffer-bytes=33554432",
     )
     parser.add_argument("--wait-quiet", type=float, default=120.0)
     parser.add_argument("--skip-checks", action="store_true", help="do not read the tables back (smoke runs only)")

@@ -11,7 +11,7 @@ Runs with whatever PySpark the interpreter has: the main venv (Spark 4.x) or the
 - ``iceberg_java``: ``writeStream.format("iceberg")`` into a Hadoop-catalog table created first
   (format v2, Parquet/zstd as Iceberg's defaults), with ``fanout-enabled`` on partitioned tables
   (Iceberg's advice for streaming, since a streaming write cannot ask Spark to cluster rows).
-- ``iceberg_sink_arrow``: the same with ``iceberg-sink.writer.jvm-parquet=false`` (the Arrow writer).
+- ``iceberg_sink_jvm``: the same with ``iceberg-sink.writer.jvm-parquet=true`` (Spark's Parquet writer).
 - ``iceberg_sink``: ``IcebergSink.start(...)`` with an embedded SQLite catalog (the table is created
   by ``start`` before the stream begins, as Java's is created before its stream).
 
@@ -125,7 +125,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 .option("fanout-enabled", "true" if partitioned else "false")
             )
             start = lambda: writer.trigger(availableNow=True).toTable(f"{JAVA_CATALOG}.{TABLE}")  # noqa: E731
-        elif system in ("iceberg_sink", "iceberg_sink_arrow"):
+        elif system in ("iceberg_sink", "iceberg_sink_jvm"):
             from iceberg_sink import IcebergSink
 
             builder = (
@@ -136,8 +136,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 .post_commit_hook(lambda result: commit_times.append(time.time()))
             )
             options = dict(spec.get("sink_options") or {})
-            if system == "iceberg_sink_arrow":  # the sink's Arrow writer only (before the JVM path)
-                options["iceberg-sink.writer.jvm-parquet"] = "false"
+            if system == "iceberg_sink_jvm":  # Spark's own Parquet writer (writer/jvm.py), opt-in
+                options["iceberg-sink.writer.jvm-parquet"] = "true"
             for key, value in options.items():
                 builder = builder.write_option(key, value)
             sink = builder.build()

@@ -147,8 +147,8 @@ SKIP_DELETES_FOR_NEW_KEYS = Option(
 JVM_PARQUET_WRITER = Option(
     "iceberg-sink.writer.jvm-parquet",
     bool,
-    True,
-    "Appends: write data files with Spark's own Parquet writer where provably equivalent (else the Arrow writer).",
+    False,
+    "Appends: write data files with Spark's own Parquet writer where provably equivalent (measured slower when partitioned).",
     table_property=False,
 )
 

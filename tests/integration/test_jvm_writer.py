@@ -182,6 +182,7 @@ def jvm_written(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -
         .table("db.typed")
         .create_if_missing(partition_by=["day(ts)", "bucket(3, id)", "truncate(100, small)"])
         .write_option("write.parquet.row-group-limit", 50)  # several row groups per file
+        .write_option("iceberg-sink.writer.jvm-parquet", True)
         .build()
     )
     sink.write(spark.read.parquet(str(tmp / "bounded.parquet")))
@@ -260,7 +261,14 @@ def test_nested_structs_fall_back_to_the_arrow_writer(spark: SparkSession, tmp_p
         }
     )
     pq.write_table(rows, tmp_path / "in.parquet")
-    sink = IcebergSink.builder().embedded(tmp_path / "data").table("db.nested").create_if_missing().build()
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "data")
+        .table("db.nested")
+        .create_if_missing()
+        .write_option("iceberg-sink.writer.jvm-parquet", True)
+        .build()
+    )
     sink.write(spark.read.parquet(str(tmp_path / "in.parquet")))
     assert not any(JVM_FOLDER in p for p in _data_paths(sink))
     location = sink.load_table().metadata_location
@@ -309,7 +317,12 @@ def test_a_failed_write_commits_nothing_and_its_retry_commits_once(spark: SparkS
     rows = pa.table({"id": pa.array(range(2000), pa.int64()), "v": [f"v{i}" for i in range(2000)]})
     pq.write_table(rows, tmp_path / "in.parquet", row_group_size=500)
     sink = (
-        IcebergSink.builder().embedded(tmp_path / "data").table("db.retry").create_if_missing(["bucket(8, id)"]).build()
+        IcebergSink.builder()
+        .embedded(tmp_path / "data")
+        .table("db.retry")
+        .create_if_missing(["bucket(8, id)"])
+        .write_option("iceberg-sink.writer.jvm-parquet", True)
+        .build()
     )
     checkpoint = str(tmp_path / "ckpt")
     df = spark.read.parquet(str(tmp_path / "in.parquet"))
