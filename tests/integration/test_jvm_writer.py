@@ -285,6 +285,7 @@ def test_renamed_column_is_written_by_field_id(
         .embedded(tmp_path / "data")
         .table("db.evolved")
         .create_if_missing(["bucket(4, id)"])
+        .write_option("iceberg-sink.writer.jvm-parquet", True)
         .build()
     )
     sink.write(spark.read.parquet(str(tmp_path / "first.parquet")))
