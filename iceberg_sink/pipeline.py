@@ -54,6 +54,7 @@ from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
+from iceberg_sink.writer import jvm
 from iceberg_sink.writer.spark import write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
 
@@ -322,9 +323,13 @@ class SinkJob:
         sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
-        distributed = distribute(df, mode, table.spec(), table.schema(), sort_columns=[c for c in sort_columns if c])
         try:
-            results = write_dataframe(distributed, spec)
+            results = None
+            if self._config.changes is None and resolved.get(options.JVM_PARQUET_WRITER):
+                results = jvm.write_appends(df, spec, mode)  # None: not provably equivalent here
+            if results is None:
+                sort = [c for c in sort_columns if c]
+                results = write_dataframe(distribute(df, mode, table.spec(), table.schema(), sort_columns=sort), spec)
         except Exception as e:
             text = str(e)
             if ERROR_MARKER in text:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -33,14 +34,21 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties
 from pyiceberg.types import (
     BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
     DoubleType,
     FloatType,
+    IntegerType,
     ListType,
+    LongType,
     MapType,
     NestedField,
     PrimitiveType,
     StringType,
     StructType,
+    TimestampType,
+    TimestamptzType,
 )
 
 # Java's UnicodeUtil skips the surrogate range when incrementing a code point: a surrogate is not
@@ -254,3 +262,85 @@ class ColumnValueStats:
                     continue
             result[leaf.field_id] = to_bytes(leaf.field_type, value)
         return result
+
+
+def _footer_value(raw: Any, field_type: PrimitiveType, physical: str) -> Any:
+    """A footer statistic (``min_raw``/``max_raw``) as Iceberg's internal value, or None if unsupported."""
+    if isinstance(field_type, BooleanType) and physical == "BOOLEAN":
+        return bool(raw)
+    if isinstance(field_type, IntegerType | DateType) and physical == "INT32":
+        return int(raw)
+    if isinstance(field_type, LongType | TimestampType | TimestamptzType) and physical == "INT64":
+        return int(raw)
+    if isinstance(field_type, DecimalType) and physical in ("INT32", "INT64"):
+        return Decimal(int(raw)).scaleb(-field_type.scale)
+    if isinstance(field_type, StringType) and physical == "BYTE_ARRAY":
+        try:
+            return bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if isinstance(field_type, BinaryType) and physical == "BYTE_ARRAY":
+        return bytes(raw)
+    # Floating point (NaN and -0.0 are not provable from a footer), fixed-length decimals (the
+    # footer's comparator is not checked here), and anything else: no bound.
+    return None
+
+
+def footer_metrics(metadata: pq.FileMetaData, schema: Schema, properties: Mapping[str, str]) -> dict[str, Any]:
+    """Iceberg metrics of a Parquet file written by another writer (Spark's), from its footer only.
+
+    Counts, sizes and split offsets as :func:`parquet_metrics`. Bounds only for top-level columns of
+    types whose footer statistics are exact in Iceberg's order (booleans, ints, longs, dates,
+    timestamps, INT32/INT64 decimals, strings, binary), and only when every row group with
+    non-null values has them; strings and binary are truncated as Iceberg Java does. Float and
+    double columns get no bounds and no NaN counts (absent metrics are safe: readers then read the
+    file). A column whose null count is missing in any row group gets no null count.
+    """
+    result = parquet_metrics(metadata, schema, properties)
+    leaves = {
+        leaf.path[0]: leaf for leaf in _leaves(schema.as_struct().fields, (), schema, properties) if len(leaf.path) == 1
+    }
+    lower: dict[int, bytes] = {}
+    upper: dict[int, bytes] = {}
+    null_counts = dict(result.get("null_value_counts") or {})
+    columns = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    for name, leaf in leaves.items():
+        position = columns.get(name)
+        if position is None:
+            null_counts.pop(leaf.field_id, None)
+            continue
+        low: Any = None
+        high: Any = None
+        provable = leaf.bounds
+        for r in range(metadata.num_row_groups):
+            column = metadata.row_group(r).column(position)
+            stats = column.statistics if column.is_stats_set else None
+            if stats is None or not stats.has_null_count:
+                null_counts.pop(leaf.field_id, None)
+                provable = False
+                break
+            if not provable or stats.null_count == column.num_values:
+                continue  # only nulls in this row group: it bounds nothing
+            if not stats.has_min_max:
+                provable = False
+                continue
+            lo = _footer_value(stats.min_raw, leaf.field_type, stats.physical_type)
+            hi = _footer_value(stats.max_raw, leaf.field_type, stats.physical_type)
+            if lo is None or hi is None:
+                provable = False
+                continue
+            low = lo if low is None else min(low, lo)
+            high = hi if high is None else max(high, hi)
+        if not provable or low is None or high is None:
+            continue
+        if leaf.truncate is not None:
+            low = (truncate_string_min if isinstance(low, str) else truncate_binary_min)(low, leaf.truncate)
+            high = (truncate_string_max if isinstance(high, str) else truncate_binary_max)(high, leaf.truncate)
+        lower[leaf.field_id] = to_bytes(leaf.field_type, low)
+        if high is not None:
+            upper[leaf.field_id] = to_bytes(leaf.field_type, high)
+    result["null_value_counts"] = null_counts
+    result["nan_value_counts"] = {}
+    result["lower_bounds"] = lower
+    result["upper_bounds"] = upper
+    return result
