@@ -409,6 +409,8 @@ def run_java_driver(java_env: Any, spec: dict[str, Any], work: Path) -> dict[str
     spec_path = work / "java-spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    # The driver imports benchmarks.java_spark, shared with the CDC benchmark's MERGE driver.
+    env["PYTHONPATH"] = str(PROJECT_ROOT)
     proc = subprocess.run(
         [str(java_env.python), str(JAVA_DRIVER), str(spec_path)],
         cwd=str(work),
