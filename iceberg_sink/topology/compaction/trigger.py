@@ -8,8 +8,6 @@ a trigger that fires while one runs waits for the next commit.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -18,20 +16,11 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.job import CompactionResult, compact
 from iceberg_sink.topology.hooks import CommitResult
 from iceberg_sink.writer.result import DataFileMeta
-
-logger = logging.getLogger(__name__)
-
-_RUNNING: dict[str, threading.Lock] = defaultdict(threading.Lock)
-_REGISTRY_LOCK = threading.Lock()
-
-
-def _table_lock(key: str) -> threading.Lock:
-    with _REGISTRY_LOCK:
-        return _RUNNING[key]
 
 
 def _deletes_of(summary: Mapping[str, str]) -> tuple[int, int]:
@@ -46,7 +35,7 @@ def _deletes_of(summary: Mapping[str, str]) -> tuple[int, int]:
     return number("total-delete-files"), number("total-equality-deletes") + number("total-position-deletes")
 
 
-class CompactionTrigger:
+class CompactionTrigger(BackgroundJob):
     """Post-commit step: counts what commits add and starts a compaction when a threshold is met."""
 
     def __init__(
@@ -59,8 +48,8 @@ class CompactionTrigger:
         metrics: SinkMetrics,
         spark: Callable[[], SparkSession],
     ) -> None:
+        super().__init__(table_key, config.background)
         self._config = config
-        self._table_key = table_key
         self._branch = branch
         self._load_table = load_table
         self._small = small_file_bytes
@@ -68,8 +57,6 @@ class CompactionTrigger:
         self._spark = spark
         self._reset()
         self.last_result: CompactionResult | None = None
-        self.last_error: BaseException | None = None
-        self._thread: threading.Thread | None = None
 
     def _reset(self) -> None:
         self._commits = 0
@@ -103,42 +90,23 @@ class CompactionTrigger:
             or (c.delete_records is not None and self._deletes[1] > c.delete_records)
         )
 
-    def run(self) -> None:
-        lock = _table_lock(self._table_key)
-        if not lock.acquire(blocking=False):
-            logger.info("compaction of %s already running; trigger kept for the next commit", self._table_key)
-            return
+    kind = "compaction"
+
+    def on_start(self) -> None:
         self._metrics.add(compactions_triggered=1)
         self._reset()
-        if self._config.background:
-            self._thread = threading.Thread(
-                target=self._run_locked, args=(lock,), name="iceberg-sink-compaction", daemon=True
-            )
-            self._thread.start()
-        else:
-            self._run_locked(lock)
 
-    def _run_locked(self, lock: threading.Lock) -> None:
-        try:
-            result = compact(self._spark(), self._load_table, self._config, branch=self._branch)
-        except Exception as e:
-            self.last_error = e
-            self._metrics.add(compactions_failed=1)
-            logger.exception("compaction of %s failed; the stream goes on", self._table_key)
-        else:
-            self.last_result = result
-            self._metrics.add(
-                compactions_succeeded=1,
-                compaction_rewritten_files=result.rewritten_data_files,
-                compaction_added_files=result.added_data_files,
-                compaction_removed_delete_files=result.removed_delete_files,
-            )
-            self._metrics.set(last_compaction_duration_ms=result.duration_ms)
-            logger.info("compaction of %s: %s", self._table_key, result)
-        finally:
-            lock.release()
+    def execute(self) -> CompactionResult:
+        return compact(self._spark(), self._load_table, self._config, branch=self._branch)
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for a background compaction to finish (tests, shutdown)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def on_failure(self, error: Exception) -> None:
+        self._metrics.add(compactions_failed=1)
+
+    def on_success(self, result: CompactionResult) -> None:
+        self._metrics.add(
+            compactions_succeeded=1,
+            compaction_rewritten_files=result.rewritten_data_files,
+            compaction_added_files=result.added_data_files,
+            compaction_removed_delete_files=result.removed_delete_files,
+        )
+        self._metrics.set(last_compaction_duration_ms=result.duration_ms)

@@ -11,27 +11,15 @@ the sink's metrics; they never fail the stream.
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections import defaultdict
 from collections.abc import Callable
 
 from pyiceberg.table import Table
 
 from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.conversion.config import ConversionConfig
 from iceberg_sink.topology.conversion.job import ConversionResult, KeyColumnCache, convert_equality_deletes
 from iceberg_sink.topology.hooks import CommitResult
-
-logger = logging.getLogger(__name__)
-
-_RUNNING: dict[str, threading.Lock] = defaultdict(threading.Lock)
-_REGISTRY_LOCK = threading.Lock()
-
-
-def _table_lock(key: str) -> threading.Lock:
-    with _REGISTRY_LOCK:
-        return _RUNNING[key]
 
 
 def _summary_int(result: CommitResult, key: str) -> int:
@@ -41,7 +29,7 @@ def _summary_int(result: CommitResult, key: str) -> int:
         return 0
 
 
-class ConversionTrigger:
+class ConversionTrigger(BackgroundJob):
     """Post-commit step: starts an equality-delete conversion when a threshold is met."""
 
     def __init__(
@@ -52,15 +40,13 @@ class ConversionTrigger:
         load_table: Callable[[], Table],
         metrics: SinkMetrics,
     ) -> None:
+        super().__init__(table_key, config.background)
         self._config = config
-        self._table_key = table_key
         self._branch = branch
         self._load_table = load_table
         self._metrics = metrics
         self._commits = 0
         self.last_result: ConversionResult | None = None
-        self.last_error: BaseException | None = None
-        self._thread: threading.Thread | None = None
         # Data files never change: their key columns are reused by the next conversions.
         self._cache = KeyColumnCache()
 
@@ -83,44 +69,25 @@ class ConversionTrigger:
         if self.should_run(result):
             self.run()
 
-    def run(self) -> None:
-        lock = _table_lock(self._table_key)
-        if not lock.acquire(blocking=False):
-            logger.info("conversion of %s already running; trigger kept for the next commit", self._table_key)
-            return
+    kind = "equality-delete conversion"
+
+    def on_start(self) -> None:
         self._metrics.add(conversions_triggered=1)
         self._commits = 0
-        if self._config.background:
-            self._thread = threading.Thread(
-                target=self._run_locked, args=(lock,), name="iceberg-sink-convert-deletes", daemon=True
-            )
-            self._thread.start()
-        else:
-            self._run_locked(lock)
 
-    def _run_locked(self, lock: threading.Lock) -> None:
-        try:
-            result = convert_equality_deletes(
-                self._load_table, self._branch, max_replans=self._config.max_replans, cache=self._cache
-            )
-        except Exception as e:
-            self.last_error = e
-            self._metrics.add(conversions_failed=1)
-            self._metrics.set(last_conversion_error=f"{type(e).__name__}: {e}")
-            logger.exception("equality-delete conversion of %s failed; the stream goes on", self._table_key)
-        else:
-            self.last_result = result
-            self._metrics.add(
-                conversions_succeeded=1,
-                conversion_removed_equality_delete_files=result.removed_equality_delete_files,
-                conversion_added_position_delete_files=result.added_position_delete_files,
-            )
-            self._metrics.set(last_conversion_duration_ms=result.duration_ms)
-            logger.info("equality-delete conversion of %s: %s", self._table_key, result)
-        finally:
-            lock.release()
+    def execute(self) -> ConversionResult:
+        return convert_equality_deletes(
+            self._load_table, self._branch, max_replans=self._config.max_replans, cache=self._cache
+        )
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for a background conversion to finish (tests, shutdown)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def on_failure(self, error: Exception) -> None:
+        self._metrics.add(conversions_failed=1)
+        self._metrics.set(last_conversion_error=f"{type(error).__name__}: {error}")
+
+    def on_success(self, result: ConversionResult) -> None:
+        self._metrics.add(
+            conversions_succeeded=1,
+            conversion_removed_equality_delete_files=result.removed_equality_delete_files,
+            conversion_added_position_delete_files=result.added_position_delete_files,
+        )
+        self._metrics.set(last_conversion_duration_ms=result.duration_ms)
