@@ -45,8 +45,6 @@ def log(system: str, message: str) -> None:
 
 
 def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
-    from pyspark.sql import SparkSession
-
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -58,20 +56,9 @@ def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
             {**spec, "warehouse": str(work_dir / "warehouse")}, work_dir, "append-benchmark", JAVA_CATALOG
         )
     else:
-        spark = (
-            SparkSession.builder.master(f"local[{spec['cores']}]")
-            .appName(f"append-benchmark-{spec['system']}")
-            .config("spark.driver.memory", spec["driver_memory"])
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", str(spec["shuffle_partitions"]))
-            .config("spark.default.parallelism", str(spec["cores"]))
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .getOrCreate()
-        )
+        from benchmarks.java_spark import local_builder
+
+        spark = local_builder(spec, work_dir, f"append-benchmark-{spec['system']}").getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
     for key, value in (spec.get("spark_conf") or {}).items():
         spark.conf.set(key, value)
