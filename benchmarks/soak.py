@@ -3,7 +3,7 @@ and file counts over time, and the final table checked against a model.
 
     .venv/bin/python -m benchmarks.soak [--minutes 30] [--rows-per-second 2000] [--keys 100000]
                                         [--trigger-seconds 5] [--sample-seconds 5] [--compact-every 12]
-                                        [--convert-every 1] [--expire-every 60] [--retain-last 10]
+                                        [--convert-every 0] [--expire-every 60] [--retain-last 10]
                                         [--out benchmarks/results/soak.json]
 
 One process, one SparkSession (PySpark 4.x, ``local[2]``, ``--driver-memory``), one embedded catalog
@@ -19,7 +19,9 @@ offset of each batch is read from Spark's checkpoint (``offsets/<batch id>``).
 
 The stream is written by ``.cdc(op_column="op", key=["id"], order_by="lsn")`` with
 ``.compaction(every_n_commits=--compact-every, background=True)``,
-``.convert_equality_deletes(every_n_commits=--convert-every)`` (off with 0) and a post-commit hook
+``.convert_equality_deletes(every_n_commits=--convert-every)`` (off by default: compaction applies
+the equality deletes itself, and a conversion committing position deletes into the partition makes
+every overlapping compaction drop its groups) and a post-commit hook
 that records each commit (the sink's ``last_commit_duration_ms``, the snapshot summary) and expires
 snapshots every ``--expire-every`` commits (``maintenance.expire_snapshots``, keeping the last
 ``--retain-last``), on a processing-time trigger of ``--trigger-seconds``. The table has
@@ -694,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-seconds", type=float, default=5.0, help="sampling interval (5)")
     parser.add_argument("--compact-every", type=int, default=12, help="compaction every N commits; 0: off (12)")
     parser.add_argument(
-        "--convert-every", type=int, default=1, help="equality-delete conversion every N commits; 0: off (1)"
+        "--convert-every", type=int, default=0, help="equality-delete conversion every N commits; 0: off (0)"
     )
     parser.add_argument("--expire-every", type=int, default=60, help="expire snapshots every N commits; 0: off (60)")
     parser.add_argument("--retain-last", type=int, default=10, help="snapshots kept by each expiry (10)")
