@@ -130,13 +130,15 @@ def _comm(pid: int) -> str:
 
 def process_roles(root: int) -> dict[int, str]:
     """``root`` and its Spark processes by role: ``driver_python`` (root), ``driver_jvm`` (its ``java``
-    children, which in local mode also run the executors), ``python_daemon`` (the JVM's children)
-    and ``python_worker`` (the daemon's descendants)."""
+    children, which in local mode also run the executors), ``python_daemon`` (the JVM's Python
+    children) and ``python_worker`` (the daemon's descendants). Other children of the JVM (Hadoop's
+    shell commands such as ``chmod``, forked from the JVM and showing its resident set for a moment)
+    are left out."""
     children = _children()
     roles: dict[int, str] = {root: "driver_python"}
     for jvm in [p for p in children.get(root, []) if _comm(p) == "java"]:
         roles[jvm] = "driver_jvm"
-        for daemon in children.get(jvm, []):
+        for daemon in [p for p in children.get(jvm, []) if _comm(p).startswith("python")]:
             roles[daemon] = "python_daemon"
             stack = list(children.get(daemon, []))
             while stack:
