@@ -93,7 +93,7 @@ def log(message: str) -> None:
 # -- /proc ------------------------------------------------------------------------------------------
 
 
-def _status(pid: int) -> dict[str, int]:
+def status(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM of ``pid`` in bytes; empty if the process is gone."""
     out: dict[str, int] = {}
     try:
@@ -128,6 +128,26 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def process_roles(root: int) -> dict[int, str]:
+    """``root`` and its Spark processes by role: ``driver_python`` (root), ``driver_jvm`` (its ``java``
+    children, which in local mode also run the executors), ``python_daemon`` (the JVM's Python
+    children) and ``python_worker`` (the daemon's descendants). Other children of the JVM (Hadoop's
+    shell commands such as ``chmod``, forked from the JVM and showing its resident set for a moment)
+    are left out."""
+    children = _children()
+    roles: dict[int, str] = {root: "driver_python"}
+    for jvm in [p for p in children.get(root, []) if _comm(p) == "java"]:
+        roles[jvm] = "driver_jvm"
+        for daemon in [p for p in children.get(jvm, []) if _comm(p).startswith("python")]:
+            roles[daemon] = "python_daemon"
+            stack = list(children.get(daemon, []))
+            while stack:
+                pid = stack.pop()
+                roles[pid] = "python_worker"
+                stack.extend(children.get(pid, []))
+    return roles
+
+
 class ProcessTree:
     """Classifies this process's descendants and keeps the last ``VmHWM`` seen of each."""
 
@@ -140,20 +160,10 @@ class ProcessTree:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
-        children = _children()
-        roles: dict[int, str] = {self.root: "driver_python"}
-        for jvm in [p for p in children.get(self.root, []) if _comm(p) == "java"]:
-            roles[jvm] = "driver_jvm"
-            for daemon in children.get(jvm, []):
-                roles[daemon] = "python_daemon"
-                stack = list(children.get(daemon, []))
-                while stack:
-                    pid = stack.pop()
-                    roles[pid] = "python_worker"
-                    stack.extend(children.get(pid, []))
+        roles = process_roles(self.root)
         with self._lock:
             for pid, role in roles.items():
-                hwm = _status(pid).get("VmHWM")
+                hwm = status(pid).get("VmHWM")
                 if hwm is not None:
                     self.roles[pid] = role
                     self.hwm[pid] = max(hwm, self.hwm.get(pid, 0))
