@@ -3,8 +3,9 @@
 Every table is read back by Apache Iceberg Java and DuckDB and compared with a model of what was
 streamed; every sink checkpoint must be exactly one snapshot, in checkpoint order.
 
-Outages are real: the PostgreSQL server is stopped (``pg_ctl stop``) and started again mid-stream; a
-commit whose answer is lost is a real TCP connection closed by a proxy after the server committed
+Outages are real: the PostgreSQL server is stopped (``pg_ctl stop``) and started again mid-stream, so
+is SeaweedFS's Iceberg REST catalog process (its S3 store stays up: tests/integration/rest_gateway.py;
+those tables on S3 are read back by PyIceberg and DuckDB); a commit whose answer is lost is a real TCP connection closed by a proxy after the server committed
 (tests/integration/postgres.py).
 """
 
@@ -28,8 +29,10 @@ from pyspark.sql.streaming import StreamingQuery
 from iceberg_sink import IcebergSink, options
 from iceberg_sink.builder import IcebergSinkBuilder
 from tests.integration.postgres import CommitCuttingProxy, PostgresServer, postgres, sql_catalog_properties  # noqa: F401
+from tests.integration.rest_gateway import SplitSeaweed, split_seaweed  # noqa: F401
 from tests.integration.sources import EVENT_SCHEMA_DDL, event_batch
 from tests.integration.test_cdc import CHANGE_DDL, apply, expected, random_changes
+from tests.integration.test_s3_rest import duckdb_s3_read
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -350,3 +353,40 @@ def test_pending_checkpoint_survives_a_compatible_schema_change(
     assert rows.column("extra").null_count == rows.num_rows
     assert normalize(rows.drop_columns(["extra"]), ["event_id"]) == feed.expected()
     assert normalize(duckdb_read(table.metadata_location).drop_columns(["extra"]), ["event_id"]) == feed.expected()
+
+
+@pytest.mark.parametrize("cdc", [False, True], ids=["append", "cdc"])
+def test_rest_catalog_stopped_mid_stream_checkpoints_stay_pending_then_commit_in_order(
+    spark: SparkSession,
+    split_seaweed: SplitSeaweed,  # noqa: F811
+    tmp_path: Path,
+    cdc: bool,
+) -> None:
+    """The Iceberg REST catalog process is stopped while S3 stays up, then started again."""
+    props = split_seaweed.props
+    identifier = f"outage.{'cdc' if cdc else 'append'}"
+    load_catalog("rest", **props).create_namespace_if_not_exists("outage")
+    feed = Feed(tmp_path / "src", cdc)
+    sink = feed.builder(props, identifier).build()
+    query = feed.start(spark, sink, tmp_path / "ckpt")
+    pending_dir = tmp_path / "ckpt" / "iceberg_sink" / "committables"
+    try:
+        step(query, feed)
+        split_seaweed.stop_catalog()
+        step(query, feed)
+        step(query, feed)
+        assert query.exception() is None
+        assert [p.name for p in sorted(pending_dir.glob("*.json"))] == [f"{i:020d}.json" for i in (1, 2)]
+        assert sink.metrics().pending_checkpoints == 2
+        split_seaweed.start_catalog()
+        step(query, feed)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert not list(pending_dir.glob("*.json"))
+    table = load_catalog("rest", **props).load_table(identifier)
+    assert checkpoint_ids(table) == [0, 1, 2, 3]
+    want = feed.expected()
+    if not cdc:  # PyIceberg cannot apply equality deletes; DuckDB does
+        assert normalize(table.scan().to_arrow(), [feed.key]) == want
+    assert normalize(duckdb_s3_read(props, table.metadata_location), [feed.key]) == want
