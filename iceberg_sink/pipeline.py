@@ -234,7 +234,12 @@ class SinkJob:
         properties = dict(self._job_properties)
         if self._config.pre_commit_hooks:
             properties.update(self.hooks.before_commit(committable.summary))
-        outcome = self.committer.commit(committable, extra_properties=properties, table=table)
+        try:
+            outcome = self.committer.commit(committable, extra_properties=properties, table=table)
+        except Exception as e:
+            if self._outage(e):
+                raise _CatalogOutage(e) from e
+            raise
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
         if outcome.snapshot is None:
@@ -329,10 +334,8 @@ class SinkJob:
             return self._defer(committable.checkpoint_id, error)
         try:
             return self._commit(committable, table)
-        except Exception as e:
-            if not self._outage(e):
-                raise
-            return self._defer(committable.checkpoint_id, e)
+        except _CatalogOutage as e:
+            return self._defer(committable.checkpoint_id, e.error)
 
     def next_checkpoint_id(self) -> int:
         table = self.refresh()
@@ -369,13 +372,18 @@ class SinkJob:
             outage, table = e, self._table
             self._check_input(table, df.schema)
         if outage is None:
+            committed_pending = []
             try:
-                if self.commit_pending(before=checkpoint_id):
+                committed_pending = self.commit_pending(before=checkpoint_id)
+            except _CatalogOutage as e:
+                outage = e.error
+            if committed_pending and outage is None:
+                try:
                     table = self.refresh()
-            except Exception as e:
-                if not self._outage(e):
-                    raise
-                outage = e
+                except Exception as e:
+                    if not self._outage(e):
+                        raise
+                    outage = e
         committed = self.committer.max_committed(table)
         if checkpoint_id < committed:
             raise CheckpointRewoundError(
@@ -467,6 +475,18 @@ class SinkJob:
         if self._config.changes is None:
             return ()
         return tuple(table.schema().find_field(k).field_id for k in self._config.changes.key)
+
+
+class _CatalogOutage(Exception):
+    """A stream's commit did not land (or its outcome is unknown) because the catalog is unreachable.
+
+    Raised only around the committer's commit, so a failure after a commit landed (a post-commit
+    hook, a compaction) is never taken for an outage.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _one_line(error: BaseException) -> str:

@@ -64,17 +64,21 @@ class Feed:
 
     def add(self, rows: int = 40) -> None:
         path = self.directory / f"part-{self.files:05d}.parquet"
+        hidden = self.directory / f".{path.name}.tmp"  # the file stream ignores names starting with "."
         if self.cdc:
             changes = random_changes(self._rng, self.model, self._lsn, rows, keys=30)
             self._lsn = max(c["lsn"] for c in changes)
             apply(self.model, changes)
-            pq.write_table(pa.Table.from_pylist(changes, schema=CHANGE_SCHEMA), path)
+            pq.write_table(pa.Table.from_pylist(changes, schema=CHANGE_SCHEMA), hidden)
         else:
             table = event_batch(self.files * rows, rows)
             self.appended.append(table)
-            pq.write_table(table, path)
-        # Distinct modification times keep the file stream's batch order equal to the file order.
-        os.utime(path, (1_700_000_000 + self.files, 1_700_000_000 + self.files))
+            pq.write_table(table, hidden)
+        # Distinct modification times keep the file stream's batch order equal to the file order. Set
+        # before the file appears: a listing that saw today's time would make the source skip every
+        # later (older-dated) file as older than its maxFileAge.
+        os.utime(hidden, (1_700_000_000 + self.files, 1_700_000_000 + self.files))
+        hidden.rename(path)
         self.files += 1
 
     @property
