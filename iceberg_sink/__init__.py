@@ -10,6 +10,7 @@ from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.committer.committable import CommitSummary
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.errors import (
+    CatalogUnavailableError,
     CheckpointRewoundError,
     CommitRetriesExhaustedError,
     CommitStateUnknownError,
@@ -18,6 +19,7 @@ from iceberg_sink.errors import (
     InvalidInputError,
     InvalidSinkConfigError,
     MaintenanceRefusedError,
+    PendingCheckpointsLimitError,
     SchemaMismatchError,
     UncommittableCheckpointError,
     UnsupportedTableError,
@@ -30,6 +32,7 @@ from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import CommitResult, PostCommitHookError
 
 __all__ = [
+    "CatalogUnavailableError",
     "CheckpointRewoundError",
     "CommitOutcome",
     "CommitResult",
@@ -49,6 +52,7 @@ __all__ = [
     "InvalidSinkConfigError",
     "MaintenanceRefusedError",
     "MetricsSnapshot",
+    "PendingCheckpointsLimitError",
     "PostCommitHookError",
     "SchemaMismatchError",
     "UncommittableCheckpointError",

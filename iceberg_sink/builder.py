@@ -95,6 +95,11 @@ class IcebergSinkBuilder:
         self._write_options[key] = value
         return self
 
+    def max_pending_checkpoints(self, limit: int) -> IcebergSinkBuilder:
+        """Streams: how many checkpoints may be written and kept pending while the catalog is
+        unreachable before the stream fails (``iceberg-sink.commit.max-pending-checkpoints``)."""
+        return self.write_option("iceberg-sink.commit.max-pending-checkpoints", limit)
+
     def pre_commit_hook(self, fn: PreCommitHook) -> IcebergSinkBuilder:
         """Call ``fn(summary)`` on the driver before each commit (see topology/hooks.py).
 

@@ -75,3 +75,16 @@ class UncommittableCheckpointError(IcebergSinkError, RuntimeError):
     """A stored checkpoint cannot be committed safely, for example because the table it was written
     for was dropped and re-created since. Fatal for that checkpoint: nothing of it was committed, and
     the message says what to do with it (its files belong to the table it was written for)."""
+
+
+class CatalogUnavailableError(IcebergSinkError, RuntimeError):
+    """The catalog could not be reached (connection refused or lost, server unavailable) for longer
+    than the commit retry budget. Nothing was committed by the call that raised it, or its outcome is
+    unknown and is resolved by reading the table once the catalog is back. A streaming sink keeps the
+    checkpoint pending (see :class:`PendingCheckpointsLimitError`)."""
+
+
+class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):
+    """More checkpoints are pending than ``iceberg-sink.commit.max-pending-checkpoints`` allows,
+    because the catalog stayed unreachable. Nothing is lost: every pending committable is kept under
+    the checkpoint location, and a restart with the catalog reachable commits them in order."""

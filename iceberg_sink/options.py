@@ -131,6 +131,14 @@ COMMIT_MAX_WAIT_MS = Option(
 COMMIT_TOTAL_TIMEOUT_MS = Option(
     "commit.retry.total-timeout-ms", int, 1_800_000, "Give up retrying a commit after this long.", minimum=0
 )
+MAX_PENDING_CHECKPOINTS = Option(
+    "iceberg-sink.commit.max-pending-checkpoints",
+    int,
+    100,
+    "Streams: checkpoints written and kept pending while the catalog is unreachable before the stream fails (0: fail at once).",
+    table_property=False,
+    minimum=0,
+)
 SNAPSHOT_PROPERTY_PREFIX = Option(
     "iceberg-sink.snapshot-property-prefix",
     str,
@@ -200,6 +208,7 @@ OPTIONS: tuple[Option, ...] = (
     COMMIT_MIN_WAIT_MS,
     COMMIT_MAX_WAIT_MS,
     COMMIT_TOTAL_TIMEOUT_MS,
+    MAX_PENDING_CHECKPOINTS,
     SNAPSHOT_PROPERTY_PREFIX,
     POST_COMMIT_FAIL_ON_ERROR,
     SKIP_DELETES_FOR_NEW_KEYS,

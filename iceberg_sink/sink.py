@@ -93,12 +93,13 @@ class IcebergSink:
             write_options=self._config.options,
         )
 
-    def _job(self, checkpoint_location: str, ephemeral: bool) -> SinkJob:
+    def _job(self, checkpoint_location: str, ephemeral: bool, streaming: bool = False) -> SinkJob:
         job = SinkJob(
             self._config,
             CheckpointStore(checkpoint_location),
             metrics=self._metrics,
             ephemeral=ephemeral,
+            streaming=streaming,
             compaction=self._compaction,
             conversion=self._conversion,
         )
@@ -141,6 +142,11 @@ class IcebergSink:
             trigger: Spark trigger, e.g. ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
             query_name: optional name of the query.
 
+        While the catalog is unreachable the query keeps writing: each micro-batch's files are
+        written with the table metadata last loaded and its commit stays pending under the
+        checkpoint location, to be committed in order once the catalog answers again, up to
+        ``iceberg-sink.commit.max-pending-checkpoints`` (see docs/architecture.md, catalog outages).
+
         Returns:
             The running :class:`pyspark.sql.streaming.StreamingQuery`.
         """
@@ -156,7 +162,7 @@ class IcebergSink:
             raise InvalidSinkConfigError(
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
-        job = self._job(checkpoint_location, ephemeral=False)
+        job = self._job(checkpoint_location, ephemeral=False, streaming=True)
         # Create or check the table before the first batch so schema errors surface now.
         job.ensure_table(streaming_df.schema)
 

@@ -85,16 +85,19 @@ class CheckpointStore:
         data = self._read(self._path(checkpoint_id))
         return Committable.decode(data) if data is not None else None
 
-    def pending(self) -> list[Committable]:
-        """Every stored committable, oldest checkpoint first."""
+    def pending_ids(self) -> list[int]:
+        """The checkpoint ids of every stored committable, oldest first."""
         infos = self._fs.get_file_info(pafs.FileSelector(self._committables, allow_not_found=True))
-        ids = sorted(
+        return sorted(
             int(i.base_name[: -len(".json")])
             for i in infos
             if i.base_name.endswith(".json") and i.base_name[: -len(".json")].isdigit()
         )
+
+    def pending(self) -> list[Committable]:
+        """Every stored committable, oldest checkpoint first."""
         result = []
-        for checkpoint_id in ids:
+        for checkpoint_id in self.pending_ids():
             committable = self.get(checkpoint_id)
             if committable is not None:
                 result.append(committable)
