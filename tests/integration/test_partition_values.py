@@ -139,3 +139,28 @@ def test_files_stay_inside_the_data_folder_with_short_segments(written: IcebergS
     # Every file under the data folder is one the table references.
     on_disk = {str(p.resolve()) for p in data.rglob("*.parquet")}
     assert on_disk == {str(_local(u).resolve()) for u in paths}
+
+
+FLOATS = [float("nan"), -0.0, 0.0, float("inf"), float("-inf"), None, 1.5, -1.5, 0.0, -0.0]
+
+
+def test_float_partition_sources_with_nan_and_signed_zeros(
+    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    # Valid input. Iceberg Java keeps -0.0 and 0.0 in separate partitions (its PartitionKey compares
+    # with Double.equals); a file of the 0.0 partition holding a -0.0 row would carry a partition
+    # value its rows do not have. The writers' own split is checked in tests/unit/test_task_writer.py.
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.f").create_if_missing(partition_by=["f"]).build()
+    rows = [(i, v) for i, v in enumerate(FLOATS)]
+    sink.write(spark.createDataFrame(rows, "id long, f double"))
+    location = sink.load_table().metadata_location
+    expected = normalize(pa.table({"id": [r[0] for r in rows], "f": pa.array(FLOATS, pa.float64())}), ["id"])
+    for got in (java_reader.read(location), duckdb_read(location)):
+        assert normalize(got, ["id"]) == expected
+        signs = {r["id"]: str(r["f"]) for r in got.to_pylist()}
+        assert (signs[1], signs[2], signs[8], signs[9]) == ("-0.0", "0.0", "0.0", "-0.0")
+    assert sorted(r["id"] for r in java_reader.read(location, where="isnan(f)").to_pylist()) == [0]
+    # Each file's partition value (in the manifest) is the value of every row in it, sign included.
+    for f in sink.load_table().inspect.files().to_pylist():
+        values = pa.parquet.read_table(_local(f["file_path"]))["f"].to_pylist()  # type: ignore[attr-defined]
+        assert {repr(v) for v in values} == {repr(f["partition"]["f"])}, (f["partition"], values)
