@@ -139,3 +139,23 @@ def test_bad_choice_lists_the_allowed_values_readably(tmp_path: Path) -> None:
         IcebergSink.builder().embedded(tmp_path).table("db.t").build()
     with pytest.raises(InvalidSinkConfigError, match=r"expected one of 'zstd', 'snappy'.*received 'fast'"):
         options.validate_builder_options({"write.parquet.compression-codec": "fast"})
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "postgresql+psycopg2://sink:pw-9f3c1e7a@127.0.0.1:5432/catalog",
+        "sqlite://sink:pw-9f3c1e7a@//tmp/catalog.db",
+        "postgresql://sink:pw-9f3c1e7a@db.example/catalog?sslmode=require",
+    ],
+)
+def test_a_password_in_a_catalog_uri_is_never_shown(uri: str) -> None:
+    from iceberg_sink.table.catalog import CatalogConfig
+
+    builder = IcebergSink.builder().catalog("pg", type="sql", uri=uri, warehouse="file:///tmp/wh").table("db.t")
+    with pytest.raises(InvalidSinkConfigError) as info:
+        builder.build()  # the driver is missing or the URL is refused: either way an error naming the catalog
+    assert "pw-9f3c1e7a" not in str(info.value), str(info.value)
+    assert "'pg'" in str(info.value) and "sink:***@" in str(info.value)
+    assert "pw-9f3c1e7a" not in repr(CatalogConfig("pg", {"uri": uri}))
+    assert "pw-9f3c1e7a" not in repr(IcebergSink.builder().embedded("/tmp/x").table("db.t")._catalog)
