@@ -62,13 +62,19 @@ class Option:
             ) from None
         if self.choices and parsed not in self.choices:
             raise InvalidSinkConfigError(
-                f"option {self.key!r} from {source}: expected one of {', '.join(self.choices)}, received {value!r}"
+                f"option {self.key!r} from {source}: expected one of {self.choices_text()}; received {value!r}"
             )
         if self.minimum is not None and parsed < self.minimum:
             raise InvalidSinkConfigError(
                 f"option {self.key!r} from {source}: expected an integer >= {self.minimum}, received {value!r}"
             )
         return parsed
+
+    def choices_text(self) -> str:
+        """The allowed values, quoted so that an empty choice shows (``'' (empty: the default)``)."""
+        return ", ".join(
+            f"{c!r} (empty: the default)" if c == "" and c == self.default else repr(c) for c in self.choices
+        )
 
 
 def _parse_bool(value: Any) -> bool:

@@ -208,9 +208,9 @@ class SinkJob:
     def _create_schema(self, struct: StructType) -> Schema:
         changes = self._config.changes
         if changes is None:
-            return spark_to_iceberg(struct)
+            return spark_to_iceberg(struct, table_name=self._config.table)
         table_struct = self._table_columns(struct)
-        schema = spark_to_iceberg(table_struct, required=changes.key)
+        schema = spark_to_iceberg(table_struct, required=changes.key, table_name=self._config.table)
         missing = [k for k in changes.key if k not in schema.column_names]
         if missing:
             raise SchemaMismatchError(

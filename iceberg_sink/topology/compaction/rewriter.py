@@ -14,7 +14,7 @@ delete keys (all rows of the group when the table has a sort order).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -270,14 +270,15 @@ def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: in
     )
 
 
-def spark_rewrite(spec: WriterSpec) -> Any:
-    """The function Spark runs per partition of (group index, payload) pairs."""
+def spark_rewrite(load_spec: Callable[[], WriterSpec]) -> Any:
+    """The function Spark runs per partition of (group index, payload) pairs; ``load_spec`` gives
+    the spec inside the task (see writer.spark.shipped)."""
 
     def run(items: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
         context = TaskContext.get()
         task_id = context.partitionId() if context is not None else 0
         attempt = context.taskAttemptId() if context is not None else 0
         for index, payload in items:
-            yield index, rewrite_group(spec, payload, task_id, attempt).encode()
+            yield index, rewrite_group(load_spec(), payload, task_id, attempt).encode()
 
     return run
