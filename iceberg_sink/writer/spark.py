@@ -8,6 +8,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
+from iceberg_sink import _task_faults
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import TaskWriter
@@ -20,11 +21,13 @@ def _write_task(spec: WriterSpec) -> object:
         context = TaskContext.get()
         task_id = context.partitionId() if context is not None else 0
         attempt_id = context.taskAttemptId() if context is not None else 0
+        attempt_number = context.attemptNumber() if context is not None else 0
         writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
         try:
             for batch in batches:
                 writer.write(batch)
             result = writer.complete()
+            _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, spec.checkpoint_id)
         except BaseException:
             writer.abort()
             raise
