@@ -37,7 +37,13 @@ def _write_task(spec: WriterSpec) -> object:
 
 
 def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
-    """Write ``df`` with one stateless writer per Spark partition; return each task's result."""
+    """Write ``df`` with one stateless writer per Spark partition; return each task's result.
+
+    Exactly one attempt's result per partition reaches the driver, however many attempts ran
+    (retries, speculative copies): ``collect`` takes the first successful attempt of each partition
+    and Spark drops the results of later ones. A failed attempt deletes its files (best effort); a
+    lost or killed one may leave files no result names, orphans for the remove-orphans maintenance.
+    """
     rows = df.mapInArrow(_write_task(spec), "payload binary").collect()  # type: ignore[arg-type]
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
     return [r for r in results if r.data_files or r.delete_files or r.conditional_delete_files]

@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     for key, value in plan.get("conf", {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(os.environ.get("DRIVER_LOG_LEVEL", "WARN"))
     result: dict[str, Any] = {"cwd": os.getcwd(), "steps": []}
     ok = True
     for step in plan["steps"]:

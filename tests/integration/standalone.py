@@ -66,8 +66,10 @@ class StandaloneCluster:
         try:
             self._start(
                 "master",
-                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
-                + ["--port", str(self.port), "--webui-port", str(self.ui_port)],
+                [
+                    *(spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"),
+                    *("--port", str(self.port), "--webui-port", str(self.ui_port)),
+                ],
                 env,
             )
             self._wait(0, "the master to answer")
@@ -77,9 +79,11 @@ class StandaloneCluster:
                 worker_env = {**env, "SPARK_LOCAL_DIRS": str(work / "local")}
                 self._start(
                     f"worker{i}",
-                    [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--host", host]
-                    + ["--port", str(free_port(host)), "--webui-port", str(free_port(host))]
-                    + ["--cores", str(worker_cores), "--memory", worker_memory, "--work-dir", str(work)],
+                    [
+                        *(spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--host", host),
+                        *("--port", str(free_port(host)), "--webui-port", str(free_port(host))),
+                        *("--cores", str(worker_cores), "--memory", worker_memory, "--work-dir", str(work)),
+                    ],
                     worker_env,
                 )
             self._wait(len(WORKER_HOSTS), "the workers to register")
