@@ -75,3 +75,14 @@ class UncommittableCheckpointError(IcebergSinkError, RuntimeError):
     """A stored checkpoint cannot be committed safely, for example because the table it was written
     for was dropped and re-created since. Fatal for that checkpoint: nothing of it was committed, and
     the message says what to do with it (its files belong to the table it was written for)."""
+
+
+class WriteFailedError(IcebergSinkError, RuntimeError):
+    """A writer task failed on every attempt Spark gave it (for example a full or failing disk, or
+    storage that refused the write). Nothing of the checkpoint was committed and the table is
+    unchanged. Retryable once the cause is fixed: a restarted stream writes the checkpoint again."""
+
+
+class WorkerEnvironmentError(IcebergSinkError, RuntimeError):
+    """Spark's Python workers cannot run the sink: their interpreter lacks a module it needs (or
+    cannot start). Fatal until the workers' environment is fixed; nothing was written."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -12,6 +13,10 @@ from iceberg_sink import _task_faults
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import TaskWriter
+
+# The last line of a Python traceback: "OSError: [Errno 28] ...", "pkg.module.SomeError: ...".
+_PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Fault)\b.*$")
+_STAGE_FAILURE = "Job aborted due to stage failure:"
 
 _RESULT_SCHEMA = pa.schema([pa.field("payload", pa.binary(), nullable=False)])
 
@@ -47,3 +52,26 @@ def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
     rows = df.mapInArrow(_write_task(spec), "payload binary").collect()  # type: ignore[arg-type]
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
     return [r for r in results if r.data_files or r.delete_files or r.conditional_delete_files]
+
+
+def task_failure(error: BaseException) -> str | None:
+    """What made Spark give up on a job, in one line, when ``error`` is a failed Spark job.
+
+    For an error raised in a Python worker, the last line of its traceback (``OSError: [Errno 28] No
+    space left on device``); for a task lost otherwise (a worker process or executor died), Spark's
+    stage failure line. None when ``error`` is not a failed Spark job.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if not isinstance(error, PySparkException | Py4JJavaError):
+        return None
+    text = str(error)
+    lines = [line.strip() for line in text.splitlines()]
+    python_errors = [line for line in lines if _PYTHON_ERROR_LINE.match(line)]
+    if python_errors:
+        return python_errors[-1]
+    for line in lines:
+        if _STAGE_FAILURE in line:
+            return line[line.index(_STAGE_FAILURE) + len(_STAGE_FAILURE) :].strip()
+    return next((line for line in lines if line), type(error).__name__)
