@@ -7,6 +7,7 @@ location (``write.data.path``), so writers get ENOSPC / EROFS from the kernel.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -17,8 +18,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink
-from iceberg_sink import WriteFailedError
+from iceberg_sink import IcebergSink, UncommittableCheckpointError, WriteFailedError, _faults
 from iceberg_sink._iceberg.manifests import reachable_files
 from tests.integration.sources import EVENT_SCHEMA_DDL, event_batch, write_source_files
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
@@ -126,3 +126,83 @@ def test_read_only_disk_stops_the_stream_and_a_restart_writes_the_checkpoint(
     expected = normalize(pa.concat_tables([*tables, event_batch(60, 30)]), ["event_id"])
     assert normalize(java_reader.read(table.metadata_location), ["event_id"]) == expected
     assert normalize(duckdb_read(table.metadata_location), ["event_id"]) == expected
+
+
+def staged_checkpoint(spark: SparkSession, tmp_path: Path) -> tuple[IcebergSink, Path]:
+    """Checkpoint 0 committed, checkpoint 1 staged and its committable stored, then the driver 'died'."""
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.events").create_if_missing().build()
+    checkpoint = tmp_path / "ckpt"
+    sink.write(events(spark, 0, 40), checkpoint_location=str(checkpoint), checkpoint_id=0)
+
+    def crash(point: str, checkpoint_id: int) -> None:
+        if point == _faults.AFTER_MANIFESTS:
+            raise RuntimeError("driver lost")
+
+    _faults.install(crash)
+    try:
+        with pytest.raises(RuntimeError, match="driver lost"):
+            sink.write(events(spark, 40, 40), checkpoint_location=str(checkpoint), checkpoint_id=1)
+    finally:
+        _faults.clear()
+    return sink, checkpoint
+
+
+def committable_file(checkpoint: Path, checkpoint_id: int) -> Path:
+    return checkpoint / "iceberg_sink" / "committables" / f"{checkpoint_id:020d}.json"
+
+
+def check_only_checkpoint_0(java_reader: JavaIcebergReader, sink: IcebergSink) -> None:
+    table = sink.load_table()
+    assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0"]  # type: ignore[index]
+    expected = normalize(event_batch(0, 40), ["event_id"])
+    assert normalize(java_reader.read(table.metadata_location), ["event_id"]) == expected
+    assert normalize(duckdb_read(table.metadata_location), ["event_id"]) == expected
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_damaged_staged_manifest_is_a_clear_error_on_restart(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, damage: str
+) -> None:
+    sink, checkpoint = staged_checkpoint(spark, tmp_path)
+    stored = json.loads(committable_file(checkpoint, 1).read_bytes())
+    manifest = Path(stored["data_manifest"]["path"].removeprefix("file://"))
+    if damage == "missing":
+        manifest.unlink()
+    else:
+        manifest.write_bytes(manifest.read_bytes()[: manifest.stat().st_size // 2])
+
+    for restart in (
+        lambda: sink.write(events(spark, 40, 40), checkpoint_location=str(checkpoint), checkpoint_id=1),
+        lambda: sink.write(events(spark, 80, 40), checkpoint_location=str(checkpoint)),  # commits pending first
+    ):
+        with pytest.raises(UncommittableCheckpointError) as failed:
+            restart()
+        message = str(failed.value)
+        assert str(manifest) in message, message
+        assert ("is missing" if damage == "missing" else "cannot be read") in message, message
+        assert "committables/00000000000000000001.json" in message, message
+        assert "write the batch again" in message, message
+    # Nothing skipped: the committable stays until someone decides, the table is unchanged.
+    assert committable_file(checkpoint, 1).exists()
+    check_only_checkpoint_0(java_reader, sink)
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "empty"])
+def test_damaged_committable_is_a_clear_error_on_restart(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, damage: str
+) -> None:
+    sink, checkpoint = staged_checkpoint(spark, tmp_path)
+    path = committable_file(checkpoint, 1)
+    path.write_bytes(path.read_bytes()[:40] if damage == "corrupt" else b"")
+
+    for restart in (
+        lambda: sink.write(events(spark, 40, 40), checkpoint_location=str(checkpoint), checkpoint_id=1),
+        lambda: sink.write(events(spark, 80, 40), checkpoint_location=str(checkpoint)),
+    ):
+        with pytest.raises(UncommittableCheckpointError) as failed:
+            restart()
+        message = str(failed.value)
+        assert str(path) in message, message
+        assert "iceberg-sink.checkpoint-id" in message, message
+    assert path.exists()
+    check_only_checkpoint_0(java_reader, sink)
