@@ -15,7 +15,8 @@ order in the driver's working directory (the test gives it its own, distinct fro
 
 Paths in the plan may be relative: they are the driver's. Every step writes into the embedded
 catalog under ``lake`` (relative, resolved on the driver). The outcome of each step (and its
-traceback, or the error's type and message) goes to ``result.json``; a failed step stops the plan.
+traceback, or the error's type and message) goes to ``result.json``; a failed step stops the plan
+unless it says ``"continue_on_error": true``.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def main(argv: list[str]) -> int:
             }
             ok = False
         result["steps"].append(outcome)
-        if not ok:
+        if not outcome["ok"] and not plan.get("continue_on_error"):
             break
     with open("result.json", "w") as fh:
         json.dump(result, fh)
