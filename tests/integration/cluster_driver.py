@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -92,11 +93,13 @@ def main(argv: list[str]) -> int:
     )
     for key, value in plan.get("conf", {}).items():
         builder = builder.config(key, value)
+    started = time.monotonic()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("DRIVER_LOG_LEVEL", "WARN"))
-    result: dict[str, Any] = {"cwd": os.getcwd(), "steps": []}
+    result: dict[str, Any] = {"cwd": os.getcwd(), "start_seconds": round(time.monotonic() - started, 1), "steps": []}
     ok = True
     for step in plan["steps"]:
+        started = time.monotonic()
         try:
             outcome = {"kind": step["kind"], "ok": True, **run_step(spark, step)}
         except Exception as e:
@@ -108,6 +111,7 @@ def main(argv: list[str]) -> int:
                 "traceback": traceback.format_exc(),
             }
             ok = False
+        outcome["seconds"] = round(time.monotonic() - started, 1)
         result["steps"].append(outcome)
         if not outcome["ok"] and not plan.get("continue_on_error"):
             break

@@ -32,7 +32,7 @@ from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 # {task:05d}-{attempt id}-{job}-{checkpoint:06d}-{uuid}-{n}[-kind].parquet (writer/task_writer.py)
-FILE_NAME = re.compile(r"^(\d{5})-(\d+)-([0-9a-f]+)-(\d{6})-[0-9a-f]+-\d{5}")
+FILE_NAME = re.compile(r"^(\d{5})-(\d+)-([\w-]+)-(\d{6})-[0-9a-f]+-\d{5}")
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +79,15 @@ def change_batches(seed: int, batches: int) -> tuple[list[list[dict[str, Any]]],
 
 
 def committed_files(table: Table) -> list[str]:
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    return [
-        entry.data_file.file_path
-        for manifest in snapshot.manifests(table.io)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-    ]
+    """The data and delete files of every snapshot (files compaction replaced included)."""
+    return sorted(
+        {
+            entry.data_file.file_path
+            for snapshot in table.snapshots()
+            for manifest in snapshot.manifests(table.io)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+        }
+    )
 
 
 def attempts_by_task(paths: list[str]) -> dict[tuple[str, str, int], set[str]]:
@@ -166,9 +168,9 @@ def check_one_attempt_per_task(table: Table) -> dict[tuple[str, str, int], set[s
 
 
 def test_writer_task_retries_commit_only_the_successful_attempt(java_reader: JavaIcebergReader, tmp_path: Path) -> None:
-    """Writer tasks whose first attempt fails after writing files: the worker process dies (its files
-    stay behind, unreferenced) or the task raises (it deletes its files); the retry's files are the
-    only ones committed."""
+    """Writer and compaction tasks whose first attempt fails after writing files: the worker process
+    dies (its files stay behind, unreferenced) or the task raises (it deletes its files); the retry's
+    files are the only ones committed."""
     driver_dir = tmp_path / "driver"
     batches, model = change_batches(seed=9, batches=2)
     faults = fault_env(
@@ -180,13 +182,16 @@ def test_writer_task_retries_commit_only_the_successful_attempt(java_reader: Jav
         "conf": faults,
         "steps": [
             {"kind": "append", "table": "db.events", "batches": [[0, 60], [60, 60]]},
+            {"kind": "compact", "table": "db.events"},
             {"kind": "cdc", "table": "db.users", "batches": batches},
         ],
     }
     result = drive(driver_dir, plan)
     assert all(step["ok"] for step in result["steps"]), result
+    assert result["steps"][1]["rewritten"] == 4, result
 
     events = load(driver_dir, "db.events")
+    assert events.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
     check_rows(
         java_reader,
         events,
