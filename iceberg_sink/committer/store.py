@@ -72,7 +72,7 @@ class CheckpointStore:
         path = self.root + "/job.json"
         data = self._read(path)
         if data is not None:
-            obj = json.loads(data)
+            obj = self._decode_job(path, data, table)
             if obj.get("table") != table:
                 raise InvalidSinkConfigError(
                     f"checkpoint location {self.root!r} belongs to a sink writing {obj.get('table')!r}, "
@@ -84,6 +84,23 @@ class CheckpointStore:
         self._write(path, json.dumps({"job_id": job_id, "table": table}).encode())
         self._job = (job_id, table)
         return job_id
+
+    @staticmethod
+    def _decode_job(path: str, data: bytes, table: str) -> dict[str, object]:
+        try:
+            obj = json.loads(data)
+            if isinstance(obj, dict) and isinstance(obj.get("job_id"), str) and obj["job_id"]:
+                return obj
+            problem = f"expected an object with a job_id, received {data[:200]!r}"
+        except (ValueError, UnicodeDecodeError) as e:
+            problem = f"not JSON: {e}"
+        raise InvalidSinkConfigError(
+            f"the job file {path} of this checkpoint location is damaged ({problem}). It holds the job id that "
+            "the table's snapshots carry, which keeps the job exactly-once across restarts. Restore it from a "
+            f'backup of the checkpoint location, or rewrite it as {{"job_id": "<id>", "table": "{table}"}} '
+            "with the iceberg-sink.job-id found in the summaries of the table's snapshots written from this "
+            "location. A new checkpoint location is a new job that does not know what this one committed."
+        )
 
     def _path(self, checkpoint_id: int) -> str:
         return f"{self._location}/{committable_name(checkpoint_id)}"
