@@ -62,11 +62,13 @@ def task_failure(error: BaseException) -> str | None:
     stage failure line. None when ``error`` is not a failed Spark job.
     """
     from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
+    from pyspark.errors import PySparkException, PythonException
 
     if not isinstance(error, PySparkException | Py4JJavaError):
         return None
     text = str(error)
+    if not isinstance(error, PythonException) and _STAGE_FAILURE not in text:
+        return None  # raised before any task ran (analysis, planning): not a task failure
     lines = [line.strip() for line in text.splitlines()]
     python_errors = [line for line in lines if _PYTHON_ERROR_LINE.match(line)]
     if python_errors:
