@@ -23,6 +23,8 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UncommittableCheckpointError,
     UnsupportedTableError,
+    WorkerEnvironmentError,
+    WriteFailedError,
 )
 from iceberg_sink.metrics import MetricsSnapshot
 from iceberg_sink.sink import IcebergSink
@@ -57,4 +59,6 @@ __all__ = [
     "SchemaMismatchError",
     "UncommittableCheckpointError",
     "UnsupportedTableError",
+    "WorkerEnvironmentError",
+    "WriteFailedError",
 ]

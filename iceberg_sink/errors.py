@@ -88,3 +88,14 @@ class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):
     """More checkpoints are pending than ``iceberg-sink.commit.max-pending-checkpoints`` allows,
     because the catalog stayed unreachable. Nothing is lost: every pending committable is kept under
     the checkpoint location, and a restart with the catalog reachable commits them in order."""
+
+
+class WriteFailedError(IcebergSinkError, RuntimeError):
+    """A writer task failed on every attempt Spark gave it (for example a full or failing disk, or
+    storage that refused the write). Nothing of the checkpoint was committed and the table is
+    unchanged. Retryable once the cause is fixed: a restarted stream writes the checkpoint again."""
+
+
+class WorkerEnvironmentError(IcebergSinkError, RuntimeError):
+    """Spark's Python workers cannot run the sink: their interpreter lacks a module it needs (or
+    cannot start). Fatal until the workers' environment is fixed; nothing was written."""

@@ -53,6 +53,7 @@ from iceberg_sink.errors import (
     PendingCheckpointsLimitError,
     SchemaMismatchError,
     UnsupportedTableError,
+    WriteFailedError,
 )
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
@@ -65,7 +66,7 @@ from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
 from iceberg_sink.writer import jvm
-from iceberg_sink.writer.spark import write_dataframe
+from iceberg_sink.writer.spark import task_failure, write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
 
 logger = logging.getLogger("iceberg_sink")
@@ -425,6 +426,15 @@ class SinkJob:
                 detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
                 raise InvalidInputError(
                     f"checkpoint {checkpoint_id} of table {self._config.table} was not written: {detail}"
+                ) from e
+            failure = task_failure(e)
+            if failure is not None:
+                raise WriteFailedError(
+                    f"checkpoint {checkpoint_id} of table {self._config.table} was not written: a writer task failed "
+                    f"on every attempt: {failure}. Nothing of it was committed; files the failed attempts wrote are "
+                    "deleted or left unreferenced (remove-orphans deletes them). Fix the cause (for example disk "
+                    "space or storage permissions) and run again: a restarted stream writes this checkpoint again. "
+                    "The task's full traceback is in the chained exception and the executor log."
                 ) from e
             raise
         _faults.hit(_faults.AFTER_WRITE, checkpoint_id)

@@ -23,6 +23,7 @@ from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion import ConversionResult, convert_equality_deletes
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
+from iceberg_sink.writer.workers import check_python_workers
 
 if TYPE_CHECKING:
     from iceberg_sink.builder import IcebergSinkBuilder
@@ -149,6 +150,10 @@ class IcebergSink:
 
         Returns:
             The running :class:`pyspark.sql.streaming.StreamingQuery`.
+
+        Raises:
+            WorkerEnvironmentError: Spark's Python workers lack a module the writers need (checked
+                once per SparkContext by a one-task job).
         """
         if not streaming_df.isStreaming:
             raise InvalidSinkConfigError(
@@ -162,6 +167,7 @@ class IcebergSink:
             raise InvalidSinkConfigError(
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
+        check_python_workers(streaming_df.sparkSession)
         job = self._job(checkpoint_location, ephemeral=False, streaming=True)
         # Create or check the table before the first batch so schema errors surface now.
         job.ensure_table(streaming_df.schema)
@@ -191,9 +197,14 @@ class IcebergSink:
 
         Returns:
             The commit outcome, or None when ``df`` was empty.
+
+        Raises:
+            WorkerEnvironmentError: Spark's Python workers lack a module the writers need.
+            WriteFailedError: a writer task failed on every attempt; nothing was committed.
         """
         if df.isStreaming:
             raise InvalidSinkConfigError("write() expects a bounded DataFrame; received a streaming one: use start()")
+        check_python_workers(df.sparkSession)
         temporary = checkpoint_location is None
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:

@@ -24,6 +24,7 @@ from iceberg_sink._iceberg import manifests, producer, specs
 from iceberg_sink._iceberg.files import branch_head, delete_quietly
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer.committable import Committable
+from iceberg_sink.committer.store import committable_name
 from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
 from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
 from iceberg_sink.table.key_bounds import data_added_since
@@ -146,10 +147,12 @@ class IcebergCommitter:
                 # Read only once the checkpoint is known to be uncommitted: after a commit the
                 # staged manifests are deleted.
                 changes = producer.SnapshotChanges(
-                    data_files=tuple(self._read(current.io, committable.manifests.data_manifest)),
-                    delete_files=tuple(self._read(current.io, committable.manifests.delete_manifest)),
+                    data_files=tuple(self._read(current.io, committable, committable.manifests.data_manifest)),
+                    delete_files=tuple(self._read(current.io, committable, committable.manifests.delete_manifest)),
                 )
-                conditional = tuple(self._read(current.io, committable.manifests.conditional_delete_manifest))
+                conditional = tuple(
+                    self._read(current.io, committable, committable.manifests.conditional_delete_manifest)
+                )
             missing_specs = sorted(
                 {f.spec_id for f in (*changes.data_files, *changes.delete_files, *conditional)}
                 - set(current.metadata.specs())
@@ -349,9 +352,29 @@ class IcebergCommitter:
         )
         return conditional
 
-    @staticmethod
-    def _read(io: FileIO, staged: manifests.StagedManifest | None) -> list[DataFileMeta]:
-        return manifests.read_staged_manifest(io, staged) if staged is not None else []
+    def _read(
+        self, io: FileIO, committable: Committable, staged: manifests.StagedManifest | None
+    ) -> list[DataFileMeta]:
+        """The files a staged manifest lists; a missing or unreadable one is never skipped (its files
+        would be silently lost): it stops the commit with what to do."""
+        if staged is None:
+            return []
+        try:
+            return manifests.read_staged_manifest(io, staged)
+        except FileNotFoundError as e:
+            problem = f"is missing ({e})"
+        except OSError:
+            raise  # storage unreachable: the next attempt or run may read it
+        except Exception as e:
+            problem = f"cannot be read: it is damaged ({type(e).__name__}: {e})"
+        n = committable.checkpoint_id
+        raise UncommittableCheckpointError(
+            f"checkpoint {n} of job {self._job_id} cannot be committed: its staged manifest {staged.path} "
+            f"{problem}. Nothing of checkpoint {n} is in the table. Restore the manifest from a backup if there is "
+            f"one; otherwise delete the committable {committable_name(n)} under the checkpoint location and write the "
+            f"batch again (Spark re-runs a batch it did not record as finished; for write(), call it again with "
+            f"checkpoint_id={n}). Files the manifest listed are then orphans that remove-orphans deletes."
+        )
 
     def _cleanup_staged(self, io: FileIO, committable: Committable) -> None:
         delete_quietly(io, committable.manifests.paths)

@@ -28,6 +28,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform, TimeTransfo
 from pyiceberg.types import PrimitiveType
 from pyspark import TaskContext
 
+from iceberg_sink import _task_faults
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.projection import column_by_id, key_schema, null_struct_depth, read_projected
@@ -278,7 +279,11 @@ def spark_rewrite(load_spec: Callable[[], WriterSpec]) -> Any:
         context = TaskContext.get()
         task_id = context.partitionId() if context is not None else 0
         attempt = context.taskAttemptId() if context is not None else 0
+        attempt_number = context.attemptNumber() if context is not None else 0
         for index, payload in items:
-            yield index, rewrite_group(load_spec(), payload, task_id, attempt).encode()
+            spec = load_spec()
+            result = rewrite_group(spec, payload, task_id, attempt).encode()
+            _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, spec.checkpoint_id)
+            yield index, result
 
     return run
