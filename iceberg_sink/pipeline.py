@@ -97,6 +97,7 @@ class SinkJob:
                 total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
             ),
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
+            on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
         )
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
@@ -292,6 +293,7 @@ class SinkJob:
         return spark
 
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
+        _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
         table = self.ensure_table(df.schema)
         if self.commit_pending(before=checkpoint_id):
@@ -323,6 +325,7 @@ class SinkJob:
         sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
+        _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
         try:
             results = None
             if self._config.changes is None and resolved.get(options.JVM_PARQUET_WRITER):
@@ -346,6 +349,7 @@ class SinkJob:
         if committable is None:
             logger.info("checkpoint %s wrote no rows; no snapshot", checkpoint_id)
             return None
+        _faults.hit(_faults.AFTER_STAGE, checkpoint_id)
         self._store.put(committable)
         _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
         return self._commit(committable, table)

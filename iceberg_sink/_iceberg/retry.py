@@ -19,6 +19,7 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from iceberg_sink import _faults
 from iceberg_sink._iceberg.files import delete_quietly
 from iceberg_sink._iceberg.producer import PreparedCommit, commit_prepared
 from iceberg_sink.errors import CommitRetriesExhaustedError, CommitStateUnknownError
@@ -68,6 +69,8 @@ def commit_with_retry(
     table: Table | None = None,
     sleep: Callable[[float], None] = time.sleep,
     on_give_up: str = "",
+    checkpoint_id: int | None = None,
+    on_conflict: Callable[[], None] | None = None,
 ) -> CommitAttempts:
     """Prepare and commit until it lands, ``prepare`` returns None, or the policy gives up.
 
@@ -81,6 +84,9 @@ def commit_with_retry(
         table: a table just loaded, used for the first attempt.
         sleep: how to wait between attempts (tests pass a fake clock).
         on_give_up: what happens to the work when the retries run out, appended to the error.
+        checkpoint_id: the checkpoint this commit holds, if any (passed to the fault points
+            :data:`~iceberg_sink._faults.BEFORE_COMMIT_SEND` and :data:`~iceberg_sink._faults.COMMIT_SENT`).
+        on_conflict: called once for every attempt that lost a race with another writer.
 
     Raises:
         CommitRetriesExhaustedError: every attempt lost a race; nothing was committed.
@@ -102,11 +108,15 @@ def commit_with_retry(
             return CommitAttempts(table, None, attempt, state_was_unknown=bool(unknown))
         attempt += 1
         exhausted = attempt > policy.num_retries or time.monotonic() > deadline
+        if checkpoint_id is not None:
+            _faults.hit(_faults.BEFORE_COMMIT_SEND, checkpoint_id)
         try:
             # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
             committed = commit_prepared(prepared.table, prepared)
         except CommitFailedException as e:
             delete_quietly(table.io, prepared.written_files)
+            if on_conflict is not None:
+                on_conflict()
             if exhausted:
                 raise CommitRetriesExhaustedError(
                     f"{what}: {attempt} commit attempts lost to concurrent writers ({e}){on_give_up}"
@@ -121,6 +131,9 @@ def commit_with_retry(
                 ) from e
             logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, e)
         else:
+            if checkpoint_id is not None:
+                # The catalog holds the snapshot; a driver dying here never learns that it does.
+                _faults.hit(_faults.COMMIT_SENT, checkpoint_id)
             snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
             return CommitAttempts(committed, snapshot, attempt, state_was_unknown=bool(unknown))
         sleep(policy.wait_ms(attempt) / 1000)

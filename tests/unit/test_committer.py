@@ -12,7 +12,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from iceberg_sink import CommitRetriesExhaustedError, IcebergSinkError
+from iceberg_sink import CommitRetriesExhaustedError, IcebergSinkError, _faults
 from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
@@ -243,3 +243,42 @@ def test_the_first_commit_of_a_table_can_go_to_a_branch(sql_catalog: LosingCatal
     committer(sql_catalog, "job2").commit(committable_for(table, "job2", 0, [9]))
     table = sql_catalog.load_table("db.t")
     assert ids_in(table, "main") == [9] and ids_in(table, "b") == [1, 2]
+
+
+def test_every_lost_race_is_reported_to_on_conflict(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    other = sql_catalog.load_table("db.t")
+    races = {"left": 2}
+
+    def load_then_race() -> Table:
+        loaded = sql_catalog.load_table("db.t")
+        if races["left"]:  # another writer commits right after we read the table, twice
+            races["left"] -= 1
+            other.refresh()
+            other.append(pa.table({"id": pa.array([100 + races["left"]], pa.int64()), "v": ["other"]}))
+        return loaded
+
+    conflicts: list[int] = []
+    c = IcebergCommitter(
+        load_then_race, "main", "job1", NO_WAIT, sleep=lambda s: None, on_conflict=lambda: conflicts.append(1)
+    )
+    outcome = c.commit(committable_for(table, "job1", 0, [1, 2]), table=load_then_race())
+    assert outcome.attempts == 3
+    assert len(conflicts) == 2
+    assert ids_in(sql_catalog.load_table("db.t")) == [1, 2, 100, 101]
+
+
+def test_commit_send_fault_points_bracket_the_catalog_call(sql_catalog: LosingCatalog) -> None:
+    """BEFORE_COMMIT_SEND: nothing in the catalog yet; COMMIT_SENT: the catalog holds the snapshot."""
+    table = sql_catalog.load_table("db.t")
+    seen: list[tuple[str, int, int]] = []
+
+    def record(point: str, checkpoint_id: int) -> None:
+        seen.append((point, checkpoint_id, len(sql_catalog.load_table("db.t").snapshots())))
+
+    _faults.install(record)
+    try:
+        committer(sql_catalog, "job1").commit(committable_for(table, "job1", 4, [1]))
+    finally:
+        _faults.clear()
+    assert seen == [(_faults.BEFORE_COMMIT_SEND, 4, 0), (_faults.COMMIT_SENT, 4, 1)]
