@@ -5,6 +5,8 @@ branch head, the sequence number and what is still valid may all have changed). 
 retried with backoff (Iceberg's ``commit.retry.*`` properties). When the catalog does not say whether
 a commit landed, the files are kept and the next attempt first looks for that snapshot: found, the
 commit is done (and reported as done, so post-commit steps still run); not found, it prepares again.
+An attempt whose table lost files to snapshot expiry meanwhile (its head was replaced, then expired)
+is prepared again on the table as it is now.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def commit_with_retry(
     deadline = time.monotonic() + policy.total_timeout_ms / 1000
     attempt = 0
     unknown: list[PreparedCommit] = []
+    stale_reloads = 0
     while True:
         if table is None or attempt > 0:
             table = load_table()
@@ -103,7 +106,19 @@ def commit_with_retry(
             if landed is not None:
                 logger.info("%s: the attempt whose outcome was unknown had landed", what)
                 return CommitAttempts(table, landed, attempt, state_was_unknown=True)
-        prepared = prepare(table)
+        try:
+            prepared = prepare(table)
+        except FileNotFoundError:
+            # A file of the table as loaded is gone: snapshot expiry removed the old head's manifests
+            # after another writer moved the head. The table as the catalog has it now does not need
+            # them; prepare again on it. A file missing from the current table is an error.
+            current = load_table()
+            if current.metadata_location == table.metadata_location or stale_reloads >= policy.num_retries:
+                raise
+            stale_reloads += 1
+            logger.info("%s: a file of the table as loaded was removed meanwhile; preparing on the table now", what)
+            table = current
+            continue
         if prepared is None:
             return CommitAttempts(table, None, attempt, state_was_unknown=bool(unknown))
         attempt += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import IcebergCommitter, find_max_committed_checkpoint
+from iceberg_sink.topology import maintenance
 from tests.helpers import LosingCatalog, write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
@@ -282,3 +284,24 @@ def test_commit_send_fault_points_bracket_the_catalog_call(sql_catalog: LosingCa
     finally:
         _faults.clear()
     assert seen == [(_faults.BEFORE_COMMIT_SEND, 4, 0), (_faults.COMMIT_SENT, 4, 1)]
+
+
+def test_a_commit_prepared_on_a_snapshot_expired_meanwhile_is_prepared_again(sql_catalog: LosingCatalog) -> None:
+    """The driver loaded the table, another writer moved the head, and snapshot expiry removed the old
+    head with its manifest list: the commit is prepared again on the table as it is now."""
+    other = sql_catalog.load_table("db.t")
+    other.append(pa.table({"id": pa.array([100], pa.int64()), "v": ["other"]}))
+    stale = sql_catalog.load_table("db.t")
+    committable = committable_for(stale, "job1", 0, [1, 2])
+    other.refresh()
+    other.append(pa.table({"id": pa.array([101], pa.int64()), "v": ["other"]}))
+    expired = maintenance.expire_snapshots(
+        lambda: sql_catalog.load_table("db.t"), dt.datetime.now(dt.UTC) + dt.timedelta(days=1), retain_last=1
+    )
+    assert stale.metadata.current_snapshot_id in expired.expired_snapshot_ids
+    assert stale.current_snapshot().manifest_list.removeprefix("file://") in {  # type: ignore[union-attr]
+        p.removeprefix("file://") for p in expired.deleted_files
+    }
+    outcome = committer(sql_catalog, "job1").commit(committable, table=stale)
+    assert outcome.snapshot is not None
+    assert ids_in(sql_catalog.load_table("db.t")) == [1, 2, 100, 101]
