@@ -305,3 +305,27 @@ def test_a_commit_prepared_on_a_snapshot_expired_meanwhile_is_prepared_again(sql
     outcome = committer(sql_catalog, "job1").commit(committable, table=stale)
     assert outcome.snapshot is not None
     assert ids_in(sql_catalog.load_table("db.t")) == [1, 2, 100, 101]
+
+
+def test_expiry_keeps_a_jobs_newest_snapshot_below_a_cut_in_the_history(sql_catalog: LosingCatalog) -> None:
+    """Expiring a snapshot in the middle of the history cuts the parent chain; a later expiry must still
+    keep the newest snapshot of a job below the cut, or a replay of its last batch is written twice."""
+
+    def load() -> Table:
+        return sql_catalog.load_table("db.t")
+
+    def expire() -> None:
+        maintenance.expire_snapshots(load, dt.datetime.now(dt.UTC) + dt.timedelta(days=1), retain_last=1)
+
+    committer(sql_catalog, "jobA").commit(committable_for(load(), "jobA", 0, [1]))
+    for checkpoint in (0, 1):
+        committer(sql_catalog, "jobB").commit(committable_for(load(), "jobB", checkpoint, [10 + checkpoint]))
+    expire()  # B's checkpoint 0 goes: the chain from the head now ends at B's checkpoint 1
+    committer(sql_catalog, "jobB").commit(committable_for(load(), "jobB", 2, [12]))
+    expire()
+    assert find_max_committed_checkpoint(load(), "main", "jobA", "iceberg-sink") == 0
+    assert find_max_committed_checkpoint(load(), "main", "jobB", "iceberg-sink") == 2
+    # The replayed checkpoint 0 of job A is recognised, not committed again.
+    again = committer(sql_catalog, "jobA").commit(committable_for(load(), "jobA", 0, [1]))
+    assert again.already_committed
+    assert ids_in(load()) == [1, 10, 11, 12]
