@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import os
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -252,6 +253,13 @@ def test_two_streams_compaction_and_expiry_commit_everything_once(
     assert normalize(duckdb_read(table.metadata_location), ["id"]) == expected, "DuckDB"
 
     metrics = [s.metrics() for s in sinks]
+    sys.stderr.write(
+        f"two streams: {len(history(table))} snapshots in all, {len(table.snapshots())} retained, "
+        f"{sum(n for _, n in expired)} expired in {len(expired)} runs ({len(expire_errors)} failed); "
+        f"conflict retries {[m.commit_conflict_retries for m in metrics]}, compactions succeeded "
+        f"{[m.compactions_succeeded for m in metrics]} failed {[m.compactions_failed for m in metrics]}; "
+        f"forced: {conflicts.waited}\n"
+    )
     assert sum(m.commit_conflict_retries for m in metrics) >= 1, (conflicts.waited, metrics)
     assert sum(m.compactions_succeeded for m in metrics) >= 1, metrics
     assert sum(n for _, n in expired) > 0, expire_errors
