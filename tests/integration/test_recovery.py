@@ -66,8 +66,9 @@ STATE_AFTER_KILL: dict[str, tuple[bool, bool, bool, bool]] = {
 class Streams:
     """The two streams of one test (append on ``db.events``, CDC on ``db.changes``) and their sources."""
 
-    def __init__(self, root: Path, files: int, seed: int) -> None:
+    def __init__(self, root: Path, files: int, seed: int, until_done: bool = False) -> None:
         self.root = root
+        self.until_done = until_done  # processingTime trigger until all is committed (crash_driver.py)
         (root / "wh").mkdir()
         self.catalog_props = {
             "type": "sql",
@@ -98,6 +99,7 @@ class Streams:
             "catalog": self.catalog_props,
             "streams": self.streams,
             "kill": list(kill) if kill else None,
+            "until_checkpoints": self.files if self.until_done else None,
         }
         path.write_text(json.dumps(req), encoding="utf-8")
         return path
@@ -196,22 +198,41 @@ def kill_profile() -> tuple[list[int], int, int]:
     """(seeds, kills per seed, source files per stream) of the randomized kills."""
     if os.environ.get(KILL_PROFILE_ENV, "short") == "long":
         return [11, 12, 13, 14], 10, 24
-    return [11], 3, 8
+    return [11], 3, 10
+
+
+def wait_for_commits(proc: subprocess.Popen[bytes], out: Path, commits: int) -> None:
+    """Until the driver printed ``commits`` commits of the CDC stream, or exited."""
+    while (
+        proc.poll() is None
+        and out.read_text(encoding="utf-8", errors="replace").count("COMMITTED db.changes") < commits
+    ):
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("seed", kill_profile()[0])
 def test_driver_killed_at_random_times(tmp_path: Path, java_reader: JavaIcebergReader, seed: int) -> None:
     _, kills, files = kill_profile()
     rng = random.Random(seed)
-    streams = Streams(tmp_path, files=files, seed=seed)
+    streams = Streams(tmp_path, files=files, seed=seed, until_done=True)
     killed: list[str] = []
+    period: float | None = None
     for _ in range(kills):
         proc, out = streams.start()
-        # Killed at a random time once the queries run: anywhere inside or between checkpoints.
-        while "STREAMING" not in out.read_text(encoding="utf-8", errors="replace") and proc.poll() is None:
-            time.sleep(0.05)
+        # Killed at a random moment after a commit of the CDC stream, within two checkpoint periods (as
+        # measured between its first two commits), so it falls anywhere inside or between checkpoints on
+        # a fast or a loaded machine. One in five comes 2 s after the launch, before anything commits.
+        if rng.random() < 0.2:
+            delay = 2.0
+        else:
+            wait_for_commits(proc, out, 1)
+            if period is None:
+                first = time.monotonic()
+                wait_for_commits(proc, out, 2)
+                period = max(0.1, time.monotonic() - first)
+            delay = rng.uniform(0.0, 2 * period)
         try:
-            proc.wait(timeout=rng.uniform(0.5, 12.0))
+            proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -225,7 +246,7 @@ def test_driver_killed_at_random_times(tmp_path: Path, java_reader: JavaIcebergR
             # last one (committed, not yet removed) pending.
             assert committed == list(range(len(committed))), (s["table"], committed)
             assert set(pending) <= {len(committed) - 1, len(committed)}, (s["table"], committed, pending)
-        killed.append(f"exit {proc.returncode}: (checkpoints committed, pending) {state}")
+        killed.append(f"exit {proc.returncode} after {delay:.1f} s: (checkpoints committed, pending) {state}")
         if proc.returncode == 0:
             break  # finished before the kill
     output = streams.run()
