@@ -15,6 +15,7 @@ class MetricsSnapshot:
 
     commits: int
     skipped_commits: int
+    commit_conflict_retries: int
     committed_data_files: int
     committed_delete_files: int
     committed_records: int

@@ -111,6 +111,7 @@ class SinkJob:
                 total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
             ),
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
+            on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
         )
         self._max_pending = resolved.get(options.MAX_PENDING_CHECKPOINTS)
         self._key_bounds: KeyBoundsCache | None = None
@@ -358,6 +359,7 @@ class SinkJob:
         return spark
 
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
+        _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
         # Set while the catalog is unreachable: the batch is written with the table metadata this job
         # loaded last and its commit is deferred. That metadata can only be older than the table's, so
@@ -412,6 +414,7 @@ class SinkJob:
         sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
+        _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
         try:
             results = None
             if self._config.changes is None and resolved.get(options.JVM_PARQUET_WRITER):
@@ -444,6 +447,7 @@ class SinkJob:
         if committable is None:
             logger.info("checkpoint %s wrote no rows; no snapshot", checkpoint_id)
             return None
+        _faults.hit(_faults.AFTER_STAGE, checkpoint_id)
         self._store.put(committable)
         _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
         return self._commit_or_defer(committable, table, outage)

@@ -11,6 +11,9 @@ A catalog that cannot be reached (connection refused or lost, server unavailable
 may have been applied by the catalog before the connection dropped, so it counts as an attempt whose
 outcome is unknown, never as a failed one. When the budget runs out the loop raises
 ``CatalogUnavailableError``; conflicts and refused requests keep their own errors.
+
+An attempt whose table lost files to snapshot expiry meanwhile (its head was replaced, then expired)
+is prepared again on the table as it is now.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from iceberg_sink import _faults
 from iceberg_sink._iceberg.files import delete_quietly
 from iceberg_sink._iceberg.producer import PreparedCommit, commit_prepared
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, CommitStateUnknownError
@@ -108,6 +112,8 @@ def commit_with_retry(
     table: Table | None = None,
     sleep: Callable[[float], None] = time.sleep,
     on_give_up: str = "",
+    checkpoint_id: int | None = None,
+    on_conflict: Callable[[], None] | None = None,
 ) -> CommitAttempts:
     """Prepare and commit until it lands, ``prepare`` returns None, or the policy gives up.
 
@@ -121,6 +127,9 @@ def commit_with_retry(
         table: a table just loaded, used for the first attempt.
         sleep: how to wait between attempts (tests pass a fake clock).
         on_give_up: what happens to the work when the retries run out, appended to the error.
+        checkpoint_id: the checkpoint this commit holds, if any (passed to the fault points
+            :data:`~iceberg_sink._faults.BEFORE_COMMIT_SEND` and :data:`~iceberg_sink._faults.COMMIT_SENT`).
+        on_conflict: called once for every attempt that lost a race with another writer.
 
     Raises:
         CommitRetriesExhaustedError: every attempt lost a race; nothing was committed.
@@ -132,6 +141,7 @@ def commit_with_retry(
     attempt = 0
     unknown: list[PreparedCommit] = []
     loads = 0
+    stale_reloads = 0
     while True:
         if table is None or attempt > 0 or loads > 0:
             loads += 1
@@ -153,16 +163,32 @@ def commit_with_retry(
             if landed is not None:
                 logger.info("%s: the attempt whose outcome was unknown had landed", what)
                 return CommitAttempts(table, landed, attempt, state_was_unknown=True)
-        prepared = prepare(table)
+        try:
+            prepared = prepare(table)
+        except FileNotFoundError:
+            # A file of the table as loaded is gone: snapshot expiry removed the old head's manifests
+            # after another writer moved the head. The table as the catalog has it now does not need
+            # them; prepare again on it. A file missing from the current table is an error.
+            current = load_table()
+            if current.metadata_location == table.metadata_location or stale_reloads >= policy.num_retries:
+                raise
+            stale_reloads += 1
+            logger.info("%s: a file of the table as loaded was removed meanwhile; preparing on the table now", what)
+            table = current
+            continue
         if prepared is None:
             return CommitAttempts(table, None, attempt, state_was_unknown=bool(unknown))
         attempt += 1
         exhausted = attempt > policy.num_retries or time.monotonic() > deadline
+        if checkpoint_id is not None:
+            _faults.hit(_faults.BEFORE_COMMIT_SEND, checkpoint_id)
         try:
             # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
             committed = commit_prepared(prepared.table, prepared)
         except CommitFailedException as e:
             delete_quietly(table.io, prepared.written_files)
+            if on_conflict is not None:
+                on_conflict()
             if exhausted:
                 raise CommitRetriesExhaustedError(
                     f"{what}: {attempt} commit attempts lost to concurrent writers ({e}){on_give_up}"
@@ -181,6 +207,9 @@ def commit_with_retry(
                 ) from e
             logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, _describe(e))
         else:
+            if checkpoint_id is not None:
+                # The catalog holds the snapshot; a driver dying here never learns that it does.
+                _faults.hit(_faults.COMMIT_SENT, checkpoint_id)
             snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
             return CommitAttempts(committed, snapshot, attempt, state_was_unknown=bool(unknown))
         sleep(policy.wait_ms(attempt) / 1000)

@@ -98,8 +98,10 @@ class IcebergCommitter:
         retry: RetryPolicy,
         property_prefix: str = DEFAULT_PREFIX,
         sleep: Callable[[float], None] = time.sleep,
+        on_conflict: Callable[[], None] | None = None,
     ) -> None:
         self._load_table = load_table
+        self._on_conflict = on_conflict
         self._branch = branch
         self._job_id = job_id
         self._retry = retry
@@ -191,6 +193,8 @@ class IcebergCommitter:
             table=table,
             sleep=self._sleep,
             on_give_up="; it stays pending and the next run checks the table and commits it if needed",
+            checkpoint_id=committable.checkpoint_id,
+            on_conflict=self._on_conflict,
         )
         io = result.table.io
         self._cleanup_staged(io, committable)

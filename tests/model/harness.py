@@ -95,7 +95,14 @@ KEYS = 48  # key space of db.main: small, so updates, deletes and repeated keys 
 BASE_DATE = dt.date(2024, 1, 1)
 UNICODE = ["ü", "日本", "🙂", "ß", "Ω", "é", "\u00a0", "中文字"]
 BRANCH = "b"
-FAULT_POINTS = (_faults.AFTER_WRITE, _faults.AFTER_MANIFESTS, _faults.AFTER_COMMIT)
+FAULT_POINTS = (
+    _faults.BATCH_START,
+    _faults.AFTER_WRITE,
+    _faults.AFTER_STAGE,
+    _faults.AFTER_MANIFESTS,
+    _faults.COMMIT_SENT,
+    _faults.AFTER_COMMIT,
+)
 
 
 class Crash(RuntimeError):
