@@ -19,6 +19,8 @@ from pyiceberg.manifest import (
     DataFileContent,
     FileFormat,
     ManifestContent,
+    ManifestEntry,
+    ManifestFile,
 )
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
@@ -138,15 +140,60 @@ class LiveFile:
     manifest_path: str
 
 
-def live_files(table: Table, snapshot: Snapshot | None) -> tuple[list[LiveFile], list[LiveFile]]:
-    """The live data files and delete files of ``snapshot``."""
+class ManifestEntries:
+    """The live entries of manifests, each manifest read once.
+
+    A manifest never changes once written, so a job that reads a branch head several times (its
+    plan, then the head of every commit attempt, then the manifests its commit rewrites) keeps one of
+    these and reads each manifest file once; one kept across runs (a post-commit trigger's) reads only
+    the manifests committed since. Entries are shared, never modified (PyIceberg's manifest writers
+    copy the entries they are given). :meth:`keep` decides what outlives :meth:`retain` (memory).
+    """
+
+    ENTRY_BYTES = 4096
+    """About what one kept entry costs in memory (a DataFile with its metrics, measured ~3.7 KB)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, list[ManifestEntry]] = {}
+        self._run: dict[str, list[ManifestEntry]] = {}
+
+    def live(self, io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+        """The entries of ``manifest`` that are not deleted, with inherited sequence numbers."""
+        path = manifest.manifest_path
+        entries = self._kept.get(path)
+        if entries is None:
+            entries = self._run.get(path)
+        if entries is None:
+            entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
+            (self._kept if self.keep(len(entries)) else self._run)[path] = entries
+        return entries
+
+    def keep(self, count: int) -> bool:
+        """Whether ``count`` entries read now may be kept past :meth:`retain` (subclasses bound it)."""
+        return True
+
+    def retain(self, manifest_paths: Iterable[str]) -> int:
+        """Forget every manifest but ``manifest_paths`` (and what :meth:`keep` refused); returns how
+        many kept entries were dropped."""
+        wanted = set(manifest_paths)
+        self._run.clear()
+        dropped = [p for p in self._kept if p not in wanted]
+        return sum(len(self._kept.pop(p)) for p in dropped)
+
+
+def live_files(
+    table: Table, snapshot: Snapshot | None, entries: ManifestEntries | None = None
+) -> tuple[list[LiveFile], list[LiveFile]]:
+    """The live data files and delete files of ``snapshot`` (manifests read through ``entries``
+    when given)."""
     if snapshot is None:
         return [], []
+    entries = entries or ManifestEntries()
     data: list[LiveFile] = []
     deletes: list[LiveFile] = []
     for manifest in snapshot.manifests(table.io):
         target = data if manifest.content == ManifestContent.DATA else deletes
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in entries.live(table.io, manifest):
             target.append(LiveFile(to_meta(entry.data_file), int(entry.sequence_number or 0), manifest.manifest_path))
     return data, deletes
 

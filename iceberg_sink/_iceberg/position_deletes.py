@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import IO, Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -68,7 +69,8 @@ def write_position_deletes(
     pos = pc.take(unique, pc.sort_indices(unique))
     if not len(pos):
         raise ValueError(f"no position to delete in {data_file.path}")
-    rows = pa.table([pa.array([data_file.path] * len(pos), pa.string()), pos], schema=_SCHEMA)
+    paths = pa.array([data_file.path], pa.string()).take(np.zeros(len(pos), np.int32))  # no Python list
+    rows = pa.table([paths, pos], schema=_SCHEMA)
     stream = io.new_output(path).create(overwrite=False)
     try:
         writer = pq.ParquetWriter(cast(IO[Any], stream), schema=_SCHEMA, compression=compression)
