@@ -38,6 +38,9 @@ class MetricsSnapshot:
     conversion_added_position_delete_files: int
     last_conversion_duration_ms: float
     last_conversion_error: str | None
+    conversion_data_files_read: int
+    conversion_duration_ms: float
+    conversion_key_index_bytes: int
 
 
 class SinkMetrics:

@@ -158,6 +158,10 @@ class KeyIndex:
         """Data files whose keys the index holds."""
         return len(self._keys)
 
+    def data_paths(self) -> frozenset[str]:
+        """The data files whose keys the index holds."""
+        return frozenset(path for path, _, _ in self._keys)
+
     def _admit(self, size: int) -> bool:
         if self._bytes + size > self.max_bytes:
             return False
