@@ -234,6 +234,6 @@ class KeyIndex:
         key = (delete_path, data_path)
         if key in self._positions:
             return
-        values = np.asarray(positions.cast(pa.int64()))
+        values = np.unique(np.asarray(positions.cast(pa.int64())))
         if self._admit(values.nbytes):
             self._positions[key] = values

@@ -6,7 +6,9 @@ sequence number e) and, for each, the live data files D it applies to by the one
 bounds and null counts. Each such D is read once, key columns only, by field id (renamed, added and
 widened columns line up, _iceberg/projection.py); the positions of its rows whose key equals a key
 of one of its deletes (a null matching a null) are merged with the positions of D's existing
-file-scoped position deletes and written as ONE file-scoped position delete file for D. The commit
+file-scoped position deletes and written as ONE file-scoped position delete file for D. With a key
+index (index.py; the post-commit trigger keeps one) D's keys and its old positions come from memory
+and only files committed since the last run are read, manifests included. The commit
 is a ``replace`` snapshot removing every planned E and the merged old position delete files, and
 adding the new ones: no row changes, so readers see the same table.
 
