@@ -9,9 +9,10 @@
 snapshot producer (one data file of ``--keys`` new versions of random existing ids and one equality
 delete file of those ids), then runs one conversion, as the post-commit trigger does (one
 ``KeyIndex`` across rounds). Printed per round: the conversion's wall time, data files read and
-position delete files written, and the index's size; with ``--profile`` the conversions from the
-second round on (the steady state: the first fills the index), not the batches, run under cProfile
-and the top functions by cumulative time are printed.
+position delete files written, and the index's size; with ``--profile`` the conversions from round
+``--profile-from`` on (default 2, the steady state: round 1 fills the index), not the batches, run
+under cProfile and the top functions by cumulative time are printed. ``cpu_seconds`` is the
+process's CPU time (all threads), the measure to trust on a busy machine.
 
 The table is changed (each round adds a batch and a conversion): run it on a copy or a scratch
 table. The batches only touch the ``id`` range the table's data files bound.
@@ -24,6 +25,7 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import sys
 import time
 import uuid
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=5000, help="updated ids per batch (default 5000)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", type=Path, default=None, help="write the cProfile stats here")
+    parser.add_argument(
+        "--profile-from", type=int, default=2, help="first profiled round (default 2: round 1 fills the index)"
+    )
     parser.add_argument("--top", type=int, default=35, help="functions printed from the profile")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -116,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             commit_batch(load(), rng, args.keys, high, 1000 + r)
         started = time.perf_counter()
         cpu = time.process_time()
-        if profiler is not None and r > 1:  # steady state: not the first run (cold index)
+        profiled = profiler is not None and r >= args.profile_from
+        if profiled:
             profiler.enable()
         result = job.convert_equality_deletes(load, "main", index=index)
-        if profiler is not None and r > 1:
+        if profiled:
             profiler.disable()
         row = {
             "round": r,
@@ -132,8 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         }
         rounds.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    steady = sorted(r["seconds"] for r in rounds[1:])
-    summary = {"rounds": rounds, "median_seconds": steady[len(steady) // 2] if steady else None}
+    steady = rounds[args.profile_from :] or rounds[1:]
+    summary = {
+        "rounds": rounds,
+        "from_round": args.profile_from,
+        "median_seconds": statistics.median(r["seconds"] for r in steady) if steady else None,
+        "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in steady) if steady else None,
+    }
     if profiler is not None:
         profiler.dump_stats(str(args.profile))
         text = io.StringIO()

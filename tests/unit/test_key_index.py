@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -196,8 +197,8 @@ def test_retain_drops_files_no_longer_live_and_keys_of_other_schemas(tmp_path: P
     index = KeyIndex()
     lookup(index, LONG, a, (1,), {"id": [1]})
     lookup(index, LONG, b, (1,), {"id": [3]})
-    index.remember_positions("pos-a", a.path, pa.array([0], pa.int64()))
-    index.remember_positions("pos-b", b.path, pa.array([0, 1], pa.int64()))
+    index.remember_positions("pos-a", a.path, np.array([0], np.int64))
+    index.remember_positions("pos-b", b.path, np.array([0, 1], np.int64))
     assert (index.files, index.nbytes) == (2, 32 + 24)
     index.retain({b.path}, {"pos-a", "pos-b"}, LONG.schema_id)  # a was compacted away
     assert (index.files, index.nbytes) == (1, 16 + 16)
@@ -210,5 +211,33 @@ def test_retain_drops_files_no_longer_live_and_keys_of_other_schemas(tmp_path: P
 
 def test_positions_of_position_delete_files_are_remembered(tmp_path: Path) -> None:
     index = KeyIndex()
-    index.remember_positions("never-read", "data.parquet", pa.array([5, 1, 5], pa.int64()))
-    assert index.positions(IO, "never-read", "data.parquet").to_pylist() == [1, 5]
+    index.remember_positions("never-read", "data.parquet", np.array([1, 5], np.int64))
+    assert index.positions(IO, "never-read", "data.parquet").tolist() == [1, 5]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sorted_lookups_match_a_plain_scan_with_many_repeats(tmp_path: Path, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.integers(-20, 20, size=int(rng.integers(1, 300))).tolist()
+    if seed % 2:
+        values.sort()  # kept without row positions
+    columns = {"id": values}
+    meta = write(tmp_path, f"f{seed}", LONG, columns)
+    index = KeyIndex()
+    for _ in range(5):
+        keys = {"id": rng.integers(-25, 25, size=int(rng.integers(0, 30))).tolist()}
+        assert lookup(index, LONG, meta, (1,), keys)[0] == expected(columns, keys)
+
+
+def test_sorted_positions_merges_deduplicates_and_sorts() -> None:
+    from iceberg_sink._iceberg.position_deletes import sorted_positions
+
+    assert sorted_positions([np.array([1, 4, 9]), pa.array([4, 2], pa.int32()), np.array([], np.int64)]).tolist() == [
+        1,
+        2,
+        4,
+        9,
+    ]
+    assert sorted_positions([]).tolist() == []
+    already = np.array([0, 3, 7], np.int64)
+    assert sorted_positions([already]) is already

@@ -23,7 +23,7 @@ Each file is indexed in one of two forms:
 
 The positions of position delete files the conversion wrote or read are kept too (8 bytes per
 position), so merging a data file's earlier position deletes into its new file reads nothing; and
-so are the live entries of the branch's manifests (about 4 KB per live file), so a run reads only
+so are the live entries of the branch's manifests (about 6 KB per live file), so a run reads only
 the manifests committed since the last one.
 
 Memory is bounded by ``max_bytes`` (option ``iceberg-sink.conversion.key-index-max-bytes``): a file
@@ -45,7 +45,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 
 from iceberg_sink._iceberg.files import ManifestEntries
-from iceberg_sink._iceberg.position_deletes import read_positions
+from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.topology.compaction.rewriter import matching_rows
 from iceberg_sink.writer.result import DataFileMeta
@@ -77,19 +77,23 @@ class _Sorted:
         return int(self.keys.nbytes + (self.order.nbytes if self.order is not None else 0))
 
     def lookup(self, wanted: np.ndarray) -> np.ndarray:
-        """Row positions (int64, ascending) whose key is one of ``wanted`` (distinct keys)."""
-        if not len(wanted) or not len(self.keys):
+        """Row positions (int64, ascending) whose key is one of ``wanted`` (distinct keys; sorted ones search faster)."""
+        keys = self.keys
+        if not len(wanted) or not len(keys):
             return np.empty(0, np.int64)
-        low = np.searchsorted(self.keys, wanted, side="left")
-        high = np.searchsorted(self.keys, wanted, side="right")
-        found = high > low
-        low, high = low[found], high[found]
-        counts = high - low
-        if not len(counts):
-            return np.empty(0, np.int64)
-        # Every index in [low, high) of every found key (a key may repeat within a file).
-        starts = np.repeat(low - np.cumsum(counts) + counts, counts)
-        indices = starts + np.arange(int(counts.sum()))
+        # One binary search per key for its first row, then its repeats in the file, if any, follow.
+        first = np.searchsorted(keys, wanted)
+        inside = first < len(keys)
+        first = first[inside]
+        first = first[keys[first] == wanted[inside]]
+        found = [first]
+        following = first + 1
+        while len(following):
+            following = following[following < len(keys)]
+            following = following[keys[following] == keys[following - 1]]
+            found.append(following)
+            following = following + 1
+        indices = np.concatenate(found)
         rows = indices if self.order is None else self.order[indices]
         return np.sort(rows.astype(np.int64))  # distinct: each row has one key, each key is looked up once
 
@@ -220,20 +224,21 @@ class KeyIndex:
         self._last_deleted = (deleted, distinct)
         return distinct
 
-    def positions(self, io: FileIO, delete_path: str, data_path: str) -> pa.Array:
-        """The positions (int64) the position delete file ``delete_path`` deletes in ``data_path``."""
+    def positions(self, io: FileIO, delete_path: str, data_path: str) -> np.ndarray:
+        """The positions (int64, sorted, distinct) the position delete file ``delete_path`` deletes in
+        ``data_path``."""
         cached = self._positions.get((delete_path, data_path))
         if cached is not None:
-            return pa.array(cached)
-        positions = read_positions(io, delete_path, data_path)
+            return cached
+        positions = sorted_positions([read_positions(io, delete_path, data_path)])
         self.remember_positions(delete_path, data_path, positions)
         return positions
 
-    def remember_positions(self, delete_path: str, data_path: str, positions: pa.Array) -> None:
-        """Keep the positions of a position delete file (one the conversion just wrote)."""
+    def remember_positions(self, delete_path: str, data_path: str, positions: np.ndarray) -> None:
+        """Keep the positions (sorted, distinct) of a position delete file (one just written)."""
         key = (delete_path, data_path)
         if key in self._positions:
             return
-        values = np.unique(np.asarray(positions.cast(pa.int64())))
+        values = positions
         if self._admit(values.nbytes):
             self._positions[key] = values

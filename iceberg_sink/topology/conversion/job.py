@@ -44,7 +44,6 @@ from collections.abc import Callable
 
 import attrs
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -59,7 +58,7 @@ from iceberg_sink._iceberg.files import (
     delete_quietly,
     live_files,
 )
-from iceberg_sink._iceberg.position_deletes import referenced_data_file, write_position_deletes
+from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions, write_position_deletes
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
@@ -261,13 +260,13 @@ def write_conversion(
             new = pa.concat_arrays(found)
             if not len(new):
                 continue
-            old = [index.positions(io, p.meta.path, data.path) for p in target.position_deletes]
-            if old and pc.all(pc.is_in(new, value_set=pa.concat_arrays(old))).as_py():
+            before = sorted_positions(index.positions(io, p.meta.path, data.path) for p in target.position_deletes)
+            positions = sorted_positions([before, new])
+            if len(positions) == len(before):
                 continue  # every row found is already deleted by position
             path = _new_path(table, data, f"{run}-{len(written):05d}-pos-deletes.parquet")
-            positions = [new, *old]
-            written.append(write_position_deletes(io, path, data, positions, codec))
-            index.remember_positions(path, data.path, pa.concat_arrays(positions))
+            written.append(write_position_deletes(io, path, data, [positions], codec))
+            index.remember_positions(path, data.path, positions)
             merged.extend(p.meta.path for p in target.position_deletes)
     except BaseException:
         delete_quietly(io, [f.path for f in written])
