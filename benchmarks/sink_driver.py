@@ -207,6 +207,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 "removed_equality_delete_files": metrics.conversion_removed_equality_delete_files,
                 "added_position_delete_files": metrics.conversion_added_position_delete_files,
                 "last_duration_ms": metrics.last_conversion_duration_ms,
+                "total_duration_ms": metrics.conversion_duration_ms,
+                "data_files_read": metrics.conversion_data_files_read,
+                "key_index_bytes": metrics.conversion_key_index_bytes,
                 "last_error": metrics.last_conversion_error,
             },
             "final_summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]

@@ -39,6 +39,9 @@ class MetricsSnapshot:
     conversion_added_position_delete_files: int
     last_conversion_duration_ms: float
     last_conversion_error: str | None
+    conversion_data_files_read: int
+    conversion_duration_ms: float
+    conversion_key_index_bytes: int
     # Checkpoints written but not committed because the catalog was unreachable (now), and how many
     # commits were deferred that way (ever).
     pending_checkpoints: int = 0

@@ -194,6 +194,15 @@ MANIFEST_TARGET_SIZE_BYTES = Option(
     minimum=1,
     builder=False,
 )
+CONVERSION_KEY_INDEX_MAX_BYTES = Option(
+    "iceberg-sink.conversion.key-index-max-bytes",
+    int,
+    256 * 1024 * 1024,
+    "Driver memory the equality-delete conversion keeps data files' keys in between runs (about 8-12 bytes "
+    "per row for a long key); files past it are read at each run. 0 keeps none.",
+    table_property=False,
+    minimum=0,
+)
 JVM_PARQUET_WRITER = Option(
     "iceberg-sink.writer.jvm-parquet",
     bool,
@@ -221,6 +230,7 @@ OPTIONS: tuple[Option, ...] = (
     MANIFEST_MERGE_ENABLED,
     MANIFEST_MIN_COUNT_TO_MERGE,
     MANIFEST_TARGET_SIZE_BYTES,
+    CONVERSION_KEY_INDEX_MAX_BYTES,
     JVM_PARQUET_WRITER,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}

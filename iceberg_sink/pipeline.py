@@ -144,6 +144,7 @@ class SinkJob:
                 branch=config.branch,
                 load_table=self.refresh,
                 metrics=self.metrics,
+                key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
             )
 
     # -- table -----------------------------------------------------------------------------

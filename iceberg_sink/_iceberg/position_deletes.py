@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import IO, Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -29,6 +30,7 @@ _SCHEMA = pa.schema(
         pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
     ]
 )
+_DICTIONARY_SCHEMA = _SCHEMA.set(0, _SCHEMA.field(0).with_type(pa.dictionary(pa.int32(), pa.string())))
 
 
 def referenced_data_file(meta: DataFileMeta) -> str | None:
@@ -50,11 +52,25 @@ def read_positions(io: FileIO, path: str, data_path: str) -> pa.Array:
     return table.column("pos").filter(mask).combine_chunks().cast(pa.int64())
 
 
+def sorted_positions(positions: Iterable[pa.Array | np.ndarray]) -> np.ndarray:
+    """``positions`` merged, deduplicated and sorted, as int64.
+
+    A stable sort merges already sorted runs (a data file's earlier positions and the new ones) in
+    linear time; input that is already sorted and distinct is returned as is.
+    """
+    arrays = [np.asarray(p.cast(pa.int64()) if isinstance(p, pa.Array) else p, dtype=np.int64) for p in positions]
+    merged = arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, np.int64)
+    if len(merged) > 1 and not bool(np.all(merged[1:] > merged[:-1])):
+        merged = np.sort(merged, kind="stable")
+        merged = merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+    return merged
+
+
 def write_position_deletes(
     io: FileIO,
     path: str,
     data_file: DataFileMeta,
-    positions: Iterable[pa.Array],
+    positions: Iterable[pa.Array | np.ndarray],
     compression: str = "zstd",
 ) -> DataFileMeta:
     """Write the file-scoped position delete file ``path`` deleting ``positions`` of ``data_file``.
@@ -62,16 +78,18 @@ def write_position_deletes(
     Positions are deduplicated and sorted; the file takes the data file's spec and partition (a
     position delete applies only within them). Raises ValueError when there is no position.
     """
-    arrays = [p.cast(pa.int64()) for p in positions]
-    merged = pa.concat_arrays(arrays) if arrays else pa.array([], pa.int64())
-    unique = pc.unique(merged)
-    pos = pc.take(unique, pc.sort_indices(unique))
+    pos = sorted_positions(positions)
     if not len(pos):
         raise ValueError(f"no position to delete in {data_file.path}")
-    rows = pa.table([pa.array([data_file.path] * len(pos), pa.string()), pos], schema=_SCHEMA)
+    # The one path, dictionary-encoded in memory too (not a copy per row); the file's column is a
+    # plain string column (no Arrow schema is stored), as every other writer's.
+    paths = pa.DictionaryArray.from_arrays(np.zeros(len(pos), np.int32), pa.array([data_file.path], pa.string()))
+    rows = pa.table([paths, pa.array(pos)], schema=_DICTIONARY_SCHEMA)
     stream = io.new_output(path).create(overwrite=False)
     try:
-        writer = pq.ParquetWriter(cast(IO[Any], stream), schema=_SCHEMA, compression=compression)
+        writer = pq.ParquetWriter(
+            cast(IO[Any], stream), schema=_DICTIONARY_SCHEMA, compression=compression, store_schema=False
+        )
         writer.write_table(rows)
         writer.close()
         metadata = writer.writer.metadata  # type: ignore[attr-defined]
@@ -94,6 +112,6 @@ def write_position_deletes(
         column_sizes=column_sizes,
         value_counts={FILE_PATH_ID: len(pos), POS_ID: len(pos)},
         null_value_counts={FILE_PATH_ID: 0, POS_ID: 0},
-        lower_bounds={FILE_PATH_ID: path_bound, POS_ID: int(pos[0].as_py()).to_bytes(8, "little", signed=True)},
-        upper_bounds={FILE_PATH_ID: path_bound, POS_ID: int(pos[-1].as_py()).to_bytes(8, "little", signed=True)},
+        lower_bounds={FILE_PATH_ID: path_bound, POS_ID: int(pos[0]).to_bytes(8, "little", signed=True)},
+        upper_bounds={FILE_PATH_ID: path_bound, POS_ID: int(pos[-1]).to_bytes(8, "little", signed=True)},
     )

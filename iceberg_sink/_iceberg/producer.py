@@ -46,7 +46,7 @@ from pyiceberg.table.update import (
 from pyiceberg.utils.properties import property_as_bool
 
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink._iceberg.files import branch_head, delete_quietly, to_data_file, to_meta
+from iceberg_sink._iceberg.files import ManifestEntries, branch_head, delete_quietly, to_data_file, to_meta
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink.writer.result import DataFileMeta, FileContent
@@ -199,9 +199,12 @@ class SnapshotProducer(abc.ABC):
             result.append(writer.to_manifest_file())
         return result
 
-    def rewrite_manifest(self, manifest: ManifestFile, removed_paths: frozenset[str]) -> ManifestFile | None:
-        """``manifest`` with the entries of ``removed_paths`` marked deleted; None when it has none."""
-        entries = manifest.fetch_manifest_entry(self.io, discard_deleted=True)
+    def rewrite_manifest(
+        self, manifest: ManifestFile, removed_paths: frozenset[str], read: ManifestEntries | None = None
+    ) -> ManifestFile | None:
+        """``manifest`` with the entries of ``removed_paths`` marked deleted; None when it has none.
+        ``read`` gives entries already read (else the manifest is read here)."""
+        entries = (read or ManifestEntries()).live(self.io, manifest)
         if not any(e.data_file.file_path in removed_paths for e in entries):
             return None
         writer = self._writer(manifest.content, manifest.partition_spec_id)
@@ -395,7 +398,8 @@ class RewriteDeletes(SnapshotProducer):
     ``RewriteFiles`` that changes no rows ``replace``, and so does this class. The added files
     inherit the new snapshot's sequence number (``data_sequence_number`` None, as Java's
     ``RewriteFiles`` gives added delete files when none is set); the caller justifies why that is
-    right for what it adds (topology/conversion/job.py).
+    right for what it adds (topology/conversion/job.py). ``entries`` holds the manifests the caller
+    already read (to validate the attempt), so the delete manifests are not read twice.
     """
 
     def __init__(
@@ -405,8 +409,10 @@ class RewriteDeletes(SnapshotProducer):
         added: Sequence[DataFileMeta],
         removed_paths: frozenset[str],
         properties: Mapping[str, str],
+        entries: ManifestEntries | None = None,
     ) -> None:
         super().__init__(table, branch, properties)
+        self._entries = entries or ManifestEntries()
         if table.metadata.format_version < 2:
             raise ValueError("delete files need format version 2; this table is version 1")
         if self.parent is None:
@@ -425,7 +431,7 @@ class RewriteDeletes(SnapshotProducer):
         for manifest in self.parent.manifests(self.io):
             # Data manifests are carried over unread: only delete files are removed.
             rewritten = (
-                self.rewrite_manifest(manifest, self._removed_paths)
+                self.rewrite_manifest(manifest, self._removed_paths, self._entries)
                 if manifest.content == ManifestContent.DELETES
                 else None
             )

@@ -320,6 +320,9 @@ class World:
         # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
         self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
         self._locked_catalog_fails_fast = False
+        # The CDC job's conversions keep a key index between runs: one too small for most files (those
+        # are read at every run), the default, or none; by seed, so the short profile has all three.
+        self.key_index_bytes = (600, 256 * 1024 * 1024, 0)[(seed - 1) % 3]
         # The CDC job also converts its equality deletes after every few commits (between micro-batches,
         # so runs stay reproducible), when conversion is not skipped.
         convert_every = None if "convert_deletes" in self.skip else self.rng.choice([3, 5, 8])
@@ -381,7 +384,9 @@ class World:
         if compaction:
             builder = builder.compaction(every_n_commits=every)
         if convert_every is not None:
-            builder = builder.convert_equality_deletes(every_n_commits=convert_every, background=False)
+            builder = builder.convert_equality_deletes(every_n_commits=convert_every, background=False).write_option(
+                "iceberg-sink.conversion.key-index-max-bytes", self.key_index_bytes
+            )
         sink: IcebergSink = builder.build()
         return sink
 
@@ -1073,7 +1078,7 @@ class World:
         weights = [OPERATIONS[k] for k in kinds]
         self.log(
             f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, "
-            f"buffer-bytes {self.buffer_bytes}, operations {kinds}"
+            f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, operations {kinds}"
         )
         for _ in range(steps):
             kind = self.rng.choices(kinds, weights)[0]

@@ -11,6 +11,8 @@ close to a merge-on-read table's, as Iceberg's Flink maintenance ("convert equal
   by key bounds), write one position delete file per data file (merged with that file's existing
   file-scoped position deletes), and commit a ``replace`` snapshot that swaps the delete files,
   validated against the branch head of every attempt.
+- index.py: the key index the trigger keeps between runs (data files' keys in memory, sorted for
+  integer keys), so a run reads only the files committed since the previous one.
 - config.py: triggers (commits, live equality deletes, delete files) and where it runs.
 - trigger.py: the post-commit step, one conversion per table at a time, in the background.
 """

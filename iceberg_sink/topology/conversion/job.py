@@ -6,7 +6,9 @@ sequence number e) and, for each, the live data files D it applies to by the one
 bounds and null counts. Each such D is read once, key columns only, by field id (renamed, added and
 widened columns line up, _iceberg/projection.py); the positions of its rows whose key equals a key
 of one of its deletes (a null matching a null) are merged with the positions of D's existing
-file-scoped position deletes and written as ONE file-scoped position delete file for D. The commit
+file-scoped position deletes and written as ONE file-scoped position delete file for D. With a key
+index (index.py; the post-commit trigger keeps one) D's keys and its old positions come from memory
+and only files committed since the last run are read, manifests included. The commit
 is a ``replace`` snapshot removing every planned E and the merged old position delete files, and
 adding the new ones: no row changes, so readers see the same table.
 
@@ -37,25 +39,32 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 
 import attrs
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
-from iceberg_sink._iceberg.files import LiveFile, PartitionPath, branch_head, delete_quietly, live_files
-from iceberg_sink._iceberg.position_deletes import read_positions, referenced_data_file, write_position_deletes
+from iceberg_sink._iceberg.files import (
+    LiveFile,
+    ManifestEntries,
+    PartitionPath,
+    branch_head,
+    delete_quietly,
+    live_files,
+)
+from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions, write_position_deletes
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import CommitStateUnknownError
-from iceberg_sink.topology.compaction.rewriter import key_columns, matching_rows
+from iceberg_sink.topology.compaction.rewriter import key_columns
+from iceberg_sink.topology.conversion.index import KeyIndex
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 logger = logging.getLogger(__name__)
@@ -83,6 +92,7 @@ class ConversionPlan:
     Attributes:
         equality_deletes: the equality delete files the commit removes.
         data_paths: every live data file of the snapshot (to see files committed after it).
+        delete_paths: every live delete file of the snapshot.
         targets: the data files whose rows the equality deletes may remove.
         pruned: (equality delete, data file) pairs that the rule matched but key bounds excluded.
     """
@@ -91,6 +101,7 @@ class ConversionPlan:
     sequence_number: int
     equality_deletes: tuple[LiveFile, ...]
     data_paths: frozenset[str]
+    delete_paths: frozenset[str]
     targets: tuple[ConversionTarget, ...]
     pruned: int
 
@@ -122,34 +133,6 @@ class ConversionResult:
     duration_ms: float = 0.0
 
 
-class KeyColumnCache:
-    """Key columns of data files read by earlier conversions, least recently used out past ``max_bytes``.
-
-    Data files never change, so a file's key columns, projected to one schema, can be reused by the
-    next conversion (a trigger keeps one cache): a run then mostly reads the files added since.
-    """
-
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
-        self._max = max_bytes
-        self._bytes = 0
-        self._entries: OrderedDict[tuple[str, int, frozenset[int]], pa.Table] = OrderedDict()
-
-    def get(self, key: tuple[str, int, frozenset[int]]) -> pa.Table | None:
-        table = self._entries.get(key)
-        if table is not None:
-            self._entries.move_to_end(key)
-        return table
-
-    def put(self, key: tuple[str, int, frozenset[int]], table: pa.Table) -> None:
-        if key in self._entries or table.nbytes > self._max:
-            return
-        self._entries[key] = table
-        self._bytes += table.nbytes
-        while self._bytes > self._max:
-            _, old = self._entries.popitem(last=False)
-            self._bytes -= old.nbytes
-
-
 class _PlanInvalidated(Exception):
     """A concurrent commit made the plan wrong (see the module docstring): plan again."""
 
@@ -162,14 +145,15 @@ def _has_field(schema: Schema, field_id: int) -> bool:
     return True
 
 
-def plan_conversion(table: Table, branch: str) -> ConversionPlan | None:
-    """Plan a conversion of ``branch``; None when it has no equality deletes to convert."""
+def plan_conversion(table: Table, branch: str, entries: ManifestEntries | None = None) -> ConversionPlan | None:
+    """Plan a conversion of ``branch``; None when it has no equality deletes to convert.
+    ``entries``: manifests already read in this run."""
     snapshot = branch_head(table, branch)
     if snapshot is None or table.metadata.format_version < 2:
         return None
     schema = table.schema()
     rules = DeleteRules.from_specs(table.specs())
-    data, deletes = live_files(table, snapshot)
+    data, deletes = live_files(table, snapshot, entries)
     # An equality delete on a field the current schema dropped cannot be looked up: it stays.
     equality = [
         d
@@ -213,6 +197,7 @@ def plan_conversion(table: Table, branch: str) -> ConversionPlan | None:
         sequence_number=snapshot.sequence_number or 0,
         equality_deletes=tuple(equality),
         data_paths=frozenset(files),
+        delete_paths=frozenset(d.meta.path for d in deletes),
         targets=targets,
         pruned=pruned,
     )
@@ -229,60 +214,59 @@ def _new_path(table: Table, data: DataFileMeta, name: str) -> str:
 
 
 def write_conversion(
-    table: Table, the_plan: ConversionPlan, cache: KeyColumnCache | None = None
+    table: Table, the_plan: ConversionPlan, index: KeyIndex | None = None
 ) -> tuple[list[DataFileMeta], list[str], int]:
     """Look the planned keys up and write the position delete files.
 
-    Returns the new position delete files, the old position delete files merged into them, and the
-    number of data files read. Files written are deleted again if this fails.
+    ``index`` keeps data files' keys and position delete files' positions between runs (a trigger
+    keeps one; see index.py); without one every planned data file is read. Returns the new position
+    delete files, the old position delete files merged into them, and the number of data files read.
+    Files written are deleted again if this fails.
     """
     io, schema = table.io, table.schema()
+    index = index if index is not None else KeyIndex(max_bytes=0)
+    index.retain(the_plan.data_paths, the_plan.delete_paths, schema.schema_id)
     compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
     codec = "none" if compression in ("uncompressed", "none") else compression
-    keys: dict[str, pa.Table] = {}
+    keys: dict[tuple[tuple[int, ...], tuple[str, ...]], pa.Table] = {}
     run = uuid.uuid4().hex[:16]
     written: list[DataFileMeta] = []
     merged: list[str] = []
     read = 0
 
-    def delete_keys(delete: LiveFile, ids: tuple[int, ...]) -> pa.Table:
-        if delete.meta.path not in keys:
+    def delete_keys(ids: tuple[int, ...], deletes: list[LiveFile]) -> pa.Table:
+        """The keys ``ids`` of the equality delete files ``deletes``, read once per run."""
+        key = (ids, tuple(sorted(d.meta.path for d in deletes)))
+        if key not in keys:
             wanted = key_schema(schema, ids)
-            rows = read_projected(io, delete.meta.path, wanted, only_needed_columns=True)
-            keys[delete.meta.path] = key_columns(rows, wanted, ids)
-        return keys[delete.meta.path]
+            tables = [
+                key_columns(read_projected(io, d.meta.path, wanted, only_needed_columns=True), wanted, ids)
+                for d in deletes
+            ]
+            keys[key] = pa.concat_tables(tables).combine_chunks()
+        return keys[key]
 
     try:
         for target in the_plan.targets:
+            data = target.data.meta
             by_ids: dict[tuple[int, ...], list[LiveFile]] = defaultdict(list)
             for e in target.equality_deletes:
                 by_ids[tuple(e.meta.equality_ids or ())].append(e)
-            needed = frozenset(i for ids in by_ids for i in ids)
-            wanted = key_schema(schema, needed)
-            cache_key = (target.data.meta.path, schema.schema_id, needed)
-            rows = cache.get(cache_key) if cache is not None else None
-            if rows is None:
-                rows = read_projected(io, target.data.meta.path, wanted, only_needed_columns=True)
-                read += 1
-                if cache is not None:
-                    cache.put(cache_key, rows)
-            if rows.num_rows != target.data.meta.record_count:
-                raise ValueError(
-                    f"{target.data.meta.path}: expected {target.data.meta.record_count} rows (its manifest entry), "
-                    f"read {rows.num_rows}; positions would be wrong, nothing is converted"
-                )
-            found = [
-                matching_rows(rows, wanted, ids, pa.concat_tables([delete_keys(e, ids) for e in es]).combine_chunks())
-                for ids, es in by_ids.items()
-            ]
+            found = []
+            for ids, es in by_ids.items():
+                positions, was_read = index.matching_positions(io, schema, data, ids, delete_keys(ids, es))
+                found.append(positions)
+                read += was_read
             new = pa.concat_arrays(found)
             if not len(new):
                 continue
-            old = [read_positions(io, p.meta.path, target.data.meta.path) for p in target.position_deletes]
-            if old and pc.all(pc.is_in(new, value_set=pa.concat_arrays(old))).as_py():
+            before = sorted_positions(index.positions(io, p.meta.path, data.path) for p in target.position_deletes)
+            positions = sorted_positions([before, new])
+            if len(positions) == len(before):
                 continue  # every row found is already deleted by position
-            path = _new_path(table, target.data.meta, f"{run}-{len(written):05d}-pos-deletes.parquet")
-            written.append(write_position_deletes(io, path, target.data.meta, [new, *old], codec))
+            path = _new_path(table, data, f"{run}-{len(written):05d}-pos-deletes.parquet")
+            written.append(write_position_deletes(io, path, data, [positions], codec))
+            index.remember_positions(path, data.path, positions)
             merged.extend(p.meta.path for p in target.position_deletes)
     except BaseException:
         delete_quietly(io, [f.path for f in written])
@@ -291,10 +275,15 @@ def write_conversion(
 
 
 def _conflict(
-    current: Table, branch: str, the_plan: ConversionPlan, added: list[DataFileMeta], removed: frozenset[str]
+    current: Table,
+    branch: str,
+    the_plan: ConversionPlan,
+    added: list[DataFileMeta],
+    removed: frozenset[str],
+    entries: ManifestEntries,
 ) -> str | None:
     """Why the plan no longer holds at ``branch``'s head of ``current`` (module docstring), or None."""
-    data, deletes = live_files(current, branch_head(current, branch))
+    data, deletes = live_files(current, branch_head(current, branch), entries)
     live_deletes = {d.meta.path for d in deletes}
     gone = sorted(p for p in removed if p not in live_deletes)
     if gone:
@@ -314,12 +303,17 @@ def _conflict(
 
 
 def _prepare(
-    branch: str, the_plan: ConversionPlan, added: list[DataFileMeta], removed: frozenset[str]
+    branch: str,
+    the_plan: ConversionPlan,
+    added: list[DataFileMeta],
+    removed: frozenset[str],
+    entries: ManifestEntries,
 ) -> Callable[[Table], producer.PreparedCommit]:
-    """The commit attempt on a freshly loaded table: validate against its branch head, then build."""
+    """The commit attempt on a freshly loaded table: validate against its branch head, then build.
+    The head's manifests are read once (``entries``), for the check and for the rewrite."""
 
     def prepare(current: Table) -> producer.PreparedCommit:
-        problem = _conflict(current, branch, the_plan, added, removed)
+        problem = _conflict(current, branch, the_plan, added, removed, entries)
         if problem is not None:
             raise _PlanInvalidated(problem)
         return producer.RewriteDeletes(
@@ -331,6 +325,7 @@ def _prepare(
                 summary_keys.OPERATION_KEY: summary_keys.OPERATION_CONVERT_EQUALITY_DELETES,
                 summary_keys.CONVERSION_READ_SNAPSHOT_KEY: str(the_plan.snapshot_id),
             },
+            entries,
         ).prepare()
 
     return prepare
@@ -341,7 +336,7 @@ def convert_equality_deletes(
     branch: str = "main",
     retry: RetryPolicy | None = None,
     max_replans: int = 3,
-    cache: KeyColumnCache | None = None,
+    index: KeyIndex | None = None,
 ) -> ConversionResult:
     """Convert the live equality deletes of ``branch`` into file-scoped position deletes, once.
 
@@ -352,23 +347,30 @@ def convert_equality_deletes(
         retry: backoff when the branch head moves under the commit.
         max_replans: plans discarded on conflict (see the module docstring) before giving up; giving
             up commits nothing and is not an error (the equality deletes stay and stay correct).
-        cache: key columns kept from earlier runs (a post-commit trigger keeps one), or None.
+        index: data files' keys kept from earlier runs (a post-commit trigger keeps one; index.py),
+            or None to read every data file the equality deletes apply to.
     """
     started = time.monotonic()
     retry = retry or RetryPolicy()
     replans = 0
     while True:
         table = load_table()
-        the_plan = plan_conversion(table, branch)
+        # Manifests never change: each is read once for the plan and its commit attempts, and with
+        # an index once for as long as the branch lists it.
+        entries = ManifestEntries() if index is None else index.manifests
+        if index is not None:
+            head = branch_head(table, branch)
+            index.retain_manifests(m.manifest_path for m in (head.manifests(table.io) if head else []))
+        the_plan = plan_conversion(table, branch, entries)
         if the_plan is None:
             return ConversionResult(replans=replans, duration_ms=(time.monotonic() - started) * 1000)
-        added, merged, read = write_conversion(table, the_plan, cache)
+        added, merged, read = write_conversion(table, the_plan, index)
         removed = frozenset({e.meta.path for e in the_plan.equality_deletes} | set(merged))
         try:
             outcome = commit_with_retry(
                 f"equality-delete conversion of {table.name()}",
                 load_table,
-                _prepare(branch, the_plan, added, removed),
+                _prepare(branch, the_plan, added, removed, entries),
                 retry,
                 on_give_up="; the equality deletes stay (nothing was converted)",
             )

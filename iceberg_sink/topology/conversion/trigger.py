@@ -18,7 +18,8 @@ from pyiceberg.table import Table
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.conversion.config import ConversionConfig
-from iceberg_sink.topology.conversion.job import ConversionResult, KeyColumnCache, convert_equality_deletes
+from iceberg_sink.topology.conversion.index import DEFAULT_MAX_BYTES, KeyIndex
+from iceberg_sink.topology.conversion.job import ConversionResult, convert_equality_deletes
 from iceberg_sink.topology.hooks import CommitResult
 
 
@@ -39,6 +40,7 @@ class ConversionTrigger(BackgroundJob):
         branch: str,
         load_table: Callable[[], Table],
         metrics: SinkMetrics,
+        key_index_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         super().__init__(table_key, config.background)
         self._config = config
@@ -47,8 +49,8 @@ class ConversionTrigger(BackgroundJob):
         self._metrics = metrics
         self._commits = 0
         self.last_result: ConversionResult | None = None
-        # Data files never change: their key columns are reused by the next conversions.
-        self._cache = KeyColumnCache()
+        # Data files never change: their keys are looked up in memory by the next conversions.
+        self.index = KeyIndex(key_index_max_bytes)
 
     def should_run(self, result: CommitResult) -> bool:
         c = self._config
@@ -77,7 +79,7 @@ class ConversionTrigger(BackgroundJob):
 
     def execute(self) -> ConversionResult:
         return convert_equality_deletes(
-            self._load_table, self._branch, max_replans=self._config.max_replans, cache=self._cache
+            self._load_table, self._branch, max_replans=self._config.max_replans, index=self.index
         )
 
     def on_failure(self, error: Exception) -> None:
@@ -89,5 +91,7 @@ class ConversionTrigger(BackgroundJob):
             conversions_succeeded=1,
             conversion_removed_equality_delete_files=result.removed_equality_delete_files,
             conversion_added_position_delete_files=result.added_position_delete_files,
+            conversion_data_files_read=result.data_files_read,
+            conversion_duration_ms=result.duration_ms,
         )
-        self._metrics.set(last_conversion_duration_ms=result.duration_ms)
+        self._metrics.set(last_conversion_duration_ms=result.duration_ms, conversion_key_index_bytes=self.index.nbytes)

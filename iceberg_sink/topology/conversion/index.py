@@ -1,0 +1,244 @@
+"""The key index a conversion keeps between runs: the equality keys of data files, in driver memory.
+
+A data file never changes once written, so its key column, read once, stays right for as long as
+the file is live: the next conversion looks keys up in memory instead of reading every data file the
+equality deletes apply to (random updates defeat key-bounds pruning, so that is every older file).
+An entry is keyed by the file's path, the key field ids and the schema id it was projected with, and
+checked against the file's size and record count at every use (a different file under a reused path
+is read again). Which data files an equality delete applies to (sequence numbers, partitions) is
+decided by the plan (``_iceberg/deletes.py``), never here: the index only answers "which rows of
+this file hold one of these keys".
+
+Each file is indexed in one of two forms:
+
+- **sorted**: the key is one top-level field of an integer-like type (int, long, date, time,
+  timestamp) and the file holds no null key: the keys as a sorted numpy int64 array and the row
+  positions in that order (uint32; left out when the file is already sorted by key, as rows
+  appended with increasing ids are). A lookup of k keys is 2k binary searches: O(k log n) per file,
+  whatever the file's size. 12 bytes per row (8 when the file is sorted).
+- **arrow**: any other key (several fields, strings, binary, nested fields, nullable keys): the
+  projected key columns as Arrow; a lookup is one hash lookup per row of the file (``is_in``, or a
+  semi-join for several fields, nulls matching nulls as in Iceberg). Exact, no file read; memory is
+  the columns' Arrow size (about 8 bytes per row for a long, the string bytes plus 4 for a string).
+
+The positions of position delete files the conversion wrote or read are kept too (8 bytes per
+position), so merging a data file's earlier position deletes into its new file reads nothing; and
+so are the live entries of the branch's manifests (about 6 KB per live file), so a run reads only
+the manifests committed since the last one.
+
+Memory is bounded by ``max_bytes`` (option ``iceberg-sink.conversion.key-index-max-bytes``): a file
+is admitted while the total stays within it and kept until it is no longer live; a file that does
+not fit is read at every conversion that needs it, as without an index. Entries of files that are no
+longer live (compacted away, or a conversion replaced a position delete file) are dropped at each
+conversion (:meth:`KeyIndex.retain`). The index is in memory only: after a restart the first
+conversion reads every file it needs again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+import attrs
+import numpy as np
+import pyarrow as pa
+from pyiceberg.io import FileIO
+from pyiceberg.schema import Schema
+
+from iceberg_sink._iceberg.files import ManifestEntries
+from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
+from iceberg_sink._iceberg.projection import key_schema, read_projected
+from iceberg_sink.topology.compaction.rewriter import matching_rows
+from iceberg_sink.writer.result import DataFileMeta
+
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+def _as_int64(array: pa.Array) -> np.ndarray | None:
+    """The values of an integer-like Arrow array (no nulls) as int64, or None for other types."""
+    t = array.type
+    if pa.types.is_integer(t):
+        if pa.types.is_uint64(t):
+            return None  # not a type Iceberg has; values above 2^63 would wrap
+        return np.asarray(array.cast(pa.int64()))
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return np.asarray(array.view(pa.int32())).astype(np.int64)
+    if pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_date64(t):
+        return np.asarray(array.view(pa.int64()))
+    return None
+
+
+@attrs.frozen(eq=False)
+class _Sorted:
+    keys: np.ndarray  # int64, ascending
+    order: np.ndarray | None  # uint32 row position of each key; None: keys are in row order
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + (self.order.nbytes if self.order is not None else 0))
+
+    def lookup(self, wanted: np.ndarray) -> np.ndarray:
+        """Row positions (int64, ascending) whose key is one of ``wanted`` (distinct keys; sorted ones search faster)."""
+        keys = self.keys
+        if not len(wanted) or not len(keys):
+            return np.empty(0, np.int64)
+        # One binary search per key for its first row, then its repeats in the file, if any, follow.
+        first = np.searchsorted(keys, wanted)
+        inside = first < len(keys)
+        first = first[inside]
+        first = first[keys[first] == wanted[inside]]
+        found = [first]
+        following = first + 1
+        while len(following):
+            following = following[following < len(keys)]
+            following = following[keys[following] == keys[following - 1]]
+            found.append(following)
+            following = following + 1
+        indices = np.concatenate(found)
+        rows = indices if self.order is None else self.order[indices]
+        return np.sort(rows.astype(np.int64))  # distinct: each row has one key, each key is looked up once
+
+
+@attrs.frozen(eq=False)
+class _Arrow:
+    rows: pa.Table  # the file's key fields, projected to the index key's schema
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes)
+
+
+@attrs.frozen(eq=False)
+class _Entry:
+    file_size: int
+    record_count: int
+    keys: _Sorted | _Arrow
+
+
+def _index(rows: pa.Table, schema: Schema, ids: tuple[int, ...]) -> _Sorted | _Arrow:
+    """The best form for the key ``ids`` of ``rows`` (see the module docstring)."""
+    if len(ids) == 1 and schema.accessor_for_field(ids[0]).inner is None and rows.num_rows < 2**32:
+        column = rows.column(schema.accessor_for_field(ids[0]).position).combine_chunks()
+        values = _as_int64(column) if column.null_count == 0 else None
+        if values is not None:
+            if len(values) < 2 or bool(np.all(values[1:] >= values[:-1])):
+                return _Sorted(values.copy(), None)
+            order = np.argsort(values, kind="stable").astype(np.uint32)
+            return _Sorted(values[order], order)
+    return _Arrow(rows)
+
+
+class _KeptManifests(ManifestEntries):
+    """Manifest entries kept across runs within the index's memory bound."""
+
+    def __init__(self, index: KeyIndex) -> None:
+        super().__init__()
+        self._index = index
+
+    def keep(self, count: int) -> bool:
+        return self._index._admit(count * self.ENTRY_BYTES)
+
+
+class KeyIndex:
+    """Equality keys of data files, positions of position delete files and manifest entries, kept
+    across conversions within ``max_bytes`` (see the module docstring). Used by one conversion at a
+    time."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._bytes = 0
+        self._keys: dict[tuple[str, int, tuple[int, ...]], _Entry] = {}
+        self._positions: dict[tuple[str, str], np.ndarray] = {}
+        self._last_deleted: tuple[pa.Table, np.ndarray] | None = None
+        self.manifests: ManifestEntries = _KeptManifests(self)
+        """The branch's manifests, read once each (ManifestEntries)."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the index holds now."""
+        return self._bytes
+
+    @property
+    def files(self) -> int:
+        """Data files whose keys the index holds."""
+        return len(self._keys)
+
+    def data_paths(self) -> frozenset[str]:
+        """The data files whose keys the index holds."""
+        return frozenset(path for path, _, _ in self._keys)
+
+    def _admit(self, size: int) -> bool:
+        if self._bytes + size > self.max_bytes:
+            return False
+        self._bytes += size
+        return True
+
+    def retain_manifests(self, manifest_paths: Iterable[str]) -> None:
+        """Forget the entries of manifests the branch head no longer lists."""
+        self._bytes -= self.manifests.retain(manifest_paths) * ManifestEntries.ENTRY_BYTES
+
+    def retain(self, data_paths: Collection[str], delete_paths: Collection[str], schema_id: int) -> None:
+        """Drop what no longer serves: data files not in ``data_paths``, keys projected with another
+        schema than ``schema_id``, and position delete files not in ``delete_paths``."""
+        for key in [k for k in self._keys if k[0] not in data_paths or k[1] != schema_id]:
+            self._bytes -= self._keys.pop(key).keys.nbytes
+        for pkey in [k for k in self._positions if k[0] not in delete_paths or k[1] not in data_paths]:
+            self._bytes -= self._positions.pop(pkey).nbytes
+
+    def matching_positions(
+        self, io: FileIO, schema: Schema, data: DataFileMeta, ids: tuple[int, ...], deleted: pa.Table
+    ) -> tuple[pa.Array, bool]:
+        """Row positions (int64, ascending) of ``data`` whose key ``ids`` equals a key of ``deleted``
+        (built by ``key_columns``; a null matching a null), and whether ``data`` had to be read."""
+        key = (data.path, schema.schema_id, ids)
+        entry = self._keys.get(key)
+        if entry is not None and (entry.file_size, entry.record_count) != (data.file_size_in_bytes, data.record_count):
+            self._bytes -= self._keys.pop(key).keys.nbytes  # not the file it was read from
+            entry = None
+        read = entry is None
+        if entry is None:
+            wanted = key_schema(schema, ids)
+            rows = read_projected(io, data.path, wanted, only_needed_columns=True)
+            if rows.num_rows != data.record_count:
+                raise ValueError(
+                    f"{data.path}: expected {data.record_count} rows (its manifest entry), read {rows.num_rows}; "
+                    "positions would be wrong, nothing is converted"
+                )
+            entry = _Entry(data.file_size_in_bytes, data.record_count, _index(rows, wanted, ids))
+            if self._admit(entry.keys.nbytes):
+                self._keys[key] = entry
+        if isinstance(entry.keys, _Sorted):
+            return pa.array(entry.keys.lookup(self._distinct(deleted))), read
+        return matching_rows(entry.keys.rows, key_schema(schema, ids), ids, deleted), read
+
+    def _distinct(self, deleted: pa.Table) -> np.ndarray:
+        """The distinct non-null keys of ``deleted`` as int64 (the same table serves many data files
+        in a row: the last one is remembered)."""
+        if self._last_deleted is not None and self._last_deleted[0] is deleted:
+            return self._last_deleted[1]
+        # Projected with the same schema, the deleted keys have the file's integer-like type; a
+        # null key matches no row (the file has none).
+        values = _as_int64(deleted.column(0).combine_chunks().drop_null())
+        if values is None:
+            raise TypeError(f"equality delete keys of type {deleted.schema.field(0).type} for an integer key")
+        distinct = np.unique(values)
+        self._last_deleted = (deleted, distinct)
+        return distinct
+
+    def positions(self, io: FileIO, delete_path: str, data_path: str) -> np.ndarray:
+        """The positions (int64, sorted, distinct) the position delete file ``delete_path`` deletes in
+        ``data_path``."""
+        cached = self._positions.get((delete_path, data_path))
+        if cached is not None:
+            return cached
+        positions = sorted_positions([read_positions(io, delete_path, data_path)])
+        self.remember_positions(delete_path, data_path, positions)
+        return positions
+
+    def remember_positions(self, delete_path: str, data_path: str, positions: np.ndarray) -> None:
+        """Keep the positions (sorted, distinct) of a position delete file (one just written)."""
+        key = (delete_path, data_path)
+        if key in self._positions:
+            return
+        values = positions
+        if self._admit(values.nbytes):
+            self._positions[key] = values
