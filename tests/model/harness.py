@@ -697,9 +697,10 @@ class World:
             # keeps every seed's operation sequence): the conversion's file-scoped position deletes
             # then name some groups' files and not others', so compaction's per-file validation
             # drops some groups and commits others of the same partition.
+            per_file = self.race_rng.random() < 0.5
             config = CompactionConfig(
-                min_input_files=1 if self.race_rng.random() < 0.5 else config.min_input_files,
-                max_group_bytes=1 if config.min_input_files == 1 or self.race_rng.random() < 0.5 else 512 << 20,
+                min_input_files=1 if per_file else config.min_input_files,
+                max_group_bytes=1 if per_file else 512 << 20,
                 delete_file_threshold=1,
                 max_replans=self.race_rng.choice([0, 1]),
             )
