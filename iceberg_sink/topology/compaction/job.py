@@ -194,11 +194,11 @@ def compact(
     """
     config = config or CompactionConfig()
     retry = retry or RetryPolicy()
-    result = _compact_once(spark, load_table, config, branch, partition_filter, progress, write_options, retry)
-    while result.dropped_groups and result.replans < config.max_replans:
-        logger.info("compaction plans again: %s of its groups were dropped", result.dropped_groups)
-        again = _compact_once(spark, load_table, config, branch, partition_filter, progress, write_options, retry)
-        result = result.then(again)
+    last = result = _compact_once(spark, load_table, config, branch, partition_filter, progress, write_options, retry)
+    while last.dropped_groups and result.replans < config.max_replans:
+        logger.info("compaction plans again: %s of its groups were dropped", last.dropped_groups)
+        last = _compact_once(spark, load_table, config, branch, partition_filter, progress, write_options, retry)
+        result = result.then(last)
     if result.noop:
         logger.warning(
             "compaction rewrote nothing: all %s planned groups were dropped (%s plans); the table changed under them",
