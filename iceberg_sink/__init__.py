@@ -10,6 +10,7 @@ from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.committer.committable import CommitSummary
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.errors import (
+    CatalogUnavailableError,
     CheckpointRewoundError,
     CommitRetriesExhaustedError,
     CommitStateUnknownError,
@@ -18,9 +19,12 @@ from iceberg_sink.errors import (
     InvalidInputError,
     InvalidSinkConfigError,
     MaintenanceRefusedError,
+    PendingCheckpointsLimitError,
     SchemaMismatchError,
     UncommittableCheckpointError,
     UnsupportedTableError,
+    WorkerEnvironmentError,
+    WriteFailedError,
 )
 from iceberg_sink.metrics import MetricsSnapshot
 from iceberg_sink.sink import IcebergSink
@@ -30,6 +34,7 @@ from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import CommitResult, PostCommitHookError
 
 __all__ = [
+    "CatalogUnavailableError",
     "CheckpointRewoundError",
     "CommitOutcome",
     "CommitResult",
@@ -49,8 +54,11 @@ __all__ = [
     "InvalidSinkConfigError",
     "MaintenanceRefusedError",
     "MetricsSnapshot",
+    "PendingCheckpointsLimitError",
     "PostCommitHookError",
     "SchemaMismatchError",
     "UncommittableCheckpointError",
     "UnsupportedTableError",
+    "WorkerEnvironmentError",
+    "WriteFailedError",
 ]

@@ -1,15 +1,34 @@
 """Named points in the checkpoint flow where tests inject failures (a SIGKILL of the driver).
 
-Production code only calls :func:`hit`; with no handler installed it does nothing.
+Production code only calls :func:`hit`; with no handler installed it does nothing. In the order a
+checkpoint passes them:
+
+- :data:`BATCH_START`: a micro-batch reached the sink (Spark recorded every earlier batch).
+- :data:`BEFORE_WRITE`: the table is checked and older committables are committed; writer tasks start
+  next (tests kill the driver while those tasks run by watching the table's data folder from here).
+- :data:`AFTER_WRITE`: writer tasks finished, nothing staged yet.
+- :data:`AFTER_STAGE`: DeltaManifests staged in the table's metadata folder, committable not persisted.
+- :data:`AFTER_MANIFESTS`: committable persisted under the checkpoint location, no commit sent.
+- :data:`BEFORE_COMMIT_SEND`: a prepared snapshot is about to be sent to the catalog (each attempt).
+- :data:`COMMIT_SENT`: the catalog applied the commit; the driver has not looked at the result yet.
+- :data:`AFTER_COMMIT`: snapshot committed and staged manifests removed; committable not yet removed,
+  Spark not told.
+
+The two commit-send points are hit from ``_iceberg/retry.py`` for checkpoint commits only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-AFTER_WRITE = "after-write"  # writer tasks finished, nothing staged yet
-AFTER_MANIFESTS = "after-manifests"  # staged manifests and committable persisted, no commit yet
-AFTER_COMMIT = "after-commit"  # snapshot committed, committable not yet removed, Spark not told
+BATCH_START = "batch-start"
+BEFORE_WRITE = "before-write"
+AFTER_WRITE = "after-write"
+AFTER_STAGE = "after-stage"
+AFTER_MANIFESTS = "after-manifests"
+BEFORE_COMMIT_SEND = "before-commit-send"
+COMMIT_SENT = "commit-sent"
+AFTER_COMMIT = "after-commit"
 
 _handlers: list[Callable[[str, int], None]] = []
 

@@ -13,7 +13,7 @@ from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.sink import IcebergSink
-from iceberg_sink.table.catalog import CatalogConfig, load_table, redact
+from iceberg_sink.table.catalog import CatalogConfig, load_table, redact, scrub
 from iceberg_sink.table.partitioning import field_name, parse_terms
 from iceberg_sink.table.schema import check_changes_table, partition_problem
 from iceberg_sink.topology.compaction.config import CompactionConfig
@@ -94,6 +94,11 @@ class IcebergSinkBuilder:
         """Set one option (see docs/options.md); overrides the table property of the same key."""
         self._write_options[key] = value
         return self
+
+    def max_pending_checkpoints(self, limit: int) -> IcebergSinkBuilder:
+        """Streams: how many checkpoints may be written and kept pending while the catalog is
+        unreachable before the stream fails (``iceberg-sink.commit.max-pending-checkpoints``)."""
+        return self.write_option("iceberg-sink.commit.max-pending-checkpoints", limit)
 
     def pre_commit_hook(self, fn: PreCommitHook) -> IcebergSinkBuilder:
         """Call ``fn(summary)`` on the driver before each commit (see topology/hooks.py).
@@ -311,20 +316,24 @@ class IcebergSinkBuilder:
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
 
+        secret_props = dict(catalog.properties)
         try:
             loaded = catalog.load()
         except Exception as e:
+            # Not chained: the cause's text (a driver's URL parser, an HTTP client) may hold secrets.
             raise InvalidSinkConfigError(
-                f"catalog {catalog.name!r} with properties {redact(dict(catalog.properties))} could not be loaded: {e}"
-            ) from e
+                f"catalog {catalog.name!r} with properties {redact(secret_props)} could not be loaded: "
+                f"{type(e).__name__}: {scrub(str(e), secret_props)}"
+            ) from None
         try:
             existing = load_table(loaded, self._table)
         except NoSuchTableError:
             existing = None
         except Exception as e:
             raise InvalidSinkConfigError(
-                f"table {self._table!r}: could not be loaded from catalog {catalog.name!r}: {e}"
-            ) from e
+                f"table {self._table!r}: could not be loaded from catalog {catalog.name!r}: "
+                f"{type(e).__name__}: {scrub(str(e), secret_props)}"
+            ) from None
         if existing is None and create is None:
             raise InvalidSinkConfigError(
                 f"table {self._table} does not exist in catalog {catalog.name!r}; create it first or call "

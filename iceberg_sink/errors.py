@@ -75,3 +75,27 @@ class UncommittableCheckpointError(IcebergSinkError, RuntimeError):
     """A stored checkpoint cannot be committed safely, for example because the table it was written
     for was dropped and re-created since. Fatal for that checkpoint: nothing of it was committed, and
     the message says what to do with it (its files belong to the table it was written for)."""
+
+
+class CatalogUnavailableError(IcebergSinkError, RuntimeError):
+    """The catalog could not be reached (connection refused or lost, server unavailable) for longer
+    than the commit retry budget. Nothing was committed by the call that raised it, or its outcome is
+    unknown and is resolved by reading the table once the catalog is back. A streaming sink keeps the
+    checkpoint pending (see :class:`PendingCheckpointsLimitError`)."""
+
+
+class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):
+    """More checkpoints are pending than ``iceberg-sink.commit.max-pending-checkpoints`` allows,
+    because the catalog stayed unreachable. Nothing is lost: every pending committable is kept under
+    the checkpoint location, and a restart with the catalog reachable commits them in order."""
+
+
+class WriteFailedError(IcebergSinkError, RuntimeError):
+    """A writer task failed on every attempt Spark gave it (for example a full or failing disk, or
+    storage that refused the write). Nothing of the checkpoint was committed and the table is
+    unchanged. Retryable once the cause is fixed: a restarted stream writes the checkpoint again."""
+
+
+class WorkerEnvironmentError(IcebergSinkError, RuntimeError):
+    """Spark's Python workers cannot run the sink: their interpreter lacks a module it needs (or
+    cannot start). Fatal until the workers' environment is fixed; nothing was written."""

@@ -15,6 +15,7 @@ class MetricsSnapshot:
 
     commits: int
     skipped_commits: int
+    commit_conflict_retries: int
     committed_data_files: int
     committed_delete_files: int
     committed_records: int
@@ -41,6 +42,10 @@ class MetricsSnapshot:
     conversion_added_position_delete_files: int
     last_conversion_duration_ms: float
     last_conversion_error: str | None
+    # Checkpoints written but not committed because the catalog was unreachable (now), and how many
+    # commits were deferred that way (ever).
+    pending_checkpoints: int = 0
+    deferred_commits: int = 0
 
 
 class SinkMetrics:

@@ -62,13 +62,19 @@ class Option:
             ) from None
         if self.choices and parsed not in self.choices:
             raise InvalidSinkConfigError(
-                f"option {self.key!r} from {source}: expected one of {', '.join(self.choices)}, received {value!r}"
+                f"option {self.key!r} from {source}: expected one of {self.choices_text()}; received {value!r}"
             )
         if self.minimum is not None and parsed < self.minimum:
             raise InvalidSinkConfigError(
                 f"option {self.key!r} from {source}: expected an integer >= {self.minimum}, received {value!r}"
             )
         return parsed
+
+    def choices_text(self) -> str:
+        """The allowed values, quoted so that an empty choice shows (``'' (empty: the default)``)."""
+        return ", ".join(
+            f"{c!r} (empty: the default)" if c == "" and c == self.default else repr(c) for c in self.choices
+        )
 
 
 def _parse_bool(value: Any) -> bool:
@@ -130,6 +136,14 @@ COMMIT_MAX_WAIT_MS = Option(
 )
 COMMIT_TOTAL_TIMEOUT_MS = Option(
     "commit.retry.total-timeout-ms", int, 1_800_000, "Give up retrying a commit after this long.", minimum=0
+)
+MAX_PENDING_CHECKPOINTS = Option(
+    "iceberg-sink.commit.max-pending-checkpoints",
+    int,
+    100,
+    "Streams: checkpoints written and kept pending while the catalog is unreachable before the stream fails (0: fail at once).",
+    table_property=False,
+    minimum=0,
 )
 SNAPSHOT_PROPERTY_PREFIX = Option(
     "iceberg-sink.snapshot-property-prefix",
@@ -200,6 +214,7 @@ OPTIONS: tuple[Option, ...] = (
     COMMIT_MIN_WAIT_MS,
     COMMIT_MAX_WAIT_MS,
     COMMIT_TOTAL_TIMEOUT_MS,
+    MAX_PENDING_CHECKPOINTS,
     SNAPSHOT_PROPERTY_PREFIX,
     POST_COMMIT_FAIL_ON_ERROR,
     SKIP_DELETES_FOR_NEW_KEYS,

@@ -13,6 +13,13 @@ Exactly-once argument, for a checkpoint (micro-batch) N of a job (one checkpoint
    written again.
 4. Otherwise the batch is written, aggregated, persisted, then committed. Files of a crashed attempt
    that never reached a persisted committable are orphans no snapshot references.
+
+Catalog outages (streams only): when the catalog cannot be reached, or a commit's outcome is unknown,
+past the commit retry budget, the batch is still written with the table metadata last loaded by this
+job, its committable is persisted, and it stays pending; step 1 of a later batch commits it, in order,
+once the catalog answers again. A pending checkpoint whose commit had landed is found in the table by
+the committer's history check and not committed twice. More pending checkpoints than
+``iceberg-sink.commit.max-pending-checkpoints`` fail the stream (they stay stored for the restart).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from pyspark.sql.types import StructType
 from iceberg_sink import _faults, options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink._iceberg.files import branch_head
-from iceberg_sink._iceberg.retry import RetryPolicy
+from iceberg_sink._iceberg.retry import RetryPolicy, catalog_unreachable
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
@@ -38,11 +45,15 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.committer.summary_keys import EPHEMERAL_JOB_KEY
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import (
+    CatalogUnavailableError,
     CheckpointRewoundError,
+    CommitStateUnknownError,
     InvalidInputError,
     InvalidSinkConfigError,
+    PendingCheckpointsLimitError,
     SchemaMismatchError,
     UnsupportedTableError,
+    WriteFailedError,
 )
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
@@ -55,7 +66,7 @@ from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
 from iceberg_sink.writer import jvm
-from iceberg_sink.writer.spark import write_dataframe
+from iceberg_sink.writer.spark import task_failure, write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
 
 logger = logging.getLogger("iceberg_sink")
@@ -73,8 +84,11 @@ class SinkJob:
         ephemeral: bool = False,
         compaction: CompactionTrigger | None = None,
         conversion: ConversionTrigger | None = None,
+        streaming: bool = False,
     ) -> None:
         self._config = config
+        # Only a stream keeps checkpoints pending through a catalog outage: a bounded write reports it.
+        self._streaming = streaming
         # A job whose checkpoint location is thrown away (a bounded write without one) cannot be
         # resumed: its snapshots need not be kept by snapshot expiry for exactly-once bookkeeping.
         self._job_properties = {EPHEMERAL_JOB_KEY: "true"} if ephemeral else {}
@@ -97,7 +111,9 @@ class SinkJob:
                 total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
             ),
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
+            on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
         )
+        self._max_pending = resolved.get(options.MAX_PENDING_CHECKPOINTS)
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
         self.hooks = HookRunner(
@@ -158,10 +174,14 @@ class SinkJob:
                 f"table {self._config.table} has format version {table.metadata.format_version}; "
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
+        self._check_input(table, struct)
+        self._table = table
+        return table
+
+    def _check_input(self, table: Table, struct: StructType) -> None:
         changes = self._config.changes
         if changes is not None:
             check_changes_table(self._config.table, table, changes.key)
-        self._table = table
         key = struct.json()
         if key not in self._checked_schemas:
             check_compatible(
@@ -171,7 +191,6 @@ class SinkJob:
                 runtime_checked=changes.key if changes is not None else (),
             )
             self._checked_schemas.add(key)
-        return table
 
     def _table_columns(self, struct: StructType) -> StructType:
         """The part of the input stored in the table (the op column of CDC input is not)."""
@@ -191,9 +210,9 @@ class SinkJob:
     def _create_schema(self, struct: StructType) -> Schema:
         changes = self._config.changes
         if changes is None:
-            return spark_to_iceberg(struct)
+            return spark_to_iceberg(struct, table_name=self._config.table)
         table_struct = self._table_columns(struct)
-        schema = spark_to_iceberg(table_struct, required=changes.key)
+        schema = spark_to_iceberg(table_struct, required=changes.key, table_name=self._config.table)
         missing = [k for k in changes.key if k not in schema.column_names]
         if missing:
             raise SchemaMismatchError(
@@ -217,7 +236,12 @@ class SinkJob:
         properties = dict(self._job_properties)
         if self._config.pre_commit_hooks:
             properties.update(self.hooks.before_commit(committable.summary))
-        outcome = self.committer.commit(committable, extra_properties=properties, table=table)
+        try:
+            outcome = self.committer.commit(committable, extra_properties=properties, table=table)
+        except Exception as e:
+            if self._outage(e):
+                raise _CatalogOutage(e) from e
+            raise
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
         if outcome.snapshot is None:
@@ -270,7 +294,50 @@ class SinkJob:
             if before is not None and committable.checkpoint_id >= before:
                 continue
             outcomes.append(self._commit(committable))
+        self.metrics.set(pending_checkpoints=len(self._store.pending_ids()))
         return outcomes
+
+    # -- catalog outages -------------------------------------------------------------------
+
+    def _outage(self, error: BaseException) -> bool:
+        """Whether ``error`` is a catalog outage a stream rides out by keeping checkpoints pending."""
+        if not self._streaming or self._table is None:
+            return False
+        return isinstance(error, (CatalogUnavailableError, CommitStateUnknownError)) or catalog_unreachable(error)
+
+    def _defer(self, checkpoint_id: int, error: BaseException) -> CommitOutcome:
+        """Keep checkpoint ``checkpoint_id`` (already stored) pending; fail past the limit."""
+        pending = self._store.pending_ids()
+        self.metrics.add(deferred_commits=1)
+        self.metrics.set(pending_checkpoints=len(pending))
+        if len(pending) > self._max_pending:
+            raise PendingCheckpointsLimitError(
+                f"{len(pending)} checkpoints of table {self._config.table} are pending (oldest: checkpoint "
+                f"{pending[0]}, newest: {pending[-1]}) because the catalog is unreachable, more than the limit "
+                f"of {self._max_pending} set by {options.MAX_PENDING_CHECKPOINTS.key}; the stream stops. "
+                f"Nothing is lost: their committables are kept under {self._store.root} and are committed "
+                f"in order, one snapshot each, when the stream restarts with the catalog reachable. "
+                f"Last catalog error: {_one_line(error)}"
+            ) from error
+        logger.warning(
+            "catalog unreachable: checkpoint %s of table %s stays pending (%s pending, oldest %s; limit %s): %s",
+            checkpoint_id,
+            self._config.table,
+            len(pending),
+            pending[0],
+            self._max_pending,
+            _one_line(error),
+        )
+        return CommitOutcome(checkpoint_id, None, already_committed=False, attempts=0, pending=True)
+
+    def _commit_or_defer(self, committable: Committable, table: Table, error: BaseException | None) -> CommitOutcome:
+        """Commit ``committable`` now, or keep it pending when the catalog is (or becomes) unreachable."""
+        if error is not None:
+            return self._defer(committable.checkpoint_id, error)
+        try:
+            return self._commit(committable, table)
+        except _CatalogOutage as e:
+            return self._defer(committable.checkpoint_id, e.error)
 
     def next_checkpoint_id(self) -> int:
         table = self.refresh()
@@ -292,10 +359,34 @@ class SinkJob:
         return spark
 
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
+        _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
-        table = self.ensure_table(df.schema)
-        if self.commit_pending(before=checkpoint_id):
-            table = self.refresh()
+        # Set while the catalog is unreachable: the batch is written with the table metadata this job
+        # loaded last and its commit is deferred. That metadata can only be older than the table's, so
+        # the checks below stay sound: a checkpoint it holds is held, and checkpoints after the
+        # last one it holds have their committables stored until committed.
+        outage: BaseException | None = None
+        try:
+            table = self.ensure_table(df.schema)
+        except Exception as e:
+            if not self._outage(e):
+                raise
+            assert self._table is not None
+            outage, table = e, self._table
+            self._check_input(table, df.schema)
+        if outage is None:
+            committed_pending = []
+            try:
+                committed_pending = self.commit_pending(before=checkpoint_id)
+            except _CatalogOutage as e:
+                outage = e.error
+            if committed_pending and outage is None:
+                try:
+                    table = self.refresh()
+                except Exception as e:
+                    if not self._outage(e):
+                        raise
+                    outage = e
         committed = self.committer.max_committed(table)
         if checkpoint_id < committed:
             raise CheckpointRewoundError(
@@ -306,11 +397,11 @@ class SinkJob:
         stored = self._store.get(checkpoint_id)
         if checkpoint_id == committed:
             if stored is not None:
-                return self._commit(stored, table)
+                return self._commit_or_defer(stored, table, outage)
             logger.info("checkpoint %s already committed; replayed batch skipped", checkpoint_id)
             return CommitOutcome(checkpoint_id, None, already_committed=True, attempts=0)
         if stored is not None:
-            return self._commit(stored, table)
+            return self._commit_or_defer(stored, table, outage)
 
         resolved = options.resolve(self._config.options, table.properties)
         proof = None
@@ -323,6 +414,7 @@ class SinkJob:
         sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
+        _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
         try:
             results = None
             if self._config.changes is None and resolved.get(options.JVM_PARQUET_WRITER):
@@ -338,6 +430,15 @@ class SinkJob:
                 raise InvalidInputError(
                     f"checkpoint {checkpoint_id} of table {self._config.table} was not written: {detail}"
                 ) from e
+            failure = task_failure(e)
+            if failure is not None:
+                raise WriteFailedError(
+                    f"checkpoint {checkpoint_id} of table {self._config.table} was not written: a writer task failed "
+                    f"on every attempt: {failure}. Nothing of it was committed; files the failed attempts wrote are "
+                    "deleted or left unreferenced (remove-orphans deletes them). Fix the cause (for example disk "
+                    "space or storage permissions) and run again: a restarted stream writes this checkpoint again. "
+                    "The task's full traceback is in the chained exception and the executor log."
+                ) from e
             raise
         _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
         committable = self.aggregator.aggregate(
@@ -346,9 +447,10 @@ class SinkJob:
         if committable is None:
             logger.info("checkpoint %s wrote no rows; no snapshot", checkpoint_id)
             return None
+        _faults.hit(_faults.AFTER_STAGE, checkpoint_id)
         self._store.put(committable)
         _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
-        return self._commit(committable, table)
+        return self._commit_or_defer(committable, table, outage)
 
     def _distribution_mode(self, table: Table, resolved: options.ResolvedOptions) -> DistributionMode:
         if self._config.distribution_mode:
@@ -387,3 +489,20 @@ class SinkJob:
         if self._config.changes is None:
             return ()
         return tuple(table.schema().find_field(k).field_id for k in self._config.changes.key)
+
+
+class _CatalogOutage(Exception):
+    """A stream's commit did not land (or its outcome is unknown) because the catalog is unreachable.
+
+    Raised only around the committer's commit, so a failure after a commit landed (a post-commit
+    hook, a compaction) is never taken for an outage.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"

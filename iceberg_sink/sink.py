@@ -23,6 +23,7 @@ from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion import ConversionResult, convert_equality_deletes
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
+from iceberg_sink.writer.workers import check_python_workers
 
 if TYPE_CHECKING:
     from iceberg_sink.builder import IcebergSinkBuilder
@@ -93,12 +94,13 @@ class IcebergSink:
             write_options=self._config.options,
         )
 
-    def _job(self, checkpoint_location: str, ephemeral: bool) -> SinkJob:
+    def _job(self, checkpoint_location: str, ephemeral: bool, streaming: bool = False) -> SinkJob:
         job = SinkJob(
             self._config,
             CheckpointStore(checkpoint_location),
             metrics=self._metrics,
             ephemeral=ephemeral,
+            streaming=streaming,
             compaction=self._compaction,
             conversion=self._conversion,
         )
@@ -141,8 +143,17 @@ class IcebergSink:
             trigger: Spark trigger, e.g. ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
             query_name: optional name of the query.
 
+        While the catalog is unreachable the query keeps writing: each micro-batch's files are
+        written with the table metadata last loaded and its commit stays pending under the
+        checkpoint location, to be committed in order once the catalog answers again, up to
+        ``iceberg-sink.commit.max-pending-checkpoints`` (see docs/architecture.md, catalog outages).
+
         Returns:
             The running :class:`pyspark.sql.streaming.StreamingQuery`.
+
+        Raises:
+            WorkerEnvironmentError: Spark's Python workers lack a module the writers need (checked
+                once per SparkContext by a one-task job).
         """
         if not streaming_df.isStreaming:
             raise InvalidSinkConfigError(
@@ -156,7 +167,8 @@ class IcebergSink:
             raise InvalidSinkConfigError(
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
-        job = self._job(checkpoint_location, ephemeral=False)
+        check_python_workers(streaming_df.sparkSession)
+        job = self._job(checkpoint_location, ephemeral=False, streaming=True)
         # Create or check the table before the first batch so schema errors surface now.
         job.ensure_table(streaming_df.schema)
 
@@ -185,9 +197,14 @@ class IcebergSink:
 
         Returns:
             The commit outcome, or None when ``df`` was empty.
+
+        Raises:
+            WorkerEnvironmentError: Spark's Python workers lack a module the writers need.
+            WriteFailedError: a writer task failed on every attempt; nothing was committed.
         """
         if df.isStreaming:
             raise InvalidSinkConfigError("write() expects a bounded DataFrame; received a streaming one: use start()")
+        check_python_workers(df.sparkSession)
         temporary = checkpoint_location is None
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:

@@ -4,6 +4,8 @@
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 ensure_venv test
+# PostgreSQL server binaries for the SQL-catalog tests (they start their own server on loopback).
+scripts/ensure_postgres.sh
 echo "== ruff"
 .venv/bin/ruff check iceberg_sink tests benchmarks
 .venv/bin/ruff format --check iceberg_sink tests benchmarks

@@ -3,6 +3,7 @@ snapshot's live files with their sequence numbers."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -74,8 +75,34 @@ class PartitionPath:
 
     def to_path(self) -> str:
         # partition_to_path URL-escapes every name and value (quote_plus, safe=""), so no value
-        # can add a path separator or climb out of the table's data folder.
-        return self.spec.partition_to_path(Record(*self.values), self.schema)
+        # can add a path separator or climb out of the table's data folder, and each field is one
+        # "name=value" segment; over-long ones are shortened (the exact value is in the manifest).
+        path = self.spec.partition_to_path(Record(*self.values), self.schema)
+        return "/".join(short_segment(segment) for segment in path.split("/"))
+
+
+#: Longest partition folder name written as is. File systems refuse names over 255 bytes (and
+#: URL-escaping triples non-ASCII text), so longer ones become a prefix and a hash.
+MAX_SEGMENT_BYTES = 128
+_HASH_CHARS = 32  # 128 bits of SHA-256
+
+
+def short_segment(segment: str) -> str:
+    """``segment`` if it is at most :data:`MAX_SEGMENT_BYTES` bytes, else a readable prefix of it,
+    ``-`` and a hash of the whole segment: deterministic, and distinct for distinct segments.
+
+    Readers never parse folder names (partition values come from manifests), so the folder only
+    groups a partition's files.
+    """
+    if len(segment.encode()) <= MAX_SEGMENT_BYTES:
+        return segment
+    digest = hashlib.sha256(segment.encode()).hexdigest()[:_HASH_CHARS]
+    # The escaped segment is ASCII; never cut inside a %XX escape.
+    prefix = segment[: MAX_SEGMENT_BYTES - _HASH_CHARS - 1]
+    cut = prefix.rfind("%", len(prefix) - 2)
+    if cut != -1:
+        prefix = prefix[:cut]
+    return f"{prefix}-{digest}"
 
 
 def to_data_file(meta: DataFileMeta, format_version: int) -> DataFile:

@@ -90,4 +90,5 @@ class CommitAggregator:
             proof_snapshot_id=proof_snapshot_id if skipped else None,
             skipped_deletes=skipped,
             table_uuid=str(metadata.table_uuid),
+            schema_id=metadata.current_schema_id,
         )

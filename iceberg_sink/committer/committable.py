@@ -59,6 +59,9 @@ class Committable:
         skipped_deletes: how many equality deletes the writers made conditional on that proof.
         table_uuid: the UUID of the table the files were written for (None: written by a version
             that did not record it). A table dropped and re-created under the same name has another.
+        schema_id: the id of the table schema the files were written with (None: written by a
+            version that did not record it). The committer refuses to commit them into a schema
+            that dropped or incompatibly changed a column they hold.
     """
 
     job_id: str
@@ -70,10 +73,11 @@ class Committable:
     proof_snapshot_id: int | None = None
     skipped_deletes: int = 0
     table_uuid: str | None = None
+    schema_id: int | None = None
 
     # 3: conditional_delete_manifest and table_uuid. Versions 1 and 2 decode without them (a v2
-    # committable's skipped deletes were not written at all: see IcebergCommitter).
-    CODEC_VERSION = 3
+    # committable's skipped deletes were not written at all: see IcebergCommitter). 4: schema_id.
+    CODEC_VERSION = 4
 
     def encode(self) -> bytes:
         return _codec.dumps(
@@ -97,12 +101,13 @@ class Committable:
                     else None
                 ),
                 "table_uuid": self.table_uuid,
+                "schema_id": self.schema_id,
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> Committable:
-        obj = _codec.loads(data, "committable", (1, 2, 3))
+        obj = _codec.loads(data, "committable", (1, 2, 3, 4))
         conditional = obj.get("conditional_delete_manifest")
         return cls(
             job_id=obj["job_id"],
@@ -118,4 +123,5 @@ class Committable:
             proof_snapshot_id=obj.get("proof_snapshot_id"),
             skipped_deletes=obj.get("skipped_deletes", 0),
             table_uuid=obj.get("table_uuid"),
+            schema_id=obj.get("schema_id"),
         )

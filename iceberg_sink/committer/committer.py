@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 
 import attrs
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ResolveError
 from pyiceberg.io import FileIO
+from pyiceberg.schema import index_by_id, promote
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -23,6 +24,7 @@ from iceberg_sink._iceberg import manifests, producer, specs
 from iceberg_sink._iceberg.files import branch_head, delete_quietly
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer.committable import Committable
+from iceberg_sink.committer.store import committable_name
 from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
 from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
 from iceberg_sink.table.key_bounds import data_added_since
@@ -40,6 +42,9 @@ class CommitOutcome:
         snapshot: the snapshot that holds it (None when it was already committed earlier).
         already_committed: True when the table already held the checkpoint.
         attempts: commit attempts made.
+        pending: True when the catalog was unreachable: the checkpoint's files are written and its
+            committable is kept under the checkpoint location, to be committed by a later
+            micro-batch (or a restart) once the catalog is back.
     """
 
     checkpoint_id: int
@@ -47,6 +52,7 @@ class CommitOutcome:
     already_committed: bool
     attempts: int
     data_files: tuple[DataFileMeta, ...] = attrs.field(default=(), repr=False)
+    pending: bool = False
 
 
 def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix: str) -> int:
@@ -92,8 +98,10 @@ class IcebergCommitter:
         retry: RetryPolicy,
         property_prefix: str = DEFAULT_PREFIX,
         sleep: Callable[[float], None] = time.sleep,
+        on_conflict: Callable[[], None] | None = None,
     ) -> None:
         self._load_table = load_table
+        self._on_conflict = on_conflict
         self._branch = branch
         self._job_id = job_id
         self._retry = retry
@@ -136,14 +144,27 @@ class IcebergCommitter:
             # Checked on every attempt: an earlier attempt, or an earlier run, may have landed.
             if self.max_committed(current) >= committable.checkpoint_id:
                 return None
+            self._check_written_schema(current, committable)
             if changes is None:
                 # Read only once the checkpoint is known to be uncommitted: after a commit the
                 # staged manifests are deleted.
                 changes = producer.SnapshotChanges(
-                    data_files=tuple(self._read(current.io, committable.manifests.data_manifest)),
-                    delete_files=tuple(self._read(current.io, committable.manifests.delete_manifest)),
+                    data_files=tuple(self._read(current.io, committable, committable.manifests.data_manifest)),
+                    delete_files=tuple(self._read(current.io, committable, committable.manifests.delete_manifest)),
                 )
-                conditional = tuple(self._read(current.io, committable.manifests.conditional_delete_manifest))
+                conditional = tuple(
+                    self._read(current.io, committable, committable.manifests.conditional_delete_manifest)
+                )
+            missing_specs = sorted(
+                {f.spec_id for f in (*changes.data_files, *changes.delete_files, *conditional)}
+                - set(current.metadata.specs())
+            )
+            if missing_specs:
+                raise UncommittableCheckpointError(
+                    f"checkpoint {committable.checkpoint_id} of job {self._job_id} holds files of partition specs "
+                    f"{missing_specs}, which table {committable.table} no longer has; nothing of it was committed. "
+                    "Remove its committable from the checkpoint location and write the batch again."
+                )
             # Decided again on every attempt, against the exact head this attempt commits on (the
             # commit's compare-and-swap on the branch head makes the decision hold).
             current, delete_files = self._deletes_for_head(current, committable, changes.delete_files, conditional)
@@ -172,6 +193,8 @@ class IcebergCommitter:
             table=table,
             sleep=self._sleep,
             on_give_up="; it stays pending and the next run checks the table and commits it if needed",
+            checkpoint_id=committable.checkpoint_id,
+            on_conflict=self._on_conflict,
         )
         io = result.table.io
         self._cleanup_staged(io, committable)
@@ -206,6 +229,51 @@ class IcebergCommitter:
                 f"{table.metadata.table_uuid}: it was dropped and re-created. Its staged files belong to the old "
                 "table and are not committed into the new one. To write to the new table, start from a new "
                 "checkpoint location (or remove the committable of this checkpoint from the current one)."
+            )
+
+    def _check_written_schema(self, table: Table, committable: Committable) -> None:
+        """Refuse files written with a schema whose columns the table no longer holds as written.
+
+        A checkpoint kept pending through a catalog outage (or one racing a schema change) was
+        written with the schema of its time. Columns added since read as null for its rows, and
+        widened types read fine (Iceberg's promotion rules); but a column dropped (or replaced under
+        the same name by a new field id) would silently lose the values written for it, and a type
+        changed otherwise cannot be read. Those are refused; so are files of a partition spec the
+        table no longer has.
+        """
+        metadata = table.metadata
+        if committable.schema_id is None or committable.schema_id == metadata.current_schema_id:
+            return
+        what = f"checkpoint {committable.checkpoint_id} of job {self._job_id}"
+        fix = (
+            " Nothing of it was committed. Restore the column, or remove its committable from the checkpoint "
+            "location and write the batch again."
+        )
+        written = next((s for s in metadata.schemas if s.schema_id == committable.schema_id), None)
+        if written is None:
+            raise UncommittableCheckpointError(
+                f"{what} was written with schema {committable.schema_id}, which table {committable.table} no "
+                f"longer has (its schemas: {sorted(s.schema_id for s in metadata.schemas)})." + fix
+            )
+        current = table.schema()
+        now = index_by_id(current)
+        problems = []
+        for field_id, field in sorted(index_by_id(written).items()):
+            name = written.find_column_name(field_id)
+            if field_id not in now:
+                problems.append(f"column {name!r} (field id {field_id}) was dropped")
+                continue
+            new = now[field_id]
+            if field.field_type.is_primitive and field.field_type != new.field_type:
+                try:
+                    promote(field.field_type, new.field_type)
+                except ResolveError:
+                    problems.append(f"column {name!r} changed type from {field.field_type} to {new.field_type}")
+        if problems:
+            raise UncommittableCheckpointError(
+                f"{what} was written with schema {committable.schema_id} of table {committable.table}, but the "
+                f"table's schema has changed since ({current.schema_id}): {'; '.join(problems)}. Committing it "
+                "would lose the values written for these columns." + fix
             )
 
     def _deletes_for_head(
@@ -288,9 +356,29 @@ class IcebergCommitter:
         )
         return conditional
 
-    @staticmethod
-    def _read(io: FileIO, staged: manifests.StagedManifest | None) -> list[DataFileMeta]:
-        return manifests.read_staged_manifest(io, staged) if staged is not None else []
+    def _read(
+        self, io: FileIO, committable: Committable, staged: manifests.StagedManifest | None
+    ) -> list[DataFileMeta]:
+        """The files a staged manifest lists; a missing or unreadable one is never skipped (its files
+        would be silently lost): it stops the commit with what to do."""
+        if staged is None:
+            return []
+        try:
+            return manifests.read_staged_manifest(io, staged)
+        except FileNotFoundError as e:
+            problem = f"is missing ({e})"
+        except OSError:
+            raise  # storage unreachable: the next attempt or run may read it
+        except Exception as e:
+            problem = f"cannot be read: it is damaged ({type(e).__name__}: {e})"
+        n = committable.checkpoint_id
+        raise UncommittableCheckpointError(
+            f"checkpoint {n} of job {self._job_id} cannot be committed: its staged manifest {staged.path} "
+            f"{problem}. Nothing of checkpoint {n} is in the table. Restore the manifest from a backup if there is "
+            f"one; otherwise delete the committable {committable_name(n)} under the checkpoint location and write the "
+            f"batch again (Spark re-runs a batch it did not record as finished; for write(), call it again with "
+            f"checkpoint_id={n}). Files the manifest listed are then orphans that remove-orphans deletes."
+        )
 
     def _cleanup_staged(self, io: FileIO, committable: Committable) -> None:
         delete_quietly(io, committable.manifests.paths)

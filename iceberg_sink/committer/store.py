@@ -18,8 +18,14 @@ import uuid
 
 import pyarrow.fs as pafs
 
+from iceberg_sink._codec import CodecError
 from iceberg_sink.committer.committable import Committable
-from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointError
+
+
+def committable_name(checkpoint_id: int) -> str:
+    """Where the committable of a checkpoint lives, relative to the checkpoint location."""
+    return f"iceberg_sink/committables/{checkpoint_id:020d}.json"
 
 
 class CheckpointStore:
@@ -42,8 +48,10 @@ class CheckpointStore:
             raise InvalidSinkConfigError(
                 f"checkpoint_location: expected a local path or a file system URI, received {checkpoint_location!r} ({e})"
             ) from e
-        self.root = root.rstrip("/") + "/iceberg_sink"
+        self._location = root.rstrip("/")
+        self.root = self._location + "/iceberg_sink"
         self._committables = self.root + "/committables"
+        self._job: tuple[str, str] | None = None  # (job id, table) once known
         self._fs.create_dir(self._committables, recursive=True)
 
     def _write(self, path: str, data: bytes) -> None:
@@ -64,37 +72,79 @@ class CheckpointStore:
         path = self.root + "/job.json"
         data = self._read(path)
         if data is not None:
-            obj = json.loads(data)
+            obj = self._decode_job(path, data, table)
             if obj.get("table") != table:
                 raise InvalidSinkConfigError(
                     f"checkpoint location {self.root!r} belongs to a sink writing {obj.get('table')!r}, "
                     f"but this sink writes {table!r}; use a separate checkpoint location per table"
                 )
-            return str(obj["job_id"])
+            self._job = (str(obj["job_id"]), table)
+            return self._job[0]
         job_id = uuid.uuid4().hex
         self._write(path, json.dumps({"job_id": job_id, "table": table}).encode())
+        self._job = (job_id, table)
         return job_id
 
+    @staticmethod
+    def _decode_job(path: str, data: bytes, table: str) -> dict[str, object]:
+        try:
+            obj = json.loads(data)
+            if isinstance(obj, dict) and isinstance(obj.get("job_id"), str) and obj["job_id"]:
+                return obj
+            problem = f"expected an object with a job_id, received {data[:200]!r}"
+        except (ValueError, UnicodeDecodeError) as e:
+            problem = f"not JSON: {e}"
+        raise InvalidSinkConfigError(
+            f"the job file {path} of this checkpoint location is damaged ({problem}). It holds the job id that "
+            "the table's snapshots carry, which keeps the job exactly-once across restarts. Restore it from a "
+            f'backup of the checkpoint location, or rewrite it as {{"job_id": "<id>", "table": "{table}"}} '
+            "with the iceberg-sink.job-id found in the summaries of the table's snapshots written from this "
+            "location. A new checkpoint location is a new job that does not know what this one committed."
+        )
+
     def _path(self, checkpoint_id: int) -> str:
-        return f"{self._committables}/{checkpoint_id:020d}.json"
+        return f"{self._location}/{committable_name(checkpoint_id)}"
 
     def put(self, committable: Committable) -> None:
         self._write(self._path(committable.checkpoint_id), committable.encode())
 
     def get(self, checkpoint_id: int) -> Committable | None:
-        data = self._read(self._path(checkpoint_id))
-        return Committable.decode(data) if data is not None else None
+        path = self._path(checkpoint_id)
+        data = self._read(path)
+        if data is None:
+            return None
+        try:
+            return Committable.decode(data)
+        except CodecError as e:
+            raise self._unreadable(path, checkpoint_id, str(e)) from e
+        except (KeyError, TypeError, ValueError) as e:
+            raise self._unreadable(path, checkpoint_id, f"{type(e).__name__}: {e}") from e
 
-    def pending(self) -> list[Committable]:
-        """Every stored committable, oldest checkpoint first."""
+    def _unreadable(self, path: str, checkpoint_id: int, problem: str) -> UncommittableCheckpointError:
+        job, table = self._job or ("(unknown)", "the table")
+        n = checkpoint_id
+        return UncommittableCheckpointError(
+            f"the committable {path} of checkpoint {n} cannot be read ({problem}). It records a checkpoint that was "
+            f"written but maybe not committed, so it is not skipped. If {table} holds checkpoint {n} of job {job} (a "
+            f"snapshot whose summary has iceberg-sink.job-id={job} and iceberg-sink.checkpoint-id={n}), delete this "
+            "file. Otherwise its rows are not in the table: restore the file from a backup of the checkpoint "
+            "location, or delete it and write the batch again (Spark re-runs a batch it did not record as finished; "
+            f"for write(), call it again with checkpoint_id={n})."
+        )
+
+    def pending_ids(self) -> list[int]:
+        """The checkpoint ids of every stored committable, oldest first."""
         infos = self._fs.get_file_info(pafs.FileSelector(self._committables, allow_not_found=True))
-        ids = sorted(
+        return sorted(
             int(i.base_name[: -len(".json")])
             for i in infos
             if i.base_name.endswith(".json") and i.base_name[: -len(".json")].isdigit()
         )
+
+    def pending(self) -> list[Committable]:
+        """Every stored committable, oldest checkpoint first."""
         result = []
-        for checkpoint_id in ids:
+        for checkpoint_id in self.pending_ids():
             committable = self.get(checkpoint_id)
             if committable is not None:
                 result.append(committable)

@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import unquote
 
 import attrs
 from pyiceberg.catalog import Catalog, load_catalog
@@ -22,9 +23,38 @@ DEFAULT_EMBEDDED_ROOT = "iceberg-sink-data"
 _SECRET = re.compile(r"(secret|password|token|credential|key)", re.IGNORECASE)
 
 
+# The password of a URL such as postgresql://user:password@host/db (SQL catalog URIs).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:)[^@\s]+@")
+
+
+def _mask_url_passwords(text: str) -> str:
+    return _URL_PASSWORD.sub(lambda m: m["head"] + "***@", text)
+
+
 def redact(properties: Mapping[str, str]) -> dict[str, str]:
-    """A copy of catalog properties safe to log: secret-looking values replaced."""
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in properties.items()}
+    """A copy of catalog properties safe to log: secret-looking values and URL passwords replaced."""
+    return {k: ("***" if _SECRET.search(k) else _mask_url_passwords(str(v))) for k, v in properties.items()}
+
+
+def _secrets(properties: Mapping[str, str]) -> list[str]:
+    found = set()
+    for key, value in properties.items():
+        text = str(value)
+        if _SECRET.search(key):
+            found.add(text)
+            found.update(part for part in text.split(":") if len(part) >= 6)  # client:secret credentials
+        for match in _URL_PASSWORD.finditer(text):
+            password = match.group(0)[len(match["head"]) : -1]
+            found.update({password, unquote(password)})
+    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
+
+
+def scrub(text: str, properties: Mapping[str, str]) -> str:
+    """``text`` (an error message from a catalog or FileIO) with every secret of ``properties`` and
+    every URL password replaced by ``***``."""
+    for secret in _secrets(properties):
+        text = text.replace(secret, "***")
+    return _mask_url_passwords(text)
 
 
 def _sorted_items(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

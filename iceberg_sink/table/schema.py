@@ -83,7 +83,21 @@ def _convert(dt: T.DataType, ids: _Ids, path: str) -> IcebergType:
             _convert(dt.valueType, ids, f"{path}.value"),
             value_required=not dt.valueContainsNull,
         )
-    raise SchemaMismatchError(path, [f"column {path!r} has Spark type {dt.simpleString()}, which Iceberg cannot store"])
+    raise _Unstorable(path, dt)
+
+
+class _Unstorable(Exception):
+    """A Spark type Iceberg has no type for; reported as a mismatch by the caller."""
+
+    def __init__(self, path: str, dt: T.DataType) -> None:
+        super().__init__(path)
+        self.path = path
+        self.spark_type = dt
+
+    def problem(self, target: IcebergType | None = None) -> str:
+        what = "void (an untyped null)" if isinstance(self.spark_type, T.NullType) else self.spark_type.simpleString()
+        fix = f"cast it to the table's type {target}" if target is not None else "cast it to a type Iceberg stores"
+        return f"{self.path}: column has Spark type {what}, which Iceberg cannot store; {fix}"
 
 
 def _fields(fields: Iterable[T.StructField], ids: _Ids, prefix: str) -> list[NestedField]:
@@ -95,9 +109,40 @@ def _fields(fields: Iterable[T.StructField], ids: _Ids, prefix: str) -> list[Nes
     return result
 
 
-def spark_to_iceberg(struct: T.StructType, required: Iterable[str] = ()) -> Schema:
-    """An Iceberg schema for a Spark schema; columns in ``required`` become required."""
+def _case_clashes(struct: T.StructType, prefix: str, problems: list[str]) -> None:
+    seen: dict[str, str] = {}
+    for f in struct.fields:
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        other = seen.setdefault(f.name.lower(), path)
+        if other != path:
+            problems.append(
+                f"columns {other!r} and {path!r} differ only in case; readers that ignore case (Spark by default, "
+                "DuckDB) cannot tell them apart: rename one"
+            )
+        if isinstance(f.dataType, T.StructType):
+            _case_clashes(f.dataType, path, problems)
+
+
+def spark_to_iceberg(struct: T.StructType, required: Iterable[str] = (), table_name: str = "") -> Schema:
+    """An Iceberg schema for a Spark schema, to create a table from; columns in ``required`` become
+    required.
+
+    Raises:
+        SchemaMismatchError: listing every column Iceberg cannot store or readers could not tell
+            apart, or if there are no columns at all.
+    """
+    problems: list[str] = []
+    if not struct.fields:
+        problems.append("the DataFrame has no columns; a table needs at least one")
+    _case_clashes(struct, "", problems)
     ids = _Ids()
+    for f in struct.fields:
+        try:
+            _convert(f.dataType, _Ids(), f.name)
+        except _Unstorable as e:
+            problems.append(e.problem())
+    if problems:
+        raise SchemaMismatchError(table_name or "(new table)", problems)
     fields = _fields(struct.fields, ids, "")
     must = set(required)
     fields = [
@@ -157,7 +202,12 @@ def _struct_problems(
         t = target_by_name.get(f.name)
         if t is None:
             near = lower_targets.get(f.name.lower())
-            suggestion = f" (the table has {near!r}: names are case sensitive)" if near else ""
+            suggestion = (
+                f" (the table has {near!r}: names are case sensitive)"
+                if near
+                else "; this sink does not change the table's schema: add the column to the table first "
+                "(e.g. with PyIceberg's table.update_schema()) or drop it from the DataFrame"
+            )
             problems.append(f"{path}: column is not in the table{suggestion}")
             continue
         if t.required and not f.required and path not in runtime_checked:
@@ -181,8 +231,21 @@ def check_compatible(
         runtime_checked: top-level columns that may be nullable in the DataFrame although required in
             the table, because the writer refuses a null at run time (key columns in CDC modes).
     """
-    source = spark_to_iceberg(struct).as_struct()
     problems: list[str] = []
+    if not struct.fields:
+        names = ", ".join(table_schema.column_names[:8]) + (", ..." if len(table_schema.column_names) > 8 else "")
+        raise SchemaMismatchError(
+            table_name, [f"the DataFrame has no columns; expected columns of table {table_name}: {names}"]
+        )
+    storable = []
+    for f in struct.fields:
+        try:
+            _convert(f.dataType, _Ids(), f.name)
+            storable.append(f)
+        except _Unstorable as e:
+            target = table_schema.find_field(f.name).field_type if f.name in table_schema.column_names else None
+            problems.append(e.problem(target))
+    source = spark_to_iceberg(T.StructType(storable), table_name=table_name).as_struct() if storable else StructType()
     _struct_problems(source, table_schema.as_struct(), "", problems, frozenset(runtime_checked))
     if problems:
         raise SchemaMismatchError(table_name, problems)

@@ -12,7 +12,7 @@ Bucket uses Iceberg's murmur3 through a vectorised UDF, since Spark's ``hash`` d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from enum import StrEnum
 
 import pandas as pd
@@ -108,12 +108,16 @@ def transform_expression(spec_field_transform: object, column: Column, source_ty
     return column
 
 
-def partition_expressions(spec: PartitionSpec, schema: Schema) -> list[Column]:
+def partition_expressions(spec: PartitionSpec, schema: Schema, present: Collection[str] | None = None) -> list[Column]:
+    """Spark expressions of the partition fields; with ``present`` (the DataFrame's columns), fields
+    whose source column is missing (an optional column, null in every row) are left out."""
     exprs = []
     for field in spec.fields:
         source = schema.find_field(field.source_id)
         name = schema.find_column_name(field.source_id)
         assert name is not None
+        if present is not None and name.split(".")[0] not in present:
+            continue
         exprs.append(transform_expression(field.transform, F.col(_quote(name)), source.field_type))
     return exprs
 
@@ -136,7 +140,9 @@ def distribute(
         sort_columns: the table's sort order columns (used by ``range``).
         extra_keys: columns every change of one key must share a writer by (CDC keys).
     """
-    keys = partition_expressions(spec, schema) + [F.col(_quote(k)) for k in extra_keys]
+    present = set(df.columns)
+    keys = partition_expressions(spec, schema, present) + [F.col(_quote(k)) for k in extra_keys]
+    sort_columns = [c for c in sort_columns if c.split(".")[0] in present]
     if mode is DistributionMode.NONE:
         return df
     if mode is DistributionMode.HASH:

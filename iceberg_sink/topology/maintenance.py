@@ -2,8 +2,10 @@
 manifests, convert equality deletes into position deletes (topology/conversion). Each is a
 standalone job (API here, CLI in iceberg_sink/cli.py).
 
-Expiring keeps, for every iceberg_sink job, its newest snapshot on each branch: the committer finds a
-job's last checkpoint there, so expiring it would let a replayed micro-batch be committed twice. Jobs
+Expiring keeps, for every iceberg_sink job, its newest snapshot on each branch and the snapshot of its
+highest checkpoint wherever it is (an earlier expiry may have cut the parent chain above it): the
+committer finds a job's last checkpoint there, so expiring it would let a replayed micro-batch be
+committed twice. Jobs
 are recognised whatever snapshot-property-prefix they used (committer/summary_keys.py).
 Orphan removal lists the table location with the table's own FileIO settings, compares normalised
 locations (``s3a://`` is ``s3://``, ``/x`` is ``file:///x``), and never deletes files younger than a
@@ -62,8 +64,8 @@ def _ancestry(table: Table, head: Snapshot | None) -> list[Snapshot]:
 
 
 def protected_snapshots(table: Table, retain_last: int) -> set[int]:
-    """Snapshots that must survive: ref heads, the newest ``retain_last`` of each branch, and the newest
-    snapshot of each iceberg_sink job on each branch."""
+    """Snapshots that must survive: ref heads, the newest ``retain_last`` of each branch, the newest
+    snapshot of each iceberg_sink job on each branch, and each job's snapshot of its highest checkpoint."""
     protected = set()
     for ref in table.metadata.refs.values():
         protected.add(ref.snapshot_id)
@@ -79,6 +81,21 @@ def protected_snapshots(table: Table, retain_last: int) -> set[int]:
             if job is not None and not summary_keys.is_ephemeral(summary) and job not in seen_jobs:
                 seen_jobs.add(job)
                 protected.add(snapshot.snapshot_id)
+    # An earlier expiry may have cut a branch's parent chain (it removed a snapshot in the middle), so
+    # the walk above stops short of older snapshots. The committer then takes the job's highest
+    # checkpoint among all snapshots (committer.find_max_committed_checkpoint): keep that one for every
+    # job, wherever it is.
+    newest: dict[tuple[str, str], tuple[int, int, int]] = {}
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        job = summary_keys.sink_job_of(summary)
+        if job is None or summary_keys.is_ephemeral(summary):
+            continue
+        checkpoint = summary_keys.JobKeys(job[0]).checkpoint_of(summary, job[1])
+        rank = (checkpoint if checkpoint is not None else -1, snapshot.sequence_number or 0, snapshot.snapshot_id)
+        if job not in newest or rank > newest[job]:
+            newest[job] = rank
+    protected.update(rank[2] for rank in newest.values())
     return protected
 
 

@@ -1,30 +1,64 @@
-"""Runs :class:`TaskWriter` inside Spark tasks through ``mapInArrow`` and collects the results."""
+"""Runs :class:`TaskWriter` inside Spark tasks through ``mapInArrow`` and collects the results.
+
+FileIO properties (which may hold storage credentials) travel to tasks in a broadcast variable,
+not inside the pickled task function: PySpark hands that function to the JVM through py4j, whose
+DEBUG log prints every command, byte arrays included (base64-encoded).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+import attrs
 import pyarrow as pa
-from pyspark import TaskContext
+from pyspark import SparkContext, TaskContext
 from pyspark.sql import DataFrame
 
+from iceberg_sink import _task_faults
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import TaskWriter
 
+# The last line of a Python traceback: "OSError: [Errno 28] ...", "pkg.module.SomeError: ...".
+_PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Fault)\b.*$")
+_STAGE_FAILURE = "Job aborted due to stage failure:"
+
 _RESULT_SCHEMA = pa.schema([pa.field("payload", pa.binary(), nullable=False)])
 
 
-def _write_task(spec: WriterSpec) -> object:
+@contextmanager
+def shipped(context: SparkContext, spec: WriterSpec) -> Iterator[Callable[[], WriterSpec]]:
+    """A picklable function returning ``spec`` inside a task, its FileIO properties broadcast.
+
+    The broadcast is destroyed on exit, so use the function only in jobs run within the block.
+    """
+    io_properties = context.broadcast(dict(spec.io_properties))
+    bare = attrs.evolve(spec, io_properties={})
+
+    def load() -> WriterSpec:
+        return attrs.evolve(bare, io_properties=io_properties.value)
+
+    try:
+        yield load
+    finally:
+        io_properties.destroy()
+
+
+def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
         task_id = context.partitionId() if context is not None else 0
         attempt_id = context.taskAttemptId() if context is not None else 0
+        attempt_number = context.attemptNumber() if context is not None else 0
+        spec = load_spec()
         writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
         try:
             for batch in batches:
                 writer.write(batch)
             result = writer.complete()
+            _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, spec.checkpoint_id)
         except BaseException:
             writer.abort()
             raise
@@ -34,7 +68,39 @@ def _write_task(spec: WriterSpec) -> object:
 
 
 def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
-    """Write ``df`` with one stateless writer per Spark partition; return each task's result."""
-    rows = df.mapInArrow(_write_task(spec), "payload binary").collect()  # type: ignore[arg-type]
+    """Write ``df`` with one stateless writer per Spark partition; return each task's result.
+
+    Exactly one attempt's result per partition reaches the driver, however many attempts ran
+    (retries, speculative copies): ``collect`` takes the first successful attempt of each partition
+    and Spark drops the results of later ones. A failed attempt deletes its files (best effort); a
+    lost or killed one may leave files no result names, orphans for the remove-orphans maintenance.
+    """
+    with shipped(df.sparkSession.sparkContext, spec) as load_spec:
+        rows = df.mapInArrow(_write_task(load_spec), "payload binary").collect()  # type: ignore[arg-type]
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
     return [r for r in results if r.data_files or r.delete_files or r.conditional_delete_files]
+
+
+def task_failure(error: BaseException) -> str | None:
+    """What made Spark give up on a job, in one line, when ``error`` is a failed Spark job.
+
+    For an error raised in a Python worker, the last line of its traceback (``OSError: [Errno 28] No
+    space left on device``); for a task lost otherwise (a worker process or executor died), Spark's
+    stage failure line. None when ``error`` is not a failed Spark job.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException, PythonException
+
+    if not isinstance(error, PySparkException | Py4JJavaError):
+        return None
+    text = str(error)
+    if not isinstance(error, PythonException) and _STAGE_FAILURE not in text:
+        return None  # raised before any task ran (analysis, planning): not a task failure
+    lines = [line.strip() for line in text.splitlines()]
+    python_errors = [line for line in lines if _PYTHON_ERROR_LINE.match(line)]
+    if python_errors:
+        return python_errors[-1]
+    for line in lines:
+        if _STAGE_FAILURE in line:
+            return line[line.index(_STAGE_FAILURE) + len(_STAGE_FAILURE) :].strip()
+    return next((line for line in lines if line), type(error).__name__)

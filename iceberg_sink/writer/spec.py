@@ -20,8 +20,9 @@ from iceberg_sink.options import WRITER_MAX_OPEN_FILES
 from iceberg_sink.table.key_bounds import KeyBounds
 
 
-def _frozen_dict(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((str(k), str(v)) for k, v in value.items()))
+def _frozen_dict(value: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    # Pairs too: attrs.evolve passes the converted (tuple) form of the fields it keeps.
+    return tuple(sorted((str(k), str(v)) for k, v in dict(value).items()))
 
 
 def _int_tuple(value: Iterable[int]) -> tuple[int, ...]:

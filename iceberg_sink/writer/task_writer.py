@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
+import struct
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -200,6 +202,21 @@ class RollingParquetWriter:
             logger.debug("ignoring error while aborting writer", exc_info=True)
 
 
+def _sign_bit(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Whether each float's sign bit is set (true for -0.0, which compares equal to 0.0)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    bits = values.view(pa.int64() if values.type.bit_width == 64 else pa.int32())
+    return pc.less(bits, 0)
+
+
+def _slot(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A dict key for partition values: -0.0 and 0.0 differ, and every NaN is the same."""
+    return tuple(
+        ("float", "nan" if math.isnan(v) else struct.pack(">d", v)) if isinstance(v, float) else v for v in values
+    )
+
+
 class _Output(enum.Enum):
     """Where a row goes: a data file, an equality delete file, or a conditional one."""
 
@@ -290,9 +307,10 @@ class TaskWriter:
         self.peak_open_files = max(self.peak_open_files, open_now + 1)
 
     def _writer_for(self, output: _Output, values: tuple[Any, ...]) -> RollingParquetWriter:
-        writer = self._writers.get((output, values))
+        slot = (output, _slot(values))
+        writer = self._writers.get(slot)
         if writer is not None:
-            self._writers.move_to_end((output, values))
+            self._writers.move_to_end(slot)
         else:
             partition = files.partition_values(self._partition_spec, self._schema, values)
             key = files.PartitionPath(self._partition_spec, self._schema, partition) if partition else None
@@ -308,7 +326,7 @@ class TaskWriter:
                 equality_ids=self._equality_ids if deletes else None,
                 before_open=self._make_room,
             )
-            self._writers[(output, values)] = writer
+            self._writers[slot] = writer
         return writer
 
     def _close(self, key: tuple[_Output, tuple[Any, ...]]) -> None:
@@ -385,10 +403,15 @@ class TaskWriter:
             assert name is not None
             column = files.column_by_path(table, name)
             keys[f"p{i}"] = field.transform.pyarrow_transform(source.field_type)(column)
+        values_names = list(keys)
+        for name in values_names:
+            if pa.types.is_floating(keys[name].type):
+                # Arrow groups -0.0 with 0.0, but they are distinct partitions (as in Iceberg Java).
+                keys[f"{name}_sign"] = _sign_bit(keys[name])
         names = list(keys)
         keys["__row"] = pa.array(range(table.num_rows), pa.int64())
         groups = pa.table(keys).group_by(names, use_threads=False).aggregate([("__row", "list")])
-        group_keys = [groups.column(n).to_pylist() for n in names]
+        group_keys = [groups.column(n).to_pylist() for n in values_names]
         for g, rows in enumerate(groups.column("__row_list").to_pylist()):
             values = tuple(column[g] for column in group_keys)
             yield values, table.take(pa.array(rows, pa.int64())) if len(rows) != table.num_rows else table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,3 +35,58 @@ def write_source_files(directory: Path, files: int, rows_per_file: int, first_fi
         pq.write_table(table, directory / f"part-{f:05d}.parquet")
         tables.append(table)
     return tables
+
+
+CHANGE_SCHEMA_DDL = "id long, v string, lsn long, op string"
+
+
+def write_change_files(
+    directory: Path, files: int, changes_per_file: int, keys: int, seed: int, first_key: int = 0
+) -> list[pa.Table]:
+    """Write ``files`` Parquet files of CDC changes (``op`` I/U/D, ordered by ``lsn``) on keys
+    ``first_key .. first_key + keys - 1``: inserts of new keys, updates and deletes of live ones,
+    deletes of absent keys, and keys repeated within a file. Apply them with :func:`apply_changes`."""
+    import random
+
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    live: set[int] = set()
+    lsn = 0
+    tables = []
+    for f in range(files):
+        rows: list[dict[str, object]] = []
+        for _ in range(changes_per_file):
+            key = first_key + rng.randrange(keys)
+            lsn += 1
+            r = rng.random()
+            if r < 0.25 or (key not in live and r < 0.3):
+                op = "D"
+                live.discard(key)
+            else:
+                op = "U" if key in live else "I"
+                live.add(key)
+            rows.append({"id": key, "v": f"v{lsn}-{rng.randrange(10**6)}", "lsn": lsn, "op": op})
+        rng.shuffle(rows)  # arrival order is not lsn order
+        table = pa.Table.from_pylist(
+            rows, pa.schema([("id", pa.int64()), ("v", pa.string()), ("lsn", pa.int64()), ("op", pa.string())])
+        )
+        path = directory / f"part-{f:05d}.parquet"
+        pq.write_table(table, path)
+        # A file stream reads files in modification-time order: make it the order of the changes.
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+        tables.append(table)
+    return tables
+
+
+def apply_changes(tables: list[pa.Table]) -> pa.Table:
+    """The table a CDC sink keyed on ``id`` holds after ``tables`` (the highest ``lsn`` of a key wins)."""
+    state: dict[int, dict[str, object]] = {}
+    changes = [row for t in tables for row in t.to_pylist()]
+    for row in sorted(changes, key=lambda r: int(r["lsn"])):
+        if row["op"] == "D":
+            state.pop(int(row["id"]), None)
+        else:
+            state[int(row["id"])] = {"id": row["id"], "v": row["v"], "lsn": row["lsn"]}
+    return pa.Table.from_pylist(
+        list(state.values()), pa.schema([("id", pa.int64()), ("v", pa.string()), ("lsn", pa.int64())])
+    )

@@ -125,3 +125,26 @@ def _one_row(ddl: str) -> list[tuple[object, ...]]:
             "st struct<k: long not null> not null, v string": ((1,), "a"),
         }[ddl]
     ]
+
+
+def test_float_key_of_a_table_created_after_build_is_refused_at_the_first_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # build() could not check: the table did not exist yet. Someone else creates it with a double
+    # key column before the first batch; write() and start() refuse it before any commit.
+    sink = (
+        IcebergSink.builder().embedded(tmp_path / "lake").table("db.late").create_if_missing().upsert(key=["d"]).build()
+    )
+    catalog = sink.config.catalog.load()
+    catalog.create_namespace("db")
+    catalog.create_table(
+        "db.late", Schema(NestedField(1, "d", DoubleType(), required=True), NestedField(2, "v", StringType()))
+    )
+    df = spark.createDataFrame([(1.5, "a")], "d double, v string")
+    with pytest.raises(InvalidSinkConfigError, match=r"key column 'd' has type double; the Iceberg spec forbids"):
+        sink.write(df)
+    src = tmp_path / "src"
+    df.write.parquet(str(src))
+    with pytest.raises(InvalidSinkConfigError, match=r"key column 'd' has type double"):
+        sink.start(spark.readStream.schema("d double, v string").parquet(str(src)), str(tmp_path / "ckpt"))
+    assert catalog.load_table("db.late").snapshots() == []

@@ -31,6 +31,7 @@ import pickle
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -59,8 +60,9 @@ from pyiceberg.types import (
 )
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg_sink import IcebergSink, _faults
+from iceberg_sink import IcebergSink, PendingCheckpointsLimitError, _faults, options
 from iceberg_sink._iceberg.files import to_meta
+from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
@@ -83,6 +85,7 @@ OPERATIONS: dict[str, int] = {
     "spec_evolution": 3,
     "schema_evolution": 4,
     "commit_properties": 2,
+    "catalog_outage": 3,  # the catalog unreachable for a few checkpoints of a stream; pending, then committed
     "sigkill": 2,  # a real SIGKILL of a subprocess driver; long profile only (a Spark start-up per kill)
 }
 LONG_ONLY = {"sigkill"}
@@ -93,7 +96,14 @@ KEYS = 48  # key space of db.main: small, so updates, deletes and repeated keys 
 BASE_DATE = dt.date(2024, 1, 1)
 UNICODE = ["ü", "日本", "🙂", "ß", "Ω", "é", "\u00a0", "中文字"]
 BRANCH = "b"
-FAULT_POINTS = (_faults.AFTER_WRITE, _faults.AFTER_MANIFESTS, _faults.AFTER_COMMIT)
+FAULT_POINTS = (
+    _faults.BATCH_START,
+    _faults.AFTER_WRITE,
+    _faults.AFTER_STAGE,
+    _faults.AFTER_MANIFESTS,
+    _faults.COMMIT_SENT,
+    _faults.AFTER_COMMIT,
+)
 
 
 class Crash(RuntimeError):
@@ -308,6 +318,9 @@ class World:
         writer_rng = random.Random(f"max-open-files-{seed}")
         self.max_open_files = writer_rng.choice([1, 2, 3, 100])
         self.buffer_bytes = writer_rng.choice([1, 4096, 16 * 1024 * 1024])
+        # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
+        self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
+        self._locked_catalog_fails_fast = False
         # The CDC job also converts its equality deletes after every few commits (between micro-batches,
         # so runs stay reproducible), when conversion is not skipped.
         convert_every = None if "convert_deletes" in self.skip else self.rng.choice([3, 5, 8])
@@ -354,10 +367,15 @@ class World:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _builder(self, table: str) -> Any:
+        props = dict(self.catalog_props)
+        if self._locked_catalog_fails_fast:
+            # SQLite's busy timeout: give up on a locked catalog file after 0.2 s instead of 5 s.
+            props["uri"] += "?timeout=0.2"
         return (
             IcebergSink.builder()
-            .catalog("model", **self.catalog_props)
+            .catalog("model", **props)
             .table(table)
+            .max_pending_checkpoints(self.max_pending)
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
         )
@@ -644,6 +662,105 @@ class World:
         table = self.table("db.app")
         table.append(pa.Table.from_pylist([self.app_cols.physical(r) for r in rows], schema=table.schema().as_arrow()))
         self.app_model.extend(rows)
+
+    def _outage_batch(self, which: str) -> tuple[DataFrame, Callable[[], None], str]:
+        """The next batch of job ``which``: its frame, how it changes the model, and a description."""
+        if which == "cdc":
+            changes = self.cdc_batch()
+
+            def apply_changes() -> None:
+                self.apply_cdc(self.main_model, changes)
+
+            return self.frame(self.main_cols, changes, with_op=True), apply_changes, f"{len(changes)} changes"
+        if which == "upsert":
+            rows = self.upsert_batch(self.main_model)
+
+            def apply_upserts() -> None:
+                for r in rows:
+                    self.main_model[r["id"]] = r
+
+            return self.frame(self.main_cols, rows), apply_upserts, f"ids {sorted(r['id'] for r in rows)}"
+        appended = [self.app_row() for _ in range(self.rng.randrange(1, 8))]
+        return self.frame(self.app_cols, appended), lambda: self.app_model.extend(appended), f"{len(appended)} rows"
+
+    def op_catalog_outage(self) -> None:
+        """A stream's catalog is unreachable for a few checkpoints: the SQLite catalog file is locked by
+        another connection's exclusive transaction (as a backup or another tool can hold it). Each
+        checkpoint is written and stays pending; one past ``max_pending`` fails the stream naming the
+        limit. Then the lock is released and the stream (or a restarted driver) commits them in order,
+        one snapshot each: the check after the step compares every table with the model."""
+        which = self.rng.choice(["cdc", "upsert", "append"])
+        job = self.jobs[which]
+        batches = self.rng.randrange(1, self.max_pending + 2)
+        restart = self.rng.random() < 0.5
+        self.log(
+            f"catalog outage: {which} stream, {batches} checkpoints from {job.next_checkpoint} while the catalog "
+            f"file is locked (limit {self.max_pending}), then {'a restarted driver' if restart else 'the stream'} "
+            "commits them"
+        )
+        self._locked_catalog_fails_fast = True
+        try:
+            stream_sink = job.build()
+        finally:
+            self._locked_catalog_fails_fast = False
+        # What start() runs: one job for the query, its table checked before the first micro-batch,
+        # then process(batch, batch_id) per micro-batch (the foreachBatch function).
+        stream = stream_sink._job(job.location, ephemeral=False, streaming=True)
+        first, apply_first, desc = self._outage_batch(which)
+        stream.ensure_table(first.schema)
+        lock = sqlite3.connect(self.root / "catalog.db", isolation_level=None)
+        limited = False
+        notes = []
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            frame, apply, desc = first, apply_first, desc
+            for i in range(batches):
+                if i:
+                    frame, apply, desc = self._outage_batch(which)
+                checkpoint = job.next_checkpoint
+                try:
+                    outcome = stream.process(frame, checkpoint)
+                except PendingCheckpointsLimitError as e:
+                    text = str(e)
+                    expected = (
+                        f"limit of {self.max_pending}",
+                        options.MAX_PENDING_CHECKPOINTS.key,
+                        "oldest: checkpoint",
+                    )
+                    if i != self.max_pending or not all(part in text for part in expected):
+                        raise self.fail(
+                            f"checkpoint {checkpoint} ({i + 1} pending): unexpected limit error: {text}"
+                        ) from e
+                    limited = True
+                else:
+                    if outcome is None or not outcome.pending:
+                        raise self.fail(f"checkpoint {checkpoint} during the outage was not kept pending: {outcome!r}")
+                    if i >= self.max_pending:
+                        raise self.fail(f"checkpoint {checkpoint}: {i + 1} pending checkpoints passed the limit")
+                notes.append(f"{checkpoint} ({desc})")
+                apply()
+                job.next_checkpoint += 1
+            pending = stream_sink.metrics().pending_checkpoints
+            if pending != batches:
+                raise self.fail(f"metrics count {pending} pending checkpoints, expected {batches}")
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        self.trace[-1] += f" -> pending {', '.join(notes)}" + (" -> stream failed at the limit" if limited else "")
+        frame, apply, desc = self._outage_batch(which)
+        checkpoint = job.next_checkpoint
+        if restart or limited:
+            outcome = job.restart().write(frame, checkpoint_location=job.location, checkpoint_id=checkpoint)
+        else:
+            outcome = stream.process(frame, checkpoint)
+        apply()
+        job.next_checkpoint += 1
+        stream_sink.await_compactions()
+        stream_sink.await_conversions()
+        self.trace[-1] += f" -> catalog back, checkpoint {checkpoint} ({desc}) committed after them"
+        left = CheckpointStore(job.location).pending_ids()
+        if outcome is None or outcome.pending or left:
+            raise self.fail(f"checkpoint {checkpoint} after the outage: {outcome!r}; still pending: {left}")
 
     def op_crash(self) -> None:
         point = self.rng.choice(FAULT_POINTS)

@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.interop.readers import JavaIcebergReader
+from tests.model import harness
 from tests.model.harness import SKIP_ENV, World, run_seed
 
 pytestmark = pytest.mark.interop
@@ -24,6 +25,19 @@ def test_model(
 ) -> None:
     seconds = run_seed(spark, java_reader, model_seed, model_steps, root=tmp_path, long=model_long)
     sys.stderr.write(f"model check seed {model_seed}: {model_steps} steps in {seconds:.1f}s\n")
+
+
+def test_model_catalog_outages(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The short profile may draw ``catalog_outage`` rarely: one seed where it dominates, between the
+    writes of every job, so pending checkpoints, both recovery paths and the limit always run."""
+    monkeypatch.setattr(harness, "OPERATIONS", {"cdc": 2, "upsert": 1, "append": 1, "catalog_outage": 4})
+    world = harness.World(spark, java_reader, tmp_path, seed=5)
+    seconds = world.run(8)
+    outages = [line for line in world.trace if "catalog outage" in line]
+    assert len(outages) >= 3, world.trace
+    sys.stderr.write(f"model check catalog outages: {len(outages)} in {seconds:.1f}s\n")
 
 
 def test_compaction_racing_the_conversion_both_ways(

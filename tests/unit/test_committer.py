@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,11 +13,12 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from iceberg_sink import CommitRetriesExhaustedError, IcebergSinkError
+from iceberg_sink import CommitRetriesExhaustedError, IcebergSinkError, _faults
 from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import IcebergCommitter, find_max_committed_checkpoint
+from iceberg_sink.topology import maintenance
 from tests.helpers import LosingCatalog, write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
@@ -243,3 +245,87 @@ def test_the_first_commit_of_a_table_can_go_to_a_branch(sql_catalog: LosingCatal
     committer(sql_catalog, "job2").commit(committable_for(table, "job2", 0, [9]))
     table = sql_catalog.load_table("db.t")
     assert ids_in(table, "main") == [9] and ids_in(table, "b") == [1, 2]
+
+
+def test_every_lost_race_is_reported_to_on_conflict(sql_catalog: LosingCatalog) -> None:
+    table = sql_catalog.load_table("db.t")
+    other = sql_catalog.load_table("db.t")
+    races = {"left": 2}
+
+    def load_then_race() -> Table:
+        loaded = sql_catalog.load_table("db.t")
+        if races["left"]:  # another writer commits right after we read the table, twice
+            races["left"] -= 1
+            other.refresh()
+            other.append(pa.table({"id": pa.array([100 + races["left"]], pa.int64()), "v": ["other"]}))
+        return loaded
+
+    conflicts: list[int] = []
+    c = IcebergCommitter(
+        load_then_race, "main", "job1", NO_WAIT, sleep=lambda s: None, on_conflict=lambda: conflicts.append(1)
+    )
+    outcome = c.commit(committable_for(table, "job1", 0, [1, 2]), table=load_then_race())
+    assert outcome.attempts == 3
+    assert len(conflicts) == 2
+    assert ids_in(sql_catalog.load_table("db.t")) == [1, 2, 100, 101]
+
+
+def test_commit_send_fault_points_bracket_the_catalog_call(sql_catalog: LosingCatalog) -> None:
+    """BEFORE_COMMIT_SEND: nothing in the catalog yet; COMMIT_SENT: the catalog holds the snapshot."""
+    table = sql_catalog.load_table("db.t")
+    seen: list[tuple[str, int, int]] = []
+
+    def record(point: str, checkpoint_id: int) -> None:
+        seen.append((point, checkpoint_id, len(sql_catalog.load_table("db.t").snapshots())))
+
+    _faults.install(record)
+    try:
+        committer(sql_catalog, "job1").commit(committable_for(table, "job1", 4, [1]))
+    finally:
+        _faults.clear()
+    assert seen == [(_faults.BEFORE_COMMIT_SEND, 4, 0), (_faults.COMMIT_SENT, 4, 1)]
+
+
+def test_a_commit_prepared_on_a_snapshot_expired_meanwhile_is_prepared_again(sql_catalog: LosingCatalog) -> None:
+    """The driver loaded the table, another writer moved the head, and snapshot expiry removed the old
+    head with its manifest list: the commit is prepared again on the table as it is now."""
+    other = sql_catalog.load_table("db.t")
+    other.append(pa.table({"id": pa.array([100], pa.int64()), "v": ["other"]}))
+    stale = sql_catalog.load_table("db.t")
+    committable = committable_for(stale, "job1", 0, [1, 2])
+    other.refresh()
+    other.append(pa.table({"id": pa.array([101], pa.int64()), "v": ["other"]}))
+    expired = maintenance.expire_snapshots(
+        lambda: sql_catalog.load_table("db.t"), dt.datetime.now(dt.UTC) + dt.timedelta(days=1), retain_last=1
+    )
+    assert stale.metadata.current_snapshot_id in expired.expired_snapshot_ids
+    assert stale.current_snapshot().manifest_list.removeprefix("file://") in {  # type: ignore[union-attr]
+        p.removeprefix("file://") for p in expired.deleted_files
+    }
+    outcome = committer(sql_catalog, "job1").commit(committable, table=stale)
+    assert outcome.snapshot is not None
+    assert ids_in(sql_catalog.load_table("db.t")) == [1, 2, 100, 101]
+
+
+def test_expiry_keeps_a_jobs_newest_snapshot_below_a_cut_in_the_history(sql_catalog: LosingCatalog) -> None:
+    """Expiring a snapshot in the middle of the history cuts the parent chain; a later expiry must still
+    keep the newest snapshot of a job below the cut, or a replay of its last batch is written twice."""
+
+    def load() -> Table:
+        return sql_catalog.load_table("db.t")
+
+    def expire() -> None:
+        maintenance.expire_snapshots(load, dt.datetime.now(dt.UTC) + dt.timedelta(days=1), retain_last=1)
+
+    committer(sql_catalog, "jobA").commit(committable_for(load(), "jobA", 0, [1]))
+    for checkpoint in (0, 1):
+        committer(sql_catalog, "jobB").commit(committable_for(load(), "jobB", checkpoint, [10 + checkpoint]))
+    expire()  # B's checkpoint 0 goes: the chain from the head now ends at B's checkpoint 1
+    committer(sql_catalog, "jobB").commit(committable_for(load(), "jobB", 2, [12]))
+    expire()
+    assert find_max_committed_checkpoint(load(), "main", "jobA", "iceberg-sink") == 0
+    assert find_max_committed_checkpoint(load(), "main", "jobB", "iceberg-sink") == 2
+    # The replayed checkpoint 0 of job A is recognised, not committed again.
+    again = committer(sql_catalog, "jobA").commit(committable_for(load(), "jobA", 0, [1]))
+    assert again.already_committed
+    assert ids_in(load()) == [1, 10, 11, 12]

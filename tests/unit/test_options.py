@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
 
 from iceberg_sink import IcebergSink, IcebergSinkError, InvalidSinkConfigError, options
 
@@ -118,3 +120,42 @@ def test_manifest_merge_properties_are_table_properties_only() -> None:
     resolved = options.resolve({}, {"commit.manifest.min-count-to-merge": "5"})
     assert resolved.get(options.MANIFEST_MIN_COUNT_TO_MERGE) == 5
     assert resolved.get(options.MANIFEST_MERGE_ENABLED) is True
+
+
+def test_bad_choice_lists_the_allowed_values_readably(tmp_path: Path) -> None:
+    # The empty default of write.distribution-mode used to print as "expected one of , none, ...".
+    with pytest.raises(InvalidSinkConfigError) as info:
+        options.resolve({}, {"write.distribution-mode": "random"})
+    message = str(info.value)
+    assert "expected one of , " not in message
+    assert "'write.distribution-mode' from table property: expected one of '' (empty: the default)" in message
+    assert "'none', 'hash', 'range'; received 'random'" in message
+    # The same message reaches the user at build() for an existing table with the bad property.
+    sink = IcebergSink.builder().embedded(tmp_path).table("db.t").create_if_missing().build()
+    catalog = sink.config.catalog.load()
+    catalog.create_namespace("db")
+    catalog.create_table("db.t", Schema(NestedField(1, "id", LongType())), properties={"write.distribution-mode": "x"})
+    with pytest.raises(InvalidSinkConfigError, match=r"expected one of '' \(empty: the default\), 'none'"):
+        IcebergSink.builder().embedded(tmp_path).table("db.t").build()
+    with pytest.raises(InvalidSinkConfigError, match=r"expected one of 'zstd', 'snappy'.*received 'fast'"):
+        options.validate_builder_options({"write.parquet.compression-codec": "fast"})
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "postgresql+psycopg2://sink:pw-9f3c1e7a@127.0.0.1:5432/catalog",
+        "sqlite://sink:pw-9f3c1e7a@//tmp/catalog.db",
+        "postgresql://sink:pw-9f3c1e7a@db.example/catalog?sslmode=require",
+    ],
+)
+def test_a_password_in_a_catalog_uri_is_never_shown(uri: str) -> None:
+    from iceberg_sink.table.catalog import CatalogConfig
+
+    builder = IcebergSink.builder().catalog("pg", type="sql", uri=uri, warehouse="file:///tmp/wh").table("db.t")
+    with pytest.raises(InvalidSinkConfigError) as info:
+        builder.build()  # the driver is missing or the URL is refused: either way an error naming the catalog
+    assert "pw-9f3c1e7a" not in str(info.value), str(info.value)
+    assert "'pg'" in str(info.value) and "sink:***@" in str(info.value)
+    assert "pw-9f3c1e7a" not in repr(CatalogConfig("pg", {"uri": uri}))
+    assert "pw-9f3c1e7a" not in repr(IcebergSink.builder().embedded("/tmp/x").table("db.t")._catalog)

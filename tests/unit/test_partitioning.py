@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import quote_plus, unquote_plus
+
 import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform, TruncateTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 from iceberg_sink import InvalidSinkConfigError
+from iceberg_sink._iceberg.files import MAX_SEGMENT_BYTES, PartitionPath, short_segment
 from iceberg_sink.table.partitioning import build_spec, parse_term, parse_terms
 
 SCHEMA = Schema(
@@ -51,3 +55,33 @@ def test_spec_errors_list_each_bad_term() -> None:
         build_spec(parse_terms(["day(name)", "bucket(4, nope)"]), SCHEMA)
     assert "day cannot apply to column type string" in str(info.value)
     assert "column 'nope' is not in the schema" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["x" * 300, "é" * 200, "/" * 120, "a%" * 90, "short", "", "..", "a/b", "line\nbreak"],
+)
+def test_partition_folders_are_short_escaped_and_inside_the_data_folder(value: str) -> None:
+    spec = build_spec(parse_terms(["name", "bucket(4, user_id)"]), SCHEMA)
+    path = PartitionPath(spec, SCHEMA, (value, 3)).to_path()
+    segments = path.split("/")
+    assert len(segments) == 2 and segments[1] == "user_id_bucket=3"
+    assert segments[0].startswith("name=") and segments[0].isascii()
+    assert all(0 < len(s.encode()) <= MAX_SEGMENT_BYTES for s in segments)
+    assert ".." not in segments and "." not in segments
+    if len(quote_plus(value, safe="")) + len("name=") <= MAX_SEGMENT_BYTES:
+        assert unquote_plus(segments[0].removeprefix("name=")) == value  # short values stay readable
+    else:
+        prefix, digest = segments[0].rsplit("-", 1)
+        assert re.fullmatch(r"[0-9a-f]{32}", digest)
+        assert not re.search(r"%.?$", prefix)  # never cut inside a %XX escape
+
+
+def test_shortened_folder_names_are_deterministic_and_distinct() -> None:
+    spec = build_spec(parse_terms(["name"]), SCHEMA)
+    long = "x" * 300
+    values = [long, long[:-1] + "y", long + "x", "é" * 200, "é" * 199 + "e"]
+    paths = [PartitionPath(spec, SCHEMA, (v,)).to_path() for v in values]
+    assert len(set(paths)) == len(values)
+    assert paths == [PartitionPath(spec, SCHEMA, (v,)).to_path() for v in values]
+    assert short_segment("name=" + "x" * 300).startswith("name=xxx")

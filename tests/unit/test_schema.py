@@ -94,3 +94,37 @@ def test_every_mismatch_is_listed() -> None:
 def test_required_column_missing_from_dataframe() -> None:
     with pytest.raises(SchemaMismatchError, match="id: column is required in the table but missing"):
         check_compatible("db.t", TABLE, T.StructType([T.StructField("note", T.StringType())]))
+
+
+def test_a_table_is_not_made_of_columns_readers_cannot_tell_apart_or_store() -> None:
+    struct = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("ID", T.LongType()),
+            T.StructField("s", T.StructType([T.StructField("a", T.LongType()), T.StructField("A", T.LongType())])),
+            T.StructField("x", T.NullType()),
+        ]
+    )
+    with pytest.raises(SchemaMismatchError) as info:
+        spark_to_iceberg(struct, table_name="db.new")
+    assert info.value.mismatches == (
+        "columns 'id' and 'ID' differ only in case; readers that ignore case (Spark by default, DuckDB) cannot "
+        "tell them apart: rename one",
+        "columns 's.a' and 's.A' differ only in case; readers that ignore case (Spark by default, DuckDB) cannot "
+        "tell them apart: rename one",
+        "x: column has Spark type void (an untyped null), which Iceberg cannot store; cast it to a type Iceberg stores",
+    )
+    with pytest.raises(SchemaMismatchError, match="the DataFrame has no columns; a table needs at least one"):
+        spark_to_iceberg(T.StructType([]))
+
+
+def test_zero_columns_and_untyped_nulls_against_a_table() -> None:
+    with pytest.raises(
+        SchemaMismatchError, match=r"the DataFrame has no columns; expected columns of table db.t: id, score"
+    ):
+        check_compatible("db.t", TABLE, T.StructType([]))
+    struct = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("note", T.NullType())])
+    with pytest.raises(
+        SchemaMismatchError, match=r"note: column has Spark type void .*; cast it to the table's type string"
+    ):
+        check_compatible("db.t", TABLE, struct)

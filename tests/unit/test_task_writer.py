@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import struct
 from decimal import Decimal
 from pathlib import Path
 
@@ -294,3 +295,29 @@ def test_abort_deletes_files_the_lru_already_closed(catalog: Catalog) -> None:
     assert list(data_dir.rglob("*.parquet"))
     writer.abort()
     assert list(data_dir.rglob("*.parquet")) == []
+
+
+def test_float_partitions_keep_negative_zero_apart_and_nans_together(catalog: Catalog) -> None:
+    # Iceberg Java reads an identity partition column from the partition tuple: a 0.0 row filed
+    # under -0.0 would read back as -0.0, and a filter on 0.0 would prune its file.
+    spec = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "score"))
+    table = make_table(catalog, "floats", spec)
+    other_nan = struct.unpack(">d", bytes.fromhex("fff8000000000001"))[0]  # a negative NaN payload
+    scores = [-0.0, 0.0, math.nan, other_nan, None, 1.0, 0.0, -0.0]
+    data = pa.table({"id": pa.array(range(len(scores)), pa.int64()), "score": pa.array(scores, pa.float64())})
+    result = write_batches(writer_spec(table), data, data.slice(2, 2))
+    by_partition: dict[str, list[int]] = {}
+    for meta in result.data_files:
+        (value,) = meta.partition
+        label = "null" if value is None else "nan" if math.isnan(value) else repr(value)
+        ids = pq.read_table(meta.path.removeprefix("file://"))["id"].to_pylist()
+        assert label not in by_partition, f"two files for partition {label}"
+        by_partition[label] = sorted(ids)
+        for i in ids:
+            got = scores[i]
+            assert (got is None and value is None) or (
+                got is not None
+                and value is not None
+                and ((math.isnan(got) and math.isnan(value)) or repr(got) == repr(value))
+            ), (i, got, value)
+    assert by_partition == {"-0.0": [0, 7], "0.0": [1, 6], "nan": [2, 2, 3, 3], "null": [4], "1.0": [5]}

@@ -45,6 +45,7 @@ from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
 from iceberg_sink.topology.compaction.rewriter import SortField, SortSpec, encode_group, sortable, spark_rewrite
 from iceberg_sink.writer.result import FileContent, WriteResult
+from iceberg_sink.writer.spark import shipped
 from iceberg_sink.writer.spec import WriterSpec
 
 logger = logging.getLogger(__name__)
@@ -153,13 +154,14 @@ def _rewrite(
     chunk = max(2, spark.sparkContext.defaultParallelism * 2)
     results: dict[int, WriteResult] = {}
     try:
-        for start in range(0, len(payloads), chunk):
-            part = payloads[start : start + chunk]
-            rdd = spark.sparkContext.parallelize(part, numSlices=len(part))
-            for index, encoded in rdd.mapPartitions(spark_rewrite(spec)).collect():
-                results[index] = WriteResult.decode(encoded)
-            if progress is not None:
-                progress("rewrite", len(results), len(groups))
+        with shipped(spark.sparkContext, spec) as load_spec:
+            for start in range(0, len(payloads), chunk):
+                part = payloads[start : start + chunk]
+                rdd = spark.sparkContext.parallelize(part, numSlices=len(part))
+                for index, encoded in rdd.mapPartitions(spark_rewrite(load_spec)).collect():
+                    results[index] = WriteResult.decode(encoded)
+                if progress is not None:
+                    progress("rewrite", len(results), len(groups))
     except BaseException:
         # Failed tasks delete their own files; the chunks that finished before must go too.
         delete_quietly(table.io, [f.path for r in results.values() for f in r.data_files])

@@ -14,7 +14,7 @@ delete keys (all rows of the group when the table has a sort order).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -28,6 +28,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform, TimeTransfo
 from pyiceberg.types import PrimitiveType
 from pyspark import TaskContext
 
+from iceberg_sink import _task_faults
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.projection import column_by_id, key_schema, null_struct_depth, read_projected
@@ -270,14 +271,19 @@ def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: in
     )
 
 
-def spark_rewrite(spec: WriterSpec) -> Any:
-    """The function Spark runs per partition of (group index, payload) pairs."""
+def spark_rewrite(load_spec: Callable[[], WriterSpec]) -> Any:
+    """The function Spark runs per partition of (group index, payload) pairs; ``load_spec`` gives
+    the spec inside the task (see writer.spark.shipped)."""
 
     def run(items: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
         context = TaskContext.get()
         task_id = context.partitionId() if context is not None else 0
         attempt = context.taskAttemptId() if context is not None else 0
+        attempt_number = context.attemptNumber() if context is not None else 0
         for index, payload in items:
-            yield index, rewrite_group(spec, payload, task_id, attempt).encode()
+            spec = load_spec()
+            result = rewrite_group(spec, payload, task_id, attempt).encode()
+            _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, spec.checkpoint_id)
+            yield index, result
 
     return run

@@ -1,0 +1,186 @@
+"""Credentials given to the catalog never appear in logs, errors, snapshot summaries, table
+properties or files under the checkpoint location.
+
+A stream and bounded writes go through SeaweedFS's REST catalog (an OAuth2 client credential) and
+its S3 gateway (access and secret keys), with compaction, and one commit made to fail; meanwhile
+every Python logger (the sink's, PySpark's, py4j's: py4j logs each command it sends to the JVM) and
+the JVM's log4j output are captured at DEBUG. Each place is then searched for each secret, as is
+and base64-encoded (py4j sends byte arrays, such as pickled task closures, as base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from iceberg_sink import IcebergSink, IcebergSinkError
+from tests.integration.seaweed import seaweed  # noqa: F401
+from tests.integration.test_s3_rest import NAMESPACE, kv_frame, rest_catalog, sink_builder
+
+
+def _secrets(props: dict[str, str]) -> list[str]:
+    return [props["s3.secret-access-key"], props["credential"].split(":", 1)[1]]
+
+
+def _base64_forms(secret: bytes) -> list[bytes]:
+    """Substrings every base64 encoding of data containing ``secret`` contains (one per alignment)."""
+    forms = []
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + secret)
+        forms.append(encoded[4 if offset else 0 : -4])
+    return forms
+
+
+def _leaks(data: bytes, secrets: list[str]) -> list[str]:
+    found = []
+    for secret in secrets:
+        raw = secret.encode()
+        if raw in data:
+            found.append(f"{secret[:4]}... as is")
+        if any(form in data for form in _base64_forms(raw)):
+            found.append(f"{secret[:4]}... base64-encoded")
+        if base64.b64encode(raw) in data.replace(b"\n", b""):
+            found.append(f"{secret[:4]}... base64-encoded, wrapped")
+    return found
+
+
+@pytest.fixture
+def python_logs() -> Iterator[io.StringIO]:
+    """Every Python log record at DEBUG, formatted with its arguments."""
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setLevel(logging.DEBUG)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    loggers = [logging.getLogger(n) for n in ("iceberg_sink", "py4j", "py4j.clientserver", "py4j.java_gateway")]
+    old = [(lg, lg.level) for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.DEBUG)
+    try:
+        yield buffer
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        for lg, level in old:
+            lg.setLevel(level)
+
+
+@pytest.fixture
+def jvm_logs(spark: SparkSession, tmp_path: Path) -> Iterator[Path]:
+    """Every log4j event of the driver JVM at DEBUG, in a file (the JVM's stderr is not ours to capture)."""
+    path = tmp_path / "jvm-debug.log"
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    log4j = jvm.org.apache.logging.log4j
+    context = log4j.LogManager.getContext(False)
+    config = context.getConfiguration()
+    layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%p %c: %m%n").build()
+    appender = (
+        log4j.core.appender.FileAppender.newBuilder().withFileName(str(path)).setName("secrets-check").setLayout(layout)
+    ).build()
+    appender.start()
+    config.addAppender(appender)
+    config.getRootLogger().addAppender(appender, None, None)
+    context.updateLoggers()
+    spark.sparkContext.setLogLevel("DEBUG")
+    try:
+        yield path
+    finally:
+        spark.sparkContext.setLogLevel("ERROR")
+        config.getRootLogger().removeAppender("secrets-check")
+        context.updateLoggers()
+        appender.stop()
+
+
+def test_secrets_stay_out_of_logs_errors_summaries_properties_and_checkpoints(
+    spark: SparkSession,
+    seaweed: dict[str, str],  # noqa: F811
+    python_logs: io.StringIO,
+    jvm_logs: Path,
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    secrets = _secrets(seaweed)
+    assert all(len(s) >= 16 for s in secrets)
+    checkpoint = tmp_path / "ckpt"
+    errors: list[str] = []
+
+    try:
+        sink = (
+            sink_builder(seaweed, "secrets")
+            .create_if_missing(partition_by=["k"])
+            .upsert(key=["id", "k"])
+            .compaction(every_n_commits=2)
+            .build()
+        )
+        sink.write(kv_frame(spark, 0, 20, "a"), checkpoint_location=str(checkpoint))
+        src = tmp_path / "src"
+        kv_frame(spark, 10, 30, "b").write.parquet(str(src))
+        raw = spark.readStream.schema("id long, k long, v string").parquet(str(src))
+        # File streams read every column as nullable; the table's are required.
+        stream = raw.select(*[F.coalesce(F.col(c), F.lit(d)).alias(c) for c, d in (("id", 0), ("k", 0), ("v", ""))])
+        query = sink.start(stream, str(checkpoint / "stream"), trigger={"availableNow": True})
+        query.awaitTermination(300)
+        assert query.exception() is None
+
+        # A commit that fails: the table is dropped after the checkpoint's files are staged.
+        def drop_table(_: object) -> None:
+            rest_catalog(seaweed).drop_table(f"{NAMESPACE}.secrets")
+
+        failing = (
+            IcebergSink.builder()
+            .catalog("rest", **seaweed)
+            .table(f"{NAMESPACE}.secrets")
+            .upsert(key=["id", "k"])
+            .pre_commit_hook(drop_table)
+            .build()
+        )
+        table_before_drop = sink.load_table()
+        with pytest.raises(Exception) as failure:
+            failing.write(kv_frame(spark, 40, 45, "c"), checkpoint_location=str(checkpoint / "failing"))
+        errors.append(f"{type(failure.value).__name__}: {failure.value}")
+        assert isinstance(failure.value, IcebergSinkError) or "secrets" in str(failure.value)
+
+        # An S3 write refused for a wrong secret key: the task error travels back through Spark.
+        wrong = {**seaweed, "s3.secret-access-key": secrets[0][::-1]}
+        refused = IcebergSink.builder().catalog("rest", **wrong).table(f"{NAMESPACE}.other").create_if_missing().build()
+        with pytest.raises(Exception) as s3_failure:
+            refused.write(spark.range(0, 3).select(F.col("id")))
+        errors.append(f"{type(s3_failure.value).__name__}: {s3_failure.value}")
+    finally:
+        captured = capfd.readouterr()
+    jvm_text = jvm_logs.read_bytes()
+
+    logs = python_logs.getvalue()
+    assert "iceberg_sink" in logs and "py4j" in logs, "nothing was logged: the check would prove nothing"
+    assert b"DEBUG org.apache.spark" in jvm_text, "the JVM logged nothing at DEBUG"
+    where = {
+        "Python logs": logs.encode(),
+        "JVM logs": jvm_text,
+        "process output": (captured.out + captured.err).encode(),
+        "error messages": "\n".join(errors).encode(),
+    }
+    summaries = [dict(s.summary.additional_properties) for s in table_before_drop.snapshots() if s.summary]
+    assert any("iceberg-sink.job-id" in s for s in summaries)
+    where["snapshot summaries"] = repr(summaries).encode()
+    where["table properties"] = repr(dict(table_before_drop.properties)).encode()
+    files = [p for p in checkpoint.rglob("*") if p.is_file()]
+    assert any("committables" in str(p) for p in files), "no pending committable to check"
+    for path in files:
+        where[f"checkpoint file {path.relative_to(checkpoint)}"] = path.read_bytes()
+    leaks = {name: found for name, data in where.items() if (found := _leaks(data, secrets))}
+    assert not leaks, leaks
+    # The secrets were really in play: the S3 error names the refused request, not the key.
+    assert re.search(r"SignatureDoesNotMatch|AccessDenied|ACCESS_DENIED|403|InvalidAccessKeyId", errors[1]), errors[1][
+        :2000
+    ]

@@ -1,0 +1,114 @@
+"""Which errors count as an unreachable catalog, and how the one retry loop ends on one (real catalogs)."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import requests
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.table import Table
+
+from iceberg_sink import CatalogUnavailableError, IcebergSink, InvalidSinkConfigError
+from iceberg_sink._iceberg.retry import RetryPolicy, catalog_unreachable, commit_with_retry
+
+
+def _sql_catalog(tmp_path: Path, busy_timeout_s: float | None = None) -> Catalog:
+    (tmp_path / "wh").mkdir(exist_ok=True)
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}" + (f"?timeout={busy_timeout_s}" if busy_timeout_s else "")
+    return load_catalog("unit", type="sql", uri=uri, warehouse=(tmp_path / "wh").as_uri())
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    catalog = _sql_catalog(tmp_path)
+    catalog.create_namespace("db")
+    return catalog.create_table("db.t", schema=pa.schema([("id", pa.int64())]))
+
+
+@pytest.fixture
+def fast_catalog(tmp_path: Path, table: Table) -> Catalog:
+    """The catalog of ``table``, giving up on a locked file after 50 ms."""
+    return _sql_catalog(tmp_path, busy_timeout_s=0.05)
+
+
+@pytest.fixture
+def locked(tmp_path: Path, fast_catalog: Catalog) -> Iterator[None]:
+    """The catalog file held by another connection's exclusive transaction."""
+    lock = sqlite3.connect(tmp_path / "catalog.db", isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_refused_http_connection_is_unreachable() -> None:
+    with pytest.raises(requests.exceptions.ConnectionError) as failure:
+        requests.get(f"http://127.0.0.1:{_closed_port()}/v1/config", timeout=5)
+    assert catalog_unreachable(failure.value)
+
+
+def test_locked_sqlite_catalog_is_unreachable(fast_catalog: Catalog, locked: None) -> None:
+    with pytest.raises(Exception) as failure:
+        fast_catalog.load_table("db.t")
+    assert "database is locked" in str(failure.value)
+    assert catalog_unreachable(failure.value)
+    # Raised from it: still the same outage.
+    wrapped = CatalogUnavailableError("checkpoint 3: the catalog is unreachable")
+    wrapped.__cause__ = failure.value
+    assert catalog_unreachable(wrapped)
+
+
+def test_conflicts_and_refusals_are_not_outages(tmp_path: Path, table: Table) -> None:
+    with pytest.raises(NoSuchTableError) as missing:
+        _sql_catalog(tmp_path).load_table("db.nope")
+    assert not catalog_unreachable(missing.value)
+    conflict = CommitFailedException("Table has been updated by another process")
+    conflict.__cause__ = ConnectionResetError()
+    assert not catalog_unreachable(conflict)
+    assert not catalog_unreachable(ValueError("bad input"))
+
+
+def test_retry_loop_ends_with_catalog_unavailable_after_its_budget(fast_catalog: Catalog, locked: None) -> None:
+    catalog = fast_catalog
+    loads: list[int] = []
+    prepared: list[Table] = []
+
+    def load() -> Table:
+        loads.append(1)
+        return catalog.load_table("db.t")
+
+    def prepare(current: Table) -> None:
+        prepared.append(current)
+
+    with pytest.raises(CatalogUnavailableError) as failure:
+        commit_with_retry(
+            "checkpoint 7 of job j",
+            load,
+            prepare,
+            RetryPolicy(num_retries=2, min_wait_ms=1),
+            sleep=lambda _: None,
+            on_give_up="; it stays pending",
+        )
+    assert len(loads) == 3 and not prepared
+    message = str(failure.value)
+    assert message.startswith("checkpoint 7 of job j: the catalog is unreachable (OperationalError")
+    assert message.endswith("; it stays pending")
+
+
+def test_max_pending_checkpoints_is_checked_by_build(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSinkConfigError, match=r"iceberg-sink\.commit\.max-pending-checkpoints.*>= 0"):
+        IcebergSink.builder().embedded(tmp_path).table("db.t").max_pending_checkpoints(-1).build()
