@@ -154,6 +154,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"| compactions (succeeded / triggered / failed) | {m['compactions_succeeded']} / "
         f"{m['compactions_triggered']} / {m['compactions_failed']}; {m['compaction_rewritten_files']} files "
         f"rewritten, {m['compaction_removed_delete_files']} delete files removed |",
+        # Runs before these counters existed counted a compaction that rewrote nothing as succeeded.
+        *(
+            [
+                f"| compactions that rewrote nothing (every group dropped) / groups dropped / plans made again | "
+                f"{m['compactions_noop']} / {m['compaction_dropped_groups']} / {m['compaction_replans']} |"
+            ]
+            if "compactions_noop" in m
+            else []
+        ),
         f"| equality-delete conversions (succeeded / failed) | {m['conversions_succeeded']} / "
         f"{m['conversions_failed']} |",
         f"| snapshot expiries | {m['expiries']}: {m['expired_snapshots']} snapshots, "

@@ -137,7 +137,7 @@ class IcebergSinkBuilder:
         ``delete_records`` live delete rows on the branch. ``background=True`` runs it on a thread of the
         same SparkSession without blocking the stream. ``planning`` takes the other CompactionConfig
         fields (target_file_size_bytes, min_file_size_bytes, max_group_bytes, min_input_files,
-        delete_file_threshold).
+        delete_file_threshold, max_replans).
         """
         self._compaction = {
             "every_n_commits": every_n_commits,

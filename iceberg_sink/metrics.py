@@ -28,6 +28,9 @@ class MetricsSnapshot:
     compactions_triggered: int
     compactions_succeeded: int
     compactions_failed: int
+    compactions_noop: int
+    compaction_dropped_groups: int
+    compaction_replans: int
     compaction_rewritten_files: int
     compaction_added_files: int
     compaction_removed_delete_files: int

@@ -61,6 +61,7 @@ from pyiceberg.types import (
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink import IcebergSink, PendingCheckpointsLimitError, _faults, options
+from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
@@ -362,6 +363,9 @@ class World:
         # (prefix, job id, checkpoint id) -> snapshot ids seen over the whole run.
         self.checkpoint_snapshots: dict[tuple[str, str, str], set[int]] = collections.defaultdict(set)
         self.verified: dict[str, str] = {}  # table -> metadata location last compared with the model
+        # Compaction racing the conversion: its own generator, and how the races ended.
+        self.race_rng = random.Random(f"compaction-race-{seed}")
+        self.race_outcomes: collections.Counter[str] = collections.Counter()
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -811,10 +815,58 @@ class World:
             def conversion() -> None:
                 meanwhile["conversion"] = maintenance.convert_equality_deletes(load, branch=branch)
 
-            result = (compact(self.spark, racing(load, conversion), config, branch=branch), meanwhile.get("conversion"))
+            # One group per file or the default groups, planned again or not (a generator of its own
+            # keeps every seed's operation sequence): the conversion's file-scoped position deletes
+            # then name some groups' files and not others', so compaction's per-file validation
+            # drops some groups and commits others of the same partition.
+            per_file = self.race_rng.random() < 0.5
+            config = CompactionConfig(
+                min_input_files=1 if per_file else config.min_input_files,
+                max_group_bytes=1 if per_file else 512 << 20,
+                delete_file_threshold=1,
+                max_replans=self.race_rng.choice([0, 1]),
+            )
+            compaction = compact(self.spark, racing(load, conversion), config, branch=branch)
+            self.log(
+                f"  compaction racing the conversion ({config.max_group_bytes=}, {config.max_replans=}): "
+                + self._race_outcome(compaction, meanwhile.get("conversion"))
+            )
+            result = (compaction, meanwhile.get("conversion"))
         else:
             result = maintenance.convert_equality_deletes(racing(load, self.op_cdc), branch=branch)
         self.trace[-1] += f" -> {result!r}"[:600]
+
+    def _race_outcome(self, compaction: Any, conversion: Any) -> str:
+        """Classify a compaction that raced a conversion, counted in ``race_outcomes``: groups
+        dropped, and groups committed by the raced plan in a partition where the conversion added a
+        position delete naming another file (what per-file validation allows)."""
+        table = self.table("db.main")
+        outcome = []
+        if compaction.dropped_groups:
+            self.race_outcomes["dropped"] += 1
+            outcome.append(f"{compaction.dropped_groups} groups dropped")
+        if compaction.snapshot_id is None or conversion is None or conversion.snapshot_id is None:
+            return ", ".join(outcome) or "nothing to race"
+
+        def entries(snapshot_id: int, content: int, status: str) -> set[tuple[int, Any, str]]:
+            snapshot = table.metadata.snapshot_by_id(snapshot_id)
+            found = set()
+            for manifest in snapshot.manifests(table.io) if snapshot is not None else []:
+                if manifest.added_snapshot_id != snapshot_id or int(manifest.content) != min(content, 1):
+                    continue
+                for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                    if e.status.name == status and int(e.data_file.content) == content:
+                        meta = to_meta(e.data_file)
+                        found.add((meta.spec_id, meta.partition, meta.path))
+            return found
+
+        rewritten = entries(compaction.snapshot_id, 0, "DELETED")
+        positions = entries(conversion.snapshot_id, 1, "ADDED")
+        beside = {(s, p) for s, p, _ in rewritten} & {(s, p) for s, p, _ in positions}
+        if compaction.replans == 0 and beside:
+            self.race_outcomes["committed beside new position deletes"] += 1
+            outcome.append(f"committed groups beside new position deletes in partitions {sorted(beside, key=str)}")
+        return ", ".join(outcome) or "committed"
 
     def _expire(self, table: str, retain_last: int) -> str:
         result = maintenance.expire_snapshots(

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from tests.interop.readers import JavaIcebergReader
 from tests.model import harness
-from tests.model.harness import run_seed
+from tests.model.harness import SKIP_ENV, World, run_seed
 
 pytestmark = pytest.mark.interop
 
@@ -38,3 +38,25 @@ def test_model_catalog_outages(
     outages = [line for line in world.trace if "catalog outage" in line]
     assert len(outages) >= 3, world.trace
     sys.stderr.write(f"model check catalog outages: {len(outages)} in {seconds:.1f}s\n")
+
+
+def test_compaction_racing_the_conversion_both_ways(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compactions racing an equality-delete conversion (the conversion commits between the
+    compaction's plan and its commit), each checked against the model by Iceberg Java and DuckDB:
+    per-file validation must both drop groups whose files the new position deletes name and commit
+    groups of the same partition whose files they do not name."""
+    # The CDC job neither compacts nor converts by itself here: the equality deletes of its last
+    # checkpoints are what the racing conversion converts.
+    monkeypatch.setenv(SKIP_ENV, "compaction,convert_deletes")
+    world = World(spark, java_reader, tmp_path, seed=5)
+    for _ in range(8):
+        for _ in range(3):
+            world.op_cdc()
+            world.check()
+        world.op_convert_deletes(mode="conversion_commits_first")
+        world.check()
+        if len(world.race_outcomes) == 2:
+            break
+    assert set(world.race_outcomes) == {"dropped", "committed beside new position deletes"}, "\n".join(world.trace)

@@ -32,6 +32,8 @@ class CompactionConfig:
         max_group_bytes: most bytes of input one rewrite task reads.
         min_input_files: a group needs at least this many files, unless it has deletes to apply.
         delete_file_threshold: rewrite a file when at least this many delete files apply to it.
+        max_replans: how often a compaction whose groups were dropped on conflict (a concurrent
+            commit added deletes for, or removed, files it rewrote) plans again at once (0: never).
         background: run on a background thread of the same SparkSession instead of between micro-batches.
     """
 
@@ -46,6 +48,7 @@ class CompactionConfig:
     max_group_bytes: int = 512 * 1024 * 1024
     min_input_files: int = 2
     delete_file_threshold: int = 1
+    max_replans: int = 1
     background: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -63,6 +66,10 @@ class CompactionConfig:
             "delete_file_threshold",
         ):
             _positive_or_none(name, getattr(self, name))
+        if not isinstance(self.max_replans, int) or isinstance(self.max_replans, bool) or self.max_replans < 0:
+            raise InvalidSinkConfigError(
+                f"compaction(max_replans): expected an integer >= 0, received {self.max_replans!r}"
+            )
         if not isinstance(self.background, bool):
             raise InvalidSinkConfigError(
                 f"compaction(background): expected True or False, received {self.background!r}"

@@ -5,14 +5,19 @@ the plan read (S). Against the branch head at commit time:
 
 - an equality delete committed after S has a higher sequence number than the new files, so it still
   applies to the rewritten rows: nothing deleted meanwhile comes back;
-- a group whose input file is no longer live (another compaction or an overwrite removed it), or whose
-  partition received position deletes after S, is dropped (its new files deleted), not the stream;
+- a group whose input file is no longer live (another compaction or an overwrite removed it), or to
+  one of whose input files a position delete committed after S may apply (checked per data file by
+  ``DeleteRules``, as Iceberg Java's ``validateNoNewDeletesForDataFiles``: a file-scoped position
+  delete naming another file of the partition is no conflict), is dropped (its new files deleted),
+  not the stream;
 - delete files are removed only when no remaining live data file they apply to is left; for a
   global equality delete (unpartitioned spec) that means no data file of any spec or partition.
 
-A lost race with another writer (the branch head moved) is retried on the new head. New files of a
-group that is dropped, or of a compaction that fails, are deleted: a compaction leaves no orphans
-(except after CommitStateUnknownException, where they may be part of the table).
+A lost race with another writer (the branch head moved) is retried on the new head. When groups were
+dropped, the compaction plans again on the new head, at most ``max_replans`` times (the new plan
+sees the deletes that conflicted and applies them). New files of a group that is dropped, or of a
+compaction that fails, are deleted: a compaction leaves no orphans (except after
+CommitStateUnknownException, where they may be part of the table).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile, branch_head, delete_quietly, live_files
+from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import CommitStateUnknownError
@@ -53,10 +59,12 @@ class CompactionResult:
 
     Attributes:
         snapshot_id: the ``replace`` snapshot, or None when nothing was committed.
-        planned_groups / committed_groups / dropped_groups: groups planned, committed, dropped on conflict.
+        planned_groups / committed_groups / dropped_groups: groups planned, committed, dropped on
+            conflict (summed over the plans of one run).
         rewritten_data_files: data files replaced; added_data_files: new data files.
         removed_delete_files: delete files no longer needed and removed.
         rewritten_bytes / added_bytes: sizes before and after.
+        replans: plans made again because groups of the previous one were dropped.
         duration_ms: wall time.
     """
 
@@ -69,7 +77,29 @@ class CompactionResult:
     removed_delete_files: int = 0
     rewritten_bytes: int = 0
     added_bytes: int = 0
+    replans: int = 0
     duration_ms: float = 0.0
+
+    @property
+    def noop(self) -> bool:
+        """Whether groups were planned but every one was dropped: nothing was rewritten."""
+        return self.planned_groups > 0 and self.committed_groups == 0
+
+    def then(self, later: CompactionResult) -> CompactionResult:
+        """This result followed by ``later``'s (a plan made again in the same run)."""
+        return CompactionResult(
+            snapshot_id=later.snapshot_id if later.snapshot_id is not None else self.snapshot_id,
+            planned_groups=self.planned_groups + later.planned_groups,
+            committed_groups=self.committed_groups + later.committed_groups,
+            dropped_groups=self.dropped_groups + later.dropped_groups,
+            rewritten_data_files=self.rewritten_data_files + later.rewritten_data_files,
+            added_data_files=self.added_data_files + later.added_data_files,
+            removed_delete_files=self.removed_delete_files + later.removed_delete_files,
+            rewritten_bytes=self.rewritten_bytes + later.rewritten_bytes,
+            added_bytes=self.added_bytes + later.added_bytes,
+            replans=self.replans + 1,
+            duration_ms=self.duration_ms + later.duration_ms,
+        )
 
 
 def _writer_spec(table: Table, config: CompactionConfig, overrides: Mapping[str, Any]) -> WriterSpec:
@@ -159,10 +189,39 @@ def compact(
         progress: called with (phase, done, total) as groups are rewritten and committed.
         write_options: option overrides (see docs/options.md) for the new files.
         retry: backoff when the branch head moves under the commit.
+
+    Groups dropped on conflict make it plan again on the new head, at most ``config.max_replans``
+    times; the result sums the plans (``replans`` counts the extra ones). A result whose ``noop``
+    is true rewrote nothing.
     """
-    started = time.monotonic()
     config = config or CompactionConfig()
     retry = retry or RetryPolicy()
+    last = result = _compact_once(spark, load_table, config, branch, partition_filter, progress, write_options, retry)
+    while last.dropped_groups and result.replans < config.max_replans:
+        logger.info("compaction plans again: %s of its groups were dropped", last.dropped_groups)
+        last = _compact_once(spark, load_table, config, branch, partition_filter, progress, write_options, retry)
+        result = result.then(last)
+    if result.noop:
+        logger.warning(
+            "compaction rewrote nothing: all %s planned groups were dropped (%s plans); the table changed under them",
+            result.planned_groups,
+            result.replans + 1,
+        )
+    return result
+
+
+def _compact_once(
+    spark: SparkSession,
+    load_table: Callable[[], Table],
+    config: CompactionConfig,
+    branch: str,
+    partition_filter: Callable[[int, tuple[Any, ...]], bool] | None,
+    progress: Progress | None,
+    write_options: Mapping[str, Any] | None,
+    retry: RetryPolicy,
+) -> CompactionResult:
+    """Plan, rewrite, validate and commit once (see :func:`compact`)."""
+    started = time.monotonic()
     table = load_table()
     resolved = options.resolve(dict(write_options or {}), table.properties)
     the_plan = plan(table, branch, config, resolved.get(options.TARGET_FILE_SIZE_BYTES), partition_filter)
@@ -215,7 +274,7 @@ def compact(
         discard(set(pending))
         raise
     if outcome.snapshot is None:
-        logger.warning("compaction dropped every group: the table changed under all of them")
+        logger.info("compaction plan dropped every group: the table changed under all of them")
         return CompactionResult(
             planned_groups=len(the_plan.groups),
             dropped_groups=len(the_plan.groups),
@@ -247,39 +306,61 @@ def _validate(
     """The groups among ``candidates`` still valid at the branch head, given its live (data, delete)
     files (the others are in conflict).
 
-    A group conflicts when one of its input files is no longer live, or when a delete committed
-    after the plan's snapshot may apply to its input files but not to its new ones:
+    Checked per rewritten data file, as Iceberg Java's ``validateNoNewDeletesForDataFiles`` does
+    with a ``DeleteFileIndex`` of the deletes committed since the plan: a group conflicts when one
+    of its input files is no longer live, or when a delete committed after the plan's snapshot
+    applies (``DeleteRules.applies``, the one rule) to one of its input files but not to its new
+    files:
 
-    - a position delete of the group's spec and partition (it may name an input file);
-    - a partition-scoped equality delete of the group's spec and partition, when the group's files
-      are rewritten into another spec (``output_spec_id``): it would not apply to the new files.
+    - a position delete that can name an input file: a file-scoped one (equal ``file_path``
+      bounds) naming it, or a partition-scoped one of its spec and partition. A file-scoped delete
+      of another data file of the same partition (what the equality-delete conversion commits) is
+      no conflict;
+    - a partition-scoped equality delete of an input file's spec and partition, when the group's
+      files are rewritten into another spec (``output_spec_id``): it would not apply to the new files.
 
     Other equality deletes committed since need no check: they have higher sequence numbers than
     the new files and apply to them (global ones everywhere; scoped ones to the new files of the
-    same spec and partition, which hold the same rows).
+    same spec and partition, which hold the same rows), as in Java's rewrite with
+    ``use-starting-sequence-number``.
     """
     rules = the_plan.rules
     data, deletes = head_files
     live = {f.meta.path for f in data}
-    conflicting: dict[tuple[int, tuple[Any, ...]], str] = {}
+    # New deletes indexed by what can make them apply (a pre-filter; ``rules.applies`` decides):
+    # file-scoped position deletes by the file they name, the others by spec and partition.
+    by_file: dict[str, list[LiveFile]] = {}
+    by_partition: dict[tuple[int, tuple[Any, ...]], list[LiveFile]] = {}
     for d in deletes:
         if d.data_sequence_number <= the_plan.sequence_number:
             continue
-        key = (d.meta.spec_id, d.meta.partition)
         if d.meta.content == FileContent.POSITION_DELETES:
-            conflicting[key] = "new position deletes"
+            named = referenced_data_file(d.meta)
+            if named is not None:
+                by_file.setdefault(named, []).append(d)
+            else:
+                by_partition.setdefault((d.meta.spec_id, d.meta.partition), []).append(d)
         elif not rules.is_global(d) and d.meta.spec_id != output_spec_id:
-            conflicting.setdefault(key, "new equality deletes of a spec the new files do not have")
+            by_partition.setdefault((d.meta.spec_id, d.meta.partition), []).append(d)
+
+    def conflict(f: LiveFile) -> str | None:
+        if f.meta.path not in live:
+            return f"input file {f.meta.path} no longer live"
+        for d in by_file.get(f.meta.path, []) + by_partition.get((f.meta.spec_id, f.meta.partition), []):
+            if rules.applies(d, f):
+                kind = (
+                    "position delete"
+                    if d.meta.content == FileContent.POSITION_DELETES
+                    else "equality delete of a spec the new files do not have"
+                )
+                return f"new {kind} {d.meta.path} applies to input file {f.meta.path}"
+        return None
+
     kept = []
     for i in sorted(candidates):
-        group = the_plan.groups[i]
-        gone = [f.meta.path for f in group.data_files if f.meta.path not in live]
-        if gone or group.partition in conflicting:
-            logger.info(
-                "compaction group %s dropped: %s",
-                i,
-                f"{len(gone)} input files no longer live" if gone else conflicting[group.partition],
-            )
+        reason = next((r for r in map(conflict, the_plan.groups[i].data_files) if r is not None), None)
+        if reason is not None:
+            logger.info("compaction group %s dropped: %s", i, reason)
         else:
             kept.append(i)
     return kept

@@ -103,8 +103,13 @@ class CompactionTrigger(BackgroundJob):
         self._metrics.add(compactions_failed=1)
 
     def on_success(self, result: CompactionResult) -> None:
+        # A compaction whose every planned group was dropped on conflict rewrote nothing: it did not
+        # succeed (compact() logs it).
         self._metrics.add(
-            compactions_succeeded=1,
+            compactions_noop=int(result.noop),
+            compactions_succeeded=int(not result.noop),
+            compaction_dropped_groups=result.dropped_groups,
+            compaction_replans=result.replans,
             compaction_rewritten_files=result.rewritten_data_files,
             compaction_added_files=result.added_data_files,
             compaction_removed_delete_files=result.removed_delete_files,
