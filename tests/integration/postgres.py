@@ -70,9 +70,19 @@ class PostgresServer:
 
     def _run(self, tool: str, *args: str) -> None:
         command = [str(self.bin / tool), *args]
-        if self._as_service_user:
-            command = ["runuser", "-u", _SERVICE_USER, "--", *command]
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        # PostgreSQL refuses to run as root: as root, the child switches to the service user itself
+        # (no runuser, which lives in /usr/sbin and is not on every PATH).
+        user = pwd.getpwnam(_SERVICE_USER) if self._as_service_user else None
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            user=user.pw_uid if user else None,
+            group=user.pw_gid if user else None,
+            extra_groups=[] if user else None,
+        )
         if done.returncode != 0:
             pytest.fail(
                 f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}\n"
