@@ -74,12 +74,26 @@ def write_upsert_files(directory: Path, seed: int) -> list[pa.Table]:
 
 
 def history(table: Table) -> dict[int, dict[str, str]]:
-    """Every snapshot the table ever had (id -> summary), from all of its metadata files."""
+    """Every snapshot the table ever had (id -> summary), from every metadata file that was ever current.
+
+    Those are the current file and, recursively, the files each one's metadata log names. A metadata
+    file written by a commit attempt that lost its race (or whose catalog update failed) was never
+    current: its snapshot never was in the table, and reading it would look like a doubled checkpoint.
+    """
     folder = Path(table.location().removeprefix("file://")) / "metadata"
+    current = Path(table.metadata_location.removeprefix("file://"))
+    seen = {current.name}
+    todo = [current]
     snapshots: dict[int, dict[str, str]] = {}
-    for path in folder.glob("*.metadata.json"):
-        for s in json.loads(path.read_text(encoding="utf-8")).get("snapshots", []):
+    while todo:
+        metadata = json.loads(todo.pop().read_text(encoding="utf-8"))
+        for s in metadata.get("snapshots", []):
             snapshots[s["snapshot-id"]] = s.get("summary", {})
+        for entry in metadata.get("metadata-log", []):
+            earlier = folder / Path(entry["metadata-file"].removeprefix("file://")).name
+            if earlier.name not in seen and earlier.exists():
+                seen.add(earlier.name)
+                todo.append(earlier)
     return snapshots
 
 
