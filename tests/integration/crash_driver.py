@@ -10,12 +10,11 @@ JVM and Python workers, as a lost machine would) once *every* stream has reached
 checkpoint ``CHECKPOINT``: a stream that gets there first waits for the others, so each is killed at
 exactly that step. ``POINT`` is an :mod:`iceberg_sink._faults` point or :data:`WRITERS_RUNNING`.
 
-With ``until_checkpoints`` = N the queries run with a ``processingTime`` trigger until every table
-holds checkpoint N-1, then stop. Randomized kills use this mode: once, a driver killed after Spark's
-file source had logged batch 9's file (``sources/0``) but before the offset log had batch 9 never ran
-that batch after an ``availableNow`` restart (the restart ended with DONE at batch 8): Spark's side,
-not the sink's (cause not investigated further; with a processing-time trigger the source's own log
-says batch 9 exists).
+With ``until_checkpoints`` set the queries run with a ``processingTime`` trigger until every stream
+has committed its whole source (see ``_caught_up``), then stop. Randomized kills use this mode: a
+driver killed after Spark's file source had logged a batch but before the offset log had it may, on
+restart, run that batch together with the next as one micro-batch, so a stream can end with fewer
+checkpoints than files (with an ``availableNow`` restart it once ended without that batch at all).
 
 It prints ``STREAMING`` once the queries run, ``COMMITTED <table> <checkpoint>`` after each commit,
 ``KILLING ...`` right before the kill and ``DONE`` when every stream has processed its whole source.
@@ -104,6 +103,43 @@ def _max_checkpoint(sink: Any) -> int:
     return max((int(s.summary["iceberg-sink.checkpoint-id"]) for s in snapshots if s.summary is not None), default=-1)
 
 
+def _batch_files(folder: Path) -> dict[int, Path]:
+    """Spark's metadata-log files in ``folder`` by batch id (``7``, ``9.compact``; not ``.crc``/temp files)."""
+    out = {}
+    for path in folder.iterdir() if folder.is_dir() else ():
+        head = path.name.removesuffix(".compact")
+        if head.isdigit():
+            out[int(head)] = path
+    return out
+
+
+def _caught_up(stream: dict[str, str], sink: Any) -> bool:
+    """Whether the stream has processed and committed every file of its source.
+
+    After a kill between the file source logging a batch and the offset log recording it, the restart
+    may run two logged batches as one micro-batch, so the number of checkpoints is not the number of
+    files; what is fixed is that every source file is in the source log, the last micro-batch Spark
+    committed ends at the log's last batch, and the sink holds that checkpoint.
+    """
+    checkpoint = Path(stream["checkpoint"])
+    logged = _batch_files(checkpoint / "sources" / "0")
+    commits = _batch_files(checkpoint / "commits")
+    if not logged or not commits:
+        return False
+    paths = set()
+    for path in logged.values():
+        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+            paths.add(Path(json.loads(line)["path"].removeprefix("file://")).name)
+    if paths != {p.name for p in Path(stream["source"]).glob("*.parquet")}:
+        return False
+    last = max(commits)
+    offsets = _batch_files(checkpoint / "offsets").get(last)
+    if offsets is None:
+        return False
+    end = json.loads(offsets.read_text(encoding="utf-8").splitlines()[-1])["logOffset"]
+    return bool(end == max(logged) and _max_checkpoint(sink) >= last)
+
+
 def main(argv: list[str]) -> int:
     request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -151,7 +187,7 @@ def main(argv: list[str]) -> int:
     say("STREAMING")
     if until:
         # Until every table holds the last checkpoint; then stop (see the module docstring).
-        while not all(_max_checkpoint(sink) >= until - 1 for sink in sinks):
+        while not all(_caught_up(stream, sink) for stream, sink in zip(request["streams"], sinks, strict=True)):
             for query in queries:
                 if not query.isActive:
                     query.awaitTermination()  # raises the query's error

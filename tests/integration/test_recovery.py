@@ -165,7 +165,14 @@ class Streams:
         }
         for stream in self.streams:
             name = stream["table"]
-            assert self.committed(stream) == list(range(self.files)), name
+            committed = self.committed(stream)
+            if self.until_done:
+                # A restart may run two batches the file source had logged as one micro-batch (see
+                # crash_driver._caught_up): fewer checkpoints, each once; the content checks below
+                # still require every file's rows exactly once.
+                assert committed == list(range(len(committed))) and 0 < len(committed) <= self.files, name
+            else:
+                assert committed == list(range(self.files)), name
             assert self.pending(stream) == [], name
             # Staged manifests are removed once committed; only those of a committable that was never
             # persisted (a kill at AFTER_STAGE) are left, as orphans for remove_orphan_files.
