@@ -355,7 +355,8 @@ class RewriteFiles(SnapshotProducer):
     """A ``replace`` snapshot: ``removed_paths`` (data and delete files) out, ``added`` data files in.
 
     Added files carry ``data_sequence_number``, the sequence number of the snapshot the rewrite read,
-    so equality deletes committed after that snapshot still apply to the rewritten rows.
+    so equality deletes committed after that snapshot still apply to the rewritten rows. ``entries``
+    holds the manifests the caller already read (its plan and validation), so none is read twice.
     """
 
     def __init__(
@@ -366,8 +367,10 @@ class RewriteFiles(SnapshotProducer):
         removed_paths: frozenset[str],
         data_sequence_number: int,
         properties: Mapping[str, str],
+        entries: ManifestEntries | None = None,
     ) -> None:
         super().__init__(table, branch, properties)
+        self._entries = entries or ManifestEntries()
         if self.parent is None:
             raise ValueError(f"cannot rewrite files of branch {branch!r}: it has no snapshot")
         self._new = tuple(added)
@@ -382,7 +385,7 @@ class RewriteFiles(SnapshotProducer):
         result = self.write_manifests(self._new, ManifestContent.DATA, self._sequence_number)
         assert self.parent is not None
         for manifest in self.parent.manifests(self.io):
-            rewritten = self.rewrite_manifest(manifest, self._removed_paths)
+            rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
             if rewritten is not None:
                 result.append(rewritten)
             elif has_live_files(manifest):

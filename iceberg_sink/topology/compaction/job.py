@@ -35,7 +35,7 @@ from pyspark.sql import SparkSession
 from iceberg_sink import options
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules
-from iceberg_sink._iceberg.files import LiveFile, branch_head, delete_quietly, live_files
+from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, delete_quietly, live_files
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
@@ -224,7 +224,9 @@ def _compact_once(
     started = time.monotonic()
     table = load_table()
     resolved = options.resolve(dict(write_options or {}), table.properties)
-    the_plan = plan(table, branch, config, resolved.get(options.TARGET_FILE_SIZE_BYTES), partition_filter)
+    # Manifests never change: the plan, every attempt's validation and its rewrite read each once.
+    entries = ManifestEntries()
+    the_plan = plan(table, branch, config, resolved.get(options.TARGET_FILE_SIZE_BYTES), partition_filter, entries)
     if the_plan is None:
         return CompactionResult(duration_ms=(time.monotonic() - started) * 1000)
     if progress is not None:
@@ -244,9 +246,9 @@ def _compact_once(
 
     def prepare(current: Table) -> producer.PreparedCommit | None:
         nonlocal kept, replaced, removed_deletes
-        # Validated again on every attempt: the branch head may have moved under the plan. The
-        # head's manifests are read once for both checks.
-        head_files = live_files(current, branch_head(current, branch))
+        # Validated again on every attempt: the branch head may have moved under the plan. Only
+        # manifests committed since an earlier read are read.
+        head_files = live_files(current, branch_head(current, branch), entries)
         kept = _validate(head_files, the_plan, pending, spec.partition_spec.spec_id)
         discard(pending - set(kept))
         if not kept:
@@ -263,6 +265,7 @@ def _compact_once(
                 summary_keys.OPERATION_KEY: summary_keys.OPERATION_COMPACTION,
                 summary_keys.COMPACTION_READ_SNAPSHOT_KEY: str(the_plan.snapshot_id),
             },
+            entries,
         ).prepare()
 
     try:

@@ -19,7 +19,7 @@ import attrs
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.deletes import DeleteRules
-from iceberg_sink._iceberg.files import LiveFile, branch_head, live_files
+from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, live_files
 from iceberg_sink.topology.compaction.config import CompactionConfig
 
 PartitionKey = tuple[int, tuple[Any, ...]]
@@ -57,13 +57,15 @@ def plan(
     config: CompactionConfig,
     table_target: int,
     partition_filter: Callable[[int, tuple[Any, ...]], bool] | None = None,
+    entries: ManifestEntries | None = None,
 ) -> CompactionPlan | None:
-    """Plan a compaction of ``branch``; None when the branch has no snapshot or nothing to do."""
+    """Plan a compaction of ``branch``; None when the branch has no snapshot or nothing to do.
+    ``entries`` keeps the manifests read, for the commit attempts that follow."""
     snapshot = branch_head(table, branch)
     if snapshot is None:
         return None
     rules = DeleteRules.from_specs(table.specs())
-    data, deletes = live_files(table, snapshot)
+    data, deletes = live_files(table, snapshot, entries)
     by_partition: dict[PartitionKey, list[LiveFile]] = defaultdict(list)
     deletes_by_partition: dict[PartitionKey, list[LiveFile]] = defaultdict(list)
     global_deletes: list[LiveFile] = []
