@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
+from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
@@ -41,6 +42,7 @@ class IcebergSinkBuilder:
         self._compaction: dict[str, Any] | None = None
         self._conversion: dict[str, Any] | None = None
         self._post_hooks: list[Any] = []
+        self._map_batches: list[Any] = []
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -99,6 +101,38 @@ class IcebergSinkBuilder:
         """Streams: how many checkpoints may be written and kept pending while the catalog is
         unreachable before the stream fails (``iceberg-sink.commit.max-pending-checkpoints``)."""
         return self.write_option("iceberg-sink.commit.max-pending-checkpoints", limit)
+
+    def schema_evolution(self, mode: str) -> IcebergSinkBuilder:
+        """Let the sink change the table's schema for a micro-batch that needs it (option
+        ``iceberg-sink.schema-evolution``; see docs/schema-evolution.md).
+
+        Args:
+            mode: ``"off"`` (default: extra columns are a SchemaMismatchError), ``"add-columns"``
+                (add the batch's new columns, optional, nested struct fields too) or
+                ``"add-and-widen"`` (also widen int to long, float to double, decimal precision).
+        """
+        return self.write_option("iceberg-sink.schema-evolution", mode)
+
+    def map_batches(self, fn: Callable[[DataFrame], DataFrame]) -> IcebergSinkBuilder:
+        """Apply ``fn`` to every micro-batch (and to ``write()``'s DataFrame) before anything else.
+
+        For readers whose output schema is known only per batch, such as
+        :func:`iceberg_sink.debezium.read_envelope` and :func:`iceberg_sink.readers.read_json`: the
+        table is created or checked against ``fn``'s output at each batch, not when the stream starts.
+        """
+        self._map_batches.append(fn)
+        return self
+
+    def debezium(self, value_column: str = "value", **kwargs: Any) -> IcebergSinkBuilder:
+        """Read each micro-batch as Debezium JSON envelopes: shorthand for
+        ``.map_batches(lambda b: read_envelope(b, value_column, **kwargs))`` (see iceberg_sink/debezium.py
+        and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``."""
+        from iceberg_sink.debezium import read_envelope
+
+        def read(batch: DataFrame) -> DataFrame:
+            return read_envelope(batch, value_column, **kwargs)
+
+        return self.map_batches(read)
 
     def pre_commit_hook(self, fn: PreCommitHook) -> IcebergSinkBuilder:
         """Call ``fn(summary)`` on the driver before each commit (see topology/hooks.py).
@@ -266,7 +300,11 @@ class IcebergSinkBuilder:
                     create = CreateOptions(terms, self._create["properties"], fv)
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
-        for kind, hooks in (("pre_commit_hook", self._pre_hooks), ("post_commit_hook", self._post_hooks)):
+        for kind, hooks in (
+            ("pre_commit_hook", self._pre_hooks),
+            ("post_commit_hook", self._post_hooks),
+            ("map_batches", self._map_batches),
+        ):
             problems.extend(f"{kind}: expected a callable, received {h!r}" for h in hooks if not callable(h))
         changes = self._change_config(problems)
         compaction = None
@@ -365,5 +403,6 @@ class IcebergSinkBuilder:
                 post_commit_hooks=tuple(self._post_hooks),
                 compaction=compaction,
                 conversion=conversion,
+                map_batches=tuple(self._map_batches),
             )
         )

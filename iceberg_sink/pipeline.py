@@ -57,6 +57,7 @@ from iceberg_sink.errors import (
 )
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.table import evolution
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.table.partitioning import build_spec
 from iceberg_sink.table.schema import check_changes_table, check_compatible, check_key_columns, spark_to_iceberg
@@ -96,24 +97,27 @@ class SinkJob:
         self._catalog = catalog or config.catalog.load()
         self._store = store
         self.job_id = store.job_id(config.table)
-        self._checked_schemas: set[str] = set()
+        self._checked_schemas: set[tuple[str, int]] = set()
         self._table: Table | None = None
         table = catalogs.load_table(self._catalog, config.table)
         resolved = options.resolve(config.options, table.properties if table is not None else {})
+        self._retry = RetryPolicy(
+            num_retries=resolved.get(options.COMMIT_NUM_RETRIES),
+            min_wait_ms=resolved.get(options.COMMIT_MIN_WAIT_MS),
+            max_wait_ms=resolved.get(options.COMMIT_MAX_WAIT_MS),
+            total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
+        )
         self.committer = IcebergCommitter(
             load_table=self.refresh,
             branch=config.branch,
             job_id=self.job_id,
-            retry=RetryPolicy(
-                num_retries=resolved.get(options.COMMIT_NUM_RETRIES),
-                min_wait_ms=resolved.get(options.COMMIT_MIN_WAIT_MS),
-                max_wait_ms=resolved.get(options.COMMIT_MAX_WAIT_MS),
-                total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
-            ),
+            retry=self._retry,
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
             on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
         )
         self._max_pending = resolved.get(options.MAX_PENDING_CHECKPOINTS)
+        self._evolution: str = resolved.get(options.SCHEMA_EVOLUTION)
+        self._schema_changed = False  # by this job's evolution, since the last AFTER_SCHEMA_CHANGE point
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
         self.hooks = HookRunner(
@@ -175,23 +179,35 @@ class SinkJob:
                 f"table {self._config.table} has format version {table.metadata.format_version}; "
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
-        self._check_input(table, struct)
+        table = self._check_input(table, struct)
         self._table = table
         return table
 
-    def _check_input(self, table: Table, struct: StructType) -> None:
+    def _check_input(self, table: Table, struct: StructType) -> Table:
+        """Check ``struct`` against ``table``; returns the table, with its schema evolved if needed."""
         changes = self._config.changes
         if changes is not None:
             check_changes_table(self._config.table, table, changes.key)
-        key = struct.json()
+        key = (struct.json(), table.schema().schema_id)
         if key not in self._checked_schemas:
-            check_compatible(
-                self._config.table,
-                table.schema(),
-                self._table_columns(struct),
-                runtime_checked=changes.key if changes is not None else (),
-            )
-            self._checked_schemas.add(key)
+            runtime_checked = changes.key if changes is not None else ()
+            # -- schema evolution (table/evolution.py): committed before this batch's files are written.
+            if self._evolution != evolution.OFF:
+                before = table.schema().schema_id
+                table = evolution.evolve(
+                    self._config.table,
+                    table,
+                    self._table_columns(struct),
+                    self._evolution,
+                    load_table=self.refresh,
+                    retry=self._retry,
+                    runtime_checked=runtime_checked,
+                )
+                self._schema_changed = self._schema_changed or table.schema().schema_id != before
+            # -- end of schema evolution
+            check_compatible(self._config.table, table.schema(), self._table_columns(struct), runtime_checked)
+            self._checked_schemas.add((key[0], table.schema().schema_id))
+        return table
 
     def _table_columns(self, struct: StructType) -> StructType:
         """The part of the input stored in the table (the op column of CDC input is not)."""
@@ -374,7 +390,10 @@ class SinkJob:
                 raise
             assert self._table is not None
             outage, table = e, self._table
-            self._check_input(table, df.schema)
+            table = self._check_input(table, df.schema)
+        if self._schema_changed:
+            self._schema_changed = False
+            _faults.hit(_faults.AFTER_SCHEMA_CHANGE, checkpoint_id)
         if outage is None:
             committed_pending = []
             try:

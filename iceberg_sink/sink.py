@@ -169,11 +169,14 @@ class IcebergSink:
             )
         check_python_workers(streaming_df.sparkSession)
         job = self._job(checkpoint_location, ephemeral=False, streaming=True)
-        # Create or check the table before the first batch so schema errors surface now.
-        job.ensure_table(streaming_df.schema)
+        config = self._config
+        if not config.map_batches:
+            # Create or check the table before the first batch so schema errors surface now (with
+            # map_batches the written schema is known per batch only).
+            job.ensure_table(streaming_df.schema)
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
-            job.process(batch, batch_id)
+            job.process(config.read_batch(batch), batch_id)
 
         writer = streaming_df.writeStream.foreachBatch(process_batch).option("checkpointLocation", checkpoint_location)
         if trigger:
@@ -209,6 +212,7 @@ class IcebergSink:
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:
             job = self._job(location, ephemeral=temporary)
+            df = self._config.read_batch(df)
             job.ensure_table(df.schema)
             if checkpoint_id is None:
                 job.commit_pending()
