@@ -100,7 +100,8 @@ def _plan_struct(
                 problems.append(
                     f"{_dotted(path)}: new column is required (not null) in the DataFrame; schema evolution adds "
                     "optional columns only (rows already in the table have no value for it): make the DataFrame "
-                    "column nullable, or add the column to the table yourself"
+                    "column nullable (e.g. df.to(schema) with the field nullable=True), or add the column to the "
+                    "table yourself"
                 )
             else:
                 changes.append((path, "add", f.field_type))
@@ -209,10 +210,11 @@ def evolve(
     deadline = time.monotonic() + retry.total_timeout_ms / 1000
     while True:
         changes = plan(table_name, table.schema(), struct, mode)
+        # Everything else the batch needs is checked before anything is committed.
+        target = schema_update.preview(table, changes) if changes else table.schema()
+        check_compatible(table_name, target, struct, runtime_checked=checked)
         if not changes:
             return table
-        # Everything else the batch needs is checked before anything is committed.
-        check_compatible(table_name, schema_update.preview(table, changes), struct, runtime_checked=checked)
         attempt += 1
         exhausted = attempt > retry.num_retries or time.monotonic() > deadline
         described = ", ".join(f"{kind} {_dotted(path)} {t}" for path, kind, t in changes)
