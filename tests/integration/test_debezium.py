@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg.catalog import load_catalog
 from pyiceberg.types import IntegerType, LongType, StringType
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidInputError
+from iceberg_sink import IcebergSink, InvalidInputError, _faults
 from iceberg_sink.debezium import read_envelope
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -228,3 +232,66 @@ def test_read_envelope_conflicting_types_name_the_column(spark: SparkSession) ->
     missing = spark.createDataFrame([("x",)], "other string")
     with pytest.raises(InvalidInputError, match=r"expected columns \['value'\]"):
         read_envelope(missing)
+
+
+def run_driver(root: Path, request: dict[str, Any]) -> str:
+    path = root / "request.json"
+    path.write_text(json.dumps(request), encoding="utf-8")
+    out = root / f"driver-{len(list(root.glob('driver-*')))}.out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    with out.open("wb") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.evolve_driver", str(path)],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the SIGKILL takes nothing else with it
+        )
+    try:
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return out.read_text(encoding="utf-8", errors="replace")
+
+
+def test_driver_killed_right_after_the_schema_change(tmp_path: Path, java_reader: JavaIcebergReader) -> None:
+    """SIGKILL of the whole driver between the schema change of checkpoint 1 and anything of its data:
+    the restart replays the batch, finds the columns present and commits each checkpoint once."""
+    src = Source()
+    src.batch()
+    for i in range(1, 4):
+        src.change("c", {"id": i, "name": f"n{i}", "qty": i}, V1)
+    src.batch()
+    src.change("u", {"id": 1, "name": "n1b", "qty": 2**35, "note": "wide"}, V2)
+    src.change("d", {"id": 2}, V2)
+    src.batch()
+    src.change("c", {"id": 4, "name": "n4", "qty": 4, "note": "four"}, V2)
+    src.write(tmp_path / "topic")
+    (tmp_path / "wh").mkdir()
+    request: dict[str, Any] = {
+        "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path / 'cat.db'}", "warehouse": (tmp_path / "wh").as_uri()},
+        "table": "cdc.customers",
+        "source": str(tmp_path / "topic"),
+        "checkpoint": str(tmp_path / "ckpt"),
+        "kill": [_faults.AFTER_SCHEMA_CHANGE, 1],
+    }
+    out = run_driver(tmp_path, request)
+    assert "KILLING at after-schema-change 1" in out, out[-3000:]
+    catalog = load_catalog("evolve", **request["catalog"])
+    table = catalog.load_table("cdc.customers")
+    assert "note" in [f.name for f in table.schema().fields]  # the change landed before the kill ...
+    assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0"]  # type: ignore[index]
+    schema_id = table.metadata.current_schema_id
+
+    out = run_driver(tmp_path, {**request, "kill": None})
+    assert "DONE" in out, out[-3000:]
+    table = catalog.load_table("cdc.customers")
+    assert table.metadata.current_schema_id == schema_id  # replay: nothing left to change
+    assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0", "1", "2"]  # type: ignore[index]
+    columns = [f.name for f in table.schema().fields]
+    want = sorted(({c: row.get(c) for c in columns} for row in src.model.values()), key=lambda r: r["id"])
+    assert normalize(java_reader.read(table.metadata_location), ["id"]) == want
+    assert normalize(duckdb_read(table.metadata_location), ["id"]) == want
