@@ -14,6 +14,12 @@ Exactly-once argument, for a checkpoint (micro-batch) N of a job (one checkpoint
 4. Otherwise the batch is written, aggregated, persisted, then committed. Files of a crashed attempt
    that never reached a persisted committable are orphans no snapshot references.
 
+Schema evolution (``iceberg-sink.schema-evolution``, table/evolution.py) commits the schema change a
+batch needs when the batch is checked against the table, before step 1 and before any file is
+written with the new schema. It is idempotent (planned against the table as loaded), so a batch
+replayed after a crash finds it done; committables stored with an older schema still commit, since
+columns are only added or widened (the committer checks it).
+
 Catalog outages (streams only): when the catalog cannot be reached, or a commit's outcome is unknown,
 past the commit retry budget, the batch is still written with the table metadata last loaded by this
 job, its committable is persisted, and it stays pending; step 1 of a later batch commits it, in order,
