@@ -103,7 +103,7 @@ class SinkJob:
         self._catalog = catalog or config.catalog.load()
         self._store = store
         self.job_id = store.job_id(config.table)
-        self._checked_schemas: set[tuple[str, int]] = set()
+        self._checked_schemas: set[str] = set()
         self._table: Table | None = None
         table = catalogs.load_table(self._catalog, config.table)
         resolved = options.resolve(config.options, table.properties if table is not None else {})
@@ -194,7 +194,7 @@ class SinkJob:
         changes = self._config.changes
         if changes is not None:
             check_changes_table(self._config.table, table, changes.key)
-        key = (struct.json(), table.schema().schema_id)
+        key = struct.json()
         if key not in self._checked_schemas:
             runtime_checked = changes.key if changes is not None else ()
             # -- schema evolution (table/evolution.py): committed before this batch's files are written.
@@ -212,7 +212,7 @@ class SinkJob:
                 self._schema_changed = self._schema_changed or table.schema().schema_id != before
             # -- end of schema evolution
             check_compatible(self._config.table, table.schema(), self._table_columns(struct), runtime_checked)
-            self._checked_schemas.add((key[0], table.schema().schema_id))
+            self._checked_schemas.add(key)
         return table
 
     def _table_columns(self, struct: StructType) -> StructType:
