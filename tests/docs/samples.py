@@ -25,6 +25,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import tomllib
 import traceback
 from collections.abc import Iterator
@@ -191,6 +192,7 @@ def run_page(blocks: list[Block], workdir: Path, namespace: dict[str, Any], tool
         for block in blocks:
             if block.kind == "skip":
                 continue
+            started = time.monotonic()
             if block.kind == "file":
                 target = workdir / block.title
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -219,4 +221,5 @@ def run_page(blocks: list[Block], workdir: Path, namespace: dict[str, Any], tool
                         f"--- block\n{block.code}--- stdout\n{done.stdout}--- stderr\n{done.stderr}"
                     )
             ran += 1
+            print(f"[sample] {block.where} {block.kind}: {time.monotonic() - started:.1f} s")
     return ran
