@@ -153,9 +153,10 @@ def _entry_points() -> dict[str, str]:
 def tool_dir(where: Path) -> Path:
     """A folder to put first on PATH: ``python`` is this interpreter, console scripts run this checkout."""
     where.mkdir(parents=True, exist_ok=True)
+    # A wrapper, not a symlink: a venv's interpreter finds its pyvenv.cfg through the path it is started by.
     python = where / "python"
-    if not python.exists():
-        python.symlink_to(sys.executable)
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
     for name, target in _entry_points().items():
         module, _, func = target.partition(":")
         script = where / name
