@@ -132,7 +132,7 @@ def parse(text: str, page: str) -> list[Block]:
             )
         else:
             problems.append(
-                f"{where}: a {lang!r} block is neither run nor written to a file: give it title=\"FILE\" for "
+                f'{where}: a {lang!r} block is neither run nor written to a file: give it title="FILE" for '
                 "a later block to use, or mark it <!-- not-run: REASON -->"
             )
         i = end + 1

@@ -40,7 +40,9 @@ def test_samples_run(page: Path, spark: object, tmp_path: Path, tools: Path) -> 
         # Spark's JVM resolves relative paths against its own working directory (the repository here),
         # not the page's: a sample giving Spark a relative path would write into the checkout.
         stray = sorted(p.name for p in set(samples.ROOT.iterdir()) - before)
-        assert not stray, f"{samples.page_name(page)}: samples created {stray} in the repository; give Spark absolute paths"
+        assert not stray, (
+            f"{samples.page_name(page)}: samples created {stray} in the repository; give Spark absolute paths"
+        )
     finally:
         for query in spark.streams.active:  # type: ignore[attr-defined]
             query.stop()
