@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +25,10 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     assert (site / "index.html").is_file()
     # The pipeline diagram is rendered by Material's mermaid support from a superfences custom fence.
     assert '<pre class="mermaid">' in (site / "architecture" / "index.html").read_text()
+    # Hidden sample setups (HTML comments) stay hidden: none leaks into a page's visible HTML.
+    leaks = []
+    for html in site.rglob("*.html"):
+        visible = re.sub(r"<!--.*?-->", "", html.read_text(), flags=re.S)
+        if "contributing-docs" not in html.parts and ("sample-setup" in visible or "not-run:" in visible):
+            leaks.append(str(html.relative_to(site)))
+    assert not leaks, f"hidden sample setups or not-run markers show on {leaks}"
