@@ -67,6 +67,7 @@ class SinkConfig:
         post_commit_hooks: called after each commit, in order.
         compaction: post-commit compaction settings (topology/compaction), or None.
         conversion: post-commit equality-delete conversion settings (topology/conversion), or None.
+        prometheus: where to serve the metrics to Prometheus (iceberg_sink/prometheus.py), or None.
     """
 
     catalog: CatalogConfig
@@ -80,6 +81,7 @@ class SinkConfig:
     post_commit_hooks: tuple[Callable[..., Any], ...] = ()
     compaction: Any = None
     conversion: Any = None
+    prometheus: Any = None
 
     @property
     def options(self) -> dict[str, Any]:
