@@ -385,7 +385,10 @@ class SinkJob:
         finally:
             duration_ms = (time.monotonic() - started) * 1000
             self.metrics.set(last_checkpoint_duration_ms=duration_ms)
-            self._report(checkpoint_id, outcome, error, duration_ms)
+            try:
+                self._report(checkpoint_id, outcome, error, duration_ms)
+            except Exception:  # reporting never changes what happened to the checkpoint
+                logger.exception("progress record of checkpoint %s could not be written", checkpoint_id)
 
     def _report(
         self, checkpoint_id: int, outcome: CommitOutcome | None, error: BaseException | None, duration_ms: float

@@ -242,3 +242,21 @@ def test_prometheus_options_are_checked(tmp_path: Path) -> None:
             builder.prometheus(port=taken, addr="127.0.0.1").build()
     finally:
         first.close()
+
+
+def test_progress_status_of_empty_replayed_and_failed_batches(spark: SparkSession, tmp_path: Path) -> None:
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").create_if_missing().upsert(["id"]).build()
+    location = str(tmp_path / "checkpoint")
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
+    sink.write(rows, checkpoint_location=location, checkpoint_id=0)
+    sink.write(rows, checkpoint_location=location, checkpoint_id=0)  # a replay: already in the table
+    sink.write(rows.limit(0), checkpoint_location=location, checkpoint_id=1)
+    with pytest.raises(Exception, match="null"):
+        sink.write(
+            spark.createDataFrame([(None, "x")], "id long, v string"), checkpoint_location=location, checkpoint_id=2
+        )
+    statuses = [(p["checkpoint_id"], p["status"], p["rows"]) for p in sink.progress()]
+    assert statuses == [(0, "committed", 2), (0, "skipped", 0), (1, "empty", 0), (2, "failed", 0)]
+    failed = sink.last_progress()
+    assert failed is not None and failed["error"].startswith("InvalidInputError: ") and failed["snapshot_id"] is None
+    assert sink.metrics().commits == 1 and sink.metrics().skipped_commits == 0
