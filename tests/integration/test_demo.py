@@ -36,9 +36,10 @@ def run_demo(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_demo_streams_summarizes_and_checks(tmp_path: Path) -> None:
-    done = run_demo(tmp_path)
+    done = run_demo(tmp_path, "--prometheus-port", "0")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
+    assert "Prometheus metrics at http://127.0.0.1:" in out
     # Not a terminal: one plain line per micro-batch instead of the live display.
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("checkpoint ")] == [
         "checkpoint 1/3 committed",
