@@ -194,7 +194,10 @@ class LiveDisplay:
         stats.add_column()
         stats.add_row("checkpoints", ProgressBar(total=total_batches, completed=len(records), width=30))
         stats.add_row("", f"{len(records)}/{total_batches} micro-batches, {len(committed)} snapshots committed")
-        stats.add_row("rows", f"{sum(p['rows'] for p in records):,} upserted of {sent:,} change events sent")
+        stats.add_row(
+            "rows",
+            f"{sum(p['rows'] for p in records):,} rows written from {sent:,} change events (deletes write no rows)",
+        )
         stats.add_row("files", f"{m.flushed_data_files} data, {m.flushed_delete_files} delete files written")
         if latencies:
             stats.add_row(
