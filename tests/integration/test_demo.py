@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
-from iceberg_sink.demo import Generator, differences
+from iceberg_sink import IcebergSink
+from iceberg_sink.demo import Generator, LiveDisplay, differences
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +81,18 @@ def test_differences_names_missing_extra_changed_and_duplicate_rows() -> None:
         "1 accounts not expected (e.g. account_id [999])",
         f"1 accounts with other values (e.g. account_id [{rows[1]['account_id']}])",
     ]
+
+
+def test_live_display_renders_the_sinks_progress(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").create_if_missing().upsert(["id"]).build()
+    for i in range(2):
+        sink.write(spark.createDataFrame([(i, "a"), (i + 10, "b")], "id long, v string"))
+    display = LiveDisplay()
+    display.update(sink, 3, 4)
+    display.close()
+    out = capsys.readouterr().out
+    assert "2/3 micro-batches, 2 snapshots committed" in out
+    assert "4 rows written from 4 change events" in out
+    assert "newest micro-batches" in out and "committed" in out
