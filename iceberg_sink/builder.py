@@ -13,6 +13,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.prometheus import PrometheusConfig, require_prometheus_client
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact, scrub
 from iceberg_sink.table.partitioning import field_name, parse_terms
@@ -43,6 +44,7 @@ class IcebergSinkBuilder:
         self._conversion: dict[str, Any] | None = None
         self._post_hooks: list[Any] = []
         self._map_batches: list[Any] = []
+        self._prometheus: dict[str, Any] | None = None
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -211,6 +213,37 @@ class IcebergSinkBuilder:
         }
         return self
 
+    def prometheus(self, port: int = 0, addr: str = "0.0.0.0", job: str | None = None) -> IcebergSinkBuilder:
+        """Serve the sink's metrics to Prometheus over HTTP from ``build()`` on (docs/metrics.md).
+
+        Args:
+            port: TCP port; 0 picks a free one (read it from ``sink.prometheus_port``).
+            addr: address to bind.
+            job: value of the ``job`` label on every sample (default: the table name).
+
+        Needs the ``metrics`` extra (prometheus-client). ``sink.close()`` stops the endpoint.
+        """
+        self._prometheus = {"port": port, "addr": addr, "job": job}
+        return self
+
+    def _prometheus_config(self, problems: list[str]) -> PrometheusConfig | None:
+        if self._prometheus is None:
+            return None
+        port, addr, job = self._prometheus["port"], self._prometheus["addr"], self._prometheus["job"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            problems.append(
+                f"prometheus(port): expected an integer from 0 to 65535 (0: any free port), received {port!r}"
+            )
+        if not isinstance(addr, str):
+            problems.append(f"prometheus(addr): expected an address string such as '0.0.0.0', received {addr!r}")
+        if job is not None and (not isinstance(job, str) or not job):
+            problems.append(f"prometheus(job): expected a non-empty string or None, received {job!r}")
+        try:
+            require_prometheus_client()
+        except InvalidSinkConfigError as e:
+            problems.append(str(e))
+        return PrometheusConfig(port=port, addr=addr, job=job)
+
     def upsert(self, key: Sequence[str]) -> IcebergSinkBuilder:
         """Every row is the new state of its key: it replaces the row with the same key, or is inserted.
 
@@ -350,6 +383,7 @@ class IcebergSinkBuilder:
                 )
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
+        prometheus = self._prometheus_config(problems)
         catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
@@ -404,5 +438,6 @@ class IcebergSinkBuilder:
                 compaction=compaction,
                 conversion=conversion,
                 map_batches=tuple(self._map_batches),
+                prometheus=prometheus,
             )
         )

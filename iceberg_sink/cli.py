@@ -6,6 +6,7 @@ iceberg-sink convert-equality-deletes --table db.users
 iceberg-sink expire-snapshots --table db.events --older-than-hours 24 --retain-last 10
 iceberg-sink remove-orphans --table db.events --older-than-hours 72 [--dry-run]
 iceberg-sink rewrite-manifests --table db.events
+iceberg-sink demo [--batches 10 --rows 2000]   (a streaming CDC pipeline with a live display; see demo.py)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
+from iceberg_sink import demo
 from iceberg_sink.errors import IcebergSinkError, InvalidSinkConfigError
 from iceberg_sink.table.catalog import CatalogConfig
 from iceberg_sink.table.catalog import load_table as load_from_catalog
@@ -65,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("rewrite-manifests", help="merge small manifests")
     common(m)
     m.add_argument("--entries-per-manifest", type=int, default=10_000)
+    # -- demo: listed here for --help; its options are parsed by iceberg_sink/demo.py (see main()).
+    sub.add_parser("demo", help="stream generated changes into a local table with a live display, then check it")
     return parser
 
 
@@ -124,6 +128,11 @@ def _progress(phase: str, done: int, total: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # -- demo: dispatched before the table commands' parser, which would require --table.
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["demo"]:
+        return demo.main(arguments[1:], prog="iceberg-sink demo")
+    # -- end demo
     args = _parser().parse_args(argv)
     try:
         load = _loader(_catalog(args), args.table)

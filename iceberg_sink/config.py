@@ -69,6 +69,7 @@ class SinkConfig:
         conversion: post-commit equality-delete conversion settings (topology/conversion), or None.
         map_batches: functions applied, in order, to every micro-batch before anything else
             (``.map_batches``, ``.debezium``).
+        prometheus: where to serve the metrics to Prometheus (iceberg_sink/prometheus.py), or None.
     """
 
     catalog: CatalogConfig
@@ -83,6 +84,7 @@ class SinkConfig:
     compaction: Any = None
     conversion: Any = None
     map_batches: tuple[Callable[..., Any], ...] = ()
+    prometheus: Any = None
 
     @property
     def options(self) -> dict[str, Any]:
