@@ -86,7 +86,7 @@ def _start_spark(
     log4j = work_dir / "log4j2.properties"
     log4j.write_text(_LOG4J2, encoding="utf-8")
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName("iceberg-java-reader")
         .config("spark.jars", jar)
@@ -106,11 +106,11 @@ def _start_spark(
     if s3_mirror is not None:
         mirror_jar, mirror_class, mirror_root = s3_mirror
         # On the driver's launch class path, so Hadoop's Configuration finds the class by name.
-        spark = spark.config("spark.driver.extraClassPath", mirror_jar)
+        builder = builder.config("spark.driver.extraClassPath", mirror_jar)
         for scheme in ("s3", "s3a"):
-            spark = spark.config(f"spark.hadoop.fs.{scheme}.impl", mirror_class)
-        spark = spark.config("spark.hadoop.iceberg-sink.mirror-s3.root", mirror_root)
-    spark = spark.getOrCreate()
+            builder = builder.config(f"spark.hadoop.fs.{scheme}.impl", mirror_class)
+        builder = builder.config("spark.hadoop.iceberg-sink.mirror-s3.root", mirror_root)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
