@@ -89,10 +89,6 @@ class MirroredFiles:
     location: str
     files: dict[str, Path]  # s3://bucket/key -> <mirror root>/bucket/key
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.files.values())
-
 
 def s3_filesystem(props: Mapping[str, str]) -> pafs.S3FileSystem:
     """An Arrow S3 client from PyIceberg's S3 FileIO properties (``s3.endpoint``, ``s3.access-key-id``,
