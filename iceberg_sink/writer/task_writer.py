@@ -416,6 +416,29 @@ class TaskWriter:
             values = tuple(column[g] for column in group_keys)
             yield values, table.take(pa.array(rows, pa.int64())) if len(rows) != table.num_rows else table
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of rows buffered and not yet flushed to a file."""
+        return sum(w.buffered_bytes for w in self._writers.values())
+
+    def flush_largest(self) -> None:
+        """Flush the writer holding the most buffered rows (a multi-table writer bounds memory so)."""
+        if self._writers:
+            max(self._writers.values(), key=lambda w: w.buffered_bytes).flush()
+
+    def close_oldest_file(self) -> bool:
+        """Close the least recently written open file (its rows so far become a complete file).
+
+        Returns:
+            False when no file is open.
+        """
+        key = next((k for k, w in self._writers.items() if w.is_open), None)
+        if key is None:
+            return False
+        self._close(key)
+        self.evicted_files += 1
+        return True
+
     def _bound_memory(self) -> None:
         # Summed again after each flush: opening a file may close another, which flushes it too.
         while sum(w.buffered_bytes for w in self._writers.values()) > self._spec.buffer_bytes * _TOTAL_BUFFER_FACTOR:
