@@ -157,7 +157,8 @@ class CheckpointStore:
         )
 
     def _path(self, checkpoint_id: int) -> str:
-        return f"{self._location}/{committable_name(checkpoint_id)}"
+        # Under this store's root: a routed table's store is not the location's own (see for_table).
+        return f"{self._committables}/{checkpoint_id:020d}.json"
 
     def put(self, committable: Committable) -> None:
         self._write(self._path(committable.checkpoint_id), committable.encode())
