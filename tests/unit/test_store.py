@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from iceberg_sink.committer.committable import Committable, CommitSummary, DeltaManifests
+from iceberg_sink.committer.committable import CommitSummary, Committable, DeltaManifests
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointError
 
@@ -72,5 +72,5 @@ def test_a_routed_table_remembers_its_uuid(tmp_path: Path) -> None:
     ):
         store.pin_table_uuid("ns.a", "u-2")
     (Path(store.root) / "table.json").write_text("[]")
-    with pytest.raises(InvalidSinkConfigError, match="table.json is damaged"):
+    with pytest.raises(InvalidSinkConfigError, match=r"table\.json is damaged"):
         store.table_uuid()
