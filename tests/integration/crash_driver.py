@@ -169,11 +169,8 @@ def main(argv: list[str]) -> int:
     until = int(request.get("until_checkpoints") or 0)
     for stream in streams:
         builder = IcebergSink.builder().catalog("crash", **request["catalog"])
-        if stream.get("route"):
-            # A routed stream (``route``: .route() keyword arguments, ``ddl``: the source schema).
-            builder = builder.route(**stream["route"])
-        else:
-            builder = builder.table(stream["table"])
+        # A routed stream has ``route`` (.route() keyword arguments) and ``ddl`` (the source schema).
+        builder = builder.route(**stream["route"]) if stream.get("route") else builder.table(stream["table"])
         if stream["kind"] == "cdc":
             builder = builder.cdc(op_column="op", key=["id"], order_by="lsn").create_if_missing(
                 partition_by=["bucket(4, id)"]
