@@ -257,6 +257,8 @@ class SinkJob:
             raise
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
+        if outcome.cleanup is not None:
+            outcome.cleanup()
         if outcome.snapshot is None:
             self.metrics.add(skipped_commits=1)
         else:
