@@ -76,8 +76,18 @@ class MultiTableTaskWriter:
                 "from the same input; is the routing function deterministic?"
             )
         writer = TaskWriter(spec, task_id=self._task_id, attempt_id=self._attempt_id)
+        writer.before_open = self._make_room
         self._writers[table or ""] = writer
         return writer
+
+    def _make_room(self) -> None:
+        """Called before any table's writer opens a file: keep the task within ``max_open_files``."""
+        open_now = self.open_files
+        while open_now >= self._max_open_files:
+            # The least recently written table that has a file open closes its oldest one.
+            next(w for w in self._writers.values() if w.open_files).close_oldest_file()
+            open_now -= 1
+        self.peak_open_files = max(self.peak_open_files, open_now + 1)
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
@@ -88,17 +98,9 @@ class MultiTableTaskWriter:
 
     def _bound(self) -> None:
         limit = self._buffer_bytes * _TOTAL_BUFFER_FACTOR
-        while True:
-            open_now = self.open_files
-            self.peak_open_files = max(self.peak_open_files, open_now)
-            if open_now > self._max_open_files:
-                # The least recently written table that has a file open closes its oldest one.
-                next(w for w in self._writers.values() if w.open_files).close_oldest_file()
-                continue
-            if sum(w.buffered_bytes for w in self._writers.values()) > limit:
-                max(self._writers.values(), key=lambda w: w.buffered_bytes).flush_largest()
-                continue
-            return
+        while sum(w.buffered_bytes for w in self._writers.values()) > limit:
+            # A flush may open a file: _make_room keeps that within the open-file limit.
+            max(self._writers.values(), key=lambda w: w.buffered_bytes).flush_largest()
 
     def complete(self) -> dict[str, WriteResult]:
         """Close every table's files, one table at a time; the results of tables that wrote files."""

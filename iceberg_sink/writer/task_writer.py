@@ -253,6 +253,9 @@ class TaskWriter:
         self._created_paths: list[str] = []  # every file this attempt created, for abort
         self.peak_open_files = 0
         self.evicted_files = 0  # files closed early to stay within spec.max_open_files
+        # Called before each file opens, after the writer made room for it within its own limit:
+        # a multi-table writer (writer/multi.py) makes room within the task's limit across tables.
+        self.before_open: Callable[[], None] | None = None
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
             for f in self._partition_spec.fields
@@ -305,6 +308,8 @@ class TaskWriter:
             self.evicted_files += 1
             open_now -= 1
         self.peak_open_files = max(self.peak_open_files, open_now + 1)
+        if self.before_open is not None:
+            self.before_open()
 
     def _writer_for(self, output: _Output, values: tuple[Any, ...]) -> RollingParquetWriter:
         slot = (output, _slot(values))

@@ -259,3 +259,31 @@ def test_two_hundred_tables_in_one_stream(
     for name in names[::67]:
         check_readers(java_reader, catalog.load_table(name), expected_events(rows, name.split(".")[1]), "id")  # type: ignore[attr-defined]
     assert sink.metrics().commits == count * batches
+
+
+def test_spark_jobs_per_batch_do_not_grow_with_the_number_of_tables(
+    spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="j")
+        .create_if_missing()
+        .build()
+    )
+    context = spark.sparkContext
+
+    def jobs_for(tables: int, group: str) -> int:
+        rows = [(f"t{t}", t * 10 + i, "x", 1.0) for t in range(tables) for i in range(3)]
+        context.setJobGroup(group, group)
+        try:
+            sink.write(events(spark, rows), checkpoint_location=str(tmp_path / group))
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        return len(context.statusTracker().getJobIdsForGroup(group))
+
+    jobs_for(2, "warm-up")  # the one-time worker check
+    few, many = jobs_for(3, "three"), jobs_for(40, "forty")
+    # Listing the batch's tables and one write for all of them (each shuffle stage of adaptive query
+    # execution counts as a job of its own): the same for 3 tables as for 40.
+    assert few == many, (few, many)
