@@ -75,7 +75,7 @@ def test_a_row_for_an_unplanned_table_is_refused_and_files_are_deleted(catalog: 
         {"db.t0": writer_spec(table, buffer_bytes=1)}, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=1
     )
     writer.write(routed_rows(1, 3))
-    with pytest.raises(ValueError, match="routed row to an unplanned table: 'db.t1'"):
+    with pytest.raises(ValueError, match=r"routed row to an unplanned table: 'db\.t1'"):
         writer.write(routed_rows(2, 3))
     paths = [p for w in writer._writers.values() for p in w._created_paths]
     assert paths
