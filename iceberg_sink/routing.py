@@ -52,7 +52,7 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.metrics import SinkMetrics
-from iceberg_sink.pipeline import CheckpointPlan, SinkJob, write_error
+from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
 from iceberg_sink.topology.changes import ERROR_MARKER, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_TABLE
@@ -177,6 +177,10 @@ class RoutedJob:
                 continue
             try:
                 job.commit_pending(before=before)
+            except _CatalogOutage as e:
+                # The catalog is unreachable: the table's checkpoints stay pending, committed in
+                # order by a later micro-batch (as a single-table stream's are).
+                logger.warning("table %s: pending checkpoints stay pending: %s", table, e.error)
             except Exception as e:
                 failures.append((table, e))
         _raise_first(failures)

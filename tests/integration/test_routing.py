@@ -287,3 +287,61 @@ def test_spark_jobs_per_batch_do_not_grow_with_the_number_of_tables(
     # Listing the batch's tables and one write for all of them (each shuffle stage of adaptive query
     # execution counts as a job of its own): the same for 3 tables as for 40.
     assert few == many, (few, many)
+
+
+def test_catalog_outage_keeps_each_tables_checkpoints_pending_until_a_later_batch(
+    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """A routed stream rides out a catalog outage per table: its checkpoint is written and stays
+    pending in each table's state; once the catalog answers, a later micro-batch commits it in order,
+    also for a table that later batch routes no row to."""
+    import sqlite3
+
+    from iceberg_sink.routing import RoutedJob
+
+    (tmp_path / "wh").mkdir()
+    props = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path / 'cat.db'}?timeout=0.2",
+        "warehouse": (tmp_path / "wh").as_uri(),
+    }
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **props)
+        .route(table_column="tbl", namespace="db")
+        .create_if_missing()
+        .upsert(key=["id"])
+        .build()
+    )
+    job = RoutedJob(sink.config, str(tmp_path / "ck"), streaming=True)  # what start() runs per micro-batch
+    batches = [
+        [("a", 1, "a0", 0.0), ("b", 1, "b0", 0.0)],
+        [("a", 1, "a1", 1.0), ("b", 2, "b1", 1.0)],
+        [("a", 3, "a2", 2.0)],
+    ]
+    job.process(events(spark, batches[0]), 0)
+    lock = sqlite3.connect(tmp_path / "cat.db", isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        outcomes = job.process(events(spark, batches[1]), 1)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert all(o is not None and o.pending for o in outcomes.values()), outcomes
+    for name in ("db.a", "db.b"):
+        assert CheckpointStore.for_table(str(tmp_path / "ck"), name).pending_ids() == [1]
+    job.process(events(spark, batches[2]), 2)  # no row for db.b: its pending checkpoint is committed too
+    catalog = load_catalog("test", **props)
+    assert checkpoints(catalog.load_table("db.a")) == [0, 1, 2]
+    assert checkpoints(catalog.load_table("db.b")) == [0, 1]
+    for name in ("db.a", "db.b"):
+        assert CheckpointStore.for_table(str(tmp_path / "ck"), name).pending_ids() == []
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
+    expected = {
+        "db.a": [{"id": 1, "name": "a1", "score": 1.0}, {"id": 3, "name": "a2", "score": 2.0}],
+        "db.b": [{"id": 1, "name": "b0", "score": 0.0}, {"id": 2, "name": "b1", "score": 1.0}],
+    }
+    for name, rows in expected.items():
+        check_readers(
+            java_reader, catalog.load_table(name), normalize(pa.Table.from_pylist(rows, schema=schema), ["id"]), "id"
+        )
