@@ -345,3 +345,51 @@ def test_catalog_outage_keeps_each_tables_checkpoints_pending_until_a_later_batc
         check_readers(
             java_reader, catalog.load_table(name), normalize(pa.Table.from_pylist(rows, schema=schema), ["id"]), "id"
         )
+
+
+@pytest.mark.parametrize("mode", ["hash", "range", "none"])
+def test_distribution_modes_over_tables_of_different_partition_layouts(
+    spark: SparkSession,
+    catalog_props: dict[str, str],
+    catalog: Catalog,
+    tmp_path: Path,
+    java_reader: JavaIcebergReader,
+    mode: str,
+) -> None:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform, TruncateTransform
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "name", StringType(), required=False),
+        NestedField(3, "score", DoubleType(), required=False),
+    )
+    catalog.create_namespace("d")  # type: ignore[attr-defined]
+    # Two existing tables with layouts of their own; the others are created with bucket(2, id).
+    catalog.create_table(
+        "d.by_name", schema, partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "name"))
+    )  # type: ignore[attr-defined]
+    catalog.create_table(
+        "d.by_id", schema, partition_spec=PartitionSpec(PartitionField(1, 1000, TruncateTransform(10), "id_trunc"))
+    )  # type: ignore[attr-defined]
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="d")
+        .create_if_missing(partition_by=["bucket(2, id)"])
+        .distribution_mode(mode)
+        .build()
+    )
+    names = ["by_name", "by_id", "new1", "new2"]
+    rows = [(t, i, f"n{i % 3}", float(i)) for t in names for i in range(12)]
+    sink.write(events(spark, rows), checkpoint_location=str(tmp_path / "ck"))
+    for t in names:
+        table = catalog.load_table(f"d.{t}")  # type: ignore[attr-defined]
+        assert checkpoints(table) == [0]
+        check_readers(java_reader, table, expected_events(rows, t), "id")
+    if mode == "hash":
+        # One writer task per (table, partition): one data file each.
+        files = catalog.load_table("d.by_name").inspect.files().to_pylist()  # type: ignore[attr-defined]
+        assert len(files) == len({str(f["partition"]) for f in files}) == 3
