@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink.config import ChangeConfig, CreateOptions, SinkConfig
+from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.prometheus import PrometheusConfig, require_prometheus_client
 from iceberg_sink.sink import IcebergSink
@@ -45,6 +45,7 @@ class IcebergSinkBuilder:
         self._post_hooks: list[Any] = []
         self._map_batches: list[Any] = []
         self._prometheus: dict[str, Any] | None = None
+        self._routes: list[dict[str, Any]] = []
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -63,6 +64,53 @@ class IcebergSinkBuilder:
         """The target table, ``namespace.name``."""
         self._table = identifier
         return self
+
+    def route(
+        self,
+        fn: Callable[[Any], str] | None = None,
+        *,
+        table_column: str | None = None,
+        namespace: str | None = None,
+    ) -> IcebergSinkBuilder:
+        """Write one stream to many tables: each row goes to the table its route names.
+
+        Give either ``table_column`` (a string column naming each row's table; it is not written to
+        the tables) or ``fn``, a function of one row (a :class:`pyspark.sql.Row` holding every input
+        column) returning the table name; it runs as an Arrow-optimized Python UDF, batched, one call
+        per row. A name without a namespace (no dot) gets ``namespace``. Excludes :meth:`table`.
+
+        Each table is created when first seen (with :meth:`create_if_missing`'s settings) or checked
+        like a single sink's table; each checkpoint commits one snapshot to each table it touched,
+        idempotently per table. See docs/routing.md.
+        """
+        self._routes.append({"fn": fn, "table_column": table_column, "namespace": namespace})
+        return self
+
+    def _route_config(self, problems: list[str]) -> RouteConfig | None:
+        if not self._routes:
+            return None
+        if len(self._routes) > 1:
+            problems.append(f"route: expected one call, received {len(self._routes)}")
+            return None
+        fn, column, namespace = (self._routes[0][k] for k in ("fn", "table_column", "namespace"))
+        if (fn is None) == (column is None):
+            problems.append(
+                "route: expected exactly one of fn (a function of a row) and table_column (a column name), "
+                f"received fn={fn!r}, table_column={column!r}"
+            )
+            return None
+        if fn is not None and not callable(fn):
+            problems.append(f"route(fn): expected a callable returning a table name, received {fn!r}")
+            return None
+        if column is not None and (not isinstance(column, str) or not column):
+            problems.append(f"route(table_column): expected a column name, received {column!r}")
+            return None
+        if namespace is not None and (
+            not isinstance(namespace, str) or not namespace.strip(".") or namespace != namespace.strip()
+        ):
+            problems.append(f"route(namespace): expected None or a namespace such as 'cdc', received {namespace!r}")
+            return None
+        return RouteConfig(table_column=column, fn=fn, namespace=namespace.strip(".") if namespace else None)
 
     def create_if_missing(
         self,
@@ -302,8 +350,16 @@ class IcebergSinkBuilder:
         problems: list[str] = []
         if self._catalog_error:
             problems.append(self._catalog_error)
-        if self._table is _UNSET:
-            problems.append("table: required; call .table('namespace.name')")
+        route = self._route_config(problems)
+        if self._routes and self._table is not _UNSET:
+            problems.append(
+                f"table/route: a sink writes either one table (.table) or the tables its rows are routed to "
+                f"(.route), not both; received .table({self._table!r}) and .route(...)"
+            )
+        elif self._routes:
+            pass
+        elif self._table is _UNSET:
+            problems.append("table: required; call .table('namespace.name') (or .route(...) for many tables)")
         elif not isinstance(self._table, str) or "." not in self._table.strip(".") or not self._table.strip():
             problems.append(f"table: expected 'namespace.name', received {self._table!r}")
         if not isinstance(self._branch, str) or not self._branch:
@@ -377,7 +433,7 @@ class IcebergSinkBuilder:
                 )
             try:
                 partition_problem(
-                    str(self._table),
+                    "every routed table" if self._routes else str(self._table),
                     [(field_name(t), str(t.transform), t.column) for t in create.partition_by],
                     changes.key,
                 )
@@ -388,6 +444,24 @@ class IcebergSinkBuilder:
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
 
+        if route is not None:
+            # The tables are known only from the rows; each is checked when first seen.
+            return IcebergSink(
+                SinkConfig(
+                    catalog=catalog,
+                    table="",
+                    create=create,
+                    branch=self._branch,
+                    distribution_mode=distribution,
+                    write_options=parsed_options,
+                    changes=changes,
+                    pre_commit_hooks=tuple(self._pre_hooks),
+                    post_commit_hooks=tuple(self._post_hooks),
+                    compaction=compaction,
+                    conversion=conversion,
+                    route=route,
+                )
+            )
         secret_props = dict(catalog.properties)
         try:
             loaded = catalog.load()

@@ -52,12 +52,32 @@ class ChangeConfig:
 
 
 @attrs.frozen
+class RouteConfig:
+    """Routing of one stream to many tables (see iceberg_sink/routing.py).
+
+    Attributes:
+        table_column: the input column naming each row's table (not written to the tables).
+        fn: a function of a row (a :class:`pyspark.sql.Row` of every input column) returning the
+            row's table name; exactly one of ``table_column`` and ``fn`` is set.
+        namespace: the namespace of table names given without one.
+    """
+
+    table_column: str | None = None
+    fn: Callable[[Any], Any] | None = None
+    namespace: str | None = None
+
+    def describe(self) -> str:
+        how = f"column {self.table_column!r}" if self.table_column is not None else f"function {self.fn!r}"
+        return f"tables routed by {how}" + (f" (namespace {self.namespace!r})" if self.namespace else "")
+
+
+@attrs.frozen
 class SinkConfig:
     """Everything the sink was built with; validated by ``build()``.
 
     Attributes:
         catalog: the catalog to use (the embedded default when none was given).
-        table: table identifier, ``namespace.name``.
+        table: table identifier, ``namespace.name`` (empty for a routed sink: see ``route``).
         create: table creation options, or None to require an existing table.
         branch: the branch commits go to.
         distribution_mode: ``none``, ``hash``, ``range`` or None (table property, then default).
@@ -70,6 +90,8 @@ class SinkConfig:
         map_batches: functions applied, in order, to every micro-batch before anything else
             (``.map_batches``, ``.debezium``).
         prometheus: where to serve the metrics to Prometheus (iceberg_sink/prometheus.py), or None.
+        route: how rows are routed to many tables, or None for a single-table sink. Each routed
+            table is written with this configuration with ``table`` set to it and ``route`` None.
     """
 
     catalog: CatalogConfig
@@ -85,6 +107,7 @@ class SinkConfig:
     conversion: Any = None
     map_batches: tuple[Callable[..., Any], ...] = ()
     prometheus: Any = None
+    route: RouteConfig | None = None
 
     @property
     def options(self) -> dict[str, Any]:

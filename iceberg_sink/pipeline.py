@@ -35,6 +35,7 @@ import logging
 import time
 from typing import Any
 
+import attrs
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -59,6 +60,7 @@ from iceberg_sink.errors import (
     InvalidSinkConfigError,
     PendingCheckpointsLimitError,
     SchemaMismatchError,
+    UncommittableCheckpointError,
     UnsupportedTableError,
     WriteFailedError,
 )
@@ -96,8 +98,13 @@ class SinkJob:
         compaction: CompactionTrigger | None = None,
         conversion: ConversionTrigger | None = None,
         streaming: bool = False,
+        job_id: str | None = None,
+        pin_table_uuid: bool = False,
     ) -> None:
         self._config = config
+        # Routed tables (routing.py): the table's UUID is recorded in the store on first use and a
+        # table dropped or re-created by someone else since is refused instead of written anew.
+        self._pin_table_uuid = pin_table_uuid
         # Only a stream keeps checkpoints pending through a catalog outage: a bounded write reports it.
         self._streaming = streaming
         # A job whose checkpoint location is thrown away (a bounded write without one) cannot be
@@ -106,7 +113,7 @@ class SinkJob:
         self.metrics = metrics or SinkMetrics()
         self._catalog = catalog or config.catalog.load()
         self._store = store
-        self.job_id = store.job_id(config.table)
+        self.job_id = store.job_id(config.table, job_id)
         self._checked_schemas: set[str] = set()
         self._table: Table | None = None
         table = catalogs.load_table(self._catalog, config.table)
@@ -174,6 +181,8 @@ class SinkJob:
 
     def ensure_table(self, struct: StructType) -> Table:
         table = catalogs.load_table(self._catalog, self._config.table)
+        if table is None and self._pin_table_uuid and self._store.table_uuid() is not None:
+            raise UncommittableCheckpointError(self._store.replaced_message(self._config.table, "no longer exists"))
         if table is None:
             create = self._config.create
             if create is None:
@@ -191,6 +200,8 @@ class SinkJob:
                 f"table {self._config.table} has format version {table.metadata.format_version}; "
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
+        if self._pin_table_uuid:
+            self._store.pin_table_uuid(self._config.table, str(table.metadata.table_uuid))
         table = self._check_input(table, struct)
         self._table = table
         return table
@@ -273,6 +284,8 @@ class SinkJob:
             raise
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
+        if outcome.cleanup is not None:
+            outcome.cleanup()
         if outcome.snapshot is None:
             self.metrics.add(skipped_commits=1)
         else:
@@ -330,6 +343,14 @@ class SinkJob:
             # Already in the table, or it only deleted keys that provably do not exist.
             logger.info("checkpoint %s needed no new snapshot; skipped", committable.checkpoint_id)
         return outcome
+
+    def pending_ids(self) -> list[int]:
+        """The checkpoint ids of this job's stored committables, oldest first."""
+        return self._store.pending_ids()
+
+    def has_pending(self, before: int | None = None) -> bool:
+        """Whether a committable (below ``before``) is stored."""
+        return any(before is None or c < before for c in self._store.pending_ids())
 
     def commit_pending(self, before: int | None = None) -> list[CommitOutcome]:
         """Commit stored committables (below ``before``), oldest first, one snapshot each."""
@@ -461,19 +482,54 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
+        plan = self.begin(df.schema, checkpoint_id)
+        if plan.done is not None or plan.stored is not None:
+            return self.commit_planned(plan)
+        spec = plan.spec
+        assert spec is not None
+        if self._config.changes is not None:
+            df = reduce_changes(df, self._config.changes)
+        _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
+        write_started = time.monotonic()
+        try:
+            results = None
+            if self._config.changes is None and plan.resolved.get(options.JVM_PARQUET_WRITER):
+                results = jvm.write_appends(df, spec, plan.mode)  # None: not provably equivalent here
+            if results is None:
+                table = plan.table
+                sort = [c for c in plan.sort_columns if c]
+                results = write_dataframe(
+                    distribute(df, plan.mode, table.spec(), table.schema(), sort_columns=sort), spec
+                )
+        except Exception as e:
+            raise self.write_error(e, checkpoint_id) from e
+        _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
+        self.flushed(results, (time.monotonic() - write_started) * 1000)
+        committable = self.stage(plan, results)
+        if committable is None:
+            return None
+        return self.commit_planned(plan, committable)
+
+    # The phases of one checkpoint, also driven one table at a time by a routed sink (routing.py):
+    # begin() for every table, one write for all, stage() for every table, then commit_planned().
+
+    def begin(self, struct: StructType, checkpoint_id: int) -> CheckpointPlan:
+        """Prepare checkpoint ``checkpoint_id`` of input ``struct``: the table is created or checked,
+        older committables are committed, and the plan says whether the checkpoint is already
+        committed (``done``), was stored before a crash (``stored``), or must be written."""
         # Set while the catalog is unreachable: the batch is written with the table metadata this job
         # loaded last and its commit is deferred. That metadata can only be older than the table's, so
         # the checks below stay sound: a checkpoint it holds is held, and checkpoints after the
         # last one it holds have their committables stored until committed.
         outage: BaseException | None = None
         try:
-            table = self.ensure_table(df.schema)
+            table = self.ensure_table(struct)
         except Exception as e:
             if not self._outage(e):
                 raise
             assert self._table is not None
             outage, table = e, self._table
-            table = self._check_input(table, df.schema)
+            table = self._check_input(table, struct)
         if self._schema_changed:
             self._schema_changed = False
             _faults.hit(_faults.AFTER_SCHEMA_CHANGE, checkpoint_id)
@@ -490,6 +546,7 @@ class SinkJob:
                     if not self._outage(e):
                         raise
                     outage = e
+        plan = CheckpointPlan(checkpoint_id=checkpoint_id, table=table, outage=outage)
         committed = self.committer.max_committed(table)
         if checkpoint_id < committed:
             raise CheckpointRewoundError(
@@ -497,70 +554,58 @@ class SinkJob:
                 f"{committed} of job {self.job_id}: the checkpoint location was restored from an older copy. "
                 "Restore its latest state, or use a new checkpoint location (a new job) to write again."
             )
-        stored = self._store.get(checkpoint_id)
-        if stored is not None:
-            self._batch["summary"] = stored.summary
-        if checkpoint_id == committed:
-            if stored is not None:
-                return self._commit_or_defer(stored, table, outage)
+        plan.stored = self._store.get(checkpoint_id)
+        if plan.stored is not None:
+            self._batch["summary"] = plan.stored.summary
+        if checkpoint_id == committed and plan.stored is None:
             logger.info("checkpoint %s already committed; replayed batch skipped", checkpoint_id)
-            return CommitOutcome(checkpoint_id, None, already_committed=True, attempts=0)
-        if stored is not None:
-            return self._commit_or_defer(stored, table, outage)
-
-        resolved = options.resolve(self._config.options, table.properties)
-        proof = None
-        if self._config.changes is not None and resolved.get(options.SKIP_DELETES_FOR_NEW_KEYS):
+            plan.done = CommitOutcome(checkpoint_id, None, already_committed=True, attempts=0)
+        if plan.done is not None or plan.stored is not None:
+            return plan
+        plan.resolved = options.resolve(self._config.options, table.properties)
+        if self._config.changes is not None and plan.resolved.get(options.SKIP_DELETES_FOR_NEW_KEYS):
             if self._key_bounds is None:
                 self._key_bounds = KeyBoundsCache(self._equality_ids(table))
-            proof = self._key_bounds.bounds(table, branch_head(table, self._config.branch))
-        spec = self.writer_spec(table, checkpoint_id, proof)
-        mode = self._distribution_mode(table, resolved)
-        sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
-        if self._config.changes is not None:
-            df = reduce_changes(df, self._config.changes)
-        _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
-        write_started = time.monotonic()
-        try:
-            results = None
-            if self._config.changes is None and resolved.get(options.JVM_PARQUET_WRITER):
-                results = jvm.write_appends(df, spec, mode)  # None: not provably equivalent here
-            if results is None:
-                sort = [c for c in sort_columns if c]
-                results = write_dataframe(distribute(df, mode, table.spec(), table.schema(), sort_columns=sort), spec)
-        except Exception as e:
-            text = str(e)
-            if ERROR_MARKER in text:
-                # A row was refused inside Spark (null key, unknown op code): nothing was committed.
-                detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
-                raise InvalidInputError(
-                    f"checkpoint {checkpoint_id} of table {self._config.table} was not written: {detail}"
-                ) from e
-            failure = task_failure(e)
-            if failure is not None:
-                raise WriteFailedError(
-                    f"checkpoint {checkpoint_id} of table {self._config.table} was not written: a writer task failed "
-                    f"on every attempt: {failure}. Nothing of it was committed; files the failed attempts wrote are "
-                    "deleted or left unreferenced (remove-orphans deletes them). Fix the cause (for example disk "
-                    "space or storage permissions) and run again: a restarted stream writes this checkpoint again. "
-                    "The task's full traceback is in the chained exception and the executor log."
-                ) from e
-            raise
-        _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
-        self._flushed(results, (time.monotonic() - write_started) * 1000)
+            plan.proof = self._key_bounds.bounds(table, branch_head(table, self._config.branch))
+        plan.spec = self.writer_spec(table, checkpoint_id, plan.proof)
+        plan.mode = self._distribution_mode(table, plan.resolved)
+        plan.sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
+        return plan
+
+    def write_error(self, error: Exception, checkpoint_id: int) -> Exception:
+        """The error to raise for a failed write of ``checkpoint_id`` (``error`` itself if not a known kind)."""
+        return write_error(error, checkpoint_id, f"table {self._config.table}")
+
+    def stage(self, plan: CheckpointPlan, results: list[WriteResult]) -> Committable | None:
+        """Aggregate the written files of ``plan`` into a committable and persist it (None: no rows)."""
+        checkpoint_id = plan.checkpoint_id
         committable = self.aggregator.aggregate(
-            table, table.io, checkpoint_id, results, proof_snapshot_id=proof.snapshot_id if proof else None
+            plan.table,
+            plan.table.io,
+            checkpoint_id,
+            results,
+            proof_snapshot_id=plan.proof.snapshot_id if plan.proof else None,
         )
         if committable is None:
-            logger.info("checkpoint %s wrote no rows; no snapshot", checkpoint_id)
+            logger.info("checkpoint %s of table %s wrote no rows; no snapshot", checkpoint_id, self._config.table)
             return None
         self._batch["summary"] = committable.summary
         _faults.hit(_faults.AFTER_STAGE, checkpoint_id)
         self._store.put(committable)
         _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
-        return self._commit_or_defer(committable, table, outage)
+        plan.stored = committable
+        return committable
 
-    def _flushed(self, results: list[WriteResult], duration_ms: float) -> None:
+    def commit_planned(self, plan: CheckpointPlan, committable: Committable | None = None) -> CommitOutcome | None:
+        """Commit the checkpoint of ``plan`` (or keep it pending through a catalog outage)."""
+        if plan.done is not None:
+            return plan.done
+        committable = committable or plan.stored
+        if committable is None:
+            return None
+        return self._commit_or_defer(committable, plan.table, plan.outage)
+
+    def flushed(self, results: list[WriteResult], duration_ms: float) -> None:
         """Writer metrics of one checkpoint, from its tasks' results (the writers keep no state)."""
         data = [f for r in results for f in r.data_files]
         deletes = [f for r in results for f in (*r.delete_files, *r.conditional_delete_files)]
@@ -612,6 +657,31 @@ class SinkJob:
         return tuple(table.schema().find_field(k).field_id for k in self._config.changes.key)
 
 
+@attrs.define
+class CheckpointPlan:
+    """One table's checkpoint between :meth:`SinkJob.begin` and :meth:`SinkJob.commit_planned`.
+
+    Attributes:
+        checkpoint_id: the checkpoint.
+        table: the table as loaded for it (maybe stale while ``outage`` is set).
+        outage: the catalog error a stream rides out, or None.
+        done: set when the table already holds the checkpoint: nothing to write or commit.
+        stored: the persisted committable to commit (stored before a crash, or by :meth:`SinkJob.stage`).
+        resolved, proof, spec, mode, sort_columns: how to write it (set when it must be written).
+    """
+
+    checkpoint_id: int
+    table: Table
+    outage: BaseException | None = None
+    done: CommitOutcome | None = None
+    stored: Committable | None = None
+    resolved: options.ResolvedOptions = attrs.field(factory=lambda: options.resolve({}, {}))
+    proof: KeyBounds | None = None
+    spec: WriterSpec | None = None
+    mode: DistributionMode = DistributionMode.NONE
+    sort_columns: list[str] = attrs.field(factory=list)
+
+
 class _CatalogOutage(Exception):
     """A stream's commit did not land (or its outcome is unknown) because the catalog is unreachable.
 
@@ -622,6 +692,25 @@ class _CatalogOutage(Exception):
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def write_error(error: Exception, checkpoint_id: int, target: str) -> Exception:
+    """The error to raise for a failed write of ``checkpoint_id`` (``error`` itself if not a known kind)."""
+    text = str(error)
+    if ERROR_MARKER in text:
+        # A row was refused inside Spark (null key, unknown op code): nothing was committed.
+        detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
+        return InvalidInputError(f"checkpoint {checkpoint_id} of {target} was not written: {detail}")
+    failure = task_failure(error)
+    if failure is not None:
+        return WriteFailedError(
+            f"checkpoint {checkpoint_id} of {target} was not written: a writer task failed "
+            f"on every attempt: {failure}. Nothing of it was committed; files the failed attempts wrote are "
+            "deleted or left unreferenced (remove-orphans deletes them). Fix the cause (for example disk "
+            "space or storage permissions) and run again: a restarted stream writes this checkpoint again. "
+            "The task's full traceback is in the chained exception and the executor log."
+        )
+    return error
 
 
 def _one_line(error: BaseException) -> str:

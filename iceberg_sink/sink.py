@@ -18,6 +18,7 @@ from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.pipeline import SinkJob
 from iceberg_sink.prometheus import MetricsServer
+from iceberg_sink.routing import RoutedJob
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
@@ -33,7 +34,7 @@ _TRIGGER_KEYS = ("processingTime", "once", "availableNow", "continuous")
 
 
 class IcebergSink:
-    """Writes Spark DataFrames into one Iceberg table with exactly-once commits.
+    """Writes Spark DataFrames into one Iceberg table (or, routed, many) with exactly-once commits.
 
     Create it with :meth:`builder`. The same sink can start several streams, each with its own
     checkpoint location (each location is its own job id), and write bounded DataFrames.
@@ -46,7 +47,8 @@ class IcebergSink:
         self._conversion: ConversionTrigger | None = None
         self._prometheus: MetricsServer | None = None
         if config.prometheus is not None:
-            self._prometheus = MetricsServer(config.prometheus, self._metrics.snapshot, config.table)
+            self._prometheus = MetricsServer(config.prometheus, self._metrics.snapshot, config.table or "routed")
+        self._last_routed: dict[str, CommitOutcome | None] = {}
 
     def metrics(self) -> MetricsSnapshot:
         """Counters of every job of this sink: writers, commits, hooks, compactions and conversions.
@@ -95,12 +97,22 @@ class IcebergSink:
     def config(self) -> SinkConfig:
         return self._config
 
-    def load_table(self) -> Table:
-        """The target table as the catalog has it now."""
-        table = catalogs.load_table(self._config.catalog.load(), self._config.table)
-        if table is None:
-            raise InvalidSinkConfigError(f"table {self._config.table} does not exist yet")
-        return table
+    def load_table(self, table: str | None = None) -> Table:
+        """The target table as the catalog has it now (a routed sink's: name it with ``table``)."""
+        name = table or self._config.table
+        if not name:
+            raise InvalidSinkConfigError("load_table(): this sink routes rows to many tables; pass table='ns.name'")
+        loaded = catalogs.load_table(self._config.catalog.load(), name)
+        if loaded is None:
+            raise InvalidSinkConfigError(f"table {name} does not exist yet")
+        return loaded
+
+    def _single_table(self, what: str) -> None:
+        if self._config.route is not None:
+            raise InvalidSinkConfigError(
+                f"{what}: this sink routes rows to many tables; run it per table with a single-table sink "
+                "(IcebergSink.builder().table(...)) or the iceberg-sink command line"
+            )
 
     def compact(
         self,
@@ -117,6 +129,7 @@ class IcebergSink:
             partition_filter: ``(spec_id, partition values) -> bool`` to compact only some partitions.
             progress: called with (phase, done, total).
         """
+        self._single_table("compact()")
         session = spark or SparkSession.getActiveSession()
         if session is None:
             raise InvalidSinkConfigError("compact() needs a SparkSession; pass spark= or start one")
@@ -147,6 +160,7 @@ class IcebergSink:
     def convert_equality_deletes(self) -> ConversionResult:
         """Convert the equality deletes of the sink's table and branch into position deletes once,
         now (the standalone job; see topology/conversion). Safe beside running streams."""
+        self._single_table("convert_equality_deletes()")
         return convert_equality_deletes(
             self.load_table,
             branch=self._config.branch,
@@ -204,6 +218,16 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         check_python_workers(streaming_df.sparkSession)
+        if self._config.route is not None:
+            routed = RoutedJob(self._config, checkpoint_location, metrics=self._metrics, streaming=True)
+            if not self._config.map_batches:
+                routed.input_struct(streaming_df.schema)  # the route's table column must be there
+            read_batch = self._config.read_batch
+
+            def process_routed(batch: DataFrame, batch_id: int) -> None:
+                routed.process(read_batch(batch), batch_id)
+
+            return self._start(streaming_df, process_routed, checkpoint_location, trigger, query_name)
         job = self._job(checkpoint_location, ephemeral=False, streaming=True)
         config = self._config
         if not config.map_batches:
@@ -214,6 +238,16 @@ class IcebergSink:
         def process_batch(batch: DataFrame, batch_id: int) -> None:
             job.process(config.read_batch(batch), batch_id)
 
+        return self._start(streaming_df, process_batch, checkpoint_location, trigger, query_name)
+
+    @staticmethod
+    def _start(
+        streaming_df: DataFrame,
+        process_batch: Callable[[DataFrame, int], None],
+        checkpoint_location: str,
+        trigger: Mapping[str, Any],
+        query_name: str | None,
+    ) -> StreamingQuery:
         writer = streaming_df.writeStream.foreachBatch(process_batch).option("checkpointLocation", checkpoint_location)
         if trigger:
             writer = writer.trigger(**trigger)
@@ -247,6 +281,8 @@ class IcebergSink:
         temporary = checkpoint_location is None
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:
+            if self._config.route is not None:
+                return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
             df = self._config.read_batch(df)
             job.ensure_table(df.schema)
@@ -257,3 +293,22 @@ class IcebergSink:
         finally:
             if temporary:
                 shutil.rmtree(location, ignore_errors=True)
+
+    def _write_routed(
+        self, df: DataFrame, location: str, temporary: bool, checkpoint_id: int | None
+    ) -> CommitOutcome | None:
+        routed = RoutedJob(self._config, location, metrics=self._metrics, ephemeral=temporary)
+        df = self._config.read_batch(df)
+        routed.input_struct(df.schema)
+        if checkpoint_id is None:
+            routed.commit_pending()
+            checkpoint_id = routed.next_checkpoint_id()
+        outcomes = routed.process(df, checkpoint_id)
+        self._last_routed = outcomes
+        # One outcome per table: the first table's, for write()'s single-table signature (all of
+        # them in last_write_outcomes()).
+        return next((o for o in outcomes.values() if o is not None), None)
+
+    def last_write_outcomes(self) -> dict[str, CommitOutcome | None]:
+        """A routed sink's last write(): the commit outcome of each table it touched."""
+        return dict(self._last_routed)

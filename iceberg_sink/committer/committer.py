@@ -46,6 +46,8 @@ class CommitOutcome:
             committable is kept under the checkpoint location, to be committed by a later
             micro-batch (or a restart) once the catalog is back.
         data_files / delete_files: the files the snapshot added (for metrics and compaction).
+        cleanup: for a checkpoint that needed no snapshot, deletes its staged files; call it after
+            removing its committable (a replay before that reads them again).
     """
 
     checkpoint_id: int
@@ -55,6 +57,7 @@ class CommitOutcome:
     data_files: tuple[DataFileMeta, ...] = attrs.field(default=(), repr=False)
     pending: bool = False
     delete_files: tuple[DataFileMeta, ...] = attrs.field(default=(), repr=False)
+    cleanup: Callable[[], None] | None = attrs.field(default=None, repr=False, eq=False)
 
 
 def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix: str) -> int:
@@ -199,12 +202,21 @@ class IcebergCommitter:
             on_conflict=self._on_conflict,
         )
         io = result.table.io
-        self._cleanup_staged(io, committable)
         conditional_paths = tuple(f.path for f in conditional)
+        if result.snapshot is None and nothing_to_commit:
+            # No snapshot records this checkpoint, so a replay (a crash before the caller removes the
+            # committable) decides again from its staged files: they are deleted only once the
+            # committable is gone, by ``cleanup``.
+            paths = (*committable.manifests.paths, *conditional_paths)
+            return CommitOutcome(
+                committable.checkpoint_id,
+                None,
+                already_committed=False,
+                attempts=result.attempts,
+                cleanup=lambda: delete_quietly(io, paths),
+            )
+        self._cleanup_staged(io, committable)
         if result.snapshot is None:
-            if nothing_to_commit:
-                delete_quietly(io, conditional_paths)
-                return CommitOutcome(committable.checkpoint_id, None, already_committed=False, attempts=result.attempts)
             return CommitOutcome(
                 committable.checkpoint_id, None, already_committed=result.attempts == 0, attempts=result.attempts
             )

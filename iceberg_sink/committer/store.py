@@ -4,6 +4,10 @@ Layout under ``<checkpoint_location>/iceberg_sink/``::
 
     job.json                       {"job_id": ..., "table": ...}: created once, never changed
     committables/<id:020d>.json    written before its commit is attempted, removed after it lands
+    table.json                     {"table_uuid": ...}: routed tables only (see :meth:`CheckpointStore.pin_table_uuid`)
+
+A routed sink (one stream, many tables: see iceberg_sink/routing.py) keeps one such folder per
+table under ``<checkpoint_location>/iceberg_sink/tables/<table>/`` (:meth:`CheckpointStore.for_table`).
 
 Writes go to a temporary name and are renamed into place (atomic on local and HDFS-like file
 systems; a single PUT on object stores), so a crash never leaves a half-written committable.
@@ -31,7 +35,7 @@ def committable_name(checkpoint_id: int) -> str:
 class CheckpointStore:
     """State of one sink job under one checkpoint location."""
 
-    def __init__(self, checkpoint_location: str) -> None:
+    def __init__(self, checkpoint_location: str, _subdir: str = "iceberg_sink") -> None:
         location = checkpoint_location
         if "://" not in location:
             location = os.path.abspath(location)
@@ -49,7 +53,7 @@ class CheckpointStore:
                 f"checkpoint_location: expected a local path or a file system URI, received {checkpoint_location!r} ({e})"
             ) from e
         self._location = root.rstrip("/")
-        self.root = self._location + "/iceberg_sink"
+        self.root = self._location + "/" + _subdir
         self._committables = self.root + "/committables"
         self._job: tuple[str, str] | None = None  # (job id, table) once known
         self._fs.create_dir(self._committables, recursive=True)
@@ -67,8 +71,58 @@ class CheckpointStore:
         except FileNotFoundError:
             return None
 
-    def job_id(self, table: str) -> str:
-        """The job id of this checkpoint location, created on first use."""
+    @classmethod
+    def for_table(cls, checkpoint_location: str, table: str) -> CheckpointStore:
+        """The state of one table of a routed sink, under ``<location>/iceberg_sink/tables/<table>``."""
+        return cls(checkpoint_location, f"iceberg_sink/tables/{table}")
+
+    def table_folders(self) -> list[str]:
+        """The tables a routed sink has state for under this checkpoint location, sorted."""
+        infos = self._fs.get_file_info(pafs.FileSelector(self.root + "/tables", allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+    def pin_table_uuid(self, table: str, table_uuid: str) -> None:
+        """Record the UUID of the table this state belongs to, or check it against the recorded one.
+
+        Raises:
+            UncommittableCheckpointError: the table now has another UUID (it was dropped and
+                re-created under the same name since this job first wrote to it).
+        """
+        recorded = self.table_uuid()
+        if recorded is None:
+            self._write(self.root + "/table.json", json.dumps({"table_uuid": table_uuid}).encode())
+        elif recorded != table_uuid:
+            raise UncommittableCheckpointError(self.replaced_message(table, f"now has UUID {table_uuid}"))
+
+    def table_uuid(self) -> str | None:
+        """The table UUID recorded by :meth:`pin_table_uuid`, or None."""
+        data = self._read(self.root + "/table.json")
+        if data is None:
+            return None
+        try:
+            value = json.loads(data)["table_uuid"]
+            if isinstance(value, str) and value:
+                return value
+            problem = f"expected a table_uuid string, received {data[:200]!r}"
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            problem = f"{type(e).__name__}: {e}"
+        raise InvalidSinkConfigError(
+            f"the table state file {self.root}/table.json is damaged ({problem}); restore it from a backup of the "
+            "checkpoint location, or delete it to accept the table the catalog has now"
+        )
+
+    def replaced_message(self, table: str, now: str) -> str:
+        """Why a routed table whose UUID changed is refused, and how to go on."""
+        return (
+            f"table {table} was written by this job with UUID {self.table_uuid()} but {now}: it was dropped "
+            "(and maybe re-created) by someone else. This job's state for it is not applied to another table; "
+            f"the other routed tables are not affected. To write the rows routed to {table} into the table the "
+            f"catalog has now, stop the stream, delete the folder {self.root} (this table's state only) and "
+            "restart: its pending checkpoints, if any, are then written again from the replayed batch."
+        )
+
+    def job_id(self, table: str, new_job_id: str | None = None) -> str:
+        """The job id of this checkpoint location, created on first use (as ``new_job_id`` if given)."""
         path = self.root + "/job.json"
         data = self._read(path)
         if data is not None:
@@ -80,7 +134,7 @@ class CheckpointStore:
                 )
             self._job = (str(obj["job_id"]), table)
             return self._job[0]
-        job_id = uuid.uuid4().hex
+        job_id = new_job_id or uuid.uuid4().hex
         self._write(path, json.dumps({"job_id": job_id, "table": table}).encode())
         self._job = (job_id, table)
         return job_id
@@ -103,7 +157,8 @@ class CheckpointStore:
         )
 
     def _path(self, checkpoint_id: int) -> str:
-        return f"{self._location}/{committable_name(checkpoint_id)}"
+        # Under this store's root: a routed table's store is not the location's own (see for_table).
+        return f"{self._committables}/{checkpoint_id:020d}.json"
 
     def put(self, committable: Committable) -> None:
         self._write(self._path(committable.checkpoint_id), committable.encode())

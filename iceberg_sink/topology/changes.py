@@ -21,6 +21,8 @@ delete             ``D``, ``delete``, ``d``, ``-D``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -82,10 +84,11 @@ def _normalised_op(changes: ChangeConfig) -> Column:
     )
 
 
-def reduce_changes(df: DataFrame, changes: ChangeConfig) -> DataFrame:
+def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = ()) -> DataFrame:
     """Return one row per changed key: its last change, with the operation in :data:`OP_COLUMN`.
 
-    The input's op column is dropped (it is not stored in the table).
+    The input's op column is dropped (it is not stored in the table). ``scope``: columns that
+    qualify the key (a routed sink's table column: equal keys of two tables are different keys).
     """
     with_seq = df.withColumn(_SEQ, F.monotonically_increasing_id())
     with_op = with_seq.withColumn(OP_COLUMN, _normalised_op(changes)).where(F.col(OP_COLUMN) != F.lit("B"))
@@ -93,7 +96,7 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig) -> DataFrame:
     if changes.order_by is not None:
         ordering.append(_q(changes.order_by).desc_nulls_last())
     ordering.append(F.col(_SEQ).desc())
-    window = Window.partitionBy(*[_q(k) for k in changes.key]).orderBy(*ordering)
+    window = Window.partitionBy(*[F.col(c) for c in scope], *[_q(k) for k in changes.key]).orderBy(*ordering)
     last = with_op.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1)
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)

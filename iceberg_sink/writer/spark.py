@@ -8,7 +8,7 @@ DEBUG log prints every command, byte arrays included (base64-encoded).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 import attrs
@@ -17,6 +17,7 @@ from pyspark import SparkContext, TaskContext
 from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
+from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import TaskWriter
@@ -104,3 +105,58 @@ def task_failure(error: BaseException) -> str | None:
         if _STAGE_FAILURE in line:
             return line[line.index(_STAGE_FAILURE) + len(_STAGE_FAILURE) :].strip()
     return next((line for line in lines if line), type(error).__name__)
+
+
+_ROUTED_RESULT_SCHEMA = pa.schema(
+    [pa.field("table", pa.string(), nullable=False), pa.field("payload", pa.binary(), nullable=False)]
+)
+
+
+def _write_routed_task(
+    specs: Callable[[], Mapping[str, WriterSpec]], route_column: str, max_open_files: int, buffer_bytes: int
+) -> object:
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        task_id = context.partitionId() if context is not None else 0
+        attempt_id = context.taskAttemptId() if context is not None else 0
+        attempt_number = context.attemptNumber() if context is not None else 0
+        by_table = specs()
+        writer = MultiTableTaskWriter(by_table, route_column, task_id, attempt_id, max_open_files, buffer_bytes)
+        try:
+            for batch in batches:
+                writer.write(batch)
+            results = writer.complete()
+            checkpoint = next(iter(by_table.values())).checkpoint_id if by_table else 0
+            _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, checkpoint)
+        except BaseException:
+            writer.abort()
+            raise
+        names = sorted(results)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(names, pa.string()), pa.array([results[n].encode() for n in names], pa.binary())],
+            schema=_ROUTED_RESULT_SCHEMA,
+        )
+
+    return write
+
+
+def write_routed_dataframe(
+    df: DataFrame, specs: Mapping[str, WriterSpec], route_column: str, max_open_files: int, buffer_bytes: int
+) -> dict[str, list[WriteResult]]:
+    """Write ``df``, whose ``route_column`` names each row's table, in one Spark job for all tables.
+
+    The table -> WriterSpec map (FileIO properties included) travels to the tasks in one broadcast
+    variable. Each task groups rows by table, then by partition (writer/multi.py); each task returns
+    one result per table it wrote, with the same exactly-one-attempt rule as :func:`write_dataframe`.
+    """
+    context = df.sparkSession.sparkContext
+    shipped_specs = context.broadcast(dict(specs))
+    try:
+        task = _write_routed_task(lambda: shipped_specs.value, route_column, max_open_files, buffer_bytes)
+        rows = df.mapInArrow(task, "table string, payload binary").collect()  # type: ignore[arg-type]
+    finally:
+        shipped_specs.destroy()
+    results: dict[str, list[WriteResult]] = {}
+    for row in rows:
+        results.setdefault(str(row["table"]), []).append(WriteResult.decode(bytes(row["payload"])))
+    return results

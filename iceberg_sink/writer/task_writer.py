@@ -253,6 +253,9 @@ class TaskWriter:
         self._created_paths: list[str] = []  # every file this attempt created, for abort
         self.peak_open_files = 0
         self.evicted_files = 0  # files closed early to stay within spec.max_open_files
+        # Called before each file opens, after the writer made room for it within its own limit:
+        # a multi-table writer (writer/multi.py) makes room within the task's limit across tables.
+        self.before_open: Callable[[], None] | None = None
         self._transforms = [
             (f, self._schema.find_field(f.source_id), self._schema.find_column_name(f.source_id))
             for f in self._partition_spec.fields
@@ -305,6 +308,8 @@ class TaskWriter:
             self.evicted_files += 1
             open_now -= 1
         self.peak_open_files = max(self.peak_open_files, open_now + 1)
+        if self.before_open is not None:
+            self.before_open()
 
     def _writer_for(self, output: _Output, values: tuple[Any, ...]) -> RollingParquetWriter:
         slot = (output, _slot(values))
@@ -415,6 +420,29 @@ class TaskWriter:
         for g, rows in enumerate(groups.column("__row_list").to_pylist()):
             values = tuple(column[g] for column in group_keys)
             yield values, table.take(pa.array(rows, pa.int64())) if len(rows) != table.num_rows else table
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of rows buffered and not yet flushed to a file."""
+        return sum(w.buffered_bytes for w in self._writers.values())
+
+    def flush_largest(self) -> None:
+        """Flush the writer holding the most buffered rows (a multi-table writer bounds memory so)."""
+        if self._writers:
+            max(self._writers.values(), key=lambda w: w.buffered_bytes).flush()
+
+    def close_oldest_file(self) -> bool:
+        """Close the least recently written open file (its rows so far become a complete file).
+
+        Returns:
+            False when no file is open.
+        """
+        key = next((k for k, w in self._writers.items() if w.is_open), None)
+        if key is None:
+            return False
+        self._close(key)
+        self.evicted_files += 1
+        return True
 
     def _bound_memory(self) -> None:
         # Summed again after each flush: opening a file may close another, which flushes it too.

@@ -3,7 +3,8 @@
     python -m tests.integration.crash_driver REQUEST.json
 
 The request (JSON) names the catalog (``catalog``: properties)
-and the streams (``streams``: a list of ``{"kind": "append"|"cdc", "table", "source", "checkpoint"}``),
+and the streams (``streams``: a list of ``{"kind": "append"|"cdc", "table", "source", "checkpoint"}``, or
+for a routed stream ``{"kind", "route": {.route() arguments}, "ddl", "source", "checkpoint"}``),
 all started in this one driver with ``availableNow`` triggers and one source file per micro-batch.
 With ``kill`` = ``[POINT, CHECKPOINT]`` the driver SIGKILLs its whole process group (Python driver,
 JVM and Python workers, as a lost machine would) once *every* stream has reached ``POINT`` of
@@ -167,7 +168,9 @@ def main(argv: list[str]) -> int:
     sinks: list[Any] = []
     until = int(request.get("until_checkpoints") or 0)
     for stream in streams:
-        builder = IcebergSink.builder().catalog("crash", **request["catalog"]).table(stream["table"])
+        builder = IcebergSink.builder().catalog("crash", **request["catalog"])
+        # A routed stream has ``route`` (.route() keyword arguments) and ``ddl`` (the source schema).
+        builder = builder.route(**stream["route"]) if stream.get("route") else builder.table(stream["table"])
         if stream["kind"] == "cdc":
             builder = builder.cdc(op_column="op", key=["id"], order_by="lsn").create_if_missing(
                 partition_by=["bucket(4, id)"]
@@ -176,13 +179,15 @@ def main(argv: list[str]) -> int:
         else:
             builder = builder.create_if_missing(partition_by=["bucket(3, user_id)"])
             ddl = EVENT_SCHEMA_DDL
+        ddl = stream.get("ddl") or ddl
         df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(stream["source"])
-        table = stream["table"]
-        builder = builder.post_commit_hook(lambda result, table=table: say(f"COMMITTED {table} {result.checkpoint_id}"))
+        builder = builder.post_commit_hook(lambda result: say(f"COMMITTED {result.table} {result.checkpoint_id}"))
         sink = builder.build()
         trigger = {"processingTime": "0 seconds"} if until else {"availableNow": True}
         queries.append(sink.start(df, stream["checkpoint"], trigger=trigger))
         sinks.append(sink)
+        if stream.get("route"):
+            continue
         data_dirs.append(Path(sink.load_table().location().removeprefix("file://")) / "data")
     say("STREAMING")
     if until:

@@ -90,3 +90,34 @@ def apply_changes(tables: list[pa.Table]) -> pa.Table:
     return pa.Table.from_pylist(
         list(state.values()), pa.schema([("id", pa.int64()), ("v", pa.string()), ("lsn", pa.int64())])
     )
+
+
+ROUTED_CHANGE_SCHEMA_DDL = "tbl string, id long, v string, lsn long, op string"
+
+
+def write_routed_change_files(
+    directory: Path, tables: list[str], files: int, changes_per_file: int, keys: int, seed: int
+) -> dict[str, list[pa.Table]]:
+    """Write ``files`` Parquet files of CDC changes for several tables at once, each row naming its
+    table in ``tbl`` (the same keys recur in every table); return each table's changes per file
+    (apply them with :func:`apply_changes`)."""
+    import tempfile
+
+    per_table: dict[str, list[pa.Table]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for i, table in enumerate(tables):
+            per_table[table] = write_change_files(
+                Path(scratch) / str(i), files=files, changes_per_file=changes_per_file, keys=keys, seed=seed + i
+            )
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        parts = [
+            t[f].add_column(0, "tbl", pa.array([name] * t[f].num_rows, pa.string())) for name, t in per_table.items()
+        ]
+        combined = pa.concat_tables(parts)
+        # Interleave the tables' rows (each table's own order is kept by its lsn).
+        order = sorted(range(combined.num_rows), key=lambda r: (r * 7919) % combined.num_rows)
+        path = directory / f"part-{f:05d}.parquet"
+        pq.write_table(combined.take(pa.array(order)), path)
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+    return per_table

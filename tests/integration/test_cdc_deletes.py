@@ -128,6 +128,40 @@ def test_conditional_deletes_are_dropped_when_the_proof_holds(spark: SparkSessio
     assert_table(table, [(1, "a", "old"), (60, "a", "x")])
 
 
+def test_crash_after_a_checkpoint_that_needed_no_snapshot_replays_cleanly(spark: SparkSession, tmp_path: Path) -> None:
+    """A checkpoint that only deletes keys proven new commits nothing; a crash before its committable
+    is removed must not leave a committable whose staged manifests are gone (the replay failed with
+    "staged manifest is missing"): its files are deleted only once the committable is."""
+    sink = cdc_sink(tmp_path, partition_by=[])
+    location = str(tmp_path / "ck")
+    sink.write(spark.createDataFrame([(1, "a", "old", "I")], DDL), checkpoint_location=location)
+
+    class Crash(Exception):
+        pass
+
+    def crash(point: str, checkpoint_id: int) -> None:
+        if point == _faults.AFTER_COMMIT and checkpoint_id == 1:
+            raise Crash(point)
+
+    df = spark.createDataFrame([(70, "a", None, "D")], DDL)
+    _faults.install(crash)
+    try:
+        with pytest.raises(Crash):
+            sink.write(df, checkpoint_location=location, checkpoint_id=1)
+    finally:
+        _faults.clear()
+    restarted = cdc_sink(tmp_path, partition_by=[])
+    outcome = restarted.write(df, checkpoint_location=location, checkpoint_id=1)
+    assert outcome is not None and outcome.snapshot is None
+    table = restarted.load_table()
+    assert len(table.snapshots()) == 1
+    metadata_dir = Path(table.location().removeprefix("file://")) / "metadata"
+    assert not list(metadata_dir.glob("iceberg-sink-*-000001-*.avro"))  # staged manifests removed after all
+    data_dir = Path(table.location().removeprefix("file://")) / "data"
+    assert not list(data_dir.rglob("*-eq-deletes*.parquet"))
+    assert_table(table, [(1, "a", "old")])
+
+
 # -- partition spec evolution ------------------------------------------------------------------
 
 

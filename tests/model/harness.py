@@ -93,6 +93,12 @@ LONG_ONLY = {"sigkill"}
 # Situations inside operations that can be switched off the same way (to look past a known bug).
 SCENARIOS: set[str] = {"branch_on_empty_table", "expire_before_restart", "long_strings", "struct_column"}
 SKIP_ENV = "ICEBERG_SINK_MODEL_SKIP"
+# A routed CDC job (one sink, several tables: docs/routing.md), run between steps with a generator of
+# its own (so adding it kept every seed's sequence of the other operations); skip it as "routed_cdc".
+ROUTED = "routed_cdc"
+ROUTED_EVERY = 0.2  # chance after each step
+ROUTED_TABLES = ("rt.r0", "rt.r1", "rt.r2")
+ROUTED_KEYS = 10
 KEYS = 48  # key space of db.main: small, so updates, deletes and repeated keys are frequent
 BASE_DATE = dt.date(2024, 1, 1)
 UNICODE = ["ü", "日本", "🙂", "ß", "Ω", "é", "\u00a0", "中文字"]
@@ -114,9 +120,9 @@ class Crash(RuntimeError):
 def skipped_operations() -> set[str]:
     raw = os.environ.get(SKIP_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = names - set(OPERATIONS) - SCENARIOS
+    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED}
     if unknown:
-        known = sorted(OPERATIONS) + sorted(SCENARIOS)
+        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED]
         raise ValueError(f"{SKIP_ENV}: unknown operation kinds {sorted(unknown)}; known: {known}")
     return names
 
@@ -378,6 +384,14 @@ class World:
         # Compaction racing the conversion: its own generator, and how the races ended.
         self.race_rng = random.Random(f"compaction-race-{seed}")
         self.race_outcomes: collections.Counter[str] = collections.Counter()
+        # The routed job (op_routed_cdc): its own generator, models and checkpoint location.
+        self.routed_rng = random.Random(f"routed-{seed}")
+        self.routed_lsn = 0
+        self.routed_models: dict[str, dict[int, Row]] = {t: {} for t in ROUTED_TABLES}
+        self.routed_cols = Columns(
+            names={c: c for c in ("id", "v", "lsn")}, types={"id": "bigint", "v": "string", "lsn": "bigint"}
+        )
+        self.routed_job = SinkJob("routed", self._routed_builder, str(root / "ckpt-routed"), "iceberg-sink")
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -404,6 +418,19 @@ class World:
                 "iceberg-sink.conversion.key-index-max-bytes", self.key_index_bytes
             )
         sink: IcebergSink = builder.build()
+        return sink
+
+    def _routed_builder(self) -> IcebergSink:
+        sink: IcebergSink = (
+            IcebergSink.builder()
+            .catalog("model", **self.catalog_props)
+            .route(table_column="tbl", namespace="rt")
+            .create_if_missing(partition_by=["bucket(2, id)"])
+            .cdc(op_column="op", key=["id"], order_by="lsn")
+            .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
+            .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
+            .build()
+        )
         return sink
 
     def table(self, name: str) -> Table:
@@ -783,6 +810,73 @@ class World:
         point = self.rng.choice(FAULT_POINTS)
         kinds = ["cdc", "upsert", "append"] + ([] if "branch_upsert" in self.skip else ["branch_upsert"])
         getattr(self, f"op_{self.rng.choice(kinds)}")(crash_at=point)
+
+    def op_routed_cdc(self) -> None:
+        """One checkpoint of the routed CDC job over ROUTED_TABLES, maybe crashed at a fault point and
+        replayed by a restarted sink (docs/routing.md)."""
+        rng = self.routed_rng
+        live = {t: dict(m) for t, m in self.routed_models.items()}
+        rows: list[Row] = []
+        for _ in range(rng.randrange(1, 14)):
+            table, key = rng.choice(ROUTED_TABLES), rng.randrange(ROUTED_KEYS)
+            self.routed_lsn += 1
+            if rng.random() < 0.3:
+                live[table].pop(key, None)
+                op, value = rng.choice(["D", "d"]), None
+            else:
+                op, value = ("U" if key in live[table] else "I"), f"v{self.routed_lsn}"
+                live[table][key] = {"id": key, "v": value, "lsn": self.routed_lsn}
+            # Names with and without the namespace: the route adds "rt." to the latter.
+            name = table if rng.random() < 0.3 else table.split(".")[1]
+            rows.append({"tbl": name, "id": key, "v": value, "lsn": self.routed_lsn, "op": op})
+        rng.shuffle(rows)
+        crash_at = rng.choice(FAULT_POINTS) if rng.random() < 0.35 else None
+        job = self.routed_job
+        checkpoint = job.next_checkpoint
+        desc = ", ".join(f"{r['op']}({r['tbl']}:{r['id']}@{r['lsn']})" for r in sorted(rows, key=lambda r: r["lsn"]))
+        self.log(f"routed cdc checkpoint {checkpoint}: {desc}" + (f" [crash at {crash_at}]" if crash_at else ""))
+        df = self.spark.createDataFrame(
+            [(r["tbl"], r["id"], r["v"], r["lsn"], r["op"]) for r in rows],
+            "tbl string, id bigint, v string, lsn bigint, op string",
+        ).repartition(rng.choice([1, 2, 3]))
+
+        def handler(point: str, cp: int) -> None:
+            if point == crash_at and cp == checkpoint:
+                raise Crash(f"simulated driver death at {point} of checkpoint {cp}")
+
+        if crash_at is not None:
+            _faults.install(handler)
+            try:
+                job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
+                self.trace[-1] += " -> no crash (fault point not reached)"
+            except Crash:
+                self.trace[-1] += " -> crashed; restarted, replayed"
+                job.restart()
+            finally:
+                _faults.clear()
+        job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
+        job.next_checkpoint += 1
+        self.routed_models = live
+
+    def check_routed(self) -> None:
+        """Each routed table read by Iceberg Java and DuckDB equals its model; one snapshot per checkpoint."""
+        for name, model in self.routed_models.items():
+            exists = self.catalog.table_exists(name)
+            table = self.table(name) if exists else None
+            if table is None or table.current_snapshot() is None:
+                if model:
+                    raise self.fail(f"{name} holds no snapshot but its model has {len(model)} rows")
+                continue
+            ids = [int(s.summary["iceberg-sink.checkpoint-id"]) for s in table.snapshots()]  # type: ignore[index]
+            if ids != sorted(set(ids)):
+                raise self.fail(f"{name}: checkpoints {ids} are not each committed once, in order")
+            loc = table.metadata_location
+            if self.verified.get(name) == loc:
+                continue
+            rows = list(model.values())
+            self.compare(f"{name} read by Iceberg Java", self.routed_cols, rows, self.java.read(loc))
+            self.compare(f"{name} read by DuckDB", self.routed_cols, rows, duckdb_read(loc))
+            self.verified[name] = loc
 
     # -- maintenance ------------------------------------------------------------------------------
 
@@ -1187,6 +1281,9 @@ class World:
             try:
                 getattr(self, f"op_{kind}")()
                 self.check()
+                if ROUTED not in self.skip and self.routed_rng.random() < ROUTED_EVERY:
+                    self.op_routed_cdc()
+                    self.check_routed()
             except ModelMismatch:
                 raise
             except Exception as exc:

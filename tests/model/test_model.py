@@ -83,3 +83,16 @@ def test_model_sink_schema_evolution(
     evolutions = [line for line in world.trace if "sink schema evolution" in line]
     assert len(evolutions) >= 3, world.trace
     sys.stderr.write(f"model check sink schema evolution: {len(evolutions)} in {seconds:.1f}s\n")
+
+
+def test_routed_job_crashes_and_replays(spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path) -> None:
+    """The routed CDC job (docs/routing.md) on its own: checkpoints over three tables, each possibly
+    crashed at a fault point and replayed by a restarted sink, until at least three crashes happened;
+    every table is checked against its model by Iceberg Java and DuckDB after each checkpoint."""
+    world = World(spark, java_reader, tmp_path, seed=9)
+    for _ in range(14):
+        world.op_routed_cdc()
+        world.check_routed()
+        if sum("-> crashed" in line for line in world.trace) >= 3:
+            break
+    assert sum("-> crashed" in line for line in world.trace) >= 3, "\n".join(world.trace)

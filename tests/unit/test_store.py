@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from iceberg_sink.committer.committable import CommitSummary, Committable, DeltaManifests
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointError
 
@@ -34,3 +35,42 @@ def test_a_damaged_committable_is_named_with_the_job(tmp_path: Path) -> None:
         message = str(failed.value)
         assert str(path) in message and f"iceberg-sink.job-id={job}" in message, message
         assert "iceberg-sink.checkpoint-id=7" in message, message
+
+
+def _committable(checkpoint_id: int, table: str) -> Committable:
+    return Committable(
+        job_id="job",
+        checkpoint_id=checkpoint_id,
+        table=table,
+        branch="main",
+        manifests=DeltaManifests(),
+        summary=CommitSummary(checkpoint_id=checkpoint_id),
+    )
+
+
+def test_routed_tables_keep_their_committables_apart(tmp_path: Path) -> None:
+    root = CheckpointStore(str(tmp_path))
+    root.job_id("<routed>")
+    stores = {t: CheckpointStore.for_table(str(tmp_path), t) for t in ("ns.a", "ns.b")}
+    assert stores["ns.a"].job_id("ns.a", "job") == "job" == stores["ns.b"].job_id("ns.b", "job")
+    stores["ns.a"].put(_committable(3, "ns.a"))
+    stores["ns.b"].put(_committable(3, "ns.b"))
+    stores["ns.b"].put(_committable(4, "ns.b"))
+    stores["ns.a"].delete(3)
+    assert stores["ns.a"].pending_ids() == [] and root.pending_ids() == []
+    assert [(c.table, c.checkpoint_id) for c in stores["ns.b"].pending()] == [("ns.b", 3), ("ns.b", 4)]
+    assert root.table_folders() == ["ns.a", "ns.b"]
+
+
+def test_a_routed_table_remembers_its_uuid(tmp_path: Path) -> None:
+    store = CheckpointStore.for_table(str(tmp_path), "ns.a")
+    assert store.table_uuid() is None
+    store.pin_table_uuid("ns.a", "u-1")
+    store.pin_table_uuid("ns.a", "u-1")
+    with pytest.raises(
+        UncommittableCheckpointError, match=r"table ns\.a was written by this job with UUID u-1 but now has UUID u-2"
+    ):
+        store.pin_table_uuid("ns.a", "u-2")
+    (Path(store.root) / "table.json").write_text("[]")
+    with pytest.raises(InvalidSinkConfigError, match=r"table\.json is damaged"):
+        store.table_uuid()

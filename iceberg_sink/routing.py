@@ -1,0 +1,313 @@
+"""A routed sink's job: one stream, many tables, each with a single-table sink's guarantees.
+
+    DataFrame ─▶ route column ─▶ SinkJob.begin per table ─▶ ONE write pass (all tables) ─▶
+        SinkJob.stage per table (committable persisted) ─▶ SinkJob.commit_planned per table
+
+Each row names its table in the route column (``.route(table_column=...)``, or ``.route(fn)``
+applied as an Arrow-optimized Python UDF); names without a namespace get the route's namespace.
+Every routed table is driven by its own :class:`~iceberg_sink.pipeline.SinkJob`, built from the
+sink's configuration with ``table`` set to it, so a routed table goes through exactly the per-table
+steps of a single-table sink: creation or checks (``ensure_table``), pending commits, the replay and
+rewind checks, writer specs, aggregation, persistence and the idempotent commit.
+
+State under the checkpoint location: ``iceberg_sink/job.json`` holds the job id, shared by every
+table (each snapshot's summary names it and the checkpoint id), and each table has its own
+:class:`~iceberg_sink.committer.store.CheckpointStore` under ``iceberg_sink/tables/<table>/``
+holding its pending committables and the UUID of the table it writes.
+
+Exactly-once per table, for a micro-batch N (the single-table argument of pipeline.py, per table):
+
+1. ``begin`` runs for every table of the batch: it commits the table's stored committables below N,
+   and decides whether the table already holds N (a replay after a crash that followed its commit:
+   nothing is written again), has a committable of N stored (committed as is), or needs N written.
+   Tables with state but no rows in this batch get their committables below N committed too.
+2. The rows of the tables that need writing are written in one Spark job (writer/multi.py); every
+   table's committable is persisted before any table is committed.
+3. Each table is committed on its own, in name order. A crash between two tables' commits leaves
+   the first committed (its snapshot holds N) and the second stored: the replay of N skips the first
+   and commits the second's committable. A table whose commit fails (the catalog refuses, the table
+   was dropped) does not stop the others' commits; its committable stays stored, and the error is
+   raised once every table was tried.
+4. A table dropped, or dropped and re-created, by someone else since the job first wrote to it is a
+   clear error naming it: its UUID is recorded in its state and compared on every checkpoint (the
+   committer also refuses committables written for another UUID).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from functools import reduce
+from typing import Any
+
+import attrs
+from pyiceberg.catalog import Catalog
+from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from iceberg_sink import _faults, options
+from iceberg_sink.committer.committer import CommitOutcome
+from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.config import RouteConfig, SinkConfig
+from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
+from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
+from iceberg_sink.topology.changes import ERROR_MARKER, reduce_changes
+from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
+from iceberg_sink.writer.multi import UNPLANNED_TABLE
+from iceberg_sink.writer.spark import write_routed_dataframe
+
+logger = logging.getLogger("iceberg_sink")
+
+#: The column holding each row's (namespace-qualified) table name between routing and the writers.
+ROUTE_COLUMN = "__iceberg_sink_table"
+
+
+def route_marker(route: RouteConfig) -> str:
+    """What the job file of a routed sink's checkpoint location names instead of one table."""
+    return f"<{route.describe()}>"
+
+
+def _route_udf(fn: Callable[[Any], Any]) -> Callable[[Column], Column]:
+    def call(row: Row) -> str | None:
+        value = fn(row)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise TypeError(f"the route function returned {value!r} ({type(value).__name__}); expected a table name")
+        return value
+
+    return F.udf(call, "string", useArrow=True)  # type: ignore[return-value]
+
+
+def route_column(df: DataFrame, route: RouteConfig) -> DataFrame:
+    """``df`` with :data:`ROUTE_COLUMN` holding each row's table name, namespace added where missing;
+    the input's table column (if routed by one) is dropped: it is not written to the tables."""
+    if route.table_column is not None:
+        if route.table_column not in df.columns:
+            raise SchemaMismatchError(
+                route_marker(route),
+                [f"{route.table_column}: the column given to .route(table_column=...) is missing from the DataFrame"],
+            )
+        name = F.col(f"`{route.table_column}`").cast("string")
+    else:
+        assert route.fn is not None
+        name = _route_udf(route.fn)(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
+    if route.namespace is not None:
+        name = F.when(name.contains("."), name).otherwise(F.concat(F.lit(route.namespace + "."), name))
+    routed = df.withColumn(ROUTE_COLUMN, name)
+    return routed.drop(route.table_column) if route.table_column is not None else routed
+
+
+def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
+    """The routed table names of one batch, or a clear error for a name no table can have."""
+    problems = []
+    if None in names:
+        problems.append("some rows name no table (null)")
+    for name in names:
+        if name is None:
+            continue
+        parts = name.split(".")
+        if len(parts) < 2 or not all(p.strip() for p in parts) or "/" in name or "\\" in name:
+            hint = "" if route.namespace else " (or give .route(namespace=...) for names without one)"
+            problems.append(f"{name!r} is not a table name 'namespace.name'{hint}")
+    if problems:
+        raise InvalidInputError(f"rows routed by {route.describe()}: " + "; ".join(problems[:10]))
+    return sorted(n for n in names if n is not None)
+
+
+class RoutedJob:
+    """The driver-side state of one routed job: one checkpoint location, one SinkJob per table."""
+
+    def __init__(
+        self,
+        config: SinkConfig,
+        checkpoint_location: str,
+        catalog: Catalog | None = None,
+        metrics: SinkMetrics | None = None,
+        ephemeral: bool = False,
+        streaming: bool = False,
+    ) -> None:
+        assert config.route is not None
+        self._config = config
+        self._route = config.route
+        self._location = checkpoint_location
+        self._root = CheckpointStore(checkpoint_location)
+        self.job_id = self._root.job_id(route_marker(config.route))
+        self._catalog = catalog or config.catalog.load()
+        self.metrics = metrics or SinkMetrics()
+        self._ephemeral = ephemeral
+        self._streaming = streaming
+        self.jobs: dict[str, SinkJob] = {}
+        for table in self._root.table_folders():
+            self.job(table)
+
+    def job(self, table: str) -> SinkJob:
+        """The SinkJob of one routed table (created on first use)."""
+        job = self.jobs.get(table)
+        if job is None:
+            job = SinkJob(
+                attrs.evolve(self._config, table=table, route=None),
+                CheckpointStore.for_table(self._location, table),
+                catalog=self._catalog,
+                metrics=self.metrics,
+                ephemeral=self._ephemeral,
+                streaming=self._streaming,
+                job_id=self.job_id,
+                pin_table_uuid=True,
+            )
+            self.jobs[table] = job
+        return job
+
+    def input_struct(self, struct: StructType) -> StructType:
+        """The part of the input each table receives (the route's table column is not written)."""
+        if self._route.table_column is not None and self._route.table_column not in struct.fieldNames():
+            raise SchemaMismatchError(
+                route_marker(self._route),
+                [f"{self._route.table_column}: the column given to .route(table_column=...) is missing"],
+            )
+        return StructType([f for f in struct.fields if f.name not in (self._route.table_column, ROUTE_COLUMN)])
+
+    def commit_pending(self, before: int | None = None, skip: frozenset[str] = frozenset()) -> None:
+        """Commit the stored committables of every known table (not in ``skip``), oldest first per table."""
+        failures = []
+        for table, job in sorted(self.jobs.items()):
+            if table in skip or not job.has_pending(before):
+                continue
+            try:
+                job.commit_pending(before=before)
+            except _CatalogOutage as e:
+                # The catalog is unreachable: the table's checkpoints stay pending, committed in
+                # order by a later micro-batch (as a single-table stream's are).
+                logger.warning("table %s: pending checkpoints stay pending: %s", table, e.error)
+            except Exception as e:
+                failures.append((table, e))
+        _raise_first(failures)
+
+    def next_checkpoint_id(self) -> int:
+        """One past the newest checkpoint any table of this job holds or has stored."""
+        newest = -1
+        for job in self.jobs.values():
+            try:
+                newest = max(newest, job.next_checkpoint_id() - 1)
+            except InvalidSinkConfigError:
+                newest = max([newest, *job.pending_ids()])  # the table is gone: its state still counts
+        return newest + 1
+
+    def process(self, df: DataFrame, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
+        """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""
+        _faults.hit(_faults.BATCH_START, checkpoint_id)
+        struct = self.input_struct(df.schema)
+        routed = route_column(df, self._route).persist()
+        try:
+            return self._process(routed, struct, checkpoint_id)
+        finally:
+            routed.unpersist()
+
+    def _process(self, routed: DataFrame, struct: StructType, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
+        try:
+            raw = [r[0] for r in routed.select(ROUTE_COLUMN).distinct().collect()]
+        except Exception as e:
+            raise self._write_error(e, checkpoint_id) from e
+        names = check_table_names(raw, self._route)
+        self.commit_pending(before=checkpoint_id, skip=frozenset(names))
+        plans: dict[str, CheckpointPlan] = {}
+        for table in names:
+            job = self.job(table)
+            job._spark = routed.sparkSession
+            plans[table] = job.begin(struct, checkpoint_id)
+        to_write = {t: p for t, p in plans.items() if p.done is None and p.stored is None}
+        if to_write:
+            df = routed if len(to_write) == len(plans) else routed.where(F.col(ROUTE_COLUMN).isin(*sorted(to_write)))
+            if self._config.changes is not None:
+                df = reduce_changes(df, self._config.changes, scope=[ROUTE_COLUMN])
+            specs = {t: p.spec for t, p in to_write.items() if p.spec is not None}
+            df = self._distribute(df, to_write)
+            first = next(iter(to_write.values()))
+            _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
+            write_started = time.monotonic()
+            try:
+                results = write_routed_dataframe(
+                    df,
+                    specs,
+                    ROUTE_COLUMN,
+                    max_open_files=first.resolved.get(options.WRITER_MAX_OPEN_FILES),
+                    buffer_bytes=first.resolved.get(options.WRITER_BUFFER_BYTES),
+                )
+            except Exception as e:
+                raise self._write_error(e, checkpoint_id) from e
+            _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
+            write_ms = (time.monotonic() - write_started) * 1000  # one Spark job for every table
+            for table in to_write:
+                self.jobs[table].flushed(results.get(table, []), write_ms)
+            # Every table's committable is persisted before any table is committed.
+            for table in sorted(to_write):
+                self.jobs[table].stage(to_write[table], results.get(table, []))
+        outcomes: dict[str, CommitOutcome | None] = {}
+        failures = []
+        for table in names:
+            try:
+                outcomes[table] = self.jobs[table].commit_planned(plans[table])
+            except Exception as e:
+                failures.append((table, e))
+        _raise_first(failures)
+        return outcomes
+
+    def _write_error(self, error: Exception, checkpoint_id: int) -> Exception:
+        text = str(error)
+        what = f"checkpoint {checkpoint_id} of {self._route.describe()} was not written"
+        if UNPLANNED_TABLE in text:
+            detail = text[text.index(UNPLANNED_TABLE) :].splitlines()[0].strip()
+            return InvalidInputError(f"{what}: {detail}")
+        if ERROR_MARKER in text or "the route function returned" in text:
+            marker = ERROR_MARKER if ERROR_MARKER in text else "the route function returned"
+            start = text.index(marker) + (len(marker) if marker == ERROR_MARKER else 0)
+            return InvalidInputError(f"{what}: {text[start:].splitlines()[0].strip()}")
+        return write_error(error, checkpoint_id, self._route.describe())
+
+    def _distribute(self, df: DataFrame, plans: Mapping[str, CheckpointPlan]) -> DataFrame:
+        """Cluster rows by (table, partition): ``hash`` (the default for routed sinks) gives each
+        (table, partition) to one writer task; ``range`` also sorts by them; ``none`` leaves rows."""
+        mode = DistributionMode(self._config.distribution_mode) if self._config.distribution_mode else None
+        if mode is None:
+            mode = DistributionMode.HASH
+        if mode is DistributionMode.NONE:
+            return df
+        # Tables of one partition layout share one expression; layouts differ only by source
+        # columns and transforms, so a stream of many similar tables has one or a few.
+        layouts: dict[tuple[tuple[str, str], ...], tuple[list[str], list[Column]]] = {}
+        present = set(df.columns)
+        for table, plan in sorted(plans.items()):
+            spec, schema = plan.table.spec(), plan.table.schema()
+            shape = tuple((schema.find_column_name(f.source_id) or "", str(f.transform)) for f in spec.fields)
+            if shape not in layouts:
+                layouts[shape] = ([], partition_expressions(spec, schema, present))
+            layouts[shape][0].append(table)
+        keyed = [(tables, exprs) for tables, exprs in layouts.values() if exprs]
+        keys: list[Column] = [F.col(ROUTE_COLUMN)]
+        if len(keyed) == 1 and len(layouts) == 1:
+            keys += keyed[0][1]
+        elif keyed:
+            partition = reduce(
+                lambda acc, te: acc.when(F.col(ROUTE_COLUMN).isin(*te[0]), F.hash(*te[1])),
+                keyed[1:],
+                F.when(F.col(ROUTE_COLUMN).isin(*keyed[0][0]), F.hash(*keyed[0][1])),
+            ).otherwise(F.lit(0))
+            keys.append(partition)
+        if mode is DistributionMode.HASH:
+            return df.repartition(*keys)
+        return df.repartitionByRange(*keys).sortWithinPartitions(*keys)
+
+
+def _raise_first(failures: list[tuple[str, Exception]]) -> None:
+    """Log every table's failure; raise the first (the others' tables were still tried)."""
+    if not failures:
+        return
+    for table, error in failures:
+        logger.error("table %s: %s: %s", table, type(error).__name__, error)
+    if len(failures) > 1:
+        others = ", ".join(t for t, _ in failures[1:])
+        failures[0][1].add_note(f"iceberg_sink: the commits of tables {others} failed too (see the log)")
+    raise failures[0][1]

@@ -1,0 +1,117 @@
+"""The writer of a routed sink's Spark task: one stream, many tables, in one write pass.
+
+Each row carries its target table in a route column. The task groups each incoming Arrow batch by
+that column and hands each group to the :class:`TaskWriter` of its table, which fans out by partition
+as for a single table; so one Spark job writes every table of a micro-batch, however many there are.
+
+Memory stays bounded with many tables: the limits a single-table writer keeps per task hold across
+all the tables of the task. At most ``max_open_files`` Parquet files are open at once (past it the
+least recently written table closes its oldest file), and the buffered rows of all tables together
+stay under ``_TOTAL_BUFFER_FACTOR`` x ``buffer_bytes`` (the largest buffer is flushed first). A table
+whose rows are few never opens a file before :meth:`MultiTableTaskWriter.complete`, which closes each
+table's files before opening the next table's.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+
+import pyarrow as pa
+
+from iceberg_sink.writer.result import WriteResult
+from iceberg_sink.writer.spec import WriterSpec
+from iceberg_sink.writer.task_writer import _TOTAL_BUFFER_FACTOR, TaskWriter
+
+#: Marks a row routed to a table the driver did not plan for (the input changed between two reads).
+UNPLANNED_TABLE = "iceberg_sink routed row to an unplanned table:"
+
+
+def split_by_column(batch: pa.RecordBatch | pa.Table, column: str) -> Iterator[tuple[str | None, pa.Table]]:
+    """The rows of ``batch`` grouped by the value of ``column``, in order of first appearance."""
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    values = table.column(column)
+    keys = pa.table({"k": values, "__row": pa.array(range(table.num_rows), pa.int64())})
+    groups = keys.group_by("k", use_threads=False).aggregate([("__row", "list")])
+    names = groups.column("k").to_pylist()
+    for name, rows in zip(names, groups.column("__row_list").to_pylist(), strict=True):
+        yield name, table if len(rows) == table.num_rows else table.take(pa.array(rows, pa.int64()))
+
+
+class MultiTableTaskWriter:
+    """The writers of every table one task receives rows for, within shared memory limits."""
+
+    def __init__(
+        self,
+        specs: Mapping[str, WriterSpec],
+        route_column: str,
+        task_id: int,
+        attempt_id: int,
+        max_open_files: int,
+        buffer_bytes: int,
+    ) -> None:
+        self._specs = specs
+        self._route_column = route_column
+        self._task_id = task_id
+        self._attempt_id = attempt_id
+        self._max_open_files = max_open_files
+        self._buffer_bytes = buffer_bytes
+        # Least recently written table first.
+        self._writers: OrderedDict[str, TaskWriter] = OrderedDict()
+        self.peak_open_files = 0
+
+    @property
+    def open_files(self) -> int:
+        return sum(w.open_files for w in self._writers.values())
+
+    def _writer(self, table: str | None) -> TaskWriter:
+        writer = self._writers.get(table or "")
+        if writer is not None:
+            self._writers.move_to_end(table or "")
+            return writer
+        spec = self._specs.get(table or "")
+        if spec is None:
+            raise ValueError(
+                f"{UNPLANNED_TABLE} {table!r}: the driver planned {len(self._specs)} tables for this checkpoint "
+                "from the same input; is the routing function deterministic?"
+            )
+        writer = TaskWriter(spec, task_id=self._task_id, attempt_id=self._attempt_id)
+        writer.before_open = self._make_room
+        self._writers[table or ""] = writer
+        return writer
+
+    def _make_room(self) -> None:
+        """Called before any table's writer opens a file: keep the task within ``max_open_files``."""
+        open_now = self.open_files
+        while open_now >= self._max_open_files:
+            # The least recently written table that has a file open closes its oldest one.
+            next(w for w in self._writers.values() if w.open_files).close_oldest_file()
+            open_now -= 1
+        self.peak_open_files = max(self.peak_open_files, open_now + 1)
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        for table, rows in split_by_column(batch, self._route_column):
+            self._writer(table).write(rows)
+            self._bound()
+
+    def _bound(self) -> None:
+        limit = self._buffer_bytes * _TOTAL_BUFFER_FACTOR
+        while sum(w.buffered_bytes for w in self._writers.values()) > limit:
+            # A flush may open a file: _make_room keeps that within the open-file limit.
+            max(self._writers.values(), key=lambda w: w.buffered_bytes).flush_largest()
+
+    def complete(self) -> dict[str, WriteResult]:
+        """Close every table's files, one table at a time; the results of tables that wrote files."""
+        results = {}
+        for table, writer in self._writers.items():
+            result = writer.complete()
+            if result.data_files or result.delete_files or result.conditional_delete_files:
+                results[table] = result
+        return results
+
+    def abort(self) -> None:
+        """Delete every file this task attempt created, for every table."""
+        for writer in self._writers.values():
+            writer.abort()

@@ -1,0 +1,107 @@
+"""A routed CDC stream (three tables, the same keys in each) with the driver SIGKILLed at each step of
+a checkpoint, most importantly between two tables' commits; after every restart each table holds
+each checkpoint exactly once, and finally Iceberg Java and DuckDB read each table equal to its model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import Catalog, load_catalog
+
+from iceberg_sink import _faults
+from iceberg_sink.committer.store import CheckpointStore
+from tests.integration.sources import ROUTED_CHANGE_SCHEMA_DDL, apply_changes, write_routed_change_files
+from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
+
+pytestmark = [pytest.mark.slow, pytest.mark.interop]
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = ["orders", "users", "items"]
+NAMES = [f"cdc.{t}" for t in TABLES]
+FIRST, *OTHERS = sorted(NAMES)  # tables commit in name order
+# (point, checkpoint, tables holding checkpoint c after the kill, tables with c stored after the kill)
+KILLS: list[tuple[str, int, list[str], list[str]]] = [
+    (_faults.AFTER_WRITE, 2, [], []),
+    # The first table's committable is persisted, the others' not yet.
+    (_faults.AFTER_MANIFESTS, 3, [], [FIRST]),
+    # Every committable persisted; the first table's commit reached the catalog.
+    (_faults.COMMIT_SENT, 4, [FIRST], NAMES),
+    # Between two tables' commits: the first committed (its committable not yet removed), the others stored.
+    (_faults.AFTER_COMMIT, 5, [FIRST], NAMES),
+]
+FILES = 8
+
+
+def run_driver(root: Path, catalog_props: dict[str, str], kill: tuple[str, int] | None) -> str:
+    request = root / "request.json"
+    stream = {
+        "kind": "cdc",
+        "route": {"table_column": "tbl", "namespace": "cdc"},
+        "ddl": ROUTED_CHANGE_SCHEMA_DDL,
+        "source": str(root / "src"),
+        "checkpoint": str(root / "ck"),
+    }
+    request.write_text(
+        json.dumps({"catalog": catalog_props, "streams": [stream], "kill": list(kill) if kill else None})
+    )
+    out = root / f"driver-{time.monotonic_ns()}.out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    with out.open("wb") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.crash_driver", str(request)],
+            cwd=ROOT,
+            env=env,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return out.read_text(encoding="utf-8", errors="replace")
+
+
+def committed(catalog: Catalog, name: str) -> list[int]:
+    if not catalog.table_exists(name):
+        return []
+    snapshots = catalog.load_table(name).snapshots()
+    assert len({s.summary["iceberg-sink.job-id"] for s in snapshots}) <= 1  # type: ignore[index]
+    return [int(s.summary["iceberg-sink.checkpoint-id"]) for s in snapshots]  # type: ignore[index]
+
+
+def test_routed_stream_killed_between_two_tables_commits_and_at_every_step(
+    tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    (tmp_path / "wh").mkdir()
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'cat.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    per_table = write_routed_change_files(tmp_path / "src", TABLES, files=FILES, changes_per_file=25, keys=20, seed=5)
+    catalog = load_catalog("crash", **props)
+    for point, checkpoint, holding, stored in KILLS:
+        output = run_driver(tmp_path, props, (point, checkpoint))
+        assert f"KILLING at {point} {checkpoint}" in output and "timeout" not in output, output[-4000:]
+        for name in NAMES:
+            where = f"{name} killed at {point} of checkpoint {checkpoint}"
+            held = committed(catalog, name)
+            assert held == list(range(checkpoint + (1 if name in holding else 0))), where
+            pending = CheckpointStore.for_table(str(tmp_path / "ck"), name).pending_ids()
+            assert pending == ([checkpoint] if name in stored else []), where
+    output = run_driver(tmp_path, props, None)
+    assert "DONE" in output, output[-4000:]
+    for table, name in zip(TABLES, NAMES, strict=True):
+        assert committed(catalog, name) == list(range(FILES)), name
+        assert CheckpointStore.for_table(str(tmp_path / "ck"), name).pending_ids() == [], name
+        loaded = catalog.load_table(name)
+        assert loaded.schema().column_names == ["id", "v", "lsn"]
+        expected = normalize(apply_changes(per_table[table]), ["id"])
+        assert normalize(java_reader.read(loaded.metadata_location), ["id"]) == expected, f"{name}: Iceberg Java"
+        assert normalize(duckdb_read(loaded.metadata_location), ["id"]) == expected, f"{name}: DuckDB"

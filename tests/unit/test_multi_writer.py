@@ -1,0 +1,85 @@
+"""The routed sink's task writer (writer/multi.py): rows of many tables in one task, the open-file and
+buffer limits held across tables, every row written once to its own table's files."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import LongType, NestedField, StringType
+
+from iceberg_sink.writer.multi import MultiTableTaskWriter, split_by_column
+from tests.helpers import writer_spec
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False))
+ROUTE = "__iceberg_sink_table"
+
+
+def routed_rows(tables: int, per_table: int, offset: int = 0) -> pa.Table:
+    rows = [(f"db.t{t}", offset + t * 1000 + i, "x" * (i % 50)) for i in range(per_table) for t in range(tables)]
+    return pa.table(
+        {
+            ROUTE: pa.array([r[0] for r in rows], pa.string()),
+            "id": pa.array([r[1] for r in rows], pa.int64()),
+            "s": pa.array([r[2] for r in rows], pa.string()),
+        }
+    )
+
+
+def test_split_by_column_keeps_every_row_once() -> None:
+    batch = routed_rows(5, 7)
+    parts = dict(split_by_column(batch, ROUTE))
+    assert sorted(parts) == [f"db.t{t}" for t in range(5)]
+    assert sum(p.num_rows for p in parts.values()) == batch.num_rows
+    assert all(set(p.column(ROUTE).to_pylist()) == {name} for name, p in parts.items())
+
+
+@pytest.mark.parametrize("buffer_bytes", [1, 64 * 1024])
+def test_open_files_and_buffers_are_bounded_across_tables(catalog: Catalog, buffer_bytes: int) -> None:
+    catalog.create_namespace_if_not_exists("db")
+    spec = PartitionSpec(PartitionField(1, 1000, BucketTransform(3), "id_bucket"))
+    tables = 40
+    specs = {}
+    for t in range(tables):
+        table = catalog.create_table(f"db.t{t}", schema=SCHEMA, partition_spec=spec)
+        # Each table alone may keep 100 files open: the task's limit of 5 must hold across all of them.
+        specs[f"db.t{t}"] = writer_spec(table, max_open_files=100, buffer_bytes=buffer_bytes)
+    writer = MultiTableTaskWriter(specs, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=buffer_bytes)
+    batches = [routed_rows(tables, 6, offset=b * 100) for b in range(4)]
+    for batch in batches:
+        writer.write(batch)
+        assert writer.open_files <= 5
+        assert sum(w.buffered_bytes for w in writer._writers.values()) <= 4 * buffer_bytes + batch.nbytes
+    results = writer.complete()
+    assert writer.peak_open_files <= 5
+    assert sorted(results) == sorted(specs)
+    for name, result in results.items():
+        ids = []
+        for f in result.data_files:
+            assert f"/t{name.split('.t')[1]}/" in f.path  # each table's files under its own location
+            ids += pq.read_table(f.path.removeprefix("file://")).column("id").to_pylist()
+        expected = [
+            i for b in batches for i, r in zip(b["id"].to_pylist(), b[ROUTE].to_pylist(), strict=True) if r == name
+        ]
+        assert sorted(ids) == sorted(expected), name
+
+
+def test_a_row_for_an_unplanned_table_is_refused_and_files_are_deleted(catalog: Catalog) -> None:
+    catalog.create_namespace_if_not_exists("db")
+    table = catalog.create_table("db.t0", schema=SCHEMA)
+    writer = MultiTableTaskWriter(
+        {"db.t0": writer_spec(table, buffer_bytes=1)}, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=1
+    )
+    writer.write(routed_rows(1, 3))
+    with pytest.raises(ValueError, match=r"routed row to an unplanned table: 'db\.t1'"):
+        writer.write(routed_rows(2, 3))
+    paths = [p for w in writer._writers.values() for p in w._created_paths]
+    assert paths
+    writer.abort()
+    import os
+
+    assert not any(os.path.exists(p.removeprefix("file://")) for p in paths)
