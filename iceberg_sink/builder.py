@@ -459,6 +459,7 @@ class IcebergSinkBuilder:
                     post_commit_hooks=tuple(self._post_hooks),
                     compaction=compaction,
                     conversion=conversion,
+                    map_batches=tuple(self._map_batches),  # routed batches are read (.debezium) first too
                     route=route,
                 )
             )

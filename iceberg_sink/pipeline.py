@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -179,8 +180,14 @@ class SinkJob:
         self._table = table
         return table
 
-    def ensure_table(self, struct: StructType) -> Table:
+    def ensure_table(self, struct: StructType, carried: Collection[str] | None = None) -> Table:
+        """Create or check the table for input ``struct``, evolving its schema if configured.
+
+        ``carried`` (routed tables): the columns of ``struct`` holding a value in at least one of the
+        table's rows; only those, the table's own and the sink's key/op/order/partition columns are
+        the table's input (see :meth:`own_columns`)."""
         table = catalogs.load_table(self._catalog, self._config.table)
+        struct = self.own_columns(struct, table, carried)
         if table is None and self._pin_table_uuid and self._store.table_uuid() is not None:
             raise UncommittableCheckpointError(self._store.replaced_message(self._config.table, "no longer exists"))
         if table is None:
@@ -205,6 +212,28 @@ class SinkJob:
         table = self._check_input(table, struct)
         self._table = table
         return table
+
+    # -- routed tables: the input columns of one table (routing.py) ----------------------------
+
+    def own_columns(self, struct: StructType, table: Table | None, carried: Collection[str] | None) -> StructType:
+        """The columns of ``struct`` that are this table's input: all of them (``carried`` None), or
+        for a routed table those ``carried`` names (non-null in at least one of its rows of the
+        batch), those the table has, and the key, op, order and partition source columns. So a
+        column of another routed table, null in every row of this one, is neither created nor added
+        by schema evolution here (it is added once a row of this table carries a value)."""
+        if carried is None:
+            return struct
+        keep = set(carried)
+        if table is not None:
+            keep.update(f.name for f in table.schema().fields)
+        changes = self._config.changes
+        if changes is not None:
+            keep.update(c for c in (*changes.key, changes.op_column, changes.order_by) if c is not None)
+        if self._config.create is not None:
+            keep.update(term.column.split(".")[0] for term in self._config.create.partition_by)
+        return StructType([f for f in struct.fields if f.name in keep])
+
+    # -- end of routed tables
 
     def _check_input(self, table: Table, struct: StructType) -> Table:
         """Check ``struct`` against ``table``; returns the table, with its schema evolved if needed."""
@@ -513,23 +542,24 @@ class SinkJob:
     # The phases of one checkpoint, also driven one table at a time by a routed sink (routing.py):
     # begin() for every table, one write for all, stage() for every table, then commit_planned().
 
-    def begin(self, struct: StructType, checkpoint_id: int) -> CheckpointPlan:
+    def begin(self, struct: StructType, checkpoint_id: int, carried: Collection[str] | None = None) -> CheckpointPlan:
         """Prepare checkpoint ``checkpoint_id`` of input ``struct``: the table is created or checked,
         older committables are committed, and the plan says whether the checkpoint is already
-        committed (``done``), was stored before a crash (``stored``), or must be written."""
+        committed (``done``), was stored before a crash (``stored``), or must be written.
+        ``carried``: for a routed table, as for :meth:`ensure_table`."""
         # Set while the catalog is unreachable: the batch is written with the table metadata this job
         # loaded last and its commit is deferred. That metadata can only be older than the table's, so
         # the checks below stay sound: a checkpoint it holds is held, and checkpoints after the
         # last one it holds have their committables stored until committed.
         outage: BaseException | None = None
         try:
-            table = self.ensure_table(struct)
+            table = self.ensure_table(struct, carried)
         except Exception as e:
             if not self._outage(e):
                 raise
             assert self._table is not None
             outage, table = e, self._table
-            table = self._check_input(table, struct)
+            table = self._check_input(table, self.own_columns(struct, table, carried))
         if self._schema_changed:
             self._schema_changed = False
             _faults.hit(_faults.AFTER_SCHEMA_CHANGE, checkpoint_id)

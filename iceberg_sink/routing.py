@@ -118,6 +118,14 @@ def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
     return sorted(n for n in names if n is not None)
 
 
+def carried_columns(routed: DataFrame, struct: StructType) -> dict[str | None, frozenset[str]]:
+    """The batch's tables, each with the columns of ``struct`` non-null in at least one of its rows:
+    one grouped aggregation (one small Spark job), whatever the number of tables."""
+    counts = [F.count(F.col("`" + f.name.replace("`", "``") + "`")).alias(f"c{i}") for i, f in enumerate(struct.fields)]
+    rows = routed.groupBy(ROUTE_COLUMN).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
+    return {r[0]: frozenset(f.name for i, f in enumerate(struct.fields) if r[f"c{i}"]) for r in rows}
+
+
 class RoutedJob:
     """The driver-side state of one routed job: one checkpoint location, one SinkJob per table."""
 
@@ -208,16 +216,18 @@ class RoutedJob:
 
     def _process(self, routed: DataFrame, struct: StructType, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
         try:
-            raw = [r[0] for r in routed.select(ROUTE_COLUMN).distinct().collect()]
+            carried = carried_columns(routed, struct)
         except Exception as e:
             raise self._write_error(e, checkpoint_id) from e
-        names = check_table_names(raw, self._route)
+        names = check_table_names(list(carried), self._route)
         self.commit_pending(before=checkpoint_id, skip=frozenset(names))
         plans: dict[str, CheckpointPlan] = {}
         for table in names:
             job = self.job(table)
             job._spark = routed.sparkSession
-            plans[table] = job.begin(struct, checkpoint_id)
+            # Each table sees its own columns only (SinkJob.own_columns): creation and schema
+            # evolution never take another table's columns; its writer ignores the others (all null).
+            plans[table] = job.begin(struct, checkpoint_id, carried=carried[table])
         to_write = {t: p for t, p in plans.items() if p.done is None and p.stored is None}
         if to_write:
             df = routed if len(to_write) == len(plans) else routed.where(F.col(ROUTE_COLUMN).isin(*sorted(to_write)))

@@ -1,0 +1,166 @@
+"""Each routed table's input is its own columns (SinkJob.own_columns, routing.carried_columns).
+
+A multi-table Debezium stream expands ``after``/``before`` into the union of every source table's
+columns; a table's rows hold null in the others'. Per table and batch, the columns with a value in at
+least one of its rows (plus its own and the key/op/order columns) are its input: creation and schema
+evolution see only those, and the writer leaves the others (all null there) out. Every table is
+read back by Iceberg Java and DuckDB and compared with its model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from iceberg_sink import IcebergSink, SchemaMismatchError
+from tests.integration.test_debezium import event
+from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
+
+pytestmark = pytest.mark.interop
+
+CUSTOMERS_V1 = [("id", "int64"), ("name", "string")]
+CUSTOMERS_V2 = [("id", "int64"), ("name", "string"), ("email", "string")]  # ALTER TABLE customers ADD email
+ORDERS = [("id", "int64"), ("customer_id", "int64"), ("amount", "float64")]
+
+
+class Topic:
+    """One Debezium topic carrying the change events of several source tables, and each table's model."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[dict[str, Any]]] = []
+        self.models: dict[str, dict[int, dict[str, Any]]] = {}
+        self.lsn = 0
+
+    def batch(self) -> None:
+        self.batches.append([])
+
+    def change(self, table: str, op: str, row: dict[str, Any], columns: list[tuple[str, str]] | None) -> None:
+        self.lsn += 10
+        model = self.models.setdefault(table, {})
+        before = model.get(row["id"])
+        if before is not None:
+            before = {k: v for k, v in before.items() if k != "lsn"}
+        value = event(op, self.lsn, before if op in ("u", "d") else None, None if op == "d" else row, columns, table)
+        self.batches[-1].append({"key": json.dumps({"id": row["id"]}), "value": value})
+        if op == "d":
+            model.pop(row["id"], None)
+            self.batches[-1].append({"key": json.dumps({"id": row["id"]}), "value": None})  # tombstone
+        else:
+            model[row["id"]] = {**row, "lsn": self.lsn}
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True)
+        for i, rows in enumerate(self.batches):
+            path = folder / f"part-{i:03d}.json"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+
+
+def check_readers(java: JavaIcebergReader, table: Table, model: dict[int, dict[str, Any]]) -> None:
+    columns = [f.name for f in table.schema().fields]
+    want = sorted(({c: row.get(c) for c in columns} for row in model.values()), key=lambda r: r["id"])
+    assert normalize(java.read(table.metadata_location), ["id"]) == want, f"{table.name()}: Iceberg Java"
+    assert normalize(duckdb_read(table.metadata_location), ["id"]) == want, f"{table.name()}: DuckDB"
+
+
+def test_routed_debezium_stream_evolves_each_table_with_its_own_columns_only(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    topic = Topic()
+    topic.batch()  # checkpoint 0: both tables created, each with its own columns
+    for i in range(1, 4):
+        topic.change("customers", "r", {"id": i, "name": f"c{i}"}, CUSTOMERS_V1)
+        topic.change("orders", "r", {"id": 10 + i, "customer_id": i, "amount": i * 1.5}, ORDERS)
+    topic.batch()  # checkpoint 1: customers is altered mid-batch (email); orders only deletes and updates
+    topic.change("customers", "u", {"id": 1, "name": "c1b"}, CUSTOMERS_V1)
+    topic.change("orders", "d", {"id": 11}, ORDERS)
+    topic.change("customers", "c", {"id": 4, "name": "c4", "email": "c4@example.com"}, CUSTOMERS_V2)
+    topic.change("customers", "u", {"id": 2, "name": "c2", "email": None}, CUSTOMERS_V2)
+    topic.change("orders", "u", {"id": 12, "customer_id": 2, "amount": 99.0}, ORDERS)
+    topic.batch()  # checkpoint 2: schemas.enable=false, types inferred from the documents
+    topic.change("orders", "c", {"id": 14, "customer_id": 4, "amount": 4.0}, None)
+    topic.change("customers", "u", {"id": 3, "name": "c3", "email": "c3@example.com"}, None)
+    topic.change("customers", "d", {"id": 2}, None)
+    topic.write(tmp_path / "topic")
+
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="source_table", namespace="cdc")
+        .create_if_missing(partition_by=["bucket(2, id)"])
+        .debezium(value_column="value")
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .schema_evolution("add-columns")
+        .build()
+    )
+    stream = spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1)
+    query = sink.start(stream.json(str(tmp_path / "topic")), str(tmp_path / "ck"), trigger={"availableNow": True})
+    query.awaitTermination(600)
+    assert query.exception() is None
+
+    customers = catalog.load_table("cdc.customers")  # type: ignore[attr-defined]
+    orders = catalog.load_table("cdc.orders")  # type: ignore[attr-defined]
+    assert sorted(f.name for f in customers.schema().fields) == ["email", "id", "lsn", "name"]
+    assert sorted(f.name for f in orders.schema().fields) == ["amount", "customer_id", "id", "lsn"]
+    # customers was created without email and evolved once; orders never changed.
+    assert [sorted(s.column_names) for s in customers.schemas().values()] == [
+        ["id", "lsn", "name"],
+        ["email", "id", "lsn", "name"],
+    ]
+    assert len(orders.schemas()) == 1
+    assert not customers.schema().find_field("email").required
+    for table in (customers, orders):
+        assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0", "1", "2"]  # type: ignore[index]
+    check_readers(java_reader, customers, topic.models["customers"])
+    check_readers(java_reader, orders, topic.models["orders"])
+    assert sorted(topic.models["customers"]) == [1, 3, 4]
+
+
+EVENTS_DDL = "tbl string, id long, name string, score double, note string"
+
+
+def test_without_evolution_only_the_columns_a_tables_rows_carry_must_fit_it(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="db")
+        .create_if_missing()
+        .upsert(key=["id"])
+        .build()
+    )
+    ckpt = str(tmp_path / "ck")
+    # note is null everywhere; a's rows carry name, b's score: each table gets its own columns.
+    first = [("a", 1, "x", None, None), ("a", 2, "y", None, None), ("b", 1, None, 1.5, None)]
+    sink.write(spark.createDataFrame(first, EVENTS_DDL).repartition(2), checkpoint_location=ckpt)
+    a, b = catalog.load_table("db.a"), catalog.load_table("db.b")  # type: ignore[attr-defined]
+    assert a.schema().column_names == ["id", "name"]
+    assert b.schema().column_names == ["id", "score"]
+
+    # A value in a column db.a lacks is the clear error naming it; nothing of the batch is written.
+    bad = [("a", 3, "z", 2.0, None), ("b", 2, None, 2.5, None)]
+    with pytest.raises(SchemaMismatchError, match=r"table db\.a .*\n  - score: column is not in the table"):
+        sink.write(spark.createDataFrame(bad, EVENTS_DDL), checkpoint_location=ckpt)
+    for name in ("db.a", "db.b"):
+        assert len(catalog.load_table(name).snapshots()) == 1  # type: ignore[attr-defined]
+
+    # Columns null in all of a table's rows do not matter to it; its own all-null columns are written null.
+    good = [
+        ("a", 3, "z", None, None),
+        ("a", 1, None, None, None),
+        ("b", 2, None, 2.5, None),
+        ("b", 3, None, None, None),
+    ]
+    sink.write(spark.createDataFrame(good, EVENTS_DDL), checkpoint_location=ckpt, checkpoint_id=1)
+    a, b = catalog.load_table("db.a"), catalog.load_table("db.b")  # type: ignore[attr-defined]
+    assert len(a.schemas()) == len(b.schemas()) == 1
+    check_readers(java_reader, a, {1: {"id": 1, "name": None}, 2: {"id": 2, "name": "y"}, 3: {"id": 3, "name": "z"}})
+    check_readers(java_reader, b, {1: {"id": 1, "score": 1.5}, 2: {"id": 2, "score": 2.5}, 3: {"id": 3, "score": None}})
