@@ -228,7 +228,7 @@ class SinkJob:
             keep.update(f.name for f in table.schema().fields)
         changes = self._config.changes
         if changes is not None:
-            keep.update(c for c in (*changes.key, changes.op_column, changes.order_by) if c is not None)
+            keep.update(c.split(".")[0] for c in (*changes.key, changes.op_column, changes.order_by) if c is not None)
         if self._config.create is not None:
             keep.update(term.column.split(".")[0] for term in self._config.create.partition_by)
         return StructType([f for f in struct.fields if f.name in keep])
