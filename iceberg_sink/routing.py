@@ -56,7 +56,7 @@ from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
 from iceberg_sink.topology.changes import ERROR_MARKER, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
-from iceberg_sink.writer.multi import UNPLANNED_TABLE
+from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
 from iceberg_sink.writer.spark import write_routed_dataframe
 
 logger = logging.getLogger("iceberg_sink")
@@ -268,9 +268,10 @@ class RoutedJob:
     def _write_error(self, error: Exception, checkpoint_id: int) -> Exception:
         text = str(error)
         what = f"checkpoint {checkpoint_id} of {self._route.describe()} was not written"
-        if UNPLANNED_TABLE in text:
-            detail = text[text.index(UNPLANNED_TABLE) :].splitlines()[0].strip()
-            return InvalidInputError(f"{what}: {detail}")
+        for marker in (UNPLANNED_TABLE, UNPLANNED_COLUMN):
+            if marker in text:
+                detail = text[text.index(marker) :].splitlines()[0].strip()
+                return InvalidInputError(f"{what}: {detail}")
         if ERROR_MARKER in text or "the route function returned" in text:
             marker = ERROR_MARKER if ERROR_MARKER in text else "the route function returned"
             start = text.index(marker) + (len(marker) if marker == ERROR_MARKER else 0)

@@ -25,6 +25,8 @@ from iceberg_sink.writer.task_writer import _TOTAL_BUFFER_FACTOR, TaskWriter
 
 #: Marks a row routed to a table the driver did not plan for (the input changed between two reads).
 UNPLANNED_TABLE = "iceberg_sink routed row to an unplanned table:"
+#: Marks a value in a column the driver found null in all of a table's rows (and left out of it).
+UNPLANNED_COLUMN = "iceberg_sink routed value in an unplanned column:"
 
 
 def split_by_column(batch: pa.RecordBatch | pa.Table, column: str) -> Iterator[tuple[str | None, pa.Table]]:
@@ -58,6 +60,7 @@ class MultiTableTaskWriter:
         self._buffer_bytes = buffer_bytes
         # Least recently written table first.
         self._writers: OrderedDict[str, TaskWriter] = OrderedDict()
+        self._columns: dict[str, set[str]] = {}  # per table: the columns it may be given values in
         self.peak_open_files = 0
 
     @property
@@ -93,8 +96,26 @@ class MultiTableTaskWriter:
         if batch.num_rows == 0:
             return
         for table, rows in split_by_column(batch, self._route_column):
-            self._writer(table).write(rows)
+            writer = self._writer(table)
+            self._check_left_out(table, rows)
+            writer.write(rows)
             self._bound()
+
+    def _check_left_out(self, table: str | None, rows: pa.Table) -> None:
+        """The input columns a table's schema lacks were null in all of its rows when the driver
+        planned it (routing.carried_columns): they are left out, never a value dropped."""
+        own = self._columns.get(table or "")
+        if own is None:
+            spec = self._specs[table or ""]
+            own = {f.name for f in spec.schema.fields} | {self._route_column, spec.op_column or self._route_column}
+            self._columns[table or ""] = own
+        for name in rows.column_names:
+            if name not in own and rows.column(name).null_count != rows.num_rows:
+                raise ValueError(
+                    f"{UNPLANNED_COLUMN} {name!r} of table {table!r} holds values, but the driver found it null in "
+                    "all of the table's rows of this checkpoint and left it out of the table; is the input "
+                    "deterministic?"
+                )
 
     def _bound(self) -> None:
         limit = self._buffer_bytes * _TOTAL_BUFFER_FACTOR

@@ -83,3 +83,20 @@ def test_a_row_for_an_unplanned_table_is_refused_and_files_are_deleted(catalog: 
     import os
 
     assert not any(os.path.exists(p.removeprefix("file://")) for p in paths)
+
+
+def test_columns_a_table_lacks_are_left_out_when_null_and_refused_when_holding_values(catalog: Catalog) -> None:
+    catalog.create_namespace_if_not_exists("db")
+    table = catalog.create_table("db.t0", schema=SCHEMA)
+    writer = MultiTableTaskWriter(
+        {"db.t0": writer_spec(table)}, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=1 << 20
+    )
+    # Another routed table's column, null in all of db.t0's rows (routing.carried_columns left it out).
+    rows = routed_rows(1, 3).append_column("other", pa.nulls(3, pa.string()))
+    writer.write(rows)
+    with pytest.raises(ValueError, match=r"unplanned column: 'other' of table 'db\.t0' holds values"):
+        writer.write(routed_rows(1, 2).append_column("other", pa.array([None, "v"], pa.string())))
+    [result] = writer.complete().values()
+    [data] = result.data_files
+    written = pq.read_table(data.path.removeprefix("file://"))
+    assert written.column_names == ["id", "s"] and written.num_rows == 3
