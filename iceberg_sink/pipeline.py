@@ -220,8 +220,11 @@ class SinkJob:
         for a routed table those ``carried`` names (non-null in at least one of its rows of the
         batch), those the table has, and the key, op, order and partition source columns. So a
         column of another routed table, null in every row of this one, is neither created nor added
-        by schema evolution here (it is added once a row of this table carries a value)."""
-        if carried is None:
+        by schema evolution here (it is added once a row of this table carries a value).
+
+        Without schema evolution a table is created with all of ``struct``: it could never get a
+        column later, so a column its first rows happen to leave null (deletes) must be there."""
+        if carried is None or (table is None and self._evolution == evolution.OFF):
             return struct
         keep = set(carried)
         if table is not None:

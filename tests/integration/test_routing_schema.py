@@ -129,38 +129,53 @@ EVENTS_DDL = "tbl string, id long, name string, score double, note string"
 def test_without_evolution_only_the_columns_a_tables_rows_carry_must_fit_it(
     spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    catalog.create_namespace("db")  # type: ignore[attr-defined]
+    # Two tables of different columns, fed from one stream whose schema is the union of theirs.
+    a = catalog.create_table(  # type: ignore[attr-defined]
+        "db.a", Schema(NestedField(1, "id", LongType()), NestedField(2, "name", StringType()))
+    )
+    b = catalog.create_table(  # type: ignore[attr-defined]
+        "db.b", Schema(NestedField(1, "id", LongType()), NestedField(2, "score", DoubleType()))
+    )
     sink = (
         IcebergSink.builder()
         .catalog("test", **catalog_props)
         .route(table_column="tbl", namespace="db")
         .create_if_missing()
-        .upsert(key=["id"])
         .build()
     )
     ckpt = str(tmp_path / "ck")
-    # note is null everywhere; a's rows carry name, b's score: each table gets its own columns.
-    first = [("a", 1, "x", None, None), ("a", 2, "y", None, None), ("b", 1, None, 1.5, None)]
+    # Each table's rows carry its own columns only; db.c is created, without evolution with every
+    # input column (its rows leave score and note null: it could never get them later).
+    first = [("a", 1, "x", None, None), ("a", 2, "y", None, None), ("b", 1, None, 1.5, None), ("c", 1, "c", None, None)]
     sink.write(spark.createDataFrame(first, EVENTS_DDL).repartition(2), checkpoint_location=ckpt)
-    a, b = catalog.load_table("db.a"), catalog.load_table("db.b")  # type: ignore[attr-defined]
-    assert a.schema().column_names == ["id", "name"]
-    assert b.schema().column_names == ["id", "score"]
+    c = catalog.load_table("db.c")  # type: ignore[attr-defined]
+    assert c.schema().column_names == ["id", "name", "score", "note"]
 
     # A value in a column db.a lacks is the clear error naming it; nothing of the batch is written.
     bad = [("a", 3, "z", 2.0, None), ("b", 2, None, 2.5, None)]
     with pytest.raises(SchemaMismatchError, match=r"table db\.a .*\n  - score: column is not in the table"):
         sink.write(spark.createDataFrame(bad, EVENTS_DDL), checkpoint_location=ckpt)
-    for name in ("db.a", "db.b"):
+    for name in ("db.a", "db.b", "db.c"):
         assert len(catalog.load_table(name).snapshots()) == 1  # type: ignore[attr-defined]
 
     # Columns null in all of a table's rows do not matter to it; its own all-null columns are written null.
     good = [
         ("a", 3, "z", None, None),
-        ("a", 1, None, None, None),
+        ("a", 4, None, None, None),
         ("b", 2, None, 2.5, None),
         ("b", 3, None, None, None),
     ]
     sink.write(spark.createDataFrame(good, EVENTS_DDL), checkpoint_location=ckpt, checkpoint_id=1)
     a, b = catalog.load_table("db.a"), catalog.load_table("db.b")  # type: ignore[attr-defined]
-    assert len(a.schemas()) == len(b.schemas()) == 1
-    check_readers(java_reader, a, {1: {"id": 1, "name": None}, 2: {"id": 2, "name": "y"}, 3: {"id": 3, "name": "z"}})
+    assert a.schema().column_names == ["id", "name"] and b.schema().column_names == ["id", "score"]
+    check_readers(
+        java_reader,
+        a,
+        {1: {"id": 1, "name": "x"}, 2: {"id": 2, "name": "y"}, 3: {"id": 3, "name": "z"}, 4: {"id": 4, "name": None}},
+    )
     check_readers(java_reader, b, {1: {"id": 1, "score": 1.5}, 2: {"id": 2, "score": 2.5}, 3: {"id": 3, "score": None}})
+    check_readers(java_reader, c, {1: {"id": 1, "name": "c", "score": None, "note": None}})
