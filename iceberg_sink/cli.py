@@ -138,7 +138,7 @@ def table_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog-property", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("table_arg", nargs="?", metavar="TABLE", help="namespace.name")
     p.add_argument("--table", help="namespace.name (same as the positional TABLE)")
-    p.add_argument("--branch", default="main")
+    p.add_argument("--branch", default="main", help="the branch to read or change (default: main)")
 
 
 def _table_name(args: argparse.Namespace) -> str:
@@ -246,8 +246,12 @@ def _compaction_config(args: argparse.Namespace) -> Any:
 
 
 def _planning_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target-file-size-bytes", type=int, help="default: the table's write.target-file-size-bytes")
-    p.add_argument("--min-input-files", type=int, default=2, help="files a group needs unless it applies deletes")
+    p.add_argument(
+        "--target-file-size-bytes", type=int, metavar="BYTES", help="default: the table's write.target-file-size-bytes"
+    )
+    p.add_argument(
+        "--min-input-files", type=int, default=2, metavar="N", help="files a group needs unless it applies deletes (2)"
+    )
 
 
 # ---- run -----------------------------------------------------------------------------------------
@@ -320,7 +324,7 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="show the pending checkpoints of the job under DIR (repeatable)",
     )
-    p.add_argument("--limit", type=int, default=20, help="newest snapshots shown (0: all)")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="newest snapshots shown (default 20; 0: all)")
     _planning_options(p)
 
 
@@ -350,7 +354,7 @@ def _compact_arguments(p: argparse.ArgumentParser) -> None:
         "--partition", action="append", default=[], metavar="FIELD=VALUE", help="only this partition (repeatable)"
     )
     _planning_options(p)
-    p.add_argument("--master", default="local[2]", help="Spark master for the rewrite tasks")
+    p.add_argument("--master", default="local[2]", help="Spark master for the rewrite tasks (local[2])")
     p.add_argument("--dry-run", action="store_true", help="show the plan; rewrite nothing (no Spark)")
 
 
@@ -390,7 +394,9 @@ def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 
 def _convert_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
-    p.add_argument("--max-replans", type=int, default=3, help="plans again when a concurrent commit conflicts")
+    p.add_argument(
+        "--max-replans", type=int, default=3, metavar="N", help="plans again when a concurrent commit conflicts (3)"
+    )
 
 
 @command(
@@ -417,8 +423,10 @@ def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 
 def _expire_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
-    p.add_argument("--older-than-hours", type=float, default=24 * 5)
-    p.add_argument("--retain-last", type=int, default=1)
+    p.add_argument(
+        "--older-than-hours", type=float, default=24 * 5, metavar="H", help="expire snapshots older than H hours (120)"
+    )
+    p.add_argument("--retain-last", type=int, default=1, metavar="N", help="keep the newest N of each branch (1)")
     p.add_argument("--dry-run", action="store_true", help="list what would be expired and deleted; change nothing")
 
 
@@ -449,7 +457,9 @@ def _expire(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 
 def _orphans_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
-    p.add_argument("--older-than-hours", type=float, default=72)
+    p.add_argument(
+        "--older-than-hours", type=float, default=72, metavar="H", help="only files older than H hours, at least 1 (72)"
+    )
     p.add_argument("--dry-run", action="store_true", help="list the orphans; delete nothing")
 
 
@@ -471,7 +481,9 @@ def _orphans(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 
 def _manifests_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
-    p.add_argument("--entries-per-manifest", type=int, default=10_000)
+    p.add_argument(
+        "--entries-per-manifest", type=int, default=10_000, metavar="N", help="entries per merged manifest (10000)"
+    )
 
 
 @command("rewrite-manifests", "merge small manifests", _manifests_arguments)

@@ -46,7 +46,14 @@ class ConfigError(InvalidSinkConfigError):
 
 
 def _received(value: Any) -> str:
-    kinds = {dict: "a mapping", list: "a list", bool: "a boolean", str: "a string", int: "an integer", float: "a number"}
+    kinds = {
+        dict: "a mapping",
+        list: "a list",
+        bool: "a boolean",
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+    }
     kind = kinds.get(type(value), "nothing (null)" if value is None else None)
     if kind is None:
         kind = f"a {type(value).__name__}"

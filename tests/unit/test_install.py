@@ -69,24 +69,27 @@ def _third_party_imports() -> set[str]:
     return {m for m in found if m not in sys.stdlib_module_names and m not in ("iceberg_sink", "__future__")}
 
 
-def _closure(requirements: list[str], extras: tuple[str, ...] = ()) -> set[str]:
-    """Distributions the requirements install (transitively), as installed in this venv."""
-    norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731
-    seen: set[str] = set()
-    todo = [(Requirement(r), extras) for r in requirements]
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """Distributions the requirements install (transitively, extras included), as installed in this venv."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    names: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
     while todo:
-        req, _ = todo.pop()
-        name = norm(req.name)
-        if name == "iceberg-sink":
+        req = todo.pop()
+        key = (_norm(req.name), frozenset(req.extras))
+        if key[0] == "iceberg-sink" or key in seen:
             continue
-        fresh = name not in seen
-        seen.add(name)
+        seen.add(key)
+        names.add(key[0])
         for sub in md.requires(req.name) or []:
             parsed = Requirement(sub)
             if parsed.marker is None or any(parsed.marker.evaluate({"extra": e}) for e in req.extras or {""}):
-                if parsed.marker is not None or fresh:
-                    todo.append((parsed, ()))
-    return seen
+                todo.append(parsed)
+    return names
 
 
 def test_the_spark_extra_brings_everything_the_package_imports() -> None:
@@ -99,7 +102,7 @@ def test_the_spark_extra_brings_everything_the_package_imports() -> None:
     missing = {
         module: providers.get(module)
         for module in _third_party_imports()
-        if not any(re.sub(r"[-_.]+", "-", d).lower() in installed for d in providers.get(module, []))
+        if not any(_norm(d) in installed for d in providers.get(module, []))
     }
     assert missing == {}, f"imported but not brought by the base dependencies + the spark extra: {missing}"
     # PySpark and pandas are Spark-side only: the base install must not pull them in.
