@@ -24,6 +24,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -201,8 +202,9 @@ def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
     return load
 
 
-def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None) -> SparkSession:
-    """A local SparkSession without UI or console progress (progress is ours)."""
+def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None, debug: bool = False) -> SparkSession:
+    """A SparkSession without UI or console progress (progress is ours) and, unless ``debug``,
+    without Spark's log (a failed query would print its JVM stack trace; the CLI prints one line)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -215,7 +217,7 @@ def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None
     for key, value in (conf or {}).items():
         builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("ERROR" if debug else "OFF")
     return spark
 
 
@@ -288,6 +290,7 @@ def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         args.master or spark_conf.get("master", "local[2]"),
         spark_conf.get("app_name", "iceberg-sink run"),
         spark_conf.get("conf"),
+        debug=args.debug,
     )
 
     def on_batch(progress: dict[str, Any]) -> None:
@@ -379,7 +382,7 @@ def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         return {"table": _table_name(args), "dry_run": True, "plan": dry}
     from iceberg_sink.topology.compaction import compact
 
-    spark = spark_session(args.master, "iceberg-sink compact")
+    spark = spark_session(args.master, "iceberg-sink compact", debug=args.debug)
     result = compact(spark, load, config, branch=args.branch, partition_filter=keep, progress=out.progress())
     out.say(
         f"compacted {_table_name(args)}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) "
@@ -547,12 +550,16 @@ def exit_code(error: BaseException) -> int:
     return EXIT_FAILED
 
 
-def one_line(error: BaseException) -> str:
-    """The error as one line: our errors' message, else the most telling line of the text (Spark's
-    errors carry JVM stack traces; a Python error raised in a micro-batch is the last ``XError: ...``)."""
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
+
+
+def describe(error: BaseException) -> tuple[str, str]:
+    """``(type name, one line)`` of an error: our errors' message as it is; for others (Spark's carry
+    JVM stack traces) the most telling line: the last ``module.XError: message`` of a Python error
+    raised in a micro-batch, else the first line."""
     text = str(error).strip()
     if isinstance(error, IcebergSinkError) and "Traceback" not in text and "\tat " not in text:
-        return " ".join(text.split())
+        return type(error).__name__, " ".join(text.split())
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     python = [
         line
@@ -560,11 +567,15 @@ def one_line(error: BaseException) -> str:
         if not line.startswith(("at ", "File ", "Traceback", "...", "^"))
         and ": " in line
         and line.split(": ", 1)[0].rsplit(".", 1)[-1].endswith(("Error", "Exception"))
+        and " " not in line.split(": ", 1)[0]
     ]
     if python:
-        return python[-1]
-    first = lines[0] if lines else type(error).__name__
-    return first if first.startswith(type(error).__name__) else f"{type(error).__name__}: {first}"
+        kind, message = python[-1].split(": ", 1)
+        kind = kind.rsplit(".", 1)[-1]
+        return kind, f"{kind}: {_SQLSTATE.sub('', message)}"
+    first = _SQLSTATE.sub("", lines[0]) if lines else ""
+    name = type(error).__name__
+    return name, first if first.startswith(name) else f"{name}: {first}".rstrip(": ")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -575,12 +586,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = COMMANDS[args.command].run(args, out)
     except (Exception, KeyboardInterrupt) as e:
         code = exit_code(e)
-        line = one_line(e)
+        kind, line = describe(e)
         if args.debug:
             traceback.print_exc()
         print(f"iceberg-sink {args.command}: {line}", file=sys.stderr, flush=True)
         if args.json:
-            error = {"type": type(e).__name__, "message": line}
+            error = {"type": kind, "message": line}
             print(json.dumps({"command": args.command, "ok": False, "exit_code": code, "error": error}), flush=True)
         return code
     if args.json:

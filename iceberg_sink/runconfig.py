@@ -26,6 +26,7 @@ from iceberg_sink.errors import InvalidSinkConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from iceberg_sink.sink import IcebergSink
 
@@ -482,6 +483,14 @@ def open_source(spark: SparkSession, config: RunConfig) -> DataFrame:
     )
 
 
+def _stop_between_batches(query: StreamingQuery) -> None:
+    """Stop once the running micro-batch (if any) is done. Stopping inside one is safe for the table
+    (the next run commits or redoes it, once) but makes Spark interrupt the Python batch function."""
+    while query.isActive and query.status.get("isTriggerActive"):
+        time.sleep(0.1)
+    query.stop()
+
+
 @attrs.frozen
 class RunResult:
     """What ``run`` did: batches Spark ran, what the sink committed, why it stopped."""
@@ -538,7 +547,7 @@ def run(
                 break
     finally:
         if query.isActive:
-            query.stop()
+            _stop_between_batches(query)
     failure = query.exception()
     if failure is not None:
         raise PipelineFailedError(f"the streaming query failed: {failure}")

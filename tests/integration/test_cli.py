@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +231,37 @@ def test_json_and_exit_codes_of_the_maintenance_commands(
     assert cli_json(capsys, "inspect", "db.m", "--embedded", str(tmp_path / "nowhere"), code=EXIT_NOT_FOUND)
     usage = cli_json(capsys, "compact", "--embedded", lake, code=EXIT_USAGE)
     assert usage["error"]["message"] == "TABLE: required (positional, or --table namespace.name)"
+
+
+def test_console_run_json_stdout_is_one_document_and_a_timeout_stop_loses_nothing(tmp_path: Path) -> None:
+    """The real command in its own process (Spark's JVM shares its stdout): --json leaves exactly one
+    document there; runs stopped by --timeout, mid-batch or not, commit each generated row once."""
+    config = tmp_path / "rate.yaml"
+    config.write_text(
+        "source: {type: rate, rows_per_second: 20, columns: {id: value, at: timestamp}}\n"
+        "sink: {embedded: lake, table: demo.rate, create_if_missing: true}\n"
+        "checkpoint_location: ckpt\ntrigger: {processingTime: '1 second'}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = str(ROOT)
+    docs = []
+    for extra in (["--timeout", "40", "--progress"], ["--max-batches", "2"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "iceberg_sink.cli", "run", str(config), "--json", *extra],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert run.returncode == EXIT_OK, run.stderr[-3000:]
+        assert run.stdout.count("\n") == 1, run.stdout
+        docs.append(json.loads(run.stdout))
+        if "--progress" in extra:  # with --json, progress goes to stderr
+            assert "batch 0: 0 rows\n" in run.stderr
+        assert "Exception" not in run.stderr  # stopped between micro-batches, not inside one
+    assert docs[0]["stopped_by"] == "timeout (40 s)" and docs[1]["stopped_by"] == "max_batches (2)"
+    table = IcebergSink.builder().embedded(tmp_path / "lake").table("demo.rate").build().load_table()
+    ids = sorted(r["id"] for r in duckdb_read(table.metadata_location).to_pylist())
+    assert ids == list(range(len(ids))) and len(ids) == docs[0]["committed_records"] + docs[1]["committed_records"]
