@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import CommitVetoedError, IcebergSink
-from iceberg_sink.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
+from iceberg_sink.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -265,3 +265,24 @@ def test_console_run_json_stdout_is_one_document_and_a_timeout_stop_loses_nothin
     table = IcebergSink.builder().embedded(tmp_path / "lake").table("demo.rate").build().load_table()
     ids = sorted(r["id"] for r in duckdb_read(table.metadata_location).to_pylist())
     assert ids == list(range(len(ids))) and len(ids) == docs[0]["committed_records"] + docs[1]["committed_records"]
+
+
+def test_a_failing_stream_is_one_line_naming_the_error(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"id": 1, "v": "a"}\n{"id": null, "v": "b"}\n')
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "source: {type: files, path: in, format: json, schema: 'id long, v string'}\n"
+        "sink: {embedded: lake, table: db.t, create_if_missing: true, upsert: {key: [id]}}\n"
+        "checkpoint_location: ck\ntrigger: {availableNow: true}\n"
+    )
+    doc = cli_json(capsys, "run", str(config), code=EXIT_FAILED)
+    assert doc["error"] == {
+        "type": "InvalidInputError",
+        "message": "InvalidInputError: checkpoint 0 of table db.t was not written: a key column is null "
+        "(id must all be set); row key: id=null",
+    }
+    table = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").build().load_table()
+    assert table.current_snapshot() is None  # nothing committed

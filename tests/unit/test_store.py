@@ -34,3 +34,11 @@ def test_a_damaged_committable_is_named_with_the_job(tmp_path: Path) -> None:
         message = str(failed.value)
         assert str(path) in message and f"iceberg-sink.job-id={job}" in message, message
         assert "iceberg-sink.checkpoint-id=7" in message, message
+
+
+def test_read_job_only_looks(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path))
+    assert store.read_job() is None
+    assert not (tmp_path / "iceberg_sink" / "job.json").exists()  # job_id() would have created it
+    job_id = store.job_id("db.t")
+    assert CheckpointStore(str(tmp_path)).read_job() == {"job_id": job_id, "table": "db.t"}
