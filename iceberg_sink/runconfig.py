@@ -471,6 +471,9 @@ def open_source(spark: SparkSession, config: RunConfig) -> DataFrame:
             ) from None
         raise
     if source.get("value_format", "raw") == "json":
+        problem = _schema_problem(spark, source["schema"], "source.schema")
+        if problem:
+            raise ConfigError(where, [problem])
         parsed = F.from_json(F.col("value").cast("string"), source["schema"]).alias("data")
         return df.select(parsed).select("data.*")
     return df.selectExpr(

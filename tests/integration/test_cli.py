@@ -141,6 +141,18 @@ def test_kafka_without_the_connector_says_what_to_install(
     doc = cli_json(capsys, "run", str(config), code=EXIT_USAGE)
     assert "source.type: kafka needs Spark's Kafka connector" in doc["error"]["message"]
     assert f"spark-sql-kafka-0-10_2.13:{spark.version}" in doc["error"]["message"]
+    (tmp_path / "in").mkdir()
+    config.write_text(
+        "source: {type: files, path: in, format: json, schema: 'id lng'}\n"
+        "sink: {embedded: lake, table: db.k, create_if_missing: true}\ncheckpoint_location: ck\n"
+    )
+    doc = cli_json(capsys, "run", str(config), code=EXIT_USAGE)
+    assert doc["error"]["message"].startswith(
+        f"{config}: source.schema: expected a DDL schema such as 'id long, name string', received 'id lng'"
+    )
+    config.write_text(config.read_text().replace("schema: 'id lng'", "max_files_per_trigger: 1"))
+    doc = cli_json(capsys, "run", str(config), code=EXIT_USAGE)
+    assert doc["error"]["message"].endswith("holds no files to infer it from; give source.schema")
 
 
 def test_inspect_shows_pending_checkpoints_and_the_plan_compact_then_follows(
