@@ -4,6 +4,8 @@ Production code only calls :func:`hit`; with no handler installed it does nothin
 checkpoint passes them:
 
 - :data:`BATCH_START`: a micro-batch reached the sink (Spark recorded every earlier batch).
+- :data:`AFTER_SCHEMA_CHANGE`: schema evolution (table/evolution.py) committed a schema change this
+  batch needs; nothing of the batch is written yet (hit only when the schema changed).
 - :data:`BEFORE_WRITE`: the table is checked and older committables are committed; writer tasks start
   next (tests kill the driver while those tasks run by watching the table's data folder from here).
 - :data:`AFTER_WRITE`: writer tasks finished, nothing staged yet.
@@ -22,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 BATCH_START = "batch-start"
+AFTER_SCHEMA_CHANGE = "after-schema-change"
 BEFORE_WRITE = "before-write"
 AFTER_WRITE = "after-write"
 AFTER_STAGE = "after-stage"

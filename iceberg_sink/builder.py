@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
+from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.prometheus import PrometheusConfig, require_prometheus_client
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact, scrub
 from iceberg_sink.table.partitioning import field_name, parse_terms
@@ -41,6 +43,8 @@ class IcebergSinkBuilder:
         self._compaction: dict[str, Any] | None = None
         self._conversion: dict[str, Any] | None = None
         self._post_hooks: list[Any] = []
+        self._map_batches: list[Any] = []
+        self._prometheus: dict[str, Any] | None = None
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -99,6 +103,38 @@ class IcebergSinkBuilder:
         """Streams: how many checkpoints may be written and kept pending while the catalog is
         unreachable before the stream fails (``iceberg-sink.commit.max-pending-checkpoints``)."""
         return self.write_option("iceberg-sink.commit.max-pending-checkpoints", limit)
+
+    def schema_evolution(self, mode: str) -> IcebergSinkBuilder:
+        """Let the sink change the table's schema for a micro-batch that needs it (option
+        ``iceberg-sink.schema-evolution``; see docs/schema-evolution.md).
+
+        Args:
+            mode: ``"off"`` (default: extra columns are a SchemaMismatchError), ``"add-columns"``
+                (add the batch's new columns, optional, nested struct fields too) or
+                ``"add-and-widen"`` (also widen int to long, float to double, decimal precision).
+        """
+        return self.write_option("iceberg-sink.schema-evolution", mode)
+
+    def map_batches(self, fn: Callable[[DataFrame], DataFrame]) -> IcebergSinkBuilder:
+        """Apply ``fn`` to every micro-batch (and to ``write()``'s DataFrame) before anything else.
+
+        For readers whose output schema is known only per batch, such as
+        :func:`iceberg_sink.debezium.read_envelope` and :func:`iceberg_sink.readers.read_json`: the
+        table is created or checked against ``fn``'s output at each batch, not when the stream starts.
+        """
+        self._map_batches.append(fn)
+        return self
+
+    def debezium(self, value_column: str = "value", **kwargs: Any) -> IcebergSinkBuilder:
+        """Read each micro-batch as Debezium JSON envelopes: shorthand for
+        ``.map_batches(lambda b: read_envelope(b, value_column, **kwargs))`` (see iceberg_sink/debezium.py
+        and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``."""
+        from iceberg_sink.debezium import read_envelope
+
+        def read(batch: DataFrame) -> DataFrame:
+            return read_envelope(batch, value_column, **kwargs)
+
+        return self.map_batches(read)
 
     def pre_commit_hook(self, fn: PreCommitHook) -> IcebergSinkBuilder:
         """Call ``fn(summary)`` on the driver before each commit (see topology/hooks.py).
@@ -176,6 +212,37 @@ class IcebergSinkBuilder:
             "max_replans": max_replans,
         }
         return self
+
+    def prometheus(self, port: int = 0, addr: str = "0.0.0.0", job: str | None = None) -> IcebergSinkBuilder:
+        """Serve the sink's metrics to Prometheus over HTTP from ``build()`` on (docs/metrics.md).
+
+        Args:
+            port: TCP port; 0 picks a free one (read it from ``sink.prometheus_port``).
+            addr: address to bind.
+            job: value of the ``job`` label on every sample (default: the table name).
+
+        Needs the ``metrics`` extra (prometheus-client). ``sink.close()`` stops the endpoint.
+        """
+        self._prometheus = {"port": port, "addr": addr, "job": job}
+        return self
+
+    def _prometheus_config(self, problems: list[str]) -> PrometheusConfig | None:
+        if self._prometheus is None:
+            return None
+        port, addr, job = self._prometheus["port"], self._prometheus["addr"], self._prometheus["job"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            problems.append(
+                f"prometheus(port): expected an integer from 0 to 65535 (0: any free port), received {port!r}"
+            )
+        if not isinstance(addr, str):
+            problems.append(f"prometheus(addr): expected an address string such as '0.0.0.0', received {addr!r}")
+        if job is not None and (not isinstance(job, str) or not job):
+            problems.append(f"prometheus(job): expected a non-empty string or None, received {job!r}")
+        try:
+            require_prometheus_client()
+        except InvalidSinkConfigError as e:
+            problems.append(str(e))
+        return PrometheusConfig(port=port, addr=addr, job=job)
 
     def upsert(self, key: Sequence[str]) -> IcebergSinkBuilder:
         """Every row is the new state of its key: it replaces the row with the same key, or is inserted.
@@ -266,7 +333,11 @@ class IcebergSinkBuilder:
                     create = CreateOptions(terms, self._create["properties"], fv)
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
-        for kind, hooks in (("pre_commit_hook", self._pre_hooks), ("post_commit_hook", self._post_hooks)):
+        for kind, hooks in (
+            ("pre_commit_hook", self._pre_hooks),
+            ("post_commit_hook", self._post_hooks),
+            ("map_batches", self._map_batches),
+        ):
             problems.extend(f"{kind}: expected a callable, received {h!r}" for h in hooks if not callable(h))
         changes = self._change_config(problems)
         compaction = None
@@ -312,6 +383,7 @@ class IcebergSinkBuilder:
                 )
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
+        prometheus = self._prometheus_config(problems)
         catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
@@ -365,5 +437,7 @@ class IcebergSinkBuilder:
                 post_commit_hooks=tuple(self._post_hooks),
                 compaction=compaction,
                 conversion=conversion,
+                map_batches=tuple(self._map_batches),
+                prometheus=prometheus,
             )
         )

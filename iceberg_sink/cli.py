@@ -7,6 +7,7 @@
   iceberg-sink expire-snapshots db.events --older-than-hours 24 --retain-last 10 [--dry-run]
   iceberg-sink remove-orphans db.events --older-than-hours 72 [--dry-run]
   iceberg-sink rewrite-manifests db.events
+  iceberg-sink demo [--batches 10 --rows 2000]   (a streaming CDC pipeline with a live display; see demo.py)
 
 Tables are found in the embedded default catalog (./iceberg-sink-data, or --embedded DIR) or in a
 PyIceberg catalog (--catalog NAME --catalog-property uri=... ...). The table is the positional TABLE
@@ -500,6 +501,20 @@ def _manifests(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     return {"table": _table_name(args), "snapshot_id": snapshot}
 
 
+# ---- demo ----------------------------------------------------------------------------------------
+# Listed here for --help; main() hands `iceberg-sink demo ...` to iceberg_sink/demo.py, which parses
+# its own options.
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("demo_args", nargs=argparse.REMAINDER, metavar="...", help="see iceberg-sink demo --help")
+
+
+@command("demo", "stream generated changes into a local table with a live display, then check it", _demo_arguments)
+def _demo(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    raise UsageError("demo is run by main() directly")  # pragma: no cover - main() dispatches it first
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -579,6 +594,13 @@ def describe(error: BaseException) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # -- demo: its own options and output (iceberg_sink/demo.py).
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["demo"]:
+        from iceberg_sink import demo
+
+        return demo.main(arguments[1:], prog="iceberg-sink demo")
+    # -- end demo
     args = parser().parse_args(argv)
     progress = args.progress if args.progress is not None else (not args.json and sys.stdout.isatty())
     out = Output(json=args.json, progress_on=progress)

@@ -67,6 +67,9 @@ class SinkConfig:
         post_commit_hooks: called after each commit, in order.
         compaction: post-commit compaction settings (topology/compaction), or None.
         conversion: post-commit equality-delete conversion settings (topology/conversion), or None.
+        map_batches: functions applied, in order, to every micro-batch before anything else
+            (``.map_batches``, ``.debezium``).
+        prometheus: where to serve the metrics to Prometheus (iceberg_sink/prometheus.py), or None.
     """
 
     catalog: CatalogConfig
@@ -80,7 +83,15 @@ class SinkConfig:
     post_commit_hooks: tuple[Callable[..., Any], ...] = ()
     compaction: Any = None
     conversion: Any = None
+    map_batches: tuple[Callable[..., Any], ...] = ()
+    prometheus: Any = None
 
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.write_options)
+
+    def read_batch(self, df: Any) -> Any:
+        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes)."""
+        for fn in self.map_batches:
+            df = fn(df)
+        return df

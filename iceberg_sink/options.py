@@ -210,6 +210,15 @@ JVM_PARQUET_WRITER = Option(
     "Appends: write data files with Spark's own Parquet writer where provably equivalent (measured slower when partitioned).",
     table_property=False,
 )
+SCHEMA_EVOLUTION = Option(
+    "iceberg-sink.schema-evolution",
+    str,
+    "off",
+    "Change the table's schema for a batch that needs it, before its data is written: off, add-columns (add "
+    "optional columns), add-and-widen (also int->long, float->double, wider decimal). See docs/schema-evolution.md.",
+    table_property=False,
+    choices=("off", "add-columns", "add-and-widen"),
+)
 
 OPTIONS: tuple[Option, ...] = (
     TARGET_FILE_SIZE_BYTES,
@@ -232,6 +241,7 @@ OPTIONS: tuple[Option, ...] = (
     MANIFEST_TARGET_SIZE_BYTES,
     CONVERSION_KEY_INDEX_MAX_BYTES,
     JVM_PARQUET_WRITER,
+    SCHEMA_EVOLUTION,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 

@@ -14,6 +14,12 @@ Exactly-once argument, for a checkpoint (micro-batch) N of a job (one checkpoint
 4. Otherwise the batch is written, aggregated, persisted, then committed. Files of a crashed attempt
    that never reached a persisted committable are orphans no snapshot references.
 
+Schema evolution (``iceberg-sink.schema-evolution``, table/evolution.py) commits the schema change a
+batch needs when the batch is checked against the table, before step 1 and before any file is
+written with the new schema. It is idempotent (planned against the table as loaded), so a batch
+replayed after a crash finds it done; committables stored with an older schema still commit, since
+columns are only added or widened (the committer checks it).
+
 Catalog outages (streams only): when the catalog cannot be reached, or a commit's outcome is unknown,
 past the commit retry budget, the batch is still written with the table metadata last loaded by this
 job, its committable is persisted, and it stays pending; step 1 of a later batch commits it, in order,
@@ -24,6 +30,7 @@ the committer's history check and not committed twice. More pending checkpoints 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -57,6 +64,7 @@ from iceberg_sink.errors import (
 )
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.table import evolution
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.table.partitioning import build_spec
 from iceberg_sink.table.schema import check_changes_table, check_compatible, check_key_columns, spark_to_iceberg
@@ -66,10 +74,13 @@ from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
 from iceberg_sink.writer import jvm
+from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spark import task_failure, write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
 
 logger = logging.getLogger("iceberg_sink")
+progress_logger = logging.getLogger("iceberg_sink.progress")
+"""One JSON line per micro-batch (see :meth:`SinkJob.process` and docs/metrics.md)."""
 
 
 class SinkJob:
@@ -100,20 +111,23 @@ class SinkJob:
         self._table: Table | None = None
         table = catalogs.load_table(self._catalog, config.table)
         resolved = options.resolve(config.options, table.properties if table is not None else {})
+        self._retry = RetryPolicy(
+            num_retries=resolved.get(options.COMMIT_NUM_RETRIES),
+            min_wait_ms=resolved.get(options.COMMIT_MIN_WAIT_MS),
+            max_wait_ms=resolved.get(options.COMMIT_MAX_WAIT_MS),
+            total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
+        )
         self.committer = IcebergCommitter(
             load_table=self.refresh,
             branch=config.branch,
             job_id=self.job_id,
-            retry=RetryPolicy(
-                num_retries=resolved.get(options.COMMIT_NUM_RETRIES),
-                min_wait_ms=resolved.get(options.COMMIT_MIN_WAIT_MS),
-                max_wait_ms=resolved.get(options.COMMIT_MAX_WAIT_MS),
-                total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
-            ),
+            retry=self._retry,
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
             on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
         )
         self._max_pending = resolved.get(options.MAX_PENDING_CHECKPOINTS)
+        self._evolution: str = resolved.get(options.SCHEMA_EVOLUTION)
+        self._schema_changed = False  # by this job's evolution, since the last AFTER_SCHEMA_CHANGE point
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
         self.hooks = HookRunner(
@@ -123,6 +137,8 @@ class SinkJob:
             metrics=self.metrics,
         )
         self._spark: SparkSession | None = None
+        # What the micro-batch being processed did, for its progress record.
+        self._batch: dict[str, Any] = {}
         # The trigger outlives a job: a sink's bounded writes are jobs of their own but count
         # towards the same compaction thresholds.
         self.compaction: CompactionTrigger | None = compaction
@@ -175,23 +191,35 @@ class SinkJob:
                 f"table {self._config.table} has format version {table.metadata.format_version}; "
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
-        self._check_input(table, struct)
+        table = self._check_input(table, struct)
         self._table = table
         return table
 
-    def _check_input(self, table: Table, struct: StructType) -> None:
+    def _check_input(self, table: Table, struct: StructType) -> Table:
+        """Check ``struct`` against ``table``; returns the table, with its schema evolved if needed."""
         changes = self._config.changes
         if changes is not None:
             check_changes_table(self._config.table, table, changes.key)
         key = struct.json()
         if key not in self._checked_schemas:
-            check_compatible(
-                self._config.table,
-                table.schema(),
-                self._table_columns(struct),
-                runtime_checked=changes.key if changes is not None else (),
-            )
+            runtime_checked = changes.key if changes is not None else ()
+            # -- schema evolution (table/evolution.py): committed before this batch's files are written.
+            if self._evolution != evolution.OFF:
+                before = table.schema().schema_id
+                table = evolution.evolve(
+                    self._config.table,
+                    table,
+                    self._table_columns(struct),
+                    self._evolution,
+                    load_table=self.refresh,
+                    retry=self._retry,
+                    runtime_checked=runtime_checked,
+                )
+                self._schema_changed = self._schema_changed or table.schema().schema_id != before
+            # -- end of schema evolution
+            check_compatible(self._config.table, table.schema(), self._table_columns(struct), runtime_checked)
             self._checked_schemas.add(key)
+        return table
 
     def _table_columns(self, struct: StructType) -> StructType:
         """The part of the input stored in the table (the op column of CDC input is not)."""
@@ -249,15 +277,30 @@ class SinkJob:
             self.metrics.add(skipped_commits=1)
         else:
             summary = committable.summary
+            commit_ms = (time.monotonic() - started) * 1000
+            data_bytes = sum(f.file_size_in_bytes for f in outcome.data_files)
+            delete_bytes = sum(f.file_size_in_bytes for f in outcome.delete_files)
             self.metrics.add(
                 commits=1,
                 committed_data_files=summary.data_files,
-                committed_delete_files=summary.delete_files,
+                committed_delete_files=len(outcome.delete_files),
                 committed_records=summary.records,
-                committed_bytes=summary.bytes,
+                committed_bytes=data_bytes + delete_bytes,
+                committed_data_files_record_count=summary.records,
+                committed_data_files_byte_count=data_bytes,
+                committed_delete_files_record_count=sum(f.record_count for f in outcome.delete_files),
+                committed_delete_files_byte_count=delete_bytes,
             )
-            self.metrics.set(last_commit_duration_ms=(time.monotonic() - started) * 1000)
+            self.metrics.set(last_commit_duration_ms=commit_ms)
             self.metrics.committed()
+            self._batch.setdefault("committed", []).append(
+                {
+                    "checkpoint_id": committable.checkpoint_id,
+                    "snapshot_id": outcome.snapshot.snapshot_id,
+                    "commit_ms": round(commit_ms, 1),
+                    "attempts": outcome.attempts,
+                }
+            )
             snapshot = outcome.snapshot
             result = CommitResult(
                 table=self._config.table,
@@ -346,12 +389,68 @@ class SinkJob:
         return max([self.committer.max_committed(table), *pending]) + 1
 
     def process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
-        """Write and commit one checkpoint; see the module docstring for the recovery rules."""
+        """Write and commit one checkpoint; see the module docstring for the recovery rules.
+
+        Each call ends with one progress record: kept by the sink (``IcebergSink.progress()``) and
+        logged as one JSON line by the ``iceberg_sink.progress`` logger at INFO (docs/metrics.md).
+        """
         started = time.monotonic()
+        self._batch = {}
+        outcome: CommitOutcome | None = None
+        error: BaseException | None = None
         try:
-            return self._process(df, checkpoint_id)
+            outcome = self._process(df, checkpoint_id)
+            return outcome
+        except BaseException as e:
+            error = e
+            raise
         finally:
-            self.metrics.set(last_checkpoint_duration_ms=(time.monotonic() - started) * 1000)
+            duration_ms = (time.monotonic() - started) * 1000
+            self.metrics.set(last_checkpoint_duration_ms=duration_ms)
+            try:
+                self._report(checkpoint_id, outcome, error, duration_ms)
+            except Exception:  # reporting never changes what happened to the checkpoint
+                logger.exception("progress record of checkpoint %s could not be written", checkpoint_id)
+
+    def _report(
+        self, checkpoint_id: int, outcome: CommitOutcome | None, error: BaseException | None, duration_ms: float
+    ) -> None:
+        """Record and log the progress of micro-batch ``checkpoint_id``."""
+        if error is not None:
+            status = "failed"
+        elif outcome is None:
+            status = "empty"
+        elif outcome.pending:
+            status = "pending"
+        elif outcome.snapshot is not None:
+            status = "committed"
+        else:
+            status = "skipped"  # already in the table, or only deletes of keys that do not exist
+        batch = self._batch
+        commits = batch.get("committed", [])
+        own = next((c for c in commits if c["checkpoint_id"] == checkpoint_id), None)
+        summary = batch.get("summary")
+        progress: dict[str, Any] = {
+            "table": self._config.table,
+            "branch": self._config.branch,
+            "job_id": self.job_id,
+            "checkpoint_id": checkpoint_id,
+            "status": status,
+            "snapshot_id": own["snapshot_id"] if own else None,
+            "rows": summary.records if summary else 0,
+            "data_files": summary.data_files if summary else 0,
+            "delete_files": summary.delete_files if summary else 0,
+            "bytes": summary.bytes if summary else 0,
+            "equality_deletes": summary.equality_deletes if summary else 0,
+            "position_deletes": summary.position_deletes if summary else 0,
+            "write_ms": batch.get("write_ms"),
+            "commit_ms": own["commit_ms"] if own else None,
+            "checkpoint_ms": round(duration_ms, 1),
+            "committed_pending": [c["checkpoint_id"] for c in commits if c["checkpoint_id"] != checkpoint_id],
+            "error": _one_line(error) if error is not None else None,
+        }
+        self.metrics.record_progress(progress)
+        progress_logger.info("%s", json.dumps(progress, sort_keys=True))
 
     def _active_spark(self) -> SparkSession:
         spark = self._spark or SparkSession.getActiveSession()
@@ -374,7 +473,10 @@ class SinkJob:
                 raise
             assert self._table is not None
             outage, table = e, self._table
-            self._check_input(table, df.schema)
+            table = self._check_input(table, df.schema)
+        if self._schema_changed:
+            self._schema_changed = False
+            _faults.hit(_faults.AFTER_SCHEMA_CHANGE, checkpoint_id)
         if outage is None:
             committed_pending = []
             try:
@@ -396,6 +498,8 @@ class SinkJob:
                 "Restore its latest state, or use a new checkpoint location (a new job) to write again."
             )
         stored = self._store.get(checkpoint_id)
+        if stored is not None:
+            self._batch["summary"] = stored.summary
         if checkpoint_id == committed:
             if stored is not None:
                 return self._commit_or_defer(stored, table, outage)
@@ -416,6 +520,7 @@ class SinkJob:
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
         _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
+        write_started = time.monotonic()
         try:
             results = None
             if self._config.changes is None and resolved.get(options.JVM_PARQUET_WRITER):
@@ -442,16 +547,31 @@ class SinkJob:
                 ) from e
             raise
         _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
+        self._flushed(results, (time.monotonic() - write_started) * 1000)
         committable = self.aggregator.aggregate(
             table, table.io, checkpoint_id, results, proof_snapshot_id=proof.snapshot_id if proof else None
         )
         if committable is None:
             logger.info("checkpoint %s wrote no rows; no snapshot", checkpoint_id)
             return None
+        self._batch["summary"] = committable.summary
         _faults.hit(_faults.AFTER_STAGE, checkpoint_id)
         self._store.put(committable)
         _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
         return self._commit_or_defer(committable, table, outage)
+
+    def _flushed(self, results: list[WriteResult], duration_ms: float) -> None:
+        """Writer metrics of one checkpoint, from its tasks' results (the writers keep no state)."""
+        data = [f for r in results for f in r.data_files]
+        deletes = [f for r in results for f in (*r.delete_files, *r.conditional_delete_files)]
+        self.metrics.add(
+            flushed_data_files=len(data),
+            flushed_delete_files=len(deletes),
+            flushed_records=sum(f.record_count for f in data),
+        )
+        self.metrics.set(last_flush_duration_ms=duration_ms)
+        self.metrics.flushed((f.file_size_in_bytes for f in data), (f.file_size_in_bytes for f in deletes))
+        self._batch["write_ms"] = round(duration_ms, 1)
 
     def _distribution_mode(self, table: Table, resolved: options.ResolvedOptions) -> DistributionMode:
         if self._config.distribution_mode:

@@ -17,6 +17,7 @@ from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.pipeline import SinkJob
+from iceberg_sink.prometheus import MetricsServer
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
@@ -43,10 +44,45 @@ class IcebergSink:
         self._metrics = SinkMetrics()
         self._compaction: CompactionTrigger | None = None
         self._conversion: ConversionTrigger | None = None
+        self._prometheus: MetricsServer | None = None
+        if config.prometheus is not None:
+            self._prometheus = MetricsServer(config.prometheus, self._metrics.snapshot, config.table)
 
     def metrics(self) -> MetricsSnapshot:
-        """Counters of every job of this sink: commits, files, records, hook failures, compactions."""
+        """Counters of every job of this sink: writers, commits, hooks, compactions and conversions.
+
+        ``sink.metrics().flink()`` gives them under the names of Flink's Iceberg sink (docs/metrics.md).
+        """
         return self._metrics.snapshot()
+
+    def progress(self) -> list[dict[str, Any]]:
+        """Progress records of the newest micro-batches (up to 100), oldest first.
+
+        One per micro-batch, with the same fields as the JSON line the ``iceberg_sink.progress``
+        logger writes (docs/metrics.md): read it from a ``StreamingQueryListener``'s
+        ``onQueryProgress``, whose ``event.progress.batchId`` is the record's ``checkpoint_id``.
+        """
+        return self._metrics.progress()
+
+    def last_progress(self) -> dict[str, Any] | None:
+        """The progress record of the newest micro-batch, or None before the first."""
+        records = self._metrics.progress()
+        return records[-1] if records else None
+
+    @property
+    def prometheus_port(self) -> int | None:
+        """The port the Prometheus endpoint listens on (None without ``.prometheus()``)."""
+        return self._prometheus.port if self._prometheus is not None else None
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """``http://host:port/metrics`` of the Prometheus endpoint (None without ``.prometheus()``)."""
+        return self._prometheus.url if self._prometheus is not None else None
+
+    def close(self) -> None:
+        """Stop the Prometheus endpoint, if any. Running queries are not affected."""
+        if self._prometheus is not None:
+            self._prometheus.close()
 
     @staticmethod
     def builder() -> IcebergSinkBuilder:
@@ -169,11 +205,14 @@ class IcebergSink:
             )
         check_python_workers(streaming_df.sparkSession)
         job = self._job(checkpoint_location, ephemeral=False, streaming=True)
-        # Create or check the table before the first batch so schema errors surface now.
-        job.ensure_table(streaming_df.schema)
+        config = self._config
+        if not config.map_batches:
+            # Create or check the table before the first batch so schema errors surface now (with
+            # map_batches the written schema is known per batch only).
+            job.ensure_table(streaming_df.schema)
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
-            job.process(batch, batch_id)
+            job.process(config.read_batch(batch), batch_id)
 
         writer = streaming_df.writeStream.foreachBatch(process_batch).option("checkpointLocation", checkpoint_location)
         if trigger:
@@ -209,6 +248,7 @@ class IcebergSink:
         location = checkpoint_location or tempfile.mkdtemp(prefix="iceberg-sink-")
         try:
             job = self._job(location, ephemeral=temporary)
+            df = self._config.read_batch(df)
             job.ensure_table(df.schema)
             if checkpoint_id is None:
                 job.commit_pending()

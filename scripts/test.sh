@@ -6,6 +6,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 ensure_venv test
 # PostgreSQL server binaries for the SQL-catalog tests (they start their own server on loopback).
 scripts/ensure_postgres.sh
+# javac, to compile the Java reader's S3 mirror file system (tests/interop/java) on first use.
+scripts/ensure_javac.sh
 echo "== ruff"
 .venv/bin/ruff check iceberg_sink tests benchmarks
 .venv/bin/ruff format --check iceberg_sink tests benchmarks

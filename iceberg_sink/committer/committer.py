@@ -45,6 +45,7 @@ class CommitOutcome:
         pending: True when the catalog was unreachable: the checkpoint's files are written and its
             committable is kept under the checkpoint location, to be committed by a later
             micro-batch (or a restart) once the catalog is back.
+        data_files / delete_files: the files the snapshot added (for metrics and compaction).
     """
 
     checkpoint_id: int
@@ -53,6 +54,7 @@ class CommitOutcome:
     attempts: int
     data_files: tuple[DataFileMeta, ...] = attrs.field(default=(), repr=False)
     pending: bool = False
+    delete_files: tuple[DataFileMeta, ...] = attrs.field(default=(), repr=False)
 
 
 def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix: str) -> int:
@@ -135,7 +137,7 @@ class IcebergCommitter:
         conditional: tuple[DataFileMeta, ...] = ()
         # The delete files each prepared snapshot commits, to know afterwards whether the
         # conditional ones were needed by the snapshot that landed.
-        deletes_by_snapshot: dict[int, frozenset[str]] = {}
+        deletes_by_snapshot: dict[int, tuple[DataFileMeta, ...]] = {}
         nothing_to_commit = False
 
         def prepare(current: Table) -> producer.PreparedCommit | None:
@@ -182,7 +184,7 @@ class IcebergCommitter:
             prepared = producer.RowDelta(
                 current, self._branch, attrs.evolve(changes, delete_files=delete_files), properties
             ).prepare()
-            deletes_by_snapshot[prepared.snapshot.snapshot_id] = frozenset(f.path for f in delete_files)
+            deletes_by_snapshot[prepared.snapshot.snapshot_id] = delete_files
             return prepared
 
         result = commit_with_retry(
@@ -206,7 +208,10 @@ class IcebergCommitter:
             return CommitOutcome(
                 committable.checkpoint_id, None, already_committed=result.attempts == 0, attempts=result.attempts
             )
-        committed_deletes = deletes_by_snapshot.get(result.snapshot.snapshot_id, frozenset(conditional_paths))
+        landed_deletes = deletes_by_snapshot.get(result.snapshot.snapshot_id)
+        committed_deletes = (
+            frozenset(f.path for f in landed_deletes) if landed_deletes is not None else frozenset(conditional_paths)
+        )
         if not committed_deletes & set(conditional_paths):
             # The proof held: the conditional deletes were not needed and no snapshot has them.
             delete_quietly(io, conditional_paths)
@@ -218,6 +223,7 @@ class IcebergCommitter:
             already_committed=False,
             attempts=result.attempts,
             data_files=changes.data_files if changes is not None else (),
+            delete_files=landed_deletes or (),
         )
 
     def _check_same_table(self, table: Table, committable: Committable) -> None:

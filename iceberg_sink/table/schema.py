@@ -206,7 +206,8 @@ def _struct_problems(
                 f" (the table has {near!r}: names are case sensitive)"
                 if near
                 else "; this sink does not change the table's schema: add the column to the table first "
-                "(e.g. with PyIceberg's table.update_schema()) or drop it from the DataFrame"
+                "(e.g. with PyIceberg's table.update_schema()), drop it from the DataFrame, or let the sink add it "
+                "with .schema_evolution('add-columns')"
             )
             problems.append(f"{path}: column is not in the table{suggestion}")
             continue
@@ -220,6 +221,19 @@ def _struct_problems(
         if t.name not in source_by_name and t.required:
             path = f"{prefix}.{t.name}" if prefix else t.name
             problems.append(f"{path}: column is required in the table but missing from the DataFrame")
+
+
+def storable_struct(struct: T.StructType) -> StructType:
+    """The Iceberg struct of ``struct``'s columns Iceberg can store (field ids are placeholders);
+    the others are named by :func:`check_compatible`."""
+    storable = []
+    for f in struct.fields:
+        try:
+            _convert(f.dataType, _Ids(), f.name)
+            storable.append(f)
+        except _Unstorable:
+            continue
+    return StructType(*_fields(storable, _Ids(), ""))
 
 
 def check_compatible(

@@ -363,6 +363,7 @@ def test_pending_checkpoint_survives_a_compatible_schema_change(
 def test_rest_catalog_stopped_mid_stream_checkpoints_stay_pending_then_commit_in_order(
     spark: SparkSession,
     split_seaweed: SplitSeaweed,  # noqa: F811
+    java_reader: JavaIcebergReader,
     tmp_path: Path,
     cdc: bool,
 ) -> None:
@@ -394,6 +395,10 @@ def test_rest_catalog_stopped_mid_stream_checkpoints_stay_pending_then_commit_in
     if not cdc:  # PyIceberg cannot apply equality deletes; DuckDB does
         assert normalize(table.scan().to_arrow(), [feed.key]) == want
     assert normalize(duckdb_s3_read(props, table.metadata_location), [feed.key]) == want
+    # Iceberg Java reads a byte copy of the table's objects taken now, after the stream stopped.
+    assert normalize(java_reader.read_s3(props, table.metadata_location), [feed.key]) == want
+    java_snapshots = java_reader.snapshots(table.metadata_location).to_pylist()
+    assert [int(json.loads(s["summary"])["iceberg-sink.checkpoint-id"]) for s in java_snapshots] == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("cdc", [False, True], ids=["append", "cdc"])

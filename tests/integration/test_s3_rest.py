@@ -1,11 +1,14 @@
 """The sink against real object storage and a real REST catalog: SeaweedFS ``weed mini`` (S3 + Iceberg REST).
 
-Everything is read back independently of the sink: PyIceberg through the same REST catalog, and
-DuckDB (httpfs + iceberg extensions) straight from S3 for tables with equality deletes.
+Everything is read back independently of the sink: PyIceberg through the same REST catalog, DuckDB
+(httpfs + iceberg extensions) straight from S3, and Apache Iceberg Java from a byte copy of the
+table's objects taken after the writes (``JavaIcebergReader.read_s3``: the Java reader has no S3
+client; it resolves the unmodified ``s3://`` paths through a local mirror).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from iceberg_sink import IcebergSink, InvalidSinkConfigError
 from iceberg_sink.builder import IcebergSinkBuilder
 from tests.integration.seaweed import seaweed  # noqa: F401
 from tests.integration.sources import EVENT_SCHEMA_DDL, write_source_files
-from tests.interop.readers import duckdb_connect, normalize
+from tests.interop.readers import JavaIcebergReader, JavaReaderError, duckdb_connect, normalize
 
 NAMESPACE = "s3rest"
 
@@ -82,7 +85,54 @@ def test_pyiceberg_alone_round_trips_through_seaweedfs(seaweed: dict[str, str]) 
     assert all(p.startswith("s3://") for p in again.inspect.files()["file_path"].to_pylist())
 
 
-def test_bounded_write_into_a_partitioned_table_on_s3(spark: SparkSession, seaweed: dict[str, str]) -> None:  # noqa: F811
+def check_s3_table(
+    props: dict[str, str], java: JavaIcebergReader, metadata_location: str, expected: pa.Table, key: list[str]
+) -> None:
+    """Iceberg Java (through the mirror) and DuckDB (straight from S3) both read exactly ``expected``."""
+    want = normalize(expected, key)
+    assert normalize(java.read_s3(props, metadata_location), key) == want
+    assert normalize(duckdb_s3_read(props, metadata_location), key) == want
+
+
+def test_java_reads_s3_paths_through_the_mirror_and_fails_on_a_missing_file(
+    seaweed: dict[str, str],  # noqa: F811
+    java_reader: JavaIcebergReader,
+) -> None:
+    """The Java check can fail: a data file absent from the mirror is an error naming it, not fewer rows."""
+    catalog = rest_catalog(seaweed)
+    catalog.create_namespace_if_not_exists("mirror")
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string())])
+    table = catalog.create_table("mirror.t", schema=schema)
+    first = pa.table({"id": [1, 2, 3], "s": ["a", "b", None]}, schema=schema)
+    second = pa.table({"id": [4, 5], "s": ["d", "e"]}, schema=schema)
+    table.append(first)
+    table.append(second)
+    location = read_back(seaweed, "mirror.t").metadata_location
+    assert location.startswith("s3://")
+
+    check_s3_table(seaweed, java_reader, location, pa.concat_tables([first, second]), ["id"])
+    # Java saw the s3:// paths themselves: nothing was rewritten to local paths.
+    java_files = java_reader.files(location).to_pylist()
+    assert len(java_files) == 2 and all(f["file_path"].startswith(seaweed["warehouse"] + "/") for f in java_files)
+    with pytest.raises(AssertionError):  # a model that differs from the table is caught
+        check_s3_table(seaweed, java_reader, location, first, ["id"])
+
+    mirrored = java_reader.mirror_s3(seaweed, location)
+    assert set(mirrored.files) >= {f["file_path"] for f in java_files} | {location}
+    gone = java_files[0]["file_path"]
+    mirrored.files[gone].unlink()
+    with pytest.raises(JavaReaderError) as failure:
+        java_reader.read(location)
+    assert gone.rsplit("/", 1)[-1] in str(failure.value)
+    # The mirror is rebuilt from S3 on the next read_s3: the file is back.
+    check_s3_table(seaweed, java_reader, location, pa.concat_tables([first, second]), ["id"])
+
+
+def test_bounded_write_into_a_partitioned_table_on_s3(
+    spark: SparkSession,
+    seaweed: dict[str, str],  # noqa: F811
+    java_reader: JavaIcebergReader,
+) -> None:
     df = kv_frame(spark, 0, 300, "v")
     sink = sink_builder(seaweed, "bounded").create_if_missing(partition_by=["bucket(4, id)"]).build()
     outcome = sink.write(df.repartition(3))
@@ -91,6 +141,7 @@ def test_bounded_write_into_a_partitioned_table_on_s3(spark: SparkSession, seawe
     table = read_back(seaweed, f"{NAMESPACE}.bounded")
     assert len(table.snapshots()) == 1
     assert normalize(table.scan().to_arrow(), ["id"]) == normalize(df.toArrow(), ["id"])
+    check_s3_table(seaweed, java_reader, table.metadata_location, df.toArrow(), ["id"])
     files = table.inspect.files().to_pylist()
     assert files, "no data files"
     warehouse = seaweed["warehouse"]
@@ -103,6 +154,7 @@ def test_bounded_write_into_a_partitioned_table_on_s3(spark: SparkSession, seawe
 def test_streaming_query_commits_one_snapshot_per_micro_batch_on_s3(
     spark: SparkSession,
     seaweed: dict[str, str],  # noqa: F811
+    java_reader: JavaIcebergReader,
     tmp_path: Path,
 ) -> None:
     tables = write_source_files(tmp_path / "src", files=3, rows_per_file=40)
@@ -120,20 +172,23 @@ def test_streaming_query_commits_one_snapshot_per_micro_batch_on_s3(
     assert [s["added-records"] for s in summaries] == ["40", "40", "40"]  # type: ignore[index]
     expected = normalize(pa.concat_tables(tables), ["event_id"])
     assert normalize(table.scan().to_arrow(), ["event_id"]) == expected
+    check_s3_table(seaweed, java_reader, table.metadata_location, pa.concat_tables(tables), ["event_id"])
+    java_snapshots = java_reader.snapshots(table.metadata_location).to_pylist()  # the mirror read_s3 just made
+    assert [json.loads(s["summary"])["iceberg-sink.checkpoint-id"] for s in java_snapshots] == ["0", "1", "2"]
     assert all(p.startswith(f"{seaweed['warehouse']}/") for p in table.inspect.files()["file_path"].to_pylist())
 
 
 def test_upsert_writes_equality_deletes_on_s3_and_compaction_applies_them(
     spark: SparkSession,
     seaweed: dict[str, str],  # noqa: F811
+    java_reader: JavaIcebergReader,
 ) -> None:
     identifier = f"{NAMESPACE}.kv"
     sink = sink_builder(seaweed, "kv").create_if_missing().upsert(key=["id"]).build()
     sink.write(kv_frame(spark, 0, 10, "a"))
     sink.write(kv_frame(spark, 5, 15, "b"))
-    expected = normalize(
-        pa.concat_tables([kv_frame(spark, 0, 5, "a").toArrow(), kv_frame(spark, 5, 15, "b").toArrow()]), ["id"]
-    )
+    expected_rows = pa.concat_tables([kv_frame(spark, 0, 5, "a").toArrow(), kv_frame(spark, 5, 15, "b").toArrow()])
+    expected = normalize(expected_rows, ["id"])
 
     table = read_back(seaweed, identifier)
     first, second = (s.summary for s in table.snapshots())
@@ -144,8 +199,8 @@ def test_upsert_writes_equality_deletes_on_s3_and_compaction_applies_them(
     assert int(second["added-delete-files"] or 0) >= 1
     delete_files = table.inspect.delete_files().to_pylist()
     assert delete_files and all(f["file_path"].startswith(f"{seaweed['warehouse']}/") for f in delete_files)
-    # DuckDB applies the equality deletes, reading metadata, manifests and data from S3.
-    assert normalize(duckdb_s3_read(seaweed, table.metadata_location), ["id"]) == expected
+    # DuckDB (straight from S3) and Iceberg Java (the mirror) apply the equality deletes.
+    check_s3_table(seaweed, java_reader, table.metadata_location, expected_rows, ["id"])
 
     result = sink.compact(spark)
     assert result.snapshot_id is not None and result.removed_delete_files >= 1, result
@@ -156,12 +211,13 @@ def test_upsert_writes_equality_deletes_on_s3_and_compaction_applies_them(
     assert table.inspect.delete_files().num_rows == 0
     assert all(p.startswith(f"{seaweed['warehouse']}/") for p in table.inspect.files()["file_path"].to_pylist())
     assert normalize(table.scan().to_arrow(), ["id"]) == expected
-    assert normalize(duckdb_s3_read(seaweed, table.metadata_location), ["id"]) == expected
+    check_s3_table(seaweed, java_reader, table.metadata_location, expected_rows, ["id"])
 
 
 def test_s3_secret_stays_out_of_logs_and_config_repr(
     spark: SparkSession,
     seaweed: dict[str, str],  # noqa: F811
+    java_reader: JavaIcebergReader,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     secret = seaweed["s3.secret-access-key"]
@@ -170,6 +226,8 @@ def test_s3_secret_stays_out_of_logs_and_config_repr(
     sink.write(kv_frame(spark, 0, 20, "a"))
     sink.write(kv_frame(spark, 10, 30, "b"))
     sink.compact(spark)
+    expected = kv_frame(spark, 0, 10, "a").union(kv_frame(spark, 10, 30, "b")).toArrow()
+    check_s3_table(seaweed, java_reader, read_back(seaweed, f"{NAMESPACE}.secret").metadata_location, expected, ["id"])
     records = [r for r in caplog.records if r.name.startswith("iceberg_sink")]
     assert records, "the sink logged nothing: this check would prove nothing"
     for record in records:

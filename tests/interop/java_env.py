@@ -11,6 +11,10 @@ only after a successful install, and a venv whose marker matches is reused as is
 An incomplete venv (no marker, or one written for other pins, another project path or other
 project dependencies) is removed and built again. Concurrent callers are
 serialized with a lock file in the temporary directory.
+
+``ensure_mirror_fs_jar()`` compiles java/MirrorS3FileSystem.java (a read-only Hadoop FileSystem that
+serves ``s3://bucket/key`` from a local copy, see readers.py) with the JDK's ``javac`` against the
+venv's Hadoop jar, once, into a jar cached in the venv directory.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +40,9 @@ DEFAULT_VENV_DIR: Path = PROJECT_ROOT / ".venv-java"
 VENV_ENV_VAR: str = "ICEBERG_SINK_JAVA_VENV"
 JAR_NAME: str = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 MARKER_NAME: str = ".iceberg-sink-java-env.json"
+MIRROR_FS_SOURCE: Path = Path(__file__).resolve().parent / "java" / "MirrorS3FileSystem.java"
+MIRROR_FS_CLASS: str = "iceberg_sink.tests.MirrorS3FileSystem"
+HADOOP_API_JAR: str = "hadoop-client-api-3.3.4.jar"  # PySpark 3.5.7's Hadoop, compiled against
 
 # Pins, and why:
 # - pyspark 3.5.x: Iceberg's Spark runtime jar is built for Spark 3.5 / Scala 2.12; 3.5.x is one
@@ -230,6 +238,57 @@ def ensure_java_env(venv_dir: Path | None = None) -> JavaEnv:
         if env is not None:
             return env
         return _install(venv_dir)
+
+
+def _pyspark_jar(env: JavaEnv, name: str) -> Path:
+    venv_dir = env.python.parent.parent  # <venv>/bin/python, not resolved: it links to the base python
+    found = sorted(venv_dir.glob(f"lib/python*/site-packages/pyspark/jars/{name}"))
+    if not found:
+        raise JavaEnvError(f"{name} not found in {venv_dir}/lib/python*/site-packages/pyspark/jars")
+    return found[0]
+
+
+def ensure_mirror_fs_jar(env: JavaEnv) -> Path:
+    """The jar of MirrorS3FileSystem, compiled on first use and cached next to the Java venv.
+
+    The jar's name carries a hash of the source and of the Hadoop jar it is compiled against, so an
+    edited source is compiled again; an existing jar of that name is reused as is. Needs ``javac``
+    (a JDK 17, e.g. Debian ``openjdk-17-jdk-headless``); raises ``JavaEnvError`` with the compiler's
+    output if compiling fails.
+    """
+    hadoop_jar = _pyspark_jar(env, HADOOP_API_JAR)
+    source = MIRROR_FS_SOURCE.read_bytes()
+    digest = hashlib.sha256(source + hadoop_jar.name.encode()).hexdigest()[:16]
+    venv_dir = env.python.parent.parent
+    target = venv_dir / f"iceberg-sink-mirror-s3fs-{digest}.jar"
+    if target.is_file():
+        return target
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JavaEnvError(
+            "javac not found: a JDK 17 is needed to compile the test reader's MirrorS3FileSystem "
+            "(install the Debian package openjdk-17-jdk-headless)"
+        )
+    with _locked(venv_dir):
+        if target.is_file():
+            return target
+        with tempfile.TemporaryDirectory(prefix="iceberg-sink-mirror-fs-") as tmp:
+            classes = Path(tmp) / "classes"
+            classes.mkdir()
+            _run(
+                [javac, "-Xlint:all", "-Werror", "--release", "17", "-cp", hadoop_jar, "-d", classes, MIRROR_FS_SOURCE],
+                f"compiling {MIRROR_FS_SOURCE.name}",
+            )
+            built = sorted(classes.rglob("*.class"))
+            if not built:
+                raise JavaEnvError(f"javac wrote no class files for {MIRROR_FS_SOURCE}")
+            partial = target.with_name(target.name + ".tmp")
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+                jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+                for cls in built:
+                    jar.write(cls, cls.relative_to(classes).as_posix())
+            partial.replace(target)
+    return target
 
 
 if __name__ == "__main__":

@@ -26,6 +26,11 @@ IPC file. ``views`` registers each metadata file as a temp view before running t
 struct columns of metadata tables (snapshot ``summary``, file ``partition``, metrics maps) are turned
 into JSON strings; the ``files`` table leaves out ``lower_bounds``, ``upper_bounds``,
 ``key_metadata`` and ``readable_metrics``.
+
+With ``--s3-mirror-jar J --s3-mirror-class C --s3-mirror-root R``, ``s3://`` and ``s3a://`` paths are
+served by the Hadoop FileSystem ``C`` from ``J`` (java/MirrorS3FileSystem.java): ``s3://bucket/key``
+is read from the local file ``R/bucket/key``, which the client fills with a copy of the table's
+objects before it asks for an ``s3://`` metadata file. Local paths are read as before.
 """
 
 from __future__ import annotations
@@ -70,7 +75,9 @@ def _protocol_stdout() -> IO[str]:
     return os.fdopen(proto_fd, "w", encoding="utf-8", buffering=1)
 
 
-def _start_spark(jar: str, driver_memory: str, cores: int, work_dir: Path) -> Any:
+def _start_spark(
+    jar: str, driver_memory: str, cores: int, work_dir: Path, s3_mirror: tuple[str, str, str] | None = None
+) -> Any:
     from pyspark.sql import SparkSession
 
     # Loopback only, and scratch space inside our own temporary directory.
@@ -79,7 +86,7 @@ def _start_spark(jar: str, driver_memory: str, cores: int, work_dir: Path) -> An
     log4j = work_dir / "log4j2.properties"
     log4j.write_text(_LOG4J2, encoding="utf-8")
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName("iceberg-java-reader")
         .config("spark.jars", jar)
@@ -95,8 +102,15 @@ def _start_spark(jar: str, driver_memory: str, cores: int, work_dir: Path) -> An
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
     )
+    if s3_mirror is not None:
+        mirror_jar, mirror_class, mirror_root = s3_mirror
+        # On the driver's launch class path, so Hadoop's Configuration finds the class by name.
+        builder = builder.config("spark.driver.extraClassPath", mirror_jar)
+        for scheme in ("s3", "s3a"):
+            builder = builder.config(f"spark.hadoop.fs.{scheme}.impl", mirror_class)
+        builder = builder.config("spark.hadoop.iceberg-sink.mirror-s3.root", mirror_root)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
@@ -207,11 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jar", required=True, help="path of iceberg-spark-runtime-3.5_2.12-1.9.2.jar")
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--cores", type=int, default=1)
+    parser.add_argument("--s3-mirror-jar", help="jar of the Hadoop FileSystem serving s3:// from a local copy")
+    parser.add_argument("--s3-mirror-class", help="that FileSystem's class name")
+    parser.add_argument("--s3-mirror-root", help="directory holding the copy as <root>/<bucket>/<key>")
     args = parser.parse_args(argv)
+    mirror_args = (args.s3_mirror_jar, args.s3_mirror_class, args.s3_mirror_root)
+    if any(mirror_args) and not all(mirror_args):
+        parser.error("--s3-mirror-jar, --s3-mirror-class and --s3-mirror-root go together")
+    s3_mirror = (args.s3_mirror_jar, args.s3_mirror_class, args.s3_mirror_root) if all(mirror_args) else None
 
     proto = _protocol_stdout()
     with tempfile.TemporaryDirectory(prefix="iceberg-java-reader-") as work:
-        spark = _start_spark(args.jar, args.driver_memory, args.cores, Path(work))
+        spark = _start_spark(args.jar, args.driver_memory, args.cores, Path(work), s3_mirror)
         server = Server(spark)
         try:
             for line in sys.stdin:

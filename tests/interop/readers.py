@@ -7,7 +7,9 @@
 - ``normalize``: turns any of their results into a sorted list of plain dicts that compare equal
   across readers.
 
-Every function takes a metadata location as a plain path or a ``file://`` URI.
+Every function takes a metadata location as a plain path or a ``file://`` URI. ``JavaIcebergReader``
+also reads tables on S3 (``read_s3``): it copies the table's objects into a local mirror first, since
+the Java reader venv has no S3 client (see ``JavaIcebergReader.mirror_s3``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import math
 import os
 import queue
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -27,13 +30,15 @@ import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
-from tests.interop.java_env import JavaEnv, ensure_java_env
+from tests.interop.java_env import MIRROR_FS_CLASS, JavaEnv, ensure_java_env, ensure_mirror_fs_jar
 
 SERVER_SCRIPT: Path = Path(__file__).resolve().with_name("java_reader_server.py")
 
@@ -77,6 +82,36 @@ def _read_ipc(path: Path) -> pa.Table:
     return table
 
 
+@dataclass(frozen=True)
+class MirroredFiles:
+    """What ``JavaIcebergReader.mirror_s3`` copied: the table location and each object's local copy."""
+
+    location: str
+    files: dict[str, Path]  # s3://bucket/key -> <mirror root>/bucket/key
+
+
+def s3_filesystem(props: Mapping[str, str]) -> pafs.S3FileSystem:
+    """An Arrow S3 client from PyIceberg's S3 FileIO properties (``s3.endpoint``, ``s3.access-key-id``,
+    ``s3.secret-access-key``, ``s3.region``; path-style addressing)."""
+    return pafs.S3FileSystem(
+        access_key=props["s3.access-key-id"],
+        secret_key=props["s3.secret-access-key"],
+        region=props.get("s3.region", "us-east-1"),
+        endpoint_override=props["s3.endpoint"],
+        force_virtual_addressing=False,
+    )
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key`` (or ``s3a://``) -> ``("bucket", "key")``."""
+    for scheme in ("s3://", "s3a://"):
+        if uri.startswith(scheme):
+            bucket, _, key = uri[len(scheme) :].partition("/")
+            if bucket:
+                return bucket, key
+    raise ValueError(f"expected an s3:// or s3a:// URI with a bucket, got {uri!r}")
+
+
 class JavaIcebergReader:
     """Apache Iceberg Java 1.9.2 (Spark 3.5) reading tables straight from their metadata.json.
 
@@ -84,6 +119,16 @@ class JavaIcebergReader:
     read ~0.5-1 s. Calls are serialized (thread-safe). Results travel as Arrow IPC files in a
     private temporary directory. Timestamps come back as ``timestamp[us, tz=UTC]`` (timestamptz)
     and ``timestamp[us]`` (timestamp); strings/binary as ``string``/``binary``.
+
+    Tables on S3: the Java reader venv has no S3 client (no hadoop-aws or AWS SDK jars come from the
+    package registries), so with ``s3_mirror`` (the default) the server's Hadoop serves ``s3://`` and
+    ``s3a://`` paths from a local directory through java/MirrorS3FileSystem.java (compiled on first
+    use). ``mirror_s3`` copies a table's objects into it with the S3 API, byte for byte; ``read_s3``
+    does that and then reads the unmodified ``s3://`` metadata location, so Iceberg Java resolves
+    every ``s3://`` path in metadata, manifest lists and manifests itself (nothing is rewritten).
+    The copy is a snapshot of the bucket taken when ``mirror_s3`` runs, i.e. after the writes being
+    checked have finished; it cannot show what S3 returned to a reader racing with a writer.
+    Local paths are read exactly as without the mirror.
     """
 
     def __init__(
@@ -94,14 +139,28 @@ class JavaIcebergReader:
         cores: int = 1,
         startup_timeout: float = 300.0,
         request_timeout: float = 600.0,
+        s3_mirror: bool = True,
     ) -> None:
         self.env = env if env is not None else ensure_java_env()
+        mirror_jar = ensure_mirror_fs_jar(self.env) if s3_mirror else None
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = False
         self._dir = Path(tempfile.mkdtemp(prefix="iceberg-java-reader-"))
         self.stderr_path = self._dir / "server-stderr.log"
+        self.mirror_root: Path | None = self._dir / "s3-mirror" if mirror_jar is not None else None
+        mirror_args: list[str] = []
+        if mirror_jar is not None and self.mirror_root is not None:
+            self.mirror_root.mkdir()
+            mirror_args = [
+                "--s3-mirror-jar",
+                str(mirror_jar),
+                "--s3-mirror-class",
+                MIRROR_FS_CLASS,
+                "--s3-mirror-root",
+                str(self.mirror_root),
+            ]
         self._stderr: IO[bytes] = self.stderr_path.open("wb")
         child_env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
         child_env["PYTHONUNBUFFERED"] = "1"
@@ -116,6 +175,7 @@ class JavaIcebergReader:
                 driver_memory,
                 "--cores",
                 str(cores),
+                *mirror_args,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -252,6 +312,51 @@ class JavaIcebergReader:
         named = {name: os.fspath(loc) for name, loc in (views or {}).items()}
         return self._table_request({"op": "sql", "query": query, "views": named})
 
+    def mirror_s3(self, props: Mapping[str, str], metadata_location: str) -> MirroredFiles:
+        """Copy every object under the table's location (read from the ``s3://`` metadata file) from S3
+        into the local mirror, replacing any earlier copy of that location, and return what was copied.
+
+        ``props`` are PyIceberg S3 FileIO properties (see ``s3_filesystem``). The copy is taken now,
+        byte for byte: call it after the writes being checked have finished. Files the metadata
+        references outside the table location are not copied, so reading them fails loudly.
+        """
+        if self.mirror_root is None:
+            raise RuntimeError("this JavaIcebergReader was started with s3_mirror=False")
+        fs = s3_filesystem(props)
+        meta_bucket, meta_key = _split_s3(metadata_location)
+        with fs.open_input_stream(f"{meta_bucket}/{meta_key}") as fh:
+            location = str(json.loads(fh.read())["location"]).rstrip("/")
+        bucket, prefix = _split_s3(location)
+        scheme = location.split("://", 1)[0]
+        if meta_bucket != bucket or not meta_key.startswith(prefix + "/"):
+            raise ValueError(f"{metadata_location} is not under the table location {location}: cannot mirror it")
+        target = self.mirror_root / bucket / prefix
+        if target.exists():
+            shutil.rmtree(target)
+        copied: dict[str, Path] = {}
+        for info in fs.get_file_info(pafs.FileSelector(f"{bucket}/{prefix}", recursive=True)):
+            if info.type != pafs.FileType.File:
+                continue
+            local = self.mirror_root / info.path
+            local.parent.mkdir(parents=True, exist_ok=True)
+            with fs.open_input_stream(info.path) as src, local.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            if local.stat().st_size != info.size:
+                raise RuntimeError(f"copied {local.stat().st_size} bytes of {info.path}, S3 listed {info.size}")
+            copied[f"{scheme}://{info.path}"] = local
+        return MirroredFiles(location=location, files=copied)
+
+    def read_s3(
+        self,
+        props: Mapping[str, str],
+        metadata_location: str,
+        where: str | None = None,
+        branch: str | None = None,
+    ) -> pa.Table:
+        """``mirror_s3`` then ``read`` of the unmodified ``s3://`` metadata location."""
+        self.mirror_s3(props, metadata_location)
+        return self.read(metadata_location, where=where, branch=branch)
+
     def close(self) -> None:
         """Stop the server (politely, then by force) and remove the temporary directory."""
         with self._lock:
@@ -267,10 +372,7 @@ class JavaIcebergReader:
             self._closed = True
             self._finalizer()
             self._stderr.close()
-            for child in self._dir.glob("*"):
-                child.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                self._dir.rmdir()
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> JavaIcebergReader:
         return self

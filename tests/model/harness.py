@@ -84,6 +84,7 @@ OPERATIONS: dict[str, int] = {
     "rewrite_manifests": 2,
     "spec_evolution": 3,
     "schema_evolution": 4,
+    "sink_schema_evolution": 3,  # the sink itself adds a column (and widens) for a batch that needs it
     "commit_properties": 2,
     "catalog_outage": 3,  # the catalog unreachable for a few checkpoints of a stream; pending, then committed
     "sigkill": 2,  # a real SIGKILL of a subprocess driver; long profile only (a Spark start-up per kill)
@@ -358,6 +359,17 @@ class World:
                 ),
                 str(root / "ckpt-append"),
                 "model-d",
+            ),
+            "evolve": SinkJob(
+                "evolve",
+                lambda: (
+                    self._builder("db.main")
+                    .cdc(op_column="op", key=["id"], order_by="lsn")
+                    .schema_evolution("add-and-widen")
+                    .build()
+                ),
+                str(root / "ckpt-evolve"),
+                "iceberg-sink",
             ),
         }
         # (prefix, job id, checkpoint id) -> snapshot ids seen over the whole run.
@@ -990,6 +1002,44 @@ class World:
                 self.main_cols.names[logical] = new
                 action = f"rename column {old} -> {new}"
         self.log(f"schema evolution of db.main: {action}")
+
+    def op_sink_schema_evolution(self, crash_at: str | None = None) -> None:
+        """A CDC batch (job E, ``.schema_evolution("add-and-widen")``) carrying a column db.main lacks,
+        and sometimes a wider type (int -> long, float -> double): the sink changes the schema, then
+        writes. Sometimes the driver dies right after the schema change and the batch is replayed."""
+        job = self.jobs["evolve"]
+        changes = self.cdc_batch()
+        self.added_columns += 1
+        logical = f"e{self.added_columns}"
+        cols = Columns(
+            dict(self.main_cols.names),
+            dict(self.main_cols.types),
+            {k: dict(v) for k, v in self.main_cols.nested.items()},
+        )
+        widened = [c for c, old in (("n", "int"), ("f", "float")) if cols.types[c] == old and self.rng.random() < 0.5]
+        for c in widened:
+            cols.types[c] = {"n": "bigint", "f": "double"}[c]
+        cols.names[logical] = logical
+        cols.types[logical] = "string"
+        for change in changes:
+            change[logical] = self.string_value()
+        if crash_at is None and self.rng.random() < 0.3:
+            crash_at = _faults.AFTER_SCHEMA_CHANGE
+        self.log(
+            f"sink schema evolution, checkpoint {job.next_checkpoint} (job E): adds {logical} string"
+            + (f", widens {widened}" if widened else "")
+            + f", {len(changes)} changes"
+            + (f" [crash at {crash_at}]" if crash_at else "")
+        )
+        # The batch's columns after the table's: new columns come last in both.
+        _, note = self._write(job, self.frame(cols, changes, with_op=True), crash_at)
+        if note:
+            self.trace[-1] += f" -> {note}"
+        self.main_cols = cols
+        for model in [self.main_model] + ([self.branch_model] if self.branch_model is not None else []):
+            for row in model.values():
+                row.setdefault(logical, None)
+        self.apply_cdc(self.main_model, changes)
 
     # -- checks -----------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from iceberg_sink import _faults
 from tests.interop.readers import JavaIcebergReader
 from tests.model import harness
 from tests.model.harness import SKIP_ENV, World, run_seed
@@ -60,3 +61,25 @@ def test_compaction_racing_the_conversion_both_ways(
         if len(world.race_outcomes) == 2:
             break
     assert set(world.race_outcomes) == {"dropped", "committed beside new position deletes"}, "\n".join(world.trace)
+
+
+def test_model_sink_schema_evolution(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The short profile may draw ``sink_schema_evolution`` rarely: one seed where the sink itself
+    evolves db.main often (added columns, widened types, crashes right after the schema change),
+    between other writers' batches and the harness's own schema changes (renames)."""
+    monkeypatch.setattr(
+        harness,
+        "OPERATIONS",
+        {"sink_schema_evolution": 4, "cdc": 2, "upsert": 1, "branch_upsert": 1, "schema_evolution": 1},
+    )
+    world = harness.World(spark, java_reader, tmp_path, seed=7)
+    seconds = world.run(8)
+    # And once for certain: the driver dies right after the schema change; the replay finds it done.
+    world.op_sink_schema_evolution(crash_at=_faults.AFTER_SCHEMA_CHANGE)
+    world.check()
+    assert "[crash at after-schema-change] -> crashed" in world.trace[-1], world.trace[-1]
+    evolutions = [line for line in world.trace if "sink schema evolution" in line]
+    assert len(evolutions) >= 3, world.trace
+    sys.stderr.write(f"model check sink schema evolution: {len(evolutions)} in {seconds:.1f}s\n")

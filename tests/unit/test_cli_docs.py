@@ -15,7 +15,7 @@ DOC = (ROOT / "docs" / "cli.md").read_text()
 
 def test_the_example_config_is_shown_verbatim() -> None:
     example = (ROOT / "docs" / "examples" / "pipeline.yaml").read_text()
-    assert "```yaml\n" + example + "```" in DOC
+    assert '```yaml title="pipeline.yaml"\n' + example + "```" in DOC
 
 
 def test_every_command_and_option_is_documented() -> None:

@@ -97,7 +97,9 @@ def test_the_spark_extra_brings_everything_the_package_imports() -> None:
     base, spark = project["dependencies"], project["optional-dependencies"]["spark"]
     assert any(Requirement(r).name == "pyspark" for r in spark)
     assert any(Requirement(r).name == "pandas" and "<3" in str(Requirement(r).specifier) for r in spark)
-    installed = _closure(base + spark)
+    # Optional features (metrics: prometheus-client, demo: rich) are imported only when used.
+    optional = project["optional-dependencies"]["metrics"] + project["optional-dependencies"]["demo"]
+    installed = _closure(base + spark + optional)
     providers = md.packages_distributions()
     missing = {
         module: providers.get(module)
@@ -105,5 +107,20 @@ def test_the_spark_extra_brings_everything_the_package_imports() -> None:
         if not any(_norm(d) in installed for d in providers.get(module, []))
     }
     assert missing == {}, f"imported but not brought by the base dependencies + the spark extra: {missing}"
+    # ... and the package imports without the optional extras (their imports are guarded or lazy).
+    hide_optional = HIDE_PYSPARK.replace('name == "pyspark" or name.startswith("pyspark.")', "name in OPTIONAL")
+    lazy = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "OPTIONAL = ('rich', 'prometheus_client')\n" + hide_optional + "import iceberg_sink.cli",
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert lazy.returncode == 0, lazy.stderr[-2000:]
     # PySpark and pandas are Spark-side only: the base install must not pull them in.
     assert not {"pyspark", "pandas"} & _closure(base)

@@ -113,5 +113,7 @@ class CompactionTrigger(BackgroundJob):
             compaction_rewritten_files=result.rewritten_data_files,
             compaction_added_files=result.added_data_files,
             compaction_removed_delete_files=result.removed_delete_files,
+            compaction_rewritten_bytes=result.rewritten_bytes,
+            compaction_added_bytes=result.added_bytes,
         )
         self._metrics.set(last_compaction_duration_ms=result.duration_ms)

@@ -1,0 +1,140 @@
+"""Serve a sink's metrics to Prometheus (``IcebergSinkBuilder.prometheus(port=...)``).
+
+The names follow Flink's Prometheus reporter for Flink's Iceberg sink: ``iceberg_sink_`` + the Flink
+group + ``_`` + the Flink metric name, e.g. ``iceberg_sink_IcebergFilesCommitter_committedDataFilesCount``
+(Flink: ``flink_taskmanager_job_task_operator_IcebergFilesCommitter_committedDataFilesCount``).
+Like Flink's reporter, counters and gauges are exported as Prometheus gauges and histograms as
+summaries with quantile labels. Every sample carries the labels ``table`` and ``job``; maintenance
+metrics also ``task_name``. The values are read from the sink at each scrape, so a scrape shows
+exactly what ``sink.metrics().flink()`` returns at that moment.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.metrics import QUANTILES, HistogramStatistics, MetricsSnapshot
+
+PREFIX = "iceberg_sink"
+
+try:
+    from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+    from prometheus_client.registry import Collector, CollectorRegistry
+    from prometheus_client.samples import Sample
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _MISSING = True
+else:
+    _MISSING = False
+
+
+def require_prometheus_client() -> None:
+    """Raise a clear error when prometheus-client is not installed."""
+    if _MISSING:
+        raise InvalidSinkConfigError(
+            "prometheus(): the prometheus-client package is not installed; install the metrics extra: "
+            "pip install 'iceberg-sink[metrics]'"
+        )
+
+
+@attrs.frozen
+class PrometheusConfig:
+    """Where to serve the metrics.
+
+    Attributes:
+        port: TCP port; 0 picks a free one (``IcebergSink.prometheus_port`` tells which).
+        addr: address to bind.
+        job: value of the ``job`` label (default: the table name).
+    """
+
+    port: int = 0
+    addr: str = "0.0.0.0"
+    job: str | None = None
+
+
+def metric_families(snapshot: MetricsSnapshot, table: str, job: str) -> list[Any]:
+    """The Prometheus metric families of one metrics snapshot."""
+    families: list[Any] = []
+    flink = snapshot.flink()
+    groups: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+        ("IcebergStreamWriter", flink["IcebergStreamWriter"], {}),
+        ("IcebergFilesCommitter", flink["IcebergFilesCommitter"], {}),
+    ]
+    groups += [("maintenance", values, {"task_name": task}) for task, values in flink["maintenance"].items()]
+    by_name: dict[str, Any] = {}
+    for group, values, extra in groups:
+        labels = {"table": table, "job": job, **extra}
+        for name, value in values.items():
+            full = f"{PREFIX}_{group}_{name}"
+            if isinstance(value, HistogramStatistics):
+                by_name.setdefault(full, _summary(full, name))
+                _add_histogram(by_name[full], labels, value)
+            else:
+                if full not in by_name:
+                    by_name[full] = GaugeMetricFamily(full, f"Flink's {group} {name}", labels=list(labels))
+                by_name[full].add_metric(list(labels.values()), float(value))
+    families.extend(by_name.values())
+    return families
+
+
+def _summary(name: str, flink_name: str) -> Any:
+    return SummaryMetricFamily(name, f"Flink's {flink_name} (file sizes in bytes)")
+
+
+def _add_histogram(family: Any, labels: dict[str, str], value: HistogramStatistics) -> None:
+    for q, v in value.quantiles or tuple((q, 0.0) for q in QUANTILES):
+        family.samples.append(Sample(family.name, {**labels, "quantile": str(q)}, float(v)))
+    family.samples.append(Sample(family.name + "_count", labels, float(value.count)))
+    family.samples.append(Sample(family.name + "_sum", labels, float(value.total)))
+
+
+class SinkCollector:
+    """A Prometheus collector reading a sink's metrics at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot], table: str, job: str) -> None:
+        self._snapshot = snapshot
+        self._table = table
+        self._job = job
+
+    def collect(self) -> Iterator[Metric]:
+        yield from metric_families(self._snapshot(), self._table, self._job)
+
+
+class MetricsServer:
+    """An HTTP endpoint serving one sink's metrics (``/metrics``, any path works)."""
+
+    def __init__(self, config: PrometheusConfig, snapshot: Callable[[], MetricsSnapshot], table: str) -> None:
+        require_prometheus_client()
+        from prometheus_client import start_http_server
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        collector: Collector = SinkCollector(snapshot, table, config.job or table)  # type: ignore[assignment]
+        self.registry.register(collector)
+        try:
+            self._server, self._thread = start_http_server(config.port, addr=config.addr, registry=self.registry)
+        except OSError as e:
+            raise InvalidSinkConfigError(
+                f"prometheus(port={config.port}, addr={config.addr!r}): cannot serve metrics there: {e}"
+            ) from e
+        self.port: int = self._server.server_port
+        self.addr = config.addr
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.addr in ("0.0.0.0", "") else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
