@@ -6,6 +6,8 @@
 Start with :meth:`IcebergSink.builder`.
 """
 
+# First: fails with one clear line when PySpark is missing (see _requires.py).
+import iceberg_sink._requires  # noqa: F401
 from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.committer.committable import CommitSummary
 from iceberg_sink.committer.committer import CommitOutcome

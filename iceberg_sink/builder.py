@@ -444,25 +444,27 @@ class IcebergSinkBuilder:
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
 
+        def sink_config(table: str) -> SinkConfig:
+            return SinkConfig(
+                catalog=catalog,
+                table=table,
+                create=create,
+                branch=self._branch,
+                distribution_mode=distribution,
+                write_options=parsed_options,
+                changes=changes,
+                pre_commit_hooks=tuple(self._pre_hooks),
+                post_commit_hooks=tuple(self._post_hooks),
+                compaction=compaction,
+                conversion=conversion,
+                map_batches=tuple(self._map_batches),
+                prometheus=prometheus,
+                route=route,
+            )
+
         if route is not None:
             # The tables are known only from the rows; each is checked when first seen.
-            return IcebergSink(
-                SinkConfig(
-                    catalog=catalog,
-                    table="",
-                    create=create,
-                    branch=self._branch,
-                    distribution_mode=distribution,
-                    write_options=parsed_options,
-                    changes=changes,
-                    pre_commit_hooks=tuple(self._pre_hooks),
-                    post_commit_hooks=tuple(self._post_hooks),
-                    compaction=compaction,
-                    conversion=conversion,
-                    map_batches=tuple(self._map_batches),  # routed batches are read (.debezium) first too
-                    route=route,
-                )
-            )
+            return IcebergSink(sink_config(""))
         secret_props = dict(catalog.properties)
         try:
             loaded = catalog.load()
@@ -499,20 +501,4 @@ class IcebergSinkBuilder:
                     check_changes_table(self._table, existing, changes.key)
                 except UnsupportedTableError as e:
                     raise InvalidSinkConfigError(str(e)) from e
-        return IcebergSink(
-            SinkConfig(
-                catalog=catalog,
-                table=self._table,
-                create=create,
-                branch=self._branch,
-                distribution_mode=distribution,
-                write_options=parsed_options,
-                changes=changes,
-                pre_commit_hooks=tuple(self._pre_hooks),
-                post_commit_hooks=tuple(self._post_hooks),
-                compaction=compaction,
-                conversion=conversion,
-                map_batches=tuple(self._map_batches),
-                prometheus=prometheus,
-            )
-        )
+        return IcebergSink(sink_config(self._table))

@@ -1,75 +1,155 @@
-"""``iceberg-sink``: table upkeep from the command line (compact, convert deletes, expire, orphans, manifests).
+"""``iceberg-sink``: run a pipeline from a YAML file, inspect a table, and keep it in shape.
 
-iceberg-sink compact --embedded ./iceberg-sink-data --table db.events [--partition region=eu]
-iceberg-sink compact --catalog prod --catalog-property uri=... --table db.events
-iceberg-sink convert-equality-deletes --table db.users
-iceberg-sink expire-snapshots --table db.events --older-than-hours 24 --retain-last 10
-iceberg-sink remove-orphans --table db.events --older-than-hours 72 [--dry-run]
-iceberg-sink rewrite-manifests --table db.events
-iceberg-sink demo [--batches 10 --rows 2000]   (a streaming CDC pipeline with a live display; see demo.py)
+  iceberg-sink run pipeline.yaml [--available-now | --timeout SECONDS | --max-batches N]
+  iceberg-sink inspect db.events [--checkpoint-location DIR] [--embedded DIR | --catalog NAME ...]
+  iceberg-sink compact db.events [--partition region=eu] [--dry-run]
+  iceberg-sink convert-equality-deletes db.users
+  iceberg-sink expire-snapshots db.events --older-than-hours 24 --retain-last 10 [--dry-run]
+  iceberg-sink remove-orphans db.events --older-than-hours 72 [--dry-run]
+  iceberg-sink rewrite-manifests db.events
+  iceberg-sink demo [--batches 10 --rows 2000]   (a streaming CDC pipeline with a live display; see demo.py)
+
+Tables are found in the embedded default catalog (./iceberg-sink-data, or --embedded DIR) or in a
+PyIceberg catalog (--catalog NAME --catalog-property uri=... ...). The table is the positional TABLE
+or --table. Every command takes --json (one JSON document on stdout, nothing else there) and --debug
+(stack traces on errors). See docs/cli.md.
+
+Each subcommand is one block below: an arguments function and a run function registered with
+``@command``; the run function returns the JSON document's fields and prints its human output with
+``out.say``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
+import re
 import sys
+import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
-from pyspark.sql import SparkSession
 
-from iceberg_sink import demo
-from iceberg_sink.errors import IcebergSinkError, InvalidSinkConfigError
-from iceberg_sink.table.catalog import CatalogConfig
+from iceberg_sink.errors import (
+    CatalogUnavailableError,
+    IcebergSinkError,
+    InvalidInputError,
+    InvalidSinkConfigError,
+    MaintenanceRefusedError,
+    SchemaMismatchError,
+    UnsupportedTableError,
+)
+from iceberg_sink.table.catalog import CatalogConfig, redact, scrub
 from iceberg_sink.table.catalog import load_table as load_from_catalog
-from iceberg_sink.topology import maintenance
-from iceberg_sink.topology.compaction import CompactionConfig, compact
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_REFUSED = 4
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}    done
+  {EXIT_FAILED}    the operation failed (a commit, a write, the streaming query, Spark)
+  {EXIT_USAGE}    usage or configuration error (bad option, invalid config file or sink option)
+  {EXIT_NOT_FOUND}    not found or unreachable: table, catalog, config file, checkpoint location
+  {EXIT_REFUSED}    refused for safety, nothing deleted (remove-orphans: listing and metadata disagree)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+"""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="iceberg-sink", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+class NotFoundError(IcebergSinkError):
+    """A table, catalog, file or checkpoint location that the command needs is missing or unreachable."""
 
-    def common(p: argparse.ArgumentParser) -> None:
-        where = p.add_mutually_exclusive_group()
-        where.add_argument("--embedded", metavar="DIR", help="the embedded default catalog under DIR")
-        where.add_argument("--catalog", metavar="NAME", help="a PyIceberg catalog name (with --catalog-property)")
-        p.add_argument("--catalog-property", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
-        p.add_argument("--table", required=True, help="namespace.name")
-        p.add_argument("--branch", default="main")
 
-    c = sub.add_parser("compact", help="rewrite small files and apply deletes")
-    common(c)
-    c.add_argument(
-        "--partition", action="append", default=[], metavar="FIELD=VALUE", help="only this partition (repeatable)"
-    )
-    c.add_argument("--target-file-size-bytes", type=int)
-    c.add_argument("--min-input-files", type=int, default=2)
-    c.add_argument("--master", default="local[2]", help="Spark master for the rewrite tasks")
-    v = sub.add_parser(
-        "convert-equality-deletes", help="turn equality deletes into position deletes (cheaper full reads)"
-    )
-    common(v)
-    v.add_argument("--max-replans", type=int, default=3, help="plans again when a concurrent commit conflicts")
-    e = sub.add_parser("expire-snapshots", help="expire old snapshots and delete files only they used")
-    common(e)
-    e.add_argument("--older-than-hours", type=float, default=24 * 5)
-    e.add_argument("--retain-last", type=int, default=1)
-    o = sub.add_parser("remove-orphans", help="delete files nothing references, older than a safety age")
-    common(o)
-    o.add_argument("--older-than-hours", type=float, default=72)
-    o.add_argument("--dry-run", action="store_true")
-    m = sub.add_parser("rewrite-manifests", help="merge small manifests")
-    common(m)
-    m.add_argument("--entries-per-manifest", type=int, default=10_000)
-    # -- demo: listed here for --help; its options are parsed by iceberg_sink/demo.py (see main()).
-    sub.add_parser("demo", help="stream generated changes into a local table with a live display, then check it")
-    return parser
+class UsageError(IcebergSinkError):
+    """The command line is inconsistent in a way argparse cannot see."""
+
+
+@attrs.frozen
+class Output:
+    """Where a command's output goes: human lines (off with --json) and progress."""
+
+    json: bool
+    progress_on: bool
+
+    def say(self, text: str) -> None:
+        """A line of human output on stdout; nothing with --json."""
+        if not self.json:
+            print(text, flush=True)
+
+    def progress(self) -> Callable[[str, int, int], None] | None:
+        """A (phase, done, total) progress callback, or None when progress is off."""
+        if not self.progress_on:
+            return None
+        stream = sys.stderr if self.json else sys.stdout
+
+        def show(phase: str, done: int, total: int) -> None:
+            width = 30
+            filled = int(width * done / total) if total else width
+            stream.write(f"\r{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} groups")
+            if done >= total:
+                stream.write("\n")
+            stream.flush()
+
+        return show
+
+
+Run = Callable[[argparse.Namespace, Output], dict[str, Any]]
+
+
+@attrs.frozen
+class Command:
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Run
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]) -> Callable[[Run], Run]:
+    """Register a subcommand: ``arguments(parser)`` adds its options, the decorated function runs it."""
+
+    def register(run: Run) -> Run:
+        COMMANDS[name] = Command(name, help, arguments, run)
+        return run
+
+    return register
+
+
+# ---- shared helpers ------------------------------------------------------------------------------
+
+
+def table_options(p: argparse.ArgumentParser) -> None:
+    """The table and where to find it: --embedded DIR or --catalog NAME (+ properties), --branch."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--embedded", metavar="DIR", help="the embedded default catalog under DIR")
+    where.add_argument("--catalog", metavar="NAME", help="a PyIceberg catalog name (with --catalog-property)")
+    p.add_argument("--catalog-property", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    p.add_argument("table_arg", nargs="?", metavar="TABLE", help="namespace.name")
+    p.add_argument("--table", help="namespace.name (same as the positional TABLE)")
+    p.add_argument("--branch", default="main", help="the branch to read or change (default: main)")
+
+
+def _table_name(args: argparse.Namespace) -> str:
+    if args.table and args.table_arg and args.table != args.table_arg:
+        raise UsageError(f"TABLE: expected one table, received {args.table_arg!r} and --table {args.table!r}")
+    name = args.table or args.table_arg
+    if not name:
+        raise UsageError("TABLE: required (positional, or --table namespace.name)")
+    return str(name)
 
 
 def _catalog(args: argparse.Namespace) -> CatalogConfig:
@@ -78,22 +158,68 @@ def _catalog(args: argparse.Namespace) -> CatalogConfig:
         for item in args.catalog_property:
             key, sep, value = item.partition("=")
             if not sep:
-                raise InvalidSinkConfigError(f"--catalog-property: expected KEY=VALUE, received {item!r}")
+                raise UsageError(f"--catalog-property: expected KEY=VALUE, received {item!r}")
             props[key] = value
         return CatalogConfig(args.catalog, props)
+    if args.catalog_property:
+        raise UsageError("--catalog-property: only with --catalog NAME")
+    if args.embedded is not None and not os.path.isdir(args.embedded):
+        raise NotFoundError(f"--embedded: {args.embedded} does not exist (expected the folder of an embedded catalog)")
     return CatalogConfig.embedded(args.embedded)
 
 
-def _loader(config: CatalogConfig, identifier: str) -> Callable[[], Table]:
-    catalog = config.load()
+def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
+    """Loads the command's table as the catalog has it now (called again before each commit attempt).
+
+    Raises:
+        NotFoundError: the catalog cannot be loaded or reached, or the table does not exist.
+    """
+    config = _catalog(args)
+    identifier = _table_name(args)
+    secrets = dict(config.properties)
+    try:
+        catalog = config.load()
+    except Exception as e:
+        raise NotFoundError(
+            f"catalog {config.name!r} with properties {redact(secrets)} could not be loaded: "
+            f"{type(e).__name__}: {scrub(str(e), secrets)}"
+        ) from None
 
     def load() -> Table:
-        table = load_from_catalog(catalog, identifier)
+        try:
+            table = load_from_catalog(catalog, identifier)
+        except NoSuchTableError:
+            table = None
+        except Exception as e:
+            raise NotFoundError(
+                f"table {identifier}: catalog {config.name!r} could not be reached: {type(e).__name__}: "
+                f"{scrub(str(e), secrets)}"
+            ) from None
         if table is None:
-            raise InvalidSinkConfigError(f"table {identifier} does not exist in catalog {config.name!r}")
+            raise NotFoundError(f"table {identifier} does not exist in catalog {config.name!r}")
         return table
 
+    load()  # fail before any work when the table is missing
     return load
+
+
+def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None, debug: bool = False) -> SparkSession:
+    """A SparkSession without UI or console progress (progress is ours) and, unless ``debug``,
+    without Spark's log (a failed query would print its JVM stack trace; the CLI prints one line)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR" if debug else "OFF")
+    return spark
 
 
 def _partition_filter(table: Table, items: Sequence[str]) -> Callable[[int, tuple[Any, ...]], bool] | None:
@@ -103,95 +229,396 @@ def _partition_filter(table: Table, items: Sequence[str]) -> Callable[[int, tupl
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
-            raise InvalidSinkConfigError(f"--partition: expected FIELD=VALUE, received {item!r}")
+            raise UsageError(f"--partition: expected FIELD=VALUE, received {item!r}")
         wanted[name] = value
-    schema = table.schema()
+    from iceberg_sink.inspection import partition_label
 
     def keep(spec_id: int, partition: tuple[Any, ...]) -> bool:
-        spec = table.specs()[spec_id]
-        types = spec.partition_type(schema).fields
-        human = {
-            f.name: f.transform.to_human_string(types[i].field_type, partition[i]) for i, f in enumerate(spec.fields)
-        }
-        return all(human.get(k) == v for k, v in wanted.items())
+        labels = dict(
+            part.split("=", 1) for part in partition_label(table, spec_id, partition).split("/") if "=" in part
+        )
+        return all(labels.get(k) == v for k, v in wanted.items())
 
     return keep
 
 
-def _progress(phase: str, done: int, total: int) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
-    sys.stdout.write(f"\r{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} groups")
-    if done >= total:
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+def _compaction_config(args: argparse.Namespace) -> Any:
+    from iceberg_sink.topology.compaction import CompactionConfig
+
+    return CompactionConfig(target_file_size_bytes=args.target_file_size_bytes, min_input_files=args.min_input_files)
+
+
+def _planning_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target-file-size-bytes", type=int, metavar="BYTES", help="default: the table's write.target-file-size-bytes"
+    )
+    p.add_argument(
+        "--min-input-files", type=int, default=2, metavar="N", help="files a group needs unless it applies deletes (2)"
+    )
+
+
+# ---- run -----------------------------------------------------------------------------------------
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", metavar="CONFIG.yaml", help="the pipeline (see docs/cli.md)")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument(
+        "--available-now", action="store_true", help="process what the source holds now, then stop (trigger)"
+    )
+    stop.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the stream after SECONDS")
+    p.add_argument("--max-batches", type=int, metavar="N", help="stop after N micro-batches")
+    p.add_argument("--master", help="Spark master (default: spark.master of the config, else local[2])")
+    p.add_argument("--validate-only", action="store_true", help="check the config file and stop")
+
+
+@command("run", "run a streaming pipeline from a YAML config file", _run_arguments)
+def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    from iceberg_sink import runconfig
+
+    if not os.path.isfile(args.config):
+        raise NotFoundError(f"config file {args.config} does not exist")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout: expected a positive number of seconds, received {args.timeout}")
+    if args.max_batches is not None and args.max_batches <= 0:
+        raise UsageError(f"--max-batches: expected a positive integer, received {args.max_batches}")
+    config = runconfig.load(args.config)
+    if args.validate_only:
+        out.say(f"{args.config}: valid")
+        return {"config": args.config, "valid": True}
+    spark_conf = dict(config.data.get("spark") or {})
+    spark = spark_session(
+        args.master or spark_conf.get("master", "local[2]"),
+        spark_conf.get("app_name", "iceberg-sink run"),
+        spark_conf.get("conf"),
+        debug=args.debug,
+    )
+
+    def on_batch(progress: dict[str, Any]) -> None:
+        if out.progress_on:
+            stream = sys.stderr if out.json else sys.stdout
+            stream.write(f"batch {progress['batchId']}: {progress['numInputRows']} rows\n")
+            stream.flush()
+
+    result = runconfig.run(
+        spark,
+        config,
+        available_now=args.available_now,
+        timeout_s=args.timeout,
+        max_batches=args.max_batches,
+        on_batch=on_batch,
+    )
+    out.say(
+        f"ran {result.batches} batches into {result.table}: {result.commits} commits, {result.committed_records} "
+        f"rows, {result.committed_data_files} data files, {result.committed_delete_files} delete files; "
+        f"stopped: {result.stopped_by}; snapshot {result.snapshot_id}"
+    )
+    return result.to_json()
+
+
+# ---- inspect -------------------------------------------------------------------------------------
+
+
+def _inspect_arguments(p: argparse.ArgumentParser) -> None:
+    table_options(p)
+    p.add_argument(
+        "--checkpoint-location",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="show the pending checkpoints of the job under DIR (repeatable)",
+    )
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="newest snapshots shown (default 20; 0: all)")
+    _planning_options(p)
+
+
+@command(
+    "inspect", "snapshots, jobs, pending checkpoints, files per partition, what compaction would do", _inspect_arguments
+)
+def _inspect(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    from iceberg_sink import inspection
+
+    table = table_loader(args)()
+    try:
+        report = inspection.inspect_table(
+            table, args.branch, args.checkpoint_location, _compaction_config(args), args.limit or None
+        )
+    except inspection.CheckpointLocationNotFoundError as e:
+        raise NotFoundError(str(e)) from None
+    out.say(inspection.render(report))
+    return report
+
+
+# ---- compact -------------------------------------------------------------------------------------
+
+
+def _compact_arguments(p: argparse.ArgumentParser) -> None:
+    table_options(p)
+    p.add_argument(
+        "--partition", action="append", default=[], metavar="FIELD=VALUE", help="only this partition (repeatable)"
+    )
+    _planning_options(p)
+    p.add_argument("--master", default="local[2]", help="Spark master for the rewrite tasks (local[2])")
+    p.add_argument("--dry-run", action="store_true", help="show the plan; rewrite nothing (no Spark)")
+
+
+@command("compact", "rewrite small files and apply deletes", _compact_arguments)
+def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    load = table_loader(args)
+    table = load()
+    config = _compaction_config(args)
+    keep = _partition_filter(table, args.partition)
+    if args.dry_run:
+        from iceberg_sink import inspection, options
+        from iceberg_sink.topology.compaction.planner import plan
+
+        target = options.resolve({}, table.properties).get(options.TARGET_FILE_SIZE_BYTES)
+        dry = inspection.compaction_plan(table, plan(table, args.branch, config, target, keep), config)
+        out.say(
+            f"would compact {_table_name(args)}: {dry['groups']} groups, {dry['data_files']} data files "
+            f"({dry['input_bytes']} bytes), applying {dry['delete_files']} delete files"
+        )
+        for p in dry["partitions"]:
+            out.say(f"  {p['partition']}: {p['groups']} groups, {p['data_files']} files, {p['input_bytes']} bytes")
+        return {"table": _table_name(args), "dry_run": True, "plan": dry}
+    from iceberg_sink.topology.compaction import compact
+
+    spark = spark_session(args.master, "iceberg-sink compact", debug=args.debug)
+    result = compact(spark, load, config, branch=args.branch, partition_filter=keep, progress=out.progress())
+    out.say(
+        f"compacted {_table_name(args)}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) "
+        f"-> {result.added_data_files} ({result.added_bytes} bytes), {result.removed_delete_files} delete files "
+        f"removed, {result.dropped_groups} groups dropped on conflict; snapshot {result.snapshot_id}"
+    )
+    return {"table": _table_name(args), "dry_run": False, **attrs.asdict(result)}
+
+
+# ---- convert-equality-deletes --------------------------------------------------------------------
+
+
+def _convert_arguments(p: argparse.ArgumentParser) -> None:
+    table_options(p)
+    p.add_argument(
+        "--max-replans", type=int, default=3, metavar="N", help="plans again when a concurrent commit conflicts (3)"
+    )
+
+
+@command(
+    "convert-equality-deletes", "turn equality deletes into position deletes (cheaper full reads)", _convert_arguments
+)
+def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    from iceberg_sink.topology import maintenance
+
+    converted = maintenance.convert_equality_deletes(
+        table_loader(args), branch=args.branch, max_replans=args.max_replans
+    )
+    out.say(
+        f"converted {_table_name(args)}: {converted.removed_equality_delete_files} equality delete files "
+        f"({converted.removed_equality_deletes} rows) -> {converted.added_position_delete_files} position "
+        f"delete files ({converted.added_position_deletes} rows), {converted.removed_position_delete_files} "
+        f"older position delete files merged, {converted.data_files_read} data files read, "
+        f"{converted.replans} plans redone on conflict; snapshot {converted.snapshot_id}"
+    )
+    return {"table": _table_name(args), **attrs.asdict(converted)}
+
+
+# ---- expire-snapshots ----------------------------------------------------------------------------
+
+
+def _expire_arguments(p: argparse.ArgumentParser) -> None:
+    table_options(p)
+    p.add_argument(
+        "--older-than-hours", type=float, default=24 * 5, metavar="H", help="expire snapshots older than H hours (120)"
+    )
+    p.add_argument("--retain-last", type=int, default=1, metavar="N", help="keep the newest N of each branch (1)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be expired and deleted; change nothing")
+
+
+@command("expire-snapshots", "expire old snapshots and delete files only they used", _expire_arguments)
+def _expire(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    from iceberg_sink.topology import maintenance
+
+    older = dt.datetime.now(dt.UTC) - dt.timedelta(hours=args.older_than_hours)
+    expired = maintenance.expire_snapshots(
+        table_loader(args), older, retain_last=args.retain_last, dry_run=args.dry_run
+    )
+    if args.dry_run:
+        for path in expired.deleted_files:
+            out.say("would delete " + path)
+    verb = "would expire" if args.dry_run else "expired"
+    deleted = "would delete" if args.dry_run else "deleted"
+    out.say(f"{verb} {len(expired.expired_snapshot_ids)} snapshots, {deleted} {len(expired.deleted_files)} files")
+    return {
+        "table": _table_name(args),
+        "dry_run": args.dry_run,
+        "expired_snapshot_ids": list(expired.expired_snapshot_ids),
+        "deleted_files": list(expired.deleted_files),
+    }
+
+
+# ---- remove-orphans ------------------------------------------------------------------------------
+
+
+def _orphans_arguments(p: argparse.ArgumentParser) -> None:
+    table_options(p)
+    p.add_argument(
+        "--older-than-hours", type=float, default=72, metavar="H", help="only files older than H hours, at least 1 (72)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="list the orphans; delete nothing")
+
+
+@command("remove-orphans", "delete files nothing references, older than a safety age", _orphans_arguments)
+def _orphans(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    from iceberg_sink.topology import maintenance
+
+    orphans = maintenance.remove_orphan_files(
+        table_loader(args), dt.timedelta(hours=args.older_than_hours), dry_run=args.dry_run
+    )
+    for path in orphans.orphan_files:
+        out.say(("would delete " if args.dry_run else "deleted ") + path)
+    out.say(f"{len(orphans.orphan_files)} orphan files")
+    return {"table": _table_name(args), "dry_run": args.dry_run, "orphan_files": list(orphans.orphan_files)}
+
+
+# ---- rewrite-manifests ---------------------------------------------------------------------------
+
+
+def _manifests_arguments(p: argparse.ArgumentParser) -> None:
+    table_options(p)
+    p.add_argument(
+        "--entries-per-manifest", type=int, default=10_000, metavar="N", help="entries per merged manifest (10000)"
+    )
+
+
+@command("rewrite-manifests", "merge small manifests", _manifests_arguments)
+def _manifests(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    from iceberg_sink.topology import maintenance
+
+    snapshot = maintenance.rewrite_manifests(
+        table_loader(args), branch=args.branch, entries_per_manifest=args.entries_per_manifest
+    )
+    out.say("manifests already compact" if snapshot is None else f"rewrote manifests in snapshot {snapshot}")
+    return {"table": _table_name(args), "snapshot_id": snapshot}
+
+
+# ---- demo ----------------------------------------------------------------------------------------
+# Listed here for --help; main() hands `iceberg-sink demo ...` to iceberg_sink/demo.py, which parses
+# its own options.
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("demo_args", nargs=argparse.REMAINDER, metavar="...", help="see iceberg-sink demo --help")
+
+
+@command("demo", "stream generated changes into a local table with a live display, then check it", _demo_arguments)
+def _demo(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    raise UsageError("demo is run by main() directly")  # pragma: no cover - main() dispatches it first
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
+    # On subcommands the defaults are suppressed so `iceberg-sink --json inspect t` and
+    # `iceberg-sink inspect t --json` both work.
+    default: Any = False if top else argparse.SUPPRESS
+    p.add_argument("--json", action="store_true", default=default, help="one JSON document on stdout, nothing else")
+    p.add_argument("--debug", action="store_true", default=default, help="stack traces on errors")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None if top else argparse.SUPPRESS,
+        help="progress of long work (default: on when stdout is a terminal and without --json)",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    top = argparse.ArgumentParser(
+        prog="iceberg-sink", description=__doc__, epilog=EXIT_CODES, formatter_class=formatter
+    )
+    _global_options(top, top=True)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for c in COMMANDS.values():
+        p = sub.add_parser(c.name, help=c.help, description=c.help, epilog=EXIT_CODES, formatter_class=formatter)
+        c.arguments(p)
+        _global_options(p, top=False)
+    return top
+
+
+def exit_code(error: BaseException) -> int:
+    """The documented exit code of an error (see EXIT_CODES)."""
+    from iceberg_sink import runconfig
+
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(error, NotFoundError | CatalogUnavailableError | FileNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(error, MaintenanceRefusedError):
+        return EXIT_REFUSED
+    if isinstance(error, runconfig.PipelineFailedError):
+        return EXIT_FAILED
+    if isinstance(
+        error, UsageError | InvalidSinkConfigError | SchemaMismatchError | UnsupportedTableError | InvalidInputError
+    ):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
+
+
+def describe(error: BaseException) -> tuple[str, str]:
+    """``(type name, one line)`` of an error: our errors' message as it is; for others (Spark's carry
+    JVM stack traces) the most telling line: the last ``module.XError: message`` of a Python error
+    raised in a micro-batch, else the first line."""
+    text = str(error).strip()
+    if isinstance(error, IcebergSinkError) and "Traceback" not in text and "\tat " not in text:
+        return type(error).__name__, " ".join(text.split())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    python = [
+        line
+        for line in lines
+        if not line.startswith(("at ", "File ", "Traceback", "...", "^"))
+        and ": " in line
+        and line.split(": ", 1)[0].rsplit(".", 1)[-1].endswith(("Error", "Exception"))
+        and " " not in line.split(": ", 1)[0]
+    ]
+    if python:
+        kind, message = python[-1].split(": ", 1)
+        kind = kind.rsplit(".", 1)[-1]
+        return kind, f"{kind}: {_SQLSTATE.sub('', message)}"
+    first = _SQLSTATE.sub("", lines[0]) if lines else ""
+    name = type(error).__name__
+    return name, first if first.startswith(name) else f"{name}: {first}".rstrip(": ")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # -- demo: dispatched before the table commands' parser, which would require --table.
+    # -- demo: its own options and output (iceberg_sink/demo.py).
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["demo"]:
+        from iceberg_sink import demo
+
         return demo.main(arguments[1:], prog="iceberg-sink demo")
     # -- end demo
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
+    progress = args.progress if args.progress is not None else (not args.json and sys.stdout.isatty())
+    out = Output(json=args.json, progress_on=progress)
     try:
-        load = _loader(_catalog(args), args.table)
-        if args.command == "compact":
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-            spark = (
-                SparkSession.builder.master(args.master)
-                .appName("iceberg-sink compact")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .getOrCreate()
-            )
-            spark.sparkContext.setLogLevel("ERROR")
-            config = CompactionConfig(
-                target_file_size_bytes=args.target_file_size_bytes, min_input_files=args.min_input_files
-            )
-            result = compact(
-                spark,
-                load,
-                config,
-                branch=args.branch,
-                partition_filter=_partition_filter(load(), args.partition),
-                progress=_progress,
-            )
-            print(
-                f"compacted {args.table}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) -> "
-                f"{result.added_data_files} ({result.added_bytes} bytes), {result.removed_delete_files} delete files removed, "
-                f"{result.dropped_groups} groups dropped on conflict; snapshot {result.snapshot_id}"
-            )
-        elif args.command == "convert-equality-deletes":
-            converted = maintenance.convert_equality_deletes(load, branch=args.branch, max_replans=args.max_replans)
-            print(
-                f"converted {args.table}: {converted.removed_equality_delete_files} equality delete files "
-                f"({converted.removed_equality_deletes} rows) -> {converted.added_position_delete_files} position "
-                f"delete files ({converted.added_position_deletes} rows), {converted.removed_position_delete_files} "
-                f"older position delete files merged, {converted.data_files_read} data files read, "
-                f"{converted.replans} plans redone on conflict; snapshot {converted.snapshot_id}"
-            )
-        elif args.command == "expire-snapshots":
-            older = dt.datetime.now(dt.UTC) - dt.timedelta(hours=args.older_than_hours)
-            expired = maintenance.expire_snapshots(load, older, retain_last=args.retain_last)
-            print(f"expired {len(expired.expired_snapshot_ids)} snapshots, deleted {len(expired.deleted_files)} files")
-        elif args.command == "remove-orphans":
-            orphans = maintenance.remove_orphan_files(
-                load, dt.timedelta(hours=args.older_than_hours), dry_run=args.dry_run
-            )
-            for path in orphans.orphan_files:
-                print(("would delete " if args.dry_run else "deleted ") + path)
-            print(f"{len(orphans.orphan_files)} orphan files")
-        else:
-            snapshot = maintenance.rewrite_manifests(
-                load, branch=args.branch, entries_per_manifest=args.entries_per_manifest
-            )
-            print("manifests already compact" if snapshot is None else f"rewrote manifests in snapshot {snapshot}")
-    except IcebergSinkError as e:
-        print(f"iceberg-sink: {e}", file=sys.stderr)
-        return 2
-    return 0
+        result = COMMANDS[args.command].run(args, out)
+    except (Exception, KeyboardInterrupt) as e:
+        code = exit_code(e)
+        kind, line = describe(e)
+        if args.debug:
+            traceback.print_exc()
+        print(f"iceberg-sink {args.command}: {line}", file=sys.stderr, flush=True)
+        if args.json:
+            error = {"type": kind, "message": line}
+            print(json.dumps({"command": args.command, "ok": False, "exit_code": code, "error": error}), flush=True)
+        return code
+    if args.json:
+        print(json.dumps({"command": args.command, "ok": True, **result}, default=str), flush=True)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

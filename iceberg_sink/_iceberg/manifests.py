@@ -3,7 +3,7 @@ checkpoints, and the files a table's metadata references."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -221,15 +221,18 @@ def has_live_files(manifest: ManifestFile) -> bool:
     return manifest.added_files_count + manifest.existing_files_count > 0
 
 
-def reachable_files(table: Table) -> set[str]:
+def reachable_files(table: Table, without: Collection[int] = ()) -> set[str]:
     """Every file the table's metadata references: metadata files, manifest lists, manifests, data
-    and delete files of every snapshot, statistics files."""
+    and delete files of every snapshot, statistics files. ``without``: snapshot ids to leave out
+    (what an expiry of them would leave reachable)."""
     metadata = table.metadata
     io = table.io
     result = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
-    result.update(s.statistics_path for s in metadata.statistics)
+    result.update(s.statistics_path for s in metadata.statistics if s.snapshot_id not in without)
     seen_manifests: set[str] = set()
     for snapshot in metadata.snapshots:
+        if snapshot.snapshot_id in without:
+            continue
         result.add(snapshot.manifest_list)
         for manifest in snapshot.manifests(io):
             if manifest.manifest_path in seen_manifests:

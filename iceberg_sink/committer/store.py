@@ -139,6 +139,13 @@ class CheckpointStore:
         self._job = (job_id, table)
         return job_id
 
+    def read_job(self) -> dict[str, object] | None:
+        """The job file (``job_id``, ``table``) as stored, without creating it; None when absent
+        (a location no sink job has used yet). For tools that only look (``iceberg-sink inspect``)."""
+        path = self.root + "/job.json"
+        data = self._read(path)
+        return None if data is None else self._decode_job(path, data, "<table>")
+
     @staticmethod
     def _decode_job(path: str, data: bytes, table: str) -> dict[str, object]:
         try:

@@ -100,9 +100,14 @@ def protected_snapshots(table: Table, retain_last: int) -> set[int]:
 
 
 def expire_snapshots(
-    load_table: Callable[[], Table], older_than: dt.datetime, retain_last: int = 1, delete_files: bool = True
+    load_table: Callable[[], Table],
+    older_than: dt.datetime,
+    retain_last: int = 1,
+    delete_files: bool = True,
+    dry_run: bool = False,
 ) -> ExpireResult:
-    """Expire snapshots older than ``older_than`` except the protected ones; delete what they alone used."""
+    """Expire snapshots older than ``older_than`` except the protected ones; delete what they alone used.
+    ``dry_run``: change and delete nothing, return what would be expired and deleted."""
     if retain_last < 1:
         raise InvalidSinkConfigError(f"retain_last: expected at least 1, received {retain_last}")
     table = load_table()
@@ -112,6 +117,9 @@ def expire_snapshots(
     if not expired:
         return ExpireResult((), ())
     before = manifests.reachable_files(table)
+    if dry_run:
+        kept = manifests.reachable_files(table, without=set(expired))
+        return ExpireResult(tuple(expired), tuple(sorted(p for p in before - kept if not p.endswith(".metadata.json"))))
     table.maintenance.expire_snapshots().by_ids(expired).commit()
     table = load_table()
     after = manifests.reachable_files(table)

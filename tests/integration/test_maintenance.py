@@ -131,6 +131,7 @@ def test_cli_compacts_with_progress(spark: SparkSession, tmp_path: Path) -> None
             "db.cli",
             "--partition",
             "p=1",
+            "--progress",  # stdout is not a terminal here: progress only when asked
         ],
         cwd=ROOT,
         env=env,
@@ -162,7 +163,9 @@ def test_cli_compacts_with_progress(spark: SparkSession, tmp_path: Path) -> None
         timeout=120,
         check=False,
     )
-    assert bad.returncode == 2 and "table db.nope does not exist" in bad.stderr
+    # Exit code 3: not found (docs/cli.md); one line, no stack trace.
+    assert bad.returncode == 3 and bad.stderr.endswith("table db.nope does not exist in catalog 'iceberg_sink'\n")
+    assert "Traceback" not in bad.stderr
 
 
 def test_expiry_keeps_the_newest_snapshot_of_a_job_with_a_custom_prefix(spark: SparkSession, tmp_path: Path) -> None:

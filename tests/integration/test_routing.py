@@ -393,3 +393,37 @@ def test_distribution_modes_over_tables_of_different_partition_layouts(
         # One writer task per (table, partition): one data file each.
         files = catalog.load_table("d.by_name").inspect.files().to_pylist()  # type: ignore[attr-defined]
         assert len(files) == len({str(f["partition"]) for f in files}) == 3
+
+
+def test_routed_sink_keeps_map_batches_and_prometheus(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """``.map_batches`` (and so ``.debezium``) and ``.prometheus`` apply to a routed sink too: the
+    batch is mapped before it is split by table (here the mapping makes the route column)."""
+    from pyspark.sql import functions as F
+
+    rows = [("a", 1, "x", 1.0), ("b", 2, "y", 2.0), ("a", 3, "z", 3.0)]
+
+    def add_route(df: DataFrame) -> DataFrame:
+        return df.withColumn("tbl", F.upper(F.col("src")).cast("string")).drop("src")
+
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="mapped")
+        .create_if_missing()
+        .map_batches(add_route)
+        .prometheus(port=0, addr="127.0.0.1")
+        .build()
+    )
+    try:
+        assert sink.config.map_batches == (add_route,)
+        assert sink.prometheus_port
+        source = spark.createDataFrame(rows, "src string, id long, name string, score double")
+        sink.write(source, checkpoint_location=str(tmp_path / "ckpt"))
+        upper = [(r[0].upper(), *r[1:]) for r in rows]
+        for name in ("A", "B"):
+            table = catalog.load_table(f"mapped.{name}")
+            check_readers(java_reader, table, expected_events(upper, name), "id")
+    finally:
+        sink.close()

@@ -74,3 +74,11 @@ def test_a_routed_table_remembers_its_uuid(tmp_path: Path) -> None:
     (Path(store.root) / "table.json").write_text("[]")
     with pytest.raises(InvalidSinkConfigError, match=r"table\.json is damaged"):
         store.table_uuid()
+
+
+def test_read_job_only_looks(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path))
+    assert store.read_job() is None
+    assert not (tmp_path / "iceberg_sink" / "job.json").exists()  # job_id() would have created it
+    job_id = store.job_id("db.t")
+    assert CheckpointStore(str(tmp_path)).read_job() == {"job_id": job_id, "table": "db.t"}

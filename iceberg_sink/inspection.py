@@ -1,0 +1,351 @@
+"""``iceberg-sink inspect TABLE``: what a table holds and what iceberg_sink jobs did to it, without Spark.
+
+- snapshots, newest first, with the job id and checkpoint id that wrote them (committer/summary_keys.py);
+- pending checkpoints under checkpoint locations (committer/store.py): written, maybe not committed;
+- live data and delete files of the branch head, counted and sized per partition;
+- what a compaction would do now: the planner's dry plan (topology/compaction/planner.py).
+
+Everything is read from the catalog, the table's metadata and manifests, and the checkpoint store;
+nothing is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow.fs as pafs
+from pyiceberg.table import Table
+
+from iceberg_sink import options
+from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, live_files
+from iceberg_sink.committer import summary_keys
+from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.topology.compaction.config import CompactionConfig
+from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
+from iceberg_sink.writer.result import FileContent
+
+
+class CheckpointLocationNotFoundError(InvalidSinkConfigError):
+    """The checkpoint location holds no iceberg_sink state."""
+
+
+def partition_label(table: Table, spec_id: int, partition: tuple[Any, ...]) -> str:
+    """``field=value/field=value`` as Iceberg spells partition paths; ``(unpartitioned)`` when none."""
+    spec = table.specs()[spec_id]
+    if not spec.fields:
+        return "(unpartitioned)"
+    types = spec.partition_type(table.schema()).fields
+    return "/".join(
+        f"{f.name}={f.transform.to_human_string(types[i].field_type, partition[i])}" for i, f in enumerate(spec.fields)
+    )
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def snapshots(table: Table, limit: int | None = None) -> list[dict[str, Any]]:
+    """The table's snapshots, newest first, with the sink job and checkpoint that wrote each."""
+    refs: dict[int, list[str]] = defaultdict(list)
+    for name, ref in table.metadata.refs.items():
+        refs[ref.snapshot_id].append(name)
+    ordered = sorted(table.metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms), reverse=True)
+    rows = []
+    for s in ordered[:limit] if limit else ordered:
+        summary = s.summary.additional_properties if s.summary is not None else {}
+        job = summary_keys.sink_job_of(summary)
+        checkpoint = summary_keys.JobKeys(job[0]).checkpoint_of(summary, job[1]) if job is not None else None
+        rows.append(
+            {
+                "snapshot_id": s.snapshot_id,
+                "parent_id": s.parent_snapshot_id,
+                "sequence_number": s.sequence_number,
+                "timestamp": _iso(s.timestamp_ms),
+                "operation": s.summary.operation.value if s.summary is not None else None,
+                "refs": sorted(refs.get(s.snapshot_id, [])),
+                "job_id": job[1] if job is not None else None,
+                "checkpoint_id": checkpoint,
+                "sink_operation": summary.get(summary_keys.OPERATION_KEY),
+                "added_records": int(summary.get("added-records", 0)),
+                "added_data_files": int(summary.get("added-data-files", 0)),
+                "added_delete_files": int(summary.get("added-delete-files", 0)),
+            }
+        )
+    return rows
+
+
+def _committed_checkpoints(table: Table, job_id: str) -> set[int]:
+    found = set()
+    for s in table.metadata.snapshots:
+        summary = s.summary.additional_properties if s.summary is not None else {}
+        job = summary_keys.sink_job_of(summary)
+        if job is not None and job[1] == job_id:
+            checkpoint = summary_keys.JobKeys(job[0]).checkpoint_of(summary, job_id)
+            if checkpoint is not None:
+                found.add(checkpoint)
+    return found
+
+
+def _has_state(location: str) -> bool:
+    if "://" in location:
+        fs, root = pafs.FileSystem.from_uri(location)
+    else:
+        fs, root = pafs.LocalFileSystem(), os.path.abspath(location)
+    return bool(fs.get_file_info(root.rstrip("/") + "/iceberg_sink").type != pafs.FileType.NotFound)
+
+
+def pending_checkpoints(table: Table, location: str) -> dict[str, Any]:
+    """The job of a checkpoint location and its stored committables, each marked committed or not.
+
+    Raises:
+        CheckpointLocationNotFoundError: no iceberg_sink state under ``location``.
+    """
+    if not _has_state(location):
+        raise CheckpointLocationNotFoundError(
+            f"checkpoint location {location} holds no iceberg_sink state (expected a folder iceberg_sink/ in it)"
+        )
+    store = CheckpointStore(location)
+    job = store.read_job()
+    job_id = str(job["job_id"]) if job is not None else None
+    committed = _committed_checkpoints(table, job_id) if job_id is not None else set()
+    pending = []
+    for c in store.pending():
+        pending.append(
+            {
+                "checkpoint_id": c.checkpoint_id,
+                "table": c.table,
+                "branch": c.branch,
+                "records": c.summary.records,
+                "data_files": c.summary.data_files,
+                "delete_files": c.summary.delete_files,
+                "bytes": c.summary.bytes,
+                # Committed but not cleaned up yet (the driver stopped right after the commit): the
+                # next start removes it without committing again.
+                "committed": c.checkpoint_id in committed,
+            }
+        )
+    return {
+        "checkpoint_location": location,
+        "job_id": job_id,
+        "table": job.get("table") if job is not None else None,
+        "last_committed_checkpoint": max(committed) if committed else None,
+        "pending": pending,
+    }
+
+
+def _file_stats(table: Table, data: Sequence[LiveFile], deletes: Sequence[LiveFile]) -> list[dict[str, Any]]:
+    rows: dict[tuple[int, tuple[Any, ...]], dict[str, Any]] = {}
+
+    def row(f: LiveFile) -> dict[str, Any]:
+        key = (f.meta.spec_id, f.meta.partition)
+        if key not in rows:
+            rows[key] = {
+                "partition": partition_label(table, *key),
+                "spec_id": f.meta.spec_id,
+                "data_files": 0,
+                "data_bytes": 0,
+                "data_records": 0,
+                "delete_files": 0,
+                "delete_bytes": 0,
+                "equality_delete_files": 0,
+                "position_delete_files": 0,
+                "delete_records": 0,
+            }
+        return rows[key]
+
+    for f in data:
+        r = row(f)
+        r["data_files"] += 1
+        r["data_bytes"] += f.meta.file_size_in_bytes
+        r["data_records"] += f.meta.record_count
+    for f in deletes:
+        r = row(f)
+        r["delete_files"] += 1
+        r["delete_bytes"] += f.meta.file_size_in_bytes
+        r["delete_records"] += f.meta.record_count
+        kind = "equality" if f.meta.content == FileContent.EQUALITY_DELETES else "position"
+        r[f"{kind}_delete_files"] += 1
+    return sorted(rows.values(), key=lambda r: (r["spec_id"], r["partition"]))
+
+
+def compaction_plan(table: Table, the_plan: CompactionPlan | None, config: CompactionConfig) -> dict[str, Any]:
+    """A dry compaction plan as JSON: groups per partition, files and bytes read, deletes applied."""
+    target = config.target(options.resolve({}, table.properties).get(options.TARGET_FILE_SIZE_BYTES))
+    result: dict[str, Any] = {
+        "target_file_size_bytes": target,
+        "min_file_size_bytes": config.min_size(target),
+        "min_input_files": config.min_input_files,
+        "groups": 0,
+        "data_files": 0,
+        "input_bytes": 0,
+        "delete_files": 0,
+        "partitions": [],
+    }
+    if the_plan is None:
+        return result
+    per: dict[tuple[int, tuple[Any, ...]], dict[str, Any]] = {}
+    deletes: set[str] = set()
+    for g in the_plan.groups:
+        p = per.setdefault(
+            g.partition,
+            {"partition": partition_label(table, *g.partition), "groups": 0, "data_files": 0, "input_bytes": 0},
+        )
+        p["groups"] += 1
+        p["data_files"] += len(g.data_files)
+        p["input_bytes"] += g.input_bytes
+        deletes.update(d.meta.path for d in g.delete_files)
+    result.update(
+        groups=len(the_plan.groups),
+        data_files=sum(len(g.data_files) for g in the_plan.groups),
+        input_bytes=sum(g.input_bytes for g in the_plan.groups),
+        delete_files=len(deletes),
+        partitions=sorted(per.values(), key=lambda p: str(p["partition"])),
+    )
+    return result
+
+
+def inspect_table(
+    table: Table,
+    branch: str = "main",
+    checkpoint_locations: Sequence[str] = (),
+    compaction: CompactionConfig | None = None,
+    limit: int | None = 20,
+) -> dict[str, Any]:
+    """Everything ``iceberg-sink inspect`` shows, as one JSON-ready mapping."""
+    config = compaction or CompactionConfig()
+    head = branch_head(table, branch)
+    entries = ManifestEntries()
+    data, deletes = live_files(table, head, entries)
+    target = options.resolve({}, table.properties).get(options.TARGET_FILE_SIZE_BYTES)
+    the_plan = plan(table, branch, config, target, entries=entries)
+    partitions = _file_stats(table, data, deletes)
+    totals = {
+        k: sum(p[k] for p in partitions)
+        for k in ("data_files", "data_bytes", "data_records", "delete_files", "delete_bytes", "delete_records")
+    }
+    history = snapshots(table, limit)
+    return {
+        "table": ".".join(table.name()[-2:]) if len(table.name()) >= 2 else str(table.name()),
+        "location": table.location(),
+        "format_version": table.metadata.format_version,
+        "table_uuid": str(table.metadata.table_uuid),
+        "branch": branch,
+        "branch_head": head.snapshot_id if head is not None else None,
+        "refs": {name: ref.snapshot_id for name, ref in sorted(table.metadata.refs.items())},
+        "snapshot_count": len(table.metadata.snapshots),
+        "snapshots": history,
+        "checkpoint_locations": [pending_checkpoints(table, loc) for loc in checkpoint_locations],
+        "files": {"totals": totals, "partitions": partitions},
+        "compaction": compaction_plan(table, the_plan, config),
+    }
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    cells = [[str(h) for h in header], *[["-" if v is None else str(v) for v in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+
+def render(report: dict[str, Any]) -> str:
+    """The human-readable form of :func:`inspect_table`'s report."""
+    out = [
+        f"table {report['table']} (format v{report['format_version']}) at {report['location']}",
+        f"branch {report['branch']}: head {report['branch_head']}; {report['snapshot_count']} snapshots",
+        "",
+        f"snapshots (newest {len(report['snapshots'])}):",
+    ]
+    out += _table(
+        ["snapshot", "time", "operation", "refs", "job", "checkpoint", "records", "data", "deletes"],
+        [
+            [
+                s["snapshot_id"],
+                s["timestamp"],
+                s["sink_operation"] or s["operation"],
+                ",".join(s["refs"]) or None,
+                s["job_id"],
+                s["checkpoint_id"],
+                s["added_records"],
+                s["added_data_files"],
+                s["added_delete_files"],
+            ]
+            for s in report["snapshots"]
+        ],
+    )
+    for loc in report["checkpoint_locations"]:
+        out += [
+            "",
+            f"checkpoint location {loc['checkpoint_location']}: job {loc['job_id']} writing {loc['table']}, "
+            f"last committed checkpoint {loc['last_committed_checkpoint']}, {len(loc['pending'])} pending",
+        ]
+        if loc["pending"]:
+            out += _table(
+                ["checkpoint", "branch", "records", "data", "deletes", "bytes", "state"],
+                [
+                    [
+                        p["checkpoint_id"],
+                        p["branch"],
+                        p["records"],
+                        p["data_files"],
+                        p["delete_files"],
+                        _size(p["bytes"]),
+                        "committed (cleaned up on next start)" if p["committed"] else "not committed yet",
+                    ]
+                    for p in loc["pending"]
+                ],
+            )
+    files = report["files"]
+    t = files["totals"]
+    out += [
+        "",
+        f"live files of {report['branch']}: {t['data_files']} data files ({_size(t['data_bytes'])}, "
+        f"{t['data_records']} rows), {t['delete_files']} delete files ({_size(t['delete_bytes'])}, "
+        f"{t['delete_records']} rows)",
+    ]
+    out += _table(
+        ["partition", "data", "data size", "rows", "eq deletes", "pos deletes", "delete size", "delete rows"],
+        [
+            [
+                p["partition"],
+                p["data_files"],
+                _size(p["data_bytes"]),
+                p["data_records"],
+                p["equality_delete_files"],
+                p["position_delete_files"],
+                _size(p["delete_bytes"]),
+                p["delete_records"],
+            ]
+            for p in files["partitions"]
+        ],
+    )
+    c = report["compaction"]
+    out += [""]
+    if not c["groups"]:
+        out.append(
+            f"compaction now: nothing to do (files under {_size(c['min_file_size_bytes'])} are small; "
+            f"a group needs {c['min_input_files']} of them or deletes to apply)"
+        )
+    else:
+        out.append(
+            f"compaction now: {c['groups']} groups would rewrite {c['data_files']} data files "
+            f"({_size(c['input_bytes'])}) into ~{_size(c['target_file_size_bytes'])} files, applying "
+            f"{c['delete_files']} delete files"
+        )
+        out += _table(
+            ["partition", "groups", "files", "bytes"],
+            [[p["partition"], p["groups"], p["data_files"], _size(p["input_bytes"])] for p in c["partitions"]],
+        )
+    return "\n".join(out)

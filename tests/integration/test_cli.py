@@ -1,0 +1,301 @@
+"""``iceberg-sink``: run a pipeline from YAML, inspect, and the maintenance commands' --json,
+--dry-run and exit codes, on real Spark and SQLite catalogs, tables read back with Iceberg Java and DuckDB."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from iceberg_sink import CommitVetoedError, IcebergSink
+from iceberg_sink.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
+from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "docs" / "examples" / "pipeline.yaml"
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str, code: int = EXIT_OK) -> dict[str, Any]:
+    """Runs the CLI with --json; stdout must be exactly one JSON document."""
+    assert main([*argv, "--json"]) == code, capsys.readouterr().err[-3000:]
+    out = capsys.readouterr().out
+    doc: dict[str, Any] = json.loads(out)
+    assert out.count("\n") == 1 and doc["ok"] is (code == EXIT_OK)
+    return doc
+
+
+def write_users(folder: Path, name: str, rows: list[tuple[int, str, str, int]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"user_id": u, "country": c, "name": n, "visits": v}) for u, c, n, v in rows]
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    # Spark's file source takes files in modification-time order: one second apart, in name order.
+    stamp = dt.datetime(2026, 1, 1).timestamp() + len(list(folder.iterdir()))
+    os.utime(path, (stamp, stamp))
+
+
+def test_run_the_documented_pipeline_then_inspect_it(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], java_reader: JavaIcebergReader
+) -> None:
+    config = tmp_path / "pipeline.yaml"
+    shutil.copy(EXAMPLE, config)  # the file as documented; its relative paths land in tmp_path
+    expected: dict[tuple[int, str], dict[str, Any]] = {}
+    batches = [
+        [(i, ("de", "fr", "us")[i % 3], f"u{i}", 1) for i in range(30)],
+        [(i, ("de", "fr", "us")[i % 3], f"u{i}-b", 2) for i in range(0, 30, 2)],  # updates half of them
+        [(i, ("de", "fr", "us")[i % 3], f"u{i}-c", 3) for i in range(25, 40)],  # updates and inserts
+    ]
+    for n, rows in enumerate(batches):
+        write_users(tmp_path / "incoming", f"part-{n}.json", rows)
+        for u, c, name, v in rows:
+            expected[(u, c)] = {"user_id": u, "country": c, "name": name, "visits": v}
+
+    first = cli_json(capsys, "run", str(config))
+    assert first["table"] == "db.users" and first["commits"] == 3 and first["batches"] == 3
+    assert first["committed_records"] == sum(len(b) for b in batches)
+    assert first["stopped_by"] == "source drained"
+
+    # A second run continues the same job from the checkpoint: only the new file is written.
+    more = [(i, ("de", "fr", "us")[i % 3], f"u{i}-d", 4) for i in range(35, 45)]
+    write_users(tmp_path / "incoming", "part-3.json", more)
+    for u, c, name, v in more:
+        expected[(u, c)] = {"user_id": u, "country": c, "name": name, "visits": v}
+    second = cli_json(capsys, "run", str(config))
+    assert second["commits"] == 1 and second["committed_records"] == len(more)
+
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.users").build()
+    table = sink.load_table()
+    want = sorted(expected.values(), key=lambda r: (r["user_id"], r["country"]))
+    assert normalize(java_reader.read(table.metadata_location), ["user_id", "country"]) == want
+    assert normalize(duckdb_read(table.metadata_location), ["user_id", "country"]) == want
+
+    report = cli_json(
+        capsys,
+        "inspect",
+        "db.users",
+        "--embedded",
+        str(tmp_path / "lake"),
+        "--checkpoint-location",
+        str(tmp_path / "checkpoints" / "users"),
+        "--limit",
+        "0",
+    )
+    job = report["checkpoint_locations"][0]
+    assert job["pending"] == [] and job["table"] == "db.users" and job["last_committed_checkpoint"] == 3
+    written = [(s["job_id"], s["checkpoint_id"]) for s in report["snapshots"] if s["job_id"] is not None]
+    assert sorted(written) == [(job["job_id"], cp) for cp in range(4)]
+    compactions = [s for s in report["snapshots"] if s["sink_operation"] == "compaction"]
+    assert len(compactions) == 1  # after the first run's second commit (the count starts again per run)
+    assert report["snapshot_count"] == len(report["snapshots"]) == 5
+    totals = report["files"]["totals"]
+    assert totals["data_records"] - totals["delete_records"] <= len(expected) <= totals["data_records"]
+    assert {p["partition"] for p in report["files"]["partitions"]} == {"country=de", "country=fr", "country=us"}
+    files = table.inspect.files().to_pylist()
+    assert totals["data_files"] + totals["delete_files"] == len(files)
+    assert totals["data_bytes"] + totals["delete_bytes"] == sum(f["file_size_in_bytes"] for f in files)
+
+    # The human form says the same in tables.
+    assert main(["inspect", "db.users", "--embedded", str(tmp_path / "lake")]) == EXIT_OK
+    human = capsys.readouterr().out
+    assert "table db.users (format v2)" in human and "country=fr" in human and job["job_id"] in human
+
+
+def test_run_rate_source_stops_after_max_batches(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "rate.yaml"
+    config.write_text(
+        "source: {type: rate, rows_per_second: 50, num_partitions: 2}\n"
+        "sink: {embedded: lake, table: demo.events, create_if_missing: {partition_by: [page]}}\n"
+        "checkpoint_location: ckpt\n"
+        "trigger: {processingTime: '1 second'}\n"
+        "stop: {max_batches: 3}\n"
+    )
+    doc = cli_json(capsys, "run", str(config))
+    assert doc["batches"] >= 3 and doc["stopped_by"] == "max_batches (3)"
+    table = IcebergSink.builder().embedded(tmp_path / "lake").table("demo.events").build().load_table()
+    rows = duckdb_read(table.metadata_location).to_pylist()
+    # Every generated value exactly once, with the demo columns derived from it.
+    ids = sorted(r["event_id"] for r in rows)
+    assert ids == list(range(len(ids))) and len(ids) == doc["committed_records"] > 0
+    assert all(r["user_id"] == r["event_id"] % 50 for r in rows)
+    assert {r["page"] for r in rows} <= {"/home", "/cart", "/checkout", "/search"}
+
+
+def test_kafka_without_the_connector_says_what_to_install(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "kafka.yaml"
+    config.write_text(
+        "source: {type: kafka, bootstrap_servers: 'localhost:9092', topic: events, value_format: json, "
+        "schema: 'id long'}\nsink: {embedded: lake, table: db.k, create_if_missing: true}\ncheckpoint_location: ck\n"
+    )
+    doc = cli_json(capsys, "run", str(config), code=EXIT_USAGE)
+    assert "source.type: kafka needs Spark's Kafka connector" in doc["error"]["message"]
+    assert f"spark-sql-kafka-0-10_2.13:{spark.version}" in doc["error"]["message"]
+    (tmp_path / "in").mkdir()
+    config.write_text(
+        "source: {type: files, path: in, format: json, schema: 'id lng'}\n"
+        "sink: {embedded: lake, table: db.k, create_if_missing: true}\ncheckpoint_location: ck\n"
+    )
+    doc = cli_json(capsys, "run", str(config), code=EXIT_USAGE)
+    assert doc["error"]["message"].startswith(
+        f"{config}: source.schema: expected a DDL schema such as 'id long, name string', received 'id lng'"
+    )
+    config.write_text(config.read_text().replace("schema: 'id lng'", "max_files_per_trigger: 1"))
+    doc = cli_json(capsys, "run", str(config), code=EXIT_USAGE)
+    assert doc["error"]["message"].endswith("holds no files to infer it from; give source.schema")
+
+
+def test_inspect_shows_pending_checkpoints_and_the_plan_compact_then_follows(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], java_reader: JavaIcebergReader
+) -> None:
+    lake, ckpt = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    sink = IcebergSink.builder().embedded(lake).table("db.t").create_if_missing(partition_by=["p"]).build()
+    for i in range(3):
+        sink.write(spark.createDataFrame([(i * 10 + j, j % 2) for j in range(10)], "id long, p long"), ckpt)
+
+    def veto(_: object) -> None:
+        raise RuntimeError("not now")
+
+    vetoing = (
+        IcebergSink.builder().embedded(lake).table("db.t").pre_commit_hook(veto).build()  # type: ignore[arg-type]
+    )
+    with pytest.raises(CommitVetoedError):
+        vetoing.write(spark.createDataFrame([(100, 0), (101, 1)], "id long, p long"), ckpt)
+
+    report = cli_json(capsys, "inspect", "db.t", "--embedded", lake, "--checkpoint-location", ckpt)
+    [loc] = report["checkpoint_locations"]
+    assert loc["last_committed_checkpoint"] == 2
+    assert [(p["checkpoint_id"], p["records"], p["committed"]) for p in loc["pending"]] == [(3, 2, False)]
+    parts = {p["partition"]: p for p in report["files"]["partitions"]}
+    assert {k: (v["data_files"], v["data_records"]) for k, v in parts.items()} == {"p=0": (3, 15), "p=1": (3, 15)}
+    plan = report["compaction"]
+    assert (plan["groups"], plan["data_files"]) == (2, 6)
+
+    dry = cli_json(capsys, "compact", "db.t", "--embedded", lake, "--partition", "p=1", "--dry-run")
+    assert dry["plan"]["data_files"] == 3 and [p["partition"] for p in dry["plan"]["partitions"]] == ["p=1"]
+    before = sink.load_table()
+    assert before.current_snapshot() is not None
+    assert len(before.snapshots()) == 3  # the dry run committed nothing
+
+    done = cli_json(capsys, "compact", "db.t", "--embedded", lake, "--partition", "p=1")
+    assert done["rewritten_data_files"] == 3 and done["added_data_files"] == 1
+    table = sink.load_table()
+    assert sorted(f["partition"]["p"] for f in table.inspect.files().to_pylist()) == [0, 0, 0, 1]
+    want = [{"id": i * 10 + j, "p": j % 2} for i in range(3) for j in range(10)]
+    assert normalize(java_reader.read(table.metadata_location), ["id"]) == sorted(want, key=lambda r: r["id"])
+
+
+def test_expire_snapshots_dry_run_lists_what_the_real_run_does(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], java_reader: JavaIcebergReader
+) -> None:
+    lake = str(tmp_path / "lake")
+    sink = IcebergSink.builder().embedded(lake).table("db.x").create_if_missing().upsert(key=["id"]).build()
+    for i in range(4):
+        sink.write(spark.createDataFrame([(j, f"v{i}") for j in range(5)], "id long, v string"))
+    args = ["expire-snapshots", "db.x", "--embedded", lake, "--older-than-hours", "-1", "--retain-last", "1"]
+    metadata = sink.load_table().metadata_location
+    dry = cli_json(capsys, *args, "--dry-run")
+    assert dry["dry_run"] is True and len(dry["expired_snapshot_ids"]) == 3 and dry["deleted_files"]
+    assert sink.load_table().metadata_location == metadata  # nothing changed
+    assert all(Path(p.removeprefix("file://")).exists() for p in dry["deleted_files"])
+    real = cli_json(capsys, *args)
+    assert (real["expired_snapshot_ids"], real["deleted_files"]) == (dry["expired_snapshot_ids"], dry["deleted_files"])
+    assert not any(Path(p.removeprefix("file://")).exists() for p in real["deleted_files"])
+    table = sink.load_table()
+    assert normalize(java_reader.read(table.metadata_location), ["id"]) == [{"id": j, "v": "v3"} for j in range(5)]
+
+
+def test_json_and_exit_codes_of_the_maintenance_commands(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = str(tmp_path / "lake")
+    sink = IcebergSink.builder().embedded(lake).table("db.m").create_if_missing().upsert(key=["id"]).build()
+    for i in range(3):
+        sink.write(spark.createDataFrame([(i, "a"), (i + 1, "b")], "id long, v string"))
+    orphan = Path(sink.load_table().location().removeprefix("file://")) / "data" / "stray.parquet"
+    orphan.write_bytes(b"x")
+    old = (dt.datetime.now() - dt.timedelta(days=10)).timestamp()
+    os.utime(orphan, (old, old))
+    where = ["db.m", "--embedded", lake]
+    assert cli_json(capsys, "remove-orphans", *where, "--dry-run")["orphan_files"] == [orphan.as_uri()]
+    assert orphan.exists()
+    assert cli_json(capsys, "remove-orphans", *where)["orphan_files"] == [orphan.as_uri()]
+    assert not orphan.exists()
+    converted = cli_json(capsys, "convert-equality-deletes", *where)
+    assert converted["removed_equality_delete_files"] == 2 and converted["snapshot_id"] is not None
+    rewritten = cli_json(capsys, "rewrite-manifests", *where)
+    assert rewritten["snapshot_id"] is not None
+    assert sorted(r["id"] for r in sink.load_table().scan().to_arrow().to_pylist()) == [0, 1, 2, 3]
+
+    missing = cli_json(capsys, "inspect", "db.nope", "--embedded", lake, code=EXIT_NOT_FOUND)
+    assert missing["error"]["message"] == "table db.nope does not exist in catalog 'iceberg_sink'"
+    assert cli_json(capsys, "inspect", *where, "--checkpoint-location", str(tmp_path / "no"), code=EXIT_NOT_FOUND)
+    assert cli_json(capsys, "inspect", "db.m", "--embedded", str(tmp_path / "nowhere"), code=EXIT_NOT_FOUND)
+    usage = cli_json(capsys, "compact", "--embedded", lake, code=EXIT_USAGE)
+    assert usage["error"]["message"] == "TABLE: required (positional, or --table namespace.name)"
+
+
+def test_console_run_json_stdout_is_one_document_and_a_timeout_stop_loses_nothing(tmp_path: Path) -> None:
+    """The real command in its own process (Spark's JVM shares its stdout): --json leaves exactly one
+    document there; runs stopped by --timeout, mid-batch or not, commit each generated row once."""
+    config = tmp_path / "rate.yaml"
+    config.write_text(
+        "source: {type: rate, rows_per_second: 20, columns: {id: value, at: timestamp}}\n"
+        "sink: {embedded: lake, table: demo.rate, create_if_missing: true}\n"
+        "checkpoint_location: ckpt\ntrigger: {processingTime: '1 second'}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = str(ROOT)
+    docs = []
+    for extra in (["--timeout", "40", "--progress"], ["--max-batches", "2"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "iceberg_sink.cli", "run", str(config), "--json", *extra],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert run.returncode == EXIT_OK, run.stderr[-3000:]
+        assert run.stdout.count("\n") == 1, run.stdout
+        docs.append(json.loads(run.stdout))
+        if "--progress" in extra:  # with --json, progress goes to stderr
+            assert re.search(r"^batch \d+: \d+ rows$", run.stderr, re.MULTILINE), run.stderr[-3000:]
+    assert docs[0]["stopped_by"] == "timeout (40 s)" and docs[1]["stopped_by"] == "max_batches (2)"
+    table = IcebergSink.builder().embedded(tmp_path / "lake").table("demo.rate").build().load_table()
+    ids = sorted(r["id"] for r in duckdb_read(table.metadata_location).to_pylist())
+    assert ids == list(range(len(ids))), (docs, ids)
+    assert len(ids) == docs[0]["committed_records"] + docs[1]["committed_records"], (docs, len(ids))
+
+
+def test_a_failing_stream_is_one_line_naming_the_error(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"id": 1, "v": "a"}\n{"id": null, "v": "b"}\n')
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "source: {type: files, path: in, format: json, schema: 'id long, v string'}\n"
+        "sink: {embedded: lake, table: db.t, create_if_missing: true, upsert: {key: [id]}}\n"
+        "checkpoint_location: ck\ntrigger: {availableNow: true}\n"
+    )
+    doc = cli_json(capsys, "run", str(config), code=EXIT_FAILED)
+    assert doc["error"] == {
+        "type": "InvalidInputError",
+        "message": "InvalidInputError: checkpoint 0 of table db.t was not written: a key column is null "
+        "(id must all be set); row key: id=null",
+    }
+    table = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").build().load_table()
+    assert table.current_snapshot() is None  # nothing committed

@@ -1,0 +1,141 @@
+"""``iceberg-sink run CONFIG.yaml``: the config file is validated before Spark starts, every problem
+named by its key path, with what was expected and what was received."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iceberg_sink import runconfig
+from iceberg_sink.cli import EXIT_NOT_FOUND, EXIT_USAGE, main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "docs" / "examples" / "pipeline.yaml"
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(runconfig.ConfigError) as raised:
+        runconfig.parse(text, "p.yaml")
+    return raised.value.problems
+
+
+def test_the_documented_example_is_valid_and_paths_are_relative_to_it() -> None:
+    config = runconfig.load(str(EXAMPLE))
+    assert config.source["path"] == str(EXAMPLE.parent / "incoming")
+    assert config.sink["embedded"] == str(EXAMPLE.parent / "lake")
+    assert config.checkpoint_location == str(EXAMPLE.parent / "checkpoints" / "users")
+    assert config.trigger == {"availableNow": True}
+
+
+def test_every_problem_is_reported_at_once_with_its_key_path() -> None:
+    found = problems(
+        """
+source: {type: files, path: in, format: avro, max_file_per_trigger: 2}
+sink:
+  table: 42
+  compaction: {every_n_commit: 3, background: "yes"}
+  upsert: {key: [1, 2]}
+  create_if_missing: {partition_by: day(ts), format_version: 3}
+  distribution_mode: spread
+checkpoint_location: ck
+trigger: {processingTime: "1 second", availableNow: true}
+extra: 1
+"""
+    )
+    assert "source.format: expected one of 'parquet', 'json', 'csv', received a string 'avro'" in found
+    assert "source.max_file_per_trigger: unknown key; did you mean 'max_files_per_trigger'?" in found
+    assert "sink.table: expected a non-empty string, received an integer 42" in found
+    assert "sink.compaction.every_n_commit: unknown key; did you mean 'every_n_commits'?" in found
+    assert "sink.compaction.background: expected true or false, received a string 'yes'" in found
+    assert "sink.upsert.key: expected a list of strings, received a list [1, 2]" in found
+    assert "sink.create_if_missing.format_version: expected 1 or 2, received an integer 3" in found
+    assert "sink.distribution_mode: expected one of 'none', 'hash', 'range', received a string 'spread'" in found
+    assert any(p.startswith("trigger: expected one of processingTime, availableNow, once") for p in found)
+    assert any(p.startswith("extra: unknown key; expected one of source, sink") for p in found)
+    assert len(found) == 10, found
+
+
+def test_missing_keys_and_wrong_shapes() -> None:
+    assert problems("sink: {table: db.t}\n") == ["source: required, missing", "checkpoint_location: required, missing"]
+    assert problems("- a\n- b\n")[0].startswith("(top level): expected a mapping (the pipeline) with keys source")
+    found = problems("source: {type: kafka}\nsink: {table: db.t, upsert: {key: [id]}, cdc: {op_column: op}}\n")
+    assert "source.bootstrap_servers: required, missing" in found
+    assert "source.topic: required, missing" in found
+    assert "sink.cdc.key: required, missing" in found
+    assert "checkpoint_location: required, missing" in found
+    found = problems("source: {type: socket}\nsink: {table: db.t}\ncheckpoint_location: c\n")
+    assert found == ["source.type: expected one of 'files', 'rate', 'kafka', received a string 'socket'"]
+    found = problems(
+        "source: {type: rate}\nsink: {table: db.t, embedded: a, catalog: {name: c}}\ncheckpoint_location: c\n"
+    )
+    assert found == ["sink: expected one of embedded or catalog, received both"]
+
+
+def test_yaml_syntax_errors_name_the_line() -> None:
+    found = problems("source:\n  type: [rate\nsink: {}\n")
+    assert len(found) == 1 and found[0].startswith("not valid YAML at line ")
+
+
+def test_environment_variables_are_expanded_and_unset_ones_named() -> None:
+    text = (
+        "source: {type: rate}\ncheckpoint_location: c\n"
+        "sink: {table: db.t, catalog: {name: c, properties: {uri: '${ICEBERG_SINK_TEST_URI}', token: '${ICEBERG_SINK_UNSET_X}'}}}\n"
+    )
+    os.environ["ICEBERG_SINK_TEST_URI"] = "http://rest:8181"
+    try:
+        found = problems(text)
+        assert found == [
+            "sink.catalog.properties.token: environment variable ICEBERG_SINK_UNSET_X is not set "
+            "(used as ${ICEBERG_SINK_UNSET_X})"
+        ]
+        config = runconfig.parse(text.replace("${ICEBERG_SINK_UNSET_X}", "t0k"), "p.yaml")
+        assert config.sink["catalog"]["properties"] == {"uri": "http://rest:8181", "token": "t0k"}
+    finally:
+        del os.environ["ICEBERG_SINK_TEST_URI"]
+
+
+def test_the_builder_checks_values_the_file_cannot(tmp_path: Path) -> None:
+    # Shapes are fine; the builder finds the partition column missing from the upsert key.
+    config = runconfig.parse(
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{table: db.t, embedded: {tmp_path}, "
+        "create_if_missing: {partition_by: [country]}, upsert: {key: [id]}, compaction: {max_group_bytes: 10}}\n",
+        str(tmp_path / "p.yaml"),
+    )
+    with pytest.raises(runconfig.InvalidSinkConfigError, match="country"):
+        runconfig.build_sink(config)
+
+
+def test_cli_reports_config_errors_in_one_line_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("source: {type: rate, rows_per_second: fast}\nsink: {table: db.t}\ncheckpoint_location: c\n")
+    assert main(["run", str(bad)]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"iceberg-sink run: {bad}: source.rows_per_second: expected a positive integer, received a string 'fast'\n"
+    )
+    assert main(["run", str(tmp_path / "missing.yaml"), "--json"]) == EXIT_NOT_FOUND
+    captured = capsys.readouterr()
+    assert '"ok": false' in captured.out and '"exit_code": 3' in captured.out
+    assert main(["run", str(EXAMPLE), "--validate-only", "--json"]) == 0
+    assert capsys.readouterr().out.strip() == f'{{"command": "run", "ok": true, "config": "{EXAMPLE}", "valid": true}}'
+
+
+def test_errors_have_no_stack_trace_unless_debug(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("source: {type: rate}\nsink: {table: db.t, brnch: x}\ncheckpoint_location: c\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = str(ROOT)
+    cmd = [sys.executable, "-m", "iceberg_sink.cli", "run", str(bad)]
+    quiet = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert quiet.returncode == EXIT_USAGE and quiet.stdout == ""
+    assert quiet.stderr == f"iceberg-sink run: {bad}: sink.brnch: unknown key; did you mean 'branch'?\n"
+    loud = subprocess.run([*cmd, "--debug"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert loud.returncode == EXIT_USAGE and "Traceback (most recent call last)" in loud.stderr
+    assert loud.stderr.endswith(quiet.stderr)
