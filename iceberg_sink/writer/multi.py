@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -30,14 +31,22 @@ UNPLANNED_COLUMN = "iceberg_sink routed value in an unplanned column:"
 
 
 def split_by_column(batch: pa.RecordBatch | pa.Table, column: str) -> Iterator[tuple[str | None, pa.Table]]:
-    """The rows of ``batch`` grouped by the value of ``column``, in order of first appearance."""
+    """The rows of ``batch`` grouped by the value of ``column`` (in value order, nulls last); each
+    group keeps its rows' order. Arrow kernels only: no per-row Python work."""
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-    values = table.column(column)
-    keys = pa.table({"k": values, "__row": pa.array(range(table.num_rows), pa.int64())})
-    groups = keys.group_by("k", use_threads=False).aggregate([("__row", "list")])
-    names = groups.column("k").to_pylist()
-    for name, rows in zip(names, groups.column("__row_list").to_pylist(), strict=True):
-        yield name, table if len(rows) == table.num_rows else table.take(pa.array(rows, pa.int64()))
+    if table.num_rows == 0:
+        return
+    values = table.column(column).combine_chunks()
+    first = values[0].as_py()
+    if first is not None and values.null_count == 0 and pc.all(pc.equal(values, first)).as_py():
+        yield first, table  # the usual case: hash distribution sends one table's rows to a task
+        return
+    grouped = table.take(pc.sort_indices(values))  # a stable sort
+    runs = pc.run_end_encode(grouped.column(column).combine_chunks())
+    start = 0
+    for name, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        yield name, grouped.slice(start, end - start)
+        start = end
 
 
 class MultiTableTaskWriter:

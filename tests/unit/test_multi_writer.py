@@ -38,6 +38,19 @@ def test_split_by_column_keeps_every_row_once() -> None:
     assert all(set(p.column(ROUTE).to_pylist()) == {name} for name, p in parts.items())
 
 
+def test_split_by_column_keeps_each_tables_row_order_and_null_routes() -> None:
+    names = ["db.b", "db.a", None, "db.b", "db.a", "db.b"]
+    batch = pa.table({ROUTE: pa.array(names, pa.large_string()), "id": pa.array(range(6), pa.int64())})
+    parts = list(split_by_column(batch, ROUTE))
+    assert [(name, p.column("id").to_pylist()) for name, p in parts] == [
+        ("db.a", [1, 4]),
+        ("db.b", [0, 3, 5]),
+        (None, [2]),
+    ]
+    single = pa.table({ROUTE: pa.array(["db.a"] * 3), "id": pa.array([3, 1, 2], pa.int64())})
+    assert [(n, p.column("id").to_pylist()) for n, p in split_by_column(single, ROUTE)] == [("db.a", [3, 1, 2])]
+
+
 @pytest.mark.parametrize("buffer_bytes", [1, 64 * 1024])
 def test_open_files_and_buffers_are_bounded_across_tables(catalog: Catalog, buffer_bytes: int) -> None:
     catalog.create_namespace_if_not_exists("db")
