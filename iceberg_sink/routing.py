@@ -54,7 +54,7 @@ from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
-from iceberg_sink.topology.changes import ERROR_MARKER, reduce_changes
+from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
 from iceberg_sink.writer.spark import write_routed_dataframe
@@ -268,14 +268,11 @@ class RoutedJob:
     def _write_error(self, error: Exception, checkpoint_id: int) -> Exception:
         text = str(error)
         what = f"checkpoint {checkpoint_id} of {self._route.describe()} was not written"
-        for marker in (UNPLANNED_TABLE, UNPLANNED_COLUMN):
+        # The route's own refusals; a refused row (ERROR_MARKER) and task failures as for one table.
+        for marker in (UNPLANNED_TABLE, UNPLANNED_COLUMN, "the route function returned"):
             if marker in text:
                 detail = text[text.index(marker) :].splitlines()[0].strip()
                 return InvalidInputError(f"{what}: {detail}")
-        if ERROR_MARKER in text or "the route function returned" in text:
-            marker = ERROR_MARKER if ERROR_MARKER in text else "the route function returned"
-            start = text.index(marker) + (len(marker) if marker == ERROR_MARKER else 0)
-            return InvalidInputError(f"{what}: {text[start:].splitlines()[0].strip()}")
         return write_error(error, checkpoint_id, self._route.describe())
 
     def _distribute(self, df: DataFrame, plans: Mapping[str, CheckpointPlan]) -> DataFrame:
