@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
 from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import DataFrame
 
@@ -16,6 +17,7 @@ from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.prometheus import PrometheusConfig, require_prometheus_client
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact, scrub
+from iceberg_sink.table.keys import resolve_key
 from iceberg_sink.table.partitioning import field_name, parse_terms
 from iceberg_sink.table.schema import check_changes_table, partition_problem
 from iceberg_sink.topology.compaction.config import CompactionConfig
@@ -292,26 +294,40 @@ class IcebergSinkBuilder:
             problems.append(str(e))
         return PrometheusConfig(port=port, addr=addr, job=job)
 
-    def upsert(self, key: Sequence[str]) -> IcebergSinkBuilder:
+    def upsert(self, key: Sequence[str] | None = None, *, key_column: str | None = None) -> IcebergSinkBuilder:
         """Every row is the new state of its key: it replaces the row with the same key, or is inserted.
 
         Args:
             key: the key columns. They must include the source column of every partition field. When
-                the sink creates the table they become its required identifier fields.
+                the sink creates the table they become its required identifier fields. May be omitted
+                for an existing table with identifier fields (its key), and for a routed sink whose
+                tables get their key from ``key_column`` or their identifier fields.
+            key_column: routed sinks: a column naming each row's key columns (``"a,b"`` or an array of
+                names), so each table has its own key; not stored. See iceberg_sink/table/keys.py.
         """
-        self._changes.append(("upsert", {"key": key}))
+        self._changes.append(("upsert", {"key": key, "key_column": key_column}))
         return self
 
-    def cdc(self, op_column: str, key: Sequence[str], order_by: str | None = None) -> IcebergSinkBuilder:
+    def cdc(
+        self,
+        op_column: str,
+        key: Sequence[str] | None = None,
+        order_by: str | None = None,
+        *,
+        key_column: str | None = None,
+    ) -> IcebergSinkBuilder:
         """Rows carry an operation (insert, update, update-before, delete) in ``op_column``.
 
         Args:
             op_column: the column holding the operation code (see topology/changes.py); not stored.
-            key: the key columns, as for :meth:`upsert`.
+            key: the key columns, as for :meth:`upsert` (which says when it may be omitted).
             order_by: the column ordering the changes of one key within a checkpoint (for example a log
                 sequence number); by default, arrival order within the source partition.
+            key_column: routed sinks: the column naming each row's key columns, as for :meth:`upsert`.
         """
-        self._changes.append(("cdc", {"op_column": op_column, "key": key, "order_by": order_by}))
+        self._changes.append(
+            ("cdc", {"op_column": op_column, "key": key, "order_by": order_by, "key_column": key_column})
+        )
         return self
 
     def _change_config(self, problems: list[str]) -> ChangeConfig | None:
@@ -323,23 +339,47 @@ class IcebergSinkBuilder:
             )
             return None
         mode, args = self._changes[0]
-        raw_key = args["key"]
-        key = (raw_key,) if isinstance(raw_key, str) else tuple(raw_key) if isinstance(raw_key, Sequence) else None
-        if not key or not all(isinstance(k, str) and k for k in key) or len(set(key)) != len(key):
-            problems.append(f"{mode}(key): expected a non-empty list of distinct column names, received {raw_key!r}")
-            return None
+        raw_key, key_column = args["key"], args["key_column"]
+        key: tuple[str, ...] | None = ()
+        if raw_key is not None:
+            key = (raw_key,) if isinstance(raw_key, str) else tuple(raw_key) if isinstance(raw_key, Sequence) else None
+            if not key or not all(isinstance(k, str) and k for k in key) or len(set(key)) != len(key):
+                problems.append(
+                    f"{mode}(key): expected a non-empty list of distinct column names, received {raw_key!r}"
+                )
+                return None
+        assert key is not None
+        if key_column is not None:
+            if not isinstance(key_column, str) or not key_column or key_column in key:
+                problems.append(
+                    f"{mode}(key_column): expected a column name that is not a key column, received {key_column!r}"
+                )
+                return None
+            if not self._routes:
+                problems.append(
+                    f"{mode}(key_column): a per-row key needs .route(...) (each routed table gets its own key); a "
+                    f"single-table sink's key is key=[...] or the table's identifier fields, received "
+                    f"key_column={key_column!r}"
+                )
+                return None
         if mode == "upsert":
-            return ChangeConfig(key=key)
+            return ChangeConfig(key=key, key_column=key_column)
         op_column, order_by = args["op_column"], args["order_by"]
-        if not isinstance(op_column, str) or not op_column or op_column in key:
-            problems.append(f"cdc(op_column): expected a column name that is not a key column, received {op_column!r}")
-            return None
-        if order_by is not None and (not isinstance(order_by, str) or not order_by or order_by == op_column):
+        if not isinstance(op_column, str) or not op_column or op_column in key or op_column == key_column:
             problems.append(
-                f"cdc(order_by): expected None or a column name other than the op column, received {order_by!r}"
+                f"cdc(op_column): expected a column name that is not a key column or the key_column, "
+                f"received {op_column!r}"
             )
             return None
-        return ChangeConfig(key=key, op_column=op_column, order_by=order_by)
+        if order_by is not None and (
+            not isinstance(order_by, str) or not order_by or order_by in (op_column, key_column)
+        ):
+            problems.append(
+                "cdc(order_by): expected None or a column name other than the op column and the key_column, "
+                f"received {order_by!r}"
+            )
+            return None
+        return ChangeConfig(key=key, op_column=op_column, order_by=order_by, key_column=key_column)
 
     def build(self) -> IcebergSink:
         """Validate every option at once and return the sink.
@@ -431,14 +471,16 @@ class IcebergSinkBuilder:
                     f"create_if_missing(format_version): upsert/CDC write equality deletes, which need format "
                     f"version 2; received {create.format_version}"
                 )
-            try:
-                partition_problem(
-                    "every routed table" if self._routes else str(self._table),
-                    [(field_name(t), str(t.transform), t.column) for t in create.partition_by],
-                    changes.key,
-                )
-            except InvalidSinkConfigError as e:
-                problems.append(str(e))
+            # A key named by the rows is checked against the partitioning when its table is created.
+            if changes.key and changes.key_column is None:
+                try:
+                    partition_problem(
+                        "every routed table" if self._routes else str(self._table),
+                        [(field_name(t), str(t.transform), t.column) for t in create.partition_by],
+                        changes.key,
+                    )
+                except InvalidSinkConfigError as e:
+                    problems.append(str(e))
         prometheus = self._prometheus_config(problems)
         catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
         if problems:
@@ -497,8 +539,29 @@ class IcebergSinkBuilder:
             # Table properties must parse too; raises naming the property.
             options.resolve(parsed_options, existing.properties)
             if changes is not None:
+                # No key=[...]: the table's identifier fields are the key (table/keys.py).
+                key = resolve_key(
+                    self._table,
+                    existing,
+                    (),
+                    changes.key,
+                    key_column=None,
+                    op_column=changes.op_column,
+                    prefer_table=False,
+                )
+                if changes.op_column in key:
+                    raise InvalidSinkConfigError(
+                        f"table {self._table}: its identifier fields {list(key)} include the op column "
+                        f"{changes.op_column!r} given to .cdc(op_column=...)"
+                    )
+                changes = attrs.evolve(changes, key=key)
                 try:
                     check_changes_table(self._table, existing, changes.key)
                 except UnsupportedTableError as e:
                     raise InvalidSinkConfigError(str(e)) from e
+        elif changes is not None and not changes.key:
+            raise InvalidSinkConfigError(
+                f"table {self._table} does not exist: .cdc/.upsert need key=[...] to create it (an existing "
+                "table's identifier fields would be its key)"
+            )
         return IcebergSink(sink_config(self._table))

@@ -15,7 +15,9 @@ Kafka-style DataFrame (one string or binary ``value`` column per event) into one
 - the order column (``lsn``): ``payload.source.lsn`` by default, any payload path (``ts_ms``,
   ``source.ts_ms``, ...) with ``order_by=``;
 - the source table column (``source_table``): the ``source`` fields named by ``table_fields`` joined
-  with ``_`` (by default ``source.table``), for ``.route(table_column=...)``.
+  with ``_`` (by default ``source.table``), for ``.route(table_column=...)``;
+- the key names column (``key_columns``, with ``key_from=`` the Kafka message key column): the field
+  names of Debezium's message key (the source row's primary key), for ``.cdc(key_column=...)``.
 
 Tombstones (a null value: the Kafka delete marker Debezium sends after a ``d`` event for log
 compaction) and empty values are skipped.
@@ -47,6 +49,7 @@ from iceberg_sink.readers import infer_json_schema, union_types
 
 _PAYLOAD = "__iceberg_sink_payload"
 _ROW = "__iceberg_sink_row"
+_KEY = "__iceberg_sink_message_key"
 
 _CONNECT_PRIMITIVES: dict[str, T.DataType] = {
     "int8": T.IntegerType(),
@@ -135,6 +138,8 @@ def read_envelope(
     row_schema: T.StructType | None = None,
     row_column: str | None = None,
     keep: Sequence[str] = (),
+    key_from: str | None = None,
+    key_column: str = "key_columns",
 ) -> DataFrame:
     """Debezium JSON change events in ``value_column`` as rows, their operation, order and source table.
 
@@ -156,16 +161,21 @@ def read_envelope(
         row_column: keep each row image as JSON text in this column instead of expanding it into
             columns (for per-table expansion after routing, with :func:`iceberg_sink.readers.read_json`).
         keep: columns of ``df`` to keep (a Kafka offset or partition, ...).
+        key_from: the Kafka message key column of ``df`` (Debezium's key: the source row's primary
+            key, JSON with or without a schema part); its field names, in order, go to ``key_column``
+            as an array, for ``.cdc(key_column=...)``: each routed table keyed by its source's primary key.
+        key_column: name of the key names column in the result (with ``key_from``).
 
     Raises:
         InvalidInputError: a column name clash, an unknown Connect type, or conflicting column types.
     """
-    missing = [c for c in (value_column, *keep) if c not in df.columns]
+    missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in df.columns]
     if missing:
         raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {df.columns}")
     value = F.col(value_column).cast("string")
+    message_key = [F.col(key_from).cast("string").alias(_KEY)] if key_from is not None else []
     events = df.where(value.isNotNull() & (F.trim(value) != F.lit(""))).select(
-        *[F.col(c) for c in keep], value.alias(value_column)
+        *[F.col(c) for c in keep], value.alias(value_column), *message_key
     )
     v = F.col(value_column)
     # With the schema part, the payload is under "payload"; without it the value is the payload.
@@ -178,7 +188,13 @@ def read_envelope(
     if table_column is not None:
         parts = [F.get_json_object(payload, f"$.source.{f}") for f in table_fields]
         extra.append(F.concat_ws("_", *parts).alias(table_column))
+    if key_from is not None:
+        k = F.col(_KEY)
+        # With the schema part the key's fields are under "payload"; without it the key is them.
+        fields = F.when(F.get_json_object(k, "$.schema").isNotNull(), F.get_json_object(k, "$.payload")).otherwise(k)
+        extra.append(F.json_object_keys(fields).alias(key_column))
     added = [op_column] + ([order_column] if order_by is not None else []) + ([table_column] if table_column else [])
+    added += [key_column] if key_from is not None else []
     clash = [c for c in keep if c in added]
     if clash or len(set(added)) != len(added):
         raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
@@ -189,26 +205,33 @@ def read_envelope(
         return events.select(*[F.col(c) for c in keep], image.alias(row_column), *extra)
     schema = row_schema
     if schema is None:
-        distinct = [
-            r[0]
-            for r in events.select(F.get_json_object(v, "$.schema").alias("s"))
-            .where(F.col("s").isNotNull())
-            .distinct()
-            .collect()
-        ]
-        schema = _row_schema_from_envelopes(sorted(distinct))
-    if schema is None:
-        images = events.select(
-            F.explode(F.array(F.get_json_object(payload, "$.after"), F.get_json_object(payload, "$.before"))).alias(
-                _ROW
+        envelope_schema = F.get_json_object(v, "$.schema")
+        distinct = [r[0] for r in events.select(envelope_schema.alias("s")).distinct().collect()]
+        schema = _row_schema_from_envelopes(sorted(s for s in distinct if s is not None))
+        if None in distinct:
+            # Events without a schema part (a connector with schemas.enable=false): the columns the
+            # schema parts do not declare are inferred from their documents, and added (a declared
+            # column keeps its declared type).
+            images = events.where(envelope_schema.isNull()).select(
+                F.explode(F.array(F.get_json_object(payload, "$.after"), F.get_json_object(payload, "$.before"))).alias(
+                    _ROW
+                )
             )
-        )
-        schema = infer_json_schema(images, _ROW, what="Debezium row images ('after'/'before')")
+            inferred = infer_json_schema(images, _ROW, what="Debezium row images ('after'/'before')")
+            declared = schema.fieldNames() if schema is not None else []
+            schema = T.StructType(
+                [
+                    *(schema.fields if schema is not None else []),
+                    *[f for f in inferred.fields if f.name not in declared],
+                ]
+            )
+    if schema is None:
+        schema = T.StructType([])
     clash = [c for c in schema.fieldNames() if c in added or c in keep]
     if clash:
         raise InvalidInputError(
             f"read_envelope: source columns {clash} clash with the columns it adds ({added}) or keeps "
-            f"({list(keep)}); pass other names (op_column=, order_column=, table_column=)"
+            f"({list(keep)}); pass other names (op_column=, order_column=, table_column=, key_column=)"
         )
     rows = events.select(*[F.col(c) for c in keep], F.from_json(image, schema).alias(_ROW), *extra)
     return rows.select(

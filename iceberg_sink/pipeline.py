@@ -69,8 +69,15 @@ from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table import evolution
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
-from iceberg_sink.table.partitioning import build_spec
-from iceberg_sink.table.schema import check_changes_table, check_compatible, check_key_columns, spark_to_iceberg
+from iceberg_sink.table.keys import resolve_key
+from iceberg_sink.table.partitioning import build_spec, field_name
+from iceberg_sink.table.schema import (
+    check_changes_table,
+    check_compatible,
+    check_key_columns,
+    partition_problem,
+    spark_to_iceberg,
+)
 from iceberg_sink.topology.changes import ERROR_MARKER, OP_COLUMN, reduce_changes
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
@@ -137,6 +144,8 @@ class SinkJob:
         self._evolution: str = resolved.get(options.SCHEMA_EVOLUTION)
         self._schema_changed = False  # by this job's evolution, since the last AFTER_SCHEMA_CHANGE point
         self._key_bounds: KeyBoundsCache | None = None
+        # The builder's key; a routed table's key may come from its rows or identifier fields instead.
+        self._default_key = config.changes.key if config.changes is not None else ()
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
         self.hooks = HookRunner(
             config.pre_commit_hooks,
@@ -180,13 +189,20 @@ class SinkJob:
         self._table = table
         return table
 
-    def ensure_table(self, struct: StructType, carried: Collection[str] | None = None) -> Table:
+    def ensure_table(
+        self,
+        struct: StructType,
+        carried: Collection[str] | None = None,
+        named_keys: Collection[tuple[str, ...]] = (),
+    ) -> Table:
         """Create or check the table for input ``struct``, evolving its schema if configured.
 
         ``carried`` (routed tables): the columns of ``struct`` holding a value in at least one of the
         table's rows; only those, the table's own and the sink's key/op/order/partition columns are
-        the table's input (see :meth:`own_columns`)."""
+        the table's input (see :meth:`own_columns`). ``named_keys`` (routed tables): the keys its
+        rows name in the sink's key column (see :meth:`use_key`)."""
         table = catalogs.load_table(self._catalog, self._config.table)
+        self.use_key(table, named_keys)
         struct = self.own_columns(struct, table, carried)
         if table is None and self._pin_table_uuid and self._store.table_uuid() is not None:
             raise UncommittableCheckpointError(self._store.replaced_message(self._config.table, "no longer exists"))
@@ -197,6 +213,12 @@ class SinkJob:
                     f"table {self._config.table} does not exist; create it or call .create_if_missing() on the builder"
                 )
             schema = self._create_schema(struct)
+            if self._config.changes is not None:  # before creating: a key named by the rows is checked here
+                partition_problem(
+                    self._config.table,
+                    [(field_name(t), str(t.transform), t.column) for t in create.partition_by],
+                    self._config.changes.key,
+                )
             spec = build_spec(create.partition_by, schema)
             props = {"format-version": str(create.format_version), **dict(create.properties)}
             props.setdefault(options.PARQUET_COMPRESSION.key, options.PARQUET_COMPRESSION.default)
@@ -212,6 +234,33 @@ class SinkJob:
         table = self._check_input(table, struct)
         self._table = table
         return table
+
+    # -- the key of an upsert/CDC table (table/keys.py) ------------------------------------------
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The key the current micro-batch is written with (empty for appends)."""
+        return self._config.changes.key if self._config.changes is not None else ()
+
+    def use_key(self, table: Table | None, named_keys: Collection[tuple[str, ...]] = ()) -> None:
+        """Settle the key this micro-batch is written with: the key the rows name (routed tables),
+        else the table's identifier fields (routed tables, or no key given), else the builder's."""
+        changes = self._config.changes
+        if changes is None:
+            return
+        key = resolve_key(
+            self._config.table,
+            table,
+            named_keys,
+            self._default_key,
+            key_column=changes.key_column,
+            op_column=changes.op_column,
+            prefer_table=self._pin_table_uuid or not self._default_key,
+        )
+        if key != changes.key:
+            self._config = attrs.evolve(self._config, changes=attrs.evolve(changes, key=key))
+            self._key_bounds = None  # bounds of the old key's columns
+            self._checked_schemas.clear()  # the key's columns are checked with the schema
 
     # -- routed tables: the input columns of one table (routing.py) ----------------------------
 
@@ -545,23 +594,30 @@ class SinkJob:
     # The phases of one checkpoint, also driven one table at a time by a routed sink (routing.py):
     # begin() for every table, one write for all, stage() for every table, then commit_planned().
 
-    def begin(self, struct: StructType, checkpoint_id: int, carried: Collection[str] | None = None) -> CheckpointPlan:
+    def begin(
+        self,
+        struct: StructType,
+        checkpoint_id: int,
+        carried: Collection[str] | None = None,
+        named_keys: Collection[tuple[str, ...]] = (),
+    ) -> CheckpointPlan:
         """Prepare checkpoint ``checkpoint_id`` of input ``struct``: the table is created or checked,
         older committables are committed, and the plan says whether the checkpoint is already
         committed (``done``), was stored before a crash (``stored``), or must be written.
-        ``carried``: for a routed table, as for :meth:`ensure_table`."""
+        ``carried``, ``named_keys``: for a routed table, as for :meth:`ensure_table`."""
         # Set while the catalog is unreachable: the batch is written with the table metadata this job
         # loaded last and its commit is deferred. That metadata can only be older than the table's, so
         # the checks below stay sound: a checkpoint it holds is held, and checkpoints after the
         # last one it holds have their committables stored until committed.
         outage: BaseException | None = None
         try:
-            table = self.ensure_table(struct, carried)
+            table = self.ensure_table(struct, carried, named_keys)
         except Exception as e:
             if not self._outage(e):
                 raise
             assert self._table is not None
             outage, table = e, self._table
+            self.use_key(table, named_keys)
             table = self._check_input(table, self.own_columns(struct, table, carried))
         if self._schema_changed:
             self._schema_changed = False

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import reduce
 from typing import Any
 
@@ -54,6 +54,7 @@ from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
+from iceberg_sink.table.keys import row_keys
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
@@ -176,7 +177,9 @@ class RoutedJob:
                 route_marker(self._route),
                 [f"{self._route.table_column}: the column given to .route(table_column=...) is missing"],
             )
-        return StructType([f for f in struct.fields if f.name not in (self._route.table_column, ROUTE_COLUMN)])
+        changes = self._config.changes
+        skip = {self._route.table_column, ROUTE_COLUMN, changes.key_column if changes is not None else None}
+        return StructType([f for f in struct.fields if f.name not in skip])
 
     def commit_pending(self, before: int | None = None, skip: frozenset[str] = frozenset()) -> None:
         """Commit the stored committables of every known table (not in ``skip``), oldest first per table."""
@@ -220,6 +223,12 @@ class RoutedJob:
         except Exception as e:
             raise self._write_error(e, checkpoint_id) from e
         names = check_table_names(list(carried), self._route)
+        # Per-table keys (table/keys.py): the keys each table's rows name in the key column.
+        key_column = self._config.changes.key_column if self._config.changes is not None else None
+        named: dict[str, set[tuple[str, ...]]] = {}
+        if key_column is not None:
+            named = row_keys(routed, ROUTE_COLUMN, key_column)
+            routed = routed.drop(key_column)
         self.commit_pending(before=checkpoint_id, skip=frozenset(names))
         plans: dict[str, CheckpointPlan] = {}
         for table in names:
@@ -227,12 +236,11 @@ class RoutedJob:
             job._spark = routed.sparkSession
             # Each table sees its own columns only (SinkJob.own_columns): creation and schema
             # evolution never take another table's columns; its writer ignores the others (all null).
-            plans[table] = job.begin(struct, checkpoint_id, carried=carried[table])
+            plans[table] = job.begin(struct, checkpoint_id, carried=carried[table], named_keys=named.get(table, ()))
         to_write = {t: p for t, p in plans.items() if p.done is None and p.stored is None}
         if to_write:
             df = routed if len(to_write) == len(plans) else routed.where(F.col(ROUTE_COLUMN).isin(*sorted(to_write)))
-            if self._config.changes is not None:
-                df = reduce_changes(df, self._config.changes, scope=[ROUTE_COLUMN])
+            df = self._reduce(df, to_write)
             specs = {t: p.spec for t, p in to_write.items() if p.spec is not None}
             df = self._distribute(df, to_write)
             first = next(iter(to_write.values()))
@@ -264,6 +272,25 @@ class RoutedJob:
                 failures.append((table, e))
         _raise_first(failures)
         return outcomes
+
+    def _reduce(self, df: DataFrame, tables: Collection[str]) -> DataFrame:
+        """One row per changed key of each table (topology/changes.py), each table by its own key:
+        tables sharing a key are reduced together, so a stream with one key does it in one pass."""
+        changes = self._config.changes
+        if changes is None:
+            return df
+        by_key: dict[tuple[str, ...], list[str]] = {}
+        for table in sorted(tables):
+            by_key.setdefault(self.jobs[table].key, []).append(table)
+        if len(by_key) == 1:
+            return reduce_changes(df, attrs.evolve(changes, key=next(iter(by_key))), scope=[ROUTE_COLUMN])
+        parts = [
+            reduce_changes(
+                df.where(F.col(ROUTE_COLUMN).isin(*group)), attrs.evolve(changes, key=key), scope=[ROUTE_COLUMN]
+            )
+            for key, group in sorted(by_key.items())
+        ]
+        return reduce(lambda a, b: a.unionByName(b), parts)
 
     def _write_error(self, error: Exception, checkpoint_id: int) -> Exception:
         text = str(error)

@@ -189,12 +189,31 @@ _SINK = mapping(
         "branch": STRING,
         "write_options": scalar_map,
         "max_pending_checkpoints": POSITIVE_INT,
-        "upsert": mapping({"key": string_list}, required=("key",)),
-        "cdc": mapping({"op_column": STRING, "key": string_list, "order_by": STRING}, required=("op_column", "key")),
+        "upsert": mapping({"key": string_list, "key_column": STRING}),
+        "cdc": mapping(
+            {"op_column": STRING, "key": string_list, "order_by": STRING, "key_column": STRING}, required=("op_column",)
+        ),
         "compaction": _COMPACTION,
         "convert_equality_deletes": bool_or(_CONVERSION),
+        "route": mapping({"table_column": STRING, "namespace": STRING}, required=("table_column",)),
+        "schema_evolution": one_of("off", "add-columns", "add-and-widen"),
+        "debezium": bool_or(
+            mapping(
+                {
+                    "value_column": STRING,
+                    "op_column": STRING,
+                    "order_by": STRING,
+                    "order_column": STRING,
+                    "order_type": STRING,
+                    "table_column": STRING,
+                    "table_fields": string_list,
+                    "keep": string_list,
+                    "key_from": STRING,
+                    "key_column": STRING,
+                }
+            )
+        ),
     },
-    required=("table",),
 )
 _FILES = {
     "type": one_of("files"),
@@ -335,6 +354,11 @@ def parse(text: str, source_file: str) -> RunConfig:
             problems.append("sink: expected one of embedded or catalog, received both")
         if "upsert" in sink and "cdc" in sink:
             problems.append("sink: expected one of upsert or cdc, received both")
+        if ("table" in sink) == ("route" in sink):
+            problems.append(
+                "sink: expected one of table (one table) or route (many tables), received "
+                + ("both" if "table" in sink else "neither")
+            )
     if problems:
         raise ConfigError(source_file, problems)
     base = Path(source_file).absolute().parent
@@ -362,7 +386,15 @@ def build_sink(config: RunConfig) -> IcebergSink:
     from iceberg_sink.sink import IcebergSink
 
     sink = config.sink
-    builder = IcebergSink.builder().table(sink["table"])
+    builder = IcebergSink.builder()
+    if "route" in sink:
+        builder.route(**sink["route"])
+    else:
+        builder.table(sink["table"])
+    if "debezium" in sink and sink["debezium"] is not None:
+        builder.debezium(**sink["debezium"])
+    if "schema_evolution" in sink:
+        builder.schema_evolution(sink["schema_evolution"])
     if "catalog" in sink:
         builder.catalog(sink["catalog"]["name"], **sink["catalog"].get("properties", {}))
     elif "embedded" in sink:
@@ -563,9 +595,11 @@ def run(
     sink.await_compactions()
     sink.await_conversions()
     metrics = sink.metrics()
-    head = sink.load_table().current_snapshot()
+    route = sink.config.route
+    # A routed pipeline writes many tables: no one head snapshot (docs/routing.md).
+    head = sink.load_table().current_snapshot() if route is None else None
     return RunResult(
-        table=sink.config.table,
+        table=sink.config.table if route is None else route.describe(),
         checkpoint_location=config.checkpoint_location,
         batches=batches,
         commits=metrics.commits,

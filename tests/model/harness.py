@@ -97,7 +97,10 @@ SKIP_ENV = "ICEBERG_SINK_MODEL_SKIP"
 # its own (so adding it kept every seed's sequence of the other operations); skip it as "routed_cdc".
 ROUTED = "routed_cdc"
 ROUTED_EVERY = 0.2  # chance after each step
-ROUTED_TABLES = ("rt.r0", "rt.r1", "rt.r2")
+ROUTED_TABLES = ("rt.r0", "rt.r1", "rt.r2", "rt.rk")
+# rt.rk is keyed by (g, id), named by its rows in the key column (iceberg_sink/table/keys.py); the
+# others by the builder's default key (id). Equal ids of two g's are different rows of rt.rk.
+ROUTED_OWN_KEY = "rt.rk"
 ROUTED_KEYS = 10
 KEYS = 48  # key space of db.main: small, so updates, deletes and repeated keys are frequent
 BASE_DATE = dt.date(2024, 1, 1)
@@ -387,9 +390,11 @@ class World:
         # The routed job (op_routed_cdc): its own generator, models and checkpoint location.
         self.routed_rng = random.Random(f"routed-{seed}")
         self.routed_lsn = 0
-        self.routed_models: dict[str, dict[int, Row]] = {t: {} for t in ROUTED_TABLES}
+        self.routed_models: dict[str, dict[tuple[int | None, int], Row]] = {t: {} for t in ROUTED_TABLES}
+        self.routed_keyed: set[str] = set()  # tables that hold their key (identifier fields) by now
         self.routed_cols = Columns(
-            names={c: c for c in ("id", "v", "lsn")}, types={"id": "bigint", "v": "string", "lsn": "bigint"}
+            names={c: c for c in ("g", "id", "v", "lsn")},
+            types={"g": "bigint", "id": "bigint", "v": "string", "lsn": "bigint"},
         )
         self.routed_job = SinkJob("routed", self._routed_builder, str(root / "ckpt-routed"), "iceberg-sink")
 
@@ -426,7 +431,7 @@ class World:
             .catalog("model", **self.catalog_props)
             .route(table_column="tbl", namespace="rt")
             .create_if_missing(partition_by=["bucket(2, id)"])
-            .cdc(op_column="op", key=["id"], order_by="lsn")
+            .cdc(op_column="op", key=["id"], order_by="lsn", key_column="pk")
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .build()
@@ -819,25 +824,34 @@ class World:
         rows: list[Row] = []
         for _ in range(rng.randrange(1, 14)):
             table, key = rng.choice(ROUTED_TABLES), rng.randrange(ROUTED_KEYS)
+            # rt.rk's rows name its key (g, id) in the key column, as a string; once the table holds
+            # it as identifier fields, some rows leave the key column null.
+            g, pk = None, None
+            if table == ROUTED_OWN_KEY:
+                g = rng.randrange(2)
+                pk = None if table in self.routed_keyed and rng.random() < 0.3 else rng.choice(["g,id", "g, id"])
             self.routed_lsn += 1
             if rng.random() < 0.3:
-                live[table].pop(key, None)
+                live[table].pop((g, key), None)
                 op, value = rng.choice(["D", "d"]), None
             else:
-                op, value = ("U" if key in live[table] else "I"), f"v{self.routed_lsn}"
-                live[table][key] = {"id": key, "v": value, "lsn": self.routed_lsn}
+                op, value = ("U" if (g, key) in live[table] else "I"), f"v{self.routed_lsn}"
+                live[table][(g, key)] = {"g": g, "id": key, "v": value, "lsn": self.routed_lsn}
             # Names with and without the namespace: the route adds "rt." to the latter.
             name = table if rng.random() < 0.3 else table.split(".")[1]
-            rows.append({"tbl": name, "id": key, "v": value, "lsn": self.routed_lsn, "op": op})
+            rows.append({"tbl": name, "pk": pk, "g": g, "id": key, "v": value, "lsn": self.routed_lsn, "op": op})
         rng.shuffle(rows)
         crash_at = rng.choice(FAULT_POINTS) if rng.random() < 0.35 else None
         job = self.routed_job
         checkpoint = job.next_checkpoint
-        desc = ", ".join(f"{r['op']}({r['tbl']}:{r['id']}@{r['lsn']})" for r in sorted(rows, key=lambda r: r["lsn"]))
+        desc = ", ".join(
+            f"{r['op']}({r['tbl']}:{'' if r['g'] is None else str(r['g']) + '/'}{r['id']}@{r['lsn']})"
+            for r in sorted(rows, key=lambda r: r["lsn"])
+        )
         self.log(f"routed cdc checkpoint {checkpoint}: {desc}" + (f" [crash at {crash_at}]" if crash_at else ""))
         df = self.spark.createDataFrame(
-            [(r["tbl"], r["id"], r["v"], r["lsn"], r["op"]) for r in rows],
-            "tbl string, id bigint, v string, lsn bigint, op string",
+            [(r["tbl"], r["pk"], r["g"], r["id"], r["v"], r["lsn"], r["op"]) for r in rows],
+            "tbl string, pk string, g bigint, id bigint, v string, lsn bigint, op string",
         ).repartition(rng.choice([1, 2, 3]))
 
         def handler(point: str, cp: int) -> None:
@@ -857,6 +871,8 @@ class World:
         job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
         job.next_checkpoint += 1
         self.routed_models = live
+        if any(r["pk"] is not None for r in rows):
+            self.routed_keyed.add(ROUTED_OWN_KEY)
 
     def check_routed(self) -> None:
         """Each routed table read by Iceberg Java and DuckDB equals its model; one snapshot per checkpoint."""
@@ -870,6 +886,9 @@ class World:
             ids = [int(s.summary["iceberg-sink.checkpoint-id"]) for s in table.snapshots()]  # type: ignore[index]
             if ids != sorted(set(ids)):
                 raise self.fail(f"{name}: checkpoints {ids} are not each committed once, in order")
+            key = [table.schema().find_column_name(i) for i in sorted(table.schema().identifier_field_ids)]
+            if key != (["g", "id"] if name == ROUTED_OWN_KEY else ["id"]):
+                raise self.fail(f"{name} is keyed by {key}")
             loc = table.metadata_location
             if self.verified.get(name) == loc:
                 continue
