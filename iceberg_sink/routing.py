@@ -53,7 +53,8 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.metrics import SinkMetrics
-from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
+from iceberg_sink.pipeline import CatalogOutage as _CatalogOutage
+from iceberg_sink.pipeline import CheckpointPlan, SinkJob, write_error
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
