@@ -10,7 +10,7 @@ Start with :meth:`IcebergSink.builder`.
 import iceberg_sink._requires  # noqa: F401
 from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.committer.committable import CommitSummary
-from iceberg_sink.committer.committer import CommitOutcome
+from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.errors import (
     CatalogUnavailableError,
     CheckpointRewoundError,
@@ -58,6 +58,7 @@ __all__ = [
     "MetricsSnapshot",
     "PendingCheckpointsLimitError",
     "PostCommitHookError",
+    "RoutedOutcome",
     "SchemaMismatchError",
     "UncommittableCheckpointError",
     "UnsupportedTableError",

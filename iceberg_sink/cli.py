@@ -2,6 +2,7 @@
 
   iceberg-sink run pipeline.yaml [--available-now | --timeout SECONDS | --max-batches N]
   iceberg-sink inspect db.events [--checkpoint-location DIR] [--embedded DIR | --catalog NAME ...]
+  iceberg-sink inspect --checkpoint-location DIR [--embedded DIR | --catalog NAME ...]   (the job's tables)
   iceberg-sink compact db.events [--partition region=eu] [--dry-run]
   iceberg-sink convert-equality-deletes db.users
   iceberg-sink expire-snapshots db.events --older-than-hours 24 --retain-last 10 [--dry-run]
@@ -168,14 +169,13 @@ def _catalog(args: argparse.Namespace) -> CatalogConfig:
     return CatalogConfig.embedded(args.embedded)
 
 
-def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
-    """Loads the command's table as the catalog has it now (called again before each commit attempt).
+def catalog_lookup(args: argparse.Namespace) -> Callable[[str], Table | None]:
+    """Loads tables by name from the command's catalog as it has them now; None for a missing table.
 
     Raises:
-        NotFoundError: the catalog cannot be loaded or reached, or the table does not exist.
+        NotFoundError: the catalog cannot be loaded (at once) or reached (when loading a table).
     """
     config = _catalog(args)
-    identifier = _table_name(args)
     secrets = dict(config.properties)
     try:
         catalog = config.load()
@@ -185,18 +185,34 @@ def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
             f"{type(e).__name__}: {scrub(str(e), secrets)}"
         ) from None
 
-    def load() -> Table:
+    def lookup(identifier: str) -> Table | None:
         try:
-            table = load_from_catalog(catalog, identifier)
+            return load_from_catalog(catalog, identifier)
         except NoSuchTableError:
-            table = None
+            return None
         except Exception as e:
             raise NotFoundError(
                 f"table {identifier}: catalog {config.name!r} could not be reached: {type(e).__name__}: "
                 f"{scrub(str(e), secrets)}"
             ) from None
+
+    return lookup
+
+
+def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
+    """Loads the command's table as the catalog has it now (called again before each commit attempt).
+
+    Raises:
+        NotFoundError: the catalog cannot be loaded or reached, or the table does not exist.
+    """
+    identifier = _table_name(args)
+    lookup = catalog_lookup(args)
+    name = _catalog(args).name
+
+    def load() -> Table:
+        table = lookup(identifier)
         if table is None:
-            raise NotFoundError(f"table {identifier} does not exist in catalog {config.name!r}")
+            raise NotFoundError(f"table {identifier} does not exist in catalog {name!r}")
         return table
 
     load()  # fail before any work when the table is missing
@@ -326,7 +342,8 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="show the pending checkpoints of the job under DIR (repeatable)",
+        help="show the pending checkpoints of the job under DIR (repeatable); without TABLE: list every table "
+        "of the job (a routed job's many) with its pending checkpoints, UUID and last committed checkpoint",
     )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="newest snapshots shown (default 20; 0: all)")
     _planning_options(p)
@@ -338,15 +355,42 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
 def _inspect(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     from iceberg_sink import inspection
 
+    if not (args.table or args.table_arg) and args.checkpoint_location:
+        return _inspect_jobs(args, out)
+    if not (args.table or args.table_arg):
+        raise UsageError(
+            "TABLE: required (positional, or --table namespace.name), or --checkpoint-location DIR alone to list "
+            "the tables of the job under DIR"
+        )
     table = table_loader(args)()
     try:
         report = inspection.inspect_table(
-            table, args.branch, args.checkpoint_location, _compaction_config(args), args.limit or None
+            table,
+            args.branch,
+            args.checkpoint_location,
+            _compaction_config(args),
+            args.limit or None,
+            table_name=_table_name(args),
         )
     except inspection.CheckpointLocationNotFoundError as e:
         raise NotFoundError(str(e)) from None
     out.say(inspection.render(report))
     return report
+
+
+def _inspect_jobs(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    """``inspect --checkpoint-location DIR`` without TABLE: the tables of the job under each DIR."""
+    from iceberg_sink import inspection
+
+    lookup = catalog_lookup(args)
+    jobs = []
+    for location in args.checkpoint_location:
+        try:
+            jobs.append(inspection.job_tables(location, lookup))
+        except inspection.CheckpointLocationNotFoundError as e:
+            raise NotFoundError(str(e)) from None
+    out.say("\n\n".join(inspection.render_job_tables(job) for job in jobs))
+    return {"checkpoint_locations": jobs}
 
 
 # ---- compact -------------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 - snapshots, newest first, with the job id and checkpoint id that wrote them (committer/summary_keys.py);
 - pending checkpoints under checkpoint locations (committer/store.py): written, maybe not committed;
+  a routed job's location (iceberg_sink/routing.py) holds them per table, under ``tables/<table>/``;
+- ``iceberg-sink inspect --checkpoint-location DIR`` without a table: every table of the job at DIR
+  (:func:`job_tables`), with its pending checkpoints, table UUID and last committed checkpoint;
 - live data and delete files of the branch head, counted and sized per partition;
 - what a compaction would do now: the planner's dry plan (topology/compaction/planner.py).
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -79,6 +82,10 @@ def snapshots(table: Table, limit: int | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def _name(table: Table) -> str:
+    return ".".join(table.name()[-2:]) if len(table.name()) >= 2 else str(table.name())
+
+
 def _committed_checkpoints(table: Table, job_id: str) -> set[int]:
     found = set()
     for s in table.metadata.snapshots:
@@ -99,8 +106,8 @@ def _has_state(location: str) -> bool:
     return bool(fs.get_file_info(root.rstrip("/") + "/iceberg_sink").type != pafs.FileType.NotFound)
 
 
-def pending_checkpoints(table: Table, location: str) -> dict[str, Any]:
-    """The job of a checkpoint location and its stored committables, each marked committed or not.
+def _open(location: str) -> CheckpointStore:
+    """The checkpoint store of ``location``, opened read-only.
 
     Raises:
         CheckpointLocationNotFoundError: no iceberg_sink state under ``location``.
@@ -109,33 +116,123 @@ def pending_checkpoints(table: Table, location: str) -> dict[str, Any]:
         raise CheckpointLocationNotFoundError(
             f"checkpoint location {location} holds no iceberg_sink state (expected a folder iceberg_sink/ in it)"
         )
-    store = CheckpointStore(location)
+    return CheckpointStore(location, create=False)
+
+
+def _route_of(store: CheckpointStore, job: dict[str, object] | None) -> str | None:
+    """What a routed job's file names instead of a table (``<tables routed by ...>``), or None when
+    the location belongs to a single-table job."""
+    named = job.get("table") if job is not None else None
+    if isinstance(named, str) and named.startswith("<") and named.endswith(">"):
+        return named[1:-1]
+    return "tables routed by (unknown)" if store.table_folders() else None
+
+
+def _pending_rows(store: CheckpointStore, committed: set[int]) -> list[dict[str, Any]]:
+    return [
+        {
+            "checkpoint_id": c.checkpoint_id,
+            "table": c.table,
+            "branch": c.branch,
+            "records": c.summary.records,
+            "data_files": c.summary.data_files,
+            "delete_files": c.summary.delete_files,
+            "bytes": c.summary.bytes,
+            # Committed but not cleaned up yet (the driver stopped right after the commit): the
+            # next start removes it without committing again.
+            "committed": c.checkpoint_id in committed,
+        }
+        for c in store.pending()
+    ]
+
+
+def _table_state(recorded: str | None, table: Table | None) -> str:
+    if table is None:
+        return "missing"
+    if recorded is not None and recorded != str(table.metadata.table_uuid):
+        return "replaced"
+    return "ok"
+
+
+def pending_checkpoints(table: Table, location: str, table_name: str | None = None) -> dict[str, Any]:
+    """The job of a checkpoint location and its stored committables for ``table``, each marked
+    committed or not. For a routed job's location, the committables of that table's own state.
+
+    Args:
+        table_name: ``namespace.name`` as the route named it (default: from ``table``).
+
+    Raises:
+        CheckpointLocationNotFoundError: no iceberg_sink state under ``location``.
+    """
+    store = _open(location)
     job = store.read_job()
     job_id = str(job["job_id"]) if job is not None else None
     committed = _committed_checkpoints(table, job_id) if job_id is not None else set()
-    pending = []
-    for c in store.pending():
-        pending.append(
+    route = _route_of(store, job)
+    result: dict[str, Any] = {"checkpoint_location": location, "job_id": job_id, "route": route}
+    if route is None:
+        result["table"] = job.get("table") if job is not None else None
+        pending = _pending_rows(store, committed)
+    else:
+        folders = set(store.table_folders())
+        names = [n for n in (table_name, _name(table), ".".join(table.name())) if n]
+        name = next((n for n in names if n in folders), names[0])
+        has_state = name in folders
+        own = CheckpointStore.for_table(location, name, create=False) if has_state else None
+        recorded = own.table_uuid() if own is not None else None
+        pending = _pending_rows(own, committed) if own is not None else []
+        # table_state: "ok"; "replaced" when the job wrote a table of another UUID under this name
+        # (dropped and re-created by someone else: its pending checkpoints are never committed here).
+        result.update(table=name, has_state=has_state, table_uuid=recorded, table_state=_table_state(recorded, table))
+    result["last_committed_checkpoint"] = max(committed) if committed else None
+    result["pending"] = pending
+    return result
+
+
+def job_tables(location: str, load: Callable[[str], Table | None]) -> dict[str, Any]:
+    """Every table of the job at a checkpoint location: its pending checkpoints, UUID and last
+    committed checkpoint. A routed job's tables are those it keeps state for; a single-table job's
+    is the one its job file names.
+
+    Args:
+        load: loads a table by name from the catalog, None when it does not exist.
+
+    Raises:
+        CheckpointLocationNotFoundError: no iceberg_sink state under ``location``.
+    """
+    store = _open(location)
+    job = store.read_job()
+    job_id = str(job["job_id"]) if job is not None else None
+    route = _route_of(store, job)
+    if route is not None:
+        stores = [(name, CheckpointStore.for_table(location, name, create=False)) for name in store.table_folders()]
+    else:
+        named = job.get("table") if job is not None else None
+        stores = [(str(named), store)] if named else []
+    tables = []
+    for name, own in stores:
+        table = load(name)
+        current = str(table.metadata.table_uuid) if table is not None else None
+        # A routed table's state records the UUID it was written for; a single-table job's does not.
+        recorded = own.table_uuid() if route is not None else None
+        committed = (
+            _committed_checkpoints(table, job_id)
+            if table is not None and job_id is not None and _table_state(recorded, table) == "ok"
+            else set()
+        )
+        pending = _pending_rows(own, committed)
+        tables.append(
             {
-                "checkpoint_id": c.checkpoint_id,
-                "table": c.table,
-                "branch": c.branch,
-                "records": c.summary.records,
-                "data_files": c.summary.data_files,
-                "delete_files": c.summary.delete_files,
-                "bytes": c.summary.bytes,
-                # Committed but not cleaned up yet (the driver stopped right after the commit): the
-                # next start removes it without committing again.
-                "committed": c.checkpoint_id in committed,
+                "table": name,
+                "table_uuid": recorded or current,
+                "catalog_table_uuid": current,
+                "table_state": _table_state(recorded, table),
+                "last_committed_checkpoint": max(committed) if committed else None,
+                "pending_ids": [p["checkpoint_id"] for p in pending],
+                "pending": pending,
             }
         )
-    return {
-        "checkpoint_location": location,
-        "job_id": job_id,
-        "table": job.get("table") if job is not None else None,
-        "last_committed_checkpoint": max(committed) if committed else None,
-        "pending": pending,
-    }
+    return {"checkpoint_location": location, "job_id": job_id, "route": route, "tables": tables}
 
 
 def _file_stats(table: Table, data: Sequence[LiveFile], deletes: Sequence[LiveFile]) -> list[dict[str, Any]]:
@@ -215,8 +312,10 @@ def inspect_table(
     checkpoint_locations: Sequence[str] = (),
     compaction: CompactionConfig | None = None,
     limit: int | None = 20,
+    table_name: str | None = None,
 ) -> dict[str, Any]:
-    """Everything ``iceberg-sink inspect`` shows, as one JSON-ready mapping."""
+    """Everything ``iceberg-sink inspect`` shows, as one JSON-ready mapping (``table_name``: the
+    table's ``namespace.name``, which names its state under a routed job's checkpoint location)."""
     config = compaction or CompactionConfig()
     head = branch_head(table, branch)
     entries = ManifestEntries()
@@ -230,7 +329,7 @@ def inspect_table(
     }
     history = snapshots(table, limit)
     return {
-        "table": ".".join(table.name()[-2:]) if len(table.name()) >= 2 else str(table.name()),
+        "table": _name(table),
         "location": table.location(),
         "format_version": table.metadata.format_version,
         "table_uuid": str(table.metadata.table_uuid),
@@ -239,7 +338,7 @@ def inspect_table(
         "refs": {name: ref.snapshot_id for name, ref in sorted(table.metadata.refs.items())},
         "snapshot_count": len(table.metadata.snapshots),
         "snapshots": history,
-        "checkpoint_locations": [pending_checkpoints(table, loc) for loc in checkpoint_locations],
+        "checkpoint_locations": [pending_checkpoints(table, loc, table_name) for loc in checkpoint_locations],
         "files": {"totals": totals, "partitions": partitions},
         "compaction": compaction_plan(table, the_plan, config),
     }
@@ -258,6 +357,41 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     cells = [[str(h) for h in header], *[["-" if v is None else str(v) for v in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+
+_REPLACED = (
+    "the job wrote this table with UUID {uuid}; the catalog's table under that name is another one (dropped and "
+    "re-created): its pending checkpoints are not committed to it (see docs/routing.md)"
+)
+
+
+def _pending_cell(pending: Sequence[dict[str, Any]]) -> str | None:
+    return ", ".join(f"{p['checkpoint_id']}{' (committed)' if p['committed'] else ''}" for p in pending) or None
+
+
+def render_job_tables(report: dict[str, Any]) -> str:
+    """The human-readable form of :func:`job_tables`' report."""
+    tables = report["tables"]
+    route = f", {report['route']}" if report["route"] else ""
+    out = [f"checkpoint location {report['checkpoint_location']}: job {report['job_id']}{route}; {len(tables)} tables"]
+    out += _table(
+        ["table", "table uuid", "state", "last committed", "pending"],
+        [
+            [
+                t["table"],
+                t["table_uuid"],
+                {"ok": "ok", "missing": "not in the catalog", "replaced": "re-created"}[t["table_state"]],
+                t["last_committed_checkpoint"],
+                _pending_cell(t["pending"]),
+            ]
+            for t in tables
+        ],
+    )
+    if any(p["committed"] for t in tables for p in t["pending"]):
+        out.append("(committed: committed but not cleaned up yet; the next start removes it without committing again)")
+    if any(t["table_state"] == "replaced" for t in tables):
+        out.append("(re-created: " + _REPLACED.format(uuid="in 'table uuid'") + ")")
+    return "\n".join(out)
 
 
 def render(report: dict[str, Any]) -> str:
@@ -286,11 +420,16 @@ def render(report: dict[str, Any]) -> str:
         ],
     )
     for loc in report["checkpoint_locations"]:
+        routed = f" ({loc['route']})" if loc.get("route") else ""
         out += [
             "",
-            f"checkpoint location {loc['checkpoint_location']}: job {loc['job_id']} writing {loc['table']}, "
+            f"checkpoint location {loc['checkpoint_location']}: job {loc['job_id']}{routed} writing {loc['table']}, "
             f"last committed checkpoint {loc['last_committed_checkpoint']}, {len(loc['pending'])} pending",
         ]
+        if loc.get("route") and not loc["has_state"]:
+            out.append(f"  (this job keeps no state for {loc['table']}: it has not written to it)")
+        elif loc.get("table_state") == "replaced":
+            out.append(f"  {_REPLACED.format(uuid=loc['table_uuid'])}")
         if loc["pending"]:
             out += _table(
                 ["checkpoint", "branch", "records", "data", "deletes", "bytes", "state"],

@@ -361,7 +361,7 @@ class SinkJob:
             outcome = self.committer.commit(committable, extra_properties=properties, table=table)
         except Exception as e:
             if self._outage(e):
-                raise _CatalogOutage(e) from e
+                raise CatalogOutage(e) from e
             raise
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
@@ -482,7 +482,7 @@ class SinkJob:
             return self._defer(committable.checkpoint_id, error)
         try:
             return self._commit(committable, table)
-        except _CatalogOutage as e:
+        except CatalogOutage as e:
             return self._defer(committable.checkpoint_id, e.error)
 
     def next_checkpoint_id(self) -> int:
@@ -626,7 +626,7 @@ class SinkJob:
             committed_pending = []
             try:
                 committed_pending = self.commit_pending(before=checkpoint_id)
-            except _CatalogOutage as e:
+            except CatalogOutage as e:
                 outage = e.error
             if committed_pending and outage is None:
                 try:
@@ -771,7 +771,7 @@ class CheckpointPlan:
     sort_columns: list[str] = attrs.field(factory=list)
 
 
-class _CatalogOutage(Exception):
+class CatalogOutage(Exception):
     """A stream's commit did not land (or its outcome is unknown) because the catalog is unreachable.
 
     Raised only around the committer's commit, so a failure after a commit landed (a post-commit

@@ -53,7 +53,7 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.metrics import SinkMetrics
-from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
+from iceberg_sink.pipeline import CatalogOutage, CheckpointPlan, SinkJob, write_error
 from iceberg_sink.table.keys import row_keys
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
@@ -189,7 +189,7 @@ class RoutedJob:
                 continue
             try:
                 job.commit_pending(before=before)
-            except _CatalogOutage as e:
+            except CatalogOutage as e:
                 # The catalog is unreachable: the table's checkpoints stay pending, committed in
                 # order by a later micro-batch (as a single-table stream's are).
                 logger.warning("table %s: pending checkpoints stay pending: %s", table, e.error)

@@ -11,7 +11,7 @@ from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from iceberg_sink.committer.committer import CommitOutcome
+from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
@@ -269,7 +269,9 @@ class IcebergSink:
                 one past the job's last checkpoint.
 
         Returns:
-            The commit outcome, or None when ``df`` was empty.
+            The commit outcome, or None when ``df`` was empty. A routed sink (``.route(...)``)
+            returns a :class:`RoutedOutcome`: a CommitOutcome of the checkpoint as a whole that is
+            also a mapping of each table it touched to that table's outcome.
 
         Raises:
             WorkerEnvironmentError: Spark's Python workers lack a module the writers need.
@@ -296,7 +298,7 @@ class IcebergSink:
 
     def _write_routed(
         self, df: DataFrame, location: str, temporary: bool, checkpoint_id: int | None
-    ) -> CommitOutcome | None:
+    ) -> RoutedOutcome | None:
         routed = RoutedJob(self._config, location, metrics=self._metrics, ephemeral=temporary)
         df = self._config.read_batch(df)
         routed.input_struct(df.schema)
@@ -305,10 +307,10 @@ class IcebergSink:
             checkpoint_id = routed.next_checkpoint_id()
         outcomes = routed.process(df, checkpoint_id)
         self._last_routed = outcomes
-        # One outcome per table: the first table's, for write()'s single-table signature (all of
-        # them in last_write_outcomes()).
-        return next((o for o in outcomes.values() if o is not None), None)
+        # None as for an empty DataFrame when no table was touched (no rows).
+        return RoutedOutcome.of(checkpoint_id, outcomes) if outcomes else None
 
     def last_write_outcomes(self) -> dict[str, CommitOutcome | None]:
-        """A routed sink's last write(): the commit outcome of each table it touched."""
+        """A routed sink's last write(): the commit outcome of each table it touched (what the
+        :class:`RoutedOutcome` that write() returned maps)."""
         return dict(self._last_routed)

@@ -35,7 +35,8 @@ def committable_name(checkpoint_id: int) -> str:
 class CheckpointStore:
     """State of one sink job under one checkpoint location."""
 
-    def __init__(self, checkpoint_location: str, _subdir: str = "iceberg_sink") -> None:
+    def __init__(self, checkpoint_location: str, _subdir: str = "iceberg_sink", create: bool = True) -> None:
+        """``create=False`` opens the state read-only as it is (no folder made): for tools that only look."""
         location = checkpoint_location
         if "://" not in location:
             location = os.path.abspath(location)
@@ -56,7 +57,8 @@ class CheckpointStore:
         self.root = self._location + "/" + _subdir
         self._committables = self.root + "/committables"
         self._job: tuple[str, str] | None = None  # (job id, table) once known
-        self._fs.create_dir(self._committables, recursive=True)
+        if create:
+            self._fs.create_dir(self._committables, recursive=True)
 
     def _write(self, path: str, data: bytes) -> None:
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
@@ -72,9 +74,9 @@ class CheckpointStore:
             return None
 
     @classmethod
-    def for_table(cls, checkpoint_location: str, table: str) -> CheckpointStore:
+    def for_table(cls, checkpoint_location: str, table: str, create: bool = True) -> CheckpointStore:
         """The state of one table of a routed sink, under ``<location>/iceberg_sink/tables/<table>``."""
-        return cls(checkpoint_location, f"iceberg_sink/tables/{table}")
+        return cls(checkpoint_location, f"iceberg_sink/tables/{table}", create=create)
 
     def table_folders(self) -> list[str]:
         """The tables a routed sink has state for under this checkpoint location, sorted."""

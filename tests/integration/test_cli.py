@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from iceberg_sink import CommitVetoedError, IcebergSink
+from iceberg_sink import CommitVetoedError, IcebergSink, _faults
 from iceberg_sink.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -175,8 +175,13 @@ def test_inspect_shows_pending_checkpoints_and_the_plan_compact_then_follows(
 
     report = cli_json(capsys, "inspect", "db.t", "--embedded", lake, "--checkpoint-location", ckpt)
     [loc] = report["checkpoint_locations"]
-    assert loc["last_committed_checkpoint"] == 2
+    assert loc["last_committed_checkpoint"] == 2 and loc["route"] is None
     assert [(p["checkpoint_id"], p["records"], p["committed"]) for p in loc["pending"]] == [(3, 2, False)]
+    # Without TABLE: the job's table (a single-table job has one).
+    [job] = cli_json(capsys, "inspect", "--embedded", lake, "--checkpoint-location", ckpt)["checkpoint_locations"]
+    [entry] = job["tables"]
+    assert (entry["table"], entry["last_committed_checkpoint"], entry["pending_ids"]) == ("db.t", 2, [3])
+    assert job["job_id"] == loc["job_id"] and entry["table_uuid"] == str(sink.load_table().metadata.table_uuid)
     parts = {p["partition"]: p for p in report["files"]["partitions"]}
     assert {k: (v["data_files"], v["data_records"]) for k, v in parts.items()} == {"p=0": (3, 15), "p=1": (3, 15)}
     plan = report["compaction"]
@@ -194,6 +199,109 @@ def test_inspect_shows_pending_checkpoints_and_the_plan_compact_then_follows(
     assert sorted(f["partition"]["p"] for f in table.inspect.files().to_pylist()) == [0, 0, 0, 1]
     want = [{"id": i * 10 + j, "p": j % 2} for i in range(3) for j in range(10)]
     assert normalize(java_reader.read(table.metadata_location), ["id"]) == sorted(want, key=lambda r: r["id"])
+
+
+class DriverCrash(BaseException):
+    """The driver dies here: nothing after this point of the checkpoint runs (not caught per table)."""
+
+
+def test_inspect_a_routed_checkpoint_location_lists_each_table_and_its_pending_checkpoints(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], java_reader: JavaIcebergReader
+) -> None:
+    lake, ckpt = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    sink = IcebergSink.builder().embedded(lake).route(table_column="tbl", namespace="db").create_if_missing().build()
+    names = ["db.a", "db.b", "db.c"]  # tables commit in name order
+    batches = [[(t, n * 100 + i, f"v{n}") for t in "abc" for i in range(3 + n)] for n in range(2)]
+
+    def rows(n: int) -> Any:
+        return spark.createDataFrame(batches[n], "tbl string, id long, v string")
+
+    sink.write(rows(0), ckpt)
+
+    # Checkpoint 1 crashes between two tables' commits: db.a committed (its committable not removed
+    # yet), db.b and db.c stored, not committed.
+    def crash(point: str, checkpoint_id: int) -> None:
+        if point == _faults.AFTER_COMMIT and checkpoint_id == 1:
+            raise DriverCrash
+
+    _faults.install(crash)
+    try:
+        with pytest.raises(DriverCrash):
+            sink.write(rows(1), ckpt)
+    finally:
+        _faults.clear()
+
+    listing = cli_json(capsys, "inspect", "--embedded", lake, "--checkpoint-location", ckpt)
+    [job] = listing["checkpoint_locations"]
+    assert job["route"] == "tables routed by column 'tbl' (namespace 'db')" and job["job_id"]
+    catalog = sink.config.catalog.load()
+    uuids = {name: str(catalog.load_table(name).metadata.table_uuid) for name in names}
+    got = {
+        t["table"]: (t["table_uuid"], t["table_state"], t["last_committed_checkpoint"], t["pending_ids"])
+        for t in job["tables"]
+    }
+    assert got == {
+        "db.a": (uuids["db.a"], "ok", 1, [1]),
+        "db.b": (uuids["db.b"], "ok", 0, [1]),
+        "db.c": (uuids["db.c"], "ok", 0, [1]),
+    }
+    pending = {t["table"]: t["pending"][0] for t in job["tables"]}
+    assert [(p["records"], p["committed"]) for p in pending.values()] == [(4, True), (4, False), (4, False)]
+
+    # One table of the routed location, with the table's report.
+    report = cli_json(capsys, "inspect", "db.b", "--embedded", lake, "--checkpoint-location", ckpt)
+    [loc] = report["checkpoint_locations"]
+    assert (loc["table"], loc["route"], loc["job_id"], loc["table_uuid"]) == (
+        "db.b",
+        job["route"],
+        job["job_id"],
+        uuids["db.b"],
+    )
+    assert loc["last_committed_checkpoint"] == 0 and loc["table_state"] == "ok"
+    assert [(p["checkpoint_id"], p["records"], p["committed"]) for p in loc["pending"]] == [(1, 4, False)]
+    assert main(["inspect", "--embedded", lake, "--checkpoint-location", ckpt]) == EXIT_OK
+    human = capsys.readouterr().out
+    assert "db.b" in human and "1 (committed)" in human and job["job_id"] in human
+
+    # The rerun of checkpoint 1 commits what is stored, once; nothing stays pending.
+    sink.write(rows(1), ckpt, checkpoint_id=1)
+    job = cli_json(capsys, "inspect", "--embedded", lake, "--checkpoint-location", ckpt)["checkpoint_locations"][0]
+    assert [(t["table"], t["last_committed_checkpoint"], t["pending_ids"]) for t in job["tables"]] == [
+        (name, 1, []) for name in names
+    ]
+    for name in names:
+        table = catalog.load_table(name)
+        assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0", "1"]  # type: ignore[index]
+        want = sorted(({"id": i, "v": v} for b in batches for t, i, v in b if f"db.{t}" == name), key=lambda r: r["id"])
+        assert normalize(java_reader.read(table.metadata_location), ["id"]) == want
+        assert normalize(duckdb_read(table.metadata_location), ["id"]) == want
+
+    # Someone else drops and re-creates db.c: the listing says so, and so does the table's report.
+    schema = catalog.load_table("db.c").schema()
+    catalog.drop_table("db.c")
+    catalog.create_table("db.c", schema)
+    got = {
+        t["table"]: t
+        for t in cli_json(capsys, "inspect", "--embedded", lake, "--checkpoint-location", ckpt)["checkpoint_locations"][
+            0
+        ]["tables"]
+    }
+    assert (got["db.c"]["table_state"], got["db.c"]["table_uuid"]) == ("replaced", uuids["db.c"])
+    assert got["db.c"]["catalog_table_uuid"] != uuids["db.c"] and got["db.c"]["last_committed_checkpoint"] is None
+    report = cli_json(capsys, "inspect", "db.c", "--embedded", lake, "--checkpoint-location", ckpt)
+    assert report["checkpoint_locations"][0]["table_state"] == "replaced"
+    catalog.drop_table("db.c")
+    assert (
+        cli_json(capsys, "inspect", "--embedded", lake, "--checkpoint-location", ckpt)["checkpoint_locations"][0][
+            "tables"
+        ][2]["table_state"]
+        == "missing"
+    )
+    # A table the routed job never wrote: no state, nothing pending.
+    IcebergSink.builder().embedded(lake).table("db.z").create_if_missing().build().write(rows(0).drop("tbl"))
+    other = cli_json(capsys, "inspect", "db.z", "--embedded", lake, "--checkpoint-location", ckpt)
+    assert other["checkpoint_locations"][0]["has_state"] is False and other["checkpoint_locations"][0]["pending"] == []
+    assert len(job["tables"]) == 3 and not (Path(ckpt) / "iceberg_sink" / "tables" / "db.z").exists()
 
 
 def test_expire_snapshots_dry_run_lists_what_the_real_run_does(
@@ -242,6 +350,11 @@ def test_json_and_exit_codes_of_the_maintenance_commands(
     assert missing["error"]["message"] == "table db.nope does not exist in catalog 'iceberg_sink'"
     assert cli_json(capsys, "inspect", *where, "--checkpoint-location", str(tmp_path / "no"), code=EXIT_NOT_FOUND)
     assert cli_json(capsys, "inspect", "db.m", "--embedded", str(tmp_path / "nowhere"), code=EXIT_NOT_FOUND)
+    assert cli_json(
+        capsys, "inspect", "--embedded", lake, "--checkpoint-location", str(tmp_path / "no"), code=EXIT_NOT_FOUND
+    )
+    neither = cli_json(capsys, "inspect", "--embedded", lake, code=EXIT_USAGE)
+    assert neither["error"]["message"].startswith("TABLE: required (positional, or --table namespace.name), or")
     usage = cli_json(capsys, "compact", "--embedded", lake, code=EXIT_USAGE)
     assert usage["error"]["message"] == "TABLE: required (positional, or --table namespace.name)"
 

@@ -82,3 +82,13 @@ def test_read_job_only_looks(tmp_path: Path) -> None:
     assert not (tmp_path / "iceberg_sink" / "job.json").exists()  # job_id() would have created it
     job_id = store.job_id("db.t")
     assert CheckpointStore(str(tmp_path)).read_job() == {"job_id": job_id, "table": "db.t"}
+
+
+def test_a_store_opened_without_create_makes_no_folder(tmp_path: Path) -> None:
+    # iceberg-sink inspect opens every store so: looking at a table the routed job never wrote
+    # must not give the job state for it (a routed job starts a SinkJob per table folder).
+    store = CheckpointStore(str(tmp_path), create=False)
+    assert store.read_job() is None and store.pending_ids() == [] and store.table_folders() == []
+    other = CheckpointStore.for_table(str(tmp_path), "db.t", create=False)
+    assert other.pending_ids() == [] and other.table_uuid() is None
+    assert not (tmp_path / "iceberg_sink").exists()
