@@ -17,6 +17,12 @@ checkpoint passes them:
   Spark not told.
 
 The two commit-send points are hit from ``_iceberg/retry.py`` for checkpoint commits only.
+
+Post-commit maintenance (topology/background.py) has one more, outside the checkpoint flow:
+
+- :data:`MAINTENANCE_START`: a compaction or equality-delete conversion holds its table's
+  maintenance lock and is about to run (on its own thread when in the background); the checkpoint
+  id passed is -1.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ AFTER_MANIFESTS = "after-manifests"
 BEFORE_COMMIT_SEND = "before-commit-send"
 COMMIT_SENT = "commit-sent"
 AFTER_COMMIT = "after-commit"
+MAINTENANCE_START = "maintenance-start"
 
 _handlers: list[Callable[[str, int], None]] = []
 

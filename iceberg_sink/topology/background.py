@@ -1,8 +1,16 @@
 """One way for post-commit jobs (compaction, equality-delete conversion) to run after a commit.
 
-A job runs inline or on a driver thread (``background``). At most one run of a kind per table runs
-at a time in this process: a trigger that fires while one runs is kept for the next commit. A
-failure is logged and counted by the job's ``on_failure``; it never fails the stream.
+A job runs inline or on a driver thread (``background``). A failure is logged and counted by the
+job's ``on_failure``; it never fails the stream.
+
+**One maintenance lock per table.** At most one post-commit job of a table runs at a time in this
+process, whatever its kind, as Flink's table maintenance runs its tasks under one lock per table: a
+compaction and an equality-delete conversion that overlap on one table make the compaction drop its
+groups (the conversion's new position deletes may name its input files; docs/benchmarks-soak.md),
+so one waits for the other. A trigger that fires while the table's lock is held is kept for the next
+commit (the trigger's counters are not reset). So that two kinds of job firing on every commit do not
+starve one another, a kind turned away while *another* kind ran goes first at the next commit: the
+other kind's trigger yields its turn once.
 """
 
 from __future__ import annotations
@@ -13,15 +21,41 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+from iceberg_sink import _faults
+
 logger = logging.getLogger(__name__)
 
-_RUNNING: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_LOCKS: dict[str, threading.Lock] = defaultdict(threading.Lock)
+_HOLDER: dict[str, str] = {}  # table -> kind of the job holding its lock
+_WAITING: dict[str, str] = {}  # table -> kind turned away while another kind held the lock
 _REGISTRY_LOCK = threading.Lock()
 
 
-def _lock(kind: str, table_key: str) -> threading.Lock:
+def _acquire(kind: str, table_key: str) -> threading.Lock | None:
+    """The table's maintenance lock, acquired for ``kind``; None when the job must wait its turn."""
     with _REGISTRY_LOCK:
-        return _RUNNING[(kind, table_key)]
+        waiting = _WAITING.get(table_key)
+        if waiting is not None and waiting != kind:
+            del _WAITING[table_key]  # yield once: the waiting kind goes first
+            logger.info("%s of %s yields its turn to a waiting %s", kind, table_key, waiting)
+            return None
+        lock = _LOCKS[table_key]
+        if not lock.acquire(blocking=False):
+            holder = _HOLDER.get(table_key)
+            if holder is not None and holder != kind:
+                _WAITING[table_key] = kind
+            logger.info("%s of %s waits: %s is running; trigger kept for the next commit", kind, table_key, holder)
+            return None
+        _HOLDER[table_key] = kind
+        if _WAITING.get(table_key) == kind:
+            del _WAITING[table_key]
+        return lock
+
+
+def _release(table_key: str, lock: threading.Lock) -> None:
+    with _REGISTRY_LOCK:
+        _HOLDER.pop(table_key, None)
+        lock.release()
 
 
 class BackgroundJob(abc.ABC):
@@ -53,9 +87,8 @@ class BackgroundJob(abc.ABC):
         """Called with the error of a run that failed (after it is logged)."""
 
     def run(self) -> None:
-        lock = _lock(self.kind, self._table_key)
-        if not lock.acquire(blocking=False):
-            logger.info("%s of %s already running; trigger kept for the next commit", self.kind, self._table_key)
+        lock = _acquire(self.kind, self._table_key)
+        if lock is None:
             return
         self.on_start()
         if self._background:
@@ -68,6 +101,7 @@ class BackgroundJob(abc.ABC):
 
     def _run_locked(self, lock: threading.Lock) -> None:
         try:
+            _faults.hit(_faults.MAINTENANCE_START, -1)
             result = self.execute()
         except Exception as e:
             self.last_error = e
@@ -78,7 +112,7 @@ class BackgroundJob(abc.ABC):
             self.on_success(result)
             logger.info("%s of %s: %s", self.kind, self._table_key, result)
         finally:
-            lock.release()
+            _release(self._table_key, lock)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for a background run to finish (tests, shutdown)."""
