@@ -145,6 +145,14 @@ MAX_PENDING_CHECKPOINTS = Option(
     table_property=False,
     minimum=0,
 )
+PENDING_RETRY_INTERVAL_MS = Option(
+    "iceberg-sink.commit.pending-retry-interval-ms",
+    int,
+    30_000,
+    "Streams: how often checkpoints left pending by a catalog outage are retried while no micro-batch runs (0: only by the next micro-batch).",
+    table_property=False,
+    minimum=0,
+)
 SNAPSHOT_PROPERTY_PREFIX = Option(
     "iceberg-sink.snapshot-property-prefix",
     str,
@@ -233,6 +241,7 @@ OPTIONS: tuple[Option, ...] = (
     COMMIT_MAX_WAIT_MS,
     COMMIT_TOTAL_TIMEOUT_MS,
     MAX_PENDING_CHECKPOINTS,
+    PENDING_RETRY_INTERVAL_MS,
     SNAPSHOT_PROPERTY_PREFIX,
     POST_COMMIT_FAIL_ON_ERROR,
     SKIP_DELETES_FOR_NEW_KEYS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -11,10 +12,12 @@ from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from iceberg_sink import options
 from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.idle import retry_while_idle
 from iceberg_sink.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.pipeline import SinkJob
 from iceberg_sink.prometheus import MetricsServer
@@ -224,21 +227,49 @@ class IcebergSink:
                 routed.input_struct(streaming_df.schema)  # the route's table column must be there
             read_batch = self._config.read_batch
 
-            def process_routed(batch: DataFrame, batch_id: int) -> None:
-                routed.process(read_batch(batch), batch_id)
+            routed_lock = threading.Lock()
 
-            return self._start(streaming_df, process_routed, checkpoint_location, trigger, query_name)
+            def process_routed(batch: DataFrame, batch_id: int) -> None:
+                with routed_lock:
+                    routed.process(read_batch(batch), batch_id)
+
+            query = self._start(streaming_df, process_routed, checkpoint_location, trigger, query_name)
+            self._retry_while_idle(
+                query,
+                routed_lock,
+                lambda: any(j.has_pending() for j in routed.jobs.values()),
+                routed.commit_pending,
+                self._config.route.describe(),
+            )
+            return query
         job = self._job(checkpoint_location, ephemeral=False, streaming=True)
         config = self._config
         if not config.map_batches:
             # Create or check the table before the first batch so schema errors surface now (with
             # map_batches the written schema is known per batch only).
             job.ensure_table(streaming_df.schema)
+        batch_lock = threading.Lock()
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
-            job.process(config.read_batch(batch), batch_id)
+            with batch_lock:
+                job.process(config.read_batch(batch), batch_id)
 
-        return self._start(streaming_df, process_batch, checkpoint_location, trigger, query_name)
+        query = self._start(streaming_df, process_batch, checkpoint_location, trigger, query_name)
+        self._retry_while_idle(query, batch_lock, job.has_pending, job.commit_pending, f"table {config.table}")
+        return query
+
+    def _retry_while_idle(
+        self,
+        query: StreamingQuery,
+        batch_lock: threading.Lock,
+        has_pending: Callable[[], bool],
+        commit_pending: Callable[[], object],
+        what: str,
+    ) -> None:
+        """Commit checkpoints a catalog outage left pending while the stream is idle (iceberg_sink/idle.py)."""
+        interval_ms = options.resolve(self._config.options, {}).get(options.PENDING_RETRY_INTERVAL_MS)
+        if interval_ms > 0:
+            retry_while_idle(query, batch_lock, has_pending, commit_pending, interval_ms / 1000, what)
 
     @staticmethod
     def _start(

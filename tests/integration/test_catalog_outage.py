@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,36 @@ def test_postgresql_stopped_mid_stream_checkpoints_stay_pending_then_commit_in_o
     metrics = sink.metrics()
     assert metrics.pending_checkpoints == 0 and metrics.commits == 5
     check_table(props, "db.t", feed, java_reader, 5)
+
+
+def test_idle_stream_commits_its_pending_checkpoints_once_the_catalog_is_back(
+    spark: SparkSession,
+    postgres: PostgresServer,  # noqa: F811
+    java_reader: JavaIcebergReader,
+    tmp_path: Path,
+) -> None:
+    """No new data after the outage: the idle retry (iceberg_sink/idle.py) commits what is pending."""
+    props = sql_catalog_properties(postgres, "idle", tmp_path / "wh")
+    feed = Feed(tmp_path / "src", cdc=True)
+    sink = feed.builder(props, "db.t").write_option("iceberg-sink.commit.pending-retry-interval-ms", 200).build()
+    query = feed.start(spark, sink, tmp_path / "ckpt")
+    try:
+        step(query, feed)  # checkpoint 0: committed
+        postgres.stop()
+        step(query, feed)  # checkpoints 1 and 2: written, pending
+        step(query, feed)
+        time.sleep(1)  # retries while the catalog is down leave them pending
+        assert sink.metrics().pending_checkpoints == 2 and query.exception() is None
+        postgres.start()
+        deadline = time.monotonic() + 60
+        while sink.metrics().pending_checkpoints and time.monotonic() < deadline:
+            time.sleep(0.2)
+        metrics = sink.metrics()
+        assert metrics.pending_checkpoints == 0 and metrics.commits == 3, metrics
+        assert query.exception() is None and query.isActive
+    finally:
+        query.stop()
+    check_table(props, "db.t", feed, java_reader, 3)
 
 
 def test_pending_limit_fails_the_stream_naming_it_and_a_restart_commits_everything(
