@@ -15,10 +15,11 @@ table's files before opening the next table's.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.types import NestedField, StructType
 
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -49,6 +50,43 @@ def split_by_column(batch: pa.RecordBatch | pa.Table, column: str) -> Iterator[t
         start = end
 
 
+#: A table's fields reached through structs: name -> its fields if a struct, None otherwise.
+_FieldTree = dict[str, "_FieldTree | None"]
+
+
+def _field_tree(fields: Iterable[NestedField]) -> _FieldTree:
+    return {f.name: _field_tree(f.field_type.fields) if isinstance(f.field_type, StructType) else None for f in fields}
+
+
+def _values_outside(
+    array: pa.Array, name: str, own: _FieldTree, valid: pa.Array | None, path: str = ""
+) -> Iterator[str]:
+    """The paths of ``array`` (field ``name`` of a struct whose fields are ``own``, under the rows
+    ``valid`` where its enclosing structs are set; None: every row) that hold a value in a field the
+    table lacks. As the driver counts them (``F.count(col("a.b"))``): a value is a non-null leaf
+    whose enclosing structs are all set."""
+    path = f"{path}.{name}" if path else name
+    if name not in own:
+        if _holds_value(array, valid):
+            yield path
+        return
+    inner = own[name]
+    if inner is None or not pa.types.is_struct(array.type) or not array.type.num_fields:
+        return  # a field the table has: conform.py casts it
+    set_here = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
+    for i in range(array.type.num_fields):
+        child = pc.struct_field(array, [i])  # without the parent's nulls: set_here has them
+        yield from _values_outside(child, array.type.field(i).name, inner, set_here, path)
+
+
+def _holds_value(array: pa.Array, valid: pa.Array | None) -> bool:
+    """Whether a leaf of ``array`` (through structs) is set in a row of ``valid`` (None: any row)."""
+    set_here = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
+    if pa.types.is_struct(array.type) and array.type.num_fields:
+        return any(_holds_value(pc.struct_field(array, [i]), set_here) for i in range(array.type.num_fields))
+    return bool(pc.any(set_here).as_py())
+
+
 class MultiTableTaskWriter:
     """The writers of every table one task receives rows for, within shared memory limits."""
 
@@ -69,7 +107,7 @@ class MultiTableTaskWriter:
         self._buffer_bytes = buffer_bytes
         # Least recently written table first.
         self._writers: OrderedDict[str, TaskWriter] = OrderedDict()
-        self._columns: dict[str, set[str]] = {}  # per table: the columns it may be given values in
+        self._columns: dict[str, _FieldTree] = {}  # per table: the fields it may be given values in
         self.peak_open_files = 0
 
     @property
@@ -111,17 +149,21 @@ class MultiTableTaskWriter:
             self._bound()
 
     def _check_left_out(self, table: str | None, rows: pa.Table) -> None:
-        """The input columns a table's schema lacks were null in all of its rows when the driver
-        planned it (routing.carried_columns): they are left out, never a value dropped."""
+        """The input columns and nested struct fields a table's schema lacks were null in all of its
+        rows when the driver planned it (routing.carried_columns, table/carried.py): they are left
+        out, never a value dropped."""
         own = self._columns.get(table or "")
         if own is None:
             spec = self._specs[table or ""]
-            own = {f.name for f in spec.schema.fields} | {self._route_column, spec.op_column or self._route_column}
+            own = _field_tree(spec.schema.fields)
+            for name in (self._route_column, spec.op_column):
+                if name is not None:
+                    own[name] = None
             self._columns[table or ""] = own
         for name in rows.column_names:
-            if name not in own and rows.column(name).null_count != rows.num_rows:
+            for path in _values_outside(rows.column(name).combine_chunks(), name, own, None):
                 raise ValueError(
-                    f"{UNPLANNED_COLUMN} {name!r} of table {table!r} holds values, but the driver found it null in "
+                    f"{UNPLANNED_COLUMN} {path!r} of table {table!r} holds values, but the driver found it null in "
                     "all of the table's rows of this checkpoint and left it out of the table; is the input "
                     "deterministic?"
                 )

@@ -113,3 +113,40 @@ def test_columns_a_table_lacks_are_left_out_when_null_and_refused_when_holding_v
     [data] = result.data_files
     written = pq.read_table(data.path.removeprefix("file://"))
     assert written.column_names == ["id", "s"] and written.num_rows == 3
+
+
+def test_nested_fields_a_table_lacks_are_left_out_when_null_and_refused_when_holding_values(catalog: Catalog) -> None:
+    from pyiceberg.types import StructType
+
+    catalog.create_namespace_if_not_exists("db")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", StructType(NestedField(3, "a", StringType(), required=False)), required=False),
+    )
+    table = catalog.create_table("db.nested", schema=schema)
+    writer = MultiTableTaskWriter(
+        {"db.nested": writer_spec(table)}, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=1 << 20
+    )
+    inner = pa.struct([("x", pa.int64()), ("y", pa.int64())])
+    p_type = pa.struct([("a", pa.string()), ("b", pa.string()), ("q", inner)])
+
+    def rows(p: pa.Array) -> pa.Table:
+        return pa.table({ROUTE: pa.array(["db.nested"] * len(p)), "id": pa.array(range(len(p)), pa.int64()), "p": p})
+
+    def p_array(a: list[str | None], b: list[str | None], y: list[int | None], mask: list[bool]) -> pa.Array:
+        q = pa.StructArray.from_arrays([pa.nulls(len(a), pa.int64()), pa.array(y, pa.int64())], fields=list(inner))
+        return pa.StructArray.from_arrays(
+            [pa.array(a, pa.string()), pa.array(b, pa.string()), q], fields=list(p_type), mask=pa.array(mask)
+        )
+
+    # Other tables' nested fields (p.b, p.q and its fields), null in all of this table's rows, are left out; so is
+    # a value under a struct that is null in its row (Spark's count of p.b does not count it either).
+    writer.write(rows(p_array(["v", None, None], [None, None, "hidden"], [None, None, None], [False, False, True])))
+    with pytest.raises(ValueError, match=r"unplanned column: 'p\.b' of table 'db\.nested' holds values"):
+        writer.write(rows(p_array(["v", None], [None, "w"], [None, None], [False, False])))
+    with pytest.raises(ValueError, match=r"unplanned column: 'p\.q' of table 'db\.nested' holds values"):
+        writer.write(rows(p_array(["v", None], [None, None], [None, 3], [False, False])))
+    [result] = writer.complete().values()
+    [data] = result.data_files
+    written = pq.read_table(data.path.removeprefix("file://"))
+    assert written.column("p").to_pylist() == [{"a": "v"}, {"a": None}, None]
