@@ -58,6 +58,16 @@ def _field_tree(fields: Iterable[NestedField]) -> _FieldTree:
     return {f.name: _field_tree(f.field_type.fields) if isinstance(f.field_type, StructType) else None for f in fields}
 
 
+def _covers(own: _FieldTree, name: str, arrow_type: pa.DataType) -> bool:
+    """Whether ``own`` has field ``name`` and every field below it that ``arrow_type`` has."""
+    if name not in own:
+        return False
+    inner = own[name]
+    if inner is None or not pa.types.is_struct(arrow_type):
+        return True
+    return all(_covers(inner, f.name, f.type) for f in arrow_type)
+
+
 def _values_outside(
     array: pa.Array, name: str, own: _FieldTree, valid: pa.Array | None, path: str = ""
 ) -> Iterator[str]:
@@ -160,7 +170,9 @@ class MultiTableTaskWriter:
                 if name is not None:
                     own[name] = None
             self._columns[table or ""] = own
-        for name in rows.column_names:
+        for name, field in zip(rows.column_names, rows.schema, strict=True):
+            if _covers(own, name, field.type):
+                continue  # the table has every field of the column: nothing to look at
             for path in _values_outside(rows.column(name).combine_chunks(), name, own, None):
                 raise ValueError(
                     f"{UNPLANNED_COLUMN} {path!r} of table {table!r} holds values, but the driver found it null in "
