@@ -54,7 +54,7 @@ from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.pipeline import CheckpointPlan, SinkJob, _CatalogOutage, write_error
-from iceberg_sink.table.carried import column_ref, leaf_paths
+from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
@@ -120,11 +120,11 @@ def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
 
 
 def carried_columns(routed: DataFrame, struct: StructType) -> dict[str | None, frozenset[tuple[str, ...]]]:
-    """The batch's tables, each with the paths of ``struct``'s columns and nested struct fields
-    non-null in at least one of its rows (table/carried.py): one grouped aggregation (one small
-    Spark job), whatever the number of tables."""
+    """The batch's tables, each with the paths of ``struct``'s columns and nested fields (through
+    structs, list elements and map values) non-null in at least one of its rows (table/carried.py):
+    one grouped aggregation (one small Spark job), whatever the number of tables."""
     paths = list(leaf_paths(struct))
-    counts = [F.count(F.col(column_ref(p))).alias(f"c{i}") for i, p in enumerate(paths)]
+    counts = [count_column(p).alias(f"c{i}") for i, p in enumerate(paths)]
     rows = routed.groupBy(ROUTE_COLUMN).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
     return {r[0]: frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]) for r in rows}
 

@@ -207,18 +207,28 @@ def test_routed_json_stream_gives_each_table_only_the_nested_fields_its_rows_car
     # so every table's rows carry every table's nested fields (null in the others').
     batches: list[list[dict[str, Any]]] = [
         [
-            {"tbl": "users", "id": 1, "payload": {"name": "ada", "addr": {"city": "paris"}}},
+            {"tbl": "users", "id": 1, "payload": {"name": "ada", "addr": {"city": "paris"}, "items": [{"sku": "u1"}]}},
             # payload.note is null in all of orders' rows: never added to it.
-            {"tbl": "orders", "id": 1, "payload": {"amount": 1.5, "addr": {"zip": "75001"}, "note": None}},
+            {
+                "tbl": "orders",
+                "id": 1,
+                "payload": {"amount": 1.5, "addr": {"zip": "75001"}, "note": None, "items": [{"sku": "o1", "qty": 2}]},
+            },
             # Only nulls below payload.addr and in payload.extra: events gets neither.
             {"tbl": "events", "id": 1, "payload": {"kind": "click", "addr": {"city": None}, "extra": None}},
         ],
         [
             # A nested field added mid-stream (addr.country): it lands in users only.
-            {"tbl": "users", "id": 2, "payload": {"name": "bob", "addr": {"city": "rome", "country": "it"}}},
-            {"tbl": "orders", "id": 2, "payload": {"amount": 2.5, "note": None, "addr": None}},
-            # events now carries addr.city: payload.addr is added to it with city only.
-            {"tbl": "events", "id": 2, "payload": {"kind": "view", "addr": {"city": "oslo"}}},
+            # The elements of a list of structs are taken per table too: users' items keep sku only.
+            {
+                "tbl": "users",
+                "id": 2,
+                "payload": {"name": "bob", "addr": {"city": "rome", "country": "it"}, "items": [{"sku": "u2"}, {}]},
+            },
+            {"tbl": "orders", "id": 2, "payload": {"amount": 2.5, "note": None, "addr": None, "items": []}},
+            # events now carries addr.city and items[].ev: added to it with those fields only (adding
+            # ev to users' or orders' items would be refused: no fields are added inside lists).
+            {"tbl": "events", "id": 2, "payload": {"kind": "view", "addr": {"city": "oslo"}, "items": [{"ev": 1}]}},
             {"tbl": "events", "id": 3, "payload": {"kind": None}},
         ],
         [
@@ -244,24 +254,27 @@ def test_routed_json_stream_gives_each_table_only_the_nested_fields_its_rows_car
     assert query.exception() is None
 
     users, orders, events = (catalog.load_table(f"nest.{t}") for t in ("users", "orders", "events"))  # type: ignore[attr-defined]
+    items = ["payload.items", "payload.items.element"]
+    users_v0 = ["id", "payload", "payload.addr", "payload.addr.city", *items, "payload.items.element.sku"]
     assert schema_history(users) == [
-        ["id", "payload", "payload.addr", "payload.addr.city", "payload.name"],
-        ["id", "payload", "payload.addr", "payload.addr.city", "payload.addr.country", "payload.name"],
+        sorted([*users_v0, "payload.name"]),
+        sorted([*users_v0, "payload.name", "payload.addr.country"]),
     ]
-    assert schema_history(orders) == [["id", "payload", "payload.addr", "payload.addr.zip", "payload.amount"]]
+    orders_v0 = ["id", "payload", "payload.addr", "payload.addr.zip", "payload.amount", *items]
+    assert schema_history(orders) == [sorted([*orders_v0, "payload.items.element.qty", "payload.items.element.sku"])]
+    events_v1 = [
+        "id",
+        "payload",
+        "payload.addr",
+        "payload.addr.city",
+        "payload.kind",
+        *items,
+        "payload.items.element.ev",
+    ]
     assert schema_history(events) == [
         ["id", "payload", "payload.kind"],
-        ["id", "payload", "payload.addr", "payload.addr.city", "payload.kind"],
-        [
-            "id",
-            "payload",
-            "payload.addr",
-            "payload.addr.city",
-            "payload.extra",
-            "payload.extra.deep",
-            "payload.extra.deep.x",
-            "payload.kind",
-        ],
+        sorted(events_v1),
+        sorted([*events_v1, "payload.extra", "payload.extra.deep", "payload.extra.deep.x"]),
     ]
     for table in (users, orders, events):
         assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0", "1", "2"]  # type: ignore[index]
@@ -272,28 +285,38 @@ def test_routed_json_stream_gives_each_table_only_the_nested_fields_its_rows_car
         java_reader,
         users,
         {
-            1: {"id": 1, "payload": {"name": "ada", "addr": {"city": "paris", "country": None}}},
-            2: {"id": 2, "payload": {"name": "bob", "addr": {"city": "rome", "country": "it"}}},
-            3: {"id": 3, "payload": {"name": None, "addr": {"city": None, "country": "fr"}}},
+            1: {
+                "id": 1,
+                "payload": {"name": "ada", "addr": {"city": "paris", "country": None}, "items": [{"sku": "u1"}]},
+            },
+            2: {
+                "id": 2,
+                "payload": {
+                    "name": "bob",
+                    "addr": {"city": "rome", "country": "it"},
+                    "items": [{"sku": "u2"}, {"sku": None}],
+                },
+            },
+            3: {"id": 3, "payload": {"name": None, "addr": {"city": None, "country": "fr"}, "items": None}},
         },
     )
     check_readers(
         java_reader,
         orders,
         {
-            1: {"id": 1, "payload": {"amount": 1.5, "addr": {"zip": "75001"}}},
-            2: {"id": 2, "payload": {"amount": 2.5, "addr": None}},
-            3: {"id": 3, "payload": {"amount": 3.0, "addr": {"zip": "00100"}}},
+            1: {"id": 1, "payload": {"amount": 1.5, "addr": {"zip": "75001"}, "items": [{"sku": "o1", "qty": 2}]}},
+            2: {"id": 2, "payload": {"amount": 2.5, "addr": None, "items": []}},
+            3: {"id": 3, "payload": {"amount": 3.0, "addr": {"zip": "00100"}, "items": None}},
         },
     )
     check_readers(
         java_reader,
         events,
         {
-            1: {"id": 1, "payload": {"kind": "click", "addr": None, "extra": None}},
-            2: {"id": 2, "payload": {"kind": "view", "addr": {"city": "oslo"}, "extra": None}},
-            3: {"id": 3, "payload": {"kind": None, "addr": None, "extra": None}},
-            4: {"id": 4, "payload": {"kind": "buy", "addr": None, "extra": {"deep": {"x": 7}}}},
+            1: {"id": 1, "payload": {"kind": "click", "addr": None, "items": None, "extra": None}},
+            2: {"id": 2, "payload": {"kind": "view", "addr": {"city": "oslo"}, "items": [{"ev": 1}], "extra": None}},
+            3: {"id": 3, "payload": {"kind": None, "addr": None, "items": None, "extra": None}},
+            4: {"id": 4, "payload": {"kind": "buy", "addr": None, "items": None, "extra": {"deep": {"x": 7}}}},
         },
     )
 

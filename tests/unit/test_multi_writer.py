@@ -150,3 +150,47 @@ def test_nested_fields_a_table_lacks_are_left_out_when_null_and_refused_when_hol
     [data] = result.data_files
     written = pq.read_table(data.path.removeprefix("file://"))
     assert written.column("p").to_pylist() == [{"a": "v"}, {"a": None}, None]
+
+
+def test_fields_of_list_elements_and_map_values_a_table_lacks_are_left_out_when_null_and_refused_otherwise(
+    catalog: Catalog,
+) -> None:
+    from pyiceberg.types import ListType, MapType, StructType
+
+    catalog.create_namespace_if_not_exists("db")
+    element = StructType(NestedField(3, "sku", StringType(), required=False))
+    schema = Schema(
+        NestedField(1, "items", ListType(2, element, element_required=False), required=False),
+        NestedField(4, "m", MapType(5, StringType(), 6, element, value_required=False), required=False),
+    )
+    table = catalog.create_table("db.lists", schema=schema)
+    writer = MultiTableTaskWriter(
+        {"db.lists": writer_spec(table)}, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=1 << 20
+    )
+    union = pa.struct([("sku", pa.string()), ("qty", pa.int64())])
+
+    def rows(items: list[object], m: list[object]) -> pa.Table:
+        return pa.table(
+            {
+                ROUTE: pa.array(["db.lists"] * len(items)),
+                "items": pa.array(items, pa.list_(union)),
+                "m": pa.array(m, pa.map_(pa.string(), union)),
+            }
+        )
+
+    # Another table's element field (qty), null in every element of this table's rows: left out.
+    writer.write(
+        rows([[{"sku": "a", "qty": None}, None], None, []], [[("k", {"sku": "b", "qty": None})], None, [("j", None)]])
+    )
+    # A sliced batch: the offsets of the slice are used, not the rows before it.
+    sliced = rows([[{"sku": None, "qty": 1}], [{"sku": "c", "qty": None}]], [None, None]).slice(1)
+    writer.write(sliced)
+    with pytest.raises(ValueError, match=r"unplanned column: 'items\[\]\.qty' of table 'db\.lists' holds values"):
+        writer.write(rows([[{"sku": "a", "qty": None}], [{"sku": None, "qty": 3}]], [None, None]))
+    with pytest.raises(ValueError, match=r"unplanned column: 'm\{\}\.qty' of table 'db\.lists' holds values"):
+        writer.write(rows([None], [[("k", {"sku": None, "qty": 4})]]))
+    [result] = writer.complete().values()
+    [data] = result.data_files
+    written = pq.read_table(data.path.removeprefix("file://"))
+    assert written.column("items").to_pylist() == [[{"sku": "a"}, None], None, [], [{"sku": "c"}]]
+    assert written.column("m").to_pylist() == [[("k", {"sku": "b"})], None, [("j", None)], None]
