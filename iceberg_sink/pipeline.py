@@ -68,6 +68,7 @@ from iceberg_sink.errors import (
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table import evolution
+from iceberg_sink.table.carried import project as project_carried
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.table.keys import resolve_key
 from iceberg_sink.table.partitioning import build_spec, field_name
@@ -192,15 +193,16 @@ class SinkJob:
     def ensure_table(
         self,
         struct: StructType,
-        carried: Collection[str] | None = None,
+        carried: Collection[str | tuple[str, ...]] | None = None,
         named_keys: Collection[tuple[str, ...]] = (),
     ) -> Table:
         """Create or check the table for input ``struct``, evolving its schema if configured.
 
-        ``carried`` (routed tables): the columns of ``struct`` holding a value in at least one of the
-        table's rows; only those, the table's own and the sink's key/op/order/partition columns are
-        the table's input (see :meth:`own_columns`). ``named_keys`` (routed tables): the keys its
-        rows name in the sink's key column (see :meth:`use_key`)."""
+        ``carried`` (routed tables): the columns and nested field paths of ``struct`` holding a value
+        in at least one of the table's rows; only those, the table's own and the sink's
+        key/op/order/partition columns are the table's input (see :meth:`own_columns`).
+        ``named_keys`` (routed tables): the keys its rows name in the sink's key column (see
+        :meth:`use_key`)."""
         table = catalogs.load_table(self._catalog, self._config.table)
         self.use_key(table, named_keys)
         struct = self.own_columns(struct, table, carried)
@@ -264,26 +266,28 @@ class SinkJob:
 
     # -- routed tables: the input columns of one table (routing.py) ----------------------------
 
-    def own_columns(self, struct: StructType, table: Table | None, carried: Collection[str] | None) -> StructType:
+    def own_columns(
+        self, struct: StructType, table: Table | None, carried: Collection[str | tuple[str, ...]] | None
+    ) -> StructType:
         """The columns of ``struct`` that are this table's input: all of them (``carried`` None), or
-        for a routed table those ``carried`` names (non-null in at least one of its rows of the
-        batch), those the table has, and the key, op, order and partition source columns. So a
-        column of another routed table, null in every row of this one, is neither created nor added
-        by schema evolution here (it is added once a row of this table carries a value).
+        for a routed table those on ``carried`` paths (non-null in at least one of its rows of the
+        batch, down into structs: table/carried.py), those the table has, and the key, op, order and
+        partition source columns. So a column or nested field of another routed table, null in every
+        row of this one, is neither created nor added by schema evolution here (it is added once a
+        row of this table carries a value).
 
         Without schema evolution a table is created with all of ``struct``: it could never get a
         column later, so a column its first rows happen to leave null (deletes) must be there."""
         if carried is None or (table is None and self._evolution == evolution.OFF):
             return struct
-        keep = set(carried)
-        if table is not None:
-            keep.update(f.name for f in table.schema().fields)
+        named: list[str] = []
         changes = self._config.changes
         if changes is not None:
-            keep.update(c.split(".")[0] for c in (*changes.key, changes.op_column, changes.order_by) if c is not None)
+            named += [c for c in (*changes.key, changes.op_column, changes.order_by) if c is not None]
         if self._config.create is not None:
-            keep.update(term.column.split(".")[0] for term in self._config.create.partition_by)
-        return StructType([f for f in struct.fields if f.name in keep])
+            named += [term.column for term in self._config.create.partition_by]
+        required = [p for c in named for p in ((c,), tuple(c.split(".")))]
+        return project_carried(struct, carried, table.schema().fields if table is not None else (), required)
 
     # -- end of routed tables
 
@@ -598,7 +602,7 @@ class SinkJob:
         self,
         struct: StructType,
         checkpoint_id: int,
-        carried: Collection[str] | None = None,
+        carried: Collection[str | tuple[str, ...]] | None = None,
         named_keys: Collection[tuple[str, ...]] = (),
     ) -> CheckpointPlan:
         """Prepare checkpoint ``checkpoint_id`` of input ``struct``: the table is created or checked,

@@ -54,6 +54,7 @@ from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.pipeline import CatalogOutage, CheckpointPlan, SinkJob, write_error
+from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import row_keys
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
@@ -119,12 +120,14 @@ def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
     return sorted(n for n in names if n is not None)
 
 
-def carried_columns(routed: DataFrame, struct: StructType) -> dict[str | None, frozenset[str]]:
-    """The batch's tables, each with the columns of ``struct`` non-null in at least one of its rows:
+def carried_columns(routed: DataFrame, struct: StructType) -> dict[str | None, frozenset[tuple[str, ...]]]:
+    """The batch's tables, each with the paths of ``struct``'s columns and nested fields (through
+    structs, list elements and map values) non-null in at least one of its rows (table/carried.py):
     one grouped aggregation (one small Spark job), whatever the number of tables."""
-    counts = [F.count(F.col("`" + f.name.replace("`", "``") + "`")).alias(f"c{i}") for i, f in enumerate(struct.fields)]
+    paths = list(leaf_paths(struct))
+    counts = [count_column(p).alias(f"c{i}") for i, p in enumerate(paths)]
     rows = routed.groupBy(ROUTE_COLUMN).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
-    return {r[0]: frozenset(f.name for i, f in enumerate(struct.fields) if r[f"c{i}"]) for r in rows}
+    return {r[0]: frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]) for r in rows}
 
 
 class RoutedJob:

@@ -15,11 +15,13 @@ table's files before opening the next table's.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
 
+from iceberg_sink.table.carried import ELEMENT, VALUE, Path, display
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import _TOTAL_BUFFER_FACTOR, TaskWriter
@@ -49,6 +51,94 @@ def split_by_column(batch: pa.RecordBatch | pa.Table, column: str) -> Iterator[t
         start = end
 
 
+#: A table's fields reached through structs (and the element and value structs of lists and maps,
+#: under carried.ELEMENT and carried.VALUE): name -> the fields below it, None for a leaf.
+_FieldTree = dict[str, "_FieldTree | None"]
+
+
+def _field_tree(fields: Iterable[NestedField]) -> _FieldTree:
+    return {f.name: _type_tree(f.field_type) for f in fields}
+
+
+def _type_tree(t: IcebergType) -> _FieldTree | None:
+    if isinstance(t, StructType):
+        return _field_tree(t.fields)
+    if isinstance(t, ListType) and isinstance(t.element_type, StructType):
+        return {ELEMENT: _field_tree(t.element_type.fields)}
+    if isinstance(t, MapType) and isinstance(t.value_type, StructType):
+        return {VALUE: _field_tree(t.value_type.fields)}
+    return None
+
+
+def _inside(t: pa.DataType) -> tuple[str, pa.DataType] | None:
+    """The segment and type of a list's element struct or a map's value struct (None: not such)."""
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type):
+        return (ELEMENT, t.value_type) if t.value_type.num_fields else None
+    if pa.types.is_map(t) and pa.types.is_struct(t.item_type):
+        return (VALUE, t.item_type) if t.item_type.num_fields else None
+    return None
+
+
+def _covers(own: _FieldTree, name: str, arrow_type: pa.DataType) -> bool:
+    """Whether ``own`` has field ``name`` and every field below it that ``arrow_type`` has."""
+    if name not in own:
+        return False
+    inner = own[name]
+    if inner is None:
+        return True
+    if pa.types.is_struct(arrow_type):
+        return all(_covers(inner, f.name, f.type) for f in arrow_type)
+    inside = _inside(arrow_type)
+    return inside is None or _covers(inner, *inside)
+
+
+def _elements(array: pa.Array, set_here: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The element (value) structs of a list (map) array, and per element whether its row is set."""
+    values = array.items if pa.types.is_map(array.type) else array.values
+    # Without the array's own nulls (set_here has them), so both kernels see the same elements.
+    kind = pa.LargeListArray if pa.types.is_large_list(array.type) else pa.ListArray
+    plain = kind.from_arrays(array.offsets, values)
+    return pc.list_flatten(plain), pc.take(set_here, pc.list_parent_indices(plain))
+
+
+def _values_outside(
+    array: pa.Array, name: str, own: _FieldTree, valid: pa.Array | None, path: Path = ()
+) -> Iterator[Path]:
+    """The paths of ``array`` (field ``name`` of a struct whose fields are ``own``, under the rows
+    ``valid`` where its enclosing structs are set; None: every row) that hold a value in a field the
+    table lacks. As the driver counts them (table/carried.py): a value is a non-null leaf whose
+    enclosing structs (and list or map) are all set."""
+    path = (*path, name)
+    if name not in own:
+        if _holds_value(array, valid):
+            yield path
+        return
+    inner = own[name]
+    if inner is None:
+        return  # a field the table has: conform.py casts it
+    set_here = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
+    if pa.types.is_struct(array.type):
+        for i in range(array.type.num_fields):
+            child = pc.struct_field(array, [i])  # without the parent's nulls: set_here has them
+            yield from _values_outside(child, array.type.field(i).name, inner, set_here, path)
+        return
+    inside = _inside(array.type)
+    if inside is not None:
+        elements, elements_set = _elements(array, set_here)
+        yield from _values_outside(elements, inside[0], inner, elements_set, path)
+
+
+def _holds_value(array: pa.Array, valid: pa.Array | None) -> bool:
+    """Whether a leaf of ``array`` (through structs, lists and maps of structs) is set in a row of
+    ``valid`` (None: any row)."""
+    set_here = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
+    if pa.types.is_struct(array.type) and array.type.num_fields:
+        return any(_holds_value(pc.struct_field(array, [i]), set_here) for i in range(array.type.num_fields))
+    if _inside(array.type) is not None:
+        return _holds_value(*_elements(array, set_here))
+    return bool(pc.any(set_here).as_py())
+
+
 class MultiTableTaskWriter:
     """The writers of every table one task receives rows for, within shared memory limits."""
 
@@ -69,7 +159,7 @@ class MultiTableTaskWriter:
         self._buffer_bytes = buffer_bytes
         # Least recently written table first.
         self._writers: OrderedDict[str, TaskWriter] = OrderedDict()
-        self._columns: dict[str, set[str]] = {}  # per table: the columns it may be given values in
+        self._columns: dict[str, _FieldTree] = {}  # per table: the fields it may be given values in
         self.peak_open_files = 0
 
     @property
@@ -111,17 +201,23 @@ class MultiTableTaskWriter:
             self._bound()
 
     def _check_left_out(self, table: str | None, rows: pa.Table) -> None:
-        """The input columns a table's schema lacks were null in all of its rows when the driver
-        planned it (routing.carried_columns): they are left out, never a value dropped."""
+        """The input columns and nested struct fields a table's schema lacks were null in all of its
+        rows when the driver planned it (routing.carried_columns, table/carried.py): they are left
+        out, never a value dropped."""
         own = self._columns.get(table or "")
         if own is None:
             spec = self._specs[table or ""]
-            own = {f.name for f in spec.schema.fields} | {self._route_column, spec.op_column or self._route_column}
+            own = _field_tree(spec.schema.fields)
+            for name in (self._route_column, spec.op_column):
+                if name is not None:
+                    own[name] = None
             self._columns[table or ""] = own
-        for name in rows.column_names:
-            if name not in own and rows.column(name).null_count != rows.num_rows:
+        for name, field in zip(rows.column_names, rows.schema, strict=True):
+            if _covers(own, name, field.type):
+                continue  # the table has every field of the column: nothing to look at
+            for path in _values_outside(rows.column(name).combine_chunks(), name, own, None):
                 raise ValueError(
-                    f"{UNPLANNED_COLUMN} {name!r} of table {table!r} holds values, but the driver found it null in "
+                    f"{UNPLANNED_COLUMN} {display(path)!r} of table {table!r} holds values, but the driver found it null in "
                     "all of the table's rows of this checkpoint and left it out of the table; is the input "
                     "deterministic?"
                 )

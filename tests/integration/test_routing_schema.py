@@ -179,3 +179,209 @@ def test_without_evolution_only_the_columns_a_tables_rows_carry_must_fit_it(
     )
     check_readers(java_reader, b, {1: {"id": 1, "score": 1.5}, 2: {"id": 2, "score": 2.5}, 3: {"id": 3, "score": None}})
     check_readers(java_reader, c, {1: {"id": 1, "name": "c", "score": None, "note": None}})
+
+
+# -- nested struct fields: each table gets the fields of a shared struct column its rows carry --------
+
+
+def nested_paths(table: Table) -> list[str]:
+    """Every field of ``table``'s schema as a dotted path (structs included), sorted."""
+    schema = table.schema()
+    return sorted(schema.find_column_name(i) or "" for i in schema._lazy_id_to_field)  # type: ignore[attr-defined]
+
+
+def schema_history(table: Table) -> list[list[str]]:
+    out = []
+    for s in table.schemas().values():
+        out.append(sorted(s.find_column_name(i) or "" for i in s._lazy_id_to_field))  # type: ignore[attr-defined]
+    return out
+
+
+def test_routed_json_stream_gives_each_table_only_the_nested_fields_its_rows_carry(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    from iceberg_sink.readers import read_json
+    from tests.integration.test_schema_evolution import json_files
+
+    # One JSON topic for three tables; read_json parses each batch into the union struct `payload`,
+    # so every table's rows carry every table's nested fields (null in the others').
+    batches: list[list[dict[str, Any]]] = [
+        [
+            {"tbl": "users", "id": 1, "payload": {"name": "ada", "addr": {"city": "paris"}, "items": [{"sku": "u1"}]}},
+            # payload.note is null in all of orders' rows: never added to it.
+            {
+                "tbl": "orders",
+                "id": 1,
+                "payload": {"amount": 1.5, "addr": {"zip": "75001"}, "note": None, "items": [{"sku": "o1", "qty": 2}]},
+            },
+            # Only nulls below payload.addr and in payload.extra: events gets neither.
+            {"tbl": "events", "id": 1, "payload": {"kind": "click", "addr": {"city": None}, "extra": None}},
+        ],
+        [
+            # A nested field added mid-stream (addr.country): it lands in users only.
+            # The elements of a list of structs are taken per table too: users' items keep sku only.
+            {
+                "tbl": "users",
+                "id": 2,
+                "payload": {"name": "bob", "addr": {"city": "rome", "country": "it"}, "items": [{"sku": "u2"}, {}]},
+            },
+            {"tbl": "orders", "id": 2, "payload": {"amount": 2.5, "note": None, "addr": None, "items": []}},
+            # events now carries addr.city and items[].ev: added to it with those fields only (adding
+            # ev to users' or orders' items would be refused: no fields are added inside lists).
+            {"tbl": "events", "id": 2, "payload": {"kind": "view", "addr": {"city": "oslo"}, "items": [{"ev": 1}]}},
+            {"tbl": "events", "id": 3, "payload": {"kind": None}},
+        ],
+        [
+            {"tbl": "orders", "id": 3, "payload": {"amount": 3.0, "addr": {"zip": "00100", "country": None}}},
+            {"tbl": "users", "id": 3, "payload": {"addr": {"country": "fr"}}},
+            # payload.extra, a string (null only) in batch 0, is a struct now: only events gets it.
+            {"tbl": "events", "id": 4, "payload": {"kind": "buy", "extra": {"deep": {"x": 7}}}},
+        ],
+    ]
+    json_files(tmp_path / "src", batches)
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="nest")
+        .create_if_missing()
+        .map_batches(lambda b: read_json(b, "value"))
+        .schema_evolution("add-columns")
+        .build()
+    )
+    stream = spark.readStream.schema("value string").option("maxFilesPerTrigger", 1).json(str(tmp_path / "src"))
+    query = sink.start(stream, str(tmp_path / "ck"), trigger={"availableNow": True})
+    query.awaitTermination(600)
+    assert query.exception() is None
+
+    users, orders, events = (catalog.load_table(f"nest.{t}") for t in ("users", "orders", "events"))  # type: ignore[attr-defined]
+    items = ["payload.items", "payload.items.element"]
+    users_v0 = ["id", "payload", "payload.addr", "payload.addr.city", *items, "payload.items.element.sku"]
+    assert schema_history(users) == [
+        sorted([*users_v0, "payload.name"]),
+        sorted([*users_v0, "payload.name", "payload.addr.country"]),
+    ]
+    orders_v0 = ["id", "payload", "payload.addr", "payload.addr.zip", "payload.amount", *items]
+    assert schema_history(orders) == [sorted([*orders_v0, "payload.items.element.qty", "payload.items.element.sku"])]
+    events_v1 = [
+        "id",
+        "payload",
+        "payload.addr",
+        "payload.addr.city",
+        "payload.kind",
+        *items,
+        "payload.items.element.ev",
+    ]
+    assert schema_history(events) == [
+        ["id", "payload", "payload.kind"],
+        sorted(events_v1),
+        sorted([*events_v1, "payload.extra", "payload.extra.deep", "payload.extra.deep.x"]),
+    ]
+    for table in (users, orders, events):
+        assert [s.summary["iceberg-sink.checkpoint-id"] for s in table.snapshots()] == ["0", "1", "2"]  # type: ignore[index]
+
+    # The rows as each table holds them: every field of its final schema, null where a row had none.
+    # events' first row held only nulls below payload.addr, not yet a field of events then: null.
+    check_readers(
+        java_reader,
+        users,
+        {
+            1: {
+                "id": 1,
+                "payload": {"name": "ada", "addr": {"city": "paris", "country": None}, "items": [{"sku": "u1"}]},
+            },
+            2: {
+                "id": 2,
+                "payload": {
+                    "name": "bob",
+                    "addr": {"city": "rome", "country": "it"},
+                    "items": [{"sku": "u2"}, {"sku": None}],
+                },
+            },
+            3: {"id": 3, "payload": {"name": None, "addr": {"city": None, "country": "fr"}, "items": None}},
+        },
+    )
+    check_readers(
+        java_reader,
+        orders,
+        {
+            1: {"id": 1, "payload": {"amount": 1.5, "addr": {"zip": "75001"}, "items": [{"sku": "o1", "qty": 2}]}},
+            2: {"id": 2, "payload": {"amount": 2.5, "addr": None, "items": []}},
+            3: {"id": 3, "payload": {"amount": 3.0, "addr": {"zip": "00100"}, "items": None}},
+        },
+    )
+    check_readers(
+        java_reader,
+        events,
+        {
+            1: {"id": 1, "payload": {"kind": "click", "addr": None, "items": None, "extra": None}},
+            2: {"id": 2, "payload": {"kind": "view", "addr": {"city": "oslo"}, "items": [{"ev": 1}], "extra": None}},
+            3: {"id": 3, "payload": {"kind": None, "addr": None, "items": None, "extra": None}},
+            4: {"id": 4, "payload": {"kind": "buy", "addr": None, "items": None, "extra": {"deep": {"x": 7}}}},
+        },
+    )
+
+
+NESTED_DDL = "tbl string, id long, payload struct<name: string, score: double, inner: struct<a: long, b: long>>"
+
+
+def test_without_evolution_only_the_nested_fields_a_tables_rows_carry_must_fit_it(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType, StructType
+
+    catalog.create_namespace("db")  # type: ignore[attr-defined]
+    # Two tables sharing the struct column `payload` with different fields; the stream's is the union.
+    a = catalog.create_table(  # type: ignore[attr-defined]
+        "db.a",
+        Schema(
+            NestedField(1, "id", LongType()),
+            NestedField(2, "payload", StructType(NestedField(3, "name", StringType()))),
+        ),
+    )
+    b = catalog.create_table(  # type: ignore[attr-defined]
+        "db.b",
+        Schema(
+            NestedField(1, "id", LongType()),
+            NestedField(
+                2,
+                "payload",
+                StructType(
+                    NestedField(3, "score", DoubleType()),
+                    NestedField(4, "inner", StructType(NestedField(5, "a", LongType()))),
+                ),
+            ),
+        ),
+    )
+    sink = IcebergSink.builder().catalog("test", **catalog_props).route(table_column="tbl", namespace="db").build()
+    ckpt = str(tmp_path / "ck")
+    first = [
+        ("a", 1, ("x", None, None)),
+        ("a", 2, (None, None, (None, None))),  # a's payload.name null, the others' fields too
+        ("b", 1, (None, 1.5, (10, None))),
+        ("b", 2, None),
+    ]
+    sink.write(spark.createDataFrame(first, NESTED_DDL).repartition(2), checkpoint_location=ckpt)
+
+    # A value in a nested field the table lacks is the clear error naming it; nothing is written.
+    for bad, field in (
+        (
+            [("a", 3, ("z", 2.0, None)), ("b", 3, (None, 2.5, None))],
+            "payload.score",
+        ),
+        ([("b", 3, (None, 2.5, (1, 2)))], "payload.inner.b"),
+    ):
+        with pytest.raises(SchemaMismatchError, match=rf"table db\.[ab] .*\n  - {field}: "):
+            sink.write(spark.createDataFrame(bad, NESTED_DDL), checkpoint_location=ckpt, checkpoint_id=1)
+    for name in ("db.a", "db.b"):
+        assert len(catalog.load_table(name).snapshots()) == 1  # type: ignore[attr-defined]
+
+    a, b = catalog.load_table("db.a"), catalog.load_table("db.b")  # type: ignore[attr-defined]
+    assert nested_paths(a) == ["id", "payload", "payload.name"]
+    assert nested_paths(b) == ["id", "payload", "payload.inner", "payload.inner.a", "payload.score"]
+    check_readers(java_reader, a, {1: {"id": 1, "payload": {"name": "x"}}, 2: {"id": 2, "payload": {"name": None}}})
+    check_readers(
+        java_reader,
+        b,
+        {1: {"id": 1, "payload": {"score": 1.5, "inner": {"a": 10}}}, 2: {"id": 2, "payload": None}},
+    )

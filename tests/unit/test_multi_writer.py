@@ -113,3 +113,84 @@ def test_columns_a_table_lacks_are_left_out_when_null_and_refused_when_holding_v
     [data] = result.data_files
     written = pq.read_table(data.path.removeprefix("file://"))
     assert written.column_names == ["id", "s"] and written.num_rows == 3
+
+
+def test_nested_fields_a_table_lacks_are_left_out_when_null_and_refused_when_holding_values(catalog: Catalog) -> None:
+    from pyiceberg.types import StructType
+
+    catalog.create_namespace_if_not_exists("db")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", StructType(NestedField(3, "a", StringType(), required=False)), required=False),
+    )
+    table = catalog.create_table("db.nested", schema=schema)
+    writer = MultiTableTaskWriter(
+        {"db.nested": writer_spec(table)}, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=1 << 20
+    )
+    inner = pa.struct([("x", pa.int64()), ("y", pa.int64())])
+    p_type = pa.struct([("a", pa.string()), ("b", pa.string()), ("q", inner)])
+
+    def rows(p: pa.Array) -> pa.Table:
+        return pa.table({ROUTE: pa.array(["db.nested"] * len(p)), "id": pa.array(range(len(p)), pa.int64()), "p": p})
+
+    def p_array(a: list[str | None], b: list[str | None], y: list[int | None], mask: list[bool]) -> pa.Array:
+        q = pa.StructArray.from_arrays([pa.nulls(len(a), pa.int64()), pa.array(y, pa.int64())], fields=list(inner))
+        return pa.StructArray.from_arrays(
+            [pa.array(a, pa.string()), pa.array(b, pa.string()), q], fields=list(p_type), mask=pa.array(mask)
+        )
+
+    # Other tables' nested fields (p.b, p.q and its fields), null in all of this table's rows, are left out; so is
+    # a value under a struct that is null in its row (Spark's count of p.b does not count it either).
+    writer.write(rows(p_array(["v", None, None], [None, None, "hidden"], [None, None, None], [False, False, True])))
+    with pytest.raises(ValueError, match=r"unplanned column: 'p\.b' of table 'db\.nested' holds values"):
+        writer.write(rows(p_array(["v", None], [None, "w"], [None, None], [False, False])))
+    with pytest.raises(ValueError, match=r"unplanned column: 'p\.q' of table 'db\.nested' holds values"):
+        writer.write(rows(p_array(["v", None], [None, None], [None, 3], [False, False])))
+    [result] = writer.complete().values()
+    [data] = result.data_files
+    written = pq.read_table(data.path.removeprefix("file://"))
+    assert written.column("p").to_pylist() == [{"a": "v"}, {"a": None}, None]
+
+
+def test_fields_of_list_elements_and_map_values_a_table_lacks_are_left_out_when_null_and_refused_otherwise(
+    catalog: Catalog,
+) -> None:
+    from pyiceberg.types import ListType, MapType, StructType
+
+    catalog.create_namespace_if_not_exists("db")
+    element = StructType(NestedField(3, "sku", StringType(), required=False))
+    schema = Schema(
+        NestedField(1, "items", ListType(2, element, element_required=False), required=False),
+        NestedField(4, "m", MapType(5, StringType(), 6, element, value_required=False), required=False),
+    )
+    table = catalog.create_table("db.lists", schema=schema)
+    writer = MultiTableTaskWriter(
+        {"db.lists": writer_spec(table)}, ROUTE, task_id=0, attempt_id=0, max_open_files=5, buffer_bytes=1 << 20
+    )
+    union = pa.struct([("sku", pa.string()), ("qty", pa.int64())])
+
+    def rows(items: list[object], m: list[object]) -> pa.Table:
+        return pa.table(
+            {
+                ROUTE: pa.array(["db.lists"] * len(items)),
+                "items": pa.array(items, pa.list_(union)),
+                "m": pa.array(m, pa.map_(pa.string(), union)),
+            }
+        )
+
+    # Another table's element field (qty), null in every element of this table's rows: left out.
+    writer.write(
+        rows([[{"sku": "a", "qty": None}, None], None, []], [[("k", {"sku": "b", "qty": None})], None, [("j", None)]])
+    )
+    # A sliced batch: the offsets of the slice are used, not the rows before it.
+    sliced = rows([[{"sku": None, "qty": 1}], [{"sku": "c", "qty": None}]], [None, None]).slice(1)
+    writer.write(sliced)
+    with pytest.raises(ValueError, match=r"unplanned column: 'items\[\]\.qty' of table 'db\.lists' holds values"):
+        writer.write(rows([[{"sku": "a", "qty": None}], [{"sku": None, "qty": 3}]], [None, None]))
+    with pytest.raises(ValueError, match=r"unplanned column: 'm\{\}\.qty' of table 'db\.lists' holds values"):
+        writer.write(rows([None], [[("k", {"sku": None, "qty": 4})]]))
+    [result] = writer.complete().values()
+    [data] = result.data_files
+    written = pq.read_table(data.path.removeprefix("file://"))
+    assert written.column("items").to_pylist() == [[{"sku": "a"}, None], None, [], [{"sku": "c"}]]
+    assert written.column("m").to_pylist() == [[("k", {"sku": "b"})], None, [("j", None)], None]
