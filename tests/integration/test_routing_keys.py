@@ -93,7 +93,7 @@ def test_each_routed_table_is_keyed_by_the_key_its_rows_name(
     tmp_path: Path,
     java_reader: JavaIcebergReader,
 ) -> None:
-    # keys.orders: (region, id), named as a string; keys.items: sku, named as an array further down;
+    # keys.orders: (region, id), named by its rows as a string (with and without a space);
     # keys.plain: no key in its rows, so the builder's default key (id).
     catalog.create_namespace("keys")
     sink = keyed_sink(catalog_props, key=["id"], key_column="pk")
