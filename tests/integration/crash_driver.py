@@ -6,10 +6,16 @@ The request (JSON) names the catalog (``catalog``: properties)
 and the streams (``streams``: a list of ``{"kind": "append"|"cdc", "table", "source", "checkpoint"}``, or
 for a routed stream ``{"kind", "route": {.route() arguments}, "ddl", "source", "checkpoint"}``),
 all started in this one driver with ``availableNow`` triggers and one source file per micro-batch.
+A cdc stream may also give ``key`` (the builder's ``key=``, default ``["id"]``), ``key_column``
+(``.cdc(key_column=...)``, per-table keys of a routed stream), ``partition_by`` (of
+``create_if_missing``, default ``["bucket(4, id)"]``) and ``schema_evolution`` (any stream).
 With ``kill`` = ``[POINT, CHECKPOINT]`` the driver SIGKILLs its whole process group (Python driver,
 JVM and Python workers, as a lost machine would) once *every* stream has reached ``POINT`` of
 checkpoint ``CHECKPOINT``: a stream that gets there first waits for the others, so each is killed at
 exactly that step. ``POINT`` is an :mod:`iceberg_sink._faults` point or :data:`WRITERS_RUNNING`.
+``[POINT, CHECKPOINT, N]`` (one stream) kills at the N-th time the stream reaches that point of that
+checkpoint: a routed stream hits ``AFTER_COMMIT`` once per table, so N=2 kills after the second
+table's commit.
 
 With ``until_checkpoints`` set the queries run with a ``processingTime`` trigger until every stream
 has committed its whole source (see ``_caught_up``), then stop. Randomized kills use this mode: a
@@ -49,13 +55,17 @@ def kill_group(why: str) -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def kill_process_group_at(kill_point: str, kill_at: int, streams: int = 1, data_dirs: list[Path] | None = None) -> None:
+def kill_process_group_at(
+    kill_point: str, kill_at: int, streams: int = 1, data_dirs: list[Path] | None = None, nth: int = 1
+) -> None:
     """SIGKILL this whole process group once ``streams`` streams reached ``kill_point`` of checkpoint
-    ``kill_at`` (for :data:`WRITERS_RUNNING`: once each of ``data_dirs`` holds a file of it)."""
+    ``kill_at`` (for :data:`WRITERS_RUNNING`: once each of ``data_dirs`` holds a file of it); with
+    ``nth`` > 1 (one stream), at its ``nth`` time there."""
     from iceberg_sink import _faults
 
     lock = threading.Lock()
     arrived: list[str] = []
+    passed: list[str] = []  # hits let through before the nth
 
     def wait_forever() -> None:
         # Hold this stream here; the last stream to arrive kills everyone.
@@ -90,6 +100,9 @@ def kill_process_group_at(kill_point: str, kill_at: int, streams: int = 1, data_
         if point != kill_point or checkpoint_id != kill_at:
             return
         with lock:
+            if len(passed) < nth - 1:
+                passed.append(point)
+                return
             arrived.append(point)
             last = len(arrived) >= streams
         if last:
@@ -153,8 +166,10 @@ def main(argv: list[str]) -> int:
     streams = request["streams"]
     data_dirs: list[Path] = []  # filled once the tables exist
     if request.get("kill"):
-        point, checkpoint = request["kill"]
-        kill_process_group_at(point, int(checkpoint), streams=len(streams), data_dirs=data_dirs)
+        point, checkpoint, *nth = request["kill"]
+        kill_process_group_at(
+            point, int(checkpoint), streams=len(streams), data_dirs=data_dirs, nth=int(nth[0] if nth else 1)
+        )
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -172,14 +187,17 @@ def main(argv: list[str]) -> int:
         # A routed stream has ``route`` (.route() keyword arguments) and ``ddl`` (the source schema).
         builder = builder.route(**stream["route"]) if stream.get("route") else builder.table(stream["table"])
         if stream["kind"] == "cdc":
-            builder = builder.cdc(op_column="op", key=["id"], order_by="lsn").create_if_missing(
-                partition_by=["bucket(4, id)"]
-            )
+            per_table = {"key_column": stream["key_column"]} if stream.get("key_column") else {}
+            builder = builder.cdc(
+                op_column="op", key=stream.get("key", ["id"]), order_by="lsn", **per_table
+            ).create_if_missing(partition_by=stream.get("partition_by", ["bucket(4, id)"]))
             ddl = CHANGE_SCHEMA_DDL
         else:
             builder = builder.create_if_missing(partition_by=["bucket(3, user_id)"])
             ddl = EVENT_SCHEMA_DDL
         ddl = stream.get("ddl") or ddl
+        if stream.get("schema_evolution"):
+            builder = builder.schema_evolution(stream["schema_evolution"])
         df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(stream["source"])
         builder = builder.post_commit_hook(lambda result: say(f"COMMITTED {result.table} {result.checkpoint_id}"))
         sink = builder.build()

@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog import Catalog, load_catalog
@@ -39,7 +41,11 @@ KILLS: list[tuple[str, int, list[str], list[str]]] = [
 FILES = 8
 
 
-def run_driver(root: Path, catalog_props: dict[str, str], kill: tuple[str, int] | None) -> str:
+def run_driver(
+    root: Path, catalog_props: dict[str, str], kill: Sequence[Any] | None, options: dict[str, Any] | None = None
+) -> str:
+    """Run the routed stream ``root``/src -> ``root``/ck in a crash driver; ``options`` add to or
+    override the stream's request (crash_driver.py: ``key_column``, ``schema_evolution``, ...)."""
     request = root / "request.json"
     stream = {
         "kind": "cdc",
@@ -47,7 +53,7 @@ def run_driver(root: Path, catalog_props: dict[str, str], kill: tuple[str, int] 
         "ddl": ROUTED_CHANGE_SCHEMA_DDL,
         "source": str(root / "src"),
         "checkpoint": str(root / "ck"),
-    }
+    } | (options or {})
     request.write_text(
         json.dumps({"catalog": catalog_props, "streams": [stream], "kill": list(kill) if kill else None})
     )
