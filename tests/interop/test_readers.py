@@ -287,7 +287,7 @@ def test_java_sql_with_views(java_reader: JavaIcebergReader, appended: AppendedT
 def test_read_many_equals_one_read_per_table(
     java_reader: JavaIcebergReader, appended: AppendedTable, tmp_path: Path
 ) -> None:
-    """Three versions of one schema (one UNION ALL) and a table of another schema with no rows."""
+    """Three versions of one table and a table of another schema with no rows, in a mixed order."""
     catalog = SqlCatalog("many", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=tmp_path.as_uri())
     catalog.create_namespace("db")
     empty = catalog.create_table("db.empty", Schema(NestedField(1, "k", StringType(), required=False)))
