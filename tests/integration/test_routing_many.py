@@ -173,3 +173,33 @@ def test_hundreds_of_tables_from_one_debezium_stream_with_schema_changes_mid_str
     assert sorted(topic.models["src_000"]) == [2, 3, ROWS, ROWS + 1]
     assert sorted(topic.models[f"src_{FIRST + 1:03d}"]) == list(range(ROWS))
     print(f"stream {stream_seconds:.1f} s, reads {read_seconds:.1f} s (Java {java_seconds:.1f} s), {len(names)} tables")
+
+
+def test_writer_tasks_hold_at_most_max_open_files_over_many_tables(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """60 tables over 4 writer tasks (about 15 each), every table's file opened at its first row
+    (``buffer-bytes`` 1): without the task-wide limit a task would hold all of its tables' files open.
+    The metric shows the limit was reached and held; every table reads back whole."""
+    tables, per_table, limit = 60, 5, 4
+    rows = [(f"t{t:02d}", t * 100 + i, f"r{i}", float(i)) for i in range(per_table) for t in range(tables)]
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="open")
+        .create_if_missing()
+        .write_option("iceberg-sink.writer.max-open-files", limit)
+        .write_option("iceberg-sink.writer.buffer-bytes", 1)
+        .build()
+    )
+    sink.write(spark.createDataFrame(rows, "tbl string, id long, name string, score double").repartition(2))
+    assert sink.metrics().writer_peak_open_files == limit
+    names = [f"t{t:02d}" for t in range(tables)]
+    loaded = [catalog.load_table(f"open.{n}") for n in names]  # type: ignore[attr-defined]
+    locations = [t.metadata_location for t in loaded]
+    for name, java_rows, duck_rows in zip(
+        names, java_reader.read_many(locations), duckdb_read_many(locations), strict=True
+    ):
+        want = [{"id": r[1], "name": r[2], "score": r[3]} for r in sorted(rows) if r[0] == name]
+        assert normalize(java_rows, ["id"]) == want, f"{name}: Iceberg Java"
+        assert normalize(duck_rows, ["id"]) == want, f"{name}: DuckDB"
