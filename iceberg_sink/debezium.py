@@ -130,8 +130,10 @@ def _merge_row_schemas(declared: T.StructType, inferred: T.StructType) -> T.Stru
         i = known.get(field.name)
         if i is None:
             fields.append(field)
-        elif isinstance(fields[i].dataType, T.StructType) and isinstance(field.dataType, T.StructType):
-            fields[i] = T.StructField(field.name, _merge_row_schemas(fields[i].dataType, field.dataType), True)
+            continue
+        ours = fields[i].dataType
+        if isinstance(ours, T.StructType) and isinstance(field.dataType, T.StructType):
+            fields[i] = T.StructField(field.name, _merge_row_schemas(ours, field.dataType), True)
     return T.StructType(fields)
 
 
