@@ -73,7 +73,7 @@ class MultiTableTaskWriter:
         self.peak_open_files = 0
         # Each table's buffered bytes and their sum, refreshed for the tables a write, flush or file
         # eviction changed: summing every table's buffers after every write made a task's work grow
-        # with the square of its tables (500 tables a task: 50 s of a 52 s write).
+        # with the square of its tables (500 tables and 250,000 rows a task: 6.6 s, now 3.0 s).
         self._buffered: dict[str, int] = {}
         self._buffered_total = 0
         self._evicted: set[str] = set()
