@@ -30,8 +30,10 @@ error naming the column). Logical types keep their physical type (Debezium's ``i
 is an int of days, a precise ``Decimal`` base64 bytes: configure the connector's
 ``decimal.handling.mode`` / ``time.precision.mode`` for other representations). Without a schema
 part the types are inferred from the batch's ``after`` and ``before`` documents as
-:func:`iceberg_sink.readers.read_json` does. Either way the batch's schema is the union of its
-events', so schema evolution (``.schema_evolution``) sees every new column.
+:func:`iceberg_sink.readers.read_json` does; in a batch mixing both, the columns that only events
+without a schema part have are added to the schema parts' union with their inferred types. Either
+way the batch's schema is the union of its events', so schema evolution (``.schema_evolution``) sees
+every new column.
 """
 
 from __future__ import annotations
@@ -121,6 +123,23 @@ def _row_schema_from_envelopes(schemas: list[str]) -> T.StructType | None:
     return merged
 
 
+def _merge_row_schemas(declared: T.StructType, inferred: T.StructType) -> T.StructType:
+    """The schema parts' row type plus the fields only the events without one have (types inferred
+    from their documents). A declared field keeps its declared type: the events without a schema are
+    parsed with it, as when every event of the batch names a field."""
+    fields = list(declared.fields)
+    known = {f.name: i for i, f in enumerate(fields)}
+    for field in inferred.fields:
+        i = known.get(field.name)
+        if i is None:
+            fields.append(field)
+            continue
+        ours = fields[i].dataType
+        if isinstance(ours, T.StructType) and isinstance(field.dataType, T.StructType):
+            fields[i] = T.StructField(field.name, _merge_row_schemas(ours, field.dataType), True)
+    return T.StructType(fields)
+
+
 def _json_path(path: str) -> str:
     return "$." + path
 
@@ -205,28 +224,20 @@ def read_envelope(
         return events.select(*[F.col(c) for c in keep], image.alias(row_column), *extra)
     schema = row_schema
     if schema is None:
-        envelope_schema = F.get_json_object(v, "$.schema")
-        distinct = [r[0] for r in events.select(envelope_schema.alias("s")).distinct().collect()]
+        # The distinct schema parts, null among them when some events carry none.
+        distinct = [r[0] for r in events.select(F.get_json_object(v, "$.schema").alias("s")).distinct().collect()]
         schema = _row_schema_from_envelopes(sorted(s for s in distinct if s is not None))
-        if None in distinct:
-            # Events without a schema part (a connector with schemas.enable=false): the columns the
-            # schema parts do not declare are inferred from their documents, and added (a declared
-            # column keeps its declared type).
-            images = events.where(envelope_schema.isNull()).select(
+        if schema is None or None in distinct:
+            # Events without a schema part (schemas.enable=false, perhaps beside events with one: a
+            # stream of several connectors): their documents' types, merged with the schema parts'.
+            bare = events.where(F.get_json_object(v, "$.schema").isNull())
+            images = bare.select(
                 F.explode(F.array(F.get_json_object(payload, "$.after"), F.get_json_object(payload, "$.before"))).alias(
                     _ROW
                 )
             )
             inferred = infer_json_schema(images, _ROW, what="Debezium row images ('after'/'before')")
-            declared = schema.fieldNames() if schema is not None else []
-            schema = T.StructType(
-                [
-                    *(schema.fields if schema is not None else []),
-                    *[f for f in inferred.fields if f.name not in declared],
-                ]
-            )
-    if schema is None:
-        schema = T.StructType([])
+            schema = inferred if schema is None else _merge_row_schemas(schema, inferred)
     clash = [c for c in schema.fieldNames() if c in added or c in keep]
     if clash:
         raise InvalidInputError(

@@ -132,6 +132,9 @@ class MetricsSnapshot:
     flushed_delete_files: int = 0
     flushed_records: int = 0
     last_flush_duration_ms: float = 0.0
+    # Routed sinks: the most Parquet files one writer task of the last written checkpoint held open at
+    # once, over all its tables (bounded by iceberg-sink.writer.max-open-files).
+    writer_peak_open_files: int = 0
     data_files_size_histogram: HistogramStatistics = HistogramStatistics()
     delete_files_size_histogram: HistogramStatistics = HistogramStatistics()
     # Committed files, split as Flink's CommitSummary does (committed_records/bytes above are the

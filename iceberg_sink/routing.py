@@ -249,6 +249,7 @@ class RoutedJob:
             first = next(iter(to_write.values()))
             _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
             write_started = time.monotonic()
+            peaks: list[int] = []
             try:
                 results = write_routed_dataframe(
                     df,
@@ -256,11 +257,13 @@ class RoutedJob:
                     ROUTE_COLUMN,
                     max_open_files=first.resolved.get(options.WRITER_MAX_OPEN_FILES),
                     buffer_bytes=first.resolved.get(options.WRITER_BUFFER_BYTES),
+                    peak_open_files=peaks,
                 )
             except Exception as e:
                 raise self._write_error(e, checkpoint_id) from e
             _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
             write_ms = (time.monotonic() - write_started) * 1000  # one Spark job for every table
+            self.metrics.set(writer_peak_open_files=max(peaks, default=0))
             for table in to_write:
                 self.jobs[table].flushed(results.get(table, []), write_ms)
             # Every table's committable is persisted before any table is committed.

@@ -108,7 +108,12 @@ def task_failure(error: BaseException) -> str | None:
 
 
 _ROUTED_RESULT_SCHEMA = pa.schema(
-    [pa.field("table", pa.string(), nullable=False), pa.field("payload", pa.binary(), nullable=False)]
+    [
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("payload", pa.binary(), nullable=False),
+        # The most files the task held open at once, over all its tables (the same on each row).
+        pa.field("peak_open_files", pa.int32(), nullable=False),
+    ]
 )
 
 
@@ -133,7 +138,11 @@ def _write_routed_task(
             raise
         names = sorted(results)
         yield pa.RecordBatch.from_arrays(
-            [pa.array(names, pa.string()), pa.array([results[n].encode() for n in names], pa.binary())],
+            [
+                pa.array(names, pa.string()),
+                pa.array([results[n].encode() for n in names], pa.binary()),
+                pa.array([writer.peak_open_files] * len(names), pa.int32()),
+            ],
             schema=_ROUTED_RESULT_SCHEMA,
         )
 
@@ -141,22 +150,33 @@ def _write_routed_task(
 
 
 def write_routed_dataframe(
-    df: DataFrame, specs: Mapping[str, WriterSpec], route_column: str, max_open_files: int, buffer_bytes: int
+    df: DataFrame,
+    specs: Mapping[str, WriterSpec],
+    route_column: str,
+    max_open_files: int,
+    buffer_bytes: int,
+    peak_open_files: list[int] | None = None,
 ) -> dict[str, list[WriteResult]]:
     """Write ``df``, whose ``route_column`` names each row's table, in one Spark job for all tables.
 
     The table -> WriterSpec map (FileIO properties included) travels to the tasks in one broadcast
     variable. Each task groups rows by table, then by partition (writer/multi.py); each task returns
     one result per table it wrote, with the same exactly-one-attempt rule as :func:`write_dataframe`.
+    ``peak_open_files``, if given, gets the most files each task that wrote held open at once.
     """
     context = df.sparkSession.sparkContext
     shipped_specs = context.broadcast(dict(specs))
     try:
         task = _write_routed_task(lambda: shipped_specs.value, route_column, max_open_files, buffer_bytes)
-        rows = df.mapInArrow(task, "table string, payload binary").collect()  # type: ignore[arg-type]
+        rows = df.mapInArrow(task, "table string, payload binary, peak_open_files int").collect()  # type: ignore[arg-type]
     finally:
         shipped_specs.destroy()
     results: dict[str, list[WriteResult]] = {}
+    peaks: dict[tuple[int, int], int] = {}
     for row in rows:
-        results.setdefault(str(row["table"]), []).append(WriteResult.decode(bytes(row["payload"])))
+        result = WriteResult.decode(bytes(row["payload"]))
+        results.setdefault(str(row["table"]), []).append(result)
+        peaks[(result.task_id, result.attempt_id)] = int(row["peak_open_files"])
+    if peak_open_files is not None:
+        peak_open_files.extend(peaks.values())
     return results

@@ -218,6 +218,28 @@ def test_read_envelope_rows_ops_and_tables(spark: SparkSession) -> None:
     assert all(r["ts"] > 1_700_000_000_000 for r in raw)
 
 
+def test_read_envelope_batch_mixing_events_with_and_without_schema_keeps_every_column(spark: SparkSession) -> None:
+    """One stream of two connectors (say a topic pattern over two servers), one with schemas.enable
+    and one without: the batch's columns are the union of the schema parts and of the documents of
+    the events that carry none. Before, the schema parts alone were used and ``note`` of the
+    schemaless events was dropped without a word."""
+    rows = [
+        (event("c", 1, None, {"id": 1, "name": "a", "qty": 1}, V1),),
+        (event("c", 2, None, {"id": 2, "name": "b", "qty": 7, "note": "kept"}, None, table="orders"),),
+        (event("d", 3, {"id": 2, "name": "b", "qty": 5, "note": "gone"}, None, None, table="orders"),),
+    ]
+    out = read_envelope(spark.createDataFrame(rows, "value string"))
+    assert out.columns == ["id", "name", "qty", "note", "op", "lsn", "source_table"]
+    assert out.schema["qty"].dataType.simpleString() == "int"  # a declared column keeps its declared type
+    assert out.schema["note"].dataType.simpleString() == "string"
+    got = sorted(out.collect(), key=lambda r: r["lsn"])
+    assert [(r["id"], r["qty"], r["note"], r["op"]) for r in got] == [
+        (1, 1, None, "c"),
+        (2, 7, "kept", "c"),
+        (2, 5, "gone", "d"),
+    ]
+
+
 def test_read_envelope_conflicting_types_name_the_column(spark: SparkSession) -> None:
     clash = [("id", "int64"), ("name", "int32"), ("qty", "int32")]
     df = spark.createDataFrame(

@@ -289,6 +289,21 @@ class JavaIcebergReader:
             {"op": "read", "metadata": os.fspath(metadata_location), "where": where, "branch": branch}
         )
 
+    def read_many(self, metadata_locations: Sequence[str | os.PathLike[str]]) -> list[pa.Table]:
+        """``read`` of every table, in one request (one round trip, one Spark job per table in the
+        server: about 0.05-0.1 s a small table). The tables come back in the order given."""
+        out = self._dir / f"many-{uuid.uuid4().hex}"
+        locations = [os.fspath(m) for m in metadata_locations]
+        try:
+            reply = self._request({"op": "read_many", "tables": locations, "out": str(out)})
+            tables = [_read_ipc(out / f"{i}.arrow") for i in range(len(locations))]
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        for location, table, rows in zip(locations, tables, reply.get("rows") or [], strict=True):
+            if table.num_rows != rows:
+                raise JavaReaderError(f"{location}: server reported {rows} rows, the Arrow file has {table.num_rows}")
+        return tables
+
     def snapshots(self, metadata_location: str | os.PathLike[str]) -> pa.Table:
         """The ``#snapshots`` metadata table; ``summary`` is a JSON object string."""
         return self._table_request({"op": "snapshots", "metadata": os.fspath(metadata_location)})
@@ -445,6 +460,18 @@ def duckdb_read(
     con = duckdb_connect()
     try:
         return con.sql(query).to_arrow_table()
+    finally:
+        con.close()
+
+
+def duckdb_read_many(metadata_locations: Sequence[str | os.PathLike[str]]) -> list[pa.Table]:
+    """``duckdb_read`` of every table, over one connection (the extensions are loaded once)."""
+    con = duckdb_connect()
+    try:
+        return [
+            con.sql(f"select * from iceberg_scan('{_local_path(m).replace(chr(39), chr(39) * 2)}')").to_arrow_table()
+            for m in metadata_locations
+        ]
     finally:
         con.close()
 

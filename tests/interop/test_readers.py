@@ -39,6 +39,7 @@ from tests.interop.readers import (
     JavaReaderError,
     canonical_schema,
     duckdb_read,
+    duckdb_read_many,
     normalize,
     pyiceberg_read,
 )
@@ -281,6 +282,33 @@ def test_java_sql_with_views(java_reader: JavaIcebergReader, appended: AppendedT
             "nans": sum(d is not None and math.isnan(d) for d in doubles),
         }
     ]
+
+
+def test_read_many_equals_one_read_per_table(
+    java_reader: JavaIcebergReader, appended: AppendedTable, tmp_path: Path
+) -> None:
+    """Three versions of one table and a table of another schema with no rows, in a mixed order."""
+    catalog = SqlCatalog("many", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("db")
+    empty = catalog.create_table("db.empty", Schema(NestedField(1, "k", StringType(), required=False)))
+    locations = [appended.metadata[2], empty.metadata_location, appended.metadata[0], appended.metadata[1]]
+    java = java_reader.read_many(locations)
+    duck = duckdb_read_many(locations)
+    assert (
+        [t.num_rows for t in java]
+        == [t.num_rows for t in duck]
+        == [3 * ROWS_PER_BATCH, 0, ROWS_PER_BATCH, 2 * ROWS_PER_BATCH]
+    )
+    assert java[1].column_names == duck[1].column_names == ["k"]
+    for location, got in zip(locations, java, strict=True):
+        assert canonical_schema(got) == canonical_schema(java_reader.read(location))
+        assert normalize(got, ["id"] if got.num_rows else []) == normalize(
+            java_reader.read(location), ["id"] if got.num_rows else []
+        )
+    for location, got in zip(locations, duck, strict=True):
+        assert normalize(got, ["id"] if got.num_rows else []) == normalize(
+            duckdb_read(location), ["id"] if got.num_rows else []
+        )
 
 
 def test_java_errors_are_reported_and_the_server_survives(java_reader: JavaIcebergReader, tmp_path: Path) -> None:
