@@ -153,8 +153,14 @@ class RoutedJob:
         self._ephemeral = ephemeral
         self._streaming = streaming
         self.jobs: dict[str, SinkJob] = {}
+        # Tables that may have stored committables: every table with state at start, then those a
+        # micro-batch left pending or failed to commit. Only these are looked at between batches,
+        # so a batch touching few of many tables does not list every table's state (one LIST request
+        # per table on an object store); a table of the batch commits its own first (SinkJob.begin).
+        self._maybe_pending: set[str] = set()
         for table in self._root.table_folders():
             self.job(table)
+            self._maybe_pending.add(table)
 
     def job(self, table: str) -> SinkJob:
         """The SinkJob of one routed table (created on first use)."""
@@ -187,8 +193,11 @@ class RoutedJob:
     def commit_pending(self, before: int | None = None, skip: frozenset[str] = frozenset()) -> None:
         """Commit the stored committables of every known table (not in ``skip``), oldest first per table."""
         failures = []
-        for table, job in sorted(self.jobs.items()):
-            if table in skip or not job.has_pending(before):
+        for table in sorted(self._maybe_pending - skip):
+            job = self.jobs[table]
+            if not job.has_pending(before):
+                if not job.has_pending():
+                    self._maybe_pending.discard(table)
                 continue
             try:
                 job.commit_pending(before=before)
@@ -196,9 +205,17 @@ class RoutedJob:
                 # The catalog is unreachable: the table's checkpoints stay pending, committed in
                 # order by a later micro-batch (as a single-table stream's are).
                 logger.warning("table %s: pending checkpoints stay pending: %s", table, e.error)
+                continue
             except Exception as e:
                 failures.append((table, e))
+                continue
+            if not job.has_pending():
+                self._maybe_pending.discard(table)
         _raise_first(failures)
+
+    def has_pending(self) -> bool:
+        """Whether some table may have a stored committable (iceberg_sink/idle.py asks between batches)."""
+        return any(self.jobs[t].has_pending() for t in sorted(self._maybe_pending))
 
     def next_checkpoint_id(self) -> int:
         """One past the newest checkpoint any table of this job holds or has stored."""
@@ -273,9 +290,15 @@ class RoutedJob:
         failures = []
         for table in names:
             try:
-                outcomes[table] = self.jobs[table].commit_planned(plans[table])
+                outcome = outcomes[table] = self.jobs[table].commit_planned(plans[table])
             except Exception as e:
                 failures.append((table, e))
+                self._maybe_pending.add(table)
+                continue
+            if outcome is not None and outcome.pending:
+                self._maybe_pending.add(table)
+            else:
+                self._maybe_pending.discard(table)
         _raise_first(failures)
         return outcomes
 

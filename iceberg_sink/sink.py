@@ -237,7 +237,7 @@ class IcebergSink:
             self._retry_while_idle(
                 query,
                 routed_lock,
-                lambda: any(j.has_pending() for j in routed.jobs.values()),
+                routed.has_pending,
                 routed.commit_pending,
                 self._config.route.describe(),
             )

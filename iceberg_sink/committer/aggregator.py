@@ -75,6 +75,7 @@ class CommitAggregator:
             bytes=sum(f.file_size_in_bytes for f in data) + sum(f.file_size_in_bytes for f in deletes),
             equality_deletes=sum(f.record_count for f in deletes if f.content == FileContent.EQUALITY_DELETES),
             position_deletes=sum(f.record_count for f in deletes if f.content == FileContent.POSITION_DELETES),
+            table=self._table_name,
         )
         return Committable(
             job_id=self._job_id,

@@ -30,7 +30,8 @@ class DeltaManifests:
 
 @attrs.frozen
 class CommitSummary:
-    """Counts of one checkpoint, shown to pre-commit hooks and in logs."""
+    """Counts of one checkpoint, shown to pre-commit hooks and in logs; ``table`` names the table
+    (a routed sink's hooks see every table's checkpoints; empty in committables stored before it)."""
 
     checkpoint_id: int
     data_files: int = 0
@@ -39,6 +40,7 @@ class CommitSummary:
     bytes: int = 0
     equality_deletes: int = 0
     position_deletes: int = 0
+    table: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)

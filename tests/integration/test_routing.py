@@ -427,3 +427,38 @@ def test_routed_sink_keeps_map_batches_and_prometheus(
             check_readers(java_reader, table, expected_events(upper, name), "id")
     finally:
         sink.close()
+
+
+def test_a_table_whose_commit_failed_is_committed_by_a_later_batch_without_its_rows(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path
+) -> None:
+    """A table whose commit was refused (a pre-commit hook's veto, once) keeps its checkpoint stored;
+    the job remembers it, and a later micro-batch that routes no row to it commits it first."""
+    from iceberg_sink import CommitVetoedError
+    from iceberg_sink.routing import RoutedJob
+
+    vetoes = []
+
+    def veto_b_once(summary: Any) -> None:
+        if summary.table == "db.b" and not vetoes:
+            vetoes.append(summary.checkpoint_id)
+            raise RuntimeError("not now")
+
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="db")
+        .create_if_missing()
+        .upsert(key=["id"])
+        .pre_commit_hook(veto_b_once)
+        .build()
+    )
+    job = RoutedJob(sink.config, str(tmp_path / "ck"), streaming=True)  # what start() runs per micro-batch
+    with pytest.raises(CommitVetoedError, match="vetoed checkpoint 0"):
+        job.process(events(spark, [("a", 1, "a0", 0.0), ("b", 1, "b0", 0.0)]), 0)
+    assert job.has_pending() and vetoes == [0]
+    assert CheckpointStore.for_table(str(tmp_path / "ck"), "db.b").pending_ids() == [0]
+    job.process(events(spark, [("a", 2, "a1", 1.0)]), 1)  # no row for db.b
+    assert checkpoints(catalog.load_table("db.b")) == [0]  # type: ignore[attr-defined]
+    assert checkpoints(catalog.load_table("db.a")) == [0, 1]  # type: ignore[attr-defined]
+    assert not job.has_pending()
