@@ -55,7 +55,7 @@ from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, Schem
 from iceberg_sink.metrics import SinkMetrics
 from iceberg_sink.pipeline import CatalogOutage, CheckpointPlan, SinkJob, write_error
 from iceberg_sink.table.carried import count_column, leaf_paths
-from iceberg_sink.table.keys import row_keys
+from iceberg_sink.table.keys import key_names
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
@@ -120,14 +120,21 @@ def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
     return sorted(n for n in names if n is not None)
 
 
-def carried_columns(routed: DataFrame, struct: StructType) -> dict[str | None, frozenset[tuple[str, ...]]]:
+def carried_columns(
+    routed: DataFrame, struct: StructType, key_expr: Column | None = None
+) -> tuple[dict[str | None, frozenset[tuple[str, ...]]], dict[str, set[tuple[str, ...]]]]:
     """The batch's tables, each with the paths of ``struct``'s columns and nested fields (through
-    structs, list elements and map values) non-null in at least one of its rows (table/carried.py):
-    one grouped aggregation (one small Spark job), whatever the number of tables."""
+    structs, list elements and map values) non-null in at least one of its rows (table/carried.py),
+    and the distinct keys its rows name (``key_expr``: the key column as an array of names,
+    table/keys.py): one grouped aggregation (one small Spark job), whatever the number of tables."""
     paths = list(leaf_paths(struct))
     counts = [count_column(p).alias(f"c{i}") for i, p in enumerate(paths)]
+    if key_expr is not None:
+        counts.append(F.collect_set(key_expr).alias("keys"))
     rows = routed.groupBy(ROUTE_COLUMN).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
-    return {r[0]: frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]) for r in rows}
+    carried = {r[0]: frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]) for r in rows}
+    named = {r[0]: {tuple(k) for k in r["keys"]} for r in rows if key_expr is not None and r[0] is not None}
+    return carried, named
 
 
 class RoutedJob:
@@ -238,16 +245,15 @@ class RoutedJob:
             routed.unpersist()
 
     def _process(self, routed: DataFrame, struct: StructType, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
+        # Per-table keys (table/keys.py): the keys each table's rows name in the key column.
+        key_column = self._config.changes.key_column if self._config.changes is not None else None
+        names_of_key = key_names(routed.schema, key_column) if key_column is not None else None
         try:
-            carried = carried_columns(routed, struct)
+            carried, named = carried_columns(routed, struct, names_of_key)
         except Exception as e:
             raise self._write_error(e, checkpoint_id) from e
         names = check_table_names(list(carried), self._route)
-        # Per-table keys (table/keys.py): the keys each table's rows name in the key column.
-        key_column = self._config.changes.key_column if self._config.changes is not None else None
-        named: dict[str, set[tuple[str, ...]]] = {}
         if key_column is not None:
-            named = row_keys(routed, ROUTE_COLUMN, key_column)
             routed = routed.drop(key_column)
         self.commit_pending(before=checkpoint_id, skip=frozenset(names))
         plans: dict[str, CheckpointPlan] = {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -55,13 +55,6 @@ def key_names(df_schema: T.StructType, key_column: str) -> Column:
         f"key column {key_column!r}: expected a string ('a,b') or an array of strings naming each row's key "
         f"columns, received type {field.dataType.simpleString()}"
     )
-
-
-def row_keys(df: DataFrame, group_column: str, key_column: str) -> dict[str, set[tuple[str, ...]]]:
-    """Per value of ``group_column`` (a routed table), the distinct keys its rows name (one small job)."""
-    names = key_names(df.schema, key_column)
-    rows = df.groupBy(group_column).agg(F.collect_set(names).alias("keys")).collect()
-    return {r[0]: {tuple(k) for k in r["keys"]} for r in rows if r[0] is not None}
 
 
 def resolve_key(
