@@ -202,7 +202,6 @@ class ProcessTree:
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from iceberg_sink import IcebergSink
@@ -210,19 +209,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     tree = ProcessTree()
     tree.start()
     scratch = Path(tempfile.mkdtemp(prefix="bench-memory-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("iceberg_sink-memory")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = case_session("iceberg_sink-memory")
     try:
         partitions = case["partitions"]
         builder = (
@@ -272,10 +259,32 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _spawn(case: dict[str, Any]) -> dict[str, Any]:
+def case_session(app_name: str) -> Any:
+    """The SparkSession of one case's child process: local[2], 1 GiB driver, 2 shuffle partitions
+    (2 writer tasks), Arrow batches of ARROW_BATCH_ROWS (also used by benchmarks/routing_memory.py)."""
+    from pyspark.sql import SparkSession  # in the child only: the parent measures without Spark
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spawn_case(module: str, case: dict[str, Any]) -> dict[str, Any]:
+    """Run ``python -m module --case JSON`` in a child process; its last stdout line is the result."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.memory", "--case", json.dumps(case)],
+        [sys.executable, "-m", module, "--case", json.dumps(case)],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
@@ -413,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for case in cases:
         log(f"case {case}")
-        result = annotate(_spawn(case))
+        result = annotate(spawn_case("benchmarks.memory", case))
         log(
             f"  {result['seconds']} s, {result['added_data_files']} files, worker peak "
             f"{result['peak_bytes']['worker_max'] / MIB:.0f} MiB (bound {result['worker_bound_bytes'] / MIB:.0f}), "

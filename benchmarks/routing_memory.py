@@ -34,18 +34,16 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.memory import MIB, ProcessTree
+from benchmarks.memory import ARROW_BATCH_ROWS, MIB, ProcessTree, case_session, spawn_case
 
 UNLIMITED_OPEN_FILES = 1_000_000
 BUFFER_BYTES = 1 * MIB
-ARROW_BATCH_ROWS = 10_000
 
 
 def log(message: str) -> None:
@@ -53,7 +51,6 @@ def log(message: str) -> None:
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from iceberg_sink import IcebergSink
@@ -61,19 +58,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     tree = ProcessTree()
     tree.start()
     scratch = Path(tempfile.mkdtemp(prefix="bench-routing-memory-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("iceberg_sink-routing-memory")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = case_session("iceberg_sink-routing-memory")
     try:
         tables = case["tables"]
         sink = (
@@ -151,19 +136,6 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _spawn(case: dict[str, Any]) -> dict[str, Any]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.routing_memory", "--case", json.dumps(case)],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def markdown_table(report: dict[str, Any]) -> str:
     """The results table of docs/benchmarks-routing-memory.md, in MiB."""
     rows = [
@@ -213,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for case in cases:
         log(f"case {case}")
-        result = _spawn(case)
+        result = spawn_case("benchmarks.routing_memory", case)
         log(
             f"  peak open files {result['writer_peak_open_files']}, worker peak "
             f"{result['peak_bytes']['worker_max'] / MIB:.0f} MiB, driver python "
