@@ -40,6 +40,9 @@ ELEMENT = "[]"
 VALUE = "{}"
 #: Paths as nested dicts: name -> the names below it (see each use for what an empty dict means).
 _Tree = dict[str, "_Tree"]
+#: A table's fields reached through structs (and the element and value structs of lists and maps,
+#: under ELEMENT and VALUE): name -> the fields below it, an empty dict for a leaf (table_tree).
+FieldTree = _Tree
 
 
 def _struct_inside(t: T.DataType) -> tuple[str, T.StructType] | None:

@@ -15,13 +15,12 @@ table's files before opening the next table's.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
 
-from iceberg_sink.table.carried import ELEMENT, VALUE, Path, display
+from iceberg_sink.table.carried import ELEMENT, VALUE, FieldTree, Path, display, table_tree
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import _TOTAL_BUFFER_FACTOR, TaskWriter
@@ -51,25 +50,6 @@ def split_by_column(batch: pa.RecordBatch | pa.Table, column: str) -> Iterator[t
         start = end
 
 
-#: A table's fields reached through structs (and the element and value structs of lists and maps,
-#: under carried.ELEMENT and carried.VALUE): name -> the fields below it, None for a leaf.
-_FieldTree = dict[str, "_FieldTree | None"]
-
-
-def _field_tree(fields: Iterable[NestedField]) -> _FieldTree:
-    return {f.name: _type_tree(f.field_type) for f in fields}
-
-
-def _type_tree(t: IcebergType) -> _FieldTree | None:
-    if isinstance(t, StructType):
-        return _field_tree(t.fields)
-    if isinstance(t, ListType) and isinstance(t.element_type, StructType):
-        return {ELEMENT: _field_tree(t.element_type.fields)}
-    if isinstance(t, MapType) and isinstance(t.value_type, StructType):
-        return {VALUE: _field_tree(t.value_type.fields)}
-    return None
-
-
 def _inside(t: pa.DataType) -> tuple[str, pa.DataType] | None:
     """The segment and type of a list's element struct or a map's value struct (None: not such)."""
     if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type):
@@ -79,12 +59,12 @@ def _inside(t: pa.DataType) -> tuple[str, pa.DataType] | None:
     return None
 
 
-def _covers(own: _FieldTree, name: str, arrow_type: pa.DataType) -> bool:
+def _covers(own: FieldTree, name: str, arrow_type: pa.DataType) -> bool:
     """Whether ``own`` has field ``name`` and every field below it that ``arrow_type`` has."""
     if name not in own:
         return False
     inner = own[name]
-    if inner is None:
+    if not inner:  # a leaf of the table (check_compatible judged its type)
         return True
     if pa.types.is_struct(arrow_type):
         return all(_covers(inner, f.name, f.type) for f in arrow_type)
@@ -102,7 +82,7 @@ def _elements(array: pa.Array, set_here: pa.Array) -> tuple[pa.Array, pa.Array]:
 
 
 def _values_outside(
-    array: pa.Array, name: str, own: _FieldTree, valid: pa.Array | None, path: Path = ()
+    array: pa.Array, name: str, own: FieldTree, valid: pa.Array | None, path: Path = ()
 ) -> Iterator[Path]:
     """The paths of ``array`` (field ``name`` of a struct whose fields are ``own``, under the rows
     ``valid`` where its enclosing structs are set; None: every row) that hold a value in a field the
@@ -114,8 +94,8 @@ def _values_outside(
             yield path
         return
     inner = own[name]
-    if inner is None:
-        return  # a field the table has: conform.py casts it
+    if not inner:
+        return  # a leaf the table has: conform.py casts it
     set_here = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
     if pa.types.is_struct(array.type):
         for i in range(array.type.num_fields):
@@ -159,7 +139,7 @@ class MultiTableTaskWriter:
         self._buffer_bytes = buffer_bytes
         # Least recently written table first.
         self._writers: OrderedDict[str, TaskWriter] = OrderedDict()
-        self._columns: dict[str, _FieldTree] = {}  # per table: the fields it may be given values in
+        self._columns: dict[str, FieldTree] = {}  # per table: the fields it may be given values in
         self.peak_open_files = 0
         # Each table's buffered bytes and their sum, refreshed for the tables a write, flush or file
         # eviction changed: summing every table's buffers after every write made a task's work grow
@@ -227,10 +207,10 @@ class MultiTableTaskWriter:
         own = self._columns.get(table or "")
         if own is None:
             spec = self._specs[table or ""]
-            own = _field_tree(spec.schema.fields)
+            own = table_tree(spec.schema.fields)
             for name in (self._route_column, spec.op_column):
                 if name is not None:
-                    own[name] = None
+                    own[name] = {}  # a leaf: route and op columns are the writer's, never checked
             self._columns[table or ""] = own
         for name, field in zip(rows.column_names, rows.schema, strict=True):
             if _covers(own, name, field.type):
