@@ -81,9 +81,9 @@ class PhaseTimer:
 
     @contextmanager
     def installed(self) -> Iterator[PhaseTimer]:
-        from iceberg_sink import pipeline
         from iceberg_sink.committer.aggregator import CommitAggregator
         from iceberg_sink.committer.committer import IcebergCommitter
+        from iceberg_sink.job import pipeline
 
         self._wrap(pipeline, "write_dataframe", "spark_write")
         self._wrap(CommitAggregator, "aggregate", "aggregate")

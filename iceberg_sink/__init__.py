@@ -28,7 +28,7 @@ from iceberg_sink.errors import (
     WorkerEnvironmentError,
     WriteFailedError,
 )
-from iceberg_sink.metrics import MetricsSnapshot
+from iceberg_sink.observe.metrics import MetricsSnapshot
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult
 from iceberg_sink.topology.conversion import ConversionConfig, ConversionResult

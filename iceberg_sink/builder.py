@@ -14,7 +14,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
-from iceberg_sink.prometheus import PrometheusConfig, require_prometheus_client
+from iceberg_sink.observe.prometheus import PrometheusConfig, require_prometheus_client
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact, scrub
 from iceberg_sink.table.keys import resolve_key
@@ -169,7 +169,7 @@ class IcebergSinkBuilder:
         """Apply ``fn`` to every micro-batch (and to ``write()``'s DataFrame) before anything else.
 
         For readers whose output schema is known only per batch, such as
-        :func:`iceberg_sink.debezium.read_envelope` and :func:`iceberg_sink.readers.read_json`: the
+        :func:`iceberg_sink.sources.debezium.read_envelope` and :func:`iceberg_sink.sources.readers.read_json`: the
         table is created or checked against ``fn``'s output at each batch, not when the stream starts.
         """
         self._map_batches.append(fn)
@@ -177,9 +177,9 @@ class IcebergSinkBuilder:
 
     def debezium(self, value_column: str = "value", **kwargs: Any) -> IcebergSinkBuilder:
         """Read each micro-batch as Debezium JSON envelopes: shorthand for
-        ``.map_batches(lambda b: read_envelope(b, value_column, **kwargs))`` (see iceberg_sink/debezium.py
+        ``.map_batches(lambda b: read_envelope(b, value_column, **kwargs))`` (see iceberg_sink/sources/debezium.py
         and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``."""
-        from iceberg_sink.debezium import read_envelope
+        from iceberg_sink.sources.debezium import read_envelope
 
         def read(batch: DataFrame) -> DataFrame:
             return read_envelope(batch, value_column, **kwargs)

@@ -57,7 +57,7 @@ class ChangeConfig:
 
 @attrs.frozen
 class RouteConfig:
-    """Routing of one stream to many tables (see iceberg_sink/routing.py).
+    """Routing of one stream to many tables (see iceberg_sink/job/routing.py).
 
     Attributes:
         table_column: the input column naming each row's table (not written to the tables).
@@ -93,7 +93,7 @@ class SinkConfig:
         conversion: post-commit equality-delete conversion settings (topology/conversion), or None.
         map_batches: functions applied, in order, to every micro-batch before anything else
             (``.map_batches``, ``.debezium``).
-        prometheus: where to serve the metrics to Prometheus (iceberg_sink/prometheus.py), or None.
+        prometheus: where to serve the metrics to Prometheus (iceberg_sink/observe/prometheus.py), or None.
         route: how rows are routed to many tables, or None for a single-table sink. Each routed
             table is written with this configuration with ``table`` set to it and ``route`` None.
     """

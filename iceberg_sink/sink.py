@@ -17,11 +17,11 @@ from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.idle import retry_while_idle
-from iceberg_sink.metrics import MetricsSnapshot, SinkMetrics
-from iceberg_sink.pipeline import SinkJob
-from iceberg_sink.prometheus import MetricsServer
-from iceberg_sink.routing import RoutedJob
+from iceberg_sink.job.idle import retry_while_idle
+from iceberg_sink.job.pipeline import SinkJob
+from iceberg_sink.job.routing import RoutedJob
+from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
+from iceberg_sink.observe.prometheus import MetricsServer
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
@@ -266,7 +266,7 @@ class IcebergSink:
         commit_pending: Callable[[], object],
         what: str,
     ) -> None:
-        """Commit checkpoints a catalog outage left pending while the stream is idle (iceberg_sink/idle.py)."""
+        """Commit checkpoints a catalog outage left pending while the stream is idle (iceberg_sink/job/idle.py)."""
         interval_ms = options.resolve(self._config.options, {}).get(options.PENDING_RETRY_INTERVAL_MS)
         if interval_ms > 0:
             retry_while_idle(query, batch_lock, has_pending, commit_pending, interval_ms / 1000, what)

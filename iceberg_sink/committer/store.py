@@ -6,7 +6,7 @@ Layout under ``<checkpoint_location>/iceberg_sink/``::
     committables/<id:020d>.json    written before its commit is attempted, removed after it lands
     table.json                     {"table_uuid": ...}: routed tables only (see :meth:`CheckpointStore.pin_table_uuid`)
 
-A routed sink (one stream, many tables: see iceberg_sink/routing.py) keeps one such folder per
+A routed sink (one stream, many tables: see iceberg_sink/job/routing.py) keeps one such folder per
 table under ``<checkpoint_location>/iceberg_sink/tables/<table>/`` (:meth:`CheckpointStore.for_table`).
 
 Writes go to a temporary name and are renamed into place (atomic on local and HDFS-like file

@@ -1,7 +1,7 @@
 """The fields a routed table's rows carry, down into structs (routing.py, SinkJob.own_columns).
 
 A routed stream has one schema, the union of its tables'; a struct column shared by name (a
-Debezium ``after``, a JSON payload parsed by :func:`iceberg_sink.readers.read_json`) holds every
+Debezium ``after``, a JSON payload parsed by :func:`iceberg_sink.sources.readers.read_json`) holds every
 table's nested fields, null in the other tables' rows. So a table's input in a batch is decided per
 field path: a field is *carried* by a table when it holds a value in at least one of its rows.
 

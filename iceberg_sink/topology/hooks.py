@@ -17,7 +17,7 @@ import attrs
 
 from iceberg_sink.committer.committable import CommitSummary
 from iceberg_sink.errors import CommitVetoedError, IcebergSinkError
-from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.observe.metrics import SinkMetrics
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Upkeep a streaming table needs besides compaction: expire snapshots, remove orphan files, rewrite
 manifests, convert equality deletes into position deletes (topology/conversion). Each is a
-standalone job (API here, CLI in iceberg_sink/cli.py).
+standalone job (API here, CLI in iceberg_sink/cli/main.py).
 
 Expiring keeps, for every iceberg_sink job, its newest snapshot on each branch and the snapshot of its
 highest checkpoint wherever it is (an earlier expiry may have cut the parent chain above it): the

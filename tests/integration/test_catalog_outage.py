@@ -201,7 +201,7 @@ def test_idle_stream_commits_its_pending_checkpoints_once_the_catalog_is_back(
     java_reader: JavaIcebergReader,
     tmp_path: Path,
 ) -> None:
-    """No new data after the outage: the idle retry (iceberg_sink/idle.py) commits what is pending."""
+    """No new data after the outage: the idle retry (iceberg_sink/job/idle.py) commits what is pending."""
     props = sql_catalog_properties(postgres, "idle", tmp_path / "wh")
     feed = Feed(tmp_path / "src", cdc=True)
     sink = feed.builder(props, "db.t").write_option("iceberg-sink.commit.pending-retry-interval-ms", 200).build()

@@ -1,4 +1,4 @@
-"""Debezium envelopes (iceberg_sink/debezium.py) end to end, with a source schema change mid-stream.
+"""Debezium envelopes (iceberg_sink/sources/debezium.py) end to end, with a source schema change mid-stream.
 
 Events have Debezium's real shape: ``{"schema": ..., "payload": {"before", "after", "op", "source":
 {"db", "schema", "table", "lsn", ...}, "ts_ms"}}`` (or the payload alone), Kafka-style rows with a
@@ -22,7 +22,7 @@ from pyiceberg.types import IntegerType, LongType, StringType
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink, InvalidInputError, _faults
-from iceberg_sink.debezium import read_envelope
+from iceberg_sink.sources.debezium import read_envelope
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop

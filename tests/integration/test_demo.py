@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
-from iceberg_sink.demo import Generator, LiveDisplay, differences
+from iceberg_sink.cli.demo import Generator, LiveDisplay, differences
 
 pytestmark = pytest.mark.slow
 

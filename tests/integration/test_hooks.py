@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import CommitResult, CommitSummary, CommitVetoedError, IcebergSink, PostCommitHookError
 from iceberg_sink.committer.store import CheckpointStore
-from iceberg_sink.pipeline import SinkJob
+from iceberg_sink.job.pipeline import SinkJob
 from tests.helpers import LosingCatalog
 
 

@@ -22,7 +22,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from iceberg_sink import IcebergSink, InvalidSinkConfigError
 from iceberg_sink.committer.summary_keys import JobKeys
-from iceberg_sink.metrics import HistogramStatistics
+from iceberg_sink.observe.metrics import HistogramStatistics
 
 BATCHES = 4
 ROWS = 40

@@ -297,7 +297,7 @@ def test_catalog_outage_keeps_each_tables_checkpoints_pending_until_a_later_batc
     also for a table that later batch routes no row to."""
     import sqlite3
 
-    from iceberg_sink.routing import RoutedJob
+    from iceberg_sink.job.routing import RoutedJob
 
     (tmp_path / "wh").mkdir()
     props = {
@@ -435,7 +435,7 @@ def test_a_table_whose_commit_failed_is_committed_by_a_later_batch_without_its_r
     """A table whose commit was refused (a pre-commit hook's veto, once) keeps its checkpoint stored;
     the job remembers it, and a later micro-batch that routes no row to it commits it first."""
     from iceberg_sink import CommitVetoedError
-    from iceberg_sink.routing import RoutedJob
+    from iceberg_sink.job.routing import RoutedJob
 
     vetoes = []
 

@@ -200,7 +200,7 @@ def schema_history(table: Table) -> list[list[str]]:
 def test_routed_json_stream_gives_each_table_only_the_nested_fields_its_rows_carry(
     spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:
-    from iceberg_sink.readers import read_json
+    from iceberg_sink.sources.readers import read_json
     from tests.integration.test_schema_evolution import json_files
 
     # One JSON topic for three tables; read_json parses each batch into the union struct `payload`,

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 
 from iceberg_sink import IcebergSink, InvalidInputError, InvalidSinkConfigError, SchemaMismatchError, _faults
 from iceberg_sink._iceberg.retry import RetryPolicy
-from iceberg_sink.readers import read_json
+from iceberg_sink.sources.readers import read_json
 from iceberg_sink.table import evolution
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 

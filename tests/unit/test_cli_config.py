@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from iceberg_sink import runconfig
-from iceberg_sink.cli import EXIT_NOT_FOUND, EXIT_USAGE, main
+from iceberg_sink.cli import EXIT_NOT_FOUND, EXIT_USAGE, main, runconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "pipeline.yaml"

@@ -12,7 +12,7 @@ from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.position_deletes import FILE_PATH_ID
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.job import CompactionResult, _validate
 from iceberg_sink.topology.compaction.planner import CompactionPlan, RewriteGroup

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from iceberg_sink.metrics import HISTOGRAM_WINDOW, QUANTILES, MetricsSnapshot, SinkMetrics
+from iceberg_sink.observe.metrics import HISTOGRAM_WINDOW, QUANTILES, MetricsSnapshot, SinkMetrics
 
 FLINK_WRITER = {
     "flushedDataFiles",

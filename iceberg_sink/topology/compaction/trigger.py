@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.job import CompactionResult, compact

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from pyiceberg.table import Table
 
-from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.conversion.config import ConversionConfig
 from iceberg_sink.topology.conversion.index import DEFAULT_MAX_BYTES, KeyIndex

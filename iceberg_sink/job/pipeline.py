@@ -65,7 +65,7 @@ from iceberg_sink.errors import (
     UnsupportedTableError,
     WriteFailedError,
 )
-from iceberg_sink.metrics import SinkMetrics
+from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table import evolution
 from iceberg_sink.table.carried import project as project_carried

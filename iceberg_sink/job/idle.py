@@ -30,7 +30,7 @@ def retry_while_idle(
     what: str,
 ) -> threading.Thread:
     """Start the thread that commits pending checkpoints of ``query``'s sink between micro-batches."""
-    from iceberg_sink.pipeline import CatalogOutage
+    from iceberg_sink.job.pipeline import CatalogOutage
 
     stopped = threading.Event()
 

@@ -1,4 +1,4 @@
-"""The demo pipeline: ``iceberg-sink demo`` (also ``python -m iceberg_sink.demo``, ``./scripts/demo.sh``).
+"""The demo pipeline: ``iceberg-sink demo`` (also ``python -m iceberg_sink.cli.demo``, ``./scripts/demo.sh``).
 
 Generates account change events (inserts, updates and deletes of accounts, keyed by ``account_id``)
 into Parquet files, streams them through Spark into an Iceberg table on the embedded default (local

@@ -5,7 +5,7 @@
 
 Each row names its table in the route column (``.route(table_column=...)``, or ``.route(fn)``
 applied as an Arrow-optimized Python UDF); names without a namespace get the route's namespace.
-Every routed table is driven by its own :class:`~iceberg_sink.pipeline.SinkJob`, built from the
+Every routed table is driven by its own :class:`~iceberg_sink.job.pipeline.SinkJob`, built from the
 sink's configuration with ``table`` set to it, so a routed table goes through exactly the per-table
 steps of a single-table sink: creation or checks (``ensure_table``), pending commits, the replay and
 rewind checks, writer specs, aggregation, persistence and the idempotent commit.
@@ -52,8 +52,8 @@ from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
-from iceberg_sink.metrics import SinkMetrics
-from iceberg_sink.pipeline import CatalogOutage, CheckpointPlan, SinkJob, write_error
+from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob, write_error
+from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.topology.changes import reduce_changes
@@ -221,7 +221,7 @@ class RoutedJob:
         _raise_first(failures)
 
     def has_pending(self) -> bool:
-        """Whether some table may have a stored committable (iceberg_sink/idle.py asks between batches)."""
+        """Whether some table may have a stored committable (iceberg_sink/job/idle.py asks between batches)."""
         return any(self.jobs[t].has_pending() for t in sorted(self._maybe_pending))
 
     def next_checkpoint_id(self) -> int:

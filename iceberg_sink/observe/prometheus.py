@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.metrics import QUANTILES, HistogramStatistics, MetricsSnapshot
+from iceberg_sink.observe.metrics import QUANTILES, HistogramStatistics, MetricsSnapshot
 
 PREFIX = "iceberg_sink"
 

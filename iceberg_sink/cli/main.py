@@ -247,7 +247,7 @@ def _partition_filter(table: Table, items: Sequence[str]) -> Callable[[int, tupl
         if not sep:
             raise UsageError(f"--partition: expected FIELD=VALUE, received {item!r}")
         wanted[name] = value
-    from iceberg_sink.inspection import partition_label
+    from iceberg_sink.cli.inspection import partition_label
 
     def keep(spec_id: int, partition: tuple[Any, ...]) -> bool:
         labels = dict(
@@ -290,7 +290,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 
 @command("run", "run a streaming pipeline from a YAML config file", _run_arguments)
 def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink import runconfig
+    from iceberg_sink.cli import runconfig
 
     if not os.path.isfile(args.config):
         raise NotFoundError(f"config file {args.config} does not exist")
@@ -353,7 +353,7 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
     "inspect", "snapshots, jobs, pending checkpoints, files per partition, what compaction would do", _inspect_arguments
 )
 def _inspect(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink import inspection
+    from iceberg_sink.cli import inspection
 
     if not (args.table or args.table_arg) and args.checkpoint_location:
         return _inspect_jobs(args, out)
@@ -380,7 +380,7 @@ def _inspect(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 
 def _inspect_jobs(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     """``inspect --checkpoint-location DIR`` without TABLE: the tables of the job under each DIR."""
-    from iceberg_sink import inspection
+    from iceberg_sink.cli import inspection
 
     lookup = catalog_lookup(args)
     jobs = []
@@ -413,7 +413,8 @@ def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     config = _compaction_config(args)
     keep = _partition_filter(table, args.partition)
     if args.dry_run:
-        from iceberg_sink import inspection, options
+        from iceberg_sink import options
+        from iceberg_sink.cli import inspection
         from iceberg_sink.topology.compaction.planner import plan
 
         target = options.resolve({}, table.properties).get(options.TARGET_FILE_SIZE_BYTES)
@@ -546,7 +547,7 @@ def _manifests(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 
 
 # ---- demo ----------------------------------------------------------------------------------------
-# Listed here for --help; main() hands `iceberg-sink demo ...` to iceberg_sink/demo.py, which parses
+# Listed here for --help; main() hands `iceberg-sink demo ...` to iceberg_sink/cli/demo.py, which parses
 # its own options.
 
 
@@ -592,7 +593,7 @@ def parser() -> argparse.ArgumentParser:
 
 def exit_code(error: BaseException) -> int:
     """The documented exit code of an error (see EXIT_CODES)."""
-    from iceberg_sink import runconfig
+    from iceberg_sink.cli import runconfig
 
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
@@ -638,10 +639,10 @@ def describe(error: BaseException) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # -- demo: its own options and output (iceberg_sink/demo.py).
+    # -- demo: its own options and output (iceberg_sink/cli/demo.py).
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["demo"]:
-        from iceberg_sink import demo
+        from iceberg_sink.cli import demo
 
         return demo.main(arguments[1:], prog="iceberg-sink demo")
     # -- end demo
@@ -663,7 +664,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"command": args.command, "ok": True, **result}, default=str), flush=True)
     return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 - snapshots, newest first, with the job id and checkpoint id that wrote them (committer/summary_keys.py);
 - pending checkpoints under checkpoint locations (committer/store.py): written, maybe not committed;
-  a routed job's location (iceberg_sink/routing.py) holds them per table, under ``tables/<table>/``;
+  a routed job's location (iceberg_sink/job/routing.py) holds them per table, under ``tables/<table>/``;
 - ``iceberg-sink inspect --checkpoint-location DIR`` without a table: every table of the job at DIR
   (:func:`job_tables`), with its pending checkpoints, table UUID and last committed checkpoint;
 - live data and delete files of the branch head, counted and sized per partition;

@@ -1,0 +1,254 @@
+"""Counters a sink keeps about its writers, commits, hooks and maintenance runs.
+
+:class:`SinkMetrics` is shared by every job of one sink and updated on the driver: writer metrics
+come from the ``WriteResult`` values the stateless writer tasks return, committer metrics from each
+commit, maintenance metrics from compaction and equality-delete conversion runs.
+:meth:`MetricsSnapshot.flink` names them as Flink's Iceberg sink does (``IcebergStreamWriterMetrics``,
+``IcebergFilesCommitterMetrics``, ``TableMaintenanceMetrics``); docs/metrics.md lists every one.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+HISTOGRAM_WINDOW = 1024
+"""Sizes kept for the histograms' statistics (Flink's writer keeps a sliding window of 1,024)."""
+QUANTILES = (0.5, 0.75, 0.95, 0.98, 0.99, 0.999)
+"""The quantiles a histogram reports (those Flink's Prometheus reporter exports)."""
+
+
+@attrs.frozen
+class HistogramStatistics:
+    """Statistics of a file size histogram, like a Flink ``Histogram``.
+
+    ``count`` and ``total`` cover every file since the sink was built; ``min``, ``max``, ``mean``,
+    ``stddev`` and ``quantiles`` cover the newest :data:`HISTOGRAM_WINDOW` files (0 when none).
+    """
+
+    count: int = 0
+    total: int = 0
+    min: int = 0
+    max: int = 0
+    mean: float = 0.0
+    stddev: float = 0.0
+    quantiles: tuple[tuple[float, float], ...] = ()
+
+    def quantile(self, q: float) -> float:
+        return dict(self.quantiles).get(q, 0.0)
+
+
+class _Histogram:
+    """All-time count and sum, and a sliding window of the newest values (not thread-safe)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+        self.window: collections.deque[int] = collections.deque(maxlen=HISTOGRAM_WINDOW)
+
+    def update(self, values: Iterable[int]) -> None:
+        for v in values:
+            self.count += 1
+            self.total += v
+            self.window.append(v)
+
+    def statistics(self) -> HistogramStatistics:
+        values = sorted(self.window)
+        if not values:
+            return HistogramStatistics(count=self.count, total=self.total)
+        mean = sum(values) / len(values)
+        variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+
+        def quantile(q: float) -> float:
+            # Dropwizard's UniformSnapshot.getValue: linear interpolation at q * (n + 1).
+            pos = q * (len(values) + 1)
+            if pos < 1:
+                return float(values[0])
+            if pos >= len(values):
+                return float(values[-1])
+            lower = values[int(pos) - 1]
+            upper = values[int(pos)]
+            return lower + (pos - math.floor(pos)) * (upper - lower)
+
+        return HistogramStatistics(
+            count=self.count,
+            total=self.total,
+            min=values[0],
+            max=values[-1],
+            mean=mean,
+            stddev=math.sqrt(variance),
+            quantiles=tuple((q, quantile(q)) for q in QUANTILES),
+        )
+
+
+@attrs.frozen
+class MetricsSnapshot:
+    """A point-in-time copy of a sink's counters."""
+
+    commits: int
+    skipped_commits: int
+    commit_conflict_retries: int
+    committed_data_files: int
+    committed_delete_files: int
+    committed_records: int
+    committed_bytes: int
+    last_commit_duration_ms: float
+    last_checkpoint_duration_ms: float
+    elapsed_seconds_since_last_successful_commit: float | None
+    post_commit_hook_failures: int
+    vetoed_commits: int
+    compactions_triggered: int
+    compactions_succeeded: int
+    compactions_failed: int
+    compactions_noop: int
+    compaction_dropped_groups: int
+    compaction_replans: int
+    compaction_rewritten_files: int
+    compaction_added_files: int
+    compaction_removed_delete_files: int
+    last_compaction_duration_ms: float
+    conversions_triggered: int
+    conversions_succeeded: int
+    conversions_failed: int
+    conversion_removed_equality_delete_files: int
+    conversion_added_position_delete_files: int
+    last_conversion_duration_ms: float
+    last_conversion_error: str | None
+    conversion_data_files_read: int
+    conversion_duration_ms: float
+    conversion_key_index_bytes: int
+    # Checkpoints written but not committed because the catalog was unreachable (now), and how many
+    # commits were deferred that way (ever).
+    pending_checkpoints: int = 0
+    deferred_commits: int = 0
+    # Writers (from the WriteResults of each checkpoint's tasks, aggregated on the driver).
+    flushed_data_files: int = 0
+    flushed_delete_files: int = 0
+    flushed_records: int = 0
+    last_flush_duration_ms: float = 0.0
+    # Routed sinks: the most Parquet files one writer task of the last written checkpoint held open at
+    # once, over all its tables (bounded by iceberg-sink.writer.max-open-files).
+    writer_peak_open_files: int = 0
+    data_files_size_histogram: HistogramStatistics = HistogramStatistics()
+    delete_files_size_histogram: HistogramStatistics = HistogramStatistics()
+    # Committed files, split as Flink's CommitSummary does (committed_records/bytes above are the
+    # data records and the data + delete bytes).
+    committed_data_files_record_count: int = 0
+    committed_data_files_byte_count: int = 0
+    committed_delete_files_record_count: int = 0
+    committed_delete_files_byte_count: int = 0
+    compaction_rewritten_bytes: int = 0
+    compaction_added_bytes: int = 0
+    # Seconds since the sink was built: Flink's elapsedSecondsSinceLastSuccessfulCommit counts from
+    # the operator's start until the first commit.
+    uptime_seconds: float = 0.0
+
+    def flink(self) -> dict[str, Any]:
+        """These metrics under the names of Flink's Iceberg sink, grouped as Flink groups them.
+
+        Returns ``{"IcebergStreamWriter": {...}, "IcebergFilesCommitter": {...}, "maintenance":
+        {"RewriteDataFiles": {...}, "ConvertEqualityDeletes": {...}}}``; histograms are
+        :class:`HistogramStatistics`, durations whole milliseconds, counts ints.
+        """
+        elapsed = self.elapsed_seconds_since_last_successful_commit
+        return {
+            "IcebergStreamWriter": {
+                "flushedDataFiles": self.flushed_data_files,
+                "flushedDeleteFiles": self.flushed_delete_files,
+                "lastFlushDurationMs": round(self.last_flush_duration_ms),
+                "dataFilesSizeHistogram": self.data_files_size_histogram,
+                "deleteFilesSizeHistogram": self.delete_files_size_histogram,
+            },
+            "IcebergFilesCommitter": {
+                "lastCheckpointDurationMs": round(self.last_checkpoint_duration_ms),
+                "lastCommitDurationMs": round(self.last_commit_duration_ms),
+                "elapsedSecondsSinceLastSuccessfulCommit": int(elapsed if elapsed is not None else self.uptime_seconds),
+                "committedDataFilesCount": self.committed_data_files,
+                "committedDataFilesRecordCount": self.committed_data_files_record_count,
+                "committedDataFilesByteCount": self.committed_data_files_byte_count,
+                "committedDeleteFilesCount": self.committed_delete_files,
+                "committedDeleteFilesRecordCount": self.committed_delete_files_record_count,
+                "committedDeleteFilesByteCount": self.committed_delete_files_byte_count,
+            },
+            "maintenance": {
+                "RewriteDataFiles": {
+                    "triggered": self.compactions_triggered,
+                    "succeededTasks": self.compactions_succeeded,
+                    "failedTasks": self.compactions_failed,
+                    "lastRunDurationMs": round(self.last_compaction_duration_ms),
+                    "addedDataFileNum": self.compaction_added_files,
+                    "addedDataFileSize": self.compaction_added_bytes,
+                    "removedDataFileNum": self.compaction_rewritten_files,
+                    "removedDataFileSize": self.compaction_rewritten_bytes,
+                },
+                "ConvertEqualityDeletes": {
+                    "triggered": self.conversions_triggered,
+                    "succeededTasks": self.conversions_succeeded,
+                    "failedTasks": self.conversions_failed,
+                    "lastRunDurationMs": round(self.last_conversion_duration_ms),
+                    "removedEqDeleteNum": self.conversion_removed_equality_delete_files,
+                    "addedPositionDeleteFileNum": self.conversion_added_position_delete_files,
+                },
+            },
+        }
+
+
+class SinkMetrics:
+    """Thread-safe counters shared by every job of one sink (streams may run concurrently)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, Any] = {f.name: 0 for f in attrs.fields(MetricsSnapshot)}
+        self._values["elapsed_seconds_since_last_successful_commit"] = None
+        self._values["last_conversion_error"] = None
+        self._last_success: float | None = None
+        self._created = time.monotonic()
+        self._data_sizes = _Histogram()
+        self._delete_sizes = _Histogram()
+        self._progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=100)
+
+    def flushed(self, data_sizes: Iterable[int], delete_sizes: Iterable[int]) -> None:
+        """Record the sizes of the files one checkpoint's writers wrote."""
+        with self._lock:
+            self._data_sizes.update(data_sizes)
+            self._delete_sizes.update(delete_sizes)
+
+    def record_progress(self, progress: dict[str, Any]) -> None:
+        """Keep the progress record of one micro-batch (the newest 100 are kept)."""
+        with self._lock:
+            self._progress.append(progress)
+
+    def progress(self) -> list[dict[str, Any]]:
+        """The newest progress records, oldest first."""
+        with self._lock:
+            return [dict(p) for p in self._progress]
+
+    def add(self, **increments: float) -> None:
+        with self._lock:
+            for key, value in increments.items():
+                self._values[key] += value
+
+    def set(self, **values: float | str | None) -> None:
+        with self._lock:
+            self._values.update(values)
+
+    def committed(self) -> None:
+        with self._lock:
+            self._last_success = time.monotonic()
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lock:
+            values = dict(self._values)
+            now = time.monotonic()
+            if self._last_success is not None:
+                values["elapsed_seconds_since_last_successful_commit"] = now - self._last_success
+            values["uptime_seconds"] = now - self._created
+            values["data_files_size_histogram"] = self._data_sizes.statistics()
+            values["delete_files_size_histogram"] = self._delete_sizes.statistics()
+        return MetricsSnapshot(**values)

@@ -1,0 +1,6 @@
+"""Sources: turning what arrives (JSON strings, Debezium envelopes) into rows the sink can write.
+
+readers.py parses JSON values against a schema (with inference for schemaless input);
+debezium.py turns Debezium change events into rows with an op column for ``.cdc``. They run before
+the pre-write topology and never touch the table.
+"""
