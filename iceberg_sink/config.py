@@ -118,7 +118,10 @@ class SinkConfig:
         return dict(self.write_options)
 
     def read_batch(self, df: Any) -> Any:
-        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes)."""
+        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes); rows a source
+        refused (sources/rejects.py) fail the batch when it is written."""
+        from iceberg_sink.sources.rejects import fail_on_reject
+
         for fn in self.map_batches:
             df = fn(df)
-        return df
+        return fail_on_reject(df)
