@@ -1,4 +1,6 @@
 """Committing on the driver: the CommitAggregator folds a checkpoint's WriteResults into staged
-manifests and one committable (persisted under the checkpoint location); the IcebergCommitter turns
-each committable into exactly one snapshot, in checkpoint order, idempotently.
+manifests and one committable (persisted under the checkpoint location, store.py); the
+IcebergCommitter turns each committable into exactly one snapshot, in checkpoint order,
+idempotently; PendingCommits (pending.py) is a job's commit step: commit now, or keep the committable
+pending through a catalog outage and commit it, in order, later.
 """

@@ -52,14 +52,14 @@ from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
-from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob, write_error
+from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
-from iceberg_sink.writer.spark import write_routed_dataframe
+from iceberg_sink.writer.spark import write_error, write_routed_dataframe
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -260,7 +260,7 @@ class RoutedJob:
         for table in names:
             job = self.job(table)
             job._spark = routed.sparkSession
-            # Each table sees its own columns only (SinkJob.own_columns): creation and schema
+            # Each table sees its own columns only (TableBinding.own_columns): creation and schema
             # evolution never take another table's columns; its writer ignores the others (all null).
             plans[table] = job.begin(struct, checkpoint_id, carried=carried[table], named_keys=named.get(table, ()))
         to_write = {t: p for t, p in plans.items() if p.done is None and p.stored is None}

@@ -1,5 +1,6 @@
 """Observing a running sink: metrics, progress records and the Prometheus endpoint.
 
-metrics.py keeps the counters and the per-micro-batch progress records (snake_case fields and
-Flink's metric names); prometheus.py serves them over HTTP. Nothing here changes what is written.
+metrics.py keeps the counters (snake_case fields and Flink's metric names); progress.py builds the
+one record per micro-batch (kept by the sink, logged as a JSON line); prometheus.py serves the
+metrics over HTTP. Nothing here changes what is written.
 """

@@ -1,6 +1,7 @@
 """Sources: turning what arrives (JSON strings, Debezium envelopes) into rows the sink can write.
 
 readers.py parses JSON values against a schema (with inference for schemaless input);
-debezium.py turns Debezium change events into rows with an op column for ``.cdc``. They run before
+debezium.py turns Debezium change events into rows with an op column for ``.cdc``; rejects.py is the
+one column a refused row carries until the job fails the batch or dead-letters it. They run before
 the pre-write topology and never touch the table.
 """

@@ -1,4 +1,4 @@
-"""The fields a routed table's rows carry, down into structs (routing.py, SinkJob.own_columns).
+"""The fields a routed table's rows carry, down into structs (routing.py, TableBinding.own_columns).
 
 A routed stream has one schema, the union of its tables'; a struct column shared by name (a
 Debezium ``after``, a JSON payload parsed by :func:`iceberg_sink.sources.readers.read_json`) holds every

@@ -17,6 +17,8 @@ from pyspark import SparkContext, TaskContext
 from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
+from iceberg_sink.errors import InvalidInputError, WriteFailedError
+from iceberg_sink.topology.changes import ERROR_MARKER
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -180,3 +182,22 @@ def write_routed_dataframe(
     if peak_open_files is not None:
         peak_open_files.extend(peaks.values())
     return results
+
+
+def write_error(error: Exception, checkpoint_id: int, target: str) -> Exception:
+    """The error to raise for a failed write of ``checkpoint_id`` (``error`` itself if not a known kind)."""
+    text = str(error)
+    if ERROR_MARKER in text:
+        # A row was refused inside Spark (null key, unknown op code): nothing was committed.
+        detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
+        return InvalidInputError(f"checkpoint {checkpoint_id} of {target} was not written: {detail}")
+    failure = task_failure(error)
+    if failure is not None:
+        return WriteFailedError(
+            f"checkpoint {checkpoint_id} of {target} was not written: a writer task failed "
+            f"on every attempt: {failure}. Nothing of it was committed; files the failed attempts wrote are "
+            "deleted or left unreferenced (remove-orphans deletes them). Fix the cause (for example disk "
+            "space or storage permissions) and run again: a restarted stream writes this checkpoint again. "
+            "The task's full traceback is in the chained exception and the executor log."
+        )
+    return error

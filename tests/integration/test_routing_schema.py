@@ -1,4 +1,4 @@
-"""Each routed table's input is its own columns (SinkJob.own_columns, routing.carried_columns).
+"""Each routed table's input is its own columns (TableBinding.own_columns, routing.carried_columns).
 
 A multi-table Debezium stream expands ``after``/``before`` into the union of every source table's
 columns; a table's rows hold null in the others'. Per table and batch, the columns with a value in at

@@ -1,0 +1,242 @@
+"""Committing a job's persisted committables, or keeping them pending through a catalog outage.
+
+    committable (persisted) ─▶ PendingCommits.commit_or_defer ─▶ IcebergCommitter ─▶ snapshot
+                                         │ catalog unreachable / outcome unknown (streams)
+                                         ▼
+                               stays stored; commit_pending() commits it, in order, later
+
+:class:`PendingCommits` owns one job's commit step: the pre-commit hooks, the idempotent commit,
+deleting the committable once its checkpoint is in the table, the commit metrics, the post-commit
+hooks and the maintenance triggers. A stream rides out a catalog outage by leaving committables
+stored (up to ``iceberg-sink.commit.max-pending-checkpoints``); each is committed, oldest first,
+one snapshot each, by the next micro-batch or the idle retry (job/idle.py). It never calls back
+into the job: what it committed is kept in :attr:`PendingCommits.committed` for the job's progress
+record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyiceberg.table import Table
+
+from iceberg_sink import _faults, options
+from iceberg_sink._iceberg.retry import catalog_unreachable
+from iceberg_sink.committer.committable import Committable
+from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
+from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.errors import CatalogUnavailableError, CommitStateUnknownError, PendingCheckpointsLimitError
+from iceberg_sink.observe.metrics import SinkMetrics
+from iceberg_sink.topology.compaction.trigger import CompactionTrigger
+from iceberg_sink.topology.conversion.trigger import ConversionTrigger
+from iceberg_sink.topology.hooks import CommitResult, HookRunner
+
+logger = logging.getLogger("iceberg_sink")
+
+
+class CatalogOutage(Exception):
+    """A stream's commit did not land (or its outcome is unknown) because the catalog is unreachable.
+
+    Raised only around the committer's commit, so a failure after a commit landed (a post-commit
+    hook, a compaction) is never taken for an outage.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class PendingCommits:
+    """One job's commit step: commit a persisted committable now, or keep it pending.
+
+    Args:
+        table_name, branch, job_id: what is committed where (for messages and hook results).
+        committer: the idempotent committer of the job.
+        store: where the job's committables are persisted.
+        hooks, metrics: the job's hooks and metrics.
+        job_properties: snapshot properties every commit of the job adds.
+        streaming: only a stream keeps checkpoints pending through an outage.
+        max_pending: the most pending checkpoints a stream keeps before it stops.
+        has_table: whether the job has loaded its table once (an outage before that is an error).
+        compaction, conversion: maintenance triggers told of each commit.
+    """
+
+    def __init__(
+        self,
+        *,
+        table_name: str,
+        branch: str,
+        job_id: str,
+        committer: IcebergCommitter,
+        store: CheckpointStore,
+        hooks: HookRunner,
+        metrics: SinkMetrics,
+        job_properties: dict[str, str],
+        streaming: bool,
+        max_pending: int,
+        has_table: Callable[[], bool],
+        compaction: CompactionTrigger | None = None,
+        conversion: ConversionTrigger | None = None,
+    ) -> None:
+        self._table_name = table_name
+        self._branch = branch
+        self._job_id = job_id
+        self._committer = committer
+        self._store = store
+        self._hooks = hooks
+        self._metrics = metrics
+        self._job_properties = job_properties
+        self._streaming = streaming
+        self._max_pending = max_pending
+        self._has_table = has_table
+        self.compaction = compaction
+        self.conversion = conversion
+        #: What was committed since :meth:`start_batch` (checkpoint, snapshot, commit time, attempts).
+        self.committed: list[dict[str, Any]] = []
+
+    def start_batch(self) -> None:
+        self.committed = []
+
+    def commit(self, committable: Committable, table: Table | None = None) -> CommitOutcome:
+        """Commit ``committable`` (idempotently) and forget it; raises :class:`CatalogOutage` when a
+        stream's catalog is unreachable (the committable stays stored)."""
+        started = time.monotonic()
+        properties = {**self._job_properties, **self._hooks.before_commit(committable.summary)}
+        try:
+            outcome = self._committer.commit(committable, extra_properties=properties, table=table)
+        except Exception as e:
+            if self.is_outage(e):
+                raise CatalogOutage(e) from e
+            raise
+        _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
+        self._store.delete(committable.checkpoint_id)
+        if outcome.cleanup is not None:
+            outcome.cleanup()
+        if outcome.snapshot is None:
+            self._metrics.add(skipped_commits=1)
+            # Already in the table, or it only deleted keys that provably do not exist.
+            logger.info("checkpoint %s needed no new snapshot; skipped", committable.checkpoint_id)
+            return outcome
+        self._committed(committable, outcome, (time.monotonic() - started) * 1000)
+        logger.info(
+            "checkpoint %s committed as snapshot %s: %s data files, %s records",
+            committable.checkpoint_id,
+            outcome.snapshot.snapshot_id,
+            committable.summary.data_files,
+            committable.summary.records,
+        )
+        return outcome
+
+    def _committed(self, committable: Committable, outcome: CommitOutcome, commit_ms: float) -> None:
+        """Metrics, the progress entry, post-commit hooks and maintenance triggers of a new snapshot."""
+        snapshot = outcome.snapshot
+        assert snapshot is not None
+        summary = committable.summary
+        data_bytes = sum(f.file_size_in_bytes for f in outcome.data_files)
+        delete_bytes = sum(f.file_size_in_bytes for f in outcome.delete_files)
+        self._metrics.add(
+            commits=1,
+            committed_data_files=summary.data_files,
+            committed_delete_files=len(outcome.delete_files),
+            committed_records=summary.records,
+            committed_bytes=data_bytes + delete_bytes,
+            committed_data_files_record_count=summary.records,
+            committed_data_files_byte_count=data_bytes,
+            committed_delete_files_record_count=sum(f.record_count for f in outcome.delete_files),
+            committed_delete_files_byte_count=delete_bytes,
+        )
+        self._metrics.set(last_commit_duration_ms=commit_ms)
+        self._metrics.committed()
+        self.committed.append(
+            {
+                "checkpoint_id": committable.checkpoint_id,
+                "snapshot_id": snapshot.snapshot_id,
+                "commit_ms": round(commit_ms, 1),
+                "attempts": outcome.attempts,
+            }
+        )
+        result = CommitResult(
+            table=self._table_name,
+            branch=self._branch,
+            job_id=self._job_id,
+            checkpoint_id=committable.checkpoint_id,
+            snapshot_id=snapshot.snapshot_id,
+            sequence_number=snapshot.sequence_number or 0,
+            operation=snapshot.summary.operation.value if snapshot.summary else "",
+            snapshot_summary=dict(snapshot.summary.additional_properties) if snapshot.summary else {},
+            checkpoint=summary,
+        )
+        self._hooks.after_commit(result)
+        if self.compaction is not None:
+            self.compaction.observe(result, outcome.data_files)
+        if self.conversion is not None:
+            self.conversion.observe(result)
+
+    def pending_ids(self) -> list[int]:
+        """The checkpoint ids of the job's stored committables, oldest first."""
+        return self._store.pending_ids()
+
+    def has_pending(self, before: int | None = None) -> bool:
+        """Whether a committable (below ``before``) is stored."""
+        return any(before is None or c < before for c in self._store.pending_ids())
+
+    def commit_pending(self, before: int | None = None) -> list[CommitOutcome]:
+        """Commit stored committables (below ``before``), oldest first, one snapshot each."""
+        outcomes = []
+        for committable in self._store.pending():
+            if before is not None and committable.checkpoint_id >= before:
+                continue
+            outcomes.append(self.commit(committable))
+        self._metrics.set(pending_checkpoints=len(self._store.pending_ids()))
+        return outcomes
+
+    # -- catalog outages -------------------------------------------------------------------
+
+    def is_outage(self, error: BaseException) -> bool:
+        """Whether ``error`` is a catalog outage a stream rides out by keeping checkpoints pending."""
+        if not self._streaming or not self._has_table():
+            return False
+        return isinstance(error, (CatalogUnavailableError, CommitStateUnknownError)) or catalog_unreachable(error)
+
+    def defer(self, checkpoint_id: int, error: BaseException) -> CommitOutcome:
+        """Keep checkpoint ``checkpoint_id`` (already stored) pending; fail past the limit."""
+        pending = self._store.pending_ids()
+        self._metrics.add(deferred_commits=1)
+        self._metrics.set(pending_checkpoints=len(pending))
+        if len(pending) > self._max_pending:
+            raise PendingCheckpointsLimitError(
+                f"{len(pending)} checkpoints of table {self._table_name} are pending (oldest: checkpoint "
+                f"{pending[0]}, newest: {pending[-1]}) because the catalog is unreachable, more than the limit "
+                f"of {self._max_pending} set by {options.MAX_PENDING_CHECKPOINTS.key}; the stream stops. "
+                f"Nothing is lost: their committables are kept under {self._store.root} and are committed "
+                f"in order, one snapshot each, when the stream restarts with the catalog reachable. "
+                f"Last catalog error: {one_line(error)}"
+            ) from error
+        logger.warning(
+            "catalog unreachable: checkpoint %s of table %s stays pending (%s pending, oldest %s; limit %s): %s",
+            checkpoint_id,
+            self._table_name,
+            len(pending),
+            pending[0],
+            self._max_pending,
+            one_line(error),
+        )
+        return CommitOutcome(checkpoint_id, None, already_committed=False, attempts=0, pending=True)
+
+    def commit_or_defer(self, committable: Committable, table: Table, error: BaseException | None) -> CommitOutcome:
+        """Commit ``committable`` now, or keep it pending when the catalog is (or becomes) unreachable."""
+        if error is not None:
+            return self.defer(committable.checkpoint_id, error)
+        try:
+            return self.commit(committable, table)
+        except CatalogOutage as e:
+            return self.defer(committable.checkpoint_id, e.error)
+
+
+def one_line(error: BaseException) -> str:
+    """``error`` as one line for messages: its type and the first line of its text."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"

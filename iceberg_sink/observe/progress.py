@@ -1,0 +1,81 @@
+"""One progress record per micro-batch: what it wrote and committed, as a dict and one JSON line.
+
+The record is kept by the sink (``IcebergSink.progress()``) and logged by the ``iceberg_sink.progress``
+logger at INFO (docs/metrics.md); a routed sink gives one per table of the micro-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+logger = logging.getLogger("iceberg_sink.progress")
+"""One JSON line per micro-batch."""
+
+
+def status_of(outcome: Any, error: BaseException | None) -> str:
+    """failed, empty (no rows), pending (outage), committed, or skipped (already in the table, or
+    only deletes of keys that do not exist)."""
+    if error is not None:
+        return "failed"
+    if outcome is None:
+        return "empty"
+    if outcome.pending:
+        return "pending"
+    return "committed" if outcome.snapshot is not None else "skipped"
+
+
+def record(
+    *,
+    table: str,
+    branch: str,
+    job_id: str,
+    checkpoint_id: int,
+    outcome: Any,
+    error: BaseException | None,
+    duration_ms: float,
+    summary: Any,
+    write_ms: float | None,
+    committed: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The progress record of micro-batch ``checkpoint_id``; ``committed``: the commits it made
+    (its own and pending ones of earlier checkpoints), ``summary``: its CommitSummary or None."""
+    own = next((c for c in committed if c["checkpoint_id"] == checkpoint_id), None)
+    return {
+        "table": table,
+        "branch": branch,
+        "job_id": job_id,
+        "checkpoint_id": checkpoint_id,
+        "status": status_of(outcome, error),
+        "snapshot_id": own["snapshot_id"] if own else None,
+        "rows": summary.records if summary else 0,
+        "data_files": summary.data_files if summary else 0,
+        "delete_files": summary.delete_files if summary else 0,
+        "bytes": summary.bytes if summary else 0,
+        "equality_deletes": summary.equality_deletes if summary else 0,
+        "position_deletes": summary.position_deletes if summary else 0,
+        "write_ms": write_ms,
+        "commit_ms": own["commit_ms"] if own else None,
+        "checkpoint_ms": round(duration_ms, 1),
+        "committed_pending": [c["checkpoint_id"] for c in committed if c["checkpoint_id"] != checkpoint_id],
+        "error": _one_line(error) if error is not None else None,
+    }
+
+
+def report(metrics: Any, **fields: Any) -> None:
+    """Build the record (:func:`record`'s arguments), keep it in ``metrics`` and log it. Reporting
+    never changes what happened to the checkpoint: a failure here is logged, not raised."""
+    try:
+        progress = record(**fields)
+        metrics.record_progress(progress)
+        logger.info("%s", json.dumps(progress, sort_keys=True))
+    except Exception:
+        logging.getLogger("iceberg_sink").exception(
+            "progress record of checkpoint %s could not be written", fields.get("checkpoint_id")
+        )
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
