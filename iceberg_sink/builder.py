@@ -28,6 +28,20 @@ from iceberg_sink.topology.hooks import PostCommitHook, PreCommitHook
 _UNSET: Any = object()
 
 
+@attrs.frozen
+class _Checked:
+    """What :meth:`IcebergSinkBuilder.validate` checked: the options parsed, before any catalog."""
+
+    route: RouteConfig | None
+    distribution: str | None
+    write_options: dict[str, Any]
+    create: CreateOptions | None
+    changes: ChangeConfig | None
+    compaction: CompactionConfig | None
+    conversion: ConversionConfig | None
+    prometheus: PrometheusConfig | None
+
+
 class IcebergSinkBuilder:
     """Fluent configuration of an :class:`IcebergSink`. Each method returns the builder."""
 
@@ -381,12 +395,19 @@ class IcebergSinkBuilder:
             return None
         return ChangeConfig(key=key, op_column=op_column, order_by=order_by, key_column=key_column)
 
-    def build(self) -> IcebergSink:
-        """Validate every option at once and return the sink.
+    def validate(self) -> None:
+        """Run every check of :meth:`build` that needs neither the catalog nor Spark, and create nothing.
+
+        ``iceberg-sink run --validate-only`` calls it, so a config it calls valid is refused by
+        :meth:`build` only for what the catalog holds (a missing table, a key the table contradicts).
 
         Raises:
-            InvalidSinkConfigError: naming each option that is wrong, what it received and what is allowed.
+            InvalidSinkConfigError: as :meth:`build` does, naming each option that is wrong.
         """
+        self._checked()
+
+    def _checked(self) -> _Checked:
+        """The options parsed and checked without a catalog; raises naming every problem at once."""
         problems: list[str] = []
         if self._catalog_error:
             problems.append(self._catalog_error)
@@ -482,9 +503,30 @@ class IcebergSinkBuilder:
                 except InvalidSinkConfigError as e:
                     problems.append(str(e))
         prometheus = self._prometheus_config(problems)
-        catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
+        return _Checked(route, distribution, parsed_options, create, changes, compaction, conversion, prometheus)
+
+    def build(self) -> IcebergSink:
+        """Validate every option at once and return the sink.
+
+        Raises:
+            InvalidSinkConfigError: naming each option that is wrong, what it received and what is allowed.
+        """
+        checked = self._checked()
+        route, distribution, parsed_options, create = (
+            checked.route,
+            checked.distribution,
+            checked.write_options,
+            checked.create,
+        )
+        changes, compaction, conversion, prometheus = (
+            checked.changes,
+            checked.compaction,
+            checked.conversion,
+            checked.prometheus,
+        )
+        catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
 
         def sink_config(table: str) -> SinkConfig:
             return SinkConfig(
