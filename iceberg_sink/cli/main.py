@@ -30,6 +30,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -45,7 +46,7 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
-from iceberg_sink.table.catalog import CatalogConfig, redact, scrub
+from iceberg_sink.table.catalog import DEFAULT_EMBEDDED_ROOT, CatalogConfig, redact, scrub
 from iceberg_sink.table.catalog import load_table as load_from_catalog
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_REFUSED = 4
 EXIT_INTERRUPTED = 130
+EXIT_STDOUT_CLOSED = 141
 
 EXIT_CODES = f"""\
 exit codes:
@@ -66,6 +68,7 @@ exit codes:
   {EXIT_NOT_FOUND}    not found or unreachable: table, catalog, config file, checkpoint location
   {EXIT_REFUSED}    refused for safety, nothing deleted (remove-orphans: listing and metadata disagree)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+  {EXIT_STDOUT_CLOSED}  stdout was closed by its reader (`... | head`): the command stopped quietly, as on SIGPIPE
 """
 
 
@@ -75,6 +78,27 @@ class NotFoundError(IcebergSinkError):
 
 class UsageError(IcebergSinkError):
     """The command line is inconsistent in a way argparse cannot see."""
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout went away (``iceberg-sink inspect t --json | head -c 10``): the command
+    stops quietly, as a command killed by SIGPIPE does (the interpreter ignores SIGPIPE, and restoring
+    its default would kill the process when a catalog's socket breaks instead)."""
+
+
+def emit(text: str, stream: Any = None) -> None:
+    """Write ``text`` to ``stream`` (stdout by default) now: every line the CLI prints goes through here.
+
+    Raises:
+        StdoutClosed: stdout's reader is gone. A closed stderr is ignored (there is no one to tell).
+    """
+    stream = sys.stdout if stream is None else stream
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        if stream is sys.stdout:
+            raise StdoutClosed() from None
 
 
 @attrs.frozen
@@ -87,7 +111,7 @@ class Output:
     def say(self, text: str) -> None:
         """A line of human output on stdout; nothing with --json."""
         if not self.json:
-            print(text, flush=True)
+            emit(text + "\n")
 
     def progress(self) -> Callable[[str, int, int], None] | None:
         """A (phase, done, total) progress callback, or None when progress is off."""
@@ -98,10 +122,8 @@ class Output:
         def show(phase: str, done: int, total: int) -> None:
             width = 30
             filled = int(width * done / total) if total else width
-            stream.write(f"\r{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} groups")
-            if done >= total:
-                stream.write("\n")
-            stream.flush()
+            end = "\n" if done >= total else ""
+            emit(f"\r{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} groups{end}", stream)
 
         return show
 
@@ -166,7 +188,29 @@ def _catalog(args: argparse.Namespace) -> CatalogConfig:
         raise UsageError("--catalog-property: only with --catalog NAME")
     if args.embedded is not None and not os.path.isdir(args.embedded):
         raise NotFoundError(f"--embedded: {args.embedded} does not exist (expected the folder of an embedded catalog)")
-    return CatalogConfig.embedded(args.embedded)
+    # Every command works on existing tables: none creates a catalog (or ./iceberg-sink-data) by looking.
+    try:
+        return CatalogConfig.embedded(args.embedded, create=False)
+    except FileNotFoundError as e:
+        raise NotFoundError(f"{e}; {_catalog_hint(args)}") from None
+
+
+def _catalog_hint(args: argparse.Namespace) -> str:
+    if args.embedded is not None:
+        return "expected the folder a sink's .embedded(DIR) (or a config's sink.embedded) wrote"
+    return (
+        "without --embedded DIR or --catalog NAME the command looks in ./iceberg-sink-data; give the folder "
+        "the pipeline uses with --embedded DIR, or --catalog NAME"
+    )
+
+
+def catalog_label(args: argparse.Namespace) -> str:
+    """Which catalog the command looks in, for messages: its name, or the embedded catalog's folder."""
+    if args.catalog:
+        return f"catalog {args.catalog!r}"
+    root = Path(args.embedded if args.embedded is not None else DEFAULT_EMBEDDED_ROOT).absolute()
+    default = "" if args.embedded is not None else ", the default without --embedded DIR or --catalog NAME"
+    return f"the embedded catalog at {root}{default}"
 
 
 def catalog_lookup(args: argparse.Namespace) -> Callable[[str], Table | None]:
@@ -207,12 +251,12 @@ def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
     """
     identifier = _table_name(args)
     lookup = catalog_lookup(args)
-    name = _catalog(args).name
+    where = catalog_label(args)
 
     def load() -> Table:
         table = lookup(identifier)
         if table is None:
-            raise NotFoundError(f"table {identifier} does not exist in catalog {name!r}")
+            raise NotFoundError(f"table {identifier} does not exist in {where}")
         return table
 
     load()  # fail before any work when the table is missing
@@ -300,6 +344,7 @@ def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         raise UsageError(f"--max-batches: expected a positive integer, received {args.max_batches}")
     config = runconfig.load(args.config)
     if args.validate_only:
+        runconfig.validate_sink(config)
         out.say(f"{args.config}: valid")
         return {"config": args.config, "valid": True}
     spark_conf = dict(config.data.get("spark") or {})
@@ -313,8 +358,7 @@ def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     def on_batch(progress: dict[str, Any]) -> None:
         if out.progress_on:
             stream = sys.stderr if out.json else sys.stdout
-            stream.write(f"batch {progress['batchId']}: {progress['numInputRows']} rows\n")
-            stream.flush()
+            emit(f"batch {progress['batchId']}: {progress['numInputRows']} rows\n", stream)
 
     result = runconfig.run(
         spark,
@@ -639,6 +683,30 @@ def describe(error: BaseException) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (EXIT_CODES)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            _flush(sys.stdout)  # output still buffered (argparse's --help) meets a closed pipe here
+    except (StdoutClosed, BrokenPipeError):
+        # The Python docs' recipe (library/signal.html, "Note on SIGPIPE"): point stdout at devnull so
+        # the interpreter's own flush at exit does not fail again, and stop without a traceback.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass  # stdout is not a file (an embedding program's stream): nothing left to flush at exit
+        return EXIT_STDOUT_CLOSED
+
+
+def _flush(stream: Any) -> None:
+    flush = getattr(stream, "flush", None)
+    if flush is not None:
+        flush()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # -- demo: its own options and output (iceberg_sink/cli/demo.py).
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["demo"]:
@@ -651,16 +719,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(json=args.json, progress_on=progress)
     try:
         result = COMMANDS[args.command].run(args, out)
+    except StdoutClosed:
+        raise
     except (Exception, KeyboardInterrupt) as e:
         code = exit_code(e)
         kind, line = describe(e)
         if args.debug:
             traceback.print_exc()
-        print(f"iceberg-sink {args.command}: {line}", file=sys.stderr, flush=True)
+        emit(f"iceberg-sink {args.command}: {line}\n", sys.stderr)
         if args.json:
             error = {"type": kind, "message": line}
-            print(json.dumps({"command": args.command, "ok": False, "exit_code": code, "error": error}), flush=True)
+            emit(json.dumps({"command": args.command, "ok": False, "exit_code": code, "error": error}) + "\n")
         return code
     if args.json:
-        print(json.dumps({"command": args.command, "ok": True, **result}, default=str), flush=True)
+        emit(json.dumps({"command": args.command, "ok": True, **result}, default=str) + "\n")
     return EXIT_OK
