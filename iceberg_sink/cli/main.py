@@ -30,13 +30,20 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
+from iceberg_sink.cli.output import Output, StdoutClosed, detach_stdout, emit
+from iceberg_sink.cli.where import (
+    NotFoundError,
+    UsageError,
+    catalog_lookup,
+    table_loader,
+    table_name,
+    table_options,
+)
 from iceberg_sink.errors import (
     CatalogUnavailableError,
     IcebergSinkError,
@@ -46,8 +53,6 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
-from iceberg_sink.table.catalog import DEFAULT_EMBEDDED_ROOT, CatalogConfig, redact, scrub
-from iceberg_sink.table.catalog import load_table as load_from_catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,62 +75,6 @@ exit codes:
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
   {EXIT_STDOUT_CLOSED}  stdout was closed by its reader (`... | head`): the command stopped quietly, as on SIGPIPE
 """
-
-
-class NotFoundError(IcebergSinkError):
-    """A table, catalog, file or checkpoint location that the command needs is missing or unreachable."""
-
-
-class UsageError(IcebergSinkError):
-    """The command line is inconsistent in a way argparse cannot see."""
-
-
-class StdoutClosed(Exception):
-    """The reader of stdout went away (``iceberg-sink inspect t --json | head -c 10``): the command
-    stops quietly, as a command killed by SIGPIPE does (the interpreter ignores SIGPIPE, and restoring
-    its default would kill the process when a catalog's socket breaks instead)."""
-
-
-def emit(text: str, stream: Any = None) -> None:
-    """Write ``text`` to ``stream`` (stdout by default) now: every line the CLI prints goes through here.
-
-    Raises:
-        StdoutClosed: stdout's reader is gone. A closed stderr is ignored (there is no one to tell).
-    """
-    stream = sys.stdout if stream is None else stream
-    try:
-        stream.write(text)
-        stream.flush()
-    except BrokenPipeError:
-        if stream is sys.stdout:
-            raise StdoutClosed() from None
-
-
-@attrs.frozen
-class Output:
-    """Where a command's output goes: human lines (off with --json) and progress."""
-
-    json: bool
-    progress_on: bool
-
-    def say(self, text: str) -> None:
-        """A line of human output on stdout; nothing with --json."""
-        if not self.json:
-            emit(text + "\n")
-
-    def progress(self) -> Callable[[str, int, int], None] | None:
-        """A (phase, done, total) progress callback, or None when progress is off."""
-        if not self.progress_on:
-            return None
-        stream = sys.stderr if self.json else sys.stdout
-
-        def show(phase: str, done: int, total: int) -> None:
-            width = 30
-            filled = int(width * done / total) if total else width
-            end = "\n" if done >= total else ""
-            emit(f"\r{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} groups{end}", stream)
-
-        return show
 
 
 Run = Callable[[argparse.Namespace, Output], dict[str, Any]]
@@ -153,114 +102,6 @@ def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser],
 
 
 # ---- shared helpers ------------------------------------------------------------------------------
-
-
-def table_options(p: argparse.ArgumentParser) -> None:
-    """The table and where to find it: --embedded DIR or --catalog NAME (+ properties), --branch."""
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--embedded", metavar="DIR", help="the embedded default catalog under DIR")
-    where.add_argument("--catalog", metavar="NAME", help="a PyIceberg catalog name (with --catalog-property)")
-    p.add_argument("--catalog-property", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
-    p.add_argument("table_arg", nargs="?", metavar="TABLE", help="namespace.name")
-    p.add_argument("--table", help="namespace.name (same as the positional TABLE)")
-    p.add_argument("--branch", default="main", help="the branch to read or change (default: main)")
-
-
-def _table_name(args: argparse.Namespace) -> str:
-    if args.table and args.table_arg and args.table != args.table_arg:
-        raise UsageError(f"TABLE: expected one table, received {args.table_arg!r} and --table {args.table!r}")
-    name = args.table or args.table_arg
-    if not name:
-        raise UsageError("TABLE: required (positional, or --table namespace.name)")
-    return str(name)
-
-
-def _catalog(args: argparse.Namespace) -> CatalogConfig:
-    if args.catalog:
-        props = {}
-        for item in args.catalog_property:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise UsageError(f"--catalog-property: expected KEY=VALUE, received {item!r}")
-            props[key] = value
-        return CatalogConfig(args.catalog, props)
-    if args.catalog_property:
-        raise UsageError("--catalog-property: only with --catalog NAME")
-    if args.embedded is not None and not os.path.isdir(args.embedded):
-        raise NotFoundError(f"--embedded: {args.embedded} does not exist (expected the folder of an embedded catalog)")
-    # Every command works on existing tables: none creates a catalog (or ./iceberg-sink-data) by looking.
-    try:
-        return CatalogConfig.embedded(args.embedded, create=False)
-    except FileNotFoundError as e:
-        raise NotFoundError(f"{e}; {_catalog_hint(args)}") from None
-
-
-def _catalog_hint(args: argparse.Namespace) -> str:
-    if args.embedded is not None:
-        return "expected the folder a sink's .embedded(DIR) (or a config's sink.embedded) wrote"
-    return (
-        "without --embedded DIR or --catalog NAME the command looks in ./iceberg-sink-data; give the folder "
-        "the pipeline uses with --embedded DIR, or --catalog NAME"
-    )
-
-
-def catalog_label(args: argparse.Namespace) -> str:
-    """Which catalog the command looks in, for messages: its name, or the embedded catalog's folder."""
-    if args.catalog:
-        return f"catalog {args.catalog!r}"
-    root = Path(args.embedded if args.embedded is not None else DEFAULT_EMBEDDED_ROOT).absolute()
-    default = "" if args.embedded is not None else ", the default without --embedded DIR or --catalog NAME"
-    return f"the embedded catalog at {root}{default}"
-
-
-def catalog_lookup(args: argparse.Namespace) -> Callable[[str], Table | None]:
-    """Loads tables by name from the command's catalog as it has them now; None for a missing table.
-
-    Raises:
-        NotFoundError: the catalog cannot be loaded (at once) or reached (when loading a table).
-    """
-    config = _catalog(args)
-    secrets = dict(config.properties)
-    try:
-        catalog = config.load()
-    except Exception as e:
-        raise NotFoundError(
-            f"catalog {config.name!r} with properties {redact(secrets)} could not be loaded: "
-            f"{type(e).__name__}: {scrub(str(e), secrets)}"
-        ) from None
-
-    def lookup(identifier: str) -> Table | None:
-        try:
-            return load_from_catalog(catalog, identifier)
-        except NoSuchTableError:
-            return None
-        except Exception as e:
-            raise NotFoundError(
-                f"table {identifier}: catalog {config.name!r} could not be reached: {type(e).__name__}: "
-                f"{scrub(str(e), secrets)}"
-            ) from None
-
-    return lookup
-
-
-def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
-    """Loads the command's table as the catalog has it now (called again before each commit attempt).
-
-    Raises:
-        NotFoundError: the catalog cannot be loaded or reached, or the table does not exist.
-    """
-    identifier = _table_name(args)
-    lookup = catalog_lookup(args)
-    where = catalog_label(args)
-
-    def load() -> Table:
-        table = lookup(identifier)
-        if table is None:
-            raise NotFoundError(f"table {identifier} does not exist in {where}")
-        return table
-
-    load()  # fail before any work when the table is missing
-    return load
 
 
 def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None, debug: bool = False) -> SparkSession:
@@ -414,7 +255,7 @@ def _inspect(args: argparse.Namespace, out: Output) -> dict[str, Any]:
             args.checkpoint_location,
             _compaction_config(args),
             args.limit or None,
-            table_name=_table_name(args),
+            table_name=table_name(args),
         )
     except inspection.CheckpointLocationNotFoundError as e:
         raise NotFoundError(str(e)) from None
@@ -464,22 +305,22 @@ def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         target = options.resolve({}, table.properties).get(options.TARGET_FILE_SIZE_BYTES)
         dry = inspection.compaction_plan(table, plan(table, args.branch, config, target, keep), config)
         out.say(
-            f"would compact {_table_name(args)}: {dry['groups']} groups, {dry['data_files']} data files "
+            f"would compact {table_name(args)}: {dry['groups']} groups, {dry['data_files']} data files "
             f"({dry['input_bytes']} bytes), applying {dry['delete_files']} delete files"
         )
         for p in dry["partitions"]:
             out.say(f"  {p['partition']}: {p['groups']} groups, {p['data_files']} files, {p['input_bytes']} bytes")
-        return {"table": _table_name(args), "dry_run": True, "plan": dry}
+        return {"table": table_name(args), "dry_run": True, "plan": dry}
     from iceberg_sink.topology.compaction import compact
 
     spark = spark_session(args.master, "iceberg-sink compact", debug=args.debug)
     result = compact(spark, load, config, branch=args.branch, partition_filter=keep, progress=out.progress())
     out.say(
-        f"compacted {_table_name(args)}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) "
+        f"compacted {table_name(args)}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) "
         f"-> {result.added_data_files} ({result.added_bytes} bytes), {result.removed_delete_files} delete files "
         f"removed, {result.dropped_groups} groups dropped on conflict; snapshot {result.snapshot_id}"
     )
-    return {"table": _table_name(args), "dry_run": False, **attrs.asdict(result)}
+    return {"table": table_name(args), "dry_run": False, **attrs.asdict(result)}
 
 
 # ---- convert-equality-deletes --------------------------------------------------------------------
@@ -502,13 +343,13 @@ def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         table_loader(args), branch=args.branch, max_replans=args.max_replans
     )
     out.say(
-        f"converted {_table_name(args)}: {converted.removed_equality_delete_files} equality delete files "
+        f"converted {table_name(args)}: {converted.removed_equality_delete_files} equality delete files "
         f"({converted.removed_equality_deletes} rows) -> {converted.added_position_delete_files} position "
         f"delete files ({converted.added_position_deletes} rows), {converted.removed_position_delete_files} "
         f"older position delete files merged, {converted.data_files_read} data files read, "
         f"{converted.replans} plans redone on conflict; snapshot {converted.snapshot_id}"
     )
-    return {"table": _table_name(args), **attrs.asdict(converted)}
+    return {"table": table_name(args), **attrs.asdict(converted)}
 
 
 # ---- expire-snapshots ----------------------------------------------------------------------------
@@ -538,7 +379,7 @@ def _expire(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     deleted = "would delete" if args.dry_run else "deleted"
     out.say(f"{verb} {len(expired.expired_snapshot_ids)} snapshots, {deleted} {len(expired.deleted_files)} files")
     return {
-        "table": _table_name(args),
+        "table": table_name(args),
         "dry_run": args.dry_run,
         "expired_snapshot_ids": list(expired.expired_snapshot_ids),
         "deleted_files": list(expired.deleted_files),
@@ -566,7 +407,7 @@ def _orphans(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     for path in orphans.orphan_files:
         out.say(("would delete " if args.dry_run else "deleted ") + path)
     out.say(f"{len(orphans.orphan_files)} orphan files")
-    return {"table": _table_name(args), "dry_run": args.dry_run, "orphan_files": list(orphans.orphan_files)}
+    return {"table": table_name(args), "dry_run": args.dry_run, "orphan_files": list(orphans.orphan_files)}
 
 
 # ---- rewrite-manifests ---------------------------------------------------------------------------
@@ -587,7 +428,7 @@ def _manifests(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         table_loader(args), branch=args.branch, entries_per_manifest=args.entries_per_manifest
     )
     out.say("manifests already compact" if snapshot is None else f"rewrote manifests in snapshot {snapshot}")
-    return {"table": _table_name(args), "snapshot_id": snapshot}
+    return {"table": table_name(args), "snapshot_id": snapshot}
 
 
 # ---- demo ----------------------------------------------------------------------------------------
@@ -690,13 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             _flush(sys.stdout)  # output still buffered (argparse's --help) meets a closed pipe here
     except (StdoutClosed, BrokenPipeError):
-        # The Python docs' recipe (library/signal.html, "Note on SIGPIPE"): point stdout at devnull so
-        # the interpreter's own flush at exit does not fail again, and stop without a traceback.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass  # stdout is not a file (an embedding program's stream): nothing left to flush at exit
+        detach_stdout()
         return EXIT_STDOUT_CLOSED
 
 
