@@ -126,3 +126,23 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path: Path, args: list[str
     assert done.returncode == (EXIT_OK if args == ["--help"] else EXIT_STDOUT_CLOSED), done.stderr
     if args[:2] == ["inspect", "db.nope"]:
         assert done.stderr.startswith("iceberg-sink inspect: table db.nope does not exist")
+
+
+def test_read_only_commands_change_nothing_in_an_existing_catalog(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = _lake(tmp_path / "lake")
+
+    def state() -> dict[str, tuple[int, int]]:
+        return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(lake.rglob("*"))}
+
+    before = state()
+    for command in (
+        ["inspect", "db.t"],
+        ["compact", "db.t", "--dry-run"],
+        ["expire-snapshots", "db.t", "--dry-run", "--older-than-hours", "0"],
+        ["remove-orphans", "db.t", "--dry-run"],
+    ):
+        assert main([*command, "--embedded", str(lake), "--json"]) == EXIT_OK, capsys.readouterr()
+        assert json.loads(capsys.readouterr().out)["ok"] is True
+        assert state() == before, command
