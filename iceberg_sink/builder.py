@@ -14,7 +14,12 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
-from iceberg_sink.observe.prometheus import PrometheusConfig, require_prometheus_client
+from iceberg_sink.observe.prometheus import (
+    DEFAULT_ADDR,
+    DEFAULT_MAX_TABLES,
+    PrometheusConfig,
+    require_prometheus_client,
+)
 from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact, scrub
 from iceberg_sink.table.keys import resolve_key
@@ -26,6 +31,20 @@ from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import PostCommitHook, PreCommitHook
 
 _UNSET: Any = object()
+
+
+@attrs.frozen
+class _Checked:
+    """What :meth:`IcebergSinkBuilder.validate` checked: the options parsed, before any catalog."""
+
+    route: RouteConfig | None
+    distribution: str | None
+    write_options: dict[str, Any]
+    create: CreateOptions | None
+    changes: ChangeConfig | None
+    compaction: CompactionConfig | None
+    conversion: ConversionConfig | None
+    prometheus: PrometheusConfig | None
 
 
 class IcebergSinkBuilder:
@@ -263,36 +282,51 @@ class IcebergSinkBuilder:
         }
         return self
 
-    def prometheus(self, port: int = 0, addr: str = "0.0.0.0", job: str | None = None) -> IcebergSinkBuilder:
+    def prometheus(
+        self,
+        port: int = 0,
+        addr: str = DEFAULT_ADDR,
+        job: str | None = None,
+        max_tables: int = DEFAULT_MAX_TABLES,
+    ) -> IcebergSinkBuilder:
         """Serve the sink's metrics to Prometheus over HTTP from ``build()`` on (docs/metrics.md).
 
         Args:
             port: TCP port; 0 picks a free one (read it from ``sink.prometheus_port``).
-            addr: address to bind.
+            addr: address to bind: ``"127.0.0.1"`` (default) serves this machine only; give
+                ``"0.0.0.0"`` (every interface) or the host's address for a Prometheus elsewhere.
             job: value of the ``job`` label on every sample (default: the table name).
+            max_tables: routed sinks: the most active tables get their own ``iceberg_sink_table_*``
+                series, the others share one ``table="other"`` series (default 20).
 
         Needs the ``metrics`` extra (prometheus-client). ``sink.close()`` stops the endpoint.
         """
-        self._prometheus = {"port": port, "addr": addr, "job": job}
+        self._prometheus = {"port": port, "addr": addr, "job": job, "max_tables": max_tables}
         return self
 
     def _prometheus_config(self, problems: list[str]) -> PrometheusConfig | None:
         if self._prometheus is None:
             return None
         port, addr, job = self._prometheus["port"], self._prometheus["addr"], self._prometheus["job"]
+        max_tables = self._prometheus["max_tables"]
+        if isinstance(max_tables, bool) or not isinstance(max_tables, int) or max_tables < 1:
+            problems.append(
+                f"prometheus(max_tables): expected a positive integer (tables with their own series), "
+                f"received {max_tables!r}"
+            )
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             problems.append(
                 f"prometheus(port): expected an integer from 0 to 65535 (0: any free port), received {port!r}"
             )
         if not isinstance(addr, str):
-            problems.append(f"prometheus(addr): expected an address string such as '0.0.0.0', received {addr!r}")
+            problems.append(f"prometheus(addr): expected an address string such as '127.0.0.1', received {addr!r}")
         if job is not None and (not isinstance(job, str) or not job):
             problems.append(f"prometheus(job): expected a non-empty string or None, received {job!r}")
         try:
             require_prometheus_client()
         except InvalidSinkConfigError as e:
             problems.append(str(e))
-        return PrometheusConfig(port=port, addr=addr, job=job)
+        return PrometheusConfig(port=port, addr=addr, job=job, max_tables=max_tables)
 
     def upsert(self, key: Sequence[str] | None = None, *, key_column: str | None = None) -> IcebergSinkBuilder:
         """Every row is the new state of its key: it replaces the row with the same key, or is inserted.
@@ -381,12 +415,19 @@ class IcebergSinkBuilder:
             return None
         return ChangeConfig(key=key, op_column=op_column, order_by=order_by, key_column=key_column)
 
-    def build(self) -> IcebergSink:
-        """Validate every option at once and return the sink.
+    def validate(self) -> None:
+        """Run every check of :meth:`build` that needs neither the catalog nor Spark, and create nothing.
+
+        ``iceberg-sink run --validate-only`` calls it, so a config it calls valid is refused by
+        :meth:`build` only for what the catalog holds (a missing table, a key the table contradicts).
 
         Raises:
-            InvalidSinkConfigError: naming each option that is wrong, what it received and what is allowed.
+            InvalidSinkConfigError: as :meth:`build` does, naming each option that is wrong.
         """
+        self._checked()
+
+    def _checked(self) -> _Checked:
+        """The options parsed and checked without a catalog; raises naming every problem at once."""
         problems: list[str] = []
         if self._catalog_error:
             problems.append(self._catalog_error)
@@ -482,9 +523,30 @@ class IcebergSinkBuilder:
                 except InvalidSinkConfigError as e:
                     problems.append(str(e))
         prometheus = self._prometheus_config(problems)
-        catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
+        return _Checked(route, distribution, parsed_options, create, changes, compaction, conversion, prometheus)
+
+    def build(self) -> IcebergSink:
+        """Validate every option at once and return the sink.
+
+        Raises:
+            InvalidSinkConfigError: naming each option that is wrong, what it received and what is allowed.
+        """
+        checked = self._checked()
+        route, distribution, parsed_options, create = (
+            checked.route,
+            checked.distribution,
+            checked.write_options,
+            checked.create,
+        )
+        changes, compaction, conversion, prometheus = (
+            checked.changes,
+            checked.compaction,
+            checked.conversion,
+            checked.prometheus,
+        )
+        catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
 
         def sink_config(table: str) -> SinkConfig:
             return SinkConfig(

@@ -150,7 +150,7 @@ class IcebergSink:
         job = SinkJob(
             self._config,
             CheckpointStore(checkpoint_location),
-            metrics=self._metrics,
+            metrics=self._metrics.for_table(self._config.table),
             ephemeral=ephemeral,
             streaming=streaming,
             compaction=self._compaction,

@@ -1,8 +1,10 @@
 """The command line, ``iceberg-sink``: the operator's face of the library.
 
-main.py parses the commands and maps errors to exit codes; runconfig.py validates and runs a YAML
-pipeline (``iceberg-sink run``); inspection.py reads a table's and a checkpoint location's state
-(``inspect``); demo.py is the generated CDC pipeline of ``iceberg-sink demo``. Nothing outside this
+main.py parses the commands and maps errors to exit codes; where.py finds a command's table (and
+never creates a catalog by looking); output.py prints every line (and stops quietly when stdout's
+reader is gone); runconfig.py validates and runs a YAML pipeline (``iceberg-sink run``, its YAML
+read by safeyaml.py); inspection.py reads a table's and a checkpoint location's state (``inspect``);
+demo.py is the generated CDC pipeline of ``iceberg-sink demo``. Nothing outside this
 package imports it: the library works without the command line.
 """
 
@@ -13,6 +15,7 @@ from iceberg_sink.cli.main import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
+    EXIT_STDOUT_CLOSED,
     EXIT_USAGE,
     main,
     parser,
@@ -25,6 +28,7 @@ __all__ = [
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_REFUSED",
+    "EXIT_STDOUT_CLOSED",
     "EXIT_USAGE",
     "main",
     "parser",

@@ -33,9 +33,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
+from iceberg_sink.cli.output import Output, StdoutClosed, detach_stdout, emit
+from iceberg_sink.cli.where import (
+    NotFoundError,
+    UsageError,
+    catalog_lookup,
+    table_loader,
+    table_name,
+    table_options,
+)
 from iceberg_sink.errors import (
     CatalogUnavailableError,
     IcebergSinkError,
@@ -45,8 +53,6 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
-from iceberg_sink.table.catalog import CatalogConfig, redact, scrub
-from iceberg_sink.table.catalog import load_table as load_from_catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,6 +63,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_REFUSED = 4
 EXIT_INTERRUPTED = 130
+EXIT_STDOUT_CLOSED = 141
 
 EXIT_CODES = f"""\
 exit codes:
@@ -66,44 +73,8 @@ exit codes:
   {EXIT_NOT_FOUND}    not found or unreachable: table, catalog, config file, checkpoint location
   {EXIT_REFUSED}    refused for safety, nothing deleted (remove-orphans: listing and metadata disagree)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+  {EXIT_STDOUT_CLOSED}  stdout was closed by its reader (`... | head`): the command stopped quietly, as on SIGPIPE
 """
-
-
-class NotFoundError(IcebergSinkError):
-    """A table, catalog, file or checkpoint location that the command needs is missing or unreachable."""
-
-
-class UsageError(IcebergSinkError):
-    """The command line is inconsistent in a way argparse cannot see."""
-
-
-@attrs.frozen
-class Output:
-    """Where a command's output goes: human lines (off with --json) and progress."""
-
-    json: bool
-    progress_on: bool
-
-    def say(self, text: str) -> None:
-        """A line of human output on stdout; nothing with --json."""
-        if not self.json:
-            print(text, flush=True)
-
-    def progress(self) -> Callable[[str, int, int], None] | None:
-        """A (phase, done, total) progress callback, or None when progress is off."""
-        if not self.progress_on:
-            return None
-        stream = sys.stderr if self.json else sys.stdout
-
-        def show(phase: str, done: int, total: int) -> None:
-            width = 30
-            filled = int(width * done / total) if total else width
-            stream.write(f"\r{phase:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} groups")
-            if done >= total:
-                stream.write("\n")
-            stream.flush()
-
-        return show
 
 
 Run = Callable[[argparse.Namespace, Output], dict[str, Any]]
@@ -131,92 +102,6 @@ def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser],
 
 
 # ---- shared helpers ------------------------------------------------------------------------------
-
-
-def table_options(p: argparse.ArgumentParser) -> None:
-    """The table and where to find it: --embedded DIR or --catalog NAME (+ properties), --branch."""
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--embedded", metavar="DIR", help="the embedded default catalog under DIR")
-    where.add_argument("--catalog", metavar="NAME", help="a PyIceberg catalog name (with --catalog-property)")
-    p.add_argument("--catalog-property", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
-    p.add_argument("table_arg", nargs="?", metavar="TABLE", help="namespace.name")
-    p.add_argument("--table", help="namespace.name (same as the positional TABLE)")
-    p.add_argument("--branch", default="main", help="the branch to read or change (default: main)")
-
-
-def _table_name(args: argparse.Namespace) -> str:
-    if args.table and args.table_arg and args.table != args.table_arg:
-        raise UsageError(f"TABLE: expected one table, received {args.table_arg!r} and --table {args.table!r}")
-    name = args.table or args.table_arg
-    if not name:
-        raise UsageError("TABLE: required (positional, or --table namespace.name)")
-    return str(name)
-
-
-def _catalog(args: argparse.Namespace) -> CatalogConfig:
-    if args.catalog:
-        props = {}
-        for item in args.catalog_property:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise UsageError(f"--catalog-property: expected KEY=VALUE, received {item!r}")
-            props[key] = value
-        return CatalogConfig(args.catalog, props)
-    if args.catalog_property:
-        raise UsageError("--catalog-property: only with --catalog NAME")
-    if args.embedded is not None and not os.path.isdir(args.embedded):
-        raise NotFoundError(f"--embedded: {args.embedded} does not exist (expected the folder of an embedded catalog)")
-    return CatalogConfig.embedded(args.embedded)
-
-
-def catalog_lookup(args: argparse.Namespace) -> Callable[[str], Table | None]:
-    """Loads tables by name from the command's catalog as it has them now; None for a missing table.
-
-    Raises:
-        NotFoundError: the catalog cannot be loaded (at once) or reached (when loading a table).
-    """
-    config = _catalog(args)
-    secrets = dict(config.properties)
-    try:
-        catalog = config.load()
-    except Exception as e:
-        raise NotFoundError(
-            f"catalog {config.name!r} with properties {redact(secrets)} could not be loaded: "
-            f"{type(e).__name__}: {scrub(str(e), secrets)}"
-        ) from None
-
-    def lookup(identifier: str) -> Table | None:
-        try:
-            return load_from_catalog(catalog, identifier)
-        except NoSuchTableError:
-            return None
-        except Exception as e:
-            raise NotFoundError(
-                f"table {identifier}: catalog {config.name!r} could not be reached: {type(e).__name__}: "
-                f"{scrub(str(e), secrets)}"
-            ) from None
-
-    return lookup
-
-
-def table_loader(args: argparse.Namespace) -> Callable[[], Table]:
-    """Loads the command's table as the catalog has it now (called again before each commit attempt).
-
-    Raises:
-        NotFoundError: the catalog cannot be loaded or reached, or the table does not exist.
-    """
-    identifier = _table_name(args)
-    lookup = catalog_lookup(args)
-    name = _catalog(args).name
-
-    def load() -> Table:
-        table = lookup(identifier)
-        if table is None:
-            raise NotFoundError(f"table {identifier} does not exist in catalog {name!r}")
-        return table
-
-    load()  # fail before any work when the table is missing
-    return load
 
 
 def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None, debug: bool = False) -> SparkSession:
@@ -300,6 +185,7 @@ def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         raise UsageError(f"--max-batches: expected a positive integer, received {args.max_batches}")
     config = runconfig.load(args.config)
     if args.validate_only:
+        runconfig.validate_sink(config)
         out.say(f"{args.config}: valid")
         return {"config": args.config, "valid": True}
     spark_conf = dict(config.data.get("spark") or {})
@@ -313,8 +199,7 @@ def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     def on_batch(progress: dict[str, Any]) -> None:
         if out.progress_on:
             stream = sys.stderr if out.json else sys.stdout
-            stream.write(f"batch {progress['batchId']}: {progress['numInputRows']} rows\n")
-            stream.flush()
+            emit(f"batch {progress['batchId']}: {progress['numInputRows']} rows\n", stream)
 
     result = runconfig.run(
         spark,
@@ -370,7 +255,7 @@ def _inspect(args: argparse.Namespace, out: Output) -> dict[str, Any]:
             args.checkpoint_location,
             _compaction_config(args),
             args.limit or None,
-            table_name=_table_name(args),
+            table_name=table_name(args),
         )
     except inspection.CheckpointLocationNotFoundError as e:
         raise NotFoundError(str(e)) from None
@@ -420,22 +305,22 @@ def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         target = options.resolve({}, table.properties).get(options.TARGET_FILE_SIZE_BYTES)
         dry = inspection.compaction_plan(table, plan(table, args.branch, config, target, keep), config)
         out.say(
-            f"would compact {_table_name(args)}: {dry['groups']} groups, {dry['data_files']} data files "
+            f"would compact {table_name(args)}: {dry['groups']} groups, {dry['data_files']} data files "
             f"({dry['input_bytes']} bytes), applying {dry['delete_files']} delete files"
         )
         for p in dry["partitions"]:
             out.say(f"  {p['partition']}: {p['groups']} groups, {p['data_files']} files, {p['input_bytes']} bytes")
-        return {"table": _table_name(args), "dry_run": True, "plan": dry}
+        return {"table": table_name(args), "dry_run": True, "plan": dry}
     from iceberg_sink.topology.compaction import compact
 
     spark = spark_session(args.master, "iceberg-sink compact", debug=args.debug)
     result = compact(spark, load, config, branch=args.branch, partition_filter=keep, progress=out.progress())
     out.say(
-        f"compacted {_table_name(args)}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) "
+        f"compacted {table_name(args)}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) "
         f"-> {result.added_data_files} ({result.added_bytes} bytes), {result.removed_delete_files} delete files "
         f"removed, {result.dropped_groups} groups dropped on conflict; snapshot {result.snapshot_id}"
     )
-    return {"table": _table_name(args), "dry_run": False, **attrs.asdict(result)}
+    return {"table": table_name(args), "dry_run": False, **attrs.asdict(result)}
 
 
 # ---- convert-equality-deletes --------------------------------------------------------------------
@@ -458,13 +343,13 @@ def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         table_loader(args), branch=args.branch, max_replans=args.max_replans
     )
     out.say(
-        f"converted {_table_name(args)}: {converted.removed_equality_delete_files} equality delete files "
+        f"converted {table_name(args)}: {converted.removed_equality_delete_files} equality delete files "
         f"({converted.removed_equality_deletes} rows) -> {converted.added_position_delete_files} position "
         f"delete files ({converted.added_position_deletes} rows), {converted.removed_position_delete_files} "
         f"older position delete files merged, {converted.data_files_read} data files read, "
         f"{converted.replans} plans redone on conflict; snapshot {converted.snapshot_id}"
     )
-    return {"table": _table_name(args), **attrs.asdict(converted)}
+    return {"table": table_name(args), **attrs.asdict(converted)}
 
 
 # ---- expire-snapshots ----------------------------------------------------------------------------
@@ -494,7 +379,7 @@ def _expire(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     deleted = "would delete" if args.dry_run else "deleted"
     out.say(f"{verb} {len(expired.expired_snapshot_ids)} snapshots, {deleted} {len(expired.deleted_files)} files")
     return {
-        "table": _table_name(args),
+        "table": table_name(args),
         "dry_run": args.dry_run,
         "expired_snapshot_ids": list(expired.expired_snapshot_ids),
         "deleted_files": list(expired.deleted_files),
@@ -522,7 +407,7 @@ def _orphans(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     for path in orphans.orphan_files:
         out.say(("would delete " if args.dry_run else "deleted ") + path)
     out.say(f"{len(orphans.orphan_files)} orphan files")
-    return {"table": _table_name(args), "dry_run": args.dry_run, "orphan_files": list(orphans.orphan_files)}
+    return {"table": table_name(args), "dry_run": args.dry_run, "orphan_files": list(orphans.orphan_files)}
 
 
 # ---- rewrite-manifests ---------------------------------------------------------------------------
@@ -543,7 +428,7 @@ def _manifests(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         table_loader(args), branch=args.branch, entries_per_manifest=args.entries_per_manifest
     )
     out.say("manifests already compact" if snapshot is None else f"rewrote manifests in snapshot {snapshot}")
-    return {"table": _table_name(args), "snapshot_id": snapshot}
+    return {"table": table_name(args), "snapshot_id": snapshot}
 
 
 # ---- demo ----------------------------------------------------------------------------------------
@@ -639,6 +524,24 @@ def describe(error: BaseException) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (EXIT_CODES)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            _flush(sys.stdout)  # output still buffered (argparse's --help) meets a closed pipe here
+    except (StdoutClosed, BrokenPipeError):
+        detach_stdout()
+        return EXIT_STDOUT_CLOSED
+
+
+def _flush(stream: Any) -> None:
+    flush = getattr(stream, "flush", None)
+    if flush is not None:
+        flush()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # -- demo: its own options and output (iceberg_sink/cli/demo.py).
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["demo"]:
@@ -651,16 +554,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(json=args.json, progress_on=progress)
     try:
         result = COMMANDS[args.command].run(args, out)
+    except StdoutClosed:
+        raise
     except (Exception, KeyboardInterrupt) as e:
         code = exit_code(e)
         kind, line = describe(e)
         if args.debug:
             traceback.print_exc()
-        print(f"iceberg-sink {args.command}: {line}", file=sys.stderr, flush=True)
+        emit(f"iceberg-sink {args.command}: {line}\n", sys.stderr)
         if args.json:
             error = {"type": kind, "message": line}
-            print(json.dumps({"command": args.command, "ok": False, "exit_code": code, "error": error}), flush=True)
+            emit(json.dumps({"command": args.command, "ok": False, "exit_code": code, "error": error}) + "\n")
         return code
     if args.json:
-        print(json.dumps({"command": args.command, "ok": True, **result}, default=str), flush=True)
+        emit(json.dumps({"command": args.command, "ok": True, **result}, default=str) + "\n")
     return EXIT_OK

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from iceberg_sink.builder import IcebergSinkBuilder
     from iceberg_sink.sink import IcebergSink
 
 Check = Callable[[Any, str, list[str]], Any]
@@ -338,8 +339,10 @@ def parse(text: str, source_file: str) -> RunConfig:
     """Parse and validate a config; raises :class:`ConfigError` listing every problem."""
     import yaml
 
+    from iceberg_sink.cli import safeyaml
+
     try:
-        raw = yaml.safe_load(text)
+        raw = safeyaml.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -383,6 +386,18 @@ def load(path: str) -> RunConfig:
 
 def build_sink(config: RunConfig) -> IcebergSink:
     """The sink the config's ``sink`` section describes (the builder validates the values)."""
+    return sink_builder(config).build()
+
+
+def validate_sink(config: RunConfig) -> None:
+    """The builder's own checks of the ``sink`` section that need no catalog and no Spark
+    (``run --validate-only``): unknown or bad write options, a table without namespace, a key
+    missing a partition source, ... raise :class:`InvalidSinkConfigError` as ``build()`` would."""
+    sink_builder(config).validate()
+
+
+def sink_builder(config: RunConfig) -> IcebergSinkBuilder:
+    """The builder configured from the config's ``sink`` section (nothing checked or created yet)."""
     from iceberg_sink.sink import IcebergSink
 
     sink = config.sink
@@ -419,7 +434,7 @@ def build_sink(config: RunConfig) -> IcebergSink:
     conversion = sink.get("convert_equality_deletes")
     if conversion is not None:
         builder.convert_equality_deletes(**conversion)
-    return builder.build()
+    return builder
 
 
 DEMO_COLUMNS = {

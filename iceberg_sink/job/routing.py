@@ -177,7 +177,7 @@ class RoutedJob:
                 attrs.evolve(self._config, table=table, route=None),
                 CheckpointStore.for_table(self._location, table),
                 catalog=self._catalog,
-                metrics=self.metrics,
+                metrics=self.metrics.for_table(table),  # the sink's counters, and this table's
                 ephemeral=self._ephemeral,
                 streaming=self._streaming,
                 job_id=self.job_id,

@@ -148,6 +148,8 @@ class MetricsSnapshot:
     # Seconds since the sink was built: Flink's elapsedSecondsSinceLastSuccessfulCommit counts from
     # the operator's start until the first commit.
     uptime_seconds: float = 0.0
+    # Per table (each routed table, or a single sink's one), by name: see TableActivity.
+    tables: tuple[TableActivity, ...] = ()
 
     def flink(self) -> dict[str, Any]:
         """These metrics under the names of Flink's Iceberg sink, grouped as Flink groups them.
@@ -199,56 +201,133 @@ class MetricsSnapshot:
         }
 
 
-class SinkMetrics:
-    """Thread-safe counters shared by every job of one sink (streams may run concurrently)."""
+@attrs.frozen
+class TableActivity:
+    """One table's commits by this sink: each routed table's, or a single-table sink's one table.
+
+    Attributes:
+        seconds_since_last_commit: since the table's last successful commit, or since the sink first
+            wrote to it when it has none yet (as Flink's elapsedSecondsSinceLastSuccessfulCommit
+            counts from the start): a stuck table's keeps growing while the others' stay low.
+    """
+
+    table: str
+    commits: int = 0
+    committed_records: int = 0
+    committed_data_files: int = 0
+    committed_delete_files: int = 0
+    pending_checkpoints: int = 0
+    deferred_commits: int = 0
+    seconds_since_last_commit: float = 0.0
+
+
+# The sink-wide counters that are also kept per table, and what each table's view adds them to.
+_TABLE_COUNTERS = frozenset(
+    {"commits", "committed_records", "committed_data_files", "committed_delete_files", "deferred_commits"}
+)
+
+
+class _TableCounters:
+    def __init__(self, now: float) -> None:
+        self.counts = dict.fromkeys(_TABLE_COUNTERS, 0)
+        self.pending = 0
+        self.since = now  # the last successful commit, else when the sink first wrote to the table
+
+
+class _Shared:
+    """The state every view of one sink's metrics shares (one lock)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: dict[str, Any] = {f.name: 0 for f in attrs.fields(MetricsSnapshot)}
-        self._values["elapsed_seconds_since_last_successful_commit"] = None
-        self._values["last_conversion_error"] = None
-        self._last_success: float | None = None
-        self._created = time.monotonic()
-        self._data_sizes = _Histogram()
-        self._delete_sizes = _Histogram()
-        self._progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=100)
+        self.lock = threading.Lock()
+        self.values: dict[str, Any] = {f.name: 0 for f in attrs.fields(MetricsSnapshot) if f.name != "tables"}
+        self.values["elapsed_seconds_since_last_successful_commit"] = None
+        self.values["last_conversion_error"] = None
+        self.last_success: float | None = None
+        self.created = time.monotonic()
+        self.data_sizes = _Histogram()
+        self.delete_sizes = _Histogram()
+        self.progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=100)
+        self.tables: dict[str, _TableCounters] = {}
+
+
+class SinkMetrics:
+    """Thread-safe counters shared by every job of one sink (streams may run concurrently).
+
+    :meth:`for_table` gives the view one table's job updates: the same counters, and that table's
+    own (:class:`TableActivity`), so a routed sink's stuck table is visible among its many.
+    """
+
+    def __init__(self) -> None:
+        self._shared = _Shared()
+        self._table: _TableCounters | None = None
+
+    def for_table(self, table: str) -> SinkMetrics:
+        """The view of these metrics that the job of ``table`` updates (same counters, plus the table's)."""
+        view = SinkMetrics.__new__(SinkMetrics)
+        view._shared = self._shared
+        with self._shared.lock:
+            view._table = self._shared.tables.setdefault(table, _TableCounters(time.monotonic()))
+        return view
 
     def flushed(self, data_sizes: Iterable[int], delete_sizes: Iterable[int]) -> None:
         """Record the sizes of the files one checkpoint's writers wrote."""
-        with self._lock:
-            self._data_sizes.update(data_sizes)
-            self._delete_sizes.update(delete_sizes)
+        with self._shared.lock:
+            self._shared.data_sizes.update(data_sizes)
+            self._shared.delete_sizes.update(delete_sizes)
 
     def record_progress(self, progress: dict[str, Any]) -> None:
         """Keep the progress record of one micro-batch (the newest 100 are kept)."""
-        with self._lock:
-            self._progress.append(progress)
+        with self._shared.lock:
+            self._shared.progress.append(progress)
 
     def progress(self) -> list[dict[str, Any]]:
         """The newest progress records, oldest first."""
-        with self._lock:
-            return [dict(p) for p in self._progress]
+        with self._shared.lock:
+            return [dict(p) for p in self._shared.progress]
 
     def add(self, **increments: float) -> None:
-        with self._lock:
+        with self._shared.lock:
             for key, value in increments.items():
-                self._values[key] += value
+                self._shared.values[key] += value
+                if self._table is not None and key in _TABLE_COUNTERS:
+                    self._table.counts[key] += int(value)
 
     def set(self, **values: float | str | None) -> None:
-        with self._lock:
-            self._values.update(values)
+        with self._shared.lock:
+            if self._table is not None and "pending_checkpoints" in values:
+                # Each table's job knows its own pending checkpoints; the sink's are their sum.
+                self._table.pending = int(values["pending_checkpoints"] or 0)
+                values["pending_checkpoints"] = sum(t.pending for t in self._shared.tables.values())
+            self._shared.values.update(values)
 
     def committed(self) -> None:
-        with self._lock:
-            self._last_success = time.monotonic()
+        with self._shared.lock:
+            now = time.monotonic()
+            self._shared.last_success = now
+            if self._table is not None:
+                self._table.since = now
 
     def snapshot(self) -> MetricsSnapshot:
-        with self._lock:
-            values = dict(self._values)
+        shared = self._shared
+        with shared.lock:
+            values = dict(shared.values)
             now = time.monotonic()
-            if self._last_success is not None:
-                values["elapsed_seconds_since_last_successful_commit"] = now - self._last_success
-            values["uptime_seconds"] = now - self._created
-            values["data_files_size_histogram"] = self._data_sizes.statistics()
-            values["delete_files_size_histogram"] = self._delete_sizes.statistics()
+            if shared.last_success is not None:
+                values["elapsed_seconds_since_last_successful_commit"] = now - shared.last_success
+            values["uptime_seconds"] = now - shared.created
+            values["data_files_size_histogram"] = shared.data_sizes.statistics()
+            values["delete_files_size_histogram"] = shared.delete_sizes.statistics()
+            values["tables"] = tuple(
+                TableActivity(
+                    table=name,
+                    commits=t.counts["commits"],
+                    committed_records=t.counts["committed_records"],
+                    committed_data_files=t.counts["committed_data_files"],
+                    committed_delete_files=t.counts["committed_delete_files"],
+                    pending_checkpoints=t.pending,
+                    deferred_commits=t.counts["deferred_commits"],
+                    seconds_since_last_commit=now - t.since,
+                )
+                for name, t in sorted(shared.tables.items())
+            )
         return MetricsSnapshot(**values)

@@ -6,7 +6,16 @@ group + ``_`` + the Flink metric name, e.g. ``iceberg_sink_IcebergFilesCommitter
 Like Flink's reporter, counters and gauges are exported as Prometheus gauges and histograms as
 summaries with quantile labels. Every sample carries the labels ``table`` and ``job``; maintenance
 metrics also ``task_name``. The values are read from the sink at each scrape, so a scrape shows
-exactly what ``sink.metrics().flink()`` returns at that moment.
+exactly what ``sink.metrics().flink()`` returns at that moment (a routed sink's carry
+``table="routed"``: they sum every table).
+
+Per table, ``iceberg_sink_table_*`` (:func:`table_families`): each routed table's commits, records,
+pending checkpoints and seconds since its last commit, so one stuck table among many is visible.
+The series stay bounded: the ``max_tables`` most active tables (most committed records) by name,
+and one ``table="other"`` series for the rest (counts summed, the largest commit age, so a stuck
+table outside the top still raises it).
+
+The endpoint binds 127.0.0.1 unless told otherwise (``addr="0.0.0.0"`` serves every interface).
 """
 
 from __future__ import annotations
@@ -18,9 +27,15 @@ from typing import Any
 import attrs
 
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.observe.metrics import QUANTILES, HistogramStatistics, MetricsSnapshot
+from iceberg_sink.observe.metrics import QUANTILES, HistogramStatistics, MetricsSnapshot, TableActivity
 
 PREFIX = "iceberg_sink"
+DEFAULT_ADDR = "127.0.0.1"
+"""Loopback only: metrics name tables and jobs, so serving every interface is an explicit choice."""
+DEFAULT_MAX_TABLES = 20
+"""Tables with their own per-table series; the rest share ``table="other"``."""
+OTHER_TABLES = "other"
+"""The ``table`` label of the tables beyond ``max_tables`` (no table is named so: names have a namespace)."""
 
 try:
     from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
@@ -47,13 +62,54 @@ class PrometheusConfig:
 
     Attributes:
         port: TCP port; 0 picks a free one (``IcebergSink.prometheus_port`` tells which).
-        addr: address to bind.
+        addr: address to bind: the loopback interface by default; ``"0.0.0.0"`` (or a host's
+            address) lets another machine's Prometheus scrape it.
         job: value of the ``job`` label (default: the table name).
+        max_tables: per-table series: the most active tables that get their own, the rest share
+            ``table="other"``.
     """
 
     port: int = 0
-    addr: str = "0.0.0.0"
+    addr: str = DEFAULT_ADDR
     job: str | None = None
+    max_tables: int = DEFAULT_MAX_TABLES
+
+
+def table_families(tables: tuple[TableActivity, ...], job: str, max_tables: int) -> list[Any]:
+    """The ``iceberg_sink_table_*`` families: the ``max_tables`` most active tables (most committed
+    records, then most commits, then by name) one series each, the others one ``table="other"``
+    series (counts summed, the oldest last commit), so series stay bounded however many tables."""
+    ranked = sorted(tables, key=lambda t: (-t.committed_records, -t.commits, t.table))
+    shown: list[tuple[str, list[TableActivity]]] = [(t.table, [t]) for t in ranked[:max_tables]]
+    if len(ranked) > max_tables:
+        shown.append((OTHER_TABLES, ranked[max_tables:]))
+    families = []
+    for name, help_text, value in _TABLE_METRICS:
+        family = GaugeMetricFamily(f"{PREFIX}_table_{name}", help_text, labels=["table", "job"])
+        for label, group in shown:
+            family.add_metric([label, job], float(value(group)))
+        families.append(family)
+    return families
+
+
+_TABLE_METRICS: tuple[tuple[str, str, Callable[[list[TableActivity]], float]], ...] = (
+    ("commits", "snapshots committed to the table", lambda g: sum(t.commits for t in g)),
+    ("committedRecords", "data records committed", lambda g: sum(t.committed_records for t in g)),
+    ("committedDataFiles", "data files committed", lambda g: sum(t.committed_data_files for t in g)),
+    ("committedDeleteFiles", "delete files committed", lambda g: sum(t.committed_delete_files for t in g)),
+    ("pendingCheckpoints", "checkpoints written, not yet committed", lambda g: sum(t.pending_checkpoints for t in g)),
+    (
+        "deferredCommits",
+        "commits deferred while the catalog was unreachable",
+        lambda g: sum(t.deferred_commits for t in g),
+    ),
+    (
+        "elapsedSecondsSinceLastSuccessfulCommit",
+        "seconds since the table's last commit (other: the oldest)",
+        lambda g: max(t.seconds_since_last_commit for t in g),
+    ),
+    ("tables", "tables in the series (1, or how many share 'other')", len),
+)
 
 
 def metric_families(snapshot: MetricsSnapshot, table: str, job: str) -> list[Any]:
@@ -95,13 +151,18 @@ def _add_histogram(family: Any, labels: dict[str, str], value: HistogramStatisti
 class SinkCollector:
     """A Prometheus collector reading a sink's metrics at scrape time."""
 
-    def __init__(self, snapshot: Callable[[], MetricsSnapshot], table: str, job: str) -> None:
+    def __init__(
+        self, snapshot: Callable[[], MetricsSnapshot], table: str, job: str, max_tables: int = DEFAULT_MAX_TABLES
+    ) -> None:
         self._snapshot = snapshot
         self._table = table
         self._job = job
+        self._max_tables = max_tables
 
     def collect(self) -> Iterator[Metric]:
-        yield from metric_families(self._snapshot(), self._table, self._job)
+        snapshot = self._snapshot()
+        yield from metric_families(snapshot, self._table, self._job)
+        yield from table_families(snapshot.tables, self._job, self._max_tables)
 
 
 class MetricsServer:
@@ -112,7 +173,9 @@ class MetricsServer:
         from prometheus_client import start_http_server
 
         self.registry = CollectorRegistry(auto_describe=False)
-        collector: Collector = SinkCollector(snapshot, table, config.job or table)  # type: ignore[assignment]
+        collector: Collector = SinkCollector(  # type: ignore[assignment]
+            snapshot, table, config.job or table, config.max_tables
+        )
         self.registry.register(collector)
         try:
             self._server, self._thread = start_http_server(config.port, addr=config.addr, registry=self.registry)

@@ -20,6 +20,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 DEFAULT_EMBEDDED_ROOT = "iceberg-sink-data"
+EMBEDDED_CATALOG_FILE = "catalog.db"
 _SECRET = re.compile(r"(secret|password|token|credential|key)", re.IGNORECASE)
 
 
@@ -69,14 +70,26 @@ class CatalogConfig:
     properties: tuple[tuple[str, str], ...] = attrs.field(converter=_sorted_items)
 
     @classmethod
-    def embedded(cls, root: str | os.PathLike[str] | None = None) -> CatalogConfig:
+    def embedded(cls, root: str | os.PathLike[str] | None = None, create: bool = True) -> CatalogConfig:
+        """The embedded catalog under ``root`` (default ``./iceberg-sink-data``).
+
+        Args:
+            create: make the folders when missing (a sink writing); ``False`` (a command that only
+                reads or changes existing tables) creates nothing and raises when there is no catalog.
+
+        Raises:
+            FileNotFoundError: ``create=False`` and ``root`` holds no embedded catalog (naming the folder).
+        """
         base = Path(root if root is not None else DEFAULT_EMBEDDED_ROOT).absolute()
-        (base / "warehouse").mkdir(parents=True, exist_ok=True)
+        if not create and not (base / EMBEDDED_CATALOG_FILE).is_file():
+            raise FileNotFoundError(f"no embedded catalog at {base} (expected its {EMBEDDED_CATALOG_FILE} there)")
+        if create:
+            (base / "warehouse").mkdir(parents=True, exist_ok=True)
         return cls(
             "iceberg_sink",
             {
                 "type": "sql",
-                "uri": f"sqlite:///{base / 'catalog.db'}",
+                "uri": f"sqlite:///{base / EMBEDDED_CATALOG_FILE}",
                 "warehouse": (base / "warehouse").as_uri(),
             },
         )

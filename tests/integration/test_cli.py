@@ -347,7 +347,7 @@ def test_json_and_exit_codes_of_the_maintenance_commands(
     assert sorted(r["id"] for r in sink.load_table().scan().to_arrow().to_pylist()) == [0, 1, 2, 3]
 
     missing = cli_json(capsys, "inspect", "db.nope", "--embedded", lake, code=EXIT_NOT_FOUND)
-    assert missing["error"]["message"] == "table db.nope does not exist in catalog 'iceberg_sink'"
+    assert missing["error"]["message"] == f"table db.nope does not exist in the embedded catalog at {lake}"
     assert cli_json(capsys, "inspect", *where, "--checkpoint-location", str(tmp_path / "no"), code=EXIT_NOT_FOUND)
     assert cli_json(capsys, "inspect", "db.m", "--embedded", str(tmp_path / "nowhere"), code=EXIT_NOT_FOUND)
     assert cli_json(

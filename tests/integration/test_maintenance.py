@@ -164,7 +164,9 @@ def test_cli_compacts_with_progress(spark: SparkSession, tmp_path: Path) -> None
         check=False,
     )
     # Exit code 3: not found (docs/cli.md); one line, no stack trace.
-    assert bad.returncode == 3 and bad.stderr.endswith("table db.nope does not exist in catalog 'iceberg_sink'\n")
+    assert bad.returncode == 3 and bad.stderr.endswith(
+        f"table db.nope does not exist in the embedded catalog at {tmp_path / 'lake'}\n"
+    )
     assert "Traceback" not in bad.stderr
 
 

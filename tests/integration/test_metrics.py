@@ -260,3 +260,78 @@ def test_progress_status_of_empty_replayed_and_failed_batches(spark: SparkSessio
     failed = sink.last_progress()
     assert failed is not None and failed["error"].startswith("InvalidInputError: ") and failed["snapshot_id"] is None
     assert sink.metrics().commits == 1 and sink.metrics().skipped_commits == 0
+
+
+def test_the_endpoint_binds_the_loopback_interface_unless_told(tmp_path: Path) -> None:
+    builder = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").create_if_missing()
+    sink = builder.prometheus(port=0).build()
+    try:
+        assert sink._prometheus is not None
+        assert sink._prometheus._server.server_address[0] == "127.0.0.1"
+        assert sink.prometheus_url == f"http://127.0.0.1:{sink.prometheus_port}/metrics"
+        assert scrape(sink.prometheus_url)  # served there
+    finally:
+        sink.close()
+    exposed = builder.prometheus(port=0, addr="0.0.0.0").build()  # docs/metrics.md: how to expose it
+    try:
+        assert exposed._prometheus is not None and exposed._prometheus._server.server_address[0] == "0.0.0.0"
+    finally:
+        exposed.close()
+    with pytest.raises(InvalidSinkConfigError, match=r"prometheus\(max_tables\): expected a positive integer"):
+        builder.prometheus(max_tables=0).build()
+
+
+def test_a_routed_sink_has_bounded_per_table_series_where_a_stuck_table_shows(
+    spark: SparkSession, tmp_path: Path, java_reader: Any
+) -> None:
+    """Five routed tables, two series of their own (the most records), the other three in
+    ``table="other"``; a table that stops receiving rows keeps a growing commit age."""
+    import time
+
+    from tests.interop.readers import duckdb_read, normalize
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .route(table_column="tbl", namespace="db")
+        .create_if_missing()
+        .prometheus(port=0, max_tables=2, job="routed-job")
+        .build()
+    )
+    sizes = {"a": 5, "b": 4, "c": 3, "d": 2, "e": 1}
+    rows = [(t, i, f"{t}{i}") for t, n in sizes.items() for i in range(n)]
+    ckpt = str(tmp_path / "ckpt")
+    try:
+        sink.write(spark.createDataFrame(rows, "tbl string, id long, v string"), checkpoint_location=ckpt)
+        time.sleep(2)
+        # Only a and e get rows now: b, c and d are "stuck".
+        later = [("a", 100, "a100"), ("e", 100, "e100")]
+        sink.write(spark.createDataFrame(later, "tbl string, id long, v string"), checkpoint_location=ckpt)
+        scraped = scrape(sink.prometheus_url or "")
+
+        def table_metric(name: str) -> dict[str, float]:
+            return {
+                dict(labels)["table"]: value
+                for (metric, labels), value in scraped.items()
+                if metric == f"iceberg_sink_table_{name}" and dict(labels)["job"] == "routed-job"
+            }
+
+        assert table_metric("committedRecords") == {"db.a": 6, "db.b": 4, "other": 3 + 2 + 2}
+        assert table_metric("commits") == {"db.a": 2, "db.b": 1, "other": 4}
+        assert table_metric("tables") == {"db.a": 1, "db.b": 1, "other": 3}
+        assert table_metric("pendingCheckpoints") == {"db.a": 0, "db.b": 0, "other": 0}
+        age = table_metric("elapsedSecondsSinceLastSuccessfulCommit")
+        assert set(age) == {"db.a", "db.b", "other"}
+        assert age["db.b"] >= 2 and age["other"] >= 2 > age["db.a"]  # other: its stalest table (c, d)
+        # The sink-wide series keep their single label; nothing else names a table.
+        labels = {dict(k[1]).get("table") for k in scraped}
+        assert labels == {"routed", "db.a", "db.b", "other"}
+        # What the series count is what the tables hold (Iceberg Java and DuckDB).
+        for t, n in sizes.items():
+            table = sink.load_table(f"db.{t}")
+            extra = [{"id": 100, "v": f"{t}100"}] if t in ("a", "e") else []
+            expected = sorted([{"id": i, "v": f"{t}{i}"} for i in range(n)] + extra, key=lambda r: r["id"])
+            assert normalize(java_reader.read(table.metadata_location), ["id"]) == expected
+            assert normalize(duckdb_read(table.metadata_location), ["id"]) == expected
+    finally:
+        sink.close()

@@ -142,3 +142,88 @@ def test_errors_have_no_stack_trace_unless_debug(tmp_path: Path) -> None:
     loud = subprocess.run([*cmd, "--debug"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert loud.returncode == EXIT_USAGE and "Traceback (most recent call last)" in loud.stderr
     assert loud.stderr.endswith(quiet.stderr)
+
+
+# ---- --validate-only runs the builder's own checks; strict YAML -----------------------------------
+
+_VALID_BASE = "source: {type: rate}\ncheckpoint_location: c\n"
+
+
+@pytest.mark.parametrize(
+    ("sink", "expected"),
+    [
+        ("{table: db.t, write_options: {write.target-file-sise-bytes: 10}}", "unknown write option"),
+        ("{table: db.t, write_options: {iceberg-sink.writer.max-open-files: -4}}", "max-open-files"),
+        ("{table: t}", "table: expected 'namespace.name', received 't'"),
+        ("{table: db.t, create_if_missing: {partition_by: [country]}, upsert: {key: [id]}}", "country"),
+    ],
+    ids=["unknown-option", "bad-option-value", "no-namespace", "key-without-partition-source"],
+)
+def test_validate_only_runs_the_builders_checks_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sink: str, expected: str
+) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text(_VALID_BASE + f"sink: {sink}\n")
+    before = set(os.listdir(tmp_path))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["run", str(config), "--validate-only"]) == EXIT_USAGE
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert "invalid sink configuration" in err and expected in err, err
+    assert set(os.listdir(tmp_path)) == before  # no ./iceberg-sink-data, no catalog, no checkpoints
+
+
+def test_validate_only_accepts_what_the_builder_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        _VALID_BASE + "sink: {table: db.t, embedded: lake, write_options: {iceberg-sink.writer.max-open-files: 4}, "
+        "create_if_missing: {partition_by: [country]}, upsert: {key: [id, country]}}\n"
+    )
+    assert main(["run", str(config), "--validate-only"]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out == f"{config}: valid\n"
+    assert not (tmp_path / "lake").exists()
+
+
+def test_a_key_given_twice_is_an_error_naming_it_and_both_lines() -> None:
+    found = problems("source: {type: rate}\nsink:\n  table: db.a\n  table: db.b\ncheckpoint_location: c\n")
+    assert found == [
+        "not valid YAML at line 4, column 3: found duplicate key 'table' (first given at line 3); "
+        "expected each key once"
+    ]
+    # Flow mappings and nested ones too; merge keys (<<) may be overridden, as YAML says.
+    assert "duplicate key 'type'" in problems("source: {type: rate, type: files}\n")[0]
+    config = runconfig.parse(
+        "source: {type: rate}\nsink: {table: db.t}\ncheckpoint_location: c\nspark: {conf: {<<: {a: 1}, a: 2}}\n",
+        "p.yaml",
+    )
+    assert config.data["spark"]["conf"] == {"a": 2}
+
+
+def test_alias_expansion_is_bounded() -> None:
+    import signal
+    import time
+
+    def too_slow(signum: int, frame: object) -> None:
+        raise TimeoutError("the billion-laughs document was being expanded")
+
+    signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(20)  # expanded, it never ends (10^9 strings): fail instead of hanging
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    started = time.monotonic()
+    try:
+        found = problems("\n".join(lines) + "\nsource: *a9\n")
+    finally:
+        signal.alarm(0)
+    assert time.monotonic() - started < 5
+    assert len(found) == 1 and "aliases expand to more than 100000 nodes" in found[0], found
+    assert "recursive" in problems("source: &r [*r]\n")[0]
+    # Ordinary anchors still work.
+    config = runconfig.parse(
+        "source: {type: rate}\nsink: {table: db.t}\ncheckpoint_location: c\nspark: {conf: {x: &x v, y: *x}}\n",
+        "p.yaml",
+    )
+    assert config.data["spark"]["conf"] == {"x": "v", "y": "v"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from iceberg_sink.observe.metrics import HISTOGRAM_WINDOW, QUANTILES, MetricsSnapshot, SinkMetrics
+from iceberg_sink.observe.metrics import HISTOGRAM_WINDOW, QUANTILES, MetricsSnapshot, SinkMetrics, TableActivity
 
 FLINK_WRITER = {
     "flushedDataFiles",
@@ -80,3 +80,31 @@ def test_existing_snapshot_fields_keep_their_names() -> None:
         "last_commit_duration_ms",
         "compactions_triggered",
     } <= names
+
+
+def test_per_table_views_count_each_table_and_the_sink() -> None:
+    """Each routed table's job updates a view: the sink's counters, and the table's own. Pending
+    checkpoints are each table's own count, and the sink's their sum (not the last table's)."""
+    metrics = SinkMetrics()
+    a, b = metrics.for_table("db.a"), metrics.for_table("db.b")
+    a.add(commits=1, committed_records=5, committed_data_files=2)
+    a.committed()
+    b.add(deferred_commits=1)
+    b.set(pending_checkpoints=3)
+    a.set(pending_checkpoints=1)
+
+    def counts(snapshot: MetricsSnapshot) -> list[TableActivity]:
+        return [attrs.evolve(t, seconds_since_last_commit=0.0) for t in snapshot.tables]
+
+    assert counts(metrics.for_table("db.a").snapshot()) == counts(metrics.snapshot())  # one shared state
+    snap = metrics.snapshot()
+    assert (snap.commits, snap.committed_records, snap.pending_checkpoints, snap.deferred_commits) == (1, 5, 4, 1)
+    by_name = {t.table: t for t in snap.tables}
+    assert list(by_name) == ["db.a", "db.b"]
+    assert (by_name["db.a"].commits, by_name["db.a"].committed_records, by_name["db.a"].pending_checkpoints) == (
+        1,
+        5,
+        1,
+    )
+    assert (by_name["db.b"].commits, by_name["db.b"].deferred_commits, by_name["db.b"].pending_checkpoints) == (0, 1, 3)
+    assert by_name["db.a"].seconds_since_last_commit <= by_name["db.b"].seconds_since_last_commit
