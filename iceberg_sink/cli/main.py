@@ -47,6 +47,7 @@ from iceberg_sink.errors import (
 )
 from iceberg_sink.table.catalog import CatalogConfig, redact, scrub
 from iceberg_sink.table.catalog import load_table as load_from_catalog
+from iceberg_sink.table.names import table_name_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -150,6 +151,9 @@ def _table_name(args: argparse.Namespace) -> str:
     name = args.table or args.table_arg
     if not name:
         raise UsageError("TABLE: required (positional, or --table namespace.name)")
+    problem = table_name_problem(name)
+    if problem is not None:
+        raise UsageError(f"TABLE: {problem}")
     return str(name)
 
 

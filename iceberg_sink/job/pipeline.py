@@ -67,7 +67,7 @@ from iceberg_sink.errors import (
 )
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
-from iceberg_sink.table import evolution
+from iceberg_sink.table import evolution, names
 from iceberg_sink.table.carried import project as project_carried
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.table.keys import resolve_key
@@ -203,6 +203,7 @@ class SinkJob:
         key/op/order/partition columns are the table's input (see :meth:`own_columns`).
         ``named_keys`` (routed tables): the keys its rows name in the sink's key column (see
         :meth:`use_key`)."""
+        names.check_columns(self._config.table, struct)  # before anything is created or evolved
         table = catalogs.load_table(self._catalog, self._config.table)
         self.use_key(table, named_keys)
         struct = self.own_columns(struct, table, carried)

@@ -19,6 +19,8 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from iceberg_sink.table import names
+
 DEFAULT_EMBEDDED_ROOT = "iceberg-sink-data"
 _SECRET = re.compile(r"(secret|password|token|credential|key)", re.IGNORECASE)
 
@@ -99,6 +101,12 @@ def file_io_properties(properties: Mapping[str, object]) -> dict[str, str]:
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table | None:
+    """The table, or None when it does not exist.
+
+    Raises:
+        InvalidSinkConfigError: ``identifier`` breaks the table-name rule (table/names.py).
+    """
+    names.check_table_name(identifier)
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError:
@@ -117,7 +125,14 @@ def create_table(
     Two streams starting together race here; some catalogs report the loser with their own error
     (PyIceberg's SQL catalog lets SQLite's IntegrityError through), so any failure is followed by a
     check whether the other side's creation succeeded.
+
+    The name and the location the catalog resolves for it are checked first (table/names.py): the
+    creation is staged (nothing is written or registered), its location checked, then committed.
+
+    Raises:
+        InvalidSinkConfigError: the name or the resolved location breaks the rule; nothing was created.
     """
+    names.check_table_name(identifier)
     namespace = Catalog.identifier_to_tuple(identifier)[:-1]
     if namespace:
         try:
@@ -128,11 +143,20 @@ def create_table(
             if not catalog.namespace_exists(namespace):
                 raise
     try:
-        return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=dict(properties))
+        staged = catalog.create_table_transaction(
+            identifier, schema=schema, partition_spec=spec, properties=dict(properties)
+        )
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
+    names.check_location(catalog, identifier, staged.table_metadata.location)
+    try:
+        staged.commit_transaction()
     except Exception:
+        # Lost a creation race (AssertCreate failed, or the catalog's own error): use the winner's table.
         existing = load_table(catalog, identifier)
         if existing is None:
             raise
         return existing
+    table = catalog.load_table(identifier)
+    names.remember_location(catalog, identifier, table.location())
+    return table
