@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Collection
 from typing import Any
@@ -794,6 +795,7 @@ def write_error(error: Exception, checkpoint_id: int, target: str) -> Exception:
     if ERROR_MARKER in text:
         # A row was refused inside Spark (null key, unknown op code): nothing was committed.
         detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
+        detail = re.sub(r"\s*SQLSTATE: \w+$", "", detail)  # Spark 4 appends the state to the line
         return InvalidInputError(f"checkpoint {checkpoint_id} of {target} was not written: {detail}")
     failure = task_failure(error)
     if failure is not None:

@@ -6,6 +6,7 @@ The embedded default is a SQLite catalog file and a local warehouse folder under
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -20,6 +21,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink.table import names
+
+logger = logging.getLogger("iceberg_sink")
 
 DEFAULT_EMBEDDED_ROOT = "iceberg-sink-data"
 _SECRET = re.compile(r"(secret|password|token|credential|key)", re.IGNORECASE)
@@ -148,6 +151,10 @@ def create_table(
         )
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
+    except Exception as e:
+        # A catalog without staged creation (some REST servers): create, check, and drop a refused table.
+        logger.debug("staged creation of %s failed (%s: %s); creating directly", identifier, type(e).__name__, e)
+        return _create_then_check(catalog, identifier, schema, spec, properties)
     names.check_location(catalog, identifier, staged.table_metadata.location)
     try:
         staged.commit_transaction()
@@ -158,5 +165,26 @@ def create_table(
             raise
         return existing
     table = catalog.load_table(identifier)
+    names.remember_location(catalog, identifier, table.location())
+    return table
+
+
+def _create_then_check(
+    catalog: Catalog, identifier: str, schema: Schema, spec: PartitionSpec, properties: Mapping[str, str]
+) -> Table:
+    try:
+        table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=dict(properties))
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
+    except Exception:
+        existing = load_table(catalog, identifier)
+        if existing is None:
+            raise
+        return existing
+    try:
+        names.check_location(catalog, identifier, table.location())
+    except Exception:
+        catalog.drop_table(identifier)  # just created, empty: nothing of anyone's is lost
+        raise
     names.remember_location(catalog, identifier, table.location())
     return table
