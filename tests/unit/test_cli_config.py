@@ -142,3 +142,22 @@ def test_errors_have_no_stack_trace_unless_debug(tmp_path: Path) -> None:
     loud = subprocess.run([*cmd, "--debug"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert loud.returncode == EXIT_USAGE and "Traceback (most recent call last)" in loud.stderr
     assert loud.stderr.endswith(quiet.stderr)
+
+
+def test_route_allow_is_accepted_and_checked(tmp_path: Path) -> None:
+    # issue 18: a routed sink writes its namespace's tables, or those `allow` lists.
+    config = runconfig.parse(
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{embedded: {tmp_path}, create_if_missing: {{}}, "
+        "route: {table_column: tbl, namespace: cdc, allow: ['orders_*', audit.log]}}\n",
+        str(tmp_path / "p.yaml"),
+    )
+    route = runconfig.build_sink(config).config.route
+    assert route is not None and route.allow == ("orders_*", "audit.log") and route.namespace == "cdc"
+    found = problems("source: {type: rate}\ncheckpoint_location: c\nsink: {route: {table_column: t, allow: [1]}}\n")
+    assert [p.split(":")[0] for p in found] == ["sink.route.allow"], found
+    bad = runconfig.parse(
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{embedded: {tmp_path}, route: {{table_column: t}}}}\n",
+        str(tmp_path / "p.yaml"),
+    )
+    with pytest.raises(runconfig.InvalidSinkConfigError, match=r"route: expected namespace= .* or allow="):
+        runconfig.build_sink(bad)
