@@ -228,7 +228,8 @@ def hostile_table_name(rng: random.Random) -> str | None:
     if kind == "dots":
         return rng.choice([f"rt.{base}.x", f"other.{base}", f".{base}", f"{base}.", f"rt..{base}", f"rt.{base}.", "."])
     if kind == "long":
-        return rng.choice([base * rng.randrange(40, 120), "rt." + "n" * rng.randrange(101, 200) + "." + base])
+        too_long_table = (base * 200)[: rng.randrange(151, 400)]
+        return rng.choice([too_long_table, "rt." + "n" * rng.randrange(98, 200) + "." + base])
     if kind == "unicode":
         return base[:at] + rng.choice(["é", "日本", "\u00a0", "\u200b"]) + base[at:]
     return None
