@@ -21,6 +21,7 @@ from iceberg_sink.observe.prometheus import (
     require_prometheus_client,
 )
 from iceberg_sink.sink import IcebergSink
+from iceberg_sink.table import names
 from iceberg_sink.table.catalog import CatalogConfig, load_table, redact, scrub
 from iceberg_sink.table.keys import resolve_key
 from iceberg_sink.table.partitioning import field_name, parse_terms
@@ -92,6 +93,7 @@ class IcebergSinkBuilder:
         *,
         table_column: str | None = None,
         namespace: str | None = None,
+        allow: Sequence[str] | None = None,
     ) -> IcebergSinkBuilder:
         """Write one stream to many tables: each row goes to the table its route names.
 
@@ -100,11 +102,18 @@ class IcebergSinkBuilder:
         column) returning the table name; it runs as an Arrow-optimized Python UDF, batched, one call
         per row. A name without a namespace (no dot) gets ``namespace``. Excludes :meth:`table`.
 
+        The route writes only tables of ``namespace`` (not its child namespaces), or, given
+        ``allow``, only the tables it lists: table names or glob patterns (``"cdc.*"``,
+        ``"audit.orders_?"``; ``*`` never matches a dot), an entry without a dot being in
+        ``namespace``. One of the two is required. A row naming a table outside them, or a name
+        breaking the table-name rule (table/names.py: ``A-Z a-z 0-9 _ -`` per part, length limits),
+        is refused with its table named (the batch fails before anything is committed).
+
         Each table is created when first seen (with :meth:`create_if_missing`'s settings) or checked
         like a single sink's table; each checkpoint commits one snapshot to each table it touched,
         idempotently per table. See docs/routing.md.
         """
-        self._routes.append({"fn": fn, "table_column": table_column, "namespace": namespace})
+        self._routes.append({"fn": fn, "table_column": table_column, "namespace": namespace, "allow": allow})
         return self
 
     def _route_config(self, problems: list[str]) -> RouteConfig | None:
@@ -126,12 +135,32 @@ class IcebergSinkBuilder:
         if column is not None and (not isinstance(column, str) or not column):
             problems.append(f"route(table_column): expected a column name, received {column!r}")
             return None
-        if namespace is not None and (
-            not isinstance(namespace, str) or not namespace.strip(".") or namespace != namespace.strip()
-        ):
-            problems.append(f"route(namespace): expected None or a namespace such as 'cdc', received {namespace!r}")
+        if namespace is not None:
+            problem = names.namespace_problem(namespace.strip(".") if isinstance(namespace, str) else namespace)
+            if problem is not None:
+                problems.append(f"route(namespace): {problem}")
+                return None
+            namespace = namespace.strip(".")
+        allow = self._routes[0]["allow"]
+        if allow is not None and (isinstance(allow, str) or not all(isinstance(a, str) for a in allow) or not allow):
+            problems.append(
+                f"route(allow): expected a non-empty list of table names or glob patterns, received {allow!r}"
+            )
             return None
-        return RouteConfig(table_column=column, fn=fn, namespace=namespace.strip(".") if namespace else None)
+        allowed = tuple(allow or ())
+        for entry in allowed:
+            try:
+                names.allow_pattern(entry, namespace)
+            except InvalidSinkConfigError as e:
+                problems.append(str(e))
+                return None
+        if namespace is None and not allowed:
+            problems.append(
+                "route: expected namespace= (the only namespace the route may write) or allow=[...] (the tables "
+                "or patterns it may write), received neither: a routed row could otherwise name any table"
+            )
+            return None
+        return RouteConfig(table_column=column, fn=fn, namespace=namespace, allow=allowed)
 
     def create_if_missing(
         self,
@@ -441,8 +470,8 @@ class IcebergSinkBuilder:
             pass
         elif self._table is _UNSET:
             problems.append("table: required; call .table('namespace.name') (or .route(...) for many tables)")
-        elif not isinstance(self._table, str) or "." not in self._table.strip(".") or not self._table.strip():
-            problems.append(f"table: expected 'namespace.name', received {self._table!r}")
+        elif (problem := names.table_name_problem(self._table)) is not None:
+            problems.append(f"table: {problem}")
         if not isinstance(self._branch, str) or not self._branch:
             problems.append(f"branch: expected a non-empty branch name, received {self._branch!r}")
         distribution = None

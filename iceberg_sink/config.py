@@ -63,12 +63,17 @@ class RouteConfig:
         table_column: the input column naming each row's table (not written to the tables).
         fn: a function of a row (a :class:`pyspark.sql.Row` of every input column) returning the
             row's table name; exactly one of ``table_column`` and ``fn`` is set.
-        namespace: the namespace of table names given without one.
+        namespace: the namespace of table names given without one; without ``allow``, the only
+            namespace the route may write (table/names.py).
+        allow: table names and glob patterns (``*`` within one part, ``?`` one character) of the
+            tables the route may write instead of its namespace's; entries without a dot are in
+            ``namespace``. A row naming another table is refused (sources/rejects.py).
     """
 
     table_column: str | None = None
     fn: Callable[[Any], Any] | None = None
     namespace: str | None = None
+    allow: tuple[str, ...] = ()
 
     def describe(self) -> str:
         how = f"column {self.table_column!r}" if self.table_column is not None else f"function {self.fn!r}"
@@ -119,9 +124,13 @@ class SinkConfig:
 
     def read_batch(self, df: Any) -> Any:
         """``df`` after the ``map_batches`` functions (the DataFrame the sink writes); rows a source
-        refused (sources/rejects.py) fail the batch when it is written."""
+        refused (sources/rejects.py) fail the batch when it is written. A routed sink's rows get
+        their table name here (job/routing.py), refused per row when the route may not write it."""
+        from iceberg_sink.job.routing import route_column
         from iceberg_sink.sources.rejects import fail_on_reject
 
         for fn in self.map_batches:
             df = fn(df)
+        if self.route is not None:
+            df = route_column(df, self.route)
         return fail_on_reject(df)

@@ -196,7 +196,9 @@ _SINK = mapping(
         ),
         "compaction": _COMPACTION,
         "convert_equality_deletes": bool_or(_CONVERSION),
-        "route": mapping({"table_column": STRING, "namespace": STRING}, required=("table_column",)),
+        "route": mapping(
+            {"table_column": STRING, "namespace": STRING, "allow": string_list}, required=("table_column",)
+        ),
         "schema_evolution": one_of("off", "add-columns", "add-and-widen"),
         "debezium": bool_or(
             mapping(

@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 from iceberg_sink.errors import IcebergSinkError
 from iceberg_sink.table.catalog import DEFAULT_EMBEDDED_ROOT, CatalogConfig, redact, scrub
 from iceberg_sink.table.catalog import load_table as load_from_catalog
+from iceberg_sink.table.names import table_name_problem
 
 
 class NotFoundError(IcebergSinkError):
@@ -45,6 +46,9 @@ def table_name(args: argparse.Namespace) -> str:
     name = args.table or args.table_arg
     if not name:
         raise UsageError("TABLE: required (positional, or --table namespace.name)")
+    problem = table_name_problem(name)
+    if problem is not None:
+        raise UsageError(f"TABLE: {problem}")
     return str(name)
 
 

@@ -54,8 +54,10 @@ from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob
 from iceberg_sink.observe.metrics import SinkMetrics
+from iceberg_sink.sources.rejects import REJECT_COLUMN, fail_on_reject, reject_where
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
+from iceberg_sink.table.names import allowed, table_name_problem, table_name_refusal
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
@@ -86,7 +88,13 @@ def _route_udf(fn: Callable[[Any], Any]) -> Callable[[Column], Column]:
 
 def route_column(df: DataFrame, route: RouteConfig) -> DataFrame:
     """``df`` with :data:`ROUTE_COLUMN` holding each row's table name, namespace added where missing;
-    the input's table column (if routed by one) is dropped: it is not written to the tables."""
+    the input's table column (if routed by one) is dropped: it is not written to the tables.
+
+    A row whose name breaks the table-name rule or is outside what the route may write (its
+    namespace, or ``allow``: table/names.py) is refused (sources/rejects.py), naming its table.
+    ``df`` is returned as is when it already has the column (SinkConfig.read_batch added it)."""
+    if ROUTE_COLUMN in df.columns:
+        return df
     if route.table_column is not None:
         if route.table_column not in df.columns:
             raise SchemaMismatchError(
@@ -96,25 +104,38 @@ def route_column(df: DataFrame, route: RouteConfig) -> DataFrame:
         name = F.col(f"`{route.table_column}`").cast("string")
     else:
         assert route.fn is not None
-        name = _route_udf(route.fn)(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
+        name = _route_udf(route.fn)(F.struct(*[F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]))
     if route.namespace is not None:
         name = F.when(name.contains("."), name).otherwise(F.concat(F.lit(route.namespace + "."), name))
     routed = df.withColumn(ROUTE_COLUMN, name)
+    column = F.col(ROUTE_COLUMN)
+    # The event as received: a Kafka record's value, else the row as JSON (for a dead-letter table).
+    inputs = [F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]
+    raw = F.col("value") if "value" in df.columns else F.to_json(F.struct(*inputs))
+    routed = reject_where(
+        routed,
+        table_name_refusal(column, route.namespace, route.allow),
+        InvalidInputError.__name__,
+        raw,
+        source_table=column,
+    )
     return routed.drop(route.table_column) if route.table_column is not None else routed
 
 
 def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
-    """The routed table names of one batch, or a clear error for a name no table can have."""
+    """The routed table names of one batch, or a clear error for a name no table can have (rows
+    naming one were refused by :func:`route_column` already: this is the driver's second look)."""
     problems = []
     if None in names:
         problems.append("some rows name no table (null)")
     for name in names:
         if name is None:
             continue
-        parts = name.split(".")
-        if len(parts) < 2 or not all(p.strip() for p in parts) or "/" in name or "\\" in name:
-            hint = "" if route.namespace else " (or give .route(namespace=...) for names without one)"
-            problems.append(f"{name!r} is not a table name 'namespace.name'{hint}")
+        problem = table_name_problem(name)
+        if problem is None and not allowed(name, route.namespace, route.allow):
+            problem = f"table {name!r} is outside what the route may write"
+        if problem is not None:
+            problems.append(problem)
     if problems:
         raise InvalidInputError(f"rows routed by {route.describe()}: " + "; ".join(problems[:10]))
     return sorted(n for n in names if n is not None)
@@ -188,13 +209,22 @@ class RoutedJob:
 
     def input_struct(self, struct: StructType) -> StructType:
         """The part of the input each table receives (the route's table column is not written)."""
-        if self._route.table_column is not None and self._route.table_column not in struct.fieldNames():
+        if (
+            self._route.table_column is not None
+            and self._route.table_column not in struct.fieldNames()
+            and ROUTE_COLUMN not in struct.fieldNames()  # routed by SinkConfig.read_batch
+        ):
             raise SchemaMismatchError(
                 route_marker(self._route),
                 [f"{self._route.table_column}: the column given to .route(table_column=...) is missing"],
             )
         changes = self._config.changes
-        skip = {self._route.table_column, ROUTE_COLUMN, changes.key_column if changes is not None else None}
+        skip = {
+            self._route.table_column,
+            ROUTE_COLUMN,
+            REJECT_COLUMN,
+            changes.key_column if changes is not None else None,
+        }
         return StructType([f for f in struct.fields if f.name not in skip])
 
     def commit_pending(self, before: int | None = None, skip: frozenset[str] = frozenset()) -> None:
@@ -238,7 +268,7 @@ class RoutedJob:
         """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         struct = self.input_struct(df.schema)
-        routed = route_column(df, self._route).persist()
+        routed = fail_on_reject(route_column(df, self._route)).persist()
         try:
             return self._process(routed, struct, checkpoint_id)
         finally:

@@ -34,7 +34,7 @@ from iceberg_sink.errors import (
     UnsupportedTableError,
 )
 from iceberg_sink.table import catalog as catalogs
-from iceberg_sink.table import evolution
+from iceberg_sink.table import evolution, names
 from iceberg_sink.table.carried import project as project_carried
 from iceberg_sink.table.keys import resolve_key
 from iceberg_sink.table.partitioning import build_spec, field_name
@@ -110,6 +110,7 @@ class TableBinding:
         key/op/order/partition columns are the table's input (see :meth:`own_columns`).
         ``named_keys`` (routed tables): the keys its rows name in the sink's key column (see
         :meth:`use_key`)."""
+        names.check_columns(self.config.table, struct)  # before anything is created or evolved
         table = catalogs.load_table(self._catalog, self.config.table)
         self.use_key(table, named_keys)
         struct = self.own_columns(struct, table, carried)

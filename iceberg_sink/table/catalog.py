@@ -6,6 +6,7 @@ The embedded default is a SQLite catalog file and a local warehouse folder under
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -18,6 +19,10 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+
+from iceberg_sink.table import names
+
+logger = logging.getLogger("iceberg_sink")
 
 DEFAULT_EMBEDDED_ROOT = "iceberg-sink-data"
 EMBEDDED_CATALOG_FILE = "catalog.db"
@@ -112,6 +117,12 @@ def file_io_properties(properties: Mapping[str, object]) -> dict[str, str]:
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table | None:
+    """The table, or None when it does not exist.
+
+    Raises:
+        InvalidSinkConfigError: ``identifier`` breaks the table-name rule (table/names.py).
+    """
+    names.check_table_name(identifier)
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError:
@@ -130,7 +141,14 @@ def create_table(
     Two streams starting together race here; some catalogs report the loser with their own error
     (PyIceberg's SQL catalog lets SQLite's IntegrityError through), so any failure is followed by a
     check whether the other side's creation succeeded.
+
+    The name and the location the catalog resolves for it are checked first (table/names.py): the
+    creation is staged (nothing is written or registered), its location checked, then committed.
+
+    Raises:
+        InvalidSinkConfigError: the name or the resolved location breaks the rule; nothing was created.
     """
+    names.check_table_name(identifier)
     namespace = Catalog.identifier_to_tuple(identifier)[:-1]
     if namespace:
         try:
@@ -141,7 +159,34 @@ def create_table(
             if not catalog.namespace_exists(namespace):
                 raise
     try:
-        return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=dict(properties))
+        staged = catalog.create_table_transaction(
+            identifier, schema=schema, partition_spec=spec, properties=dict(properties)
+        )
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
+    except Exception as e:
+        # A catalog without staged creation (some REST servers): create, check, and drop a refused table.
+        logger.debug("staged creation of %s failed (%s: %s); creating directly", identifier, type(e).__name__, e)
+        return _create_then_check(catalog, identifier, schema, spec, properties)
+    names.check_location(catalog, identifier, staged.table_metadata.location)
+    try:
+        staged.commit_transaction()
+    except Exception:
+        # Lost a creation race (AssertCreate failed, or the catalog's own error): use the winner's table.
+        existing = load_table(catalog, identifier)
+        if existing is None:
+            raise
+        return existing
+    table = catalog.load_table(identifier)
+    names.remember_location(catalog, identifier, table.location())
+    return table
+
+
+def _create_then_check(
+    catalog: Catalog, identifier: str, schema: Schema, spec: PartitionSpec, properties: Mapping[str, str]
+) -> Table:
+    try:
+        table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=dict(properties))
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
     except Exception:
@@ -149,3 +194,10 @@ def create_table(
         if existing is None:
             raise
         return existing
+    try:
+        names.check_location(catalog, identifier, table.location())
+    except Exception:
+        catalog.drop_table(identifier)  # just created, empty: nothing of anyone's is lost
+        raise
+    names.remember_location(catalog, identifier, table.location())
+    return table

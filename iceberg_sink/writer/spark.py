@@ -190,6 +190,7 @@ def write_error(error: Exception, checkpoint_id: int, target: str) -> Exception:
     if ERROR_MARKER in text:
         # A row was refused inside Spark (null key, unknown op code): nothing was committed.
         detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
+        detail = re.sub(r"\s*SQLSTATE: \w+$", "", detail)  # Spark 4 appends the state to the line
         return InvalidInputError(f"checkpoint {checkpoint_id} of {target} was not written: {detail}")
     failure = task_failure(error)
     if failure is not None:

@@ -64,7 +64,7 @@ def test_builder_refuses_route_with_table_and_bad_routes(catalog_props: dict[str
         (
             IcebergSink.builder()
             .catalog("test", **catalog_props)
-            .route(table_column="tbl")
+            .route(table_column="tbl", namespace="db")
             .create_if_missing(partition_by=["name"])
             .upsert(key=["id"])
             .build()
@@ -109,10 +109,16 @@ def test_routed_write_creates_each_table_and_commits_one_snapshot_each(
 
 
 def test_routed_rows_without_a_valid_table_are_refused(spark: SparkSession, catalog_props: dict[str, str]) -> None:
-    sink = IcebergSink.builder().catalog("test", **catalog_props).route(table_column="tbl").create_if_missing().build()
-    with pytest.raises(InvalidInputError, match=r"'plain' is not a table name 'namespace.name' \(or give"):
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", allow=["db.*"])
+        .create_if_missing()
+        .build()
+    )
+    with pytest.raises(InvalidInputError, match=r"routed table 'plain' has no namespace: each part of"):
         sink.write(events(spark, [("plain", 1, "x", 1.0)]))
-    with pytest.raises(InvalidInputError, match=r"some rows name no table \(null\)"):
+    with pytest.raises(InvalidInputError, match=r"a row names no table \(the route gave null\)"):
         sink.write(events(spark, [(None, 1, "x", 1.0), ("db.ok", 2, "y", 2.0)]))
     assert not load_catalog("test", **catalog_props).table_exists("db.ok")
     with pytest.raises(Exception, match=r"tbl: the column given to \.route"):

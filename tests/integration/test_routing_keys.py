@@ -217,7 +217,7 @@ def test_builder_key_options(catalog_props: dict[str, str], catalog: Catalog) ->
     with pytest.raises(InvalidSinkConfigError, match=r"key_column\): a per-row key needs \.route"):
         base.table("db.t").create_if_missing().cdc(op_column="op", key=["id"], key_column="pk").build()
     with pytest.raises(InvalidSinkConfigError, match=r"key_column\): expected a column name that is not a key column"):
-        IcebergSink.builder().catalog("test", **catalog_props).route(table_column="t").upsert(
+        IcebergSink.builder().catalog("test", **catalog_props).route(table_column="t", namespace="keys").upsert(
             key=["id"], key_column="id"
         ).build()
     with pytest.raises(InvalidSinkConfigError, match=r"table db.t does not exist: .cdc/.upsert need key"):

@@ -60,9 +60,10 @@ from pyiceberg.types import (
 )
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg_sink import IcebergSink, PendingCheckpointsLimitError, _faults, options
+from iceberg_sink import IcebergSink, InvalidInputError, PendingCheckpointsLimitError, _faults, options
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
@@ -102,6 +103,12 @@ ROUTED_TABLES = ("rt.r0", "rt.r1", "rt.r2", "rt.rk")
 # others by the builder's default key (id). Equal ids of two g's are different rows of rt.rk.
 ROUTED_OWN_KEY = "rt.rk"
 ROUTED_KEYS = 10
+# Hostile routed table names (issue 18, iceberg_sink/table/names.py): after a routed step, with a
+# generator of their own, a batch of the routed job mixes good rows with rows naming hostile tables;
+# the whole batch must be refused (nothing committed, no table created) and every routed table stay
+# as its model says. Skip it as "hostile_routed_names".
+HOSTILE = "hostile_routed_names"
+HOSTILE_EVERY = 0.5  # chance after each routed step
 KEYS = 48  # key space of db.main: small, so updates, deletes and repeated keys are frequent
 BASE_DATE = dt.date(2024, 1, 1)
 UNICODE = ["ü", "日本", "🙂", "ß", "Ω", "é", "\u00a0", "中文字"]
@@ -123,9 +130,9 @@ class Crash(RuntimeError):
 def skipped_operations() -> set[str]:
     raw = os.environ.get(SKIP_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED}
+    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED, HOSTILE}
     if unknown:
-        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED]
+        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED, HOSTILE]
         raise ValueError(f"{SKIP_ENV}: unknown operation kinds {sorted(unknown)}; known: {known}")
     return names
 
@@ -205,6 +212,27 @@ class SinkJob:
 
 class ModelMismatch(AssertionError):
     pass
+
+
+def hostile_table_name(rng: random.Random) -> str | None:
+    """A routed table name the sink must refuse: control characters (often inside the name of a
+    real routed table, so that dropping them would alias it), URL-special characters, dots (empty
+    parts, nested or other namespaces), very long names, non-ASCII letters, or null."""
+    base = rng.choice([t.split(".")[1] for t in ROUTED_TABLES])
+    at = rng.randrange(len(base) + 1)
+    kind = rng.choice(["control", "url", "dots", "long", "unicode", "null"])
+    if kind == "control":
+        return base[:at] + rng.choice("\n\t\r\x00\x01\x1b\x1f\x7f") + base[at:]
+    if kind == "url":
+        return base[:at] + rng.choice(["#", "?", "%", "%2F", "/", "\\", ":", " ", '"', "<", "|", "*"]) + base[at:]
+    if kind == "dots":
+        return rng.choice([f"rt.{base}.x", f"other.{base}", f".{base}", f"{base}.", f"rt..{base}", f"rt.{base}.", "."])
+    if kind == "long":
+        too_long_table = (base * 200)[: rng.randrange(151, 400)]
+        return rng.choice([too_long_table, "rt." + "n" * rng.randrange(98, 200) + "." + base])
+    if kind == "unicode":
+        return base[:at] + rng.choice(["é", "日本", "\u00a0", "\u200b"]) + base[at:]
+    return None
 
 
 def _short(value: Any) -> Any:
@@ -397,6 +425,7 @@ class World:
             types={"g": "bigint", "id": "bigint", "v": "string", "lsn": "bigint"},
         )
         self.routed_job = SinkJob("routed", self._routed_builder, str(root / "ckpt-routed"), "iceberg-sink")
+        self.hostile_rng = random.Random(f"hostile-{seed}")  # op_hostile_routed_names
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -897,6 +926,47 @@ class World:
             self.compare(f"{name} read by DuckDB", self.routed_cols, rows, duckdb_read(loc))
             self.verified[name] = loc
 
+    def op_hostile_routed_names(self) -> None:
+        """A batch of the routed job with good rows and 1-3 rows naming hostile tables
+        (:func:`hostile_table_name`): it must fail with InvalidInputError naming a refused table
+        before anything is created or committed, and leave the routed job able to go on (the next
+        routed checkpoint reuses its id: nothing of it was stored)."""
+        rng = self.hostile_rng
+        hostile = [hostile_table_name(rng) for _ in range(rng.randrange(1, 4))]
+        for name in hostile:  # the rule itself must refuse each (table/names.py)
+            full = name if name is None or "." in name else f"rt.{name}"
+            if full is not None and table_name_problem(full) is None and allowed(full, "rt", ()):
+                raise self.fail(f"hostile name {full!r} passes the name rule")
+        self.routed_lsn += 1
+        rows = [(rng.choice(ROUTED_TABLES), None, None, 1000 + self.routed_lsn, "x", self.routed_lsn, "I")]
+        rows += [(name, None, None, 2000 + i, "h", self.routed_lsn, "I") for i, name in enumerate(hostile)]
+        rng.shuffle(rows)
+        job = self.routed_job
+        self.log(f"routed checkpoint {job.next_checkpoint} with hostile table names {hostile!r}: must be refused")
+        before = self._routed_state()
+        df = self.spark.createDataFrame(
+            rows, "tbl string, pk string, g bigint, id bigint, v string, lsn bigint, op string"
+        ).repartition(rng.choice([1, 2]))
+        try:
+            job.get().write(df, checkpoint_location=job.location, checkpoint_id=job.next_checkpoint)
+        except InvalidInputError as e:
+            if "routed table " not in str(e) and "names no table" not in str(e):
+                raise self.fail(f"the refusal does not name the table: {e}") from e
+            self.trace[-1] += " -> refused: " + str(e).split(" was not written: ")[-1][:160]
+        else:
+            raise self.fail(f"a batch routing rows to {hostile!r} was written")
+        after = self._routed_state()
+        if after != before:
+            raise self.fail(f"a refused batch changed the catalog: {before} -> {after}")
+
+    def _routed_state(self) -> dict[str, str]:
+        """Every table of the catalog (any namespace) with its metadata location."""
+        out = {}
+        for ns in self.catalog.list_namespaces():
+            for ident in self.catalog.list_tables(ns):
+                out[".".join(ident)] = self.catalog.load_table(ident).metadata_location
+        return out
+
     # -- maintenance ------------------------------------------------------------------------------
 
     def op_compaction(self, which: str | None = None) -> None:
@@ -1303,6 +1373,9 @@ class World:
                 if ROUTED not in self.skip and self.routed_rng.random() < ROUTED_EVERY:
                     self.op_routed_cdc()
                     self.check_routed()
+                    if HOSTILE not in self.skip and self.hostile_rng.random() < HOSTILE_EVERY:
+                        self.op_hostile_routed_names()
+                        self.check_routed()
             except ModelMismatch:
                 raise
             except Exception as exc:

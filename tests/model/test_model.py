@@ -96,3 +96,18 @@ def test_routed_job_crashes_and_replays(spark: SparkSession, java_reader: JavaIc
         if sum("-> crashed" in line for line in world.trace) >= 3:
             break
     assert sum("-> crashed" in line for line in world.trace) >= 3, "\n".join(world.trace)
+
+
+def test_hostile_routed_names_are_refused(spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path) -> None:
+    """Routed checkpoints interleaved with batches naming hostile tables (control characters,
+    URL-special characters, dots, very long names: harness.hostile_table_name): each hostile batch
+    is refused whole with its table named, nothing is created or committed, and every routed table
+    still equals its model (Iceberg Java and DuckDB) through the next good checkpoints."""
+    world = World(spark, java_reader, tmp_path, seed=11)
+    for _ in range(4):
+        world.op_routed_cdc()
+        world.check_routed()
+        world.op_hostile_routed_names()
+        world.check_routed()
+    refused = [line for line in world.trace if "hostile table names" in line and "-> refused" in line]
+    assert len(refused) == 4, "\n".join(world.trace)

@@ -154,7 +154,7 @@ _VALID_BASE = "source: {type: rate}\ncheckpoint_location: c\n"
     [
         ("{table: db.t, write_options: {write.target-file-sise-bytes: 10}}", "unknown write option"),
         ("{table: db.t, write_options: {iceberg-sink.writer.max-open-files: -4}}", "max-open-files"),
-        ("{table: t}", "table: expected 'namespace.name', received 't'"),
+        ("{table: t}", "table name 't' holds no namespace"),
         ("{table: db.t, create_if_missing: {partition_by: [country]}, upsert: {key: [id]}}", "country"),
     ],
     ids=["unknown-option", "bad-option-value", "no-namespace", "key-without-partition-source"],
@@ -227,3 +227,22 @@ def test_alias_expansion_is_bounded() -> None:
         "p.yaml",
     )
     assert config.data["spark"]["conf"] == {"x": "v", "y": "v"}
+
+
+def test_route_allow_is_accepted_and_checked(tmp_path: Path) -> None:
+    # issue 18: a routed sink writes its namespace's tables, or those `allow` lists.
+    config = runconfig.parse(
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{embedded: {tmp_path}, create_if_missing: {{}}, "
+        "route: {table_column: tbl, namespace: cdc, allow: ['orders_*', audit.log]}}\n",
+        str(tmp_path / "p.yaml"),
+    )
+    route = runconfig.build_sink(config).config.route
+    assert route is not None and route.allow == ("orders_*", "audit.log") and route.namespace == "cdc"
+    found = problems("source: {type: rate}\ncheckpoint_location: c\nsink: {route: {table_column: t, allow: [1]}}\n")
+    assert [p.split(":")[0] for p in found] == ["sink.route.allow"], found
+    bad = runconfig.parse(
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{embedded: {tmp_path}, route: {{table_column: t}}}}\n",
+        str(tmp_path / "p.yaml"),
+    )
+    with pytest.raises(runconfig.InvalidSinkConfigError, match=r"route: expected namespace= .* or allow="):
+        runconfig.build_sink(bad)

@@ -29,7 +29,7 @@ def test_build_reports_every_problem_at_once(tmp_path: Path) -> None:
     with pytest.raises(InvalidSinkConfigError) as info:
         builder.build()
     message = str(info.value)
-    assert "table: expected 'namespace.name', received 'no_namespace'" in message
+    assert "table: table name 'no_namespace' holds no namespace" in message
     assert "distribution_mode: expected one of none, hash, range, received 'random'" in message
     assert "'write.target-file-size-bytes' from the builder: expected int, received 'lots'" in message
     assert "unknown write option 'no.such.option'" in message
