@@ -65,7 +65,8 @@ exit codes:
   {EXIT_FAILED}    the operation failed (a commit, a write, the streaming query, Spark)
   {EXIT_USAGE}    usage or configuration error (bad option, invalid config file or sink option)
   {EXIT_NOT_FOUND}    not found or unreachable: table, catalog, config file, checkpoint location
-  {EXIT_REFUSED}    refused for safety, nothing deleted (remove-orphans: listing and metadata disagree)
+  {EXIT_REFUSED}    refused for safety, nothing deleted or committed (remove-orphans: listing and metadata
+       disagree, a location shared with other tables; a rewrite that would change the live files)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
 """
 
