@@ -25,6 +25,7 @@ from pyiceberg.manifest import (
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
@@ -241,6 +242,53 @@ def reachable_files(table: Table, without: Collection[int] = ()) -> set[str]:
             result.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
                 result.add(entry.data_file.file_path)
+    return result
+
+
+def expiry_cleanup(
+    io: FileIO, before: TableMetadata, after: TableMetadata | None = None, expired_ids: Collection[int] = ()
+) -> set[str]:
+    """The files an expiry that took ``before`` to ``after`` (or, for a dry run, that would expire
+    ``expired_ids`` of ``before``) leaves unreferenced, as Iceberg Java's
+    ``ReachableFileCleanup`` finds them (``ExpireSnapshots`` with file cleanup):
+
+    - the manifest lists of the snapshots ``after`` no longer holds;
+    - the manifests those snapshots listed that no remaining snapshot lists;
+    - the data and delete files live (added or existing) in those manifests that no manifest of a
+      remaining snapshot lists as live. A file a remaining snapshot only lists as deleted (a
+      compaction's replaced files) is not kept by it: reading that snapshot never needs it;
+    - statistics files only the expired snapshots had.
+
+    Metadata files are not included (they are the table's history log, removed by
+    ``write.metadata.delete-after-commit.enabled``).
+    """
+    if after is not None:
+        remaining = list(after.snapshots)
+        kept_statistics = {s.statistics_path for s in after.statistics}
+    else:
+        remaining = [s for s in before.snapshots if s.snapshot_id not in expired_ids]
+        kept_statistics = {s.statistics_path for s in before.statistics if s.snapshot_id not in expired_ids}
+    kept_ids = {s.snapshot_id for s in remaining}
+    expired = [s for s in before.snapshots if s.snapshot_id not in kept_ids]
+    result = {s.manifest_list for s in expired}
+    candidates: dict[str, ManifestFile] = {}
+    for snapshot in expired:
+        for manifest in snapshot.manifests(io):
+            candidates.setdefault(manifest.manifest_path, manifest)
+    current: dict[str, ManifestFile] = {}
+    for snapshot in remaining:
+        for manifest in snapshot.manifests(io):
+            current.setdefault(manifest.manifest_path, manifest)
+    to_delete = [m for path, m in candidates.items() if path not in current]
+    result.update(m.manifest_path for m in to_delete)
+    files = {e.data_file.file_path for m in to_delete for e in m.fetch_manifest_entry(io, discard_deleted=True)}
+    if files:
+        for manifest in current.values():
+            files.difference_update(
+                e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=True)
+            )
+    result.update(files)
+    result.update(s.statistics_path for s in before.statistics if s.statistics_path not in kept_statistics)
     return result
 
 

@@ -46,9 +46,17 @@ from pyiceberg.table.update import (
 from pyiceberg.utils.properties import property_as_bool
 
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink._iceberg.files import ManifestEntries, branch_head, delete_quietly, to_data_file, to_meta
+from iceberg_sink._iceberg.files import (
+    ManifestEntries,
+    branch_head,
+    delete_quietly,
+    live_files,
+    to_data_file,
+    to_meta,
+)
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
+from iceberg_sink._iceberg.rewrite_check import check_rewrite
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 # (total, added, removed) summary keys, as Iceberg Java's SnapshotSummary keeps them.
@@ -123,6 +131,11 @@ class SnapshotProducer(abc.ABC):
     merges_manifests = True
     """Whether the listed manifests are merged per the table's ``commit.manifest*`` properties."""
 
+    rewrites = False
+    """Whether the snapshot replaces files (or only regroups them): such a snapshot is checked, right
+    before it is committed, to list exactly the parent's live files minus :meth:`replaced_paths` plus
+    :meth:`added_files` (``_iceberg/rewrite_check.py``)."""
+
     def __init__(self, table: Table, branch: str, properties: Mapping[str, str]) -> None:
         metadata = table.metadata
         if metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
@@ -155,6 +168,18 @@ class SnapshotProducer(abc.ABC):
     def extra_summary(self) -> dict[str, str]:
         """Summary properties of this commit kind besides the file counts."""
         return {}
+
+    def replaced_paths(self) -> frozenset[str]:
+        """The files a rewrite replaces (see :attr:`rewrites`)."""
+        return frozenset()
+
+    def added_files(self) -> tuple[DataFileMeta, ...]:
+        """The files a rewrite adds (see :attr:`rewrites`)."""
+        return ()
+
+    def parent_entries(self) -> ManifestEntries:
+        """The parent's manifests as already read by the caller (read again otherwise)."""
+        return ManifestEntries()
 
     # -- helpers for subclasses --------------------------------------------------------------
 
@@ -272,11 +297,32 @@ class SnapshotProducer(abc.ABC):
             }
         return result
 
+    def _check_rewrite(self, manifests: list[ManifestFile]) -> None:
+        """Refuse a rewrite that would change more than it replaces; the manifests written for it are
+        deleted (nothing will ever list them)."""
+        try:
+            data, deletes = live_files(self.table, self.parent, self.parent_entries())
+            check_rewrite(
+                f"{self.operation().value} of branch {self.branch} of {self.table.name()} ({type(self).__name__})",
+                self.io,
+                data + deletes,
+                manifests,
+                self.replaced_paths(),
+                self.added_files(),
+                self.table.metadata.format_version,
+            )
+        except BaseException:
+            delete_quietly(self.io, self._written)
+            self._written = []
+            raise
+
     def prepare(self) -> PreparedCommit:
         """Write the manifests and the manifest list, and build the snapshot, the branch update and
         the requirements (same table, branch head still the parent)."""
         metadata = self.table.metadata
         manifests = self._merged(self.manifests())
+        if self.rewrites:
+            self._check_rewrite(manifests)
         summary = self.summary()
         sequence_number = metadata.next_sequence_number()
         manifest_list = self.table.location_provider().new_metadata_location(
@@ -378,6 +424,17 @@ class RewriteFiles(SnapshotProducer):
         # Format version 1 has no sequence numbers; entries inherit nothing there.
         self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
 
+    rewrites = True
+
+    def replaced_paths(self) -> frozenset[str]:
+        return self._removed_paths
+
+    def added_files(self) -> tuple[DataFileMeta, ...]:
+        return self._new
+
+    def parent_entries(self) -> ManifestEntries:
+        return self._entries
+
     def operation(self) -> Operation:
         return Operation.REPLACE
 
@@ -425,6 +482,17 @@ class RewriteDeletes(SnapshotProducer):
         self._new = tuple(added)
         self._removed_paths = removed_paths
 
+    rewrites = True
+
+    def replaced_paths(self) -> frozenset[str]:
+        return self._removed_paths
+
+    def added_files(self) -> tuple[DataFileMeta, ...]:
+        return self._new
+
+    def parent_entries(self) -> ManifestEntries:
+        return self._entries
+
     def operation(self) -> Operation:
         return Operation.REPLACE
 
@@ -453,6 +521,7 @@ class RewriteManifests(SnapshotProducer):
     """
 
     merges_manifests = False
+    rewrites = True
 
     def __init__(self, table: Table, branch: str, entries_per_manifest: int, properties: Mapping[str, str]) -> None:
         super().__init__(table, branch, properties)

@@ -53,6 +53,7 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
+from iceberg_sink.topology import arguments
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,7 +72,8 @@ exit codes:
   {EXIT_FAILED}    the operation failed (a commit, a write, the streaming query, Spark)
   {EXIT_USAGE}    usage or configuration error (bad option, invalid config file or sink option)
   {EXIT_NOT_FOUND}    not found or unreachable: table, catalog, config file, checkpoint location
-  {EXIT_REFUSED}    refused for safety, nothing deleted (remove-orphans: listing and metadata disagree)
+  {EXIT_REFUSED}    refused for safety, nothing deleted or committed (remove-orphans: listing and metadata
+       disagree, a location shared with other tables; a rewrite that would change the live files)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
   {EXIT_STDOUT_CLOSED}  stdout was closed by its reader (`... | head`): the command stopped quietly, as on SIGPIPE
 """
@@ -151,10 +153,17 @@ def _compaction_config(args: argparse.Namespace) -> Any:
 
 def _planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--target-file-size-bytes", type=int, metavar="BYTES", help="default: the table's write.target-file-size-bytes"
+        "--target-file-size-bytes",
+        type=arguments.TARGET_FILE_SIZE_BYTES.parse,
+        metavar="BYTES",
+        help="default: the table's write.target-file-size-bytes",
     )
     p.add_argument(
-        "--min-input-files", type=int, default=2, metavar="N", help="files a group needs unless it applies deletes (2)"
+        "--min-input-files",
+        type=arguments.MIN_INPUT_FILES.parse,
+        default=2,
+        metavar="N",
+        help="files a group needs unless it applies deletes (2)",
     )
 
 
@@ -167,8 +176,10 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     stop.add_argument(
         "--available-now", action="store_true", help="process what the source holds now, then stop (trigger)"
     )
-    stop.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the stream after SECONDS")
-    p.add_argument("--max-batches", type=int, metavar="N", help="stop after N micro-batches")
+    stop.add_argument(
+        "--timeout", type=arguments.TIMEOUT.parse, metavar="SECONDS", help="stop the stream after SECONDS"
+    )
+    p.add_argument("--max-batches", type=arguments.MAX_BATCHES.parse, metavar="N", help="stop after N micro-batches")
     p.add_argument("--master", help="Spark master (default: spark.master of the config, else local[2])")
     p.add_argument("--validate-only", action="store_true", help="check the config file and stop")
 
@@ -179,10 +190,6 @@ def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 
     if not os.path.isfile(args.config):
         raise NotFoundError(f"config file {args.config} does not exist")
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError(f"--timeout: expected a positive number of seconds, received {args.timeout}")
-    if args.max_batches is not None and args.max_batches <= 0:
-        raise UsageError(f"--max-batches: expected a positive integer, received {args.max_batches}")
     config = runconfig.load(args.config)
     if args.validate_only:
         runconfig.validate_sink(config)
@@ -230,7 +237,13 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
         help="show the pending checkpoints of the job under DIR (repeatable); without TABLE: list every table "
         "of the job (a routed job's many) with its pending checkpoints, UUID and last committed checkpoint",
     )
-    p.add_argument("--limit", type=int, default=20, metavar="N", help="newest snapshots shown (default 20; 0: all)")
+    p.add_argument(
+        "--limit",
+        type=arguments.LIMIT.parse,
+        default=20,
+        metavar="N",
+        help="newest snapshots shown (default 20; 0: all)",
+    )
     _planning_options(p)
 
 
@@ -329,7 +342,11 @@ def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 def _convert_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
     p.add_argument(
-        "--max-replans", type=int, default=3, metavar="N", help="plans again when a concurrent commit conflicts (3)"
+        "--max-replans",
+        type=arguments.MAX_REPLANS.parse,
+        default=3,
+        metavar="N",
+        help="plans again when a concurrent commit conflicts (3)",
     )
 
 
@@ -358,9 +375,19 @@ def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 def _expire_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
     p.add_argument(
-        "--older-than-hours", type=float, default=24 * 5, metavar="H", help="expire snapshots older than H hours (120)"
+        "--older-than-hours",
+        type=arguments.EXPIRE_OLDER_THAN_HOURS.parse,
+        default=24 * 5,
+        metavar="H",
+        help="expire snapshots older than H hours (120)",
     )
-    p.add_argument("--retain-last", type=int, default=1, metavar="N", help="keep the newest N of each branch (1)")
+    p.add_argument(
+        "--retain-last",
+        type=arguments.RETAIN_LAST.parse,
+        default=1,
+        metavar="N",
+        help="keep the newest N of each branch (1)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list what would be expired and deleted; change nothing")
 
 
@@ -392,7 +419,11 @@ def _expire(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 def _orphans_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
     p.add_argument(
-        "--older-than-hours", type=float, default=72, metavar="H", help="only files older than H hours, at least 1 (72)"
+        "--older-than-hours",
+        type=arguments.ORPHAN_OLDER_THAN_HOURS.parse,
+        default=72,
+        metavar="H",
+        help="only files older than H hours, at least 1 (72)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the orphans; delete nothing")
 
@@ -416,7 +447,11 @@ def _orphans(args: argparse.Namespace, out: Output) -> dict[str, Any]:
 def _manifests_arguments(p: argparse.ArgumentParser) -> None:
     table_options(p)
     p.add_argument(
-        "--entries-per-manifest", type=int, default=10_000, metavar="N", help="entries per merged manifest (10000)"
+        "--entries-per-manifest",
+        type=arguments.ENTRIES_PER_MANIFEST.parse,
+        default=10_000,
+        metavar="N",
+        help="entries per merged manifest (10000)",
     )
 
 

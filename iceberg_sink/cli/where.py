@@ -16,7 +16,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from iceberg_sink.errors import IcebergSinkError
-from iceberg_sink.table.catalog import DEFAULT_EMBEDDED_ROOT, CatalogConfig, redact, scrub
+from iceberg_sink.table.catalog import DEFAULT_EMBEDDED_ROOT, CatalogConfig, CatalogLoadError, scrub
 from iceberg_sink.table.catalog import load_table as load_from_catalog
 from iceberg_sink.table.names import table_name_problem
 
@@ -100,11 +100,8 @@ def catalog_lookup(args: argparse.Namespace) -> Callable[[str], Table | None]:
     secrets = dict(config.properties)
     try:
         catalog = config.load()
-    except Exception as e:
-        raise NotFoundError(
-            f"catalog {config.name!r} with properties {redact(secrets)} could not be loaded: "
-            f"{type(e).__name__}: {scrub(str(e), secrets)}"
-        ) from None
+    except CatalogLoadError as e:
+        raise NotFoundError(str(e)) from None  # its message shows no secret (table/catalog.py)
 
     def lookup(identifier: str) -> Table | None:
         try:

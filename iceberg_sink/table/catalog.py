@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import attrs
 from pyiceberg.catalog import Catalog, load_catalog
@@ -20,47 +20,100 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.table import names
 
 logger = logging.getLogger("iceberg_sink")
 
 DEFAULT_EMBEDDED_ROOT = "iceberg-sink-data"
 EMBEDDED_CATALOG_FILE = "catalog.db"
-_SECRET = re.compile(r"(secret|password|token|credential|key)", re.IGNORECASE)
+
+# Catalog property values are secrets unless known to be harmless: a REST catalog takes any HTTP
+# header as ``header.<name>`` (``header.Authorization=Bearer ...``), Azure a whole connection string
+# (``adls.connection-string=...;AccountKey=...``), a SQL catalog a URI whose query may hold the
+# password (``postgresql://host/db?user=u&password=...``). No key name tells them apart, so messages
+# show only these keys' values; the others are shown as ``***``.
+SHOWN_PROPERTIES = ("type", "warehouse", "uri")
+"""The catalog properties whose values messages show; a URI's user info, query and fragment are cut."""
+
+_MASK = "***"
+
+# The user info of a URL such as postgresql://user:password@host/db, anywhere in a text.
+_URL_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+# Parts of a value that may be secrets on their own: ``k=v`` pairs (connection strings, URL queries),
+# ``user:password``, ``Bearer <token>``.
+_PARTS = re.compile(r"[;&,\s?#]+")
 
 
-# The password of a URL such as postgresql://user:password@host/db (SQL catalog URIs).
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:)[^@\s]+@")
+def _mask_url_userinfo(text: str) -> str:
+    return _URL_USERINFO.sub(lambda m: m["head"] + _MASK + "@", text)
 
 
-def _mask_url_passwords(text: str) -> str:
-    return _URL_PASSWORD.sub(lambda m: m["head"] + "***@", text)
+def shown_value(key: str, value: object) -> str:
+    """What a message may show of catalog property ``key``: the value of a harmless key (a URL's
+    user info, query and fragment cut), ``***`` for any other."""
+    if key not in SHOWN_PROPERTIES:
+        return _MASK
+    text = str(value)
+    if key == "type":
+        return text if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text) else _MASK
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*:)(//[^/?#]*)?([^?#]*)", text)
+    if match is None:
+        return _MASK
+    scheme, authority, path = match.group(1), match.group(2) or "", match.group(3)
+    if "@" in authority:
+        authority = "//" + _MASK + "@" + authority.rpartition("@")[2]
+    cut = " (query cut)" if len(text) > len(match.group(0)) else ""
+    return scheme + authority + path + cut
 
 
 def redact(properties: Mapping[str, str]) -> dict[str, str]:
-    """A copy of catalog properties safe to log: secret-looking values and URL passwords replaced."""
-    return {k: ("***" if _SECRET.search(k) else _mask_url_passwords(str(v))) for k, v in properties.items()}
+    """A copy of catalog properties safe to show: only :data:`SHOWN_PROPERTIES` keep (a safe part of)
+    their values; every other value is ``***``."""
+    return {k: shown_value(k, v) for k, v in properties.items()}
 
 
 def _secrets(properties: Mapping[str, str]) -> list[str]:
-    found = set()
+    """Every text of ``properties`` a message must not show: each value, and the parts of it that
+    could be shown alone (a connection string's ``AccountKey=...`` value, a URL's password or query
+    values, a bearer token), as is and URL-decoded."""
+    found: set[str] = set()
     for key, value in properties.items():
         text = str(value)
-        if _SECRET.search(key):
+        if key not in SHOWN_PROPERTIES:
             found.add(text)
-            found.update(part for part in text.split(":") if len(part) >= 6)  # client:secret credentials
-        for match in _URL_PASSWORD.finditer(text):
-            password = match.group(0)[len(match["head"]) : -1]
-            found.update({password, unquote(password)})
-    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
+        for part in _PARTS.split(text):
+            pieces = [part, part.partition("=")[2]]
+            userinfo = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/@]*)@", part)
+            if userinfo:
+                pieces += [userinfo.group(1), userinfo.group(1).partition(":")[2]]
+            elif key not in SHOWN_PROPERTIES:
+                pieces += [part.partition(":")[2]]
+            for piece in pieces:
+                if key in SHOWN_PROPERTIES and piece == part:
+                    continue  # the harmless part of a shown value (its scheme, host, path)
+                found.add(piece)
+    found |= {unquote(s) for s in found} | {quote(s, safe="") for s in found}
+    # Too short to be a secret, and masking them would garble every message.
+    return sorted((s for s in found if len(s) >= 4 and s.lower() not in ("true", "false")), key=len, reverse=True)
 
 
 def scrub(text: str, properties: Mapping[str, str]) -> str:
-    """``text`` (an error message from a catalog or FileIO) with every secret of ``properties`` and
-    every URL password replaced by ``***``."""
+    """``text`` (an error message from a catalog or FileIO) with every catalog property value that
+    :func:`redact` would not show, each part of one that could be shown alone, and every URL's user
+    info replaced by ``***``."""
     for secret in _secrets(properties):
-        text = text.replace(secret, "***")
-    return _mask_url_passwords(text)
+        text = text.replace(secret, _MASK)
+    return _mask_url_userinfo(text)
+
+
+def describe_catalog(name: str, properties: Mapping[str, str]) -> str:
+    """How every message names a catalog: its name and its properties as :func:`redact` shows them."""
+    return f"catalog {name!r} with properties {redact(properties)}"
+
+
+class CatalogLoadError(InvalidSinkConfigError):
+    """A catalog could not be loaded from its properties (message safe to show: see :func:`scrub`)."""
 
 
 def _sorted_items(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -103,7 +156,22 @@ class CatalogConfig:
         return f"CatalogConfig(name={self.name!r}, properties={redact(dict(self.properties))!r})"
 
     def load(self) -> Catalog:
-        return load_catalog(self.name, **dict(self.properties))
+        """The catalog, loaded from its properties.
+
+        Raises:
+            CatalogLoadError: it cannot be loaded; the message names the catalog, shows only the
+                properties :func:`redact` shows and the cause's text scrubbed of every property value
+                (not chained: the cause's text, from a driver's URL parser or an HTTP client, may hold
+                secrets).
+        """
+        properties = dict(self.properties)
+        try:
+            return load_catalog(self.name, **properties)
+        except Exception as e:
+            raise CatalogLoadError(
+                f"{describe_catalog(self.name, properties)} could not be loaded: "
+                f"{type(e).__name__}: {scrub(str(e), properties)}"
+            ) from None
 
 
 # The FileIO settings tasks need to read and write files. Everything else a catalog hands its FileIO

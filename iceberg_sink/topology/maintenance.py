@@ -23,6 +23,10 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.io import FileIO
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -30,6 +34,7 @@ from iceberg_sink._iceberg import listing, manifests, producer
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError
+from iceberg_sink.topology import arguments
 from iceberg_sink.topology.conversion.job import ConversionResult
 from iceberg_sink.topology.conversion.job import convert_equality_deletes as _convert
 
@@ -108,23 +113,25 @@ def expire_snapshots(
 ) -> ExpireResult:
     """Expire snapshots older than ``older_than`` except the protected ones; delete what they alone used.
     ``dry_run``: change and delete nothing, return what would be expired and deleted."""
-    if retain_last < 1:
-        raise InvalidSinkConfigError(f"retain_last: expected at least 1, received {retain_last}")
+    arguments.RETAIN_LAST.check(retain_last)
+    if not isinstance(older_than, dt.datetime) or older_than.utcoffset() is None:
+        raise InvalidSinkConfigError(f"older_than: expected a timezone-aware datetime, received {older_than!r}")
     table = load_table()
     cutoff = int(older_than.timestamp() * 1000)
     keep = protected_snapshots(table, retain_last)
     expired = [s.snapshot_id for s in table.metadata.snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in keep]
     if not expired:
         return ExpireResult((), ())
-    before = manifests.reachable_files(table)
     if dry_run:
-        kept = manifests.reachable_files(table, without=set(expired))
-        return ExpireResult(tuple(expired), tuple(sorted(p for p in before - kept if not p.endswith(".metadata.json"))))
+        would = manifests.expiry_cleanup(table.io, table.metadata, expired_ids=set(expired))
+        return ExpireResult(tuple(expired), tuple(sorted(would)))
+    before = table.metadata  # the commit below replaces table.metadata
     table.maintenance.expire_snapshots().by_ids(expired).commit()
     table = load_table()
-    after = manifests.reachable_files(table)
-    # Metadata files stay: they are the table's history log, removed by write.metadata.delete-after-commit.
-    gone = sorted(p for p in before - after if not p.endswith(".metadata.json"))
+    # What Iceberg Java's ExpireSnapshots deletes (ReachableFileCleanup): manifest lists, manifests and
+    # data and delete files of the expired snapshots that no remaining snapshot has live. Metadata
+    # files stay: they are the table's history log, removed by write.metadata.delete-after-commit.
+    gone = sorted(manifests.expiry_cleanup(table.io, before, table.metadata))
     if delete_files:
         for path in gone:
             with contextlib.suppress(FileNotFoundError):
@@ -223,6 +230,127 @@ def select_orphans(
     return orphans
 
 
+def _contains(outer: str, inner: str) -> bool:
+    """Whether location ``inner`` is ``outer`` or under it (normalised, whole path segments)."""
+    return normalise_location(inner.rstrip("/") + "/").startswith(normalise_location(outer.rstrip("/") + "/"))
+
+
+def _catalog_tables(catalog: Catalog) -> list[tuple[str, ...]]:
+    """Every table identifier of ``catalog``, nested namespaces included."""
+    found: list[tuple[str, ...]] = []
+    pending = [tuple(ns) for ns in catalog.list_namespaces()]
+    seen: set[tuple[str, ...]] = set()
+    while pending:
+        namespace = pending.pop()
+        if namespace in seen:
+            continue
+        seen.add(namespace)
+        found.extend(tuple(t) for t in catalog.list_tables(namespace))
+        with contextlib.suppress(Exception):  # catalogs without nested namespaces may refuse the question
+            pending.extend(tuple(ns) for ns in catalog.list_namespaces(namespace) if tuple(ns) != namespace)
+    return found
+
+
+def refuse_shared_location(table: Table, what: str) -> None:
+    """Refuse orphan removal when the table's location is, or contains, the catalog's warehouse root
+    or another table's location: every file of the other tables would look orphaned.
+
+    The catalog's tables are listed and loaded to know their locations; a catalog that cannot list
+    them refuses too (the check cannot be made).
+
+    Raises:
+        MaintenanceRefusedError: the location is shared, or the catalog's tables cannot be listed.
+    """
+    location = table.location()
+    catalog = table.catalog
+    warehouse = catalog.properties.get("warehouse")
+    if warehouse and _contains(location, warehouse):
+        raise MaintenanceRefusedError(
+            f"{what}: the table's location is {'the' if _contains(warehouse, location) else 'above the'} catalog's "
+            f"warehouse root {warehouse}, so the files of every other table would look orphaned; nothing was "
+            "deleted. Give the table a location of its own"
+        )
+    own = tuple(table.name())
+    try:
+        identifiers = _catalog_tables(catalog)
+    except Exception as e:
+        raise MaintenanceRefusedError(
+            f"{what}: cannot list the catalog's tables ({type(e).__name__}) to check that no other table's files lie "
+            "under this table's location; nothing was deleted"
+        ) from None
+    for identifier in identifiers:
+        if identifier in (own, own[1:]):  # own[1:]: PyIceberg versions that name the catalog first
+            continue
+        try:
+            other = catalog.load_table(identifier).location()
+        except NoSuchTableError:
+            continue  # dropped meanwhile
+        except Exception as e:
+            raise MaintenanceRefusedError(
+                f"{what}: cannot load table {'.'.join(identifier)} ({type(e).__name__}) to check that its files do not "
+                "lie under this table's location; nothing was deleted"
+            ) from None
+        if _contains(location, other):
+            raise MaintenanceRefusedError(
+                f"{what}: the location of table {'.'.join(identifier)} ({other}) is "
+                f"{'the same as' if _contains(other, location) else 'under'} this table's location, so its files "
+                "would look orphaned; nothing was deleted. Give each table a location of its own"
+            )
+
+
+_MANIFEST_NAME = re.compile(r"-m\d+\.avro$")
+
+
+def _looks_like_metadata(location: str) -> bool:
+    """Whether a file is an Iceberg metadata file: a metadata JSON, a manifest list, a manifest (or
+    any Avro file in a ``metadata`` folder)."""
+    folder, _, name = location.rstrip("/").rpartition("/")
+    if name.endswith((".metadata.json", ".metadata.json.gz", ".gz.metadata.json")):
+        return True
+    if not name.endswith(".avro"):
+        return False
+    return name.startswith("snap-") or bool(_MANIFEST_NAME.search(name)) or folder.rsplit("/", 1)[-1] == "metadata"
+
+
+def _table_uuid_of(io: FileIO, location: str) -> str | None:
+    """The ``table-uuid`` a metadata JSON file names, or None when it cannot be read."""
+    try:
+        return str(FromInputFile.table_metadata(io.new_input(location)).table_uuid)
+    except Exception:
+        return None
+
+
+def refuse_foreign_metadata(
+    table: Table, listed: Sequence[listing.ListedFile], kept: Iterable[str], metadata_dir: str, what: str
+) -> None:
+    """Refuse orphan removal when the listing holds a metadata file that is not this table's: another
+    table's files lie under this table's location.
+
+    An unreferenced metadata file is this table's (a commit that crashed, a metadata file dropped from
+    the metadata log) only when it lies in this table's metadata folder and, for a metadata JSON,
+    names this table's UUID.
+
+    Raises:
+        MaintenanceRefusedError: naming the first such files.
+    """
+    keep = {normalise_location(p) for p in kept}
+    own_dir = normalise_location(metadata_dir.rstrip("/"))
+    uuid = str(table.metadata.table_uuid)
+    foreign = []
+    for file in listed:
+        if normalise_location(file.location) in keep or not _looks_like_metadata(file.location):
+            continue
+        in_own_dir = normalise_location(file.location).rsplit("/", 1)[0] == own_dir
+        if not in_own_dir or (file.location.endswith("json") and _table_uuid_of(table.io, file.location) != uuid):
+            foreign.append(file.location)
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise MaintenanceRefusedError(
+            f"{what}: the listing holds {len(foreign)} Iceberg metadata files that are not in this table's history "
+            f"({shown}): another table's files lie under this table's location; nothing was deleted"
+        )
+
+
 def remove_orphan_files(
     load_table: Callable[[], Table],
     older_than: dt.timedelta = DEFAULT_ORPHAN_AGE,
@@ -250,10 +378,12 @@ def remove_orphan_files(
     Returns:
         The orphans found, and whether they were deleted.
     """
-    if older_than < MIN_ORPHAN_AGE:
+    if not isinstance(older_than, dt.timedelta):
+        raise InvalidSinkConfigError(f"older_than: expected a datetime.timedelta, received {older_than!r}")
+    if older_than < MIN_ORPHAN_AGE or arguments.ORPHAN_OLDER_THAN_HOURS.problem(older_than / dt.timedelta(hours=1)):
         raise InvalidSinkConfigError(
-            f"older_than: expected at least {MIN_ORPHAN_AGE} (files of writes in flight are not referenced yet), "
-            f"received {older_than}"
+            f"older_than: expected at least {MIN_ORPHAN_AGE} (files of writes in flight are not referenced yet) and "
+            f"at most {dt.timedelta(hours=arguments.HOURS_MAX)}, received {older_than}"
         )
     if now is not None and now.utcoffset() is None:
         raise InvalidSinkConfigError(f"now: expected a timezone-aware datetime, received the naive {now.isoformat()}")
@@ -279,8 +409,11 @@ def remove_orphan_files(
                 f"{e}), so the files of its pending checkpoint cannot be protected; nothing was deleted. Commit the "
                 "pending checkpoint, or delete this manifest if no committable under a checkpoint location names it"
             ) from e
+    what = f"remove-orphans on {table.name()} ({location})"
+    refuse_shared_location(table, what)
+    refuse_foreign_metadata(table, listed, referenced | pending, metadata_dir, what)
     cutoff = (now if now is not None else dt.datetime.now(dt.UTC)) - older_than
-    orphans = select_orphans(listed, referenced, pending, cutoff, f"remove-orphans on {table.name()} ({location})")
+    orphans = select_orphans(listed, referenced, pending, cutoff, what)
     if not dry_run:
         listing.delete_listed(io, location, orphans)
     logger.info("%s %s orphan files of %s", "found" if dry_run else "deleted", len(orphans), table.name())
@@ -295,7 +428,14 @@ def rewrite_manifests(
 ) -> int | None:
     """Merge the branch's manifests into as few as ``entries_per_manifest`` allows; returns the new
     snapshot id, or None when the manifests were already compact. A stream committing meanwhile
-    makes the attempt retry on the new head (nothing it committed is dropped)."""
+    makes the attempt retry on the new head (nothing it committed is dropped).
+
+    Raises:
+        InvalidSinkConfigError: ``entries_per_manifest`` is not an integer of at least 1.
+        MaintenanceRefusedError: the rewritten manifests would not list exactly the live files of the
+            branch head (nothing was committed; see ``_iceberg/rewrite_check.py``).
+    """
+    arguments.ENTRIES_PER_MANIFEST.check(entries_per_manifest)
 
     def prepare(table: Table) -> producer.PreparedCommit | None:
         rewrite = producer.RewriteManifests(

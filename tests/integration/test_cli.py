@@ -311,7 +311,7 @@ def test_expire_snapshots_dry_run_lists_what_the_real_run_does(
     sink = IcebergSink.builder().embedded(lake).table("db.x").create_if_missing().upsert(key=["id"]).build()
     for i in range(4):
         sink.write(spark.createDataFrame([(j, f"v{i}") for j in range(5)], "id long, v string"))
-    args = ["expire-snapshots", "db.x", "--embedded", lake, "--older-than-hours", "-1", "--retain-last", "1"]
+    args = ["expire-snapshots", "db.x", "--embedded", lake, "--older-than-hours", "0", "--retain-last", "1"]
     metadata = sink.load_table().metadata_location
     dry = cli_json(capsys, *args, "--dry-run")
     assert dry["dry_run"] is True and len(dry["expired_snapshot_ids"]) == 3 and dry["deleted_files"]

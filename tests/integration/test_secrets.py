@@ -189,3 +189,131 @@ def test_secrets_stay_out_of_logs_errors_summaries_properties_and_checkpoints(
     assert re.search(r"SignatureDoesNotMatch|AccessDenied|ACCESS_DENIED|403|InvalidAccessKeyId", errors[1]), errors[1][
         :2000
     ]
+
+
+# ---- catalog property values in messages -----------------------------------------------------------
+# Secrets whose key names say nothing: a REST header, an Azure connection string, a SQL URI's query
+# password (and its user info). A catalog that cannot be loaded must not show any of them, in build()'s
+# error, in any CLI command's output, or in the logs; values a YAML file took from the environment
+# included.
+
+BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LWJlYXJlci10b2tlbg.Zm9vYmFyYmF6"
+ACCOUNT_KEY = "QUNDT1VOVEtFWS1zZWNyZXQtdmFsdWUtMTIzNDU2Nzg5MA=="
+CONNECTION_STRING = (
+    f"DefaultEndpointsProtocol=https;AccountName=lakeacct;AccountKey={ACCOUNT_KEY};EndpointSuffix=core.windows.net"
+)
+QUERY_PASSWORD = "pg-Query-Secret-4711"
+USERINFO_PASSWORD = "pg-Userinfo-Secret-0815"
+
+SECRET_SHAPES: dict[str, tuple[dict[str, str], list[str]]] = {
+    "REST header": (
+        {"type": "rest", "uri": "http://127.0.0.1:1/catalog", "header.Authorization": BEARER},
+        [BEARER, BEARER.split(" ", 1)[1]],
+    ),
+    "ADLS connection string": (
+        {"type": "rest", "uri": "http://127.0.0.1:1/catalog", "adls.connection-string": CONNECTION_STRING},
+        [CONNECTION_STRING, ACCOUNT_KEY],
+    ),
+    "SQL URI query password": (
+        {"type": "sql", "uri": f"postgresql://127.0.0.1:1/lake?user=sink&password={QUERY_PASSWORD}"},
+        [QUERY_PASSWORD],
+    ),
+    "SQL URI user info": (
+        {"type": "sql", "uri": f"postgresql://sink:{USERINFO_PASSWORD}@127.0.0.1:1/lake"},
+        [USERINFO_PASSWORD],
+    ),
+}
+
+
+def _shown(text: str, secrets: list[str]) -> list[str]:
+    return [s[:6] + "..." for s in secrets if s in text or s.replace("=", "%3D") in text]
+
+
+@pytest.fixture
+def all_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="iceberg_sink")
+    return caplog
+
+
+@pytest.mark.parametrize("shape", sorted(SECRET_SHAPES))
+def test_build_never_shows_catalog_property_values(
+    shape: str, all_logs: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    props, secrets = SECRET_SHAPES[shape]
+    with pytest.raises(IcebergSinkError) as refused:
+        IcebergSink.builder().catalog("lake", **props).table("db.t").create_if_missing().build()
+    message = str(refused.value)
+    assert "could not be loaded" in message and "'lake'" in message, message
+    # The harmless keys stay readable; everything else is masked.
+    assert f"'type': '{props['type']}'" in message and "127.0.0.1:1" in message, message
+    captured = capfd.readouterr()
+    for where, text in {
+        "error": message,
+        "error chain": repr(refused.value.__cause__) + repr(refused.value.__context__),
+        "logs": all_logs.text,
+        "output": captured.out + captured.err,
+    }.items():
+        assert not _shown(text, secrets), (where, _shown(text, secrets), text[:2000])
+
+
+CATALOG_COMMANDS = (
+    ["inspect", "db.t"],
+    ["compact", "db.t"],
+    ["compact", "db.t", "--dry-run"],
+    ["convert-equality-deletes", "db.t"],
+    ["expire-snapshots", "db.t"],
+    ["remove-orphans", "db.t", "--dry-run"],
+    ["rewrite-manifests", "db.t"],
+    ["inspect", "--checkpoint-location", "nowhere"],
+)
+
+
+@pytest.mark.parametrize("shape", sorted(SECRET_SHAPES))
+def test_no_cli_command_shows_catalog_property_values(
+    shape: str, all_logs: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from iceberg_sink.cli import EXIT_NOT_FOUND, main
+
+    props, secrets = SECRET_SHAPES[shape]
+    catalog = ["--catalog", "lake", *(a for k, v in props.items() for a in ("--catalog-property", f"{k}={v}"))]
+    for command in CATALOG_COMMANDS:
+        for extra in ([], ["--json"], ["--debug"]):
+            assert main([*command, *catalog, *extra]) == EXIT_NOT_FOUND, (command, extra)
+            captured = capsys.readouterr()
+            assert "could not be loaded" in captured.err, captured.err
+            text = captured.out + captured.err + all_logs.text
+            assert not _shown(text, secrets), (command, extra, _shown(text, secrets), text[-2000:])
+
+
+@pytest.mark.parametrize("shape", sorted(SECRET_SHAPES))
+def test_run_never_shows_catalog_property_values_taken_from_the_environment(
+    shape: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    all_logs: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from iceberg_sink.cli import EXIT_OK, main
+
+    props, secrets = SECRET_SHAPES[shape]
+    lines = []
+    for i, (key, value) in enumerate(sorted(props.items())):
+        monkeypatch.setenv(f"LAKE_PROP_{i}", value)
+        lines.append(f'        "{key}": "${{LAKE_PROP_{i}}}"')
+    (tmp_path / "in").mkdir()
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        'source:\n  type: files\n  path: in\n  format: json\n  schema: "id long"\n'
+        "sink:\n  table: db.t\n  create_if_missing: {}\n  catalog:\n    name: lake\n    properties:\n"
+        + "\n".join(lines)
+        + "\ncheckpoint_location: ckpt\ntrigger:\n  availableNow: true\n"
+    )
+    assert main(["run", str(config), "--validate-only"]) == EXIT_OK
+    capsys.readouterr()
+    for extra in ([], ["--json"], ["--debug"]):
+        assert main(["run", str(config), *extra]) != EXIT_OK
+        captured = capsys.readouterr()
+        assert "could not be loaded" in captured.err, captured.err[-2000:]
+        text = captured.out + captured.err + all_logs.text
+        assert not _shown(text, secrets), (extra, _shown(text, secrets), text[-2000:])

@@ -5,11 +5,26 @@ from __future__ import annotations
 import attrs
 
 from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.topology import arguments
 
-
-def _positive_or_none(name: str, value: object) -> None:
-    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
-        raise InvalidSinkConfigError(f"compaction({name}): expected a positive number or None, received {value!r}")
+# Counts and sizes are at least 1, seconds more than 0; NaN and infinities are refused
+# (topology/arguments.py, where every maintenance argument is checked).
+_POSITIVE = {
+    name: arguments.Number(name, "", integer=False, minimum=0.001 if name == "every_seconds" else 1)
+    for name in (
+        "every_n_commits",
+        "small_files_per_partition",
+        "small_files_bytes",
+        "every_seconds",
+        "delete_files",
+        "delete_records",
+        "target_file_size_bytes",
+        "min_file_size_bytes",
+        "max_group_bytes",
+        "min_input_files",
+        "delete_file_threshold",
+    )
+}
 
 
 @attrs.frozen
@@ -52,24 +67,9 @@ class CompactionConfig:
     background: bool = False
 
     def __attrs_post_init__(self) -> None:
-        for name in (
-            "every_n_commits",
-            "small_files_per_partition",
-            "small_files_bytes",
-            "every_seconds",
-            "delete_files",
-            "delete_records",
-            "target_file_size_bytes",
-            "min_file_size_bytes",
-            "max_group_bytes",
-            "min_input_files",
-            "delete_file_threshold",
-        ):
-            _positive_or_none(name, getattr(self, name))
-        if not isinstance(self.max_replans, int) or isinstance(self.max_replans, bool) or self.max_replans < 0:
-            raise InvalidSinkConfigError(
-                f"compaction(max_replans): expected an integer >= 0, received {self.max_replans!r}"
-            )
+        for name, number in _POSITIVE.items():
+            number.check_optional(getattr(self, name), "compaction")
+        arguments.MAX_REPLANS.check(self.max_replans, "compaction")
         if not isinstance(self.background, bool):
             raise InvalidSinkConfigError(
                 f"compaction(background): expected True or False, received {self.background!r}"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import attrs
 
 from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.topology import arguments
 
-
-def _positive_or_none(name: str, value: object) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-        raise InvalidSinkConfigError(
-            f"convert_equality_deletes({name}): expected a positive integer or None, received {value!r}"
-        )
+# Checked where every maintenance argument is (topology/arguments.py).
+_POSITIVE = {
+    name: arguments.Number(name, "", integer=True, minimum=1)
+    for name in ("every_n_commits", "equality_delete_records", "delete_files")
+}
 
 
 @attrs.frozen
@@ -40,16 +40,13 @@ class ConversionConfig:
     max_replans: int = 3
 
     def __attrs_post_init__(self) -> None:
-        for name in ("every_n_commits", "equality_delete_records", "delete_files"):
-            _positive_or_none(name, getattr(self, name))
+        for name, number in _POSITIVE.items():
+            number.check_optional(getattr(self, name), "convert_equality_deletes")
         if not isinstance(self.background, bool):
             raise InvalidSinkConfigError(
                 f"convert_equality_deletes(background): expected True or False, received {self.background!r}"
             )
-        if not isinstance(self.max_replans, int) or isinstance(self.max_replans, bool) or self.max_replans < 0:
-            raise InvalidSinkConfigError(
-                f"convert_equality_deletes(max_replans): expected an integer >= 0, received {self.max_replans!r}"
-            )
+        arguments.MAX_REPLANS.check(self.max_replans, "convert_equality_deletes")
 
     @property
     def has_trigger(self) -> bool:

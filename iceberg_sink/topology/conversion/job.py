@@ -63,6 +63,7 @@ from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import CommitStateUnknownError
+from iceberg_sink.topology import arguments
 from iceberg_sink.topology.compaction.rewriter import key_columns
 from iceberg_sink.topology.conversion.index import KeyIndex
 from iceberg_sink.writer.result import DataFileMeta, FileContent
@@ -350,6 +351,7 @@ def convert_equality_deletes(
         index: data files' keys kept from earlier runs (a post-commit trigger keeps one; index.py),
             or None to read every data file the equality deletes apply to.
     """
+    arguments.MAX_REPLANS.check(max_replans)
     started = time.monotonic()
     retry = retry or RetryPolicy()
     replans = 0
