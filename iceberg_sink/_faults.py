@@ -11,12 +11,14 @@ checkpoint passes them:
 - :data:`AFTER_WRITE`: writer tasks finished, nothing staged yet.
 - :data:`AFTER_STAGE`: DeltaManifests staged in the table's metadata folder, committable not persisted.
 - :data:`AFTER_MANIFESTS`: committable persisted under the checkpoint location, no commit sent.
+- :data:`BEFORE_COMMIT_PREPARE`: a commit attempt loaded the table and is about to prepare its
+  snapshot on it (each attempt; tests stall one committer here while another commits).
 - :data:`BEFORE_COMMIT_SEND`: a prepared snapshot is about to be sent to the catalog (each attempt).
 - :data:`COMMIT_SENT`: the catalog applied the commit; the driver has not looked at the result yet.
 - :data:`AFTER_COMMIT`: snapshot committed and staged manifests removed; committable not yet removed,
   Spark not told.
 
-The two commit-send points are hit from ``_iceberg/retry.py`` for checkpoint commits only.
+The three commit-attempt points are hit from ``_iceberg/retry.py`` for checkpoint commits only.
 
 Post-commit maintenance (topology/background.py) has one more, outside the checkpoint flow:
 
@@ -35,6 +37,7 @@ BEFORE_WRITE = "before-write"
 AFTER_WRITE = "after-write"
 AFTER_STAGE = "after-stage"
 AFTER_MANIFESTS = "after-manifests"
+BEFORE_COMMIT_PREPARE = "before-commit-prepare"
 BEFORE_COMMIT_SEND = "before-commit-send"
 COMMIT_SENT = "commit-sent"
 AFTER_COMMIT = "after-commit"
