@@ -25,6 +25,9 @@ Post-commit maintenance (topology/background.py) has one more, outside the check
 - :data:`MAINTENANCE_START`: a compaction or equality-delete conversion holds its table's
   maintenance lock and is about to run (on its own thread when in the background); the checkpoint
   id passed is -1.
+- :data:`MAINTENANCE_COMMIT_SENT`: the catalog applied a commit that holds no checkpoint (compaction,
+  conversion, manifest rewrite); hit inside the commit's error handling, so a handler raising a
+  connection error there is an answer lost after the commit landed (checkpoint id -1).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ BEFORE_COMMIT_SEND = "before-commit-send"
 COMMIT_SENT = "commit-sent"
 AFTER_COMMIT = "after-commit"
 MAINTENANCE_START = "maintenance-start"
+MAINTENANCE_COMMIT_SENT = "maintenance-commit-sent"
 
 _handlers: list[Callable[[str, int], None]] = []
 

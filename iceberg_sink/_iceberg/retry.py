@@ -289,6 +289,8 @@ class CommitAttempt:
             try:
                 # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
                 committed = commit_prepared(prepared.table, prepared)
+                if self._checkpoint_id is None:
+                    _faults.hit(_faults.MAINTENANCE_COMMIT_SENT, -1)
             except CommitFailedException as e:
                 # This attempt certainly did not land: its own manifests go (never the files it
                 # shares with other attempts, which discard() decides on).
@@ -330,23 +332,22 @@ class _PrepareError(Exception):
 
 
 def absent_from(table: Table, attempts: Iterable[PreparedCommit], paths: Iterable[str]) -> bool:
-    """Whether ``table`` proves that none of ``attempts`` landed and no snapshot lists ``paths``.
+    """Whether ``table`` proves that no snapshot lists any of ``paths`` (files written for
+    ``attempts``: manifest lists, manifests, data and delete files).
 
     An attempt that landed may since have been expired (another writer committed on top, then an
     expiry of fresh snapshots removed it) while its files live on in later snapshots, so the proof
     is on the files: no snapshot committed at or after the attempts' sequence number lists any of
     them (a manifest listing them was written by such a snapshot: older ones cannot).
     """
-    attempts = list(attempts)
-    metadata = table.metadata
-    if any(metadata.snapshot_by_id(a.snapshot.snapshot_id) is not None for a in attempts):
-        return False
     wanted = set(paths)
     oldest = min((a.snapshot.sequence_number or 0 for a in attempts), default=0)
     seen: set[str] = set()
-    for snapshot in metadata.snapshots:
+    for snapshot in table.metadata.snapshots:
         if (snapshot.sequence_number or 0) < oldest:
             continue
+        if snapshot.manifest_list in wanted:
+            return False
         for manifest in snapshot.manifests(table.io):
             if manifest.manifest_path in seen or (manifest.sequence_number or 0) < oldest:
                 continue
