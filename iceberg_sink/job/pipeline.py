@@ -76,6 +76,7 @@ from iceberg_sink.table.schema import (
     check_changes_table,
     check_compatible,
     check_key_columns,
+    checked_key,
     partition_problem,
     spark_to_iceberg,
 )
@@ -123,7 +124,7 @@ class SinkJob:
         self._catalog = catalog or config.catalog.load()
         self._store = store
         self.job_id = store.job_id(config.table, job_id)
-        self._checked_schemas: set[str] = set()
+        self._checked_schemas: set[tuple[str, int]] = set()
         self._table: Table | None = None
         table = catalogs.load_table(self._catalog, config.table)
         resolved = options.resolve(config.options, table.properties if table is not None else {})
@@ -296,7 +297,9 @@ class SinkJob:
         changes = self._config.changes
         if changes is not None:
             check_changes_table(self._config.table, table, changes.key)
-        key = struct.json()
+        # Keyed by the table's schema id too: another writer renaming or dropping a column must
+        # bring the check (and schema evolution) back, or the column's values would be dropped.
+        key = checked_key(struct, table)
         if key not in self._checked_schemas:
             runtime_checked = changes.key if changes is not None else ()
             # -- schema evolution (table/evolution.py): committed before this batch's files are written.
@@ -314,7 +317,7 @@ class SinkJob:
                 self._schema_changed = self._schema_changed or table.schema().schema_id != before
             # -- end of schema evolution
             check_compatible(self._config.table, table.schema(), self._table_columns(struct), runtime_checked)
-            self._checked_schemas.add(key)
+            self._checked_schemas.update({key, checked_key(struct, table)})
         return table
 
     def _table_columns(self, struct: StructType) -> StructType:
