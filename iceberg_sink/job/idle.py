@@ -27,18 +27,17 @@ from typing import Any
 
 logger = logging.getLogger("iceberg_sink")
 
-
+# Per driver: the lock and the idle-retry thread of each checkpoint location (see the module docstring).
 _registry_lock = threading.Lock()
 _locks: dict[str, threading.Lock] = {}
 _threads: dict[str, tuple[Any, threading.Event, threading.Thread]] = {}
 
 
 def _location_key(checkpoint_location: str) -> str:
-    return (
-        os.path.normpath(os.path.abspath(checkpoint_location))
-        if "://" not in checkpoint_location
-        else (checkpoint_location.rstrip("/"))
-    )
+    """One spelling per checkpoint location (a local path made absolute, a URI without a final slash)."""
+    if "://" in checkpoint_location:
+        return checkpoint_location.rstrip("/")
+    return os.path.normpath(os.path.abspath(checkpoint_location))
 
 
 def batch_lock(checkpoint_location: str) -> threading.Lock:
