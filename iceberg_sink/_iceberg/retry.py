@@ -225,6 +225,8 @@ class CommitAttempt:
             return self._run(prepare, table)
         except _PrepareError as e:
             raise e.error from e.error.__cause__
+        except CommitStateUnknownError:
+            raise
         except Exception as e:
             if self._unknown:
                 raise self.unknown_error(e) from e
