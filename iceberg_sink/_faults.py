@@ -11,18 +11,23 @@ checkpoint passes them:
 - :data:`AFTER_WRITE`: writer tasks finished, nothing staged yet.
 - :data:`AFTER_STAGE`: DeltaManifests staged in the table's metadata folder, committable not persisted.
 - :data:`AFTER_MANIFESTS`: committable persisted under the checkpoint location, no commit sent.
+- :data:`BEFORE_COMMIT_PREPARE`: a commit attempt loaded the table and is about to prepare its
+  snapshot on it (each attempt; tests stall one committer here while another commits).
 - :data:`BEFORE_COMMIT_SEND`: a prepared snapshot is about to be sent to the catalog (each attempt).
 - :data:`COMMIT_SENT`: the catalog applied the commit; the driver has not looked at the result yet.
 - :data:`AFTER_COMMIT`: snapshot committed and staged manifests removed; committable not yet removed,
   Spark not told.
 
-The two commit-send points are hit from ``_iceberg/retry.py`` for checkpoint commits only.
+The three commit-attempt points are hit from ``_iceberg/retry.py`` for checkpoint commits only.
 
 Post-commit maintenance (topology/background.py) has one more, outside the checkpoint flow:
 
 - :data:`MAINTENANCE_START`: a compaction or equality-delete conversion holds its table's
   maintenance lock and is about to run (on its own thread when in the background); the checkpoint
   id passed is -1.
+- :data:`MAINTENANCE_COMMIT_SENT`: the catalog applied a commit that holds no checkpoint (compaction,
+  conversion, manifest rewrite); hit inside the commit's error handling, so a handler raising a
+  connection error there is an answer lost after the commit landed (checkpoint id -1).
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ BEFORE_WRITE = "before-write"
 AFTER_WRITE = "after-write"
 AFTER_STAGE = "after-stage"
 AFTER_MANIFESTS = "after-manifests"
+BEFORE_COMMIT_PREPARE = "before-commit-prepare"
 BEFORE_COMMIT_SEND = "before-commit-send"
 COMMIT_SENT = "commit-sent"
 AFTER_COMMIT = "after-commit"
 MAINTENANCE_START = "maintenance-start"
+MAINTENANCE_COMMIT_SENT = "maintenance-commit-sent"
 
 _handlers: list[Callable[[str, int], None]] = []
 

@@ -17,7 +17,7 @@ from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.job.idle import retry_while_idle
+from iceberg_sink.job import idle
 from iceberg_sink.job.pipeline import SinkJob
 from iceberg_sink.job.routing import RoutedJob
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
@@ -221,13 +221,16 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         check_python_workers(streaming_df.sparkSession)
+        # A stopped query's idle retry may still be committing this job's pending checkpoints: it
+        # finishes before this query starts, and the two share one lock (job/idle.py).
+        idle.end_stopped(checkpoint_location)
         if self._config.route is not None:
             routed = RoutedJob(self._config, checkpoint_location, metrics=self._metrics, streaming=True)
             if not self._config.map_batches:
                 routed.input_struct(streaming_df.schema)  # the route's table column must be there
             read_batch = self._config.read_batch
 
-            routed_lock = threading.Lock()
+            routed_lock = idle.batch_lock(checkpoint_location)
 
             def process_routed(batch: DataFrame, batch_id: int) -> None:
                 with routed_lock:
@@ -240,6 +243,7 @@ class IcebergSink:
                 routed.has_pending,
                 routed.commit_pending,
                 self._config.route.describe(),
+                checkpoint_location,
             )
             return query
         job = self._job(checkpoint_location, ephemeral=False, streaming=True)
@@ -248,14 +252,16 @@ class IcebergSink:
             # Create or check the table before the first batch so schema errors surface now (with
             # map_batches the written schema is known per batch only).
             job.ensure_table(streaming_df.schema)
-        batch_lock = threading.Lock()
+        batch_lock = idle.batch_lock(checkpoint_location)
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
             with batch_lock:
                 job.process(config.read_batch(batch), batch_id)
 
         query = self._start(streaming_df, process_batch, checkpoint_location, trigger, query_name)
-        self._retry_while_idle(query, batch_lock, job.has_pending, job.commit_pending, f"table {config.table}")
+        self._retry_while_idle(
+            query, batch_lock, job.has_pending, job.commit_pending, f"table {config.table}", checkpoint_location
+        )
         return query
 
     def _retry_while_idle(
@@ -265,11 +271,14 @@ class IcebergSink:
         has_pending: Callable[[], bool],
         commit_pending: Callable[[], object],
         what: str,
+        checkpoint_location: str,
     ) -> None:
         """Commit checkpoints a catalog outage left pending while the stream is idle (iceberg_sink/job/idle.py)."""
         interval_ms = options.resolve(self._config.options, {}).get(options.PENDING_RETRY_INTERVAL_MS)
         if interval_ms > 0:
-            retry_while_idle(query, batch_lock, has_pending, commit_pending, interval_ms / 1000, what)
+            idle.retry_while_idle(
+                query, batch_lock, has_pending, commit_pending, interval_ms / 1000, what, checkpoint_location
+            )
 
     @staticmethod
     def _start(

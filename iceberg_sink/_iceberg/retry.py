@@ -1,4 +1,5 @@
-"""The one retry loop for every commit the sink makes (checkpoints, compaction, manifest rewrites).
+"""The one retry loop for every commit the sink makes (checkpoints, compaction, conversion, manifest
+rewrites): :class:`CommitAttempt`.
 
 Each attempt starts from the table as the catalog has it now and prepares its snapshot again (the
 branch head, the sequence number and what is still valid may all have changed). Lost races are
@@ -12,6 +13,11 @@ may have been applied by the catalog before the connection dropped, so it counts
 outcome is unknown, never as a failed one. When the budget runs out the loop raises
 ``CatalogUnavailableError``; conflicts and refused requests keep their own errors.
 
+Once an attempt's outcome is unknown, every later failure of the same commit is unknown too
+(``CommitStateUnknownError``), and files written for it are deleted only when a table loaded since
+proves that no snapshot lists them (:meth:`CommitAttempt.discard`): every committer deletes its
+written files through that one method.
+
 An attempt whose table lost files to snapshot expiry meanwhile (its head was replaced, then expired)
 is prepared again on the table as it is now.
 """
@@ -21,10 +27,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ServiceUnavailableError
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -104,6 +111,257 @@ class CommitAttempts:
 Prepare = Callable[[Table], PreparedCommit | None]
 
 
+class CommitAttempt:
+    """One commit the sink makes (a checkpoint, a compaction, a conversion, a manifest rewrite),
+    through all its attempts: the retry loop, and the one rule for deleting what was written for it.
+
+    Once an attempt's outcome is unknown (the catalog did not answer, or lost the connection after
+    the request was sent), the snapshot it sent may be in the table, and so may every file written
+    for the commit (new data files, position deletes, manifests) :
+
+    - every later failure of the commit is unknown too: :meth:`run` then ends in
+      ``CommitStateUnknownError`` (chained from the cause: the catalog still unreachable, the
+      retries exhausted, a refused request), never in an error that reads as "nothing committed";
+    - :meth:`discard` deletes files written for the commit only when no attempt's outcome is
+      unknown, or when a table loaded after those attempts proves none of the files is in it
+      (:func:`absent_from`). A table that cannot be loaded proves nothing: the files stay (an
+      orphan at worst, which remove-orphans deletes; never a snapshot naming deleted files).
+
+    Args:
+        what: names the commit in errors and logs ("checkpoint 7 of job ...").
+        load_table: loads the table from the catalog.
+        policy: backoff and limits.
+        sleep: how to wait between attempts (tests pass a fake clock).
+        on_give_up: what happens to the work when the retries run out, appended to the error.
+        checkpoint_id: the checkpoint this commit holds, if any (passed to the fault points
+            :data:`~iceberg_sink._faults.BEFORE_COMMIT_SEND` and :data:`~iceberg_sink._faults.COMMIT_SENT`).
+        on_conflict: called once for every attempt that lost a race with another writer.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        load_table: Callable[[], Table],
+        policy: RetryPolicy,
+        sleep: Callable[[float], None] = time.sleep,
+        on_give_up: str = "",
+        checkpoint_id: int | None = None,
+        on_conflict: Callable[[], None] | None = None,
+    ) -> None:
+        self.what = what
+        self._load_table = load_table
+        self._policy = policy
+        self._sleep = sleep
+        self._on_give_up = on_give_up
+        self._checkpoint_id = checkpoint_id
+        self._on_conflict = on_conflict
+        self._unknown: list[PreparedCommit] = []
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Whether an attempt's outcome is unknown (its snapshot may be in the table)."""
+        return bool(self._unknown)
+
+    def discard(self, io: FileIO, paths: Iterable[str], table: Table | None = None) -> bool:
+        """Delete ``paths`` (files written for this commit) unless the table may hold them.
+
+        With no attempt of unknown outcome they are deleted. Otherwise ``table`` (a table loaded
+        after those attempts), or the table loaded now, must prove that none of them is in it;
+        without that proof (the table does not load, or a snapshot lists one of them) they are
+        kept. Returns whether they were deleted.
+        """
+        paths = list(paths)
+        if not paths:
+            return True
+        if self._unknown:
+            try:
+                current = table if table is not None else self._load_table()
+            except Exception as e:
+                logger.warning(
+                    "%s: keeping %s files written for it: an attempt's outcome is unknown and the table cannot "
+                    "be read to tell (%s); remove-orphans deletes them if the commit did not land",
+                    self.what,
+                    len(paths),
+                    _describe(e),
+                )
+                return False
+            if not absent_from(current, self._unknown, paths):
+                logger.warning(
+                    "%s: keeping %s files written for it: the table may hold them (an attempt whose outcome "
+                    "was unknown landed)",
+                    self.what,
+                    len(paths),
+                )
+                return False
+        delete_quietly(io, paths)
+        return True
+
+    def unknown_error(self, error: BaseException) -> CommitStateUnknownError:
+        """What a failure after an attempt of unknown outcome is: unknown too."""
+        if isinstance(error, CommitStateUnknownError):
+            return error
+        return CommitStateUnknownError(
+            f"{self.what}: an earlier attempt's outcome is unknown (it may have landed), then the commit failed "
+            f"({_describe(error)}); files written for it are kept, and a table read once the catalog answers "
+            f"says whether it landed{self._on_give_up}"
+        )
+
+    def run(self, prepare: Prepare, table: Table | None = None) -> CommitAttempts:
+        """Prepare and commit until it lands, ``prepare`` returns None, or the policy gives up.
+
+        Args:
+            prepare: builds the snapshot on the given table; None means nothing is left to commit
+                (for example the checkpoint is already in the table). Its errors pass unchanged.
+            table: a table just loaded, used for the first attempt (else the table is loaded).
+
+        Raises:
+            CommitRetriesExhaustedError: every attempt lost a race; nothing was committed.
+            CatalogUnavailableError: the catalog stayed unreachable (:func:`catalog_unreachable`)
+                and no attempt's outcome is unknown: nothing was committed.
+            CommitStateUnknownError: an attempt's outcome is unknown and the commit then failed,
+                however it failed; its files are kept.
+        """
+        try:
+            return self._run(prepare, table)
+        except _PrepareError as e:
+            raise e.error from e.error.__cause__
+        except CommitStateUnknownError:
+            raise
+        except Exception as e:
+            if self._unknown:
+                raise self.unknown_error(e) from e
+            raise
+
+    def _prepare(self, prepare: Prepare, table: Table) -> PreparedCommit | None:
+        try:
+            return prepare(table)
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise _PrepareError(e) from e
+
+    def _run(self, prepare: Prepare, table: Table | None) -> CommitAttempts:
+        what, policy, load_table, on_give_up = self.what, self._policy, self._load_table, self._on_give_up
+        deadline = time.monotonic() + policy.total_timeout_ms / 1000
+        attempt = 0
+        unknown = self._unknown
+        loads = 0
+        stale_reloads = 0
+        while True:
+            if table is None or attempt > 0 or loads > 0:
+                loads += 1
+                try:
+                    table = load_table()
+                except Exception as e:
+                    if not catalog_unreachable(e):
+                        raise
+                    if loads > policy.num_retries or time.monotonic() > deadline:
+                        raise CatalogUnavailableError(
+                            f"{what}: the catalog is unreachable ({_describe(e)}){on_give_up}"
+                        ) from e
+                    logger.warning("%s: the catalog is unreachable (load %s): %s", what, loads, _describe(e))
+                    self._sleep(policy.wait_ms(loads) / 1000)
+                    continue
+            for earlier in unknown:
+                landed = table.metadata.snapshot_by_id(earlier.snapshot.snapshot_id)
+                if landed is not None:
+                    logger.info("%s: the attempt whose outcome was unknown had landed", what)
+                    return CommitAttempts(table, landed, attempt, state_was_unknown=True)
+            if self._checkpoint_id is not None:
+                _faults.hit(_faults.BEFORE_COMMIT_PREPARE, self._checkpoint_id)
+            try:
+                prepared = self._prepare(prepare, table)
+            except FileNotFoundError:
+                # A file of the table as loaded is gone: snapshot expiry removed the old head's manifests
+                # after another writer moved the head. The table as the catalog has it now does not need
+                # them; prepare again on it. A file missing from the current table is an error.
+                current = load_table()
+                if current.metadata_location == table.metadata_location or stale_reloads >= policy.num_retries:
+                    raise
+                stale_reloads += 1
+                logger.info("%s: a file of the table as loaded was removed meanwhile; preparing on the table now", what)
+                table = current
+                continue
+            if prepared is None:
+                return CommitAttempts(table, None, attempt, state_was_unknown=bool(unknown))
+            attempt += 1
+            exhausted = attempt > policy.num_retries or time.monotonic() > deadline
+            if self._checkpoint_id is not None:
+                _faults.hit(_faults.BEFORE_COMMIT_SEND, self._checkpoint_id)
+            try:
+                # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
+                committed = commit_prepared(prepared.table, prepared)
+                if self._checkpoint_id is None:
+                    _faults.hit(_faults.MAINTENANCE_COMMIT_SENT, -1)
+            except CommitFailedException as e:
+                # This attempt certainly did not land: its own manifests go (never the files it
+                # shares with other attempts, which discard() decides on).
+                delete_quietly(table.io, prepared.written_files)
+                if self._on_conflict is not None:
+                    self._on_conflict()
+                if exhausted:
+                    raise CommitRetriesExhaustedError(
+                        f"{what}: {attempt} commit attempts lost to concurrent writers ({e}){on_give_up}"
+                    ) from e
+                logger.info("%s: commit conflict (attempt %s): %s", what, attempt, e)
+            except Exception as e:
+                # A lost connection may have been lost after the catalog applied the commit: its
+                # outcome is unknown. Keep the files (the snapshot may reference them); the next
+                # attempt looks for it.
+                if not isinstance(e, CommitStateUnknownException) and not catalog_unreachable(e):
+                    raise
+                unknown.append(prepared)
+                if exhausted:
+                    raise CommitStateUnknownError(
+                        f"{what}: the catalog did not say whether the commit landed ({_describe(e)}){on_give_up}"
+                    ) from e
+                logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, _describe(e))
+            else:
+                if self._checkpoint_id is not None:
+                    # The catalog holds the snapshot; a driver dying here never learns that it does.
+                    _faults.hit(_faults.COMMIT_SENT, self._checkpoint_id)
+                snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
+                return CommitAttempts(committed, snapshot, attempt, state_was_unknown=bool(unknown))
+            self._sleep(policy.wait_ms(attempt) / 1000)
+
+
+class _PrepareError(Exception):
+    """Carries an error of the caller's ``prepare`` through :meth:`CommitAttempt.run` unchanged."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def absent_from(table: Table, attempts: Iterable[PreparedCommit], paths: Iterable[str]) -> bool:
+    """Whether ``table`` proves that no snapshot lists any of ``paths`` (files written for
+    ``attempts``: manifest lists, manifests, data and delete files).
+
+    An attempt that landed may since have been expired (another writer committed on top, then an
+    expiry of fresh snapshots removed it) while its files live on in later snapshots, so the proof
+    is on the files: no snapshot committed at or after the attempts' sequence number lists any of
+    them (a manifest listing them was written by such a snapshot: older ones cannot).
+    """
+    wanted = set(paths)
+    oldest = min((a.snapshot.sequence_number or 0 for a in attempts), default=0)
+    seen: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        if (snapshot.sequence_number or 0) < oldest:
+            continue
+        if snapshot.manifest_list in wanted:
+            return False
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen or (manifest.sequence_number or 0) < oldest:
+                continue
+            seen.add(manifest.manifest_path)
+            if manifest.manifest_path in wanted:
+                return False
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                if entry.data_file.file_path in wanted:
+                    return False
+    return True
+
+
 def commit_with_retry(
     what: str,
     load_table: Callable[[], Table],
@@ -115,104 +373,9 @@ def commit_with_retry(
     checkpoint_id: int | None = None,
     on_conflict: Callable[[], None] | None = None,
 ) -> CommitAttempts:
-    """Prepare and commit until it lands, ``prepare`` returns None, or the policy gives up.
-
-    Args:
-        what: names the commit in errors and logs ("checkpoint 7 of job ...").
-        load_table: loads the table from the catalog (called before every attempt but the first
-            when ``table`` is given).
-        prepare: builds the snapshot on the given table; None means nothing is left to commit
-            (for example the checkpoint is already in the table).
-        policy: backoff and limits.
-        table: a table just loaded, used for the first attempt.
-        sleep: how to wait between attempts (tests pass a fake clock).
-        on_give_up: what happens to the work when the retries run out, appended to the error.
-        checkpoint_id: the checkpoint this commit holds, if any (passed to the fault points
-            :data:`~iceberg_sink._faults.BEFORE_COMMIT_SEND` and :data:`~iceberg_sink._faults.COMMIT_SENT`).
-        on_conflict: called once for every attempt that lost a race with another writer.
-
-    Raises:
-        CommitRetriesExhaustedError: every attempt lost a race; nothing was committed.
-        CommitStateUnknownError: the last attempt's outcome is unknown; its files are kept.
-        CatalogUnavailableError: the catalog stayed unreachable (:func:`catalog_unreachable`); when
-            an attempt's outcome is unknown its files are kept.
-    """
-    deadline = time.monotonic() + policy.total_timeout_ms / 1000
-    attempt = 0
-    unknown: list[PreparedCommit] = []
-    loads = 0
-    stale_reloads = 0
-    while True:
-        if table is None or attempt > 0 or loads > 0:
-            loads += 1
-            try:
-                table = load_table()
-            except Exception as e:
-                if not catalog_unreachable(e):
-                    raise
-                if loads > policy.num_retries or time.monotonic() > deadline:
-                    state = " (an earlier attempt's outcome is unknown)" if unknown else ""
-                    raise CatalogUnavailableError(
-                        f"{what}: the catalog is unreachable{state} ({_describe(e)}){on_give_up}"
-                    ) from e
-                logger.warning("%s: the catalog is unreachable (load %s): %s", what, loads, _describe(e))
-                sleep(policy.wait_ms(loads) / 1000)
-                continue
-        for earlier in unknown:
-            landed = table.metadata.snapshot_by_id(earlier.snapshot.snapshot_id)
-            if landed is not None:
-                logger.info("%s: the attempt whose outcome was unknown had landed", what)
-                return CommitAttempts(table, landed, attempt, state_was_unknown=True)
-        try:
-            prepared = prepare(table)
-        except FileNotFoundError:
-            # A file of the table as loaded is gone: snapshot expiry removed the old head's manifests
-            # after another writer moved the head. The table as the catalog has it now does not need
-            # them; prepare again on it. A file missing from the current table is an error.
-            current = load_table()
-            if current.metadata_location == table.metadata_location or stale_reloads >= policy.num_retries:
-                raise
-            stale_reloads += 1
-            logger.info("%s: a file of the table as loaded was removed meanwhile; preparing on the table now", what)
-            table = current
-            continue
-        if prepared is None:
-            return CommitAttempts(table, None, attempt, state_was_unknown=bool(unknown))
-        attempt += 1
-        exhausted = attempt > policy.num_retries or time.monotonic() > deadline
-        if checkpoint_id is not None:
-            _faults.hit(_faults.BEFORE_COMMIT_SEND, checkpoint_id)
-        try:
-            # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
-            committed = commit_prepared(prepared.table, prepared)
-        except CommitFailedException as e:
-            delete_quietly(table.io, prepared.written_files)
-            if on_conflict is not None:
-                on_conflict()
-            if exhausted:
-                raise CommitRetriesExhaustedError(
-                    f"{what}: {attempt} commit attempts lost to concurrent writers ({e}){on_give_up}"
-                ) from e
-            logger.info("%s: commit conflict (attempt %s): %s", what, attempt, e)
-        except Exception as e:
-            # A lost connection may have been lost after the catalog applied the commit: its
-            # outcome is unknown. Keep the files (the snapshot may reference them); the next
-            # attempt looks for it.
-            if not isinstance(e, CommitStateUnknownException) and not catalog_unreachable(e):
-                raise
-            unknown.append(prepared)
-            if exhausted:
-                raise CommitStateUnknownError(
-                    f"{what}: the catalog did not say whether the commit landed ({_describe(e)}){on_give_up}"
-                ) from e
-            logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, _describe(e))
-        else:
-            if checkpoint_id is not None:
-                # The catalog holds the snapshot; a driver dying here never learns that it does.
-                _faults.hit(_faults.COMMIT_SENT, checkpoint_id)
-            snapshot = committed.metadata.snapshot_by_id(prepared.snapshot.snapshot_id)
-            return CommitAttempts(committed, snapshot, attempt, state_was_unknown=bool(unknown))
-        sleep(policy.wait_ms(attempt) / 1000)
+    """:meth:`CommitAttempt.run` of a commit that deletes nothing itself on failure (see
+    :class:`CommitAttempt` for the arguments and errors)."""
+    return CommitAttempt(what, load_table, policy, sleep, on_give_up, checkpoint_id, on_conflict).run(prepare, table)
 
 
 def _describe(error: BaseException) -> str:

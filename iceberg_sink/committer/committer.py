@@ -22,7 +22,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg import manifests, producer, specs
 from iceberg_sink._iceberg.files import branch_head, delete_quietly
-from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
+from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.store import committable_name
 from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
@@ -213,13 +213,21 @@ class IcebergCommitter:
             if changes is None:
                 # Read only once the checkpoint is known to be uncommitted: after a commit the
                 # staged manifests are deleted.
-                changes = producer.SnapshotChanges(
-                    data_files=tuple(self._read(current.io, committable, committable.manifests.data_manifest)),
-                    delete_files=tuple(self._read(current.io, committable, committable.manifests.delete_manifest)),
-                )
-                conditional = tuple(
-                    self._read(current.io, committable, committable.manifests.conditional_delete_manifest)
-                )
+                try:
+                    changes = producer.SnapshotChanges(
+                        data_files=tuple(self._read(current.io, committable, committable.manifests.data_manifest)),
+                        delete_files=tuple(self._read(current.io, committable, committable.manifests.delete_manifest)),
+                    )
+                    conditional = tuple(
+                        self._read(current.io, committable, committable.manifests.conditional_delete_manifest)
+                    )
+                except UncommittableCheckpointError:
+                    # Another committer of this job (a stopped query's idle retry, a restarted
+                    # query) may have committed it, and removed its staged files, since ``current``
+                    # was loaded: the table as it is now says so before anything is refused.
+                    if self.max_committed(self._load_table()) >= committable.checkpoint_id:
+                        return None
+                    raise
             missing_specs = sorted(
                 {f.spec_id for f in (*changes.data_files, *changes.delete_files, *conditional)}
                 - set(current.metadata.specs())
@@ -250,30 +258,34 @@ class IcebergCommitter:
             deletes_by_snapshot[prepared.snapshot.snapshot_id] = delete_files
             return prepared
 
-        result = commit_with_retry(
+        attempt = CommitAttempt(
             f"checkpoint {committable.checkpoint_id} of job {self._job_id}",
             self._load_table,
-            prepare,
             self._retry,
-            table=table,
             sleep=self._sleep,
             on_give_up="; it stays pending and the next run checks the table and commits it if needed",
             checkpoint_id=committable.checkpoint_id,
             on_conflict=self._on_conflict,
         )
+        result = attempt.run(prepare, table)
         io = result.table.io
         conditional_paths = tuple(f.path for f in conditional)
         if result.snapshot is None and nothing_to_commit:
             # No snapshot records this checkpoint, so a replay (a crash before the caller removes the
             # committable) decides again from its staged files: they are deleted only once the
-            # committable is gone, by ``cleanup``.
+            # committable is gone, by ``cleanup`` (after an attempt of unknown outcome, only if the
+            # table proves no snapshot lists them).
             paths = (*committable.manifests.paths, *conditional_paths)
+
+            def cleanup() -> None:
+                attempt.discard(io, paths, result.table)
+
             return CommitOutcome(
                 committable.checkpoint_id,
                 None,
                 already_committed=False,
                 attempts=result.attempts,
-                cleanup=lambda: delete_quietly(io, paths),
+                cleanup=cleanup,
             )
         self._cleanup_staged(io, committable)
         if result.snapshot is None:

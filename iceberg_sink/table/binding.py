@@ -42,6 +42,7 @@ from iceberg_sink.table.schema import (
     check_changes_table,
     check_compatible,
     check_key_columns,
+    checked_key,
     partition_problem,
     spark_to_iceberg,
 )
@@ -76,7 +77,7 @@ class TableBinding:
         # Routed tables (routing.py): the table's UUID is recorded in the store on first use and a
         # table dropped or re-created by someone else since is refused instead of written anew.
         self._pin_table_uuid = pin_table_uuid
-        self._checked_schemas: set[str] = set()
+        self._checked_schemas: set[tuple[str, int]] = set()
         # The builder's key; a routed table's key may come from its rows or identifier fields instead.
         self._default_key = config.changes.key if config.changes is not None else ()
         #: The table as this job loaded it last (None before the first load).
@@ -208,7 +209,9 @@ class TableBinding:
         changes = self.config.changes
         if changes is not None:
             check_changes_table(self.config.table, table, changes.key)
-        key = struct.json()
+        # Keyed by the table's schema id too: another writer renaming or dropping a column must
+        # bring the check (and schema evolution) back, or the column's values would be dropped.
+        key = checked_key(struct, table)
         if key not in self._checked_schemas:
             runtime_checked = changes.key if changes is not None else ()
             # Committed before this batch's files are written.
@@ -225,7 +228,7 @@ class TableBinding:
                 )
                 self.schema_changed = self.schema_changed or table.schema().schema_id != before
             check_compatible(self.config.table, table.schema(), self._table_columns(struct), runtime_checked)
-            self._checked_schemas.add(key)
+            self._checked_schemas.update({key, checked_key(struct, table)})
         return table
 
     def _table_columns(self, struct: StructType) -> StructType:

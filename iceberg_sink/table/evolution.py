@@ -175,6 +175,15 @@ def plan(table_name: str, schema: Schema, struct: T.StructType, mode: str) -> li
     return changes
 
 
+OUTAGE_NOTE = (
+    "nothing of the checkpoint was written. A batch that needs a schema change is not kept pending "
+    "through a catalog outage (its files would be written with columns the table does not have yet): "
+    "the stream stops here. Checkpoints already pending stay under the checkpoint location; restart the "
+    "stream once the catalog answers and they are committed in order, then this batch is written again"
+)
+"""What a schema change that meets an unreachable catalog tells the user (docs/schema-evolution.md)."""
+
+
 def evolve(
     table_name: str,
     table: Table,
@@ -236,7 +245,7 @@ def evolve(
             if exhausted:
                 raise CatalogUnavailableError(
                     f"schema change of table {table_name} ({described}): the catalog is unreachable "
-                    f"({type(e).__name__}: {e}); nothing of the checkpoint was written"
+                    f"({type(e).__name__}: {e}); {OUTAGE_NOTE}"
                 ) from e
             logger.warning("schema change of table %s: the catalog is unreachable (attempt %s)", table_name, attempt)
             sleep(retry.wait_ms(attempt) / 1000)
@@ -256,7 +265,7 @@ def _reload(
             if attempt == retry.num_retries:
                 raise CatalogUnavailableError(
                     f"schema change of table {table_name}: the catalog is unreachable ({type(e).__name__}: {e}); "
-                    "nothing of the checkpoint was written"
+                    f"{OUTAGE_NOTE}"
                 ) from e
             sleep(retry.wait_ms(attempt + 1) / 1000)
     raise AssertionError("unreachable")

@@ -105,7 +105,9 @@ def data_added_since(table: Table, head: Snapshot | None, proof_snapshot_id: int
     """Whether any snapshot after ``proof_snapshot_id`` (up to ``head``) may have added rows.
 
     Compactions (``replace``) only move existing rows. A chain that does not reach the proof snapshot
-    (expired meanwhile) counts as changed.
+    (expired meanwhile) counts as changed; so does, for a proof made on an empty branch
+    (``proof_snapshot_id`` -1), a chain ending in a parent-less snapshot that is not the table's
+    first: an expiry cut its parents, which may have added rows.
     """
     snapshot = head
     while snapshot is not None and snapshot.snapshot_id != proof_snapshot_id:
@@ -114,8 +116,17 @@ def data_added_since(table: Table, head: Snapshot | None, proof_snapshot_id: int
         if adds_rows and (summary is None or summary.operation.value != "replace"):
             return True
         if snapshot.parent_snapshot_id is None:
-            return proof_snapshot_id != -1
+            # The end of the chain: the branch's first snapshot only if it is the table's very first
+            # (sequence number 1); any other parent-less snapshot had ancestors that an expiry cut
+            # away, and they may have added rows after a proof made on an empty branch.
+            return proof_snapshot_id != -1 or not _first_of_table(snapshot)
         snapshot = table.metadata.snapshot_by_id(snapshot.parent_snapshot_id)
         if snapshot is None:
             return True
     return False
+
+
+def _first_of_table(snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` is the first the table ever committed (format v2+: sequence number 1).
+    Unknown (v1: no sequence numbers) counts as not: the conservative answer."""
+    return snapshot.sequence_number == 1

@@ -236,6 +236,14 @@ def storable_struct(struct: T.StructType) -> StructType:
     return StructType(*_fields(storable, _Ids(), ""))
 
 
+def checked_key(struct: T.StructType, table: Any) -> tuple[str, int]:
+    """What a passed check of input ``struct`` against ``table`` holds for, as a cache key: the
+    input's Spark schema and the table's current schema id. Another writer renaming, dropping or
+    changing a column gives the table a new schema id, so the input is checked (and the schema
+    evolved) again instead of the writers silently dropping the column's values."""
+    return struct.json(), int(table.metadata.current_schema_id)
+
+
 def check_compatible(
     table_name: str, table_schema: Schema, struct: T.StructType, runtime_checked: Iterable[str] = ()
 ) -> None:

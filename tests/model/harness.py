@@ -60,8 +60,17 @@ from pyiceberg.types import (
 )
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg_sink import IcebergSink, InvalidInputError, PendingCheckpointsLimitError, _faults, options
+from iceberg_sink import (
+    CommitStateUnknownError,
+    IcebergSink,
+    InvalidInputError,
+    PendingCheckpointsLimitError,
+    SchemaMismatchError,
+    _faults,
+    options,
+)
 from iceberg_sink._iceberg.files import to_meta
+from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
@@ -109,6 +118,11 @@ ROUTED_KEYS = 10
 # as its model says. Skip it as "hostile_routed_names".
 HOSTILE = "hostile_routed_names"
 HOSTILE_EVERY = 0.5  # chance after each routed step
+# Other writers under a running stream (issue 18 section 6), run between steps with a generator of their
+# own, like the routed job; skip them all as "other_writers", or one kind by its name.
+OTHER_WRITERS = "other_writers"
+OTHER_WRITERS_EVERY = 0.15  # chance after each step
+OTHER_WRITER_KINDS = ("rename_under_stream", "drop_under_stream", "expire_under_stream", "lost_answer_then_outage")
 KEYS = 48  # key space of db.main: small, so updates, deletes and repeated keys are frequent
 BASE_DATE = dt.date(2024, 1, 1)
 UNICODE = ["ü", "日本", "🙂", "ß", "Ω", "é", "\u00a0", "中文字"]
@@ -130,9 +144,9 @@ class Crash(RuntimeError):
 def skipped_operations() -> set[str]:
     raw = os.environ.get(SKIP_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED, HOSTILE}
+    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS}
     if unknown:
-        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED, HOSTILE]
+        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS]
         raise ValueError(f"{SKIP_ENV}: unknown operation kinds {sorted(unknown)}; known: {known}")
     return names
 
@@ -426,6 +440,8 @@ class World:
         )
         self.routed_job = SinkJob("routed", self._routed_builder, str(root / "ckpt-routed"), "iceberg-sink")
         self.hostile_rng = random.Random(f"hostile-{seed}")  # op_hostile_routed_names
+        # Other writers under a running stream (op_other_writers): their own generator.
+        self.other_rng = random.Random(f"other-writers-{seed}")
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -1224,6 +1240,179 @@ class World:
                 row.setdefault(logical, None)
         self.apply_cdc(self.main_model, changes)
 
+    # -- other writers under a running stream (issue 18 section 6) --------------------------------
+
+    def op_other_writers(self, kind: str | None = None) -> None:
+        """One other-writer step (``OTHER_WRITER_KINDS``) against a stream of one of the jobs: what a
+        stream meets that a bounded write does not (its input check is cached between micro-batches;
+        its commit comes after a proof made when the batch began). Drawn from ``other_rng``, batches
+        included, so the other operations of a seed keep their sequence."""
+        kinds = [k for k in OTHER_WRITER_KINDS if k not in self.skip]
+        if not kinds:
+            return
+        kind = kind or self.other_rng.choice(kinds)
+        saved, self.rng = self.rng, self.other_rng
+        try:
+            getattr(self, f"_other_{kind}")()
+        finally:
+            self.rng = saved
+
+    def _stream(self, which: str, changes: list[Row], cols: Columns) -> tuple[IcebergSink, Any, DataFrame]:
+        """What ``start()`` runs for job ``which``: its sink, the query's job (process() per micro-batch)
+        with the table checked for the first batch, and that batch's frame."""
+        stream_sink = self.jobs[which].build()
+        stream = stream_sink._job(self.jobs[which].location, ephemeral=False, streaming=True)
+        frame = self.frame(cols, changes, with_op=True)
+        stream.ensure_table(frame.schema)
+        return stream_sink, stream, frame
+
+    def _stream_batch(self, which: str, stream: Any, frame: DataFrame, changes: list[Row]) -> int:
+        job = self.jobs[which]
+        checkpoint = job.next_checkpoint
+        stream.process(frame, checkpoint)
+        self.apply_cdc(self.main_model, changes)
+        job.next_checkpoint += 1
+        return checkpoint
+
+    def _other_rename_under_stream(self) -> None:
+        """A CDC stream writes a batch; another writer renames a column; the stream's next batch still
+        sends the old name. Without schema evolution that must fail naming the column, and commit
+        nothing (never write the batch with that column's values dropped)."""
+        logical = self.rng.choice(["s", "n", "d", "dt"])
+        old = self.main_cols.names[logical]
+        self.renames += 1
+        new = f"{logical}_r{self.renames}"
+        self.log(f"other writer under a stream: cdc stream batch, rename {old} -> {new}, next batch with {old}")
+        changes = self.cdc_batch()
+        stream_sink, stream, frame = self._stream("cdc", changes, self.main_cols)
+        self._stream_batch("cdc", stream, frame, changes)
+        stale = Columns(dict(self.main_cols.names), dict(self.main_cols.types), dict(self.main_cols.nested))
+        with self.table("db.main").update_schema() as update:
+            update.rename_column(old, new)
+        self.main_cols.names[logical] = new
+        later = self.cdc_batch()
+        try:
+            self._stream_batch("cdc", stream, self.frame(stale, later, with_op=True), later)
+        except SchemaMismatchError as e:
+            if old not in str(e):
+                raise self.fail(f"the refusal of a batch with renamed column {old!r} does not name it: {e}") from e
+        else:
+            raise self.fail(f"a batch with column {old!r}, renamed to {new!r} by another writer, was written")
+        stream_sink.await_compactions()
+        stream_sink.await_conversions()
+        self.trace[-1] += " -> refused naming the column, nothing committed"
+
+    def _other_drop_under_stream(self) -> None:
+        """A stream of job E (add-and-widen) writes a batch with an added column; another writer drops
+        that column; the stream's next batch carries it again: the sink must add it back and keep the
+        batch's values (rows written before read null: their values went with the drop)."""
+        models = [self.main_model] + ([self.branch_model] if self.branch_model is not None else [])
+        added = [c for c in self.main_cols.names if c.startswith("e")]
+        if not added:
+            self.added_columns += 1
+            logical = f"e{self.added_columns}"
+            with self.table("db.main").update_schema() as update:
+                update.add_column(logical, StringType())
+            self.main_cols.names[logical] = logical
+            self.main_cols.types[logical] = "string"
+            for model in models:
+                for row in model.values():
+                    row[logical] = None
+            added = [logical]
+        logical = self.rng.choice(sorted(added))
+        name = self.main_cols.names[logical]
+        self.log(f"other writer under a stream: job E stream batch, drop column {name}, next batch carries it")
+        changes = self.cdc_batch()
+        _, stream, frame = self._stream("evolve", changes, self.main_cols)
+        self._stream_batch("evolve", stream, frame, changes)
+        with self.table("db.main").update_schema() as update:
+            update.delete_column(name)
+        for model in models:
+            for row in model.values():
+                row[logical] = None
+        later = self.cdc_batch()
+        for change in later:
+            change[logical] = change.get(logical) or f"back-{change['id']}"
+        self._stream_batch("evolve", stream, self.frame(self.main_cols, later, with_op=True), later)
+        if name not in self.table("db.main").schema().column_names:
+            raise self.fail(f"column {name!r} dropped by another writer was not added back for a batch carrying it")
+        self.trace[-1] += " -> added back, values kept"
+
+    def _other_expire_under_stream(self) -> None:
+        """A CDC stream's batch begins (its keys' proof is made); before it commits another writer
+        appends rows of the same keys and snapshots are expired fresh (older_than=now, retain_last=1),
+        which cuts parent chains. The commit must still delete the other writer's rows of those keys:
+        no key may be in the table twice (the model check reads it back)."""
+        changes = self.cdc_batch()
+        keys = sorted({c["id"] for c in changes})
+        self.log(
+            f"other writer under a stream: cdc stream batch of keys {keys}; appends of them + expiry before commit"
+        )
+        stream_sink, stream, frame = self._stream("cdc", changes, self.main_cols)
+        checkpoint = self.jobs["cdc"].next_checkpoint
+        theirs = [self.main_cols.physical(self.main_row(k)) for k in keys]
+        notes: list[str] = []
+
+        def other_writer(point: str, cp: int) -> None:
+            if point != _faults.BEFORE_WRITE or cp != checkpoint or notes:
+                return
+            table = self.table("db.main")
+            table.append(pa.Table.from_pylist(theirs, schema=table.schema().as_arrow()))
+            notes.append(self._expire("db.main", retain_last=1))
+
+        _faults.install(other_writer)
+        try:
+            self._stream_batch("cdc", stream, frame, changes)
+        finally:
+            _faults.clear()
+        stream_sink.await_compactions()
+        stream_sink.await_conversions()
+        self.trace[-1] += f" -> {'; '.join(notes) or 'the batch wrote nothing'}"
+
+    def _other_lost_answer_then_outage(self) -> None:
+        """A compaction, conversion or manifest rewrite whose commit lands but whose answer is lost,
+        then the catalog stays unreachable (the SQLite file locked by another connection) past the
+        retry budget: it must end in CommitStateUnknownError and delete none of its files, so that once
+        the catalog is back the table reads as the model says (the snapshot landed)."""
+        which = self.rng.choice(["compaction", "conversion", "rewrite_manifests"])
+        name = "db.main" if which == "conversion" else self.rng.choice(["db.main", "db.app"])
+        self.log(f"other writer: {which} of {name}, its answer lost, then the catalog locked")
+        fast = load_catalog("model-fast", **{**self.catalog_props, "uri": self.catalog_props["uri"] + "?timeout=0.2"})
+        retry = RetryPolicy(num_retries=2, min_wait_ms=10, max_wait_ms=50)
+        lock = sqlite3.connect(self.root / "catalog.db", isolation_level=None)
+        lost: list[bool] = []
+
+        def lose(point: str, cp: int) -> None:
+            if point == _faults.MAINTENANCE_COMMIT_SENT and not lost:
+                lost.append(True)
+                lock.execute("BEGIN EXCLUSIVE")
+                raise ConnectionResetError("the catalog's answer was lost (model check)")
+
+        def load() -> Table:
+            return fast.load_table(name)
+
+        _faults.install(lose)
+        try:
+            if which == "compaction":
+                compact(self.spark, load, CompactionConfig(min_input_files=2, delete_file_threshold=1), retry=retry)
+            elif which == "conversion":
+                maintenance.convert_equality_deletes(load, retry=retry)
+            else:
+                maintenance.rewrite_manifests(load, entries_per_manifest=2, retry=retry)
+        except CommitStateUnknownError:
+            if not lost:
+                raise
+            self.trace[-1] += " -> CommitStateUnknownError, files kept"
+        else:
+            if lost:
+                raise self.fail(f"{which} returned although its answer was lost and the catalog stayed locked")
+            self.trace[-1] += " -> nothing to commit"
+        finally:
+            _faults.clear()
+            if lock.in_transaction:
+                lock.execute("ROLLBACK")
+            lock.close()
+
     # -- checks -----------------------------------------------------------------------------------
 
     def expected(self, cols: Columns, rows: list[Row]) -> list[Row]:
@@ -1376,6 +1565,9 @@ class World:
                     if HOSTILE not in self.skip and self.hostile_rng.random() < HOSTILE_EVERY:
                         self.op_hostile_routed_names()
                         self.check_routed()
+                if OTHER_WRITERS not in self.skip and self.other_rng.random() < OTHER_WRITERS_EVERY:
+                    self.op_other_writers()
+                    self.check()
             except ModelMismatch:
                 raise
             except Exception as exc:

@@ -111,3 +111,21 @@ def test_hostile_routed_names_are_refused(spark: SparkSession, java_reader: Java
         world.check_routed()
     refused = [line for line in world.trace if "hostile table names" in line and "-> refused" in line]
     assert len(refused) == 4, "\n".join(world.trace)
+
+
+def test_other_writers_under_a_stream(spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path) -> None:
+    """Each other-writer step once (docs/model-check.md), between CDC checkpoints, every table checked
+    against its model by Iceberg Java and DuckDB after each: a column renamed and one dropped under a
+    stream, an expiry of fresh snapshots (with another writer's rows of the batch's keys) between a
+    stream batch's proof and its commit, and a maintenance commit whose answer is lost before an outage."""
+    world = World(spark, java_reader, tmp_path, seed=11)
+    for kind in harness.OTHER_WRITER_KINDS:
+        world.op_cdc()
+        world.check()
+        world.op_other_writers(kind)
+        world.check()
+    steps = [line for line in world.trace if ": other writer" in line]
+    assert len(steps) == len(harness.OTHER_WRITER_KINDS), world.trace
+    assert "refused naming the column" in steps[0] and "added back" in steps[1], steps
+    assert "CommitStateUnknownError, files kept" in steps[3], steps
+    sys.stderr.write("model check other writers:\n  " + "\n  ".join(steps) + "\n")

@@ -14,8 +14,9 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
-from iceberg_sink import CatalogUnavailableError, IcebergSink, InvalidSinkConfigError
-from iceberg_sink._iceberg.retry import RetryPolicy, catalog_unreachable, commit_with_retry
+from iceberg_sink import CatalogUnavailableError, CommitStateUnknownError, IcebergSink, InvalidSinkConfigError, _faults
+from iceberg_sink._iceberg.producer import PreparedCommit, RewriteManifests
+from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy, catalog_unreachable, commit_with_retry
 
 
 def _sql_catalog(tmp_path: Path, busy_timeout_s: float | None = None) -> Catalog:
@@ -112,3 +113,53 @@ def test_retry_loop_ends_with_catalog_unavailable_after_its_budget(fast_catalog:
 def test_max_pending_checkpoints_is_checked_by_build(tmp_path: Path) -> None:
     with pytest.raises(InvalidSinkConfigError, match=r"iceberg-sink\.commit\.max-pending-checkpoints.*>= 0"):
         IcebergSink.builder().embedded(tmp_path).table("db.t").max_pending_checkpoints(-1).build()
+
+
+def test_a_lost_answer_then_an_outage_is_unknown_and_keeps_the_files(tmp_path: Path, table: Table) -> None:
+    """The catalog applies a manifest rewrite, its answer is lost (a connection error at the fault
+    point after the commit), and the catalog file stays locked past the budget: the commit ends in
+    CommitStateUnknownError, not CatalogUnavailableError, and its files are deleted only once a table
+    read proves no snapshot lists them."""
+    for i in range(3):
+        table.append(pa.table({"id": pa.array([i], pa.int64())}))
+    fast = _sql_catalog(tmp_path, busy_timeout_s=0.05)
+    lock = sqlite3.connect(tmp_path / "catalog.db", isolation_level=None)
+    sent: list[str] = []
+
+    def lose(point: str, checkpoint_id: int) -> None:
+        if point == _faults.MAINTENANCE_COMMIT_SENT and not sent:
+            sent.append(point)
+            lock.execute("BEGIN EXCLUSIVE")
+            raise ConnectionResetError("answer lost")
+
+    attempt = CommitAttempt("manifest rewrite", lambda: fast.load_table("db.t"), RetryPolicy(2, 1), lambda _: None)
+    prepared: list[str] = []
+
+    def prepare(current: Table) -> PreparedCommit | None:
+        rewrite = RewriteManifests(current, "main", 10_000, {})
+        commit = rewrite.prepare()
+        prepared.extend(commit.written_files)
+        return commit
+
+    _faults.install(lose)
+    try:
+        with pytest.raises(CommitStateUnknownError, match="outcome is unknown"):
+            attempt.run(prepare)
+        assert attempt.outcome_unknown
+        # The table cannot be read: nothing proves the files unused, so they stay.
+        assert not attempt.discard(table.io, prepared)
+    finally:
+        _faults.clear()
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert all(Path(p.removeprefix("file://")).exists() for p in prepared)
+    landed = _sql_catalog(tmp_path).load_table("db.t")
+    head = landed.current_snapshot()
+    assert head is not None and head.manifest_list in prepared
+    # The table lists them: still kept. A file no snapshot lists is deleted.
+    assert not attempt.discard(table.io, prepared)
+    stray = tmp_path / "wh" / "stray.avro"
+    stray.write_bytes(b"x")
+    assert attempt.discard(table.io, [stray.as_uri()])
+    assert not stray.exists()
+    assert sorted(landed.scan().to_arrow()["id"].to_pylist()) == [0, 1, 2]

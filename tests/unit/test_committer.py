@@ -271,7 +271,8 @@ def test_every_lost_race_is_reported_to_on_conflict(sql_catalog: LosingCatalog) 
 
 
 def test_commit_send_fault_points_bracket_the_catalog_call(sql_catalog: LosingCatalog) -> None:
-    """BEFORE_COMMIT_SEND: nothing in the catalog yet; COMMIT_SENT: the catalog holds the snapshot."""
+    """BEFORE_COMMIT_PREPARE and BEFORE_COMMIT_SEND: nothing in the catalog yet; COMMIT_SENT: the catalog holds
+    the snapshot."""
     table = sql_catalog.load_table("db.t")
     seen: list[tuple[str, int, int]] = []
 
@@ -283,7 +284,11 @@ def test_commit_send_fault_points_bracket_the_catalog_call(sql_catalog: LosingCa
         committer(sql_catalog, "job1").commit(committable_for(table, "job1", 4, [1]))
     finally:
         _faults.clear()
-    assert seen == [(_faults.BEFORE_COMMIT_SEND, 4, 0), (_faults.COMMIT_SENT, 4, 1)]
+    assert seen == [
+        (_faults.BEFORE_COMMIT_PREPARE, 4, 0),
+        (_faults.BEFORE_COMMIT_SEND, 4, 0),
+        (_faults.COMMIT_SENT, 4, 1),
+    ]
 
 
 def test_a_commit_prepared_on_a_snapshot_expired_meanwhile_is_prepared_again(sql_catalog: LosingCatalog) -> None:

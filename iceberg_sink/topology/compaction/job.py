@@ -16,8 +16,9 @@ the plan read (S). Against the branch head at commit time:
 A lost race with another writer (the branch head moved) is retried on the new head. When groups were
 dropped, the compaction plans again on the new head, at most ``max_replans`` times (the new plan
 sees the deletes that conflicted and applies them). New files of a group that is dropped, or of a
-compaction that fails, are deleted: a compaction leaves no orphans (except after
-CommitStateUnknownException, where they may be part of the table).
+compaction that fails, are deleted: a compaction leaves no orphans, except after an attempt whose
+outcome is unknown (a lost response): then they are deleted only once a table read since proves no
+snapshot lists them (``CommitAttempt.discard``), and kept otherwise (the snapshot may have landed).
 """
 
 from __future__ import annotations
@@ -37,9 +38,8 @@ from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, delete_quietly, live_files
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
-from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
+from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys
-from iceberg_sink.errors import CommitStateUnknownError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
@@ -233,11 +233,13 @@ def _compact_once(
         progress("plan", len(the_plan.groups), len(the_plan.groups))
     spec = _writer_spec(table, config, write_options or {})
     results = _rewrite(spark, table, spec, the_plan, _sort_spec(table), progress)
-    # Groups whose new files may still be committed; the files of every other group are deleted.
+    # Groups whose new files may still be committed; the files of every other group are deleted,
+    # unless an attempt of unknown outcome may have committed them (CommitAttempt.discard decides).
     pending = set(results)
+    attempt = CommitAttempt(f"compaction of {table.name()}", load_table, retry)
 
-    def discard(indices: set[int]) -> None:
-        delete_quietly(table.io, [f.path for i in sorted(indices) for f in results[i].data_files])
+    def discard(indices: set[int], current: Table | None = None) -> None:
+        attempt.discard(table.io, [f.path for i in sorted(indices) for f in results[i].data_files], current)
         pending.difference_update(indices)
 
     kept: list[int] = []
@@ -250,7 +252,7 @@ def _compact_once(
         # manifests committed since an earlier read are read.
         head_files = live_files(current, branch_head(current, branch), entries)
         kept = _validate(head_files, the_plan, pending, spec.partition_spec.spec_id)
-        discard(pending - set(kept))
+        discard(pending - set(kept), current)
         if not kept:
             return None
         replaced = [f for i in kept for f in the_plan.groups[i].data_files]
@@ -269,11 +271,9 @@ def _compact_once(
         ).prepare()
 
     try:
-        outcome = commit_with_retry(f"compaction of {table.name()}", load_table, prepare, retry)
-    except CommitStateUnknownError:
-        # The snapshot may have landed: its files may be live, so none is deleted.
-        raise
+        outcome = attempt.run(prepare)
     except BaseException:
+        # After an attempt of unknown outcome the files stay unless the table proves them absent.
         discard(set(pending))
         raise
     if outcome.snapshot is None:

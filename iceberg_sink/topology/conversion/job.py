@@ -60,9 +60,8 @@ from iceberg_sink._iceberg.files import (
 )
 from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions, write_position_deletes
 from iceberg_sink._iceberg.projection import key_schema, read_projected
-from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
+from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys
-from iceberg_sink.errors import CommitStateUnknownError
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.compaction.rewriter import key_columns
 from iceberg_sink.topology.conversion.index import KeyIndex
@@ -368,26 +367,26 @@ def convert_equality_deletes(
             return ConversionResult(replans=replans, duration_ms=(time.monotonic() - started) * 1000)
         added, merged, read = write_conversion(table, the_plan, index)
         removed = frozenset({e.meta.path for e in the_plan.equality_deletes} | set(merged))
+        attempt = CommitAttempt(
+            f"equality-delete conversion of {table.name()}",
+            load_table,
+            retry,
+            on_give_up="; the equality deletes stay (nothing was converted)",
+        )
         try:
-            outcome = commit_with_retry(
-                f"equality-delete conversion of {table.name()}",
-                load_table,
-                _prepare(branch, the_plan, added, removed, entries),
-                retry,
-                on_give_up="; the equality deletes stay (nothing was converted)",
-            )
+            outcome = attempt.run(_prepare(branch, the_plan, added, removed, entries))
         except _PlanInvalidated as e:
-            delete_quietly(table.io, [f.path for f in added])
+            if not attempt.discard(table.io, [f.path for f in added]):
+                raise attempt.unknown_error(e) from e
             replans += 1
             if replans > max_replans:
                 logger.warning("equality-delete conversion gave up after %s plans: %s", replans, e)
                 return ConversionResult(replans=replans, duration_ms=(time.monotonic() - started) * 1000)
             logger.info("equality-delete conversion planned again: %s", e)
             continue
-        except CommitStateUnknownError:
-            raise  # the snapshot may have landed: its files may be live, so none is deleted
         except BaseException:
-            delete_quietly(table.io, [f.path for f in added])
+            # After an attempt of unknown outcome the files stay unless the table proves them absent.
+            attempt.discard(table.io, [f.path for f in added])
             raise
         assert outcome.snapshot is not None
         return ConversionResult(
