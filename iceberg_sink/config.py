@@ -96,6 +96,8 @@ class SinkConfig:
         prometheus: where to serve the metrics to Prometheus (iceberg_sink/observe/prometheus.py), or None.
         route: how rows are routed to many tables, or None for a single-table sink. Each routed
             table is written with this configuration with ``table`` set to it and ``route`` None.
+        dead_letter: the table refused rows go to (``.dead_letter("ns.errors")``), or None to fail
+            the batch on the first refused row (see iceberg_sink/job/dead_letter.py).
     """
 
     catalog: CatalogConfig
@@ -112,16 +114,16 @@ class SinkConfig:
     map_batches: tuple[Callable[..., Any], ...] = ()
     prometheus: Any = None
     route: RouteConfig | None = None
+    dead_letter: str | None = None
 
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.write_options)
 
     def read_batch(self, df: Any) -> Any:
-        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes); rows a source
-        refused (sources/rejects.py) fail the batch when it is written."""
-        from iceberg_sink.sources.rejects import fail_on_reject
-
+        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes). Rows a source
+        refused (sources/rejects.py) keep their mark: the job decides, right before the writers
+        (iceberg_sink/job/dead_letter.py ``enforce``), to fail the batch or dead-letter them."""
         for fn in self.map_batches:
             df = fn(df)
-        return fail_on_reject(df)
+        return df

@@ -197,6 +197,7 @@ _SINK = mapping(
         "convert_equality_deletes": bool_or(_CONVERSION),
         "route": mapping({"table_column": STRING, "namespace": STRING}, required=("table_column",)),
         "schema_evolution": one_of("off", "add-columns", "add-and-widen"),
+        "dead_letter": STRING,
         "debezium": bool_or(
             mapping(
                 {
@@ -419,6 +420,8 @@ def build_sink(config: RunConfig) -> IcebergSink:
     conversion = sink.get("convert_equality_deletes")
     if conversion is not None:
         builder.convert_equality_deletes(**conversion)
+    if sink.get("dead_letter") is not None:
+        builder.dead_letter(sink["dead_letter"])
     return builder.build()
 
 

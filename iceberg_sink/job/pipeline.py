@@ -34,7 +34,7 @@ import json
 import logging
 import time
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from pyiceberg.catalog import Catalog
@@ -65,6 +65,7 @@ from iceberg_sink.errors import (
     UnsupportedTableError,
     WriteFailedError,
 )
+from iceberg_sink.job import dead_letter
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table import evolution
@@ -88,6 +89,9 @@ from iceberg_sink.writer import jvm
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spark import task_failure, write_dataframe
 from iceberg_sink.writer.spec import WriterSpec
+
+if TYPE_CHECKING:
+    from iceberg_sink.job.dead_letter import DeadLetterTable
 
 logger = logging.getLogger("iceberg_sink")
 progress_logger = logging.getLogger("iceberg_sink.progress")
@@ -155,6 +159,8 @@ class SinkJob:
             metrics=self.metrics,
         )
         self._spark: SparkSession | None = None
+        # The table refused rows go to (.dead_letter), set by the sink for its job (job/dead_letter.py).
+        self.dead_letter: DeadLetterTable | None = None
         # What the micro-batch being processed did, for its progress record.
         self._batch: dict[str, Any] = {}
         # The trigger outlives a job: a sink's bounded writes are jobs of their own but count
@@ -553,6 +559,7 @@ class SinkJob:
             "commit_ms": own["commit_ms"] if own else None,
             "checkpoint_ms": round(duration_ms, 1),
             "committed_pending": [c["checkpoint_id"] for c in commits if c["checkpoint_id"] != checkpoint_id],
+            "dead_letter_records": batch.get("dead_letter_records", 0),
             "error": _one_line(error) if error is not None else None,
         }
         self.metrics.record_progress(progress)
@@ -567,13 +574,16 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
-        plan = self.begin(df.schema, checkpoint_id)
+        if self.dead_letter is not None:
+            return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
+        plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)
         if plan.done is not None or plan.stored is not None:
             return self.commit_planned(plan)
         spec = plan.spec
         assert spec is not None
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
+        df = dead_letter.enforce(df, dead_letter=False)  # refused rows fail the batch (fail-fast)
         _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
         write_started = time.monotonic()
         try:

@@ -13,7 +13,7 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -148,12 +148,17 @@ class MetricsSnapshot:
     # Seconds since the sink was built: Flink's elapsedSecondsSinceLastSuccessfulCommit counts from
     # the operator's start until the first commit.
     uptime_seconds: float = 0.0
+    # Rows refused and written to the dead-letter table (.dead_letter), in total and per source
+    # table (the table each row was meant for), sorted by table name.
+    dead_letter_records: int = 0
+    dead_letter_records_by_table: tuple[tuple[str, int], ...] = ()
 
     def flink(self) -> dict[str, Any]:
         """These metrics under the names of Flink's Iceberg sink, grouped as Flink groups them.
 
         Returns ``{"IcebergStreamWriter": {...}, "IcebergFilesCommitter": {...}, "maintenance":
-        {"RewriteDataFiles": {...}, "ConvertEqualityDeletes": {...}}}``; histograms are
+        {"RewriteDataFiles": {...}, "ConvertEqualityDeletes": {...}}, "deadLetterRecordsBySourceTable":
+        {table: count}}`` (``IcebergStreamWriter.deadLetterRecords`` is this sink's own); histograms are
         :class:`HistogramStatistics`, durations whole milliseconds, counts ints.
         """
         elapsed = self.elapsed_seconds_since_last_successful_commit
@@ -164,7 +169,9 @@ class MetricsSnapshot:
                 "lastFlushDurationMs": round(self.last_flush_duration_ms),
                 "dataFilesSizeHistogram": self.data_files_size_histogram,
                 "deleteFilesSizeHistogram": self.delete_files_size_histogram,
+                "deadLetterRecords": self.dead_letter_records,
             },
+            "deadLetterRecordsBySourceTable": dict(self.dead_letter_records_by_table),
             "IcebergFilesCommitter": {
                 "lastCheckpointDurationMs": round(self.last_checkpoint_duration_ms),
                 "lastCommitDurationMs": round(self.last_commit_duration_ms),
@@ -207,6 +214,7 @@ class SinkMetrics:
         self._values: dict[str, Any] = {f.name: 0 for f in attrs.fields(MetricsSnapshot)}
         self._values["elapsed_seconds_since_last_successful_commit"] = None
         self._values["last_conversion_error"] = None
+        self._dead_letters: collections.Counter[str] = collections.Counter()
         self._last_success: float | None = None
         self._created = time.monotonic()
         self._data_sizes = _Histogram()
@@ -218,6 +226,12 @@ class SinkMetrics:
         with self._lock:
             self._data_sizes.update(data_sizes)
             self._delete_sizes.update(delete_sizes)
+
+    def dead_lettered(self, by_table: Mapping[str, int]) -> None:
+        """Count the rows of one checkpoint written to the dead-letter table, per source table."""
+        with self._lock:
+            self._dead_letters.update(by_table)
+            self._values["dead_letter_records"] += sum(by_table.values())
 
     def record_progress(self, progress: dict[str, Any]) -> None:
         """Keep the progress record of one micro-batch (the newest 100 are kept)."""
@@ -251,4 +265,5 @@ class SinkMetrics:
             values["uptime_seconds"] = now - self._created
             values["data_files_size_histogram"] = self._data_sizes.statistics()
             values["delete_files_size_histogram"] = self._delete_sizes.statistics()
+            values["dead_letter_records_by_table"] = tuple(sorted(self._dead_letters.items()))
         return MetricsSnapshot(**values)
