@@ -59,7 +59,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -76,6 +76,7 @@ from iceberg_sink.writer.task_writer import TaskWriter
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
 
     from iceberg_sink.committer.committer import CommitOutcome
     from iceberg_sink.committer.store import CheckpointStore
@@ -104,7 +105,7 @@ DEAD_LETTER_PARTITION_BY = ("day(dead_lettered_at)",)
 #: Where a single-table sink keeps the dead-letter table's state under its checkpoint location.
 DEAD_LETTER_STATE = "iceberg_sink/dead_letter"
 
-#: error_class of a row whose value the table refused in the writer task (a null in a required column).
+#: error_class of a row holding null in a column its table requires.
 REQUIRED_NULL_CLASS = "RequiredColumnNullError"
 
 
@@ -121,6 +122,48 @@ def enforce(df: DataFrame, dead_letter: bool) -> DataFrame:
     if not dead_letter:
         return fail_on_reject(df)
     return df
+
+
+def refuse_required_nulls(
+    df: DataFrame, tables: Mapping[str, Schema], op_column: str | None, route_column: str | None = None
+) -> DataFrame:
+    """Mark the rows holding null in a top-level column their table requires (a delete needs its
+    key only; a null key is the change rules' refusal). With a dead-letter table such a row is
+    refused alone instead of failing its whole batch in the writer (writer/conform.py). Checked in
+    Spark before changes are reduced, so an older change of the key in the batch still applies.
+    ``tables``: each table's schema by name; ``route_column``: a routed sink's table column."""
+    from iceberg_sink.sources.rejects import reject_where
+    from iceberg_sink.topology.changes import DELETE_CODES
+
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, schema in sorted(tables.items()):
+        keys = set(schema.identifier_field_ids)
+        required = tuple(
+            f.name for f in schema.fields if f.required and f.field_id not in keys and f.name in df.columns
+        )
+        if required:
+            groups.setdefault(required, []).append(name)
+    if not groups:
+        return df
+    table = F.col(route_column) if route_column is not None else F.lit(next(iter(tables)))
+    reason: Column | None = None
+    for required, names in groups.items():
+        for column in required:
+            found = F.col(f"`{column}`").isNull()
+            if route_column is not None:
+                found = found & F.col(route_column).isin(*names)
+            text = F.concat(F.lit(f"column {column!r} is required (not null) in table "), table, F.lit(" but is null"))
+            here = F.when(found, text)
+            reason = here if reason is None else F.coalesce(reason, here)
+    assert reason is not None
+    if op_column is not None and op_column in df.columns:
+        op = F.col(f"`{op_column}`").cast("string")
+        reason = F.when(~F.coalesce(op.isin(*DELETE_CODES), F.lit(False)), reason)
+    raw = F.to_json(
+        F.struct(*[F.col(f"`{c}`") for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
+        {"ignoreNullFields": "false"},
+    )
+    return reject_where(df, reason, REQUIRED_NULL_CLASS, raw)
 
 
 def check_target(dead_letter: str, target: str) -> str | None:
@@ -207,78 +250,6 @@ def _refused_rows(rows: pa.Table, task: DeadLetterTask) -> pa.Table:
     )
 
 
-def _required_nulls(rows: pa.Table, spec: WriterSpec, op_column: str | None) -> tuple[pa.Array, pa.Array] | None:
-    """Rows that hold null in a top-level column the table requires (a delete needs only its key):
-    a mask and the reason per row, or None when every row fits."""
-    reasons: pa.Array | None = None
-    schema = spec.schema
-    is_delete = None
-    if op_column is not None and op_column in rows.column_names:
-        is_delete = pc.fill_null(pc.equal(rows.column(op_column), "D"), False)
-    for field in schema.fields:
-        if field.optional or field.name not in rows.column_names:
-            continue
-        column = rows.column(field.name)
-        if not column.null_count:
-            continue
-        nulls = column.is_null()
-        if is_delete is not None and field.field_id not in spec.equality_field_ids:
-            nulls = pc.and_(nulls, pc.invert(is_delete))
-        text = pa.scalar(f"column {field.name!r} is required (not null) in table {spec.table_name} but is null")
-        here = pc.if_else(nulls, text, pa.scalar(None, pa.string()))
-        reasons = here if reasons is None else pc.coalesce(reasons, here)
-    if reasons is None:
-        return None
-    mask = reasons.is_valid()
-    if isinstance(mask, pa.ChunkedArray):
-        mask = mask.combine_chunks()
-    if not pc.any(mask).as_py():
-        return None
-    return mask, reasons
-
-
-def _mark(rows: pa.Table, reasons: pa.Array, error_class: str, source: str | None) -> pa.Table:
-    """``rows`` (refused by the writer task) with their refusal column filled."""
-    n = rows.num_rows
-    raw = pa.array(
-        [
-            json.dumps(r, default=str, sort_keys=True)
-            for r in rows.drop_columns([c for c in rows.column_names if c.startswith("__iceberg_sink")]).to_pylist()
-        ],
-        pa.string(),
-    )
-    kafka = all(c in rows.column_names for c in ("topic", "partition", "offset"))
-    if kafka:
-        event = pc.binary_join_element_wise(
-            "topic ",
-            rows.column("topic").cast(pa.string()),
-            " partition ",
-            rows.column("partition").cast(pa.string()),
-            " offset ",
-            rows.column("offset").cast(pa.string()),
-            "",
-        )
-    else:
-        event = pc.binary_join_element_wise("value '", pc.utf8_slice_codeunits(raw, 0, 200), "'", "")
-    none_s = pa.nulls(n, pa.string())
-    mark = pa.StructArray.from_arrays(
-        [
-            reasons,
-            pa.array([error_class] * n, pa.string()),
-            event,
-            raw,
-            pa.array([source] * n, pa.string()) if source is not None else none_s,
-            rows.column("topic").cast(pa.string()) if kafka else none_s,
-            rows.column("partition").cast(pa.int32()) if kafka else pa.nulls(n, pa.int32()),
-            rows.column("offset").cast(pa.int64()) if kafka else pa.nulls(n, pa.int64()),
-        ],
-        names=["reason", "error_class", "event", "raw", "source_table", "topic", "partition", "offset"],
-    )
-    if REJECT_COLUMN in rows.column_names:
-        return rows.set_column(rows.column_names.index(REJECT_COLUMN), REJECT_COLUMN, mark)
-    return rows.append_column(REJECT_COLUMN, mark)
-
-
 class SplitTaskWriter:
     """One writer task's writers: the good rows' (one table, or a routed sink's many) and the
     dead-letter table's. A row whose refusal column is set goes to the dead-letter writer."""
@@ -314,32 +285,13 @@ class SplitTaskWriter:
             # Tables whose rows of this checkpoint are stored already: not written again.
             keep = pc.is_in(good.column(self._task.route_column), pa.array(sorted(self._task.tables), pa.string()))
             good = good.filter(pc.fill_null(keep, False))
-        letters = []
-        if bad is not None and bad.num_rows and self._dead is not None:
-            letters.append(_refused_rows(bad, self._task))
-        if good.num_rows and self._dead is not None:
-            good, refused_here = self._refuse_in_task(good)
-            if refused_here is not None:
-                letters.append(_refused_rows(refused_here, self._task))
         if good.num_rows and self._good is not None:
             self._good.write(good)
-        for rows in letters:
-            assert self._dead is not None
-            self._dead.write(rows)
-            self.counts.update(str(s) if s is not None else "unknown" for s in rows.column("source_table").to_pylist())
-
-    def _refuse_in_task(self, good: pa.Table) -> tuple[pa.Table, pa.Table | None]:
-        """Rows a single table's writer would refuse as a whole batch (a null in a column the table
-        requires) are refused one by one instead, when there is a dead-letter table."""
-        if self._task.route_column is not None or not self._good_specs:
-            return good, None
-        spec = next(iter(self._good_specs.values()))
-        found = _required_nulls(good, spec, spec.op_column)
-        if found is None:
-            return good, None
-        mask, reasons = found
-        bad = _mark(good.filter(mask), reasons.filter(mask), REQUIRED_NULL_CLASS, self._task.source_table)
-        return good.filter(pc.invert(mask)), bad
+        if bad is not None and bad.num_rows and self._dead is not None:
+            letters = _refused_rows(bad, self._task)
+            self._dead.write(letters)
+            sources = letters.column("source_table").to_pylist()
+            self.counts.update(str(t) if t is not None else "unknown" for t in sources)
 
     def complete(self) -> tuple[dict[str, WriteResult], WriteResult | None]:
         if isinstance(self._good, MultiTableTaskWriter):
@@ -562,6 +514,8 @@ def process_single(job: SinkJob, dead: DeadLetterTable, df: DataFrame, checkpoin
     plan = job.begin(without_reject(df.schema), checkpoint_id)
     dplan = dead.begin(checkpoint_id)
     if needs_write(plan) or needs_write(dplan):
+        op_column = config.changes.op_column if config.changes is not None else None
+        df = refuse_required_nulls(df, {config.table: plan.table.schema()}, op_column)
         if config.changes is not None:
             df = reduce_changes(df, config.changes)
         df = enforce(df, dead_letter=True)

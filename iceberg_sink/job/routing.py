@@ -52,7 +52,13 @@ from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
-from iceberg_sink.job.dead_letter import DeadLetterTable, enforce, refuse_routed_to, write_split
+from iceberg_sink.job.dead_letter import (
+    DeadLetterTable,
+    enforce,
+    refuse_required_nulls,
+    refuse_routed_to,
+    write_split,
+)
 from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob, write_error
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN
@@ -301,6 +307,10 @@ class RoutedJob:
             # Refused rows of every table are rewritten when the dead-letter table's are not stored.
             tables = plans if dead_todo else to_write
             df = routed if len(tables) == len(plans) else routed.where(F.col(ROUTE_COLUMN).isin(*sorted(tables)))
+            if dead is not None:
+                schemas = {t: p.table.schema() for t, p in plans.items()}
+                op_column = self._config.changes.op_column if self._config.changes is not None else None
+                df = refuse_required_nulls(df, schemas, op_column, ROUTE_COLUMN)
             df = enforce(self._reduce(df, tables, others=dead is not None), dead_letter=dead is not None)
             specs = {t: p.spec for t, p in to_write.items() if p.spec is not None}
             df = self._distribute(df, tables)
