@@ -65,7 +65,6 @@ from pyspark.sql import types as T
 
 from iceberg_sink import _faults, _task_faults
 from iceberg_sink.config import CreateOptions, SinkConfig
-from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, fail_on_reject
 from iceberg_sink.table.partitioning import parse_terms
@@ -568,12 +567,3 @@ def refuse_routed_to(df: DataFrame, route_column: str, dead_letter: str) -> Data
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, "DeadLetterRouteError", raw, source_table=name)
-
-
-def check_build(config: SinkConfig) -> None:
-    """Raise when the dead-letter table cannot be the one given (at build())."""
-    if config.dead_letter is None:
-        return
-    problem = check_target(config.dead_letter, config.table)
-    if problem is not None:
-        raise InvalidSinkConfigError(problem)
