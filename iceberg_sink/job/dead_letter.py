@@ -76,6 +76,7 @@ from iceberg_sink.writer.task_writer import TaskWriter
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
 
     from iceberg_sink.committer.committer import CommitOutcome
     from iceberg_sink.committer.store import CheckpointStore
@@ -121,6 +122,12 @@ def enforce(df: DataFrame, dead_letter: bool) -> DataFrame:
     if not dead_letter:
         return fail_on_reject(df)
     return df
+
+
+def required_columns(table: Table) -> tuple[str, ...]:
+    """The top-level columns ``table`` requires: with a dead-letter table a DataFrame column that may
+    be null can feed one (each null is refused per row by :func:`refuse_required_nulls`)."""
+    return tuple(f.name for f in table.schema().fields if f.required)
 
 
 def refuse_required_nulls(

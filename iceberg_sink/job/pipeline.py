@@ -305,6 +305,8 @@ class SinkJob:
         key = struct.json()
         if key not in self._checked_schemas:
             runtime_checked = changes.key if changes is not None else ()
+            if self.dead_letter is not None:  # a null in a required column is refused per row instead
+                runtime_checked = (*runtime_checked, *dead_letter.required_columns(table))
             # -- schema evolution (table/evolution.py): committed before this batch's files are written.
             if self._evolution != evolution.OFF:
                 before = table.schema().schema_id
