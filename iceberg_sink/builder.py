@@ -14,6 +14,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.job.dead_letter import check_target
 from iceberg_sink.observe.prometheus import (
     DEFAULT_ADDR,
     DEFAULT_MAX_TABLES,
@@ -46,6 +47,7 @@ class _Checked:
     compaction: CompactionConfig | None
     conversion: ConversionConfig | None
     prometheus: PrometheusConfig | None
+    dead_letter: str | None = None
 
 
 class IcebergSinkBuilder:
@@ -68,6 +70,7 @@ class IcebergSinkBuilder:
         self._map_batches: list[Any] = []
         self._prometheus: dict[str, Any] | None = None
         self._routes: list[dict[str, Any]] = []
+        self._dead_letter: Any = None
 
     def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -221,6 +224,23 @@ class IcebergSinkBuilder:
         table is created or checked against ``fn``'s output at each batch, not when the stream starts.
         """
         self._map_batches.append(fn)
+        return self
+
+    def dead_letter(self, table: str) -> IcebergSinkBuilder:
+        """Write refused rows to the Iceberg table ``table`` (``namespace.name``, created when
+        missing) instead of failing the batch: Kafka Connect's ``errors.tolerance=all`` with a
+        dead-letter queue.
+
+        A row is refused by a source (a Debezium event that is not JSON, a value that does not fit
+        its declared type), a key or operation rule (a null key column, an unknown operation code),
+        a routing rule, a ``map_batches`` function calling ``reject_where`` (sources/rejects.py),
+        or the table (a null in a required column). Each refused row becomes one row of ``table``
+        (reason, error class, source table, the raw value, its Kafka coordinates, the job id,
+        checkpoint id and time), committed in the same checkpoint as the good rows, exactly once
+        across restarts. Without it (the default) the first refused row fails the batch before
+        anything is committed. See docs/dead-letter.md and iceberg_sink/job/dead_letter.py.
+        """
+        self._dead_letter = table
         return self
 
     def debezium(self, value_column: str = "value", **kwargs: Any) -> IcebergSinkBuilder:
@@ -552,9 +572,18 @@ class IcebergSinkBuilder:
                 except InvalidSinkConfigError as e:
                     problems.append(str(e))
         prometheus = self._prometheus_config(problems)
+        dead_letter = None
+        if self._dead_letter is not None:
+            problem = check_target(self._dead_letter, self._table if isinstance(self._table, str) else "")
+            if problem is not None:
+                problems.append(problem)
+            else:
+                dead_letter = self._dead_letter.strip().strip(".")
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
-        return _Checked(route, distribution, parsed_options, create, changes, compaction, conversion, prometheus)
+        return _Checked(
+            route, distribution, parsed_options, create, changes, compaction, conversion, prometheus, dead_letter
+        )
 
     def build(self) -> IcebergSink:
         """Validate every option at once and return the sink.
@@ -575,6 +604,7 @@ class IcebergSinkBuilder:
             checked.conversion,
             checked.prometheus,
         )
+        dead_letter = checked.dead_letter
         catalog = self._catalog or CatalogConfig.embedded(self._embedded_root)
 
         def sink_config(table: str) -> SinkConfig:
@@ -593,6 +623,7 @@ class IcebergSinkBuilder:
                 map_batches=tuple(self._map_batches),
                 prometheus=prometheus,
                 route=route,
+                dead_letter=dead_letter,
             )
 
         if route is not None:

@@ -101,6 +101,8 @@ class SinkConfig:
         prometheus: where to serve the metrics to Prometheus (iceberg_sink/observe/prometheus.py), or None.
         route: how rows are routed to many tables, or None for a single-table sink. Each routed
             table is written with this configuration with ``table`` set to it and ``route`` None.
+        dead_letter: the table refused rows go to (``.dead_letter("ns.errors")``), or None to fail
+            the batch on the first refused row (see iceberg_sink/job/dead_letter.py).
     """
 
     catalog: CatalogConfig
@@ -117,20 +119,22 @@ class SinkConfig:
     map_batches: tuple[Callable[..., Any], ...] = ()
     prometheus: Any = None
     route: RouteConfig | None = None
+    dead_letter: str | None = None
 
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.write_options)
 
     def read_batch(self, df: Any) -> Any:
-        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes); rows a source
-        refused (sources/rejects.py) fail the batch when it is written. A routed sink's rows get
-        their table name here (job/routing.py), refused per row when the route may not write it."""
+        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes). A routed sink's
+        rows get their table name here (job/routing.py), marked refused when the route may not write
+        it. Rows a source or the route refused (sources/rejects.py) keep their mark: the job decides,
+        right before the writers (iceberg_sink/job/dead_letter.py ``enforce``), to fail the batch or
+        dead-letter them."""
         from iceberg_sink.job.routing import route_column
-        from iceberg_sink.sources.rejects import fail_on_reject
 
         for fn in self.map_batches:
             df = fn(df)
         if self.route is not None:
             df = route_column(df, self.route)
-        return fail_on_reject(df)
+        return df

@@ -18,6 +18,7 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.job import idle
+from iceberg_sink.job.dead_letter import DEAD_LETTER_STATE, DeadLetterTable, without_reject
 from iceberg_sink.job.pipeline import SinkJob
 from iceberg_sink.job.routing import RoutedJob
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
@@ -158,6 +159,15 @@ class IcebergSink:
         )
         self._compaction = job.compaction
         self._conversion = job.conversion
+        if self._config.dead_letter is not None:
+            job.dead_letter = DeadLetterTable.for_job(
+                self._config,
+                CheckpointStore(checkpoint_location, DEAD_LETTER_STATE),
+                job.job_id,
+                self._metrics,
+                ephemeral=ephemeral,
+                streaming=streaming,
+            )
         return job
 
     def convert_equality_deletes(self) -> ConversionResult:
@@ -259,8 +269,18 @@ class IcebergSink:
                 job.process(config.read_batch(batch), batch_id)
 
         query = self._start(streaming_df, process_batch, checkpoint_location, trigger, query_name)
+        dead = job.dead_letter
+
+        def has_pending() -> bool:
+            return job.has_pending() or (dead is not None and dead.has_pending())
+
+        def commit_pending() -> None:
+            job.commit_pending()
+            if dead is not None:
+                dead.commit_pending()
+
         self._retry_while_idle(
-            query, batch_lock, job.has_pending, job.commit_pending, f"table {config.table}", checkpoint_location
+            query, batch_lock, has_pending, commit_pending, f"table {config.table}", checkpoint_location
         )
         return query
 
@@ -327,10 +347,14 @@ class IcebergSink:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
             df = self._config.read_batch(df)
-            job.ensure_table(df.schema)
+            job.ensure_table(without_reject(df.schema))
             if checkpoint_id is None:
                 job.commit_pending()
                 checkpoint_id = job.next_checkpoint_id()
+                if job.dead_letter is not None:
+                    # The dead-letter table may hold a checkpoint whose rows were all refused.
+                    job.dead_letter.commit_pending()
+                    checkpoint_id = max(checkpoint_id, job.dead_letter.next_checkpoint_id())
             return job.process(df, checkpoint_id)
         finally:
             if temporary:

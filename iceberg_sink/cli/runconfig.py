@@ -200,6 +200,7 @@ _SINK = mapping(
             {"table_column": STRING, "namespace": STRING, "allow": string_list}, required=("table_column",)
         ),
         "schema_evolution": one_of("off", "add-columns", "add-and-widen"),
+        "dead_letter": STRING,
         "debezium": bool_or(
             mapping(
                 {
@@ -436,6 +437,8 @@ def sink_builder(config: RunConfig) -> IcebergSinkBuilder:
     conversion = sink.get("convert_equality_deletes")
     if conversion is not None:
         builder.convert_equality_deletes(**conversion)
+    if sink.get("dead_letter") is not None:
+        builder.dead_letter(sink["dead_letter"])
     return builder
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from pyiceberg.catalog import Catalog
@@ -53,6 +53,7 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.committer.summary_keys import EPHEMERAL_JOB_KEY
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import CheckpointRewoundError
+from iceberg_sink.job import dead_letter
 from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
@@ -69,6 +70,9 @@ from iceberg_sink.writer.spark import write_dataframe, write_error
 from iceberg_sink.writer.spec import WriterSpec
 
 __all__ = ["CatalogOutage", "CheckpointPlan", "SinkJob"]
+
+if TYPE_CHECKING:
+    from iceberg_sink.job.dead_letter import DeadLetterTable
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -127,6 +131,7 @@ class SinkJob:
             metrics=self.metrics,
         )
         self._spark: SparkSession | None = None
+        self._dead_letter: DeadLetterTable | None = None
         # What the micro-batch being processed did, for its progress record.
         self._batch: dict[str, Any] = {}
         # The trigger outlives a job: a sink's bounded writes are jobs of their own but count
@@ -170,6 +175,17 @@ class SinkJob:
             compaction=compaction,
             conversion=conversion,
         )
+
+    @property
+    def dead_letter(self) -> DeadLetterTable | None:
+        """The table refused rows go to (.dead_letter), set by the sink for its job (job/dead_letter.py)."""
+        return self._dead_letter
+
+    @dead_letter.setter
+    def dead_letter(self, table: DeadLetterTable | None) -> None:
+        self._dead_letter = table
+        # A null in a required column is then refused per row (dead-lettered) instead of by the schema check.
+        self.binding.required_nulls_per_row = table is not None
 
     @property
     def _config(self) -> SinkConfig:
@@ -246,6 +262,7 @@ class SinkJob:
                 summary=self._batch.get("summary"),
                 write_ms=self._batch.get("write_ms"),
                 committed=self.commits.committed,
+                dead_letter_records=self._batch.get("dead_letter_records", 0),
             )
 
     def _active_spark(self) -> SparkSession:
@@ -257,13 +274,16 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
-        plan = self.begin(df.schema, checkpoint_id)
+        if self.dead_letter is not None:
+            return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
+        plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)
         if plan.done is not None or plan.stored is not None:
             return self.commit_planned(plan)
         spec = plan.spec
         assert spec is not None
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
+        df = dead_letter.enforce(df, dead_letter=False)  # refused rows fail the batch (fail-fast)
         _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
         write_started = time.monotonic()
         try:

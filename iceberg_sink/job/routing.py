@@ -52,9 +52,16 @@ from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
+from iceberg_sink.job.dead_letter import (
+    DeadLetterTable,
+    enforce,
+    refuse_required_nulls,
+    refuse_routed_to,
+    write_split,
+)
 from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob
 from iceberg_sink.observe.metrics import SinkMetrics
-from iceberg_sink.sources.rejects import REJECT_COLUMN, fail_on_reject, reject_where
+from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.table.names import allowed, table_name_problem, table_name_refusal
@@ -186,16 +193,31 @@ class RoutedJob:
         # so a batch touching few of many tables does not list every table's state (one LIST request
         # per table on an object store); a table of the batch commits its own first (SinkJob.begin).
         self._maybe_pending: set[str] = set()
+        # The dead-letter table (.dead_letter) is one more table of each checkpoint (job/dead_letter.py).
+        self.dead_letter: DeadLetterTable | None = None
         for table in self._root.table_folders():
             self.job(table)
             self._maybe_pending.add(table)
+        if config.dead_letter is not None:
+            self.job(config.dead_letter)
 
     def job(self, table: str) -> SinkJob:
         """The SinkJob of one routed table (created on first use)."""
         job = self.jobs.get(table)
+        if job is None and table == self._config.dead_letter:
+            self.dead_letter = DeadLetterTable.for_job(
+                self._config,
+                CheckpointStore.for_table(self._location, table),
+                self.job_id,
+                self.metrics,
+                catalog=self._catalog,
+                ephemeral=self._ephemeral,
+                streaming=self._streaming,
+            )
+            job = self.jobs[table] = self.dead_letter.job
         if job is None:
             job = SinkJob(
-                attrs.evolve(self._config, table=table, route=None),
+                attrs.evolve(self._config, table=table, route=None, dead_letter=None),
                 CheckpointStore.for_table(self._location, table),
                 catalog=self._catalog,
                 metrics=self.metrics.for_table(table),  # the sink's counters, and this table's
@@ -268,7 +290,10 @@ class RoutedJob:
         """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         struct = self.input_struct(df.schema)
-        routed = fail_on_reject(route_column(df, self._route)).persist()
+        routed = route_column(df, self._route)
+        if self.dead_letter is not None:
+            routed = refuse_routed_to(routed, ROUTE_COLUMN, self.dead_letter.name)
+        routed = routed.persist()
         try:
             return self._process(routed, struct, checkpoint_id)
         finally:
@@ -278,8 +303,12 @@ class RoutedJob:
         # Per-table keys (table/keys.py): the keys each table's rows name in the key column.
         key_column = self._config.changes.key_column if self._config.changes is not None else None
         names_of_key = key_names(routed.schema, key_column) if key_column is not None else None
+        # Refused rows (sources/rejects.py) plan no table: they fail the batch or go to the dead-letter table.
+        good = routed.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in routed.columns else routed
         try:
-            carried, named = carried_columns(routed, struct, names_of_key)
+            carried, named = carried_columns(good, struct, names_of_key)
+            if not carried and self.dead_letter is None and good is not routed:
+                enforce(routed, dead_letter=False).count()  # every row was refused: the first fails the batch
         except Exception as e:
             raise self._write_error(e, checkpoint_id) from e
         names = check_table_names(list(carried), self._route)
@@ -294,24 +323,47 @@ class RoutedJob:
             # evolution never take another table's columns; its writer ignores the others (all null).
             plans[table] = job.begin(struct, checkpoint_id, carried=carried[table], named_keys=named.get(table, ()))
         to_write = {t: p for t, p in plans.items() if p.done is None and p.stored is None}
-        if to_write:
-            df = routed if len(to_write) == len(plans) else routed.where(F.col(ROUTE_COLUMN).isin(*sorted(to_write)))
-            df = self._reduce(df, to_write)
+        dead, dplan = self.dead_letter, None
+        if dead is not None:
+            dplan = dead.begin(checkpoint_id)
+        dead_todo = dplan is not None and dplan.done is None and dplan.stored is None
+        if to_write or dead_todo:
+            # Refused rows of every table are rewritten when the dead-letter table's are not stored.
+            tables = plans if dead_todo else to_write
+            df = routed if len(tables) == len(plans) else routed.where(F.col(ROUTE_COLUMN).isin(*sorted(tables)))
+            if dead is not None:
+                schemas = {t: p.table.schema() for t, p in plans.items()}
+                op_column = self._config.changes.op_column if self._config.changes is not None else None
+                df = refuse_required_nulls(df, schemas, op_column, ROUTE_COLUMN)
+            df = enforce(self._reduce(df, tables, others=dead is not None), dead_letter=dead is not None)
             specs = {t: p.spec for t, p in to_write.items() if p.spec is not None}
-            df = self._distribute(df, to_write)
-            first = next(iter(to_write.values()))
+            df = self._distribute(df, tables)
+            first = next(iter(to_write.values())) if to_write else dplan
             _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
             write_started = time.monotonic()
             peaks: list[int] = []
+            assert first is not None
             try:
-                results = write_routed_dataframe(
-                    df,
-                    specs,
-                    ROUTE_COLUMN,
-                    max_open_files=first.resolved.get(options.WRITER_MAX_OPEN_FILES),
-                    buffer_bytes=first.resolved.get(options.WRITER_BUFFER_BYTES),
-                    peak_open_files=peaks,
-                )
+                if dead is not None and dplan is not None:
+                    only = frozenset(to_write) if len(to_write) != len(plans) else None
+                    task = dead.task(dplan, self.job_id, route_column=ROUTE_COLUMN, tables=only)
+                    out = write_split(
+                        df,
+                        specs,
+                        task,
+                        max_open_files=first.resolved.get(options.WRITER_MAX_OPEN_FILES),
+                        buffer_bytes=first.resolved.get(options.WRITER_BUFFER_BYTES),
+                    )
+                    results, peaks = out.tables, out.peaks
+                else:
+                    results = write_routed_dataframe(
+                        df,
+                        specs,
+                        ROUTE_COLUMN,
+                        max_open_files=first.resolved.get(options.WRITER_MAX_OPEN_FILES),
+                        buffer_bytes=first.resolved.get(options.WRITER_BUFFER_BYTES),
+                        peak_open_files=peaks,
+                    )
             except Exception as e:
                 raise self._write_error(e, checkpoint_id) from e
             _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
@@ -322,6 +374,11 @@ class RoutedJob:
             # Every table's committable is persisted before any table is committed.
             for table in sorted(to_write):
                 self.jobs[table].stage(to_write[table], results.get(table, []))
+            if dead is not None and dplan is not None and dead_todo:
+                dead.staged(dplan, out, write_ms, {})
+        if dead is not None and dplan is not None:
+            plans[dead.name] = dplan
+            names = [*names, dead.name]
         outcomes: dict[str, CommitOutcome | None] = {}
         failures = []
         for table in names:
@@ -338,9 +395,10 @@ class RoutedJob:
         _raise_first(failures)
         return outcomes
 
-    def _reduce(self, df: DataFrame, tables: Collection[str]) -> DataFrame:
+    def _reduce(self, df: DataFrame, tables: Collection[str], others: bool = False) -> DataFrame:
         """One row per changed key of each table (topology/changes.py), each table by its own key:
-        tables sharing a key are reduced together, so a stream with one key does it in one pass."""
+        tables sharing a key are reduced together, so a stream with one key does it in one pass.
+        ``others``: keep the rows of no table in ``tables`` (refused rows, for the dead-letter table)."""
         changes = self._config.changes
         if changes is None:
             return df
@@ -355,7 +413,10 @@ class RoutedJob:
             )
             for key, group in sorted(by_key.items())
         ]
-        return reduce(lambda a, b: a.unionByName(b), parts)
+        if others:
+            rest = df.where(~F.coalesce(F.col(ROUTE_COLUMN).isin(*sorted(tables)), F.lit(False)))
+            parts.append(rest.drop(*[c for c in rest.columns if c not in parts[0].columns]))
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
 
     def _write_error(self, error: Exception, checkpoint_id: int) -> Exception:
         text = str(error)

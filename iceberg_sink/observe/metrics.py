@@ -13,7 +13,7 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -150,12 +150,17 @@ class MetricsSnapshot:
     uptime_seconds: float = 0.0
     # Per table (each routed table, or a single sink's one), by name: see TableActivity.
     tables: tuple[TableActivity, ...] = ()
+    # Rows refused and written to the dead-letter table (.dead_letter), in total and per source
+    # table (the table each row was meant for), sorted by table name.
+    dead_letter_records: int = 0
+    dead_letter_records_by_table: tuple[tuple[str, int], ...] = ()
 
     def flink(self) -> dict[str, Any]:
         """These metrics under the names of Flink's Iceberg sink, grouped as Flink groups them.
 
         Returns ``{"IcebergStreamWriter": {...}, "IcebergFilesCommitter": {...}, "maintenance":
-        {"RewriteDataFiles": {...}, "ConvertEqualityDeletes": {...}}}``; histograms are
+        {"RewriteDataFiles": {...}, "ConvertEqualityDeletes": {...}}, "deadLetterRecordsBySourceTable":
+        {table: count}}`` (``IcebergStreamWriter.deadLetterRecords`` is this sink's own); histograms are
         :class:`HistogramStatistics`, durations whole milliseconds, counts ints.
         """
         elapsed = self.elapsed_seconds_since_last_successful_commit
@@ -166,7 +171,9 @@ class MetricsSnapshot:
                 "lastFlushDurationMs": round(self.last_flush_duration_ms),
                 "dataFilesSizeHistogram": self.data_files_size_histogram,
                 "deleteFilesSizeHistogram": self.delete_files_size_histogram,
+                "deadLetterRecords": self.dead_letter_records,
             },
+            "deadLetterRecordsBySourceTable": dict(self.dead_letter_records_by_table),
             "IcebergFilesCommitter": {
                 "lastCheckpointDurationMs": round(self.last_checkpoint_duration_ms),
                 "lastCommitDurationMs": round(self.last_commit_duration_ms),
@@ -239,7 +246,9 @@ class _Shared:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.values: dict[str, Any] = {f.name: 0 for f in attrs.fields(MetricsSnapshot) if f.name != "tables"}
+        self.values: dict[str, Any] = {
+            f.name: 0 for f in attrs.fields(MetricsSnapshot) if f.name not in ("tables", "dead_letter_records_by_table")
+        }
         self.values["elapsed_seconds_since_last_successful_commit"] = None
         self.values["last_conversion_error"] = None
         self.last_success: float | None = None
@@ -248,6 +257,7 @@ class _Shared:
         self.delete_sizes = _Histogram()
         self.progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=100)
         self.tables: dict[str, _TableCounters] = {}
+        self.dead_letters: collections.Counter[str] = collections.Counter()
 
 
 class SinkMetrics:
@@ -274,6 +284,12 @@ class SinkMetrics:
         with self._shared.lock:
             self._shared.data_sizes.update(data_sizes)
             self._shared.delete_sizes.update(delete_sizes)
+
+    def dead_lettered(self, by_table: Mapping[str, int]) -> None:
+        """Count the rows of one checkpoint written to the dead-letter table, per source table."""
+        with self._shared.lock:
+            self._shared.dead_letters.update(by_table)
+            self._shared.values["dead_letter_records"] += sum(by_table.values())
 
     def record_progress(self, progress: dict[str, Any]) -> None:
         """Keep the progress record of one micro-batch (the newest 100 are kept)."""
@@ -317,6 +333,7 @@ class SinkMetrics:
             values["uptime_seconds"] = now - shared.created
             values["data_files_size_histogram"] = shared.data_sizes.statistics()
             values["delete_files_size_histogram"] = shared.delete_sizes.statistics()
+            values["dead_letter_records_by_table"] = tuple(sorted(shared.dead_letters.items()))
             values["tables"] = tuple(
                 TableActivity(
                     table=name,

@@ -38,6 +38,7 @@ def record(
     summary: Any,
     write_ms: float | None,
     committed: list[dict[str, Any]],
+    dead_letter_records: int = 0,
 ) -> dict[str, Any]:
     """The progress record of micro-batch ``checkpoint_id``; ``committed``: the commits it made
     (its own and pending ones of earlier checkpoints), ``summary``: its CommitSummary or None."""
@@ -59,6 +60,7 @@ def record(
         "commit_ms": own["commit_ms"] if own else None,
         "checkpoint_ms": round(duration_ms, 1),
         "committed_pending": [c["checkpoint_id"] for c in committed if c["checkpoint_id"] != checkpoint_id],
+        "dead_letter_records": dead_letter_records,
         "error": _one_line(error) if error is not None else None,
     }
 

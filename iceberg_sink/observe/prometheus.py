@@ -134,7 +134,28 @@ def metric_families(snapshot: MetricsSnapshot, table: str, job: str) -> list[Any
                     by_name[full] = GaugeMetricFamily(full, f"Flink's {group} {name}", labels=list(labels))
                 by_name[full].add_metric(list(labels.values()), float(value))
     families.extend(by_name.values())
+    by_source = flink["deadLetterRecordsBySourceTable"]
+    if by_source:
+        name = f"{PREFIX}_IcebergStreamWriter_deadLetterRecordsBySourceTable"
+        family = GaugeMetricFamily(
+            name, "Rows written to the dead-letter table, per source table", labels=["table", "job", "source_table"]
+        )
+        for source, count in _bounded(by_source):
+            family.add_metric([table, job, source], float(count))
+        families.append(family)
     return families
+
+
+#: Series per source table at most; the rest are summed under source_table="other".
+MAX_SOURCE_TABLE_SERIES = 100
+
+
+def _bounded(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """The source tables with the most dead-lettered rows, the rest summed as ``other``."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    top = ranked[:MAX_SOURCE_TABLE_SERIES]
+    rest = sum(n for _, n in ranked[MAX_SOURCE_TABLE_SERIES:])
+    return top + ([("other", rest)] if rest else [])
 
 
 def _summary(name: str, flink_name: str) -> Any:

@@ -84,6 +84,9 @@ class TableBinding:
         self.table: Table | None = None
         #: Set when this binding's schema evolution changed the table (cleared by the job).
         self.schema_changed = False
+        #: A null in a required column is refused per row (a dead-letter table takes it) instead of
+        #: by the schema check (set by the job).
+        self.required_nulls_per_row = False
         #: Set when :meth:`use_key` changed the key (the job drops what it derived from the old one).
         self.key_changed = False
 
@@ -214,6 +217,8 @@ class TableBinding:
         key = checked_key(struct, table)
         if key not in self._checked_schemas:
             runtime_checked = changes.key if changes is not None else ()
+            if self.required_nulls_per_row:
+                runtime_checked = (*runtime_checked, *(f.name for f in table.schema().fields if f.required))
             # Committed before this batch's files are written.
             if self._evolution != evolution.OFF:
                 before = table.schema().schema_id

@@ -45,7 +45,10 @@ def _q(name: str) -> Column:
     return F.col(".".join(f"`{p}`" for p in name.split(".")))
 
 
-def _normalised_op(changes: ChangeConfig) -> Column:
+def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
+    """Why a change cannot be applied (a reason Column, null when it can) per check, in order: a
+    null key column, then an operation code that is none of the known ones. They mark refused rows
+    (sources/rejects.py), which fail the batch or go to the dead-letter table."""
     null_key = None
     for k in changes.key:
         null_key = _q(k).isNull() if null_key is None else (null_key | _q(k).isNull())
@@ -53,34 +56,34 @@ def _normalised_op(changes: ChangeConfig) -> Column:
     key_text = F.concat_ws(
         ", ", *[F.concat(F.lit(f"{k}="), F.coalesce(_q(k).cast("string"), F.lit("null"))) for k in changes.key]
     )
-    check = F.when(
-        null_key,
-        F.raise_error(
-            F.concat(
-                F.lit(f"{ERROR_MARKER} a key column is null ({', '.join(changes.key)} must all be set); row key: "),
-                key_text,
-            )
-        ),
+    key_reason = F.concat(
+        F.lit(f"a key column is null ({', '.join(changes.key)} must all be set); row key: "),
+        key_text,
     )
+    checks = [(F.when(null_key, key_reason), "NullKeyError")]
+    if changes.op_column is not None:
+        op = _q(changes.op_column).cast("string")
+        allowed = ", ".join(INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES)
+        known = op.isin(*INSERT_CODES, *UPDATE_CODES, *UPDATE_BEFORE_CODES, *DELETE_CODES)
+        op_reason = F.concat(
+            F.lit("unknown operation code '"),
+            F.coalesce(op, F.lit("null")),
+            F.lit(f"' in column {changes.op_column!r}; expected one of {allowed}; row key: "),
+            key_text,
+        )
+        checks.append((F.when(~F.coalesce(known, F.lit(False)), op_reason), "UnknownOperationError"))
+    return checks
+
+
+def _normalised_op(changes: ChangeConfig) -> Column:
     if changes.op_column is None:
-        return check.otherwise(F.lit("U"))
+        return F.lit("U")
     op = _q(changes.op_column).cast("string")
-    allowed = ", ".join(INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES)
     return (
-        check.when(op.isin(*INSERT_CODES), F.lit("I"))
+        F.when(op.isin(*INSERT_CODES), F.lit("I"))
         .when(op.isin(*UPDATE_CODES), F.lit("U"))
         .when(op.isin(*UPDATE_BEFORE_CODES), F.lit("B"))
         .when(op.isin(*DELETE_CODES), F.lit("D"))
-        .otherwise(
-            F.raise_error(
-                F.concat(
-                    F.lit(f"{ERROR_MARKER} unknown operation code '"),
-                    F.coalesce(op, F.lit("null")),
-                    F.lit(f"' in column {changes.op_column!r}; expected one of {allowed}; row key: "),
-                    key_text,
-                )
-            )
-        )
     )
 
 
@@ -90,13 +93,26 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
     The input's op column is dropped (it is not stored in the table). ``scope``: columns that
     qualify the key (a routed sink's table column: equal keys of two tables are different keys).
     """
+    from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
+
     with_seq = df.withColumn(_SEQ, F.monotonically_increasing_id())
-    with_op = with_seq.withColumn(OP_COLUMN, _normalised_op(changes)).where(F.col(OP_COLUMN) != F.lit("B"))
+    raw = F.to_json(
+        F.struct(*[F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]), {"ignoreNullFields": "false"}
+    )
+    checked = with_seq
+    for reason, error_class in _refusals(changes):
+        checked = reject_where(checked, reason, error_class, raw)
+    refused = F.col(REJECT_COLUMN).isNotNull()
+    with_op = checked.withColumn(OP_COLUMN, F.when(~refused, _normalised_op(changes))).where(
+        refused | (F.col(OP_COLUMN) != F.lit("B"))
+    )
     ordering: list[Column] = []
     if changes.order_by is not None:
         ordering.append(_q(changes.order_by).desc_nulls_last())
     ordering.append(F.col(_SEQ).desc())
-    window = Window.partitionBy(*[F.col(c) for c in scope], *[_q(k) for k in changes.key]).orderBy(*ordering)
+    # A refused row is not a change of its key: it is its own group (kept whole, never reduced away).
+    alone = F.when(refused, F.col(_SEQ))
+    window = Window.partitionBy(*[F.col(c) for c in scope], *[_q(k) for k in changes.key], alone).orderBy(*ordering)
     last = with_op.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1)
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)

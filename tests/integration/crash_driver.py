@@ -8,7 +8,8 @@ for a routed stream ``{"kind", "route": {.route() arguments}, "ddl", "source", "
 all started in this one driver with ``availableNow`` triggers and one source file per micro-batch.
 A cdc stream may also give ``key`` (the builder's ``key=``, default ``["id"]``), ``key_column``
 (``.cdc(key_column=...)``, per-table keys of a routed stream), ``partition_by`` (of
-``create_if_missing``, default ``["bucket(4, id)"]``) and ``schema_evolution`` (any stream).
+``create_if_missing``, default ``["bucket(4, id)"]``), ``schema_evolution`` and ``dead_letter`` (the
+``.dead_letter`` table; any stream).
 With ``kill`` = ``[POINT, CHECKPOINT]`` the driver SIGKILLs its whole process group (Python driver,
 JVM and Python workers, as a lost machine would) once *every* stream has reached ``POINT`` of
 checkpoint ``CHECKPOINT``: a stream that gets there first waits for the others, so each is killed at
@@ -198,6 +199,8 @@ def main(argv: list[str]) -> int:
         ddl = stream.get("ddl") or ddl
         if stream.get("schema_evolution"):
             builder = builder.schema_evolution(stream["schema_evolution"])
+        if stream.get("dead_letter"):
+            builder = builder.dead_letter(stream["dead_letter"])
         df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(stream["source"])
         builder = builder.post_commit_hook(lambda result: say(f"COMMITTED {result.table} {result.checkpoint_id}"))
         sink = builder.build()

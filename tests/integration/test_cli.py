@@ -408,7 +408,7 @@ def test_a_failing_stream_is_one_line_naming_the_error(
     assert doc["error"] == {
         "type": "InvalidInputError",
         "message": "InvalidInputError: checkpoint 0 of table db.t was not written: a key column is null "
-        "(id must all be set); row key: id=null",
+        '(id must all be set); row key: id=null (event: value \'{"id":null,"v":"b"}\')',
     }
     table = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").build().load_table()
     assert table.current_snapshot() is None  # nothing committed

@@ -12,6 +12,7 @@ FLINK_WRITER = {
     "lastFlushDurationMs",
     "dataFilesSizeHistogram",
     "deleteFilesSizeHistogram",
+    "deadLetterRecords",  # ours (.dead_letter): rows written to the dead-letter table
 }
 FLINK_COMMITTER = {
     "lastCheckpointDurationMs",
@@ -51,7 +52,12 @@ def test_flink_view_names_every_metric_of_flinks_sink() -> None:
     metrics.add(committed_data_files=3, committed_data_files_record_count=30, compactions_triggered=2)
     metrics.set(last_commit_duration_ms=12.6, last_compaction_duration_ms=99.4)
     flink = metrics.snapshot().flink()
-    assert set(flink) == {"IcebergStreamWriter", "IcebergFilesCommitter", "maintenance"}
+    assert set(flink) == {
+        "IcebergStreamWriter",
+        "IcebergFilesCommitter",
+        "maintenance",
+        "deadLetterRecordsBySourceTable",
+    }
     assert set(flink["IcebergStreamWriter"]) == FLINK_WRITER
     assert set(flink["IcebergFilesCommitter"]) == FLINK_COMMITTER
     assert set(flink["maintenance"]) == {"RewriteDataFiles", "ConvertEqualityDeletes"}
