@@ -553,6 +553,10 @@ def normalize(table: pa.Table, sort_by: Sequence[str]) -> list[dict[str, Any]]:
     rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
     if not columns:
         rows = [{} for _ in range(table.num_rows)]
+    return _canonical_order(rows, sort_by)
+
+
+def _canonical_order(rows: list[dict[str, Any]], sort_by: Sequence[str]) -> list[dict[str, Any]]:
     return sorted(
         rows,
         key=lambda row: (
@@ -594,10 +598,11 @@ def canonical_schema(table: pa.Table | pa.Schema) -> dict[str, str]:
 
 
 def _want(expected: pa.Table | Sequence[Mapping[str, Any]], sort_by: Sequence[str]) -> list[dict[str, Any]]:
+    """The model as ``normalize`` would give it: an Arrow table is normalized; rows (dicts of plain
+    values, e.g. an earlier ``normalize`` result) are put in ``normalize``'s order."""
     if isinstance(expected, pa.Table):
         return normalize(expected, sort_by)
-    rows = [dict(r) for r in expected]
-    return normalize(pa.Table.from_pylist(rows), sort_by) if rows else []
+    return _canonical_order([dict(r) for r in expected], sort_by)
 
 
 def _difference(label: str, location: str, got: list[dict[str, Any]], want: list[dict[str, Any]]) -> str:
@@ -621,7 +626,8 @@ def assert_readers_agree(
 ) -> None:
     """Every Java reader (e.g. Iceberg Java 1.9.2 and the newest) and DuckDB read exactly ``expected``.
 
-    ``expected`` is the model: an Arrow table or rows as dicts (compared after ``normalize``). ``s3``
+    ``expected`` is the model: an Arrow table (normalized here) or rows as dicts of plain values in
+    ``normalize``'s form (e.g. its result; ``NAN`` for NaN, UTC datetimes for timestamptz). ``s3``
     are the S3 FileIO properties when the table is on S3 (Java through S3FileIO, DuckDB through
     httpfs). The assertion message names the reader that differs.
     """
