@@ -1,9 +1,8 @@
-"""A separate virtualenv with PySpark 3.5 and Apache Iceberg Java 1.9.2 (the reference reader).
+"""Where the Iceberg Java readers run: separate virtualenvs with the Spark each Iceberg runtime is built for.
 
-The project's own venv runs PySpark 4.x, for which no Iceberg runtime jar is available from the
-package registries. Apache Iceberg Java 1.9.2 for Spark 3.5 ships inside the PyPI package
-``snowpark-connect-deps-iceberg==1.0.1``, so the reference reader lives in its own venv with
-``pyspark==3.5.*``. The project itself is installed there too (editable), so the sink can also be
+The reference reader is Apache Iceberg Java 1.9.2 for Spark 3.5; its runtime jar ships inside the
+PyPI package ``snowpark-connect-deps-iceberg==1.0.1``, so it lives in its own venv with
+``pyspark==3.5.*`` (the project's own venv runs PySpark 4.x). The project itself is installed there too (editable), so the sink can also be
 run on Spark 3.5.
 
 ``ensure_java_env()`` is idempotent: a marker file holding the exact requirement list is written
