@@ -75,14 +75,19 @@ def _complete(target: Path) -> list[Path] | None:
     return jars if jars and all(j.is_file() for j in jars) else None
 
 
+def set_dir(name: str, coordinates: Sequence[str], *, transitive: bool = False) -> Path:
+    """The cache folder of one set of jars: its name and a hash of what it holds."""
+    key = json.dumps({"coordinates": list(coordinates), "transitive": transitive}, sort_keys=True)
+    return cache_root() / "sets" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
 def fetch_jars(name: str, coordinates: Sequence[str], *, transitive: bool = False) -> list[Path]:
     """The jars of ``coordinates`` (and, with ``transitive``, of their dependencies), fetched once.
 
     Returns them sorted by file name. Raises ``MavenFetchError`` when Maven fails or copies a file
     that is not a jar.
     """
-    key = json.dumps({"coordinates": list(coordinates), "transitive": transitive}, sort_keys=True)
-    target = cache_root() / "sets" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    target = set_dir(name, coordinates, transitive=transitive)
     found = _complete(target)
     if found is not None:
         return found
