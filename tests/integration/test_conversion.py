@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from iceberg_sink._iceberg.position_deletes import FILE_PATH_ID, POS_ID
 from iceberg_sink.topology.compaction import compact
 from iceberg_sink.topology.conversion import convert_equality_deletes
 from tests.integration.test_cdc import apply, expected, frame, random_changes
-from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize, pyiceberg_read
+from tests.interop.readers import JavaIcebergReader, assert_readers_agree, duckdb_read, normalize, pyiceberg_read
 
 pytestmark = pytest.mark.interop
 
@@ -53,9 +53,12 @@ def files_by_content(table: Table) -> dict[int, list[dict[str, Any]]]:
     return result
 
 
-def check_reads(java_reader: JavaIcebergReader, table: Table, model: dict[int, dict[str, Any]]) -> None:
-    assert normalize(java_reader.read(table.metadata_location), ["id"]) == expected(model)
-    assert normalize(duckdb_read(table.metadata_location), ["id"]) == expected(model)
+def check_reads(
+    java: JavaIcebergReader | Sequence[JavaIcebergReader], table: Table, model: dict[int, dict[str, Any]]
+) -> None:
+    """The Iceberg Java reader(s) given and DuckDB read exactly the model."""
+    readers = (java,) if isinstance(java, JavaIcebergReader) else tuple(java)
+    assert_readers_agree(readers, table.metadata_location, expected(model), ["id"])
 
 
 def racing(load: Callable[[], Table], before_commit: Callable[[], None], call: int = 2) -> Callable[[], Table]:
@@ -73,7 +76,7 @@ def racing(load: Callable[[], Table], before_commit: Callable[[], None], call: i
 
 @pytest.mark.parametrize("partition_by", [["region"], []])
 def test_conversion_replaces_equality_deletes_by_file_scoped_position_deletes(
-    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, partition_by: list[str]
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, partition_by: list[str]
 ) -> None:
     rng = random.Random(3)
     model: dict[int, dict[str, Any]] = {}
@@ -81,6 +84,7 @@ def test_conversion_replaces_equality_deletes_by_file_scoped_position_deletes(
     stream(spark, sink, model, rng, 5)
     before = files_by_content(sink.load_table())
     assert before[2] and not before[1]
+    check_reads(java_readers, sink.load_table(), model)  # equality deletes, before the conversion
     result = convert_equality_deletes(sink.load_table)
     table = sink.load_table()
     after = files_by_content(table)
@@ -105,7 +109,7 @@ def test_conversion_replaces_equality_deletes_by_file_scoped_position_deletes(
         assert lower[POS_ID] == positions[0].to_bytes(8, "little")
         assert upper[POS_ID] == positions[-1].to_bytes(8, "little")
     assert len(named) == len(set(named))
-    check_reads(java_reader, table, model)
+    check_reads(java_readers, table, model)
     # Without equality deletes PyIceberg reads the table too.
     assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == expected(model)
     # Nothing left to convert.
@@ -122,7 +126,7 @@ def test_conversion_replaces_equality_deletes_by_file_scoped_position_deletes(
         for f in after[1]
     ]
     assert len(named) == len(set(named))
-    check_reads(java_reader, table, model)
+    check_reads(java_readers, table, model)
 
 
 def test_stream_commits_during_conversion_do_not_conflict(

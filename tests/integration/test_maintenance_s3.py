@@ -3,8 +3,8 @@
 Object stores list keys without a scheme (``bucket/key``) while Iceberg metadata references
 ``s3://bucket/key``, and the store is reached through the table's FileIO settings (endpoint, keys,
 path style), not the process environment. Every file is checked independently afterwards: a listing
-of the bucket with the test's own Arrow S3 client, DuckDB reading the table straight from S3, and
-Iceberg Java reading a byte copy of the table's objects taken after the writes (``read_s3``).
+of the bucket with the test's own Arrow S3 client, and DuckDB and Iceberg Java (its own ``S3FileIO``)
+reading the table straight from S3.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from iceberg_sink import IcebergSink, InvalidInputError, InvalidSinkConfigError,
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import UncommittableCheckpointError
 from tests.integration.sources import ROUTED_CHANGE_SCHEMA_DDL, apply_changes, write_routed_change_files
-from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
+from tests.interop.readers import JavaIcebergReader, assert_readers_agree_many, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
 
@@ -72,7 +72,11 @@ def test_builder_refuses_route_with_table_and_bad_routes(catalog_props: dict[str
 
 
 def test_routed_write_creates_each_table_and_commits_one_snapshot_each(
-    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, java_reader: JavaIcebergReader
+    spark: SparkSession,
+    catalog_props: dict[str, str],
+    catalog: Catalog,
+    tmp_path: Path,
+    java_readers: tuple[JavaIcebergReader, ...],
 ) -> None:
     sink = (
         IcebergSink.builder()
@@ -99,9 +103,11 @@ def test_routed_write_creates_each_table_and_commits_one_snapshot_each(
         assert table.schema().column_names == ["id", "name", "score"]
         assert [f.name for f in table.spec().fields] == ["id_bucket"]
     rows = first + second
-    check_readers(java_reader, tables["cdc.a"], expected_events(rows, "a"), "id")
-    check_readers(java_reader, tables["other.b"], expected_events(rows, "other.b"), "id")
-    check_readers(java_reader, tables["cdc.c"], expected_events(rows, "cdc.c"), "id")
+    # Iceberg Java 1.9.2, the newest Iceberg Java and DuckDB: one request per reader for the three tables.
+    models = {"cdc.a": "a", "other.b": "other.b", "cdc.c": "cdc.c"}
+    assert_readers_agree_many(
+        java_readers, {tables[t].metadata_location: expected_events(rows, r) for t, r in models.items()}, ["id"]
+    )
     # Replaying checkpoint 1 (a write() rerun after a crash) commits nothing twice.
     sink.write(events(spark, second), checkpoint_location=ckpt, checkpoint_id=1)
     assert checkpoints(catalog.load_table("cdc.a")) == [0, 1]  # type: ignore[attr-defined]

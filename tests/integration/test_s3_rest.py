@@ -1,15 +1,15 @@
 """The sink against real object storage and a real REST catalog: SeaweedFS ``weed mini`` (S3 + Iceberg REST).
 
 Everything is read back independently of the sink: PyIceberg through the same REST catalog, DuckDB
-(httpfs + iceberg extensions) straight from S3, and Apache Iceberg Java from a byte copy of the
-table's objects taken after the writes (``JavaIcebergReader.read_s3``: the Java reader has no S3
-client; it resolves the unmodified ``s3://`` paths through a local mirror).
+(httpfs + iceberg extensions) straight from S3, and Apache Iceberg Java 1.9.2 and the newest Iceberg
+Java straight from S3 too, with Iceberg's own ``S3FileIO`` (``JavaIcebergReader.use_s3``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ from iceberg_sink import IcebergSink, InvalidSinkConfigError
 from iceberg_sink.builder import IcebergSinkBuilder
 from tests.integration.seaweed import seaweed  # noqa: F401
 from tests.integration.sources import EVENT_SCHEMA_DDL, write_source_files
-from tests.interop.readers import JavaIcebergReader, JavaReaderError, duckdb_connect, normalize
+from tests.interop.readers import JavaIcebergReader, JavaReaderError, assert_readers_agree, normalize, s3_filesystem
 
 NAMESPACE = "s3rest"
 
@@ -47,30 +47,6 @@ def kv_frame(spark: SparkSession, start: int, end: int, value: str) -> DataFrame
     )
 
 
-def duckdb_s3_read(props: dict[str, str], metadata_location: str) -> pa.Table:
-    """``iceberg_scan`` of an ``s3://`` metadata file with DuckDB's httpfs extension (PyPI, never downloaded)."""
-    import duckdb
-    import duckdb_extension_httpfs  # PyPI duckdb-extension-httpfs, the same version as duckdb
-
-    found = [
-        p
-        for loc in duckdb_extension_httpfs.__path__
-        for p in Path(loc).glob(f"extensions/v{duckdb.__version__}/httpfs.duckdb_extension")
-    ]
-    assert found, f"duckdb-extension-httpfs has no httpfs extension for DuckDB {duckdb.__version__}"
-    con = duckdb_connect()
-    try:
-        con.load_extension(str(found[0]))
-        endpoint = props["s3.endpoint"].removeprefix("http://")
-        con.execute(
-            "CREATE SECRET seaweed (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false)",
-            [props["s3.access-key-id"], props["s3.secret-access-key"], props["s3.region"], endpoint],
-        )
-        return con.sql(f"select * from iceberg_scan('{metadata_location}')").to_arrow_table()
-    finally:
-        con.close()
-
-
 def test_pyiceberg_alone_round_trips_through_seaweedfs(seaweed: dict[str, str]) -> None:  # noqa: F811
     """The environment itself: PyIceberg creates, appends and scans over REST + S3 without the sink."""
     catalog = rest_catalog(seaweed)
@@ -86,46 +62,53 @@ def test_pyiceberg_alone_round_trips_through_seaweedfs(seaweed: dict[str, str]) 
 
 
 def check_s3_table(
-    props: dict[str, str], java: JavaIcebergReader, metadata_location: str, expected: pa.Table, key: list[str]
+    props: dict[str, str],
+    java: JavaIcebergReader | Sequence[JavaIcebergReader],
+    metadata_location: str,
+    expected: pa.Table,
+    key: list[str],
 ) -> None:
-    """Iceberg Java (through the mirror) and DuckDB (straight from S3) both read exactly ``expected``."""
-    want = normalize(expected, key)
-    assert normalize(java.read_s3(props, metadata_location), key) == want
-    assert normalize(duckdb_s3_read(props, metadata_location), key) == want
+    """Iceberg Java (each reader given, through S3FileIO) and DuckDB (httpfs) read exactly ``expected``
+    straight from S3."""
+    readers = (java,) if isinstance(java, JavaIcebergReader) else tuple(java)
+    assert_readers_agree(readers, metadata_location, expected, key, s3=props)
 
 
-def test_java_reads_s3_paths_through_the_mirror_and_fails_on_a_missing_file(
+def test_java_reads_s3_through_s3fileio_and_fails_on_a_missing_object(
     seaweed: dict[str, str],  # noqa: F811
-    java_reader: JavaIcebergReader,
+    java_readers: tuple[JavaIcebergReader, ...],
 ) -> None:
-    """The Java check can fail: a data file absent from the mirror is an error naming it, not fewer rows."""
+    """The Java check can fail: a data file deleted from the bucket is an error naming it, not fewer
+    rows, in both Iceberg Java readers; and the S3 secret key is not in the readers' logs."""
     catalog = rest_catalog(seaweed)
-    catalog.create_namespace_if_not_exists("mirror")
+    catalog.create_namespace_if_not_exists("tamper")
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string())])
-    table = catalog.create_table("mirror.t", schema=schema)
+    table = catalog.create_table("tamper.t", schema=schema)
     first = pa.table({"id": [1, 2, 3], "s": ["a", "b", None]}, schema=schema)
     second = pa.table({"id": [4, 5], "s": ["d", "e"]}, schema=schema)
     table.append(first)
     table.append(second)
-    location = read_back(seaweed, "mirror.t").metadata_location
+    location = read_back(seaweed, "tamper.t").metadata_location
     assert location.startswith("s3://")
 
-    check_s3_table(seaweed, java_reader, location, pa.concat_tables([first, second]), ["id"])
-    # Java saw the s3:// paths themselves: nothing was rewritten to local paths.
-    java_files = java_reader.files(location).to_pylist()
-    assert len(java_files) == 2 and all(f["file_path"].startswith(seaweed["warehouse"] + "/") for f in java_files)
+    check_s3_table(seaweed, java_readers, location, pa.concat_tables([first, second]), ["id"])
+    for java in java_readers:
+        # Java saw the s3:// paths themselves, through its own S3 client.
+        java_files = java.files(location).to_pylist()
+        assert len(java_files) == 2, java.label
+        assert all(f["file_path"].startswith(seaweed["warehouse"] + "/") for f in java_files), java.label
     with pytest.raises(AssertionError):  # a model that differs from the table is caught
-        check_s3_table(seaweed, java_reader, location, first, ["id"])
+        check_s3_table(seaweed, java_readers, location, first, ["id"])
 
-    mirrored = java_reader.mirror_s3(seaweed, location)
-    assert set(mirrored.files) >= {f["file_path"] for f in java_files} | {location}
-    gone = java_files[0]["file_path"]
-    mirrored.files[gone].unlink()
-    with pytest.raises(JavaReaderError) as failure:
-        java_reader.read(location)
-    assert gone.rsplit("/", 1)[-1] in str(failure.value)
-    # The mirror is rebuilt from S3 on the next read_s3: the file is back.
-    check_s3_table(seaweed, java_reader, location, pa.concat_tables([first, second]), ["id"])
+    gone = sorted(f["file_path"] for f in java_readers[0].files(location).to_pylist())[0]
+    s3_filesystem(seaweed).delete_file(gone.removeprefix("s3://"))
+    for java in java_readers:
+        with pytest.raises(JavaReaderError) as failure:
+            java.read(location)
+        assert gone in str(failure.value), java.label
+    secret = seaweed["s3.secret-access-key"]
+    for java in java_readers:
+        assert secret not in java.stderr_path.read_text(errors="replace"), f"{java.label} logged the S3 secret key"
 
 
 def test_bounded_write_into_a_partitioned_table_on_s3(
@@ -173,7 +156,7 @@ def test_streaming_query_commits_one_snapshot_per_micro_batch_on_s3(
     expected = normalize(pa.concat_tables(tables), ["event_id"])
     assert normalize(table.scan().to_arrow(), ["event_id"]) == expected
     check_s3_table(seaweed, java_reader, table.metadata_location, pa.concat_tables(tables), ["event_id"])
-    java_snapshots = java_reader.snapshots(table.metadata_location).to_pylist()  # the mirror read_s3 just made
+    java_snapshots = java_reader.snapshots(table.metadata_location).to_pylist()
     assert [json.loads(s["summary"])["iceberg-sink.checkpoint-id"] for s in java_snapshots] == ["0", "1", "2"]
     assert all(p.startswith(f"{seaweed['warehouse']}/") for p in table.inspect.files()["file_path"].to_pylist())
 
@@ -181,7 +164,7 @@ def test_streaming_query_commits_one_snapshot_per_micro_batch_on_s3(
 def test_upsert_writes_equality_deletes_on_s3_and_compaction_applies_them(
     spark: SparkSession,
     seaweed: dict[str, str],  # noqa: F811
-    java_reader: JavaIcebergReader,
+    java_readers: tuple[JavaIcebergReader, ...],
 ) -> None:
     identifier = f"{NAMESPACE}.kv"
     sink = sink_builder(seaweed, "kv").create_if_missing().upsert(key=["id"]).build()
@@ -199,8 +182,8 @@ def test_upsert_writes_equality_deletes_on_s3_and_compaction_applies_them(
     assert int(second["added-delete-files"] or 0) >= 1
     delete_files = table.inspect.delete_files().to_pylist()
     assert delete_files and all(f["file_path"].startswith(f"{seaweed['warehouse']}/") for f in delete_files)
-    # DuckDB (straight from S3) and Iceberg Java (the mirror) apply the equality deletes.
-    check_s3_table(seaweed, java_reader, table.metadata_location, expected_rows, ["id"])
+    # DuckDB and both Iceberg Java readers (all straight from S3) apply the equality deletes.
+    check_s3_table(seaweed, java_readers, table.metadata_location, expected_rows, ["id"])
 
     result = sink.compact(spark)
     assert result.snapshot_id is not None and result.removed_delete_files >= 1, result
@@ -211,7 +194,7 @@ def test_upsert_writes_equality_deletes_on_s3_and_compaction_applies_them(
     assert table.inspect.delete_files().num_rows == 0
     assert all(p.startswith(f"{seaweed['warehouse']}/") for p in table.inspect.files()["file_path"].to_pylist())
     assert normalize(table.scan().to_arrow(), ["id"]) == expected
-    check_s3_table(seaweed, java_reader, table.metadata_location, expected_rows, ["id"])
+    check_s3_table(seaweed, java_readers, table.metadata_location, expected_rows, ["id"])
 
 
 def test_s3_secret_stays_out_of_logs_and_config_repr(

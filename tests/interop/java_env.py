@@ -1,9 +1,8 @@
-"""A separate virtualenv with PySpark 3.5 and Apache Iceberg Java 1.9.2 (the reference reader).
+"""Where the Iceberg Java readers run: separate virtualenvs with the Spark each Iceberg runtime is built for.
 
-The project's own venv runs PySpark 4.x, for which no Iceberg runtime jar is available from the
-package registries. Apache Iceberg Java 1.9.2 for Spark 3.5 ships inside the PyPI package
-``snowpark-connect-deps-iceberg==1.0.1``, so the reference reader lives in its own venv with
-``pyspark==3.5.*``. The project itself is installed there too (editable), so the sink can also be
+The reference reader is Apache Iceberg Java 1.9.2 for Spark 3.5; its runtime jar ships inside the
+PyPI package ``snowpark-connect-deps-iceberg==1.0.1``, so it lives in its own venv with
+``pyspark==3.5.*`` (the project's own venv runs PySpark 4.x). The project itself is installed there too (editable), so the sink can also be
 run on Spark 3.5.
 
 ``ensure_java_env()`` is idempotent: a marker file holding the exact requirement list is written
@@ -12,9 +11,13 @@ An incomplete venv (no marker, or one written for other pins, another project pa
 project dependencies) is removed and built again. Concurrent callers are
 serialized with a lock file in the temporary directory.
 
-``ensure_mirror_fs_jar()`` compiles java/MirrorS3FileSystem.java (a read-only Hadoop FileSystem that
-serves ``s3://bucket/key`` from a local copy, see readers.py) with the JDK's ``javac`` against the
-venv's Hadoop jar, once, into a jar cached in the venv directory.
+``reference_runtime()`` and ``newest_runtime()`` describe the two Iceberg Java readers of the interop
+checks (python + jars, see ``ReaderRuntime``): Iceberg Java 1.9.2 on PySpark 3.5.7 from this venv, and
+the newest Iceberg Java release (``NEWEST_ICEBERG_VERSION``) on the newest Spark 4 it publishes a
+runtime for, in a second venv (``ensure_newest_python``, ``.venv-java-newest``) since the project's
+own PySpark 4.3 has no Iceberg runtime yet. Both read ``s3://`` tables with Iceberg's own
+``S3FileIO``, whose AWS SDK v2 classes come from ``org.apache.iceberg:iceberg-aws-bundle`` of the same
+Iceberg version; the jars from Maven Central are fetched once into a cache (maven.py).
 """
 
 from __future__ import annotations
@@ -29,20 +32,33 @@ import sys
 import tempfile
 import time
 import tomllib
-import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.interop.maven import fetch_jars
 
 PROJECT_ROOT: Path = Path(__file__).resolve().parents[2]
 DEFAULT_VENV_DIR: Path = PROJECT_ROOT / ".venv-java"
 VENV_ENV_VAR: str = "ICEBERG_SINK_JAVA_VENV"
 JAR_NAME: str = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 MARKER_NAME: str = ".iceberg-sink-java-env.json"
-MIRROR_FS_SOURCE: Path = Path(__file__).resolve().parent / "java" / "MirrorS3FileSystem.java"
-MIRROR_FS_CLASS: str = "iceberg_sink.tests.MirrorS3FileSystem"
-HADOOP_API_JAR: str = "hadoop-client-api-3.3.4.jar"  # PySpark 3.5.7's Hadoop, compiled against
+REFERENCE_ICEBERG_VERSION: str = "1.9.2"
+# The newest Iceberg Java and its Spark runtime, as published on Maven Central on 2026-11-26:
+# Iceberg 1.12.0 ships runtimes for Spark 3.5, 4.0 and 4.1 only. The project's venv runs PySpark
+# 4.3.0, on which the 4.1 runtime fails to load a table (IncompatibleClassChangeError:
+# CatalogManager became an interface in Spark 4.2), so the newest reader runs on PySpark 4.1 (its
+# latest patch) in a venv of its own, as the 1.9.2 reader does on 3.5.
+NEWEST_ICEBERG_VERSION: str = "1.12.0"
+NEWEST_RUNTIME_ARTIFACT: str = "iceberg-spark-runtime-4.1_2.13"
+# The JDBC driver of the catalog the reader servers register s3:// tables in (java_reader_server.py).
+SQLITE_JDBC_VERSION: str = "3.54.1.0"
+NEWEST_VENV_DIR: Path = PROJECT_ROOT / ".venv-java-newest"
+NEWEST_VENV_ENV_VAR: str = "ICEBERG_SINK_JAVA_NEWEST_VENV"
+# Only what the reader server imports: PySpark and Arrow (pandas and NumPy for PySpark's Arrow path);
+# the same pyarrow/pandas/numpy pins as the 1.9.2 venv (PySpark 4.1 accepts them).
+NEWEST_REQUIREMENTS: tuple[str, ...] = ("pyspark==4.1.4", "numpy==1.26.4", "pyarrow==18.1.0", "pandas==2.2.3")
 
 # Pins, and why:
 # - pyspark 3.5.x: Iceberg's Spark runtime jar is built for Spark 3.5 / Scala 2.12; 3.5.x is one
@@ -240,58 +256,107 @@ def ensure_java_env(venv_dir: Path | None = None) -> JavaEnv:
         return _install(venv_dir)
 
 
-def _pyspark_jar(env: JavaEnv, name: str) -> Path:
-    venv_dir = env.python.parent.parent  # <venv>/bin/python, not resolved: it links to the base python
-    found = sorted(venv_dir.glob(f"lib/python*/site-packages/pyspark/jars/{name}"))
-    if not found:
-        raise JavaEnvError(f"{name} not found in {venv_dir}/lib/python*/site-packages/pyspark/jars")
-    return found[0]
+@dataclass(frozen=True)
+class ReaderRuntime:
+    """What one Iceberg Java reader server runs on: a Python with PySpark, and its jars.
 
-
-def ensure_mirror_fs_jar(env: JavaEnv) -> Path:
-    """The jar of MirrorS3FileSystem, compiled on first use and cached next to the Java venv.
-
-    The jar's name carries a hash of the source and of the Hadoop jar it is compiled against, so an
-    edited source is compiled again; an existing jar of that name is reused as is. Needs ``javac``
-    (a JDK 17, e.g. Debian ``openjdk-17-jdk-headless``); raises ``JavaEnvError`` with the compiler's
-    output if compiling fails.
+    ``jars`` go on ``spark.jars`` (the Iceberg Spark runtime first, then the AWS SDK bundle that
+    ``S3FileIO`` needs), ``class_path`` on the driver's class path (the SQLite JDBC driver of the
+    catalog that ``s3://`` tables are registered in); ``label`` names the reader in assertion messages.
     """
-    hadoop_jar = _pyspark_jar(env, HADOOP_API_JAR)
-    source = MIRROR_FS_SOURCE.read_bytes()
-    digest = hashlib.sha256(source + hadoop_jar.name.encode()).hexdigest()[:16]
-    venv_dir = env.python.parent.parent
-    target = venv_dir / f"iceberg-sink-mirror-s3fs-{digest}.jar"
-    if target.is_file():
-        return target
-    javac = shutil.which("javac")
-    if javac is None:
-        raise JavaEnvError(
-            "javac not found: a JDK 17 is needed to compile the test reader's MirrorS3FileSystem "
-            "(install the Debian package openjdk-17-jdk-headless)"
-        )
+
+    label: str
+    iceberg_version: str
+    python: Path
+    jars: tuple[Path, ...]
+    class_path: tuple[Path, ...]
+
+
+def _sqlite_jdbc() -> tuple[Path, ...]:
+    return tuple(fetch_jars(f"sqlite-jdbc-{SQLITE_JDBC_VERSION}", [f"org.xerial:sqlite-jdbc:{SQLITE_JDBC_VERSION}"]))
+
+
+def _aws_bundle(version: str) -> Path:
+    (jar,) = fetch_jars(f"iceberg-aws-bundle-{version}", [f"org.apache.iceberg:iceberg-aws-bundle:{version}"])
+    return jar
+
+
+def reference_runtime(env: JavaEnv | None = None) -> ReaderRuntime:
+    """Iceberg Java 1.9.2 on PySpark 3.5.7 (this module's venv), with iceberg-aws-bundle 1.9.2."""
+    env = env if env is not None else ensure_java_env()
+    return ReaderRuntime(
+        label=f"Iceberg Java {REFERENCE_ICEBERG_VERSION} (Spark 3.5)",
+        iceberg_version=REFERENCE_ICEBERG_VERSION,
+        python=env.python,
+        jars=(env.jar, _aws_bundle(REFERENCE_ICEBERG_VERSION)),
+        class_path=_sqlite_jdbc(),
+    )
+
+
+def ensure_newest_python(venv_dir: Path | None = None) -> Path:
+    """The python of the newest reader's venv (``NEWEST_REQUIREMENTS``), built once and reused.
+
+    ``venv_dir`` defaults to ``$ICEBERG_SINK_JAVA_NEWEST_VENV`` or ``<project>/.venv-java-newest``; a
+    venv whose marker holds other requirements is rebuilt. Raises ``JavaEnvError`` with pip's output.
+    """
+    override = os.environ.get(NEWEST_VENV_ENV_VAR)
+    if venv_dir is None:
+        venv_dir = Path(override).expanduser() if override else NEWEST_VENV_DIR
+    venv_dir = venv_dir.resolve()
+    python = _venv_python(venv_dir)
+    payload = {"requirements": list(NEWEST_REQUIREMENTS)}
+
+    def complete() -> bool:
+        try:
+            return python.exists() and json.loads((venv_dir / MARKER_NAME).read_text(encoding="utf-8")) == payload
+        except (OSError, ValueError):
+            return False
+
+    if complete():
+        return python
     with _locked(venv_dir):
-        if target.is_file():
-            return target
-        with tempfile.TemporaryDirectory(prefix="iceberg-sink-mirror-fs-") as tmp:
-            classes = Path(tmp) / "classes"
-            classes.mkdir()
-            _run(
-                [javac, "-Xlint:all", "-Werror", "--release", "17", "-cp", hadoop_jar, "-d", classes, MIRROR_FS_SOURCE],
-                f"compiling {MIRROR_FS_SOURCE.name}",
-            )
-            built = sorted(classes.rglob("*.class"))
-            if not built:
-                raise JavaEnvError(f"javac wrote no class files for {MIRROR_FS_SOURCE}")
-            partial = target.with_name(target.name + ".tmp")
-            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
-                jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
-                for cls in built:
-                    jar.write(cls, cls.relative_to(classes).as_posix())
-            partial.replace(target)
-    return target
+        if complete():
+            return python
+        _remove_incomplete(venv_dir)
+        _run([sys.executable, "-m", "venv", venv_dir], "creating the newest Iceberg Java reader venv")
+        log = venv_dir / "install.log"
+        pip: list[str | Path] = [python, "-m", "pip", "--no-input", "--disable-pip-version-check"]
+        _run([*pip, "install", "--upgrade", "pip", "setuptools>=68", "wheel"], "upgrading pip", log)
+        _run([*pip, "install", *NEWEST_REQUIREMENTS], "installing the newest Iceberg Java reader venv", log)
+        _run([*pip, "check"], "pip check in the newest Iceberg Java reader venv", log)
+        _run(
+            [python, "-c", "import pyspark, pyarrow, pandas, numpy"], "importing PySpark in the newest reader venv", log
+        )
+        tmp = venv_dir / (MARKER_NAME + ".tmp")
+        tmp.write_text(json.dumps(payload), encoding="utf-8")
+        tmp.replace(venv_dir / MARKER_NAME)
+    return python
+
+
+def newest_runtime(python: Path | None = None) -> ReaderRuntime:
+    """The newest Iceberg Java (``NEWEST_ICEBERG_VERSION``) on PySpark 4.1 (``ensure_newest_python``).
+
+    The runtime and aws-bundle jars come from Maven Central (cached).
+    """
+    runtime = fetch_jars(
+        f"{NEWEST_RUNTIME_ARTIFACT}-{NEWEST_ICEBERG_VERSION}",
+        [f"org.apache.iceberg:{NEWEST_RUNTIME_ARTIFACT}:{NEWEST_ICEBERG_VERSION}"],
+    )
+    return ReaderRuntime(
+        label=f"Iceberg Java {NEWEST_ICEBERG_VERSION} (Spark 4.1)",
+        iceberg_version=NEWEST_ICEBERG_VERSION,
+        python=python if python is not None else ensure_newest_python(),
+        jars=(*runtime, _aws_bundle(NEWEST_ICEBERG_VERSION)),
+        class_path=_sqlite_jdbc(),
+    )
 
 
 if __name__ == "__main__":
+    # Everything the interop readers need, built or fetched now (scripts/test.sh runs this first).
     started_at = time.monotonic()
-    result = ensure_java_env(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
-    print(f"python={result.python}\njar={result.jar}\n({time.monotonic() - started_at:.1f}s)")
+    for runtime in (
+        reference_runtime(ensure_java_env(Path(sys.argv[1]) if len(sys.argv) > 1 else None)),
+        newest_runtime(),
+    ):
+        print(f"{runtime.label}: python={runtime.python} jars={', '.join(str(j) for j in runtime.jars)}")
+    print(f"({time.monotonic() - started_at:.1f}s)")

@@ -1,8 +1,9 @@
-"""Apache Iceberg Java 1.9.2 (on Spark 3.5) as a reader service: JSON lines on stdin/stdout.
+"""Apache Iceberg Java (on Spark) as a reader service: JSON lines on stdin/stdout.
 
-Run with the Java reader venv's python (see java_env.py)::
+Run with a python that has PySpark, and the Iceberg Spark runtime jar for that Spark (see
+java_env.py: Iceberg 1.9.2 on PySpark 3.5.7, and the newest Iceberg on the project's PySpark 4.x)::
 
-    <venv-java>/bin/python java_reader_server.py --jar <iceberg-spark-runtime-3.5_2.12-1.9.2.jar>
+    <python> java_reader_server.py --jar <iceberg-spark-runtime-...jar> --jar <iceberg-aws-bundle-...jar>
 
 One SparkSession serves every request. Each request is one JSON object on one line of stdin; each
 reply is one JSON object on one line of stdout. Everything else (Spark, log4j, py4j, warnings) goes
@@ -18,6 +19,7 @@ Requests (an optional ``"id"`` is echoed back in the reply)::
     {"op": "metadata_table", "metadata": M, "name": T, "out": P}  (T: history, manifests, entries, ...)
     {"op": "sql", "query": Q, "out": P, "views": {name: M}|null}
     {"op": "read_many", "tables": [M, ...], "out": D}        -> {"ok": true, "rows": [N, ...]}
+    {"op": "s3", "props": {...}}                              -> {"ok": true, "catalog": C}
     {"op": "shutdown"}                                        -> {"ok": true}, then exits
     failures                                                  -> {"ok": false, "error": "..."}
 
@@ -30,10 +32,17 @@ struct columns of metadata tables (snapshot ``summary``, file ``partition``, met
 into JSON strings; the ``files`` table leaves out ``lower_bounds``, ``upper_bounds``,
 ``key_metadata`` and ``readable_metrics``.
 
-With ``--s3-mirror-jar J --s3-mirror-class C --s3-mirror-root R``, ``s3://`` and ``s3a://`` paths are
-served by the Hadoop FileSystem ``C`` from ``J`` (java/MirrorS3FileSystem.java): ``s3://bucket/key``
-is read from the local file ``R/bucket/key``, which the client fills with a copy of the table's
-objects before it asks for an ``s3://`` metadata file. Local paths are read as before.
+``s3://`` (and ``s3a://``) metadata locations are read with Iceberg's own ``S3FileIO`` (the AWS SDK v2
+classes come from the ``iceberg-aws-bundle`` jar): the ``s3`` op names the endpoint and credentials
+(PyIceberg's property names: ``s3.endpoint``, ``s3.access-key-id``, ``s3.secret-access-key``,
+``s3.region``, ``s3.path-style-access``) and the server defines a Spark catalog ``C`` for them: an
+Iceberg ``JdbcCatalog`` on a SQLite file in the server's temporary directory (the sqlite-jdbc driver
+is on ``--class-path``) whose FileIO is ``S3FileIO``. Each ``s3://`` metadata file is registered there
+once, unchanged, under a generated name (``register_table`` writes nothing to S3), and read as that
+table: Iceberg Java resolves every path in the metadata, manifest lists and manifests itself.
+(Path-based loads cannot use S3FileIO: Iceberg reads them with ``HadoopFileIO``; and Iceberg's
+``InMemoryCatalog`` ignores ``io-impl``.) The secret key is never logged: it only travels on stdin
+and sits in the catalog's configuration.
 """
 
 from __future__ import annotations
@@ -78,9 +87,7 @@ def _protocol_stdout() -> IO[str]:
     return os.fdopen(proto_fd, "w", encoding="utf-8", buffering=1)
 
 
-def _start_spark(
-    jar: str, driver_memory: str, cores: int, work_dir: Path, s3_mirror: tuple[str, str, str] | None = None
-) -> Any:
+def _start_spark(jars: list[str], class_path: list[str], driver_memory: str, cores: int, work_dir: Path) -> Any:
     from pyspark.sql import SparkSession
 
     # Loopback only, and scratch space inside our own temporary directory.
@@ -89,10 +96,10 @@ def _start_spark(
     log4j = work_dir / "log4j2.properties"
     log4j.write_text(_LOG4J2, encoding="utf-8")
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
-    builder = (
+    spark = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName("iceberg-java-reader")
-        .config("spark.jars", jar)
+        .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
         .config("spark.driver.memory", driver_memory)
         .config("spark.driver.extraJavaOptions", java_opts)
@@ -105,15 +112,10 @@ def _start_spark(
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # On the JVM's own class path, where java.sql.DriverManager finds JDBC drivers.
+        .config("spark.driver.extraClassPath", os.pathsep.join(class_path))
+        .getOrCreate()
     )
-    if s3_mirror is not None:
-        mirror_jar, mirror_class, mirror_root = s3_mirror
-        # On the driver's launch class path, so Hadoop's Configuration finds the class by name.
-        builder = builder.config("spark.driver.extraClassPath", mirror_jar)
-        for scheme in ("s3", "s3a"):
-            builder = builder.config(f"spark.hadoop.fs.{scheme}.impl", mirror_class)
-        builder = builder.config("spark.hadoop.iceberg-sink.mirror-s3.root", mirror_root)
-    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
@@ -163,14 +165,77 @@ def _jsonify_nested(df: Any, drop: tuple[str, ...] = ()) -> Any:
     return df.select(*cols)
 
 
-class Server:
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
+_S3_PROPS = ("s3.endpoint", "s3.access-key-id", "s3.secret-access-key")
+_S3_SCHEMES = ("s3://", "s3a://")
+_REGISTERED_NAMESPACE = "registered"
 
-    def _load(self, metadata: str, table: str | None = None) -> Any:
+
+class Server:
+    def __init__(self, spark: Any, work_dir: Path) -> None:
+        self.spark = spark
+        self.work_dir = work_dir
+        self._s3_catalogs: dict[tuple[tuple[str, str], ...], str] = {}
+        self._s3_catalog: str | None = None  # the one the last "s3" op chose
+        self._registered: dict[tuple[str, str], str] = {}  # (catalog, metadata location) -> table name
+
+    def _use_s3(self, props: dict[str, Any]) -> dict[str, Any]:
+        """Define (once per distinct set of properties) a catalog reading ``s3://`` through S3FileIO."""
+        missing = [k for k in _S3_PROPS if not props.get(k)]
+        if missing:
+            raise ValueError(f"the s3 op needs {', '.join(_S3_PROPS)}; missing: {', '.join(missing)}")
+        key = tuple(sorted((str(k), str(v)) for k, v in props.items()))
+        name = self._s3_catalogs.get(key)
+        if name is None:
+            name = f"s3_reader_{len(self._s3_catalogs) + 1}"
+            prefix = f"spark.sql.catalog.{name}"
+            conf = {
+                prefix: "org.apache.iceberg.spark.SparkCatalog",
+                f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+                f"{prefix}.uri": f"jdbc:sqlite:file:{self.work_dir / name}.db",
+                f"{prefix}.warehouse": str(self.work_dir / f"{name}-warehouse"),  # required, never written
+                f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+                f"{prefix}.cache-enabled": "false",
+                f"{prefix}.s3.endpoint": str(props["s3.endpoint"]),
+                f"{prefix}.s3.access-key-id": str(props["s3.access-key-id"]),
+                f"{prefix}.s3.secret-access-key": str(props["s3.secret-access-key"]),
+                f"{prefix}.s3.path-style-access": str(props.get("s3.path-style-access", "true")),
+                f"{prefix}.client.region": str(props.get("s3.region", "us-east-1")),
+            }
+            for conf_key, value in conf.items():
+                self.spark.conf.set(conf_key, value)
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.{_REGISTERED_NAMESPACE}")
+            self._s3_catalogs[key] = name
+        self._s3_catalog = name
+        return {"ok": True, "catalog": name}
+
+    def _registered_table(self, metadata: str) -> str:
+        """The catalog table name of the ``s3://`` metadata file ``metadata`` (registered on first use)."""
+        catalog = self._s3_catalog
+        if catalog is None:
+            raise ValueError(f"{metadata} is on S3: send the 's3' op with the endpoint and credentials first")
+        name = self._registered.get((catalog, metadata))
+        if name is None:
+            name = f"{catalog}.{_REGISTERED_NAMESPACE}.t{len(self._registered) + 1}"
+            quoted = metadata.replace("\\", "\\\\").replace("'", "\\'")
+            self.spark.sql(
+                f"CALL {catalog}.system.register_table(table => '{_REGISTERED_NAMESPACE}.{name.rsplit('.', 1)[1]}', "
+                f"metadata_file => '{quoted}')"
+            ).collect()
+            self._registered[(catalog, metadata)] = name
+        return name
+
+    def _source(self, metadata: str) -> str:
+        """What ``spark.read.format("iceberg").load`` takes for ``metadata``: the path itself, or the
+        name of the catalog table registered for it when it is on S3."""
         if not metadata:
             raise ValueError("'metadata' is required")
-        return self.spark.read.format("iceberg").load(metadata if table is None else f"{metadata}#{table}")
+        return self._registered_table(metadata) if metadata.startswith(_S3_SCHEMES) else metadata
+
+    def _load(self, metadata: str, table: str | None = None) -> Any:
+        source = self._source(metadata)
+        if table is not None:
+            source = f"{source}.{table}" if source != metadata else f"{metadata}#{table}"
+        return self.spark.read.format("iceberg").load(source)
 
     def _finish(self, df: Any, req: dict[str, Any]) -> dict[str, Any]:
         where = req.get("where")
@@ -191,7 +256,8 @@ class Server:
             branch = req.get("branch")
             if branch:
                 # A branch other than main: Iceberg's read option picks its head snapshot.
-                df = self.spark.read.format("iceberg").option("branch", branch).load(req.get("metadata", ""))
+                source = self._source(str(req.get("metadata", "")))
+                df = self.spark.read.format("iceberg").option("branch", branch).load(source)
                 return self._finish(df, req)
             return self._finish(self._load(req.get("metadata", "")), req)
         if op == "snapshots":
@@ -210,6 +276,11 @@ class Server:
             return self._finish(self.spark.sql(req["query"]), {**req, "where": None})
         if op == "read_many":
             return self._read_many(req)
+        if op == "s3":
+            props = req.get("props")
+            if not isinstance(props, dict):
+                raise ValueError("'props' (the S3 FileIO properties) is required")
+            return self._use_s3(props)
         raise ValueError(f"unknown op {op!r}")
 
     def _read_many(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -239,22 +310,20 @@ def _error_text(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--jar", required=True, help="path of iceberg-spark-runtime-3.5_2.12-1.9.2.jar")
+    parser.add_argument(
+        "--jar", action="append", required=True, help="a jar for spark.jars (the Iceberg Spark runtime, the AWS bundle)"
+    )
+    parser.add_argument(
+        "--class-path", action="append", default=[], help="a jar for the driver's class path (the JDBC driver)"
+    )
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--cores", type=int, default=1)
-    parser.add_argument("--s3-mirror-jar", help="jar of the Hadoop FileSystem serving s3:// from a local copy")
-    parser.add_argument("--s3-mirror-class", help="that FileSystem's class name")
-    parser.add_argument("--s3-mirror-root", help="directory holding the copy as <root>/<bucket>/<key>")
     args = parser.parse_args(argv)
-    mirror_args = (args.s3_mirror_jar, args.s3_mirror_class, args.s3_mirror_root)
-    if any(mirror_args) and not all(mirror_args):
-        parser.error("--s3-mirror-jar, --s3-mirror-class and --s3-mirror-root go together")
-    s3_mirror = (args.s3_mirror_jar, args.s3_mirror_class, args.s3_mirror_root) if all(mirror_args) else None
 
     proto = _protocol_stdout()
     with tempfile.TemporaryDirectory(prefix="iceberg-java-reader-") as work:
-        spark = _start_spark(args.jar, args.driver_memory, args.cores, Path(work), s3_mirror)
-        server = Server(spark)
+        spark = _start_spark(args.jar, args.class_path, args.driver_memory, args.cores, Path(work))
+        server = Server(spark, Path(work))
         try:
             for line in sys.stdin:
                 if not line.strip():

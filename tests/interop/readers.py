@@ -1,15 +1,18 @@
 """Independent readers of Iceberg tables, each starting from a metadata.json file.
 
-- ``JavaIcebergReader``: Apache Iceberg Java 1.9.2 on Spark 3.5, in a long-lived subprocess of the
-  Java reader venv (java_env.py, java_reader_server.py).
+- ``JavaIcebergReader``: Apache Iceberg Java in a long-lived Spark subprocess (java_reader_server.py):
+  1.9.2 on Spark 3.5 from the Java reader venv, or the newest release on the project's own Spark 4.x
+  (java_env.py: ``reference_runtime``, ``newest_runtime``).
 - ``duckdb_read``: DuckDB 1.5.5's iceberg extension, loaded from the PyPI extension packages.
 - ``pyiceberg_read``: PyIceberg's ``StaticTable`` (append-only tables: it refuses equality deletes).
 - ``normalize``: turns any of their results into a sorted list of plain dicts that compare equal
   across readers.
 
 Every function takes a metadata location as a plain path or a ``file://`` URI. ``JavaIcebergReader``
-also reads tables on S3 (``read_s3``): it copies the table's objects into a local mirror first, since
-the Java reader venv has no S3 client (see ``JavaIcebergReader.mirror_s3``).
+also reads ``s3://`` tables straight from S3 with Iceberg's ``S3FileIO`` once told the endpoint and
+credentials (``use_s3``, or ``read_s3``); ``duckdb_read`` reads them with DuckDB's httpfs
+(``duckdb_s3_read``). ``assert_readers_agree`` checks that every Java reader and DuckDB return the
+same rows as a model.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import IO, Any
@@ -38,7 +40,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from tests.interop.java_env import MIRROR_FS_CLASS, JavaEnv, ensure_java_env, ensure_mirror_fs_jar
+from tests.interop.java_env import JavaEnv, ReaderRuntime, reference_runtime
 
 SERVER_SCRIPT: Path = Path(__file__).resolve().with_name("java_reader_server.py")
 
@@ -54,6 +56,9 @@ _SCRUBBED_ENV = (
     "SPARK_CONF_DIR",
 )
 
+
+# The S3 FileIO properties handed to the server (never logged: the secret key is among them).
+_S3_KEYS = ("s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.region", "s3.path-style-access")
 
 _TIMED_OUT = "<timed out>"  # sentinel: never a reply line, since those end with a newline
 
@@ -82,14 +87,6 @@ def _read_ipc(path: Path) -> pa.Table:
     return table
 
 
-@dataclass(frozen=True)
-class MirroredFiles:
-    """What ``JavaIcebergReader.mirror_s3`` copied: the table location and each object's local copy."""
-
-    location: str
-    files: dict[str, Path]  # s3://bucket/key -> <mirror root>/bucket/key
-
-
 def s3_filesystem(props: Mapping[str, str]) -> pafs.S3FileSystem:
     """An Arrow S3 client from PyIceberg's S3 FileIO properties (``s3.endpoint``, ``s3.access-key-id``,
     ``s3.secret-access-key``, ``s3.region``; path-style addressing)."""
@@ -102,80 +99,53 @@ def s3_filesystem(props: Mapping[str, str]) -> pafs.S3FileSystem:
     )
 
 
-def _split_s3(uri: str) -> tuple[str, str]:
-    """``s3://bucket/key`` (or ``s3a://``) -> ``("bucket", "key")``."""
-    for scheme in ("s3://", "s3a://"):
-        if uri.startswith(scheme):
-            bucket, _, key = uri[len(scheme) :].partition("/")
-            if bucket:
-                return bucket, key
-    raise ValueError(f"expected an s3:// or s3a:// URI with a bucket, got {uri!r}")
-
-
 class JavaIcebergReader:
-    """Apache Iceberg Java 1.9.2 (Spark 3.5) reading tables straight from their metadata.json.
+    """Apache Iceberg Java (1.9.2 on Spark 3.5 by default) reading tables straight from their metadata.json.
 
     One server subprocess with one SparkSession serves all calls; start-up takes ~10 s, a small
     read ~0.5-1 s. Calls are serialized (thread-safe). Results travel as Arrow IPC files in a
     private temporary directory. Timestamps come back as ``timestamp[us, tz=UTC]`` (timestamptz)
     and ``timestamp[us]`` (timestamp); strings/binary as ``string``/``binary``.
 
-    Tables on S3: the Java reader venv has no S3 client (no hadoop-aws or AWS SDK jars come from the
-    package registries), so with ``s3_mirror`` (the default) the server's Hadoop serves ``s3://`` and
-    ``s3a://`` paths from a local directory through java/MirrorS3FileSystem.java (compiled on first
-    use). ``mirror_s3`` copies a table's objects into it with the S3 API, byte for byte; ``read_s3``
-    does that and then reads the unmodified ``s3://`` metadata location, so Iceberg Java resolves
-    every ``s3://`` path in metadata, manifest lists and manifests itself (nothing is rewritten).
-    The copy is a snapshot of the bucket taken when ``mirror_s3`` runs, i.e. after the writes being
-    checked have finished; it cannot show what S3 returned to a reader racing with a writer.
-    Local paths are read exactly as without the mirror.
+    Tables on S3: after ``use_s3(props)`` (PyIceberg's S3 FileIO properties: endpoint, keys, region,
+    path-style access) every ``s3://`` metadata location is read by Iceberg Java's own ``S3FileIO``
+    against that endpoint, with the AWS SDK v2 of the matching ``iceberg-aws-bundle`` jar from Maven
+    Central; a missing object fails the read with Iceberg's "Location does not exist: s3://...".
     """
 
     def __init__(
         self,
-        env: JavaEnv | None = None,
+        env: JavaEnv | ReaderRuntime | None = None,
         *,
         driver_memory: str = "1g",
         cores: int = 1,
         startup_timeout: float = 300.0,
         request_timeout: float = 600.0,
-        s3_mirror: bool = True,
     ) -> None:
-        self.env = env if env is not None else ensure_java_env()
-        mirror_jar = ensure_mirror_fs_jar(self.env) if s3_mirror else None
+        self.runtime = env if isinstance(env, ReaderRuntime) else reference_runtime(env)
+        self.label = self.runtime.label
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = False
+        self._s3_props: dict[str, str] | None = None
         self._dir = Path(tempfile.mkdtemp(prefix="iceberg-java-reader-"))
         self.stderr_path = self._dir / "server-stderr.log"
-        self.mirror_root: Path | None = self._dir / "s3-mirror" if mirror_jar is not None else None
-        mirror_args: list[str] = []
-        if mirror_jar is not None and self.mirror_root is not None:
-            self.mirror_root.mkdir()
-            mirror_args = [
-                "--s3-mirror-jar",
-                str(mirror_jar),
-                "--s3-mirror-class",
-                MIRROR_FS_CLASS,
-                "--s3-mirror-root",
-                str(self.mirror_root),
-            ]
         self._stderr: IO[bytes] = self.stderr_path.open("wb")
         child_env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
         child_env["PYTHONUNBUFFERED"] = "1"
         started = time.monotonic()
+        jar_args = [arg for jar in self.runtime.jars for arg in ("--jar", str(jar))]
+        jar_args += [arg for jar in self.runtime.class_path for arg in ("--class-path", str(jar))]
         self._proc = subprocess.Popen(
             [
-                str(self.env.python),
+                str(self.runtime.python),
                 str(SERVER_SCRIPT),
-                "--jar",
-                str(self.env.jar),
+                *jar_args,
                 "--driver-memory",
                 driver_memory,
                 "--cores",
                 str(cores),
-                *mirror_args,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -327,39 +297,15 @@ class JavaIcebergReader:
         named = {name: os.fspath(loc) for name, loc in (views or {}).items()}
         return self._table_request({"op": "sql", "query": query, "views": named})
 
-    def mirror_s3(self, props: Mapping[str, str], metadata_location: str) -> MirroredFiles:
-        """Copy every object under the table's location (read from the ``s3://`` metadata file) from S3
-        into the local mirror, replacing any earlier copy of that location, and return what was copied.
-
-        ``props`` are PyIceberg S3 FileIO properties (see ``s3_filesystem``). The copy is taken now,
-        byte for byte: call it after the writes being checked have finished. Files the metadata
-        references outside the table location are not copied, so reading them fails loudly.
-        """
-        if self.mirror_root is None:
-            raise RuntimeError("this JavaIcebergReader was started with s3_mirror=False")
-        fs = s3_filesystem(props)
-        meta_bucket, meta_key = _split_s3(metadata_location)
-        with fs.open_input_stream(f"{meta_bucket}/{meta_key}") as fh:
-            location = str(json.loads(fh.read())["location"]).rstrip("/")
-        bucket, prefix = _split_s3(location)
-        scheme = location.split("://", 1)[0]
-        if meta_bucket != bucket or not meta_key.startswith(prefix + "/"):
-            raise ValueError(f"{metadata_location} is not under the table location {location}: cannot mirror it")
-        target = self.mirror_root / bucket / prefix
-        if target.exists():
-            shutil.rmtree(target)
-        copied: dict[str, Path] = {}
-        for info in fs.get_file_info(pafs.FileSelector(f"{bucket}/{prefix}", recursive=True)):
-            if info.type != pafs.FileType.File:
-                continue
-            local = self.mirror_root / info.path
-            local.parent.mkdir(parents=True, exist_ok=True)
-            with fs.open_input_stream(info.path) as src, local.open("wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            if local.stat().st_size != info.size:
-                raise RuntimeError(f"copied {local.stat().st_size} bytes of {info.path}, S3 listed {info.size}")
-            copied[f"{scheme}://{info.path}"] = local
-        return MirroredFiles(location=location, files=copied)
+    def use_s3(self, props: Mapping[str, str]) -> None:
+        """Read ``s3://`` metadata locations from now on with S3FileIO configured from ``props``
+        (PyIceberg's ``s3.endpoint``, ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.region``,
+        ``s3.path-style-access``). Cheap when ``props`` are the ones already in use."""
+        wanted = {k: str(props[k]) for k in _S3_KEYS if k in props}
+        if wanted == self._s3_props:
+            return
+        self._request({"op": "s3", "props": wanted})
+        self._s3_props = wanted
 
     def read_s3(
         self,
@@ -368,8 +314,8 @@ class JavaIcebergReader:
         where: str | None = None,
         branch: str | None = None,
     ) -> pa.Table:
-        """``mirror_s3`` then ``read`` of the unmodified ``s3://`` metadata location."""
-        self.mirror_s3(props, metadata_location)
+        """``use_s3(props)`` then ``read`` of the ``s3://`` metadata location."""
+        self.use_s3(props)
         return self.read(metadata_location, where=where, branch=branch)
 
     def close(self) -> None:
@@ -472,6 +418,34 @@ def duckdb_read_many(metadata_locations: Sequence[str | os.PathLike[str]]) -> li
             con.sql(f"select * from iceberg_scan('{_local_path(m).replace(chr(39), chr(39) * 2)}')").to_arrow_table()
             for m in metadata_locations
         ]
+    finally:
+        con.close()
+
+
+def duckdb_s3_read(props: Mapping[str, str], metadata_location: str) -> pa.Table:
+    """``iceberg_scan`` of an ``s3://`` metadata file with DuckDB's httpfs extension (PyPI
+    duckdb-extension-httpfs, never downloaded), against the endpoint and keys in ``props``."""
+    import duckdb
+
+    spec = find_spec("duckdb_extension_httpfs")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = sorted(
+        p for loc in locations for p in Path(loc).glob(f"extensions/v{duckdb.__version__}/httpfs.duckdb_extension")
+    )
+    if not found:
+        raise RuntimeError(
+            f"PyPI package duckdb-extension-httpfs has no httpfs extension for DuckDB {duckdb.__version__}"
+        )
+    con = duckdb_connect()
+    try:
+        con.load_extension(str(found[0]))
+        endpoint = props["s3.endpoint"].removeprefix("http://")
+        con.execute(
+            "CREATE SECRET s3_reader (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false)",
+            [props["s3.access-key-id"], props["s3.secret-access-key"], props.get("s3.region", "us-east-1"), endpoint],
+        )
+        path = metadata_location.replace("'", "''")
+        return con.sql(f"select * from iceberg_scan('{path}')").to_arrow_table()
     finally:
         con.close()
 
@@ -579,6 +553,10 @@ def normalize(table: pa.Table, sort_by: Sequence[str]) -> list[dict[str, Any]]:
     rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
     if not columns:
         rows = [{} for _ in range(table.num_rows)]
+    return _canonical_order(rows, sort_by)
+
+
+def _canonical_order(rows: list[dict[str, Any]], sort_by: Sequence[str]) -> list[dict[str, Any]]:
     return sorted(
         rows,
         key=lambda row: (
@@ -614,3 +592,73 @@ def canonical_schema(table: pa.Table | pa.Schema) -> dict[str, str]:
     """``{column: canonical_type}`` for comparing column types across readers."""
     schema = table.schema if isinstance(table, pa.Table) else table
     return {field.name: canonical_type(field.type) for field in schema}
+
+
+# -- every reader against a model ------------------------------------------------------------------
+
+
+def _want(expected: pa.Table | Sequence[Mapping[str, Any]], sort_by: Sequence[str]) -> list[dict[str, Any]]:
+    """The model as ``normalize`` would give it: an Arrow table is normalized; rows (dicts of plain
+    values, e.g. an earlier ``normalize`` result) are put in ``normalize``'s order."""
+    if isinstance(expected, pa.Table):
+        return normalize(expected, sort_by)
+    return _canonical_order([dict(r) for r in expected], sort_by)
+
+
+def _difference(label: str, location: str, got: list[dict[str, Any]], want: list[dict[str, Any]]) -> str:
+    """An assertion message: who read what, and a few rows only one side has."""
+    extra = [r for r in got if r not in want][:3]
+    missing = [r for r in want if r not in got][:3]
+    return (
+        f"{label} read {len(got)} rows of {location}, the model has {len(want)}; "
+        f"read but not in the model: {extra}; in the model but not read: {missing}"
+    )
+
+
+def assert_readers_agree(
+    java_readers: Sequence[JavaIcebergReader],
+    metadata_location: str | os.PathLike[str],
+    expected: pa.Table | Sequence[Mapping[str, Any]],
+    sort_by: Sequence[str],
+    *,
+    s3: Mapping[str, str] | None = None,
+    duckdb: bool = True,
+) -> None:
+    """Every Java reader (e.g. Iceberg Java 1.9.2 and the newest) and DuckDB read exactly ``expected``.
+
+    ``expected`` is the model: an Arrow table (normalized here) or rows as dicts of plain values in
+    ``normalize``'s form (e.g. its result; ``NAN`` for NaN, UTC datetimes for timestamptz). ``s3``
+    are the S3 FileIO properties when the table is on S3 (Java through S3FileIO, DuckDB through
+    httpfs). The assertion message names the reader that differs.
+    """
+    want = _want(expected, sort_by)
+    location = os.fspath(metadata_location)
+    for java in java_readers:
+        if s3 is not None:
+            java.use_s3(s3)
+        got = normalize(java.read(location), sort_by)
+        assert got == want, _difference(java.label, location, got, want)
+    if duckdb:
+        table = duckdb_s3_read(s3, location) if s3 is not None else duckdb_read(location)
+        got = normalize(table, sort_by)
+        assert got == want, _difference("DuckDB", location, got, want)
+
+
+def assert_readers_agree_many(
+    java_readers: Sequence[JavaIcebergReader],
+    expected: Mapping[str, pa.Table | Sequence[Mapping[str, Any]]],
+    sort_by: Sequence[str],
+    *,
+    duckdb: bool = True,
+) -> None:
+    """``assert_readers_agree`` of many local tables (metadata location -> model), one request per
+    Java reader (``read_many``) and one DuckDB connection."""
+    locations = list(expected)
+    wants = [_want(expected[m], sort_by) for m in locations]
+    results: list[tuple[str, list[pa.Table]]] = [(java.label, java.read_many(locations)) for java in java_readers]
+    if duckdb:
+        results.append(("DuckDB", duckdb_read_many(locations)))
+    for label, tables in results:
+        for location, want, table in zip(locations, wants, tables, strict=True):
+            got = normalize(table, sort_by)
+            assert got == want, _difference(label, location, got, want)

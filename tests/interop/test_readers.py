@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -31,12 +32,13 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from tests.interop.java_env import JavaEnv
+from tests.interop.java_env import NEWEST_ICEBERG_VERSION, REFERENCE_ICEBERG_VERSION, JavaEnv
 from tests.interop.readers import (
     NAN,
     JavaIcebergReader,
     JavaReaderDied,
     JavaReaderError,
+    assert_readers_agree,
     canonical_schema,
     duckdb_read,
     duckdb_read_many,
@@ -164,6 +166,22 @@ def test_java_reads_what_was_appended(java_reader: JavaIcebergReader, appended: 
     got = java_reader.read(appended.current)
     assert got.num_rows == BATCHES * ROWS_PER_BATCH
     assert normalize(got, ["id"]) == _expected(appended.all_rows)
+
+
+def test_every_java_reader_and_duckdb_read_what_was_appended(
+    java_readers: tuple[JavaIcebergReader, ...], appended: AppendedTable
+) -> None:
+    """Iceberg Java 1.9.2 on Spark 3.5, the newest Iceberg Java on this venv's Spark 4, and DuckDB."""
+    assert [r.runtime.iceberg_version for r in java_readers] == [REFERENCE_ICEBERG_VERSION, NEWEST_ICEBERG_VERSION]
+    assert java_readers[0].spark_version.startswith("3.5.")
+    assert java_readers[1].spark_version.startswith("4.1.")
+    expected = pa.Table.from_pylist(appended.all_rows, schema=ARROW_SCHEMA)
+    for metadata, rows in zip(appended.metadata, appended.rows, strict=True):
+        assert_readers_agree(java_readers, metadata, pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), ["id"])
+    for reader in java_readers:
+        assert canonical_schema(reader.read(appended.current)) == canonical_schema(ARROW_SCHEMA), reader.label
+    with pytest.raises(AssertionError, match=r"Iceberg Java 1\.9\.2 .*read 30 rows of .*the model has 29"):
+        assert_readers_agree(java_readers, appended.current, expected.slice(1), ["id"])
 
 
 def test_duckdb_reads_what_was_appended(appended: AppendedTable) -> None:
@@ -309,6 +327,53 @@ def test_read_many_equals_one_read_per_table(
         assert normalize(got, ["id"] if got.num_rows else []) == normalize(
             duckdb_read(location), ["id"] if got.num_rows else []
         )
+
+
+TAMPER_READERS = ("java-1.9.2", "java-newest", "duckdb")
+
+
+@pytest.fixture
+def two_file_table(tmp_path: Path) -> tuple[str, list[Path], pa.Table]:
+    """A table of two appends, one data file each, both files of the same size (so one can stand in
+    for the other byte for byte); returns the metadata location, the data files and all rows."""
+    catalog = SqlCatalog("tamper", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("db")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
+    table = catalog.create_table("db.t", schema)
+    first = pa.table({"id": [1], "s": ["aaaa"]}, schema=schema)
+    second = pa.table({"id": [2], "s": ["bbbb"]}, schema=schema)
+    table.append(first)
+    table.append(second)
+    files = [Path(p.removeprefix("file://")) for p in sorted(table.inspect.files()["file_path"].to_pylist())]
+    assert len(files) == 2 and files[0].stat().st_size == files[1].stat().st_size
+    return table.metadata_location, files, pa.concat_tables([first, second])
+
+
+@pytest.mark.parametrize("reader", TAMPER_READERS)
+def test_each_reader_fails_on_a_tampered_table(
+    java_readers: tuple[JavaIcebergReader, ...], two_file_table: tuple[str, list[Path], pa.Table], reader: str
+) -> None:
+    """Each reader's check can fail: a data file replaced by another one's bytes (same size, valid
+    Parquet) is a difference from the model; a deleted data file is an error naming it."""
+    metadata, files, rows = two_file_table
+    java = {"java-1.9.2": (java_readers[0],), "java-newest": (java_readers[1],), "duckdb": ()}[reader]
+    check_duckdb = reader == "duckdb"
+    assert_readers_agree(java, metadata, rows, ["id"], duckdb=check_duckdb)
+
+    files[1].write_bytes(files[0].read_bytes())  # the second append now holds the first one's row
+    with pytest.raises(AssertionError, match="read 2 rows"):
+        assert_readers_agree(java, metadata, rows, ["id"], duckdb=check_duckdb)
+    kept = pq.read_table(files[0]).column("id").to_pylist()
+    assert_readers_agree(
+        java, metadata, [{"id": kept[0], "s": "aaaa" if kept == [1] else "bbbb"}] * 2, ["id"], duckdb=check_duckdb
+    )
+
+    files[0].unlink()
+    error: type[BaseException] = JavaReaderError if java else Exception
+    with pytest.raises(error) as failure:
+        assert_readers_agree(java, metadata, rows, ["id"], duckdb=check_duckdb)
+    assert not isinstance(failure.value, AssertionError), "a missing file must fail the read, not lose rows"
+    assert files[0].name in str(failure.value)
 
 
 def test_java_errors_are_reported_and_the_server_survives(java_reader: JavaIcebergReader, tmp_path: Path) -> None:
