@@ -66,6 +66,7 @@ from iceberg_sink.errors import (
     WriteFailedError,
 )
 from iceberg_sink.observe.metrics import SinkMetrics
+from iceberg_sink.sources import kafka_offsets
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table import evolution
 from iceberg_sink.table.carried import project as project_carried
@@ -359,6 +360,8 @@ class SinkJob:
     def _commit(self, committable: Committable, table: Table | None = None) -> CommitOutcome:
         started = time.monotonic()
         properties = dict(self._job_properties)
+        if self._streaming:  # how far each Kafka partition is (sources/kafka_offsets.py)
+            properties.update(kafka_offsets.summary_properties(self._store.spark_offset_log(committable.checkpoint_id)))
         if self._config.pre_commit_hooks:
             properties.update(self.hooks.before_commit(committable.summary))
         try:
