@@ -63,6 +63,7 @@ def spark_conf(request: dict[str, Any]) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.driver.memory": "1g",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "America/Los_Angeles",
     }
 
