@@ -35,7 +35,7 @@ def run_cli(config: Path, *args: str) -> dict[str, Any]:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,  # a Spark start and two micro-batches; minutes on a machine shared by many Spark runs
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
