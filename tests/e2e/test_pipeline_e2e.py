@@ -11,9 +11,9 @@ twice in one transaction, one ``ALTER TABLE ... ADD COLUMN``, one ``TRUNCATE``).
 (tests/e2e/pipeline_driver.py: ``subscribePattern`` + ``.debezium(key_from="key")`` + ``.route`` +
 ``.cdc(key_column=...)`` + add-columns) writes every table; during the workload the Spark driver
 is SIGKILLed, the broker restarted and Kafka Connect SIGKILLed and restarted (it re-sends what came
-after its last flushed offset: duplicates must not double anything). Then the stream is drained by
-``iceberg-sink run pipeline.yaml --available-now`` on the same checkpoint (the YAML form of the same
-pipeline), and every Iceberg table, read by Iceberg Java and DuckDB, must equal PostgreSQL's
+after its last flushed offset: duplicates must not double anything). Then the stream drains the
+topics, and ``iceberg-sink run pipeline.yaml --available-now`` (the YAML form of the same pipeline)
+resumes on the same checkpoint location; every Iceberg table, read by Iceberg Java and DuckDB, must equal PostgreSQL's
 ``SELECT *`` of its source table, value for value; every committed snapshot names the Kafka offsets
 it holds.
 
@@ -408,6 +408,10 @@ def spark_position(checkpoint: Path) -> dict[str, dict[int, int]]:
     return {t: {int(p): o for p, o in parts.items()} for t, parts in json.loads(lines[2]).items()}
 
 
+def reached(position: dict[str, dict[int, int]], end: dict[str, dict[int, int]]) -> bool:
+    return all(position.get(t, {}).get(p, -1) >= o for t, parts in end.items() for p, o in parts.items())
+
+
 def run_cli_drain(config: Path, checkpoint: Path, end: dict[str, dict[int, int]]) -> str:
     """``iceberg-sink run CONFIG --available-now`` until Spark's position reaches ``end``."""
     outputs = []
@@ -425,7 +429,7 @@ def run_cli_drain(config: Path, checkpoint: Path, end: dict[str, dict[int, int]]
         outputs.append(done.stdout + done.stderr[-4000:])
         assert done.returncode == 0, f"iceberg-sink run failed ({done.returncode}):\n{outputs[-1][-8000:]}"
         position = spark_position(checkpoint)
-        if all(position.get(t, {}).get(p, -1) >= o for t, parts in end.items() for p, o in parts.items()):
+        if reached(position, end):
             return "\n".join(outputs)
         assert time.monotonic() < deadline, f"not drained: at {position}, end {end}"
 
@@ -546,13 +550,20 @@ def run_pipeline(
         raise failure[0]
     assert workload.altered and workload.truncated, workload.counts
 
-    # Drain: let Connect catch up (the end offsets stop moving), stop the driver, finish with the CLI.
+    # Drain: let Connect catch up (the end offsets stop moving).
     previous: dict[str, dict[int, int]] = {}
     end = broker.end_offsets(request["pattern"])
     while end != previous:
         time.sleep(10)
         previous, end = end, broker.end_offsets(request["pattern"])
+    # The running driver drains the topics (a kill now would throw away its batch in progress) ...
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while not reached(spark_position(checkpoint), end):
+        driver.check_alive()
+        assert time.monotonic() < deadline, f"not drained: at {spark_position(checkpoint)}, end {end}"
+        time.sleep(2)
     driver.kill()
+    # ... and the same pipeline from its YAML file resumes from the same checkpoint location.
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump(pipeline_yaml(request)))
     run_cli_drain(config, checkpoint, end)
