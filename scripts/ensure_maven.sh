@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs Maven (Debian package `maven`) when `mvn` is missing: the interop readers of the tests fetch
 # their jars (the newest Iceberg Spark runtime, iceberg-aws-bundle, sqlite-jdbc) from Maven Central
-# with it (tests/interop/maven.py). Idempotent and quiet when mvn exists; fails loudly otherwise.
+# with it (tests/interop/maven.py), and scripts/pipeline_components.py those of Kafka, Kafka Connect +
+# Debezium and Spark's Kafka source. Idempotent and quiet when mvn exists; fails loudly otherwise.
 set -euo pipefail
 
 if command -v mvn >/dev/null 2>&1; then

@@ -237,6 +237,7 @@ _KAFKA = {
     "type": one_of("kafka"),
     "bootstrap_servers": STRING,
     "topic": STRING,
+    "topic_pattern": STRING,
     "starting_offsets": STRING,
     "value_format": one_of("json", "raw"),
     "schema": STRING,
@@ -253,8 +254,13 @@ def _source(value: Any, path: str, problems: list[str]) -> Any:
         else:
             problems.append(_problem(path, "a mapping with a type (files, rate or kafka)", value))
         return value
-    required = {"files": ("path", "format"), "rate": (), "kafka": ("bootstrap_servers", "topic")}[kind]
+    required = {"files": ("path", "format"), "rate": (), "kafka": ("bootstrap_servers",)}[kind]
     checked: dict[str, Any] = mapping(_SOURCES[kind], required=required)(value, path, problems)
+    if kind == "kafka" and isinstance(checked, dict) and ("topic" in checked) == ("topic_pattern" in checked):
+        problems.append(
+            f"{path}: expected one of topic (a topic name) or topic_pattern (a Java regular expression of topic "
+            "names), received " + ("both" if "topic" in checked else "neither")
+        )
     if kind == "kafka" and checked.get("value_format") == "json" and "schema" not in checked:
         problems.append(f"{path}.schema: required with value_format json (a DDL string such as 'id long, v string')")
     return checked
@@ -504,7 +510,9 @@ def open_source(spark: SparkSession, config: RunConfig) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", source["bootstrap_servers"])
-        .option("subscribe", source["topic"])
+        .option(
+            *(("subscribe", source["topic"]) if "topic" in source else ("subscribePattern", source["topic_pattern"]))
+        )
         .option("startingOffsets", source.get("starting_offsets", "earliest"))
         .options(**{k: str(v) for k, v in source.get("options", {}).items()})
     )

@@ -30,6 +30,7 @@ from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import CatalogUnavailableError, CommitStateUnknownError, PendingCheckpointsLimitError
 from iceberg_sink.observe.metrics import SinkMetrics
+from iceberg_sink.sources import kafka_offsets
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
@@ -104,7 +105,10 @@ class PendingCommits:
         """Commit ``committable`` (idempotently) and forget it; raises :class:`CatalogOutage` when a
         stream's catalog is unreachable (the committable stays stored)."""
         started = time.monotonic()
-        properties = {**self._job_properties, **self._hooks.before_commit(committable.summary)}
+        properties = dict(self._job_properties)
+        if self._streaming:  # how far each Kafka partition is (sources/kafka_offsets.py)
+            properties.update(kafka_offsets.summary_properties(self._store.spark_offset_log(committable.checkpoint_id)))
+        properties.update(self._hooks.before_commit(committable.summary))
         try:
             outcome = self._committer.commit(committable, extra_properties=properties, table=table)
         except Exception as e:

@@ -73,6 +73,10 @@ class CheckpointStore:
         except FileNotFoundError:
             return None
 
+    def spark_offset_log(self, batch_id: int) -> bytes | None:
+        """Spark's offset log entry of micro-batch ``batch_id`` (``<location>/offsets/<id>``); None if absent."""
+        return self._read(f"{self._location}/offsets/{batch_id}")
+
     @classmethod
     def for_table(cls, checkpoint_location: str, table: str, create: bool = True) -> CheckpointStore:
         """The state of one table of a routed sink, under ``<location>/iceberg_sink/tables/<table>``."""

@@ -56,7 +56,9 @@ def postgres_bin() -> Path:
 class PostgresServer:
     """One throw-away PostgreSQL cluster on 127.0.0.1 (trust authentication, no fsync)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        """``settings``: more server settings (``{"wal_level": "logical"}`` for Debezium)."""
+        self.settings = dict(settings or {})
         self.bin = postgres_bin()
         self.root = Path(tempfile.mkdtemp(prefix="iceberg-sink-pg-"))
         self.data = self.root / "data"
@@ -92,6 +94,7 @@ class PostgresServer:
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off -c max_connections=50"
+        options += "".join(f" -c {key}={value}" for key, value in self.settings.items())
         self._run(
             "pg_ctl",
             "-D",

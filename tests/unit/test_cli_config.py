@@ -63,7 +63,10 @@ def test_missing_keys_and_wrong_shapes() -> None:
     assert problems("- a\n- b\n")[0].startswith("(top level): expected a mapping (the pipeline) with keys source")
     found = problems("source: {type: kafka}\nsink: {table: db.t, upsert: {key: [id]}, cdc: {op_column: op}}\n")
     assert "source.bootstrap_servers: required, missing" in found
-    assert "source.topic: required, missing" in found
+    assert (
+        "source: expected one of topic (a topic name) or topic_pattern (a Java regular expression of topic names), "
+        "received neither"
+    ) in found
     assert "sink.cdc.op_column: required, missing" not in found  # given; key may be omitted (table/keys.py)
     assert "checkpoint_location: required, missing" in found
     found = problems("source: {type: rate}\nsink: {embedded: a}\ncheckpoint_location: c\n")
@@ -76,6 +79,17 @@ def test_missing_keys_and_wrong_shapes() -> None:
         "source: {type: rate}\nsink: {table: db.t, embedded: a, catalog: {name: c}}\ncheckpoint_location: c\n"
     )
     assert found == ["sink: expected one of embedded or catalog, received both"]
+
+
+def test_kafka_topic_or_topic_pattern() -> None:
+    head = "source: {type: kafka, bootstrap_servers: 'b:9092', "
+    tail = "}\nsink: {table: db.t}\ncheckpoint_location: c\n"
+    assert runconfig.parse(head + "topic: t" + tail, "p.yaml").source["topic"] == "t"
+    assert runconfig.parse(head + "topic_pattern: 'shop[.].*'" + tail, "p.yaml").source["topic_pattern"] == "shop[.].*"
+    assert problems(head + "topic: t, topic_pattern: 'x.*'" + tail) == [
+        "source: expected one of topic (a topic name) or topic_pattern (a Java regular expression of topic names), "
+        "received both"
+    ]
 
 
 def test_yaml_syntax_errors_name_the_line() -> None:

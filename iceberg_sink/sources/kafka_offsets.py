@@ -1,0 +1,76 @@
+"""How far each Kafka partition is in a table: Spark's end offsets of a checkpoint in its snapshot.
+
+Spark's streaming engine writes, before it runs micro-batch N, the end offset of every source of N
+to ``<checkpoint_location>/offsets/N`` (``v1``, a metadata line, then one JSON line per source). A
+Kafka source's line maps topics to ``{"<partition>": <offset>}``; that offset is the partition's
+*next* record after the batch (exclusive end). The sink's checkpoint id is the micro-batch id, so
+the commit of checkpoint N adds to its snapshot summary::
+
+    kafka.offsets.<topic>.<partition> = <end offset>
+
+for every Kafka partition the batch read (a routed stream: to every table's snapshot of that
+checkpoint, each table being as far as the stream). Every record of a partition before that offset
+is in the table (or was filtered out); a checkpoint committed later (after a catalog outage) still
+gets its own batch's offsets. Other sources' lines (files, rate) add nothing, nor does a batch
+whose offset log entry Spark already purged (it keeps the last ``minBatchesToRetain``, 100).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_PREFIX = "kafka.offsets."
+"""Snapshot summary key prefix: ``kafka.offsets.<topic>.<partition>`` (the topic may hold dots; the
+partition is the part after the last one)."""
+
+
+def summary_key(topic: str, partition: int) -> str:
+    return f"{SUMMARY_PREFIX}{topic}.{partition}"
+
+
+def parse_summary(summary: dict[str, str]) -> dict[str, dict[int, int]]:
+    """The ``{topic: {partition: end offset}}`` a snapshot summary records (empty: none)."""
+    out: dict[str, dict[int, int]] = {}
+    for key, value in summary.items():
+        if key.startswith(SUMMARY_PREFIX):
+            topic, _, partition = key[len(SUMMARY_PREFIX) :].rpartition(".")
+            if topic and partition.isdigit():
+                out.setdefault(topic, {})[int(partition)] = int(value)
+    return out
+
+
+def _kafka_offsets(line: str) -> dict[str, dict[str, int]] | None:
+    """A source's offset line when it is a Kafka source's (``{topic: {partition: offset}}``)."""
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or not parsed:
+        return None
+    for partitions in parsed.values():
+        if not isinstance(partitions, dict) or not partitions:
+            return None
+        for partition, offset in partitions.items():
+            if not str(partition).isdigit() or not isinstance(offset, int) or isinstance(offset, bool):
+                return None
+    return parsed
+
+
+def summary_properties(offset_log: bytes | None) -> dict[str, str]:
+    """The summary keys of one offset log entry (``<checkpoint>/offsets/<batch id>``; None: absent)."""
+    if offset_log is None:
+        return {}
+    lines = offset_log.decode("utf-8", errors="replace").splitlines()
+    if not lines or not lines[0].startswith("v"):
+        logger.warning("Spark offset log entry does not start with a version line; Kafka offsets not recorded")
+        return {}
+    properties: dict[str, str] = {}
+    for line in lines[2:]:
+        offsets = _kafka_offsets(line.strip())
+        for topic, partitions in (offsets or {}).items():
+            for partition, offset in partitions.items():
+                properties[summary_key(topic, int(partition))] = str(offset)
+    return properties

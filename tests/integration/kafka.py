@@ -1,0 +1,69 @@
+"""A real Kafka broker, Kafka Connect with Debezium, and Spark's Kafka source jars for tests.
+
+Everything comes from scripts/pipeline_components.py (the same code the docs' scripts run): jars
+fetched once from Maven Central into ``${ICEBERG_SINK_CACHE:-~/.cache/iceberg-sink}/maven``, JVMs on
+127.0.0.1 in the test's temporary directory. A component that cannot be fetched or started fails the
+test with its log; it never skips.
+
+Tests that need Spark's Kafka source run their Spark in a subprocess (the session's shared
+SparkSession is started without the jars): :func:`spark_kafka_conf` gives the ``spark.jars`` entry.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def components() -> ModuleType:
+    """scripts/pipeline_components.py as a module (scripts/ is not a package)."""
+    name = "iceberg_sink_pipeline_components"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / "pipeline_components.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fail(e: Exception) -> None:
+    pytest.fail(f"{type(e).__name__}: {e}", pytrace=False)
+
+
+def spark_kafka_conf() -> dict[str, str]:
+    """``spark.jars`` of Spark's Kafka source for the installed PySpark (fetched on first use)."""
+    import pyspark
+
+    try:
+        jars = components().spark_kafka_jars(pyspark.__version__)
+    except Exception as e:
+        _fail(e)
+    return {"spark.jars": ",".join(str(p) for p in jars)}
+
+
+def start_broker(root: Path) -> object:
+    try:
+        broker = components().KafkaBroker(root)
+        broker.start()
+    except Exception as e:
+        _fail(e)
+    return broker
+
+
+@pytest.fixture
+def kafka_broker(tmp_path: Path) -> Iterator[object]:
+    """A started one-node KRaft broker of its own for one test (tests may stop and start it)."""
+    broker = start_broker(tmp_path / "kafka")
+    try:
+        yield broker
+    finally:
+        broker.stop()  # type: ignore[attr-defined]
