@@ -180,8 +180,9 @@ class IcebergSinkBuilder:
         ``.map_batches(lambda b: read_envelope(b, value_column, truncate=truncate, **kwargs))`` (see
         iceberg_sink/sources/debezium.py and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``.
 
-        ``truncate``: what a truncate event (op ``t``) does: ``"fail"`` (default: refused, naming the op),
-        ``"skip"``, or ``"apply"`` (the table is emptied at that point of the change order).
+        ``truncate``: what a truncate event (op ``t``) does: ``"fail"`` (default: refused, naming the op)
+        or ``"skip"``; ``"apply"`` (empty the table at that point of the change order) is reserved and
+        refused for now.
         """
         from iceberg_sink.sources.debezium import TRUNCATE_POLICIES, read_envelope
 

@@ -66,6 +66,8 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
+from tests.model import debezium_steps
+from tests.model.debezium_steps import DEBEZIUM
 
 Row = dict[str, Any]
 
@@ -123,9 +125,9 @@ class Crash(RuntimeError):
 def skipped_operations() -> set[str]:
     raw = os.environ.get(SKIP_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED}
+    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED, DEBEZIUM}
     if unknown:
-        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED]
+        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED, DEBEZIUM]
         raise ValueError(f"{SKIP_ENV}: unknown operation kinds {sorted(unknown)}; known: {known}")
     return names
 
@@ -1303,6 +1305,8 @@ class World:
                 if ROUTED not in self.skip and self.routed_rng.random() < ROUTED_EVERY:
                     self.op_routed_cdc()
                     self.check_routed()
+                if DEBEZIUM not in self.skip:
+                    debezium_steps.maybe_step(self)  # its own generator: tests/model/debezium_steps.py
             except ModelMismatch:
                 raise
             except Exception as exc:
