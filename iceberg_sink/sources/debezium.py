@@ -235,7 +235,8 @@ def _unscaled(data: Column) -> Column:
     signed = F.when(first >= 128, first - 256).otherwise(first).cast("decimal(38,0)")
 
     def step(acc: Column, i: Column) -> Column:
-        return (acc * F.lit(256) + byte(i)).try_cast("decimal(38,0)")
+        # try_*: a value past 38 digits is null (then refused), also under ANSI mode.
+        return F.try_add(F.try_multiply(acc, F.lit(256)), byte(i)).try_cast("decimal(38,0)")
 
     rest = F.aggregate(F.sequence(F.lit(1), n - 1), signed, step)
     return F.when(n == 0, F.lit(0).cast("decimal(38,0)")).when(n == 1, signed).otherwise(rest)

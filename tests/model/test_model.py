@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import _faults
 from tests.interop.readers import JavaIcebergReader
-from tests.model import harness
+from tests.model import debezium_steps, harness
 from tests.model.harness import SKIP_ENV, World, run_seed
 
 pytestmark = pytest.mark.interop
@@ -96,3 +96,15 @@ def test_routed_job_crashes_and_replays(spark: SparkSession, java_reader: JavaIc
         if sum("-> crashed" in line for line in world.trace) >= 3:
             break
     assert sum("-> crashed" in line for line in world.trace) >= 3, "\n".join(world.trace)
+
+
+def test_debezium_hostile_events(spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path) -> None:
+    """The short profile may draw ``debezium_cdc`` rarely: its job alone, both with and without the
+    schema part and both truncate policies, for a few batches each (tests/model/debezium_steps.py)."""
+    world = World(spark, java_reader, tmp_path, seed=11)
+    for schema, truncate in ((True, "fail"), (False, "skip")):
+        job = debezium_steps.DebeziumJob(world.seed, world.catalog_props, tmp_path / f"dbz-{schema}")
+        job.schema, job.truncate = schema, truncate
+        for _ in range(4):
+            job.step(world)
+        world.catalog.drop_table(debezium_steps.TABLE)
