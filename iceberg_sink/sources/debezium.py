@@ -261,13 +261,13 @@ def _micros(value: Column, unit: tuple[int, int]) -> Column:
     micros = value.cast("long")
     if multiplier != 1:
         micros = (micros.cast("decimal(38,0)") * F.lit(multiplier)).try_cast("long")
-    if divisor != 1:
-        micros = F.floor(micros / F.lit(divisor)).cast("long")
+    if divisor != 1:  # in decimal: nanoseconds since the epoch are past a double's exact integers
+        micros = F.floor(micros.cast("decimal(38,0)") / F.lit(divisor)).try_cast("long")
     return micros
 
 
 def _timestamp_ntz(micros: Column) -> Column:
-    days = F.floor(micros / F.lit(_MICROS_PER_DAY))
+    days = F.floor(micros.cast("decimal(38,0)") / F.lit(_MICROS_PER_DAY)).try_cast("long")
     rest = micros - days * F.lit(_MICROS_PER_DAY)
     seconds = (rest.cast("decimal(20,0)") / F.lit(1_000_000)).cast("decimal(18,6)")
     epoch = F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
