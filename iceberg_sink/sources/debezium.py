@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -222,38 +222,55 @@ def _label(schema: dict[str, Any] | None, dtype: T.DataType) -> str:
     return kind
 
 
+def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body(value)`` with ``value`` computed once: a lambda variable, so an expression used several
+    times in ``body`` is not copied into the plan each time (copies grow the plan past the driver's memory)."""
+    return F.get(F.transform(F.array(value), body), 0)
+
+
 def _unscaled(data: Column) -> Column:
     """The two's-complement big-endian integer in binary ``data`` (Connect's Decimal), as decimal(38, 0);
     null when it does not fit 38 digits."""
-    hexed = F.hex(data)
-    n = F.length(data)
 
-    def byte(i: Column) -> Column:
-        return F.conv(hexed.substr(i * 2 + 1, F.lit(2)), 16, 10).cast("int")
+    def from_hex(hexed: Column) -> Column:
+        n = F.length(hexed) / 2
 
-    first = byte(F.lit(0))
-    signed = F.when(first >= 128, first - 256).otherwise(first).cast("decimal(38,0)")
+        def byte(i: Column) -> Column:
+            return F.conv(hexed.substr(i * 2 + 1, F.lit(2)), 16, 10).cast("int")
 
-    def step(acc: Column, i: Column) -> Column:
-        # try_*: a value past 38 digits is null (then refused), also under ANSI mode.
-        return F.try_add(F.try_multiply(acc, F.lit(256)), byte(i)).try_cast("decimal(38,0)")
+        def rest(signed: Column) -> Column:
+            def step(acc: Column, i: Column) -> Column:
+                # try_*: a value past 38 digits is null (then refused), also under ANSI mode.
+                return F.try_add(F.try_multiply(acc, F.lit(256)), byte(i)).try_cast("decimal(38,0)")
 
-    rest = F.aggregate(F.sequence(F.lit(1), n - 1), signed, step)
-    return F.when(n == 0, F.lit(0).cast("decimal(38,0)")).when(n == 1, signed).otherwise(rest)
+            more = F.aggregate(F.sequence(F.lit(1), (n - 1).cast("int")), signed, step)
+            return F.when(n == 0, F.lit(0).cast("decimal(38,0)")).when(n == 1, signed).otherwise(more)
+
+        first = byte(F.lit(0))
+        return _let(F.when(first >= 128, first - 256).otherwise(first).cast("decimal(38,0)"), rest)
+
+    return _let(F.hex(data), from_hex)
 
 
 def _scaled_text(unscaled: Column, scale: Column) -> Column:
     """The exact decimal text of ``unscaled`` * 10^-``scale`` (scale >= 0), for a cast to decimal or as is."""
-    digits = F.abs(unscaled).cast("string")
-    width = F.greatest(F.length(digits), scale + 1)
-    padded = F.concat(F.lit("0" * 40), digits)
-    whole = padded.substr(F.length(padded) - width + 1, width)
-    sign = F.when(unscaled < 0, F.lit("-")).otherwise(F.lit(""))
-    integral = whole.substr(F.lit(1), width - scale)
-    fraction = whole.substr(width - scale + 1, scale)
-    return F.when(unscaled.isNull() | scale.isNull() | (scale < 0), F.lit(None).cast("string")).otherwise(
-        F.concat(sign, integral, F.when(scale > 0, F.concat(F.lit("."), fraction)).otherwise(F.lit("")))
-    )
+
+    def text(u: Column, k: Column) -> Column:
+        def with_digits(digits: Column) -> Column:
+            width = F.greatest(F.length(digits), k + 1)
+            padded = F.concat(F.lit("0" * 40), digits)
+            whole = padded.substr(F.length(padded) - width + 1, width)
+            sign = F.when(u < 0, F.lit("-")).otherwise(F.lit(""))
+            integral = whole.substr(F.lit(1), width - k)
+            fraction = whole.substr(width - k + 1, k)
+            return F.concat(sign, integral, F.when(k > 0, F.concat(F.lit("."), fraction)).otherwise(F.lit("")))
+
+        return F.when(u.isNull() | k.isNull() | (k < 0), F.lit(None).cast("string")).otherwise(
+            _let(F.abs(u).cast("string"), with_digits)
+        )
+
+    pair = F.struct(unscaled.alias("u"), scale.cast("int").alias("k"))
+    return _let(pair, lambda p: text(p.getField("u"), p.getField("k")))
 
 
 def _micros(value: Column, unit: tuple[int, int]) -> Column:
