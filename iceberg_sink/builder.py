@@ -243,14 +243,24 @@ class IcebergSinkBuilder:
         self._dead_letter = table
         return self
 
-    def debezium(self, value_column: str = "value", **kwargs: Any) -> IcebergSinkBuilder:
+    def debezium(self, value_column: str = "value", *, truncate: str = "fail", **kwargs: Any) -> IcebergSinkBuilder:
         """Read each micro-batch as Debezium JSON envelopes: shorthand for
-        ``.map_batches(lambda b: read_envelope(b, value_column, **kwargs))`` (see iceberg_sink/sources/debezium.py
-        and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``."""
-        from iceberg_sink.sources.debezium import read_envelope
+        ``.map_batches(lambda b: read_envelope(b, value_column, truncate=truncate, **kwargs))`` (see
+        iceberg_sink/sources/debezium.py and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``.
+
+        ``truncate``: what a truncate event (op ``t``) does: ``"fail"`` (default: refused, naming the op)
+        or ``"skip"``; ``"apply"`` (empty the table at that point of the change order) is reserved and
+        refused for now.
+        """
+        from iceberg_sink.sources.debezium import TRUNCATE_POLICIES, read_envelope
+
+        if truncate not in TRUNCATE_POLICIES:
+            raise InvalidSinkConfigError(
+                f"debezium(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
+            )
 
         def read(batch: DataFrame) -> DataFrame:
-            return read_envelope(batch, value_column, **kwargs)
+            return read_envelope(batch, value_column, truncate=truncate, **kwargs)
 
         return self.map_batches(read)
 

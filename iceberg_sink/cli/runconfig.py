@@ -214,6 +214,8 @@ _SINK = mapping(
                     "keep": string_list,
                     "key_from": STRING,
                     "key_column": STRING,
+                    "truncate": one_of("apply", "skip", "fail"),
+                    "unavailable_value": STRING,
                 }
             )
         ),

@@ -39,19 +39,47 @@ every new column.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink.errors import InvalidInputError
 from iceberg_sink.sources.readers import infer_json_schema, union_types
+from iceberg_sink.sources.rejects import reject_where
+
+logger = logging.getLogger("iceberg_sink")
 
 _PAYLOAD = "__iceberg_sink_payload"
 _ROW = "__iceberg_sink_row"
 _KEY = "__iceberg_sink_message_key"
+_REASON = "__iceberg_sink_dbz_reason"
+_ROW_REASON = "__iceberg_sink_dbz_row_reason"
+_IDENTITY = "__iceberg_sink_dbz_source"
+_OP = "__iceberg_sink_dbz_op"
+_AFTER = "__iceberg_sink_dbz_after"
+_BEFORE = "__iceberg_sink_dbz_before"
+_IMAGE = "__iceberg_sink_dbz_image"
+_SCHEMA = "__iceberg_sink_dbz_schema"
+_ORDER = "__iceberg_sink_dbz_order"
+_TEXTS = "__iceberg_sink_dbz_texts"
+_PARSED = "__iceberg_sink_dbz_parsed"
+_CONVERTED = "__iceberg_sink_dbz_converted"
+_OLD = "__iceberg_sink_dbz_old"
+
+#: The error class a refused Debezium event carries (sources/rejects.py).
+REJECT_CLASS = "InvalidInputError"
+
+#: ``truncate=`` policies of :func:`read_envelope`.
+TRUNCATE_POLICIES = ("apply", "skip", "fail")
+
+#: What PostgreSQL's connector sends for an unchanged TOASTed column (``unavailable.value.placeholder``).
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"
+
+_KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
 
 _CONNECT_PRIMITIVES: dict[str, T.DataType] = {
     "int8": T.IntegerType(),
@@ -67,26 +95,69 @@ _CONNECT_PRIMITIVES: dict[str, T.DataType] = {
     "bytes": T.BinaryType(),
 }
 
+# Logical types (the Connect schema's "name"), as Iceberg's Kafka Connect sink maps them.
+_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+_VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+_DATES = ("org.apache.kafka.connect.data.Date", "io.debezium.time.Date")
+#: Time of day: the physical value's unit, as (multiplier, divisor) to microseconds.
+_TIMES = {
+    "org.apache.kafka.connect.data.Time": (1000, 1),
+    "io.debezium.time.Time": (1000, 1),
+    "io.debezium.time.MicroTime": (1, 1),
+    "io.debezium.time.NanoTime": (1, 1000),
+}
+#: Timestamps without a zone: the physical value's unit, as (multiplier, divisor) to microseconds.
+_TIMESTAMPS = {
+    "org.apache.kafka.connect.data.Timestamp": (1000, 1),
+    "io.debezium.time.Timestamp": (1000, 1),
+    "io.debezium.time.MicroTimestamp": (1, 1),
+    "io.debezium.time.NanoTimestamp": (1, 1000),
+}
+_ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+#: Without a ``connect.decimal.precision`` parameter a Decimal is decimal(38, scale), as Iceberg's Kafka Connect sink does.
+DEFAULT_DECIMAL_PRECISION = 38
+_MICROS_PER_DAY = 86_400_000_000
 
-def connect_to_spark(schema: dict[str, Any], path: str = "") -> T.DataType:
-    """The Spark type of a Kafka Connect JSON schema (``{"type": "struct", "fields": [...]}``, ...).
 
-    Raises:
-        InvalidInputError: an unknown Connect type, naming the field.
-    """
+def _logical(schema: dict[str, Any]) -> str | None:
+    name = schema.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _decimal_type(schema: dict[str, Any], path: str) -> T.DecimalType:
+    params = schema.get("parameters") or {}
+    try:
+        scale = int(params.get("scale", 0))
+        precision = int(params.get("connect.decimal.precision", DEFAULT_DECIMAL_PRECISION))
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(
+            f"Debezium envelope schema: field {path!r} is a Decimal with parameters {params!r}; expected integer "
+            "'scale' and 'connect.decimal.precision'"
+        ) from e
+    if not (1 <= precision <= 38 and 0 <= scale <= precision):
+        raise InvalidInputError(
+            f"Debezium envelope schema: field {path!r} is a Decimal of precision {precision} and scale {scale}; "
+            "Iceberg's decimals take a precision of 1 to 38 and a scale of 0 to the precision (configure the "
+            "connector's decimal.handling.mode=string or double for wider values)"
+        )
+    return T.DecimalType(precision, scale)
+
+
+def _physical(schema: dict[str, Any], path: str) -> T.DataType:
+    """The Spark type ``from_json`` reads a Connect value with (its physical form in JSON)."""
     kind = schema.get("type")
     if kind == "struct":
-        fields = []
-        for f in schema.get("fields") or []:
-            name = f.get("field")
-            fields.append(T.StructField(name, connect_to_spark(f, f"{path}.{name}" if path else name), True))
-        return T.StructType(fields)
+        return T.StructType(
+            [
+                T.StructField(f.get("field"), _physical(f, _sub(path, f.get("field"))), True)
+                for f in schema.get("fields") or []
+            ]
+        )
     if kind == "array":
-        return T.ArrayType(connect_to_spark(schema.get("items") or {}, f"{path}.element"))
+        return T.ArrayType(_physical(schema.get("items") or {}, f"{path}.element"))
     if kind == "map":
         return T.MapType(
-            connect_to_spark(schema.get("keys") or {}, f"{path}.key"),
-            connect_to_spark(schema.get("values") or {}, f"{path}.value"),
+            _physical(schema.get("keys") or {}, f"{path}.key"), _physical(schema.get("values") or {}, f"{path}.value")
         )
     if isinstance(kind, str) and kind in _CONNECT_PRIMITIVES:
         return _CONNECT_PRIMITIVES[kind]
@@ -96,23 +167,278 @@ def connect_to_spark(schema: dict[str, Any], path: str = "") -> T.DataType:
     )
 
 
+def _sub(path: str, name: Any) -> str:
+    return f"{path}.{name}" if path else str(name)
+
+
+def connect_to_spark(schema: dict[str, Any], path: str = "") -> T.DataType:
+    """The Spark type of a Kafka Connect JSON schema, logical types mapped (see docs/cdc.md):
+    Decimal to decimal(p, s), VariableScaleDecimal to string, Date to date, Time/MicroTime/NanoTime to
+    long (microseconds of the day), Timestamp/MicroTimestamp/NanoTimestamp to timestamp_ntz,
+    ZonedTimestamp to timestamp; other names (Uuid, Json, Enum, EnumSet, ...) keep their physical type.
+
+    Raises:
+        InvalidInputError: an unknown Connect type, naming the field.
+    """
+    logical = _logical(schema)
+    kind = schema.get("type")
+    if logical == _DECIMAL and kind == "bytes":
+        return _decimal_type(schema, path)
+    if logical == _VARIABLE_SCALE_DECIMAL and kind == "struct":
+        return T.StringType()
+    if logical in _DATES and kind in ("int32", "int64"):
+        return T.DateType()
+    if logical in _TIMES and kind in ("int32", "int64"):
+        return T.LongType()
+    if logical in _TIMESTAMPS and kind == "int64":
+        return T.TimestampNTZType()
+    if logical == _ZONED_TIMESTAMP and kind == "string":
+        return T.TimestampType()
+    if kind == "struct":
+        return T.StructType(
+            [
+                T.StructField(f.get("field"), connect_to_spark(f, _sub(path, f.get("field"))), True)
+                for f in schema.get("fields") or []
+            ]
+        )
+    if kind == "array":
+        return T.ArrayType(connect_to_spark(schema.get("items") or {}, f"{path}.element"))
+    if kind == "map":
+        return T.MapType(
+            connect_to_spark(schema.get("keys") or {}, f"{path}.key"),
+            connect_to_spark(schema.get("values") or {}, f"{path}.value"),
+        )
+    return _physical(schema, path)
+
+
+def _label(schema: dict[str, Any] | None, dtype: T.DataType) -> str:
+    """How a refusal names a field's declared type: the Connect type (and logical name), else Spark's."""
+    if schema is None:
+        return dtype.simpleString()
+    logical = _logical(schema)
+    kind = str(schema.get("type"))
+    if logical in (_DECIMAL, _VARIABLE_SCALE_DECIMAL, *_DATES, *_TIMES, *_TIMESTAMPS, _ZONED_TIMESTAMP):
+        return f"{kind} {logical} ({dtype.simpleString()})"
+    return kind
+
+
+def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body(value)`` with ``value`` computed once: a lambda variable, so an expression used several
+    times in ``body`` is not copied into the plan each time (copies grow the plan past the driver's memory)."""
+    return F.get(F.transform(F.array(value), body), 0)
+
+
+def _unscaled(data: Column) -> Column:
+    """The two's-complement big-endian integer in binary ``data`` (Connect's Decimal), as decimal(38, 0);
+    null when it does not fit 38 digits."""
+
+    def from_hex(hexed: Column) -> Column:
+        n = F.length(hexed) / 2
+
+        def byte(i: Column) -> Column:
+            return F.conv(hexed.substr(i * 2 + 1, F.lit(2)), 16, 10).cast("int")
+
+        def rest(signed: Column) -> Column:
+            def step(acc: Column, i: Column) -> Column:
+                # try_*: a value past 38 digits is null (then refused), also under ANSI mode.
+                return F.try_add(F.try_multiply(acc, F.lit(256)), byte(i)).try_cast("decimal(38,0)")
+
+            more = F.aggregate(F.sequence(F.lit(1), (n - 1).cast("int")), signed, step)
+            return F.when(n == 0, F.lit(0).cast("decimal(38,0)")).when(n == 1, signed).otherwise(more)
+
+        first = byte(F.lit(0))
+        return _let(F.when(first >= 128, first - 256).otherwise(first).cast("decimal(38,0)"), rest)
+
+    return _let(F.hex(data), from_hex)
+
+
+def _scaled_text(unscaled: Column, scale: Column) -> Column:
+    """The exact decimal text of ``unscaled`` * 10^-``scale`` (scale >= 0), for a cast to decimal or as is."""
+
+    def text(u: Column, k: Column) -> Column:
+        def with_digits(digits: Column) -> Column:
+            width = F.greatest(F.length(digits), k + 1)
+            padded = F.concat(F.lit("0" * 40), digits)
+            whole = padded.substr(F.length(padded) - width + 1, width)
+            sign = F.when(u < 0, F.lit("-")).otherwise(F.lit(""))
+            integral = whole.substr(F.lit(1), width - k)
+            fraction = whole.substr(width - k + 1, k)
+            return F.concat(sign, integral, F.when(k > 0, F.concat(F.lit("."), fraction)).otherwise(F.lit("")))
+
+        return F.when(u.isNull() | k.isNull() | (k < 0), F.lit(None).cast("string")).otherwise(
+            _let(F.abs(u).cast("string"), with_digits)
+        )
+
+    pair = F.struct(unscaled.alias("u"), scale.cast("int").alias("k"))
+    return _let(pair, lambda p: text(p.getField("u"), p.getField("k")))
+
+
+def _micros(value: Column, unit: tuple[int, int]) -> Column:
+    multiplier, divisor = unit
+    micros = value.cast("long")
+    if multiplier != 1:
+        micros = (micros.cast("decimal(38,0)") * F.lit(multiplier)).try_cast("long")
+    if divisor != 1:  # in decimal: nanoseconds since the epoch are past a double's exact integers
+        micros = F.floor(micros.cast("decimal(38,0)") / F.lit(divisor)).try_cast("long")
+    return micros
+
+
+def _timestamp_ntz(micros: Column) -> Column:
+    days = F.floor(micros.cast("decimal(38,0)") / F.lit(_MICROS_PER_DAY)).try_cast("long")
+    rest = micros - days * F.lit(_MICROS_PER_DAY)
+    seconds = (rest.cast("decimal(20,0)") / F.lit(1_000_000)).cast("decimal(18,6)")
+    epoch = F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
+    return epoch + F.make_dt_interval(days.try_cast("int"), F.lit(0), F.lit(0), seconds)
+
+
+def _needs_conversion(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    if kind == "struct":
+        return _logical(schema) == _VARIABLE_SCALE_DECIMAL or any(
+            _needs_conversion(f) for f in schema.get("fields") or []
+        )
+    if kind == "array":
+        return _needs_conversion(schema.get("items") or {})
+    if kind == "map":
+        return _needs_conversion(schema.get("values") or {})
+    return connect_to_spark(schema) != _physical(schema, "")
+
+
+def _convert(value: Column, schema: dict[str, Any], path: str) -> Column:
+    """``value`` (as ``from_json`` read it with :func:`_physical`) in the type :func:`connect_to_spark` gives."""
+    if not _needs_conversion(schema):
+        return value
+    logical = _logical(schema)
+    kind = schema.get("type")
+    target = connect_to_spark(schema, path)
+    if logical == _DECIMAL:
+        assert isinstance(target, T.DecimalType)
+        return _scaled_text(_unscaled(value), F.lit(target.scale)).try_cast(target)
+    if logical == _VARIABLE_SCALE_DECIMAL:
+        return _scaled_text(_unscaled(value.getField("value")), value.getField("scale").cast("int"))
+    if logical in _DATES:
+        return F.date_add(F.lit("1970-01-01").cast("date"), value.try_cast("int"))
+    if logical in _TIMES:
+        return _micros(value, _TIMES[logical])
+    if logical in _TIMESTAMPS:
+        return _timestamp_ntz(_micros(value, _TIMESTAMPS[logical]))
+    if logical == _ZONED_TIMESTAMP:
+        return value.try_cast("timestamp")
+    if kind == "struct":
+        fields = [
+            _convert(value.getField(f.get("field")), f, _sub(path, f.get("field"))).alias(f.get("field"))
+            for f in schema.get("fields") or []
+        ]
+        return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    if kind == "array":
+        items = schema.get("items") or {}
+        return F.transform(value, lambda x: _convert(x, items, f"{path}.element"))
+    assert kind == "map"
+    values = schema.get("values") or {}
+    return F.transform_values(value, lambda _k, v: _convert(v, values, f"{path}.value"))
+
+
+def _fit(value: Column, source: T.DataType, target: T.DataType) -> Column:
+    """``value`` of type ``source`` as ``target``, a union of it (extra struct fields null, promotions cast)."""
+    if source == target:
+        return value
+    if isinstance(source, T.StructType) and isinstance(target, T.StructType):
+        have = {f.name: f.dataType for f in source.fields}
+        fields = [
+            (
+                _fit(value.getField(f.name), have[f.name], f.dataType)
+                if f.name in have
+                else F.lit(None).cast(f.dataType)
+            ).alias(f.name)
+            for f in target.fields
+        ]
+        return F.when(value.isNull(), F.lit(None).cast(target)).otherwise(F.struct(*fields))
+    if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
+        return F.transform(value, lambda x: _fit(x, source.elementType, target.elementType))
+    if isinstance(source, T.MapType) and isinstance(target, T.MapType) and source.keyType == target.keyType:
+        return F.transform_values(value, lambda _k, v: _fit(v, source.valueType, target.valueType))
+    return value.cast(target)
+
+
+# -- one rule for values: a non-null JSON value that reads as null (or inf from a finite number) is refused
+
+
+def _refusal(
+    value: Column, raw: Column, dtype: T.DataType, schema: dict[str, Any] | None, path: str, texts: Column | None = None
+) -> Column:
+    """The reason (a string Column, null when none) a value read from JSON text ``raw`` is refused:
+    a non-null JSON value that reads as null (it does not fit its declared type: an int32 holding
+    3000000000, a boolean "yes", bad base64, a decimal wider than its precision), or a float that
+    became infinite from a finite number; checked for every field, nested ones too."""
+    name = f"field '{path}'" if path else "the row image"
+    message = F.concat(
+        F.lit(f"{name} holds '"),
+        F.substring(raw, 1, 100),
+        F.lit(f"', which does not fit its declared type {_label(schema, dtype)}"),
+    )
+    lost = raw.isNotNull() & value.isNull()
+    if isinstance(dtype, T.FloatType | T.DoubleType):
+        lost = lost | (raw.isNotNull() & value.isin(float("inf"), float("-inf")) & ~F.lower(raw).contains("inf"))
+    here = F.when(lost, message)
+    fields = (schema or {}).get("fields") if schema is not None else None
+    by_name = {f.get("field"): f for f in fields or [] if isinstance(f, dict)}
+    if isinstance(dtype, T.StructType):
+        if schema is not None and _logical(schema) == _VARIABLE_SCALE_DECIMAL:
+            return here
+        if texts is None:
+            texts = F.from_json(raw, T.MapType(T.StringType(), T.StringType()))
+        children = [
+            _refusal(
+                value.getField(f.name),
+                F.try_element_at(texts, F.lit(f.name)),
+                f.dataType,
+                by_name.get(f.name) if schema is not None else None,
+                _sub(path, f.name),
+            )
+            for f in dtype.fields
+        ]
+        return F.coalesce(here, *children) if children else here
+    if isinstance(dtype, T.ArrayType):
+        items = (schema or {}).get("items") if schema is not None else None
+        texts = F.from_json(raw, T.ArrayType(T.StringType()))
+        inner = F.zip_with(value, texts, lambda v, r: _refusal(v, r, dtype.elementType, items, f"{path}.element"))
+        return F.coalesce(here, F.get(F.filter(inner, lambda x: x.isNotNull()), 0))
+    if isinstance(dtype, T.MapType) and isinstance(dtype.keyType, T.StringType):
+        values = (schema or {}).get("values") if schema is not None else None
+        entries = F.from_json(raw, T.MapType(T.StringType(), T.StringType()))
+        inner = F.map_zip_with(
+            value, entries, lambda _k, v, r: _refusal(v, r, dtype.valueType, values, f"{path}.value")
+        )
+        return F.coalesce(here, F.get(F.filter(F.map_values(inner), lambda x: x.isNotNull()), 0))
+    return here
+
+
+# -- row schemas
+
+
+def _row_schema(envelope_text: str) -> dict[str, Any]:
+    try:
+        envelope = json.loads(envelope_text)
+    except ValueError as e:
+        raise InvalidInputError(
+            f"Debezium envelope: its 'schema' part is not JSON ({e}): {envelope_text[:200]!r}"
+        ) from e
+    fields = {f.get("field"): f for f in envelope.get("fields") or [] if isinstance(f, dict)}
+    row = fields.get("after") or fields.get("before")
+    if row is None:
+        raise InvalidInputError(
+            "Debezium envelope: its schema has no 'after' or 'before' field; expected a Debezium change "
+            f"event envelope, received schema fields {sorted(k for k in fields if k)}"
+        )
+    return dict(row)
+
+
 def _row_schema_from_envelopes(schemas: list[str]) -> T.StructType | None:
     """The union of the row schemas (``after``, else ``before``) of distinct envelope schemas."""
     merged: T.DataType | None = None
     problems: list[str] = []
     for text in schemas:
-        try:
-            envelope = json.loads(text)
-        except ValueError as e:
-            raise InvalidInputError(f"Debezium envelope: its 'schema' part is not JSON ({e}): {text[:200]!r}") from e
-        fields = {f.get("field"): f for f in envelope.get("fields") or [] if isinstance(f, dict)}
-        row = fields.get("after") or fields.get("before")
-        if row is None:
-            raise InvalidInputError(
-                "Debezium envelope: its schema has no 'after' or 'before' field; expected a Debezium change "
-                f"event envelope, received schema fields {sorted(k for k in fields if k)}"
-            )
-        row_type = connect_to_spark(row)
+        row_type = connect_to_spark(_row_schema(text))
         merged = row_type if merged is None else union_types(merged, row_type, "", problems)
     if problems:
         raise InvalidInputError(
@@ -144,38 +470,78 @@ def _json_path(path: str) -> str:
     return "$." + path
 
 
+# -- routed table names
+
+
+def table_name(parts: Sequence[Column]) -> Column:
+    """The routed table name of ``source`` fields ``parts``: one part as is; several joined with
+    ``_s_`` after doubling every ``_`` in each part, so distinct sources never share a name
+    (``inventory``, ``public``, ``order_items`` give ``inventory_s_public_s_order__items``). Null parts
+    (MySQL's events have no ``schema``) are left out."""
+    if len(parts) == 1:
+        return parts[0]
+    escaped = [F.regexp_replace(p, "_", "__") for p in parts]
+    return F.concat_ws("_s_", *escaped)
+
+
+def _collisions(df: DataFrame, table_column: str, identity: Column) -> Column:
+    """A reason for the rows whose routed name another source of this batch also maps to."""
+    window = Window.partitionBy(F.col(table_column))
+    low, high = F.min(identity).over(window), F.max(identity).over(window)
+    other = F.when(identity == low, high).otherwise(low)
+    return F.when(
+        F.col(table_column).isNotNull() & (low != high),
+        F.concat(
+            F.lit("routed table name '"),
+            F.col(table_column),
+            F.lit("' is the name of two sources in this batch ("),
+            identity,
+            F.lit(" and "),
+            other,
+            F.lit("); table_fields must give each source its own name (see docs/cdc.md)"),
+        ),
+    )
+
+
 def read_envelope(
     df: DataFrame,
     value_column: str = "value",
     *,
     op_column: str = "op",
-    order_by: str | None = "source.lsn",
+    order_by: str | Sequence[str] | None = "source.lsn",
     order_column: str = "lsn",
-    order_type: str = "long",
+    order_type: str | Sequence[str] = "long",
     table_column: str | None = "source_table",
-    table_fields: Sequence[str] = ("table",),
+    table_fields: Sequence[str] = ("db", "schema", "table"),
     row_schema: T.StructType | None = None,
     row_column: str | None = None,
     keep: Sequence[str] = (),
     key_from: str | None = None,
     key_column: str = "key_columns",
+    truncate: str = "fail",
+    unavailable_value: str | None = UNAVAILABLE_VALUE,
 ) -> DataFrame:
     """Debezium JSON change events in ``value_column`` as rows, their operation, order and source table.
 
     Plug the result into ``.cdc(op_column="op", key=[...], order_by="lsn")``; see the module docstring.
+    An event that cannot be read (not JSON, an unknown op, an update without ``after``, a value that
+    does not fit its declared type, ...) is refused with :func:`iceberg_sink.sources.rejects.reject_where`,
+    naming the reason and the event; the sink fails the batch on it (or dead-letters it).
 
     Args:
         df: a bounded DataFrame of events (a micro-batch; for streams use the builder's
             ``.debezium(...)``, which applies this to every micro-batch).
         value_column: the event value (string or binary JSON); null values (tombstones) are skipped.
-        op_column: name of the operation column in the result (Debezium's c, u, d, r).
-        order_by: payload path of the order value (``source.lsn``, ``ts_ms``, ``source.ts_ms``, ...);
-            None for no order column.
+        op_column: name of the operation column in the result (Debezium's c, u, d, r; t with ``truncate="apply"``).
+        order_by: payload path of the order value (``source.lsn``, ``ts_ms``, ``source.ts_ms``, ...), or
+            a list of paths ordered lexicographically (MySQL: ``["source.file", "source.pos", "source.row"]``,
+            the order column is then a struct of them, null when any is missing); None for no order column.
         order_column: name of the order column in the result.
-        order_type: Spark type the order value is cast to (``long``, ``string``, ...).
+        order_type: Spark type the order value is cast to (``long``, ``string``, ...); one per path for
+            a list of paths (a single type applies to all of them).
         table_column: name of the source table column in the result; None for none.
-        table_fields: ``source`` fields forming the source table name, joined with ``_``
-            (``("db", "table")`` gives ``inventory_customers``).
+        table_fields: ``source`` fields forming the source table name (see :func:`table_name`); by
+            default database, schema and table, so same-named tables of two schemas never merge.
         row_schema: the row's schema; by default from the envelopes' schema parts, else inferred.
         row_column: keep each row image as JSON text in this column instead of expanding it into
             columns (for per-table expansion after routing, with :func:`iceberg_sink.sources.readers.read_json`).
@@ -184,67 +550,296 @@ def read_envelope(
             key, JSON with or without a schema part); its field names, in order, go to ``key_column``
             as an array, for ``.cdc(key_column=...)``: each routed table keyed by its source's primary key.
         key_column: name of the key names column in the result (with ``key_from``).
+        truncate: what a truncate event (op ``t``) does: ``"fail"`` (default: it is refused, naming the
+            op), ``"skip"`` (ignored); ``"apply"`` (empty the table at that point of the change order) is
+            reserved and refused for now. Message events (op ``m``) are always skipped.
+        unavailable_value: the placeholder PostgreSQL's connector sends for an unchanged TOASTed column
+            (``unavailable.value.placeholder``); such a column of an update keeps its stored value
+            (see docs/cdc.md). None: no placeholder.
 
     Raises:
-        InvalidInputError: a column name clash, an unknown Connect type, or conflicting column types.
+        InvalidInputError: a bad argument, a column name clash, an unknown Connect type, or conflicting column types.
     """
+    if truncate == "apply":
+        raise InvalidInputError(
+            "read_envelope(truncate='apply'): emptying the table at a truncate is not supported yet (it needs "
+            "the deletes of every row committed before, see docs/cdc.md); pass truncate='fail' (default) or 'skip'"
+        )
+    if truncate not in TRUNCATE_POLICIES:
+        raise InvalidInputError(
+            f"read_envelope(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
+        )
+    paths = [order_by] if isinstance(order_by, str) else list(order_by) if order_by is not None else []
+    types = [order_type] * len(paths) if isinstance(order_type, str) else list(order_type)
+    if order_by is not None and (
+        not paths or len(types) != len(paths) or not all(isinstance(p, str) and p for p in paths)
+    ):
+        raise InvalidInputError(
+            "read_envelope(order_by=..., order_type=...): expected a payload path or a non-empty list of them, and "
+            f"one order type or one per path; received order_by={order_by!r}, order_type={order_type!r}"
+        )
     missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in df.columns]
     if missing:
         raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {df.columns}")
     value = F.col(value_column).cast("string")
     message_key = [F.col(key_from).cast("string").alias(_KEY)] if key_from is not None else []
+    kafka = [c for c in ("topic", "partition", "offset") if c in df.columns and c not in keep]
+    carried = [*keep, *kafka]
     events = df.where(value.isNotNull() & (F.trim(value) != F.lit(""))).select(
-        *[F.col(c) for c in keep], value.alias(value_column), *message_key
+        *[F.col(c) for c in carried], value.alias(value_column), *message_key
     )
     v = F.col(value_column)
     # With the schema part, the payload is under "payload"; without it the value is the payload.
-    events = events.withColumn(_PAYLOAD, F.coalesce(F.get_json_object(v, "$.payload"), v))
+    # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
+    payload_text = F.coalesce(F.get_json_object(v, "$.payload"), v)
+    events = events.withColumn(_PAYLOAD, payload_text)
     payload = F.col(_PAYLOAD)
-    op = F.get_json_object(payload, "$.op")
+    events = events.select(
+        "*",
+        F.get_json_object(payload, "$.op").alias(_OP),
+        F.get_json_object(payload, "$.after").alias(_AFTER),
+        F.get_json_object(payload, "$.before").alias(_BEFORE),
+        F.get_json_object(v, "$.schema").alias(_SCHEMA),
+        *[F.get_json_object(payload, _json_path(p)).alias(f"{_ORDER}{i}") for i, p in enumerate(paths)],
+    )
+    op, after, before, schema_part = F.col(_OP), F.col(_AFTER), F.col(_BEFORE), F.col(_SCHEMA)
+    # Message events carry no row; a skipped truncate is dropped too (before any check of its row).
+    dropped = ["m"] + (["t"] if truncate == "skip" else [])
+    events = events.where(op.isNull() | ~op.isin(*dropped))
+    events = events.withColumn(_IMAGE, F.when(op == F.lit("d"), before).otherwise(after))
+    image = F.col(_IMAGE)
     extra: list[Column] = [op.alias(op_column)]
-    if order_by is not None:
-        extra.append(F.get_json_object(payload, _json_path(order_by)).cast(order_type).alias(order_column))
+    reasons: list[Column] = [
+        F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")),
+        F.when(F.json_object_keys(payload).isNull(), F.lit("value is not a JSON object")),
+        F.when(op.isNull(), F.lit(f"event has no op; expected one of {', '.join(_KNOWN_OPS)}")),
+        F.when(
+            ~op.isin(*_KNOWN_OPS),
+            F.concat(F.lit("unknown op '"), op, F.lit(f"'; expected one of {', '.join(_KNOWN_OPS)}")),
+        ),
+    ]
+    if truncate == "fail":
+        reasons.append(
+            F.when(
+                op == F.lit("t"),
+                F.lit("truncate event (op 't') refused by truncate='fail'; pass truncate='apply' or 'skip'"),
+            )
+        )
+    for code, name, row_image in (("c", "create", after), ("r", "read", after), ("u", "update", after)):
+        reasons.append(F.when((op == F.lit(code)) & row_image.isNull(), F.lit(f"{name} without after")))
+    reasons.append(F.when((op == F.lit("d")) & before.isNull(), F.lit("delete without before")))
+    for row_image, name in ((after, "after"), (before, "before")):
+        reasons.append(
+            F.when(
+                row_image.isNotNull() & F.json_object_keys(row_image).isNull(), F.lit(f"{name} is not a JSON object")
+            )
+        )
+    raw_orders = [F.col(f"{_ORDER}{i}") for i in range(len(paths))]
+    if paths:
+        orders = [r.try_cast(t) for r, t in zip(raw_orders, types, strict=True)]
+        for path, raw_order, order, kind in zip(paths, raw_orders, orders, types, strict=True):
+            reasons.append(
+                F.when(
+                    raw_order.isNotNull() & order.isNull(),
+                    F.concat(F.lit("order value '"), raw_order, F.lit(f"' at {path} is not a {kind}")),
+                )
+            )
+        if len(paths) == 1:
+            extra.append(orders[0].alias(order_column))
+        else:
+            present = F.lit(True)
+            for order in orders:
+                present = present & order.isNotNull()
+            fields = [o.alias(p.replace(".", "_")) for o, p in zip(orders, paths, strict=True)]
+            extra.append(F.when(present, F.struct(*fields)).alias(order_column))
+    helpers: list[Column] = []
     if table_column is not None:
         parts = [F.get_json_object(payload, f"$.source.{f}") for f in table_fields]
-        extra.append(F.concat_ws("_", *parts).alias(table_column))
+        extra.append(table_name(parts).alias(table_column))
+        identity = F.concat_ws(
+            ".",
+            *[F.coalesce(F.get_json_object(payload, f"$.source.{f}"), F.lit("")) for f in ("db", "schema", "table")],
+        )
+        helpers.append(identity.alias(_IDENTITY))
     if key_from is not None:
         k = F.col(_KEY)
         # With the schema part the key's fields are under "payload"; without it the key is them.
-        fields = F.when(F.get_json_object(k, "$.schema").isNotNull(), F.get_json_object(k, "$.payload")).otherwise(k)
-        extra.append(F.json_object_keys(fields).alias(key_column))
-    added = [op_column] + ([order_column] if order_by is not None else []) + ([table_column] if table_column else [])
+        key_fields = F.when(F.get_json_object(k, "$.schema").isNotNull(), F.get_json_object(k, "$.payload")).otherwise(
+            k
+        )
+        extra.append(F.json_object_keys(key_fields).alias(key_column))
+    added = [op_column] + ([order_column] if paths else []) + ([table_column] if table_column else [])
     added += [key_column] if key_from is not None else []
     clash = [c for c in keep if c in added]
     if clash or len(set(added)) != len(added):
         raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
-    image = F.when(op == F.lit("d"), F.get_json_object(payload, "$.before")).otherwise(
-        F.get_json_object(payload, "$.after")
-    )
+    reason = F.coalesce(*reasons)
+    counts = _batch_stats(events, op, raw_orders, need_schemas=row_column is None and row_schema is None)
+    _warn_unordered(counts, paths)
     if row_column is not None:
-        return events.select(*[F.col(c) for c in keep], image.alias(row_column), *extra)
+        rows = events.select(
+            *[F.col(c) for c in carried], v, image.alias(row_column), *extra, *helpers, reason.alias(_REASON)
+        )
+        return _finish(rows, value_column, table_column, keep)
     schema = row_schema
+    declared = sorted(s for s in counts.schemas if s is not None)
     if schema is None:
-        # The distinct schema parts, null among them when some events carry none.
-        distinct = [r[0] for r in events.select(F.get_json_object(v, "$.schema").alias("s")).distinct().collect()]
-        schema = _row_schema_from_envelopes(sorted(s for s in distinct if s is not None))
-        if schema is None or None in distinct:
+        schema = _row_schema_from_envelopes(declared)
+        if schema is None or None in counts.schemas:
             # Events without a schema part (schemas.enable=false, perhaps beside events with one: a
             # stream of several connectors): their documents' types, merged with the schema parts'.
-            bare = events.where(F.get_json_object(v, "$.schema").isNull())
-            images = bare.select(
-                F.explode(F.array(F.get_json_object(payload, "$.after"), F.get_json_object(payload, "$.before"))).alias(
-                    _ROW
-                )
+            bare = events.where(schema_part.isNull())
+            images = bare.select(F.explode(F.array(after, before)).alias(_ROW)).where(
+                F.json_object_keys(F.col(_ROW)).isNotNull()
             )
             inferred = infer_json_schema(images, _ROW, what="Debezium row images ('after'/'before')")
             schema = inferred if schema is None else _merge_row_schemas(schema, inferred)
-    clash = [c for c in schema.fieldNames() if c in added or c in keep]
+    clash = [c for c in schema.fieldNames() if c in added or c in carried]
     if clash:
         raise InvalidInputError(
             f"read_envelope: source columns {clash} clash with the columns it adds ({added}) or keeps "
             f"({list(keep)}); pass other names (op_column=, order_column=, table_column=, key_column=)"
         )
-    rows = events.select(*[F.col(c) for c in keep], F.from_json(image, schema).alias(_ROW), *extra)
-    return rows.select(
-        *[F.col(c) for c in keep], *[F.col(_ROW).getField(f.name).alias(f.name) for f in schema.fields], *added
+    staged = events.select(
+        *[F.col(c) for c in carried], v, op, before, image, schema_part, *extra, *helpers, reason.alias(_REASON)
     )
+    staged = _read_rows(staged, declared if row_schema is None else [], schema)
+    if unavailable_value is not None:
+        staged = _unavailable(staged, schema, unavailable_value)
+    rows = staged.select(
+        *[F.col(c) for c in carried],
+        v,
+        *[F.col(_ROW).getField(f.name).alias(f.name) for f in schema.fields],
+        *added,
+        *([_IDENTITY] if helpers else []),
+        F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
+    )
+    return _finish(rows, value_column, table_column, keep)
+
+
+class _Counts:
+    def __init__(self, schemas: list[str | None], unordered: int, ordered: int) -> None:
+        self.schemas = schemas
+        self.unordered = unordered
+        self.ordered = ordered
+
+
+def _batch_stats(events: DataFrame, op: Column, raw_orders: list[Column], need_schemas: bool) -> _Counts:
+    """One Spark job: the batch's distinct schema parts, and how many row events have no order value."""
+    if not need_schemas and not raw_orders:
+        return _Counts([], 0, 0)
+    row_event = op.isin("c", "r", "u", "d")
+    missing = F.lit(False)
+    for raw in raw_orders:
+        missing = missing | raw.isNull()
+    group = [F.col(_SCHEMA).alias("s")] if need_schemas else []
+    result = (
+        events.groupBy(*group)
+        .agg(
+            F.sum((row_event & missing).cast("long")).alias("unordered"),
+            F.sum((row_event & ~missing).cast("long")).alias("ordered"),
+        )
+        .collect()
+    )
+    return _Counts(
+        [r["s"] for r in result] if need_schemas else [],
+        sum(r["unordered"] or 0 for r in result),
+        sum(r["ordered"] or 0 for r in result),
+    )
+
+
+def _warn_unordered(counts: _Counts, paths: list[str]) -> None:
+    if paths and counts.unordered and counts.ordered:
+        logger.warning(
+            "%s of %s Debezium events of this batch have no order value at %s: within the batch each sorts "
+            "before every ordered change of its key (nulls are oldest), so it loses to older changes of the same key",
+            counts.unordered,
+            counts.unordered + counts.ordered,
+            ", ".join(paths),
+        )
+
+
+def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> DataFrame:
+    """``staged`` with each event's row image as ``target`` in column ``_ROW`` (read with its own schema
+    part's types, logical types converted) and in ``_ROW_REASON`` the reason it is refused (a value
+    that does not fit its declared type), or null. Built in steps of columns, so no expression repeats another."""
+    image, schema_part = F.col(_IMAGE), F.col(_SCHEMA)
+    texts = F.col(_TEXTS)
+    staged = staged.withColumn(_TEXTS, F.from_json(image, T.MapType(T.StringType(), T.StringType())))
+    connects = [_row_schema(text) for text in declared]
+    parsed = []
+    for i, (text, connect) in enumerate(zip(declared, connects, strict=True)):
+        physical = _physical(connect, "")
+        assert isinstance(physical, T.StructType)
+        parsed.append(F.when(schema_part == F.lit(text), F.from_json(image, physical)).alias(f"{_PARSED}{i}"))
+    known = schema_part.isin(*declared) if declared else F.lit(False)
+    parsed.append(F.when(~known | schema_part.isNull(), F.from_json(image, target)).alias(f"{_PARSED}b"))
+    staged = staged.select("*", *parsed)
+    converted = [
+        _convert(F.col(f"{_PARSED}{i}"), connect, "").alias(f"{_CONVERTED}{i}") for i, connect in enumerate(connects)
+    ]
+    staged = staged.select("*", *converted)
+    row: Column = F.lit(None).cast(target)
+    reason: Column = F.lit(None).cast("string")
+    bare = F.col(f"{_PARSED}b")
+    row = F.when(bare.isNotNull(), bare)
+    reason = F.when(bare.isNotNull(), _refusal(bare, image, target, None, "", texts))
+    for i, connect in enumerate(connects):
+        value = F.col(f"{_CONVERTED}{i}")
+        own = connect_to_spark(connect)
+        row = row.when(value.isNotNull(), _fit(value, own, target))
+        reason = reason.when(value.isNotNull(), _refusal(value, image, own, connect, "", texts))
+    parts = [f"{_PARSED}{i}" for i in range(len(connects))] + [f"{_PARSED}b"]
+    parts += [f"{_CONVERTED}{i}" for i in range(len(connects))]
+    return staged.select("*", row.alias(_ROW), reason.alias(_ROW_REASON)).drop(*parts, _TEXTS)
+
+
+def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str) -> DataFrame:
+    """Top-level string columns of an update holding ``placeholder`` (an unchanged TOASTed value)
+    take the event's ``before`` value when it holds one; otherwise the event is refused, naming the
+    column (docs/cdc.md: the sink writes whole rows, so it cannot leave one column as stored)."""
+    strings = [f for f in schema.fields if isinstance(f.dataType, T.StringType)]
+    if not strings:
+        return staged
+    old_schema = T.StructType(strings)
+    staged = staged.withColumn(_OLD, F.from_json(F.col(_BEFORE), old_schema))
+    row, old, op = F.col(_ROW), F.col(_OLD), F.col(_OP)
+    fields: list[Column] = []
+    reasons: list[Column] = []
+    for f in schema.fields:
+        current = row.getField(f.name)
+        if not isinstance(f.dataType, T.StringType):
+            fields.append(current.alias(f.name))
+            continue
+        unchanged = op.isin("u", "c", "r") & (current == F.lit(placeholder))
+        previous = old.getField(f.name)
+        known = previous.isNotNull() & (previous != F.lit(placeholder))
+        fields.append(F.when(unchanged & known, previous).otherwise(current).alias(f.name))
+        reasons.append(
+            F.when(
+                unchanged & ~known,
+                F.lit(
+                    f"column '{f.name}' holds Debezium's placeholder '{placeholder}' (an unchanged TOASTed value) and "
+                    "the event's before does not hold its value; set REPLICA IDENTITY FULL on the source table so "
+                    "updates carry it (see docs/cdc.md)"
+                ),
+            )
+        )
+    carried = F.when(row.isNull(), F.lit(None).cast(schema)).otherwise(F.struct(*fields))
+    return staged.select(
+        *[c for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
+        carried.alias(_ROW),
+        F.coalesce(F.col(_ROW_REASON), *reasons).alias(_ROW_REASON),
+    )
+
+
+def _finish(rows: DataFrame, value_column: str, table_column: str | None, keep: Sequence[str]) -> DataFrame:
+    """Mark refused events (sources/rejects.py) and drop the helper columns."""
+    reason = F.col(_REASON)
+    source = None
+    if table_column is not None:
+        reason = F.coalesce(reason, _collisions(rows, table_column, F.col(_IDENTITY)))
+        source = F.col(table_column)
+    marked = reject_where(rows, reason, REJECT_CLASS, F.col(value_column), source_table=source)
+    helpers = [_REASON, _IDENTITY] + [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
+    return marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])

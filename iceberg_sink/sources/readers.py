@@ -6,7 +6,9 @@ document's fields, so schema evolution (table/evolution.py) sees all the columns
 
 Inference, per JSON value: integral numbers are ``long`` (``decimal(38, 0)`` past the long range),
 other numbers ``double``, strings ``string``, booleans ``boolean``, objects ``struct`` (fields in
-first-seen order), arrays ``array`` of the union of their elements; null says nothing. Within a batch
+first-seen order), arrays ``array`` of the union of their elements; null says nothing: a field null
+(or an empty array) in every document of the batch is left out of the schema, so a table column of
+that name keeps its type and gets a null. Within a batch
 a field that is an integer in one document and a fractional number in another is ``double``, as
 JSON does not tell them apart. Any other conflict (a number in one document and a string in
 another, an object and a scalar, ...) is an :class:`~iceberg_sink.errors.InvalidInputError` naming
@@ -109,11 +111,29 @@ def _partition_kind(rows: Iterable[Any]) -> Iterator[tuple[Kind, str | None]]:
     yield merged, bad
 
 
+def _typed(kind: Kind) -> bool:
+    """Whether ``kind`` says anything of a type (not null, nor an array or object of nothing but nulls)."""
+    if kind == _NULL:
+        return False
+    if kind[0] == "array":
+        return _typed(kind[1])
+    if kind[0] == "struct":
+        return any(_typed(k) for _, k in kind[1])
+    return True
+
+
 def _to_spark(kind: Kind, path: str, problems: list[str]) -> T.DataType:
     tag = kind[0]
     if tag == "struct":
+        # A field null in every document says nothing of its type: it stays out of the schema (as
+        # Iceberg's Kafka Connect sink does), so the table's column keeps its type (a missing
+        # optional column is written as null) instead of a made-up string conflicting with it.
         return T.StructType(
-            [T.StructField(name, _to_spark(k, f"{path}.{name}" if path else name, problems)) for name, k in kind[1]]
+            [
+                T.StructField(name, _to_spark(k, f"{path}.{name}" if path else name, problems))
+                for name, k in kind[1]
+                if _typed(k)
+            ]
         )
     if tag == "array":
         return T.ArrayType(_to_spark(kind[1], f"{path}.element", problems))
@@ -126,7 +146,7 @@ def _to_spark(kind: Kind, path: str, problems: list[str]) -> T.DataType:
         "decimal": T.DecimalType(38, 0),
         "string": T.StringType(),
         "boolean": T.BooleanType(),
-        # Null in every document of the batch: a type is needed; string is the least committal.
+        # An array element null in every document (struct fields null everywhere are left out).
         "null": T.StringType(),
     }[tag]
 

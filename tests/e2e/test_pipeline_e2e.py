@@ -62,29 +62,25 @@ PROFILES = {
 TOPIC_PREFIX = "shop"
 DRAIN_TIMEOUT_S = 1800.0  # minutes of Spark on a busy 2-core machine; seconds on an idle one
 
-# -- What today's sink needs (remove after the Debezium fixes of issue 18 land) ------------------------
+# -- Connector settings: Debezium's defaults ---------------------------------------------------------
 #
-# The connector settings and the value representations below are what make TODAY's sink pass on the
-# connector's real events. Each one is a real-event gap (see the report of issue 19); once the
-# Debezium fixes are merged, remove the entry and the test checks the Iceberg type of issue 18 part 2.
-CONNECTOR_WORKAROUNDS: dict[str, str] = {
-    # Debezium's default (precise) sends NUMERIC as Connect Decimal: base64 bytes of the unscaled
-    # value with the scale in the schema; today's sink writes those bytes as an opaque binary column.
-    "decimal.handling.mode": "string",
-}
+# The sink takes the connector's real events with its default settings: NUMERIC as Connect Decimal
+# (precise), dates, timestamps and zoned timestamps as Debezium's logical types (issue 18 part 2).
+CONNECTOR_WORKAROUNDS: dict[str, str] = {}
 TRUNCATE_AS_DELETE = True
-"""Debezium skips TRUNCATE by default (``skipped.operations=t``); emitting it (``none``) sends a ``t``
-event that today's sink refuses with the misleading "a key column is null" (issue 18 part 2: the
-truncate policy). Until that lands the workload's TRUNCATE is a ``DELETE FROM`` of every row."""
-TODAY_REPRESENTATION: dict[str, Callable[[Any], Any]] = {
-    # PostgreSQL type -> how today's sink stores it (the Iceberg value, mapped back for comparison).
-    "numeric": lambda v: decimal.Decimal(v),  # a string (decimal.handling.mode=string); target decimal(10,2)
-    "date": lambda v: dt.date(1970, 1, 1) + dt.timedelta(days=v),  # io.debezium.time.Date: int days; target date
-    "timestamp": lambda v: dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=v),  # MicroTimestamp: long
-    "timestamptz": lambda v: dt.datetime.fromisoformat(v).astimezone(dt.UTC),  # ZonedTimestamp: string
-}
-"""Columns whose Iceberg type is not yet the one issue 18 part 2 defines (decimal(10,2), date,
-timestamp, timestamptz): their values are compared after mapping today's representation back."""
+"""Debezium skips TRUNCATE by default (``skipped.operations=t``); emitting it sends a ``t`` event that
+the sink refuses by default (``.debezium(truncate="fail")``); ``truncate="apply"`` is not built yet
+(issue 18 part 2), so the workload's TRUNCATE is a ``DELETE FROM`` of every row."""
+TODAY_REPRESENTATION: dict[str, Callable[[Any], Any]] = {}
+"""Columns whose Iceberg type is not the one issue 18 part 2 defines: none any more."""
+
+
+def iceberg_table(pg_table: str) -> str:
+    """The routed Iceberg table of PostgreSQL table ``public.<pg_table>`` of database ``shop``:
+    Debezium's default source name (db, schema, table; each ``_`` doubled, joined by ``_s_``)."""
+    parts = ["shop", "public", pg_table]
+    return f"{NAMESPACE}." + "_s_".join(p.replace("_", "__") for p in parts)
+
 
 # The Iceberg type each PostgreSQL type must become (issue 18 part 2), checked for every type that
 # TODAY_REPRESENTATION does not list.
@@ -575,7 +571,7 @@ def check_tables(catalog: Any, port: int, java_reader: JavaIcebergReader) -> Non
     """Every Iceberg table equals its PostgreSQL table (Iceberg Java and DuckDB), with its types."""
     for name in TABLES:
         pg_types, pg_rows = postgres_rows(port, name)
-        table = catalog.load_table(f"{NAMESPACE}.{name}")
+        table = catalog.load_table(iceberg_table(name))
         iceberg_types = {f.name: str(f.field_type) for f in table.schema().fields}
         for column, pg_type in pg_types.items():
             if pg_type in TODAY_REPRESENTATION or column not in iceberg_types:

@@ -201,14 +201,14 @@ def test_read_envelope_rows_ops_and_tables(spark: SparkSession) -> None:
         ("k3", event("u", 4, {"id": 3}, {"id": 3, "name": "c", "qty": 3}, V1)),
     ]
     df = spark.createDataFrame(rows, "key string, value string")
-    out = read_envelope(df, table_fields=("db", "table"), keep=("key",))
+    out = read_envelope(df, table_fields=("db", "table"), keep=("key",))  # parts escaped and joined with _s_
     assert out.columns == ["key", "id", "name", "qty", "op", "lsn", "source_table"]
     got = sorted(out.collect(), key=lambda r: r["lsn"])
     assert [(r["key"], r["id"], r["name"], r["op"], r["lsn"], r["source_table"]) for r in got] == [
-        ("k1", 1, "a", "r", 1, "inventory_customers"),
-        ("k2", 2, "b", "c", 2, "inventory_orders"),
-        ("k1", 1, "a", "d", 3, "inventory_customers"),  # a delete's row is its before image
-        ("k3", 3, "c", "u", 4, "inventory_customers"),
+        ("k1", 1, "a", "r", 1, "inventory_s_customers"),
+        ("k2", 2, "b", "c", 2, "inventory_s_orders"),
+        ("k1", 1, "a", "d", 3, "inventory_s_customers"),  # a delete's row is its before image
+        ("k3", 3, "c", "u", 4, "inventory_s_customers"),
     ]
     # With schemas, int32 is int: the payload without a schema is parsed with the batch's union.
     assert out.schema["qty"].dataType.simpleString() == "int"

@@ -20,7 +20,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
-from iceberg_sink.errors import SchemaMismatchError
 from tests.integration.kafka import components
 from tests.integration.postgres import USER, PostgresServer
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
@@ -91,15 +90,7 @@ def batch(spark: SparkSession, records: list[tuple[str, str]], first_offset: int
     "captured",
     [
         True,
-        pytest.param(
-            False,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=SchemaMismatchError,
-                reason="issue 18 part 2: a batch holding only a delete (schemas.enable=false, default replica "
-                "identity) infers its null-only columns as string and fails with SchemaMismatchError",
-            ),
-        ),
+        False,
     ],
     ids=["schemas", "no-schemas"],
     indirect=True,

@@ -321,7 +321,7 @@ def test_debezium_message_keys_key_each_routed_table(
     sink = (
         IcebergSink.builder()
         .catalog("test", **catalog_props)
-        .debezium(key_from="key")
+        .debezium(key_from="key", table_fields=("table",))  # the pre-issue-18 names (docs/cdc.md)
         .route(table_column="source_table", namespace="dbz")
         .create_if_missing()
         .cdc(op_column="op", order_by="lsn", key_column="key_columns")
@@ -397,7 +397,7 @@ def test_cli_runs_a_routed_debezium_pipeline_with_per_table_keys(
         "  embedded: lake\n"
         "  route: {table_column: source_table, namespace: inv}\n"
         "  create_if_missing: true\n"
-        "  debezium: {key_from: key}\n"
+        "  debezium: {key_from: key, table_fields: [table]}\n"
         "  cdc: {op_column: op, order_by: lsn, key_column: key_columns}\n"
         "  schema_evolution: add-columns\n"
         "checkpoint_location: ckpt\n"

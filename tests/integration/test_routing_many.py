@@ -127,7 +127,7 @@ def test_hundreds_of_tables_from_one_debezium_stream_with_schema_changes_mid_str
         .catalog("test", **catalog_props)
         .route(table_column="source_table", namespace="cdc")
         .create_if_missing()
-        .debezium(value_column="value")
+        .debezium(value_column="value", table_fields=("table",))  # the pre-issue-18 names (docs/cdc.md)
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .schema_evolution("add-columns")
         .build()

@@ -95,7 +95,7 @@ def test_routed_debezium_stream_evolves_each_table_with_its_own_columns_only(
         .catalog("test", **catalog_props)
         .route(table_column="source_table", namespace="cdc")
         .create_if_missing(partition_by=["bucket(2, id)"])
-        .debezium(value_column="value")
+        .debezium(value_column="value", table_fields=("table",))  # the pre-issue-18 names (docs/cdc.md)
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .schema_evolution("add-columns")
         .build()

@@ -76,6 +76,8 @@ from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
+from tests.model import debezium_steps
+from tests.model.debezium_steps import DEBEZIUM
 
 Row = dict[str, Any]
 
@@ -144,9 +146,9 @@ class Crash(RuntimeError):
 def skipped_operations() -> set[str]:
     raw = os.environ.get(SKIP_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS}
+    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS, DEBEZIUM}
     if unknown:
-        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS]
+        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS, DEBEZIUM]
         raise ValueError(f"{SKIP_ENV}: unknown operation kinds {sorted(unknown)}; known: {known}")
     return names
 
@@ -1568,6 +1570,8 @@ class World:
                 if OTHER_WRITERS not in self.skip and self.other_rng.random() < OTHER_WRITERS_EVERY:
                     self.op_other_writers()
                     self.check()
+                if DEBEZIUM not in self.skip:
+                    debezium_steps.maybe_step(self)  # its own generator: tests/model/debezium_steps.py
             except ModelMismatch:
                 raise
             except Exception as exc:

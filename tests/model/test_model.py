@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import _faults
 from tests.interop.readers import JavaIcebergReader
-from tests.model import harness
+from tests.model import debezium_steps, harness
 from tests.model.harness import SKIP_ENV, World, run_seed
 
 pytestmark = pytest.mark.interop
@@ -129,3 +129,15 @@ def test_other_writers_under_a_stream(spark: SparkSession, java_reader: JavaIceb
     assert "refused naming the column" in steps[0] and "added back" in steps[1], steps
     assert "CommitStateUnknownError, files kept" in steps[3], steps
     sys.stderr.write("model check other writers:\n  " + "\n  ".join(steps) + "\n")
+
+
+def test_debezium_hostile_events(spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path) -> None:
+    """The short profile may draw ``debezium_cdc`` rarely: its job alone, both with and without the
+    schema part and both truncate policies, for a few batches each (tests/model/debezium_steps.py)."""
+    world = World(spark, java_reader, tmp_path, seed=11)
+    for schema, truncate in ((True, "fail"), (False, "skip")):
+        job = debezium_steps.DebeziumJob(world.seed, world.catalog_props, tmp_path / f"dbz-{schema}")
+        job.schema, job.truncate = schema, truncate
+        for _ in range(4):
+            job.step(world)
+        world.catalog.drop_table(debezium_steps.TABLE)

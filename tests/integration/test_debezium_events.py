@@ -1,0 +1,380 @@
+"""Debezium events as connectors really emit them (issue 18, part 2), through the reader and the sink.
+
+Each test fails on the code before the issue: null-only columns of a key-only delete inferred as
+string (SchemaMismatchError); values that do not fit their declared type written as null; logical
+types written as their physical form (a NUMERIC(10,2) as opaque bytes); truncate, message and
+garbage events reported as "a key column is null"; the TOAST placeholder written over the stored
+value; same-named tables of two schemas merged; a list of order paths refused. Tables are read back
+by Iceberg Java and DuckDB.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import logging
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.types import (
+    DateType,
+    DecimalType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
+from pyspark.sql import DataFrame, SparkSession
+
+from iceberg_sink import IcebergSink, InvalidInputError
+from iceberg_sink.sources.debezium import read_envelope
+from iceberg_sink.sources.rejects import REJECT_COLUMN
+from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
+
+pytestmark = pytest.mark.interop
+
+
+def decimal_bytes(value: Decimal, scale: int) -> str:
+    """Kafka Connect's Decimal: the unscaled value, two's-complement big-endian, base64."""
+    unscaled = int(value.scaleb(scale))
+    size = max(1, (unscaled.bit_length() + 8) // 8)
+    return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
+
+
+def field(name: str, kind: str, logical: str | None = None, **params: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": kind, "optional": name != "id", "field": name}
+    if logical:
+        out["name"] = logical
+    if params:
+        out["parameters"] = params
+    return out
+
+
+def envelope(
+    op: str,
+    lsn: int | str | None,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    row_fields: list[dict[str, Any]] | None = None,
+    source: dict[str, Any] | None = None,
+) -> str:
+    payload = {
+        "before": before,
+        "after": after,
+        "op": op,
+        "ts_ms": 1_700_000_000_000,
+        "source": {"db": "inventory", "schema": "public", "table": "items", "lsn": lsn, **(source or {})},
+    }
+    if row_fields is None:
+        return json.dumps(payload)
+    row = {"type": "struct", "fields": row_fields, "optional": True, "name": "srv.public.items.Value"}
+    schema = {
+        "type": "struct",
+        "fields": [
+            {**row, "field": "before"},
+            {**row, "field": "after"},
+            {"type": "string", "field": "op", "optional": False},
+        ],
+        "name": "srv.public.items.Envelope",
+    }
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def frame(spark: SparkSession, values: list[str | None]) -> DataFrame:
+    """Kafka-style records: topic, partition, offset and value."""
+    return spark.createDataFrame(
+        [("items", 0, i, v) for i, v in enumerate(values)], "topic string, partition int, offset long, value string"
+    )
+
+
+def refusals(df: DataFrame) -> dict[int, str]:
+    """Offset -> reason of the refused events (read before the sink's fail-fast check)."""
+    marked = df.where(df[REJECT_COLUMN].isNotNull()).select(REJECT_COLUMN).collect()
+    return {r[0]["offset"]: r[0]["reason"] for r in marked}
+
+
+def sink(lake: Path, table: str = "cdc.items", **debezium: Any) -> IcebergSink:
+    return (
+        IcebergSink.builder()
+        .embedded(lake)
+        .table(table)
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None, **debezium)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+
+
+def read_back(java_reader: JavaIcebergReader, s: IcebergSink, columns: list[str]) -> list[dict[str, Any]]:
+    location = s.load_table().metadata_location
+    java = normalize(java_reader.read(location).select(columns), ["id"])
+    duck = normalize(duckdb_read(location).select(columns), ["id"])
+    assert java == duck
+    return java
+
+
+def test_key_only_delete_with_null_columns_takes_the_tables_types(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """PostgreSQL's default replica identity, schemas disabled: a delete's before holds the key and
+    JSON nulls. Before, qty and name were inferred as string: SchemaMismatchError, every replay."""
+    s = sink(tmp_path / "lake")
+    first = [
+        envelope("c", 1, None, {"id": 1, "name": "a", "qty": 5}),
+        envelope("c", 2, None, {"id": 2, "name": "b", "qty": 6}),
+    ]
+    s.write(frame(spark, first), checkpoint_location=str(tmp_path / "ckpt"))
+    second = [envelope("d", 3, {"id": 1, "name": None, "qty": None}, None)]
+    s.write(frame(spark, second), checkpoint_location=str(tmp_path / "ckpt"))
+    table = s.load_table()
+    assert table.schema().find_field("qty").field_type == LongType()
+    assert table.schema().find_field("name").field_type == StringType()
+    assert read_back(java_reader, s, ["id", "name", "qty"]) == [{"id": 2, "name": "b", "qty": 6}]
+
+
+ROW = [
+    field("id", "int64"),
+    field("qty", "int32"),
+    field("big", "int64"),
+    field("ok", "boolean"),
+    field("blob", "bytes"),
+    field("ratio", "float"),
+    {"type": "struct", "field": "dims", "optional": True, "fields": [field("w", "int32")]},
+]
+
+
+def test_values_that_do_not_fit_their_declared_type_are_refused_never_written_as_null(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    good = {"id": 1, "qty": 1, "big": 1, "ok": True, "blob": "AQI=", "ratio": 0.5, "dims": {"w": 1}}
+    bad = [
+        ("qty", 3_000_000_000, "'qty' holds '3000000000', which does not fit its declared type int32"),
+        ("big", 2**63, "'big' holds '9223372036854775808', which does not fit its declared type int64"),
+        ("ok", "yes", "'ok' holds 'yes', which does not fit its declared type boolean"),
+        ("blob", "!!not base64", "'blob' holds '!!not base64', which does not fit its declared type bytes"),
+        ("ratio", 1e40, "'ratio' holds '1.0E40', which does not fit its declared type float"),
+        ("dims", {"w": "wide"}, "'dims.w' holds 'wide', which does not fit its declared type int32"),
+    ]
+    values = [envelope("c", 1, None, good, ROW)]
+    values += [envelope("c", 2 + i, None, {**good, "id": 2 + i, name: v}, ROW) for i, (name, v, _) in enumerate(bad)]
+    out = read_envelope(frame(spark, values))
+    got = refusals(out)
+    assert sorted(got) == list(range(1, len(bad) + 1))
+    for offset, (_, _, message) in enumerate(bad, start=1):
+        assert message in got[offset], (offset, got[offset])
+    # Through the sink: the batch fails naming the field, the value and the event; nothing is committed.
+    s = sink(tmp_path / "lake")
+    with pytest.raises(InvalidInputError, match=r"'qty' holds '3000000000'.*topic items partition 0 offset 1"):
+        s.write(frame(spark, values[:2]), checkpoint_location=str(tmp_path / "ckpt"))
+    table = s.load_table()
+    assert table.current_snapshot() is None
+
+
+LOGICAL = [
+    field("id", "int64"),
+    field("price", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2", **{"connect.decimal.precision": "10"}),
+    field("amount", "bytes", "org.apache.kafka.connect.data.Decimal", scale="3"),
+    {
+        "type": "struct",
+        "field": "exact",
+        "optional": True,
+        "name": "io.debezium.data.VariableScaleDecimal",
+        "fields": [field("scale", "int32"), field("value", "bytes")],
+    },
+    field("day", "int32", "io.debezium.time.Date"),
+    field("cday", "int32", "org.apache.kafka.connect.data.Date"),
+    field("at", "int64", "io.debezium.time.MicroTimestamp"),
+    field("at_ms", "int64", "io.debezium.time.Timestamp"),
+    field("at_ns", "int64", "io.debezium.time.NanoTimestamp"),
+    field("zoned", "string", "io.debezium.time.ZonedTimestamp"),
+    field("clock", "int64", "io.debezium.time.MicroTime"),
+    field("clock_ms", "int32", "org.apache.kafka.connect.data.Time"),
+    field("uid", "string", "io.debezium.data.Uuid"),
+    field("doc", "string", "io.debezium.data.Json"),
+    field("mood", "string", "io.debezium.data.Enum"),
+]
+
+
+def logical_row(i: int, price: str, amount: str, exact: tuple[int, str]) -> dict[str, Any]:
+    return {
+        "id": i,
+        "price": decimal_bytes(Decimal(price), 2),
+        "amount": decimal_bytes(Decimal(amount), 3),
+        "exact": {"scale": exact[0], "value": decimal_bytes(Decimal(exact[1]), exact[0])},
+        "day": 19_000 + i,
+        "cday": -1,
+        "at": 1_700_000_000_123_456 + i,
+        "at_ms": 1_700_000_000_123,
+        "at_ns": 1_700_000_000_123_456_789,
+        "zoned": "2024-03-10T10:30:00.5+02:00",
+        "clock": 3_723_000_001,
+        "clock_ms": 3_723_001,
+        "uid": "6f1d0a3e-8a1c-4c4f-9a51-6d0a7c1e2b3f",
+        "doc": '{"a": [1, 2]}',
+        "mood": "happy",
+    }
+
+
+def test_logical_types_become_the_iceberg_types_a_user_expects(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    rows = [
+        logical_row(1, "12345678.90", "0.001", (3, "-0.500")),
+        logical_row(2, "-12345678.99", "-98765432109876543210.123", (0, "42")),
+        logical_row(3, "0.00", "127.000", (5, "1.00001")),
+    ]
+    s = sink(tmp_path / "lake")
+    s.write(
+        frame(spark, [envelope("c", r["id"], None, r, LOGICAL) for r in rows]), checkpoint_location=str(tmp_path / "c")
+    )
+    schema = s.load_table().schema()
+    expected_types = {
+        "price": DecimalType(10, 2),
+        "amount": DecimalType(38, 3),
+        "exact": StringType(),
+        "day": DateType(),
+        "cday": DateType(),
+        "at": TimestampType(),
+        "at_ms": TimestampType(),
+        "at_ns": TimestampType(),
+        "zoned": TimestamptzType(),
+        "clock": LongType(),
+        "clock_ms": LongType(),
+        "uid": StringType(),
+        "doc": StringType(),
+        "mood": StringType(),
+    }
+    assert {n: schema.find_field(n).field_type for n in expected_types} == expected_types
+    got = read_back(java_reader, s, ["id", *expected_types])
+    epoch = dt.date(1970, 1, 1)
+    assert got == [
+        {
+            "id": r["id"],
+            "price": Decimal(p),
+            "amount": Decimal(a),
+            "exact": e,
+            "day": epoch + dt.timedelta(days=19_000 + r["id"]),
+            "cday": dt.date(1969, 12, 31),
+            "at": dt.datetime(2023, 11, 14, 22, 13, 20, 123_456 + r["id"]),
+            "at_ms": dt.datetime(2023, 11, 14, 22, 13, 20, 123_000),
+            "at_ns": dt.datetime(2023, 11, 14, 22, 13, 20, 123_456),
+            "zoned": dt.datetime(2024, 3, 10, 8, 30, 0, 500_000, tzinfo=dt.UTC),
+            "clock": 3_723_000_001,
+            "clock_ms": 3_723_001_000,
+            "uid": "6f1d0a3e-8a1c-4c4f-9a51-6d0a7c1e2b3f",
+            "doc": '{"a": [1, 2]}',
+            "mood": "happy",
+        }
+        for r, p, a, e in zip(
+            rows,
+            ["12345678.90", "-12345678.99", "0.00"],
+            ["0.001", "-98765432109876543210.123", "127.000"],
+            ["-0.500", "42", "1.00001"],
+            strict=True,
+        )
+    ]
+    # A value wider than its declared precision is refused, not nulled.
+    wide = logical_row(4, "123456789.00", "1", (0, "1"))
+    marked = refusals(read_envelope(frame(spark, [envelope("c", 4, None, wide, LOGICAL)])))
+    assert "'price' holds" in marked[0] and "decimal(10,2)" in marked[0]
+
+
+def test_truncate_message_and_garbage_events_are_refused_naming_the_reason_and_the_event(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    values = [
+        envelope("c", 1, None, {"id": 1, "name": "a"}),
+        "this is not json",
+        envelope("u", 2, {"id": 1}, None),
+        envelope("d", 3, None, None),
+        envelope("c", "abc", None, {"id": 2, "name": "b"}),
+        envelope("x", 4, None, {"id": 3, "name": "c"}),
+        envelope("t", 5, None, None),
+        envelope("m", 6, None, None),
+    ]
+    got = refusals(read_envelope(frame(spark, values)))
+    assert got == {
+        1: "value is not JSON",
+        2: "update without after",
+        3: "delete without before",
+        4: "order value 'abc' at source.lsn is not a long",
+        5: "unknown op 'x'; expected one of c, r, u, d, t, m",
+        6: "truncate event (op 't') refused by truncate='fail'; pass truncate='apply' or 'skip'",
+    }  # the message event (offset 7) is skipped
+    skipped = read_envelope(frame(spark, [values[0], values[6], values[7]]), truncate="skip")
+    assert [(r["id"], r["op"]) for r in skipped.collect()] == [(1, "c")]
+    assert refusals(skipped) == {}
+    with pytest.raises(InvalidInputError, match=r"truncate='fail'.*\(event: topic items partition 0 offset 1\)"):
+        sink(tmp_path / "lake").write(frame(spark, [values[0], values[6]]), checkpoint_location=str(tmp_path / "c"))
+    with pytest.raises(InvalidInputError, match=r"value is not JSON \(event: topic items partition 0 offset 1\)"):
+        sink(tmp_path / "lake").write(frame(spark, values[:2]), checkpoint_location=str(tmp_path / "c"))
+    with pytest.raises(Exception, match="truncate"):
+        IcebergSink.builder().debezium(truncate="drop")
+
+
+def test_toast_placeholder_keeps_the_stored_value(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """PostgreSQL's connector sends ``__debezium_unavailable_value`` for an unchanged TOASTed column;
+    before, the sink stored the placeholder over the value."""
+    s = sink(tmp_path / "lake")
+    ckpt = str(tmp_path / "ckpt")
+    s.write(frame(spark, [envelope("c", 1, None, {"id": 1, "doc": "long text", "n": 1})]), checkpoint_location=ckpt)
+    update = envelope(
+        "u", 2, {"id": 1, "doc": "long text", "n": 1}, {"id": 1, "doc": "__debezium_unavailable_value", "n": 2}
+    )
+    s.write(frame(spark, [update]), checkpoint_location=ckpt)
+    assert read_back(java_reader, s, ["id", "doc", "n"]) == [{"id": 1, "doc": "long text", "n": 2}]
+    # Without the old value in the event the sink cannot keep it: the event is refused, never stored.
+    blind = envelope("u", 3, {"id": 1}, {"id": 1, "doc": "__debezium_unavailable_value", "n": 3})
+    with pytest.raises(InvalidInputError, match="column 'doc' holds Debezium's placeholder"):
+        s.write(frame(spark, [blind]), checkpoint_location=ckpt)
+    assert read_back(java_reader, s, ["id", "doc", "n"]) == [{"id": 1, "doc": "long text", "n": 2}]
+
+
+def test_routed_names_keep_same_named_tables_of_two_schemas_apart(spark: SparkSession) -> None:
+    a = envelope("c", 1, None, {"id": 1}, source={"schema": "sales"})
+    b = envelope("c", 2, None, {"id": 1}, source={"schema": "hr"})
+    c = envelope("c", 3, None, {"id": 2}, source={"schema": "hr", "table": "pay_roll"})
+    out = read_envelope(frame(spark, [a, b, c]))
+    assert sorted(r["source_table"] for r in out.collect()) == [
+        "inventory_s_hr_s_items",
+        "inventory_s_hr_s_pay__roll",
+        "inventory_s_sales_s_items",
+    ]
+    assert refusals(out) == {}
+    # A mapping that sends two sources to one table is refused, naming both.
+    merged = refusals(read_envelope(frame(spark, [a, b]), table_fields=("table",)))
+    assert sorted(merged) == [0, 1]
+    assert "routed table name 'items' is the name of two sources in this batch" in merged[0]
+    assert "inventory.hr.items" in merged[0] and "inventory.sales.items" in merged[0]
+
+
+def test_order_by_several_paths_orders_lexicographically_and_warns_of_unordered_events(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MySQL orders by binlog file, position and row; an event without an order value is counted."""
+
+    def mysql(op: str, file: str, pos: int, row: int, after: dict[str, Any]) -> str:
+        return envelope(op, None, None, after, source={"file": file, "pos": pos, "row": row})
+
+    values = [
+        mysql("c", "mysql-bin.000010", 4, 0, {"id": 1, "v": "newest"}),
+        mysql("c", "mysql-bin.000009", 900, 1, {"id": 1, "v": "older"}),
+        mysql("c", "mysql-bin.000010", 4, 1, {"id": 2, "v": "x"}),
+        envelope("c", None, None, {"id": 3, "v": "unordered"}),
+    ]
+    with caplog.at_level(logging.WARNING, logger="iceberg_sink"):
+        out = read_envelope(
+            frame(spark, values),
+            order_by=["source.file", "source.pos", "source.row"],
+            order_type=["string", "long", "long"],
+            order_column="pos",
+        )
+    assert "1 of 4 Debezium events of this batch have no order value" in caplog.text
+    rows = sorted(out.collect(), key=lambda r: (r["pos"] is None, r["pos"] or ()))
+    assert [r["v"] for r in rows] == ["older", "newest", "x", "unordered"]
+    assert out.schema["pos"].dataType.simpleString() == "struct<source_file:string,source_pos:bigint,source_row:bigint>"

@@ -1,0 +1,236 @@
+"""The model check's Debezium job (issue 18): events drawn from a generator of hostile values.
+
+Kept out of harness.py (other engineers edit it): the harness calls :func:`maybe_step` between steps,
+with a generator of its own (so every seed's sequence of the other operations is kept); skip it with
+``ICEBERG_SINK_MODEL_SKIP=debezium_cdc``.
+
+Each step writes one batch of Debezium envelopes (with or without the ``schema`` part) to ``db.dbz``
+through ``.debezium(table_column=None, truncate="fail" | "skip")``: creates, updates and deletes,
+key-only deletes whose ``before`` holds JSON nulls, a NUMERIC(10,2) as Connect's Decimal and a
+Debezium Date, message events (skipped), and sometimes one hostile event: a value that does not fit
+its declared type (int32 3000000000, boolean "yes", bad base64 for a decimal, float32 1e40), a
+truncate under ``truncate="fail"``, an update without ``after``, a value that is not JSON, an order
+value that is not a long. A batch with a hostile event must fail with InvalidInputError naming the
+reason and change nothing; any other batch must leave the table equal to the model, read back by
+Iceberg Java and DuckDB.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from iceberg_sink import IcebergSink, InvalidInputError
+from tests.interop.readers import duckdb_read, normalize
+
+DEBEZIUM = "debezium_cdc"
+DEBEZIUM_EVERY = 0.15
+TABLE = "db.dbz"
+KEYS = 12
+COLUMNS = ["id", "qty", "price", "day", "ok", "ratio", "note", "lsn"]
+
+_ROW = [
+    {"type": "int64", "optional": False, "field": "id"},
+    {"type": "int32", "optional": True, "field": "qty"},
+    {
+        "type": "bytes",
+        "optional": True,
+        "field": "price",
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+    },
+    {"type": "int32", "optional": True, "field": "day", "name": "io.debezium.time.Date"},
+    {"type": "boolean", "optional": True, "field": "ok"},
+    {"type": "float", "optional": True, "field": "ratio"},
+    {"type": "string", "optional": True, "field": "note"},
+]
+
+# (what the hostile event is, the refusal's text)
+HOSTILE = [
+    ("qty", "which does not fit its declared type int32"),
+    ("ok", "which does not fit its declared type boolean"),
+    ("price", "which does not fit its declared type bytes org.apache.kafka.connect.data.Decimal"),
+    ("ratio", "which does not fit its declared type float"),
+    ("truncate", "truncate event (op 't') refused"),
+    ("no_after", "update without after"),
+    ("not_json", "value is not JSON"),
+    ("order", "order value 'abc' at source.lsn is not a long"),
+]
+
+
+def _decimal(value: Decimal) -> str:
+    unscaled = int(value.scaleb(2))
+    size = max(1, (unscaled.bit_length() + 8) // 8)
+    return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
+
+
+class DebeziumJob:
+    """The job's generator, model and sink; one per World."""
+
+    def __init__(self, seed: int, catalog_props: dict[str, str], root: Path) -> None:
+        self.rng = random.Random(f"debezium-{seed}")
+        self.catalog_props = catalog_props
+        self.checkpoint = str(root / "ckpt-debezium")
+        self.model: dict[int, dict[str, Any]] = {}
+        self.lsn = 0
+        self.truncate = self.rng.choice(["fail", "skip"])
+        # Per job, as per connector: with the schema part (types declared, logical types mapped) or
+        # without it (schemas.enable=false: types inferred, a key-only delete's nulls say nothing).
+        self.schema = self.rng.random() < 0.6
+
+    def sink(self) -> IcebergSink:
+        return (
+            IcebergSink.builder()
+            .catalog("model", **self.catalog_props)
+            .table(TABLE)
+            .create_if_missing()
+            .debezium(table_column=None, truncate=self.truncate)
+            .cdc(op_column="op", key=["id"], order_by="lsn")
+            .schema_evolution("add-columns")
+            .build()
+        )
+
+    def row(self, key: int) -> dict[str, Any]:
+        rng = self.rng
+        return {
+            "id": key,
+            "qty": None if rng.random() < 0.2 else rng.randrange(-(2**31), 2**31),
+            "price": None if rng.random() < 0.2 else Decimal(rng.randrange(-(10**10) + 1, 10**10)).scaleb(-2),
+            "day": None if rng.random() < 0.2 else dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(-800, 800)),
+            "ok": None if rng.random() < 0.2 else rng.random() < 0.5,
+            "ratio": None if rng.random() < 0.2 else rng.randrange(-400, 400) / 4,
+            "note": None if rng.random() < 0.2 else rng.choice(["a", "b_c", "日本", "x" * 40]),
+        }
+
+    def envelope(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, schema: bool) -> str:
+        def wire(image: dict[str, Any] | None) -> dict[str, Any] | None:
+            if image is None:
+                return None
+            out = dict(image)
+            if isinstance(out.get("price"), Decimal):
+                out["price"] = _decimal(out["price"])
+            if isinstance(out.get("day"), dt.date):
+                out["day"] = (out["day"] - dt.date(1970, 1, 1)).days
+            return out
+
+        self.lsn += 1
+        payload = {
+            "before": wire(before),
+            "after": wire(after),
+            "op": op,
+            "source": {"db": "shop", "schema": "public", "table": "items", "lsn": self.lsn},
+        }
+        if not schema:
+            return json.dumps(payload)
+        row = {"type": "struct", "fields": _ROW, "optional": True}
+        envelope = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
+        return json.dumps({"schema": envelope, "payload": payload})
+
+    @staticmethod
+    def inferred(row: dict[str, Any]) -> dict[str, Any]:
+        """A row as a table created from schemaless events holds it: the wire values, types inferred
+        (the decimal's base64 text, the date's day number)."""
+        out = dict(row)
+        if isinstance(out.get("price"), Decimal):
+            out["price"] = _decimal(out["price"])
+        if isinstance(out.get("day"), dt.date):
+            out["day"] = (out["day"] - dt.date(1970, 1, 1)).days
+        return out
+
+    def hostile(self, kind: str) -> str:
+        key = self.rng.randrange(KEYS)
+        good = self.row(key)
+        wrong: dict[str, Any] = {"qty": 3_000_000_000, "ok": "yes", "price": "!!not base64", "ratio": 1e40}
+        if kind in wrong:
+            text = self.envelope("c", None, good, schema=True)
+            doc = json.loads(text)
+            doc["payload"]["after"][kind] = wrong[kind]
+            return json.dumps(doc)
+        if kind == "truncate":
+            return self.envelope("t", None, None, schema=self.schema)
+        if kind == "no_after":
+            return self.envelope("u", {"id": key}, None, schema=self.schema)
+        if kind == "not_json":
+            return '{"payload": {"op": "c", "after": {"id": 1'
+        doc = json.loads(self.envelope("c", None, good, schema=False))
+        doc["source"]["lsn"] = "abc"
+        return json.dumps(doc)
+
+    def step(self, world: Any) -> None:
+        """One batch; checks the outcome against the model (raises world.fail(...) on a mismatch)."""
+        rng = self.rng
+        schema = self.schema
+        live = dict(self.model)
+        values: list[str | None] = []
+        for _ in range(rng.randrange(1, 10)):
+            key = rng.randrange(KEYS)
+            r = rng.random()
+            if r < 0.3 and key in live:
+                # A key-only delete (PostgreSQL's default replica identity): JSON nulls beside the key.
+                before = {c: None for c in COLUMNS if c != "lsn"} | {"id": key} if rng.random() < 0.5 else {"id": key}
+                values.append(self.envelope("d", before, None, schema))
+                live.pop(key)
+            elif r < 0.35:
+                values.append(self.envelope("m", None, None, schema))  # a message event: skipped
+            else:
+                row = self.row(key)
+                values.append(self.envelope("u" if key in live else "c", live.get(key), row, schema))
+                live[key] = {**(row if schema else self.inferred(row)), "lsn": self.lsn}
+            if rng.random() < 0.2:
+                values.append(None)  # a tombstone
+        if self.truncate == "skip" and rng.random() < 0.3:
+            values.insert(rng.randrange(len(values) + 1), self.envelope("t", None, None, schema))
+        bad = None
+        if rng.random() < 0.35:
+            typed = ("qty", "ok", "price", "ratio")  # declared types exist only with the schema part
+            bad = rng.choice(
+                [
+                    h
+                    for h in HOSTILE
+                    if not (h[0] == "truncate" and self.truncate == "skip") and (schema or h[0] not in typed)
+                ]
+            )
+            values.insert(rng.randrange(len(values) + 1), self.hostile(bad[0]))
+        world.log(f"debezium_cdc: {len(values)} events, schema part {schema}, truncate={self.truncate}, hostile {bad}")
+        df = world.spark.createDataFrame([(v,) for v in values], "value string").repartition(rng.choice([1, 2]))
+        sink = self.sink()
+        if bad is not None:
+            try:
+                sink.write(df, checkpoint_location=self.checkpoint)
+            except InvalidInputError as e:
+                if bad[1] not in str(e):
+                    raise world.fail(f"debezium_cdc: refusal {bad} expected, received: {e}") from e
+            else:
+                raise world.fail(f"debezium_cdc: hostile event {bad} was written")
+        else:
+            sink.write(df, checkpoint_location=self.checkpoint)
+            self.model = live
+        self.verify(world)
+
+    def verify(self, world: Any) -> None:
+        if not world.catalog.table_exists(TABLE):
+            if self.model:
+                raise world.fail(f"debezium_cdc: {TABLE} missing, model holds {sorted(self.model)}")
+            return
+        location = world.catalog.load_table(TABLE).metadata_location
+        columns = [c for c in COLUMNS if c in world.catalog.load_table(TABLE).schema().column_names]
+        want = sorted(({c: row.get(c) for c in columns} for row in self.model.values()), key=lambda r: r["id"])
+        for reader, read in (("Iceberg Java", world.java.read), ("DuckDB", duckdb_read)):
+            got = normalize(read(location).select(columns), ["id"])
+            if got != want:
+                raise world.fail(f"debezium_cdc: {TABLE} read by {reader}:\n  got  {got}\n  want {want}")
+
+
+def maybe_step(world: Any) -> None:
+    """Called by the harness between steps: run the Debezium job with probability DEBEZIUM_EVERY."""
+    job = getattr(world, "_debezium_job", None)
+    if job is None:
+        job = DebeziumJob(world.seed, world.catalog_props, Path(world.root))
+        world._debezium_job = job
+    if job.rng.random() < DEBEZIUM_EVERY:
+        job.step(world)
