@@ -258,6 +258,11 @@ class IcebergSinkBuilder:
             raise InvalidSinkConfigError(
                 f"debezium(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
             )
+        if truncate == "apply":
+            raise InvalidSinkConfigError(
+                "debezium(truncate='apply'): emptying the table at a truncate is not supported yet (it needs the "
+                "deletes of every row committed before, see docs/cdc.md); pass truncate='fail' (default) or 'skip'"
+            )
 
         def read(batch: DataFrame) -> DataFrame:
             return read_envelope(batch, value_column, truncate=truncate, **kwargs)

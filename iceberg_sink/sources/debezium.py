@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -48,6 +48,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink.errors import InvalidInputError
+from iceberg_sink.sources.connect_types import (
+    VARIABLE_SCALE_DECIMAL,
+    connect_to_spark,
+    convert_value,
+    fit_value,
+    logical_name,
+    physical_type,
+    sub_path,
+    type_label,
+)
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import reject_where
 
@@ -81,287 +91,6 @@ UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
 _KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
 
-_CONNECT_PRIMITIVES: dict[str, T.DataType] = {
-    "int8": T.IntegerType(),
-    "int16": T.IntegerType(),
-    "int32": T.IntegerType(),
-    "int64": T.LongType(),
-    "float": T.FloatType(),
-    "float32": T.FloatType(),
-    "double": T.DoubleType(),
-    "float64": T.DoubleType(),
-    "boolean": T.BooleanType(),
-    "string": T.StringType(),
-    "bytes": T.BinaryType(),
-}
-
-# Logical types (the Connect schema's "name"), as Iceberg's Kafka Connect sink maps them.
-_DECIMAL = "org.apache.kafka.connect.data.Decimal"
-_VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-_DATES = ("org.apache.kafka.connect.data.Date", "io.debezium.time.Date")
-#: Time of day: the physical value's unit, as (multiplier, divisor) to microseconds.
-_TIMES = {
-    "org.apache.kafka.connect.data.Time": (1000, 1),
-    "io.debezium.time.Time": (1000, 1),
-    "io.debezium.time.MicroTime": (1, 1),
-    "io.debezium.time.NanoTime": (1, 1000),
-}
-#: Timestamps without a zone: the physical value's unit, as (multiplier, divisor) to microseconds.
-_TIMESTAMPS = {
-    "org.apache.kafka.connect.data.Timestamp": (1000, 1),
-    "io.debezium.time.Timestamp": (1000, 1),
-    "io.debezium.time.MicroTimestamp": (1, 1),
-    "io.debezium.time.NanoTimestamp": (1, 1000),
-}
-_ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
-#: Without a ``connect.decimal.precision`` parameter a Decimal is decimal(38, scale), as Iceberg's Kafka Connect sink does.
-DEFAULT_DECIMAL_PRECISION = 38
-_MICROS_PER_DAY = 86_400_000_000
-
-
-def _logical(schema: dict[str, Any]) -> str | None:
-    name = schema.get("name")
-    return name if isinstance(name, str) else None
-
-
-def _decimal_type(schema: dict[str, Any], path: str) -> T.DecimalType:
-    params = schema.get("parameters") or {}
-    try:
-        scale = int(params.get("scale", 0))
-        precision = int(params.get("connect.decimal.precision", DEFAULT_DECIMAL_PRECISION))
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(
-            f"Debezium envelope schema: field {path!r} is a Decimal with parameters {params!r}; expected integer "
-            "'scale' and 'connect.decimal.precision'"
-        ) from e
-    if not (1 <= precision <= 38 and 0 <= scale <= precision):
-        raise InvalidInputError(
-            f"Debezium envelope schema: field {path!r} is a Decimal of precision {precision} and scale {scale}; "
-            "Iceberg's decimals take a precision of 1 to 38 and a scale of 0 to the precision (configure the "
-            "connector's decimal.handling.mode=string or double for wider values)"
-        )
-    return T.DecimalType(precision, scale)
-
-
-def _physical(schema: dict[str, Any], path: str) -> T.DataType:
-    """The Spark type ``from_json`` reads a Connect value with (its physical form in JSON)."""
-    kind = schema.get("type")
-    if kind == "struct":
-        return T.StructType(
-            [
-                T.StructField(f.get("field"), _physical(f, _sub(path, f.get("field"))), True)
-                for f in schema.get("fields") or []
-            ]
-        )
-    if kind == "array":
-        return T.ArrayType(_physical(schema.get("items") or {}, f"{path}.element"))
-    if kind == "map":
-        return T.MapType(
-            _physical(schema.get("keys") or {}, f"{path}.key"), _physical(schema.get("values") or {}, f"{path}.value")
-        )
-    if isinstance(kind, str) and kind in _CONNECT_PRIMITIVES:
-        return _CONNECT_PRIMITIVES[kind]
-    raise InvalidInputError(
-        f"Debezium envelope schema: field {path or '(value)'!r} has Kafka Connect type {kind!r}; expected one of "
-        f"struct, array, map, {', '.join(_CONNECT_PRIMITIVES)}"
-    )
-
-
-def _sub(path: str, name: Any) -> str:
-    return f"{path}.{name}" if path else str(name)
-
-
-def connect_to_spark(schema: dict[str, Any], path: str = "") -> T.DataType:
-    """The Spark type of a Kafka Connect JSON schema, logical types mapped (see docs/cdc.md):
-    Decimal to decimal(p, s), VariableScaleDecimal to string, Date to date, Time/MicroTime/NanoTime to
-    long (microseconds of the day), Timestamp/MicroTimestamp/NanoTimestamp to timestamp_ntz,
-    ZonedTimestamp to timestamp; other names (Uuid, Json, Enum, EnumSet, ...) keep their physical type.
-
-    Raises:
-        InvalidInputError: an unknown Connect type, naming the field.
-    """
-    logical = _logical(schema)
-    kind = schema.get("type")
-    if logical == _DECIMAL and kind == "bytes":
-        return _decimal_type(schema, path)
-    if logical == _VARIABLE_SCALE_DECIMAL and kind == "struct":
-        return T.StringType()
-    if logical in _DATES and kind in ("int32", "int64"):
-        return T.DateType()
-    if logical in _TIMES and kind in ("int32", "int64"):
-        return T.LongType()
-    if logical in _TIMESTAMPS and kind == "int64":
-        return T.TimestampNTZType()
-    if logical == _ZONED_TIMESTAMP and kind == "string":
-        return T.TimestampType()
-    if kind == "struct":
-        return T.StructType(
-            [
-                T.StructField(f.get("field"), connect_to_spark(f, _sub(path, f.get("field"))), True)
-                for f in schema.get("fields") or []
-            ]
-        )
-    if kind == "array":
-        return T.ArrayType(connect_to_spark(schema.get("items") or {}, f"{path}.element"))
-    if kind == "map":
-        return T.MapType(
-            connect_to_spark(schema.get("keys") or {}, f"{path}.key"),
-            connect_to_spark(schema.get("values") or {}, f"{path}.value"),
-        )
-    return _physical(schema, path)
-
-
-def _label(schema: dict[str, Any] | None, dtype: T.DataType) -> str:
-    """How a refusal names a field's declared type: the Connect type (and logical name), else Spark's."""
-    if schema is None:
-        return dtype.simpleString()
-    logical = _logical(schema)
-    kind = str(schema.get("type"))
-    if logical in (_DECIMAL, _VARIABLE_SCALE_DECIMAL, *_DATES, *_TIMES, *_TIMESTAMPS, _ZONED_TIMESTAMP):
-        return f"{kind} {logical} ({dtype.simpleString()})"
-    return kind
-
-
-def _let(value: Column, body: Callable[[Column], Column]) -> Column:
-    """``body(value)`` with ``value`` computed once: a lambda variable, so an expression used several
-    times in ``body`` is not copied into the plan each time (copies grow the plan past the driver's memory)."""
-    return F.get(F.transform(F.array(value), body), 0)
-
-
-def _unscaled(data: Column) -> Column:
-    """The two's-complement big-endian integer in binary ``data`` (Connect's Decimal), as decimal(38, 0);
-    null when it does not fit 38 digits."""
-
-    def from_hex(hexed: Column) -> Column:
-        n = F.length(hexed) / 2
-
-        def byte(i: Column) -> Column:
-            return F.conv(hexed.substr(i * 2 + 1, F.lit(2)), 16, 10).cast("int")
-
-        def rest(signed: Column) -> Column:
-            def step(acc: Column, i: Column) -> Column:
-                # try_*: a value past 38 digits is null (then refused), also under ANSI mode.
-                return F.try_add(F.try_multiply(acc, F.lit(256)), byte(i)).try_cast("decimal(38,0)")
-
-            more = F.aggregate(F.sequence(F.lit(1), (n - 1).cast("int")), signed, step)
-            return F.when(n == 0, F.lit(0).cast("decimal(38,0)")).when(n == 1, signed).otherwise(more)
-
-        first = byte(F.lit(0))
-        return _let(F.when(first >= 128, first - 256).otherwise(first).cast("decimal(38,0)"), rest)
-
-    return _let(F.hex(data), from_hex)
-
-
-def _scaled_text(unscaled: Column, scale: Column) -> Column:
-    """The exact decimal text of ``unscaled`` * 10^-``scale`` (scale >= 0), for a cast to decimal or as is."""
-
-    def text(u: Column, k: Column) -> Column:
-        def with_digits(digits: Column) -> Column:
-            width = F.greatest(F.length(digits), k + 1)
-            padded = F.concat(F.lit("0" * 40), digits)
-            whole = padded.substr(F.length(padded) - width + 1, width)
-            sign = F.when(u < 0, F.lit("-")).otherwise(F.lit(""))
-            integral = whole.substr(F.lit(1), width - k)
-            fraction = whole.substr(width - k + 1, k)
-            return F.concat(sign, integral, F.when(k > 0, F.concat(F.lit("."), fraction)).otherwise(F.lit("")))
-
-        return F.when(u.isNull() | k.isNull() | (k < 0), F.lit(None).cast("string")).otherwise(
-            _let(F.abs(u).cast("string"), with_digits)
-        )
-
-    pair = F.struct(unscaled.alias("u"), scale.cast("int").alias("k"))
-    return _let(pair, lambda p: text(p.getField("u"), p.getField("k")))
-
-
-def _micros(value: Column, unit: tuple[int, int]) -> Column:
-    multiplier, divisor = unit
-    micros = value.cast("long")
-    if multiplier != 1:
-        micros = (micros.cast("decimal(38,0)") * F.lit(multiplier)).try_cast("long")
-    if divisor != 1:  # in decimal: nanoseconds since the epoch are past a double's exact integers
-        micros = F.floor(micros.cast("decimal(38,0)") / F.lit(divisor)).try_cast("long")
-    return micros
-
-
-def _timestamp_ntz(micros: Column) -> Column:
-    days = F.floor(micros.cast("decimal(38,0)") / F.lit(_MICROS_PER_DAY)).try_cast("long")
-    rest = micros - days * F.lit(_MICROS_PER_DAY)
-    seconds = (rest.cast("decimal(20,0)") / F.lit(1_000_000)).cast("decimal(18,6)")
-    epoch = F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
-    return epoch + F.make_dt_interval(days.try_cast("int"), F.lit(0), F.lit(0), seconds)
-
-
-def _needs_conversion(schema: dict[str, Any]) -> bool:
-    kind = schema.get("type")
-    if kind == "struct":
-        return _logical(schema) == _VARIABLE_SCALE_DECIMAL or any(
-            _needs_conversion(f) for f in schema.get("fields") or []
-        )
-    if kind == "array":
-        return _needs_conversion(schema.get("items") or {})
-    if kind == "map":
-        return _needs_conversion(schema.get("values") or {})
-    return connect_to_spark(schema) != _physical(schema, "")
-
-
-def _convert(value: Column, schema: dict[str, Any], path: str) -> Column:
-    """``value`` (as ``from_json`` read it with :func:`_physical`) in the type :func:`connect_to_spark` gives."""
-    if not _needs_conversion(schema):
-        return value
-    logical = _logical(schema)
-    kind = schema.get("type")
-    target = connect_to_spark(schema, path)
-    if logical == _DECIMAL:
-        assert isinstance(target, T.DecimalType)
-        return _scaled_text(_unscaled(value), F.lit(target.scale)).try_cast(target)
-    if logical == _VARIABLE_SCALE_DECIMAL:
-        return _scaled_text(_unscaled(value.getField("value")), value.getField("scale").cast("int"))
-    if logical in _DATES:
-        return F.date_add(F.lit("1970-01-01").cast("date"), value.try_cast("int"))
-    if logical in _TIMES:
-        return _micros(value, _TIMES[logical])
-    if logical in _TIMESTAMPS:
-        return _timestamp_ntz(_micros(value, _TIMESTAMPS[logical]))
-    if logical == _ZONED_TIMESTAMP:
-        return value.try_cast("timestamp")
-    if kind == "struct":
-        fields = [
-            _convert(value.getField(f.get("field")), f, _sub(path, f.get("field"))).alias(f.get("field"))
-            for f in schema.get("fields") or []
-        ]
-        return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*fields))
-    if kind == "array":
-        items = schema.get("items") or {}
-        return F.transform(value, lambda x: _convert(x, items, f"{path}.element"))
-    assert kind == "map"
-    values = schema.get("values") or {}
-    return F.transform_values(value, lambda _k, v: _convert(v, values, f"{path}.value"))
-
-
-def _fit(value: Column, source: T.DataType, target: T.DataType) -> Column:
-    """``value`` of type ``source`` as ``target``, a union of it (extra struct fields null, promotions cast)."""
-    if source == target:
-        return value
-    if isinstance(source, T.StructType) and isinstance(target, T.StructType):
-        have = {f.name: f.dataType for f in source.fields}
-        fields = [
-            (
-                _fit(value.getField(f.name), have[f.name], f.dataType)
-                if f.name in have
-                else F.lit(None).cast(f.dataType)
-            ).alias(f.name)
-            for f in target.fields
-        ]
-        return F.when(value.isNull(), F.lit(None).cast(target)).otherwise(F.struct(*fields))
-    if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
-        return F.transform(value, lambda x: _fit(x, source.elementType, target.elementType))
-    if isinstance(source, T.MapType) and isinstance(target, T.MapType) and source.keyType == target.keyType:
-        return F.transform_values(value, lambda _k, v: _fit(v, source.valueType, target.valueType))
-    return value.cast(target)
-
-
-# -- one rule for values: a non-null JSON value that reads as null (or inf from a finite number) is refused
-
 
 def _refusal(
     value: Column, raw: Column, dtype: T.DataType, schema: dict[str, Any] | None, path: str, texts: Column | None = None
@@ -374,7 +103,7 @@ def _refusal(
     message = F.concat(
         F.lit(f"{name} holds '"),
         F.substring(raw, 1, 100),
-        F.lit(f"', which does not fit its declared type {_label(schema, dtype)}"),
+        F.lit(f"', which does not fit its declared type {type_label(schema, dtype)}"),
     )
     lost = raw.isNotNull() & value.isNull()
     if isinstance(dtype, T.FloatType | T.DoubleType):
@@ -383,7 +112,7 @@ def _refusal(
     fields = (schema or {}).get("fields") if schema is not None else None
     by_name = {f.get("field"): f for f in fields or [] if isinstance(f, dict)}
     if isinstance(dtype, T.StructType):
-        if schema is not None and _logical(schema) == _VARIABLE_SCALE_DECIMAL:
+        if schema is not None and logical_name(schema) == VARIABLE_SCALE_DECIMAL:
             return here
         if texts is None:
             texts = F.from_json(raw, T.MapType(T.StringType(), T.StringType()))
@@ -393,7 +122,7 @@ def _refusal(
                 F.try_element_at(texts, F.lit(f.name)),
                 f.dataType,
                 by_name.get(f.name) if schema is not None else None,
-                _sub(path, f.name),
+                sub_path(path, f.name),
             )
             for f in dtype.fields
         ]
@@ -769,14 +498,15 @@ def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> 
     connects = [_row_schema(text) for text in declared]
     parsed = []
     for i, (text, connect) in enumerate(zip(declared, connects, strict=True)):
-        physical = _physical(connect, "")
+        physical = physical_type(connect, "")
         assert isinstance(physical, T.StructType)
         parsed.append(F.when(schema_part == F.lit(text), F.from_json(image, physical)).alias(f"{_PARSED}{i}"))
     known = schema_part.isin(*declared) if declared else F.lit(False)
     parsed.append(F.when(~known | schema_part.isNull(), F.from_json(image, target)).alias(f"{_PARSED}b"))
     staged = staged.select("*", *parsed)
     converted = [
-        _convert(F.col(f"{_PARSED}{i}"), connect, "").alias(f"{_CONVERTED}{i}") for i, connect in enumerate(connects)
+        convert_value(F.col(f"{_PARSED}{i}"), connect, "").alias(f"{_CONVERTED}{i}")
+        for i, connect in enumerate(connects)
     ]
     staged = staged.select("*", *converted)
     row: Column = F.lit(None).cast(target)
@@ -787,7 +517,7 @@ def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> 
     for i, connect in enumerate(connects):
         value = F.col(f"{_CONVERTED}{i}")
         own = connect_to_spark(connect)
-        row = row.when(value.isNotNull(), _fit(value, own, target))
+        row = row.when(value.isNotNull(), fit_value(value, own, target))
         reason = reason.when(value.isNotNull(), _refusal(value, image, own, connect, "", texts))
     parts = [f"{_PARSED}{i}" for i in range(len(connects))] + [f"{_PARSED}b"]
     parts += [f"{_CONVERTED}{i}" for i in range(len(connects))]
