@@ -1491,7 +1491,7 @@ class World:
                 if ROUTED not in self.skip and self.routed_rng.random() < ROUTED_EVERY:
                     self.op_routed_cdc()
                     self.check_routed()
-                if OTHER_WRITERS not in self.skip and self.other_rng.random() < OTHER_WRITERS_EVERY:
+                if self.long and OTHER_WRITERS not in self.skip and self.other_rng.random() < OTHER_WRITERS_EVERY:
                     self.op_other_writers()
                     self.check()
             except ModelMismatch:
