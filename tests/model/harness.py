@@ -1567,7 +1567,7 @@ class World:
                     if HOSTILE not in self.skip and self.hostile_rng.random() < HOSTILE_EVERY:
                         self.op_hostile_routed_names()
                         self.check_routed()
-                if OTHER_WRITERS not in self.skip and self.other_rng.random() < OTHER_WRITERS_EVERY:
+                if self.long and OTHER_WRITERS not in self.skip and self.other_rng.random() < OTHER_WRITERS_EVERY:
                     self.op_other_writers()
                     self.check()
                 if DEBEZIUM not in self.skip:
