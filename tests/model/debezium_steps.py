@@ -179,7 +179,9 @@ class DebeziumJob:
                 values.append(self.envelope("m", None, None, schema))  # a message event: skipped
             else:
                 row = self.row(key)
-                values.append(self.envelope("u" if key in live else "c", live.get(key), row, schema))
+                # The before image is the source row: without the sink's order column (lsn).
+                before = {c: v for c, v in live[key].items() if c != "lsn"} if key in live else None
+                values.append(self.envelope("u" if key in live else "c", before, row, schema))
                 live[key] = {**(row if schema else self.inferred(row)), "lsn": self.lsn}
             if rng.random() < 0.2:
                 values.append(None)  # a tombstone

@@ -1379,7 +1379,8 @@ class World:
         which = self.rng.choice(["compaction", "conversion", "rewrite_manifests"])
         name = "db.main" if which == "conversion" else self.rng.choice(["db.main", "db.app"])
         self.log(f"other writer: {which} of {name}, its answer lost, then the catalog locked")
-        fast = load_catalog("model-fast", **{**self.catalog_props, "uri": self.catalog_props["uri"] + "?timeout=0.2"})
+        # The same catalog name: a SQL catalog keeps its tables under its name; a shorter lock timeout only.
+        fast = load_catalog("model", **{**self.catalog_props, "uri": self.catalog_props["uri"] + "?timeout=0.2"})
         retry = RetryPolicy(num_retries=2, min_wait_ms=10, max_wait_ms=50)
         lock = sqlite3.connect(self.root / "catalog.db", isolation_level=None)
         lost: list[bool] = []
