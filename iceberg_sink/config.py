@@ -132,9 +132,14 @@ class SinkConfig:
         right before the writers (iceberg_sink/job/dead_letter.py ``enforce``), to fail the batch or
         dead-letter them."""
         from iceberg_sink.job.routing import route_column
+        from iceberg_sink.sources.rejects import fail_on_reject
 
         for fn in self.map_batches:
             df = fn(df)
         if self.route is not None:
             df = route_column(df, self.route)
+        if self.dead_letter is None:
+            # Fail-fast: the first Spark job over the batch (a routed sink's column count, before any
+            # table is created or evolved) fails on a refused row, so nothing is created for it.
+            df = fail_on_reject(df)
         return df
