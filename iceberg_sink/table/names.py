@@ -267,7 +267,7 @@ def _neighbour_tables(catalog: Catalog, namespace: tuple[str, ...]) -> list[tupl
                 todo.extend(tuple(c) for c in catalog.list_namespaces(ns) if tuple(c) != ns)
         except (NoSuchNamespaceError, NotImplementedError):
             # A namespace not there holds no table; a catalog that cannot list (NotImplementedError)
-            # leaves the overlap check to what it could list (said in docs/troubleshooting.md's note).
+            # leaves the overlap check to the namespaces it could list (a known gap, in the session note).
             continue
     return found
 
