@@ -265,7 +265,8 @@ class IcebergSinkBuilder:
             )
 
         def read(batch: DataFrame) -> DataFrame:
-            return read_envelope(batch, value_column, truncate=truncate, **kwargs)
+            # Marked, not failed here: the job fails the batch on a refused event or dead-letters it.
+            return read_envelope(batch, value_column, truncate=truncate, rejects="mark", **kwargs)
 
         return self.map_batches(read)
 

@@ -59,7 +59,7 @@ from iceberg_sink.sources.connect_types import (
     type_label,
 )
 from iceberg_sink.sources.readers import infer_json_schema, union_types
-from iceberg_sink.sources.rejects import reject_where
+from iceberg_sink.sources.rejects import fail_on_reject, reject_where
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -82,6 +82,9 @@ _OLD = "__iceberg_sink_dbz_old"
 
 #: The error class a refused Debezium event carries (sources/rejects.py).
 REJECT_CLASS = "InvalidInputError"
+
+#: What :func:`read_envelope` does with a refused event: fail the job reading it, or mark it for the sink.
+REJECT_POLICIES = ("fail", "mark")
 
 #: ``truncate=`` policies of :func:`read_envelope`.
 TRUNCATE_POLICIES = ("apply", "skip", "fail")
@@ -249,13 +252,17 @@ def read_envelope(
     key_column: str = "key_columns",
     truncate: str = "fail",
     unavailable_value: str | None = UNAVAILABLE_VALUE,
+    rejects: str = "fail",
 ) -> DataFrame:
     """Debezium JSON change events in ``value_column`` as rows, their operation, order and source table.
 
     Plug the result into ``.cdc(op_column="op", key=[...], order_by="lsn")``; see the module docstring.
     An event that cannot be read (not JSON, an unknown op, an update without ``after``, a value that
     does not fit its declared type, ...) is refused with :func:`iceberg_sink.sources.rejects.reject_where`,
-    naming the reason and the event; the sink fails the batch on it (or dead-letters it).
+    naming the reason and the event. Called directly (``rejects="fail"``, the default), the first
+    refused event fails the Spark job that reads the result, and the result has only the columns
+    listed below; the builder's ``.debezium(...)`` passes ``rejects="mark"``, so the sink fails the
+    batch on it or dead-letters it (``.dead_letter(...)``).
 
     Args:
         df: a bounded DataFrame of events (a micro-batch; for streams use the builder's
@@ -285,6 +292,10 @@ def read_envelope(
         unavailable_value: the placeholder PostgreSQL's connector sends for an unchanged TOASTed column
             (``unavailable.value.placeholder``); such a column of an update keeps its stored value
             (see docs/cdc.md). None: no placeholder.
+        rejects: ``"fail"`` (default): a refused event fails the Spark job reading the result with an
+            error naming the reason and the event; ``"mark"``: refused events stay as rows carrying
+            their refusal in :data:`iceberg_sink.sources.rejects.REJECT_COLUMN` (for the sink, which
+            fails the batch or dead-letters them).
 
     Raises:
         InvalidInputError: a bad argument, a column name clash, an unknown Connect type, or conflicting column types.
@@ -298,6 +309,8 @@ def read_envelope(
         raise InvalidInputError(
             f"read_envelope(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
         )
+    if rejects not in REJECT_POLICIES:
+        raise InvalidInputError(f"read_envelope(rejects=...): expected one of {REJECT_POLICIES}, received {rejects!r}")
     paths = [order_by] if isinstance(order_by, str) else list(order_by) if order_by is not None else []
     types = [order_type] * len(paths) if isinstance(order_type, str) else list(order_type)
     if order_by is not None and (
@@ -351,7 +364,7 @@ def read_envelope(
         reasons.append(
             F.when(
                 op == F.lit("t"),
-                F.lit("truncate event (op 't') refused by truncate='fail'; pass truncate='apply' or 'skip'"),
+                F.lit("truncate event (op 't') refused by truncate='fail'; pass truncate='skip' to ignore truncates"),
             )
         )
     for code, name, row_image in (("c", "create", after), ("r", "read", after), ("u", "update", after)):
@@ -409,7 +422,7 @@ def read_envelope(
         rows = events.select(
             *[F.col(c) for c in carried], v, image.alias(row_column), *extra, *helpers, reason.alias(_REASON)
         )
-        return _finish(rows, value_column, table_column, keep)
+        return _finish(rows, value_column, table_column, keep, rejects)
     schema = row_schema
     declared = sorted(s for s in counts.schemas if s is not None)
     if schema is None:
@@ -443,7 +456,7 @@ def read_envelope(
         *([_IDENTITY] if helpers else []),
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
     )
-    return _finish(rows, value_column, table_column, keep)
+    return _finish(rows, value_column, table_column, keep, rejects)
 
 
 class _Counts:
@@ -563,8 +576,10 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str) -> D
     )
 
 
-def _finish(rows: DataFrame, value_column: str, table_column: str | None, keep: Sequence[str]) -> DataFrame:
-    """Mark refused events (sources/rejects.py) and drop the helper columns."""
+def _finish(
+    rows: DataFrame, value_column: str, table_column: str | None, keep: Sequence[str], rejects: str
+) -> DataFrame:
+    """Mark refused events (sources/rejects.py), fail on them unless ``rejects="mark"``, and drop the helper columns."""
     reason = F.col(_REASON)
     source = None
     if table_column is not None:
@@ -572,4 +587,5 @@ def _finish(rows: DataFrame, value_column: str, table_column: str | None, keep: 
         source = F.col(table_column)
     marked = reject_where(rows, reason, REJECT_CLASS, F.col(value_column), source_table=source)
     helpers = [_REASON, _IDENTITY] + [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
-    return marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])
+    out = marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])
+    return out if rejects == "mark" else fail_on_reject(out)

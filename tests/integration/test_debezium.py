@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink, InvalidInputError, _faults
 from iceberg_sink.sources.debezium import read_envelope
+from iceberg_sink.sources.rejects import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -127,7 +128,8 @@ class Source:
             # Kafka tombstone for log compaction: a null value with the same key.
             self.batches[-1].append({"key": json.dumps(key), "value": None})
         else:
-            self.model[row["id"]] = {**row, "lsn": self.lsn, "source_table": "customers"}
+            # Database, schema and table, each _ doubled, joined with _s_ (read_envelope's default names).
+            self.model[row["id"]] = {**row, "lsn": self.lsn, "source_table": "inventory_s_public_s_customers"}
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -240,6 +242,21 @@ def test_read_envelope_batch_mixing_events_with_and_without_schema_keeps_every_c
     ]
 
 
+def test_read_envelope_called_directly_fails_on_a_refused_event_naming_it(spark: SparkSession) -> None:
+    """Called directly, read_envelope gives only its documented columns and a refused event fails the
+    job reading it, naming the reason and the event; ``rejects="mark"`` keeps the event as a marked
+    row, for the sink (which fails the batch or dead-letters it)."""
+    rows = [(event("c", 1, None, {"id": 1, "name": "a", "qty": 1}, V1),), ("{not json",)]
+    df = spark.createDataFrame(rows, "value string")
+    out = read_envelope(df)
+    assert REJECT_COLUMN not in out.columns
+    with pytest.raises(Exception, match=r"value is not JSON \(event: value '\{not json'\)"):
+        out.collect()
+    marked = read_envelope(df, rejects="mark").collect()
+    got = sorted((r["id"] or 0, r[REJECT_COLUMN]["reason"] if r[REJECT_COLUMN] else None) for r in marked)
+    assert got == [(0, "value is not JSON"), (1, None)]
+
+
 def test_read_envelope_conflicting_types_name_the_column(spark: SparkSession) -> None:
     clash = [("id", "int64"), ("name", "int32"), ("qty", "int32")]
     df = spark.createDataFrame(
@@ -251,6 +268,8 @@ def test_read_envelope_conflicting_types_name_the_column(spark: SparkSession) ->
     )
     with pytest.raises(InvalidInputError, match=r"name: is (string|int) in some events and (int|string) in others"):
         read_envelope(df)
+    with pytest.raises(InvalidInputError, match=r"expected one of \('fail', 'mark'\), received 'drop'"):
+        read_envelope(df, rejects="drop")
     missing = spark.createDataFrame([("x",)], "other string")
     with pytest.raises(InvalidInputError, match=r"expected columns \['value'\]"):
         read_envelope(missing)

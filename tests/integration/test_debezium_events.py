@@ -160,7 +160,7 @@ def test_values_that_do_not_fit_their_declared_type_are_refused_never_written_as
     ]
     values = [envelope("c", 1, None, good, ROW)]
     values += [envelope("c", 2 + i, None, {**good, "id": 2 + i, name: v}, ROW) for i, (name, v, _) in enumerate(bad)]
-    out = read_envelope(frame(spark, values))
+    out = read_envelope(frame(spark, values), rejects="mark")
     got = refusals(out)
     assert sorted(got) == list(range(1, len(bad) + 1))
     for offset, (_, _, message) in enumerate(bad, start=1):
@@ -278,7 +278,7 @@ def test_logical_types_become_the_iceberg_types_a_user_expects(
     ]
     # A value wider than its declared precision is refused, not nulled.
     wide = logical_row(4, "123456789.00", "1", (0, "1"))
-    marked = refusals(read_envelope(frame(spark, [envelope("c", 4, None, wide, LOGICAL)])))
+    marked = refusals(read_envelope(frame(spark, [envelope("c", 4, None, wide, LOGICAL)]), rejects="mark"))
     assert "'price' holds" in marked[0] and "decimal(10,2)" in marked[0]
 
 
@@ -295,16 +295,16 @@ def test_truncate_message_and_garbage_events_are_refused_naming_the_reason_and_t
         envelope("t", 5, None, None),
         envelope("m", 6, None, None),
     ]
-    got = refusals(read_envelope(frame(spark, values)))
+    got = refusals(read_envelope(frame(spark, values), rejects="mark"))
     assert got == {
         1: "value is not JSON",
         2: "update without after",
         3: "delete without before",
         4: "order value 'abc' at source.lsn is not a long",
         5: "unknown op 'x'; expected one of c, r, u, d, t, m",
-        6: "truncate event (op 't') refused by truncate='fail'; pass truncate='apply' or 'skip'",
+        6: "truncate event (op 't') refused by truncate='fail'; pass truncate='skip' to ignore truncates",
     }  # the message event (offset 7) is skipped
-    skipped = read_envelope(frame(spark, [values[0], values[6], values[7]]), truncate="skip")
+    skipped = read_envelope(frame(spark, [values[0], values[6], values[7]]), truncate="skip", rejects="mark")
     assert [(r["id"], r["op"]) for r in skipped.collect()] == [(1, "c")]
     assert refusals(skipped) == {}
     with pytest.raises(InvalidInputError, match=r"truncate='fail'.*\(event: topic items partition 0 offset 1\)"):
@@ -339,7 +339,7 @@ def test_routed_names_keep_same_named_tables_of_two_schemas_apart(spark: SparkSe
     a = envelope("c", 1, None, {"id": 1}, source={"schema": "sales"})
     b = envelope("c", 2, None, {"id": 1}, source={"schema": "hr"})
     c = envelope("c", 3, None, {"id": 2}, source={"schema": "hr", "table": "pay_roll"})
-    out = read_envelope(frame(spark, [a, b, c]))
+    out = read_envelope(frame(spark, [a, b, c]), rejects="mark")
     assert sorted(r["source_table"] for r in out.collect()) == [
         "inventory_s_hr_s_items",
         "inventory_s_hr_s_pay__roll",
@@ -347,7 +347,7 @@ def test_routed_names_keep_same_named_tables_of_two_schemas_apart(spark: SparkSe
     ]
     assert refusals(out) == {}
     # A mapping that sends two sources to one table is refused, naming both.
-    merged = refusals(read_envelope(frame(spark, [a, b]), table_fields=("table",)))
+    merged = refusals(read_envelope(frame(spark, [a, b]), table_fields=("table",), rejects="mark"))
     assert sorted(merged) == [0, 1]
     assert "routed table name 'items' is the name of two sources in this batch" in merged[0]
     assert "inventory.hr.items" in merged[0] and "inventory.sales.items" in merged[0]

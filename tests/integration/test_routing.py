@@ -81,7 +81,7 @@ def test_routed_write_creates_each_table_and_commits_one_snapshot_each(
     sink = (
         IcebergSink.builder()
         .catalog("test", **catalog_props)
-        .route(table_column="tbl", namespace="cdc")
+        .route(table_column="tbl", namespace="cdc", allow=["cdc.*", "other.b"])
         .create_if_missing(partition_by=["bucket(4, id)"])
         .build()
     )
