@@ -34,10 +34,11 @@ of Iceberg's metadata columns (:data:`METADATA_COLUMNS`, in any case).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog
@@ -252,9 +253,29 @@ def _namespace_location(catalog: Catalog, namespace: tuple[str, ...]) -> str | N
 def _neighbour_tables(catalog: Catalog, namespace: tuple[str, ...]) -> list[tuple[str, ...]]:
     """Tables whose default locations could nest with one in ``namespace``: those of the namespace,
     of its parents and (recursively) of its children."""
-    found: list[tuple[str, ...]] = []
     levels = [namespace[:i] for i in range(1, len(namespace) + 1)]
-    todo = list(levels)
+    return walk_tables(catalog, levels, descend=lambda ns: ns[: len(namespace)] == namespace, strict=False)
+
+
+def walk_tables(
+    catalog: Catalog,
+    roots: Iterable[tuple[str, ...]] | None,
+    *,
+    descend: Callable[[tuple[str, ...]], bool] = lambda ns: True,
+    strict: bool,
+) -> list[tuple[str, ...]]:
+    """Every table identifier of the namespaces ``roots`` (all top-level namespaces when None) and,
+    for those where ``descend`` holds, of their child namespaces, recursively. The one walk over a
+    catalog's tables (the location-overlap check here, orphan removal's shared-location check).
+
+    A namespace that vanished meanwhile holds no table. A catalog that cannot answer (it cannot list
+    tables or namespaces: ``NotImplementedError``, or another error): with ``strict`` the error is
+    raised (the caller refuses, since its check cannot be made); else the namespace is passed over with
+    a warning naming it (the check covers the namespaces that could be listed). A catalog without nested
+    namespaces may refuse to list children: that is never an error.
+    """
+    todo = [tuple(ns) for ns in (catalog.list_namespaces() if roots is None else roots)]
+    found: list[tuple[str, ...]] = []
     seen: set[tuple[str, ...]] = set()
     while todo:
         ns = todo.pop()
@@ -263,12 +284,21 @@ def _neighbour_tables(catalog: Catalog, namespace: tuple[str, ...]) -> list[tupl
         seen.add(ns)
         try:
             found.extend(tuple(t) for t in catalog.list_tables(ns))
-            if ns[: len(namespace)] == namespace:
-                todo.extend(tuple(c) for c in catalog.list_namespaces(ns) if tuple(c) != ns)
-        except (NoSuchNamespaceError, NotImplementedError):
-            # A namespace not there holds no table; a catalog that cannot list (NotImplementedError)
-            # leaves the overlap check to the namespaces it could list (a known gap, in the session note).
+        except NoSuchNamespaceError:
             continue
+        except Exception as e:
+            if strict:
+                raise
+            logger.warning(
+                "namespace %s: its tables cannot be listed (%s: %s); not compared",
+                ".".join(ns),
+                type(e).__name__,
+                e,
+            )
+            continue
+        if descend(ns):
+            with contextlib.suppress(Exception):  # catalogs without nested namespaces may refuse the question
+                todo.extend(tuple(c) for c in catalog.list_namespaces(ns) if tuple(c) != ns)
     return found
 
 

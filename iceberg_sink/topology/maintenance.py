@@ -23,7 +23,6 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
-from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import FromInputFile
@@ -34,6 +33,7 @@ from iceberg_sink._iceberg import listing, manifests, producer
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError
+from iceberg_sink.table.names import walk_tables
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.conversion.job import ConversionResult
 from iceberg_sink.topology.conversion.job import convert_equality_deletes as _convert
@@ -235,22 +235,6 @@ def _contains(outer: str, inner: str) -> bool:
     return normalise_location(inner.rstrip("/") + "/").startswith(normalise_location(outer.rstrip("/") + "/"))
 
 
-def _catalog_tables(catalog: Catalog) -> list[tuple[str, ...]]:
-    """Every table identifier of ``catalog``, nested namespaces included."""
-    found: list[tuple[str, ...]] = []
-    pending = [tuple(ns) for ns in catalog.list_namespaces()]
-    seen: set[tuple[str, ...]] = set()
-    while pending:
-        namespace = pending.pop()
-        if namespace in seen:
-            continue
-        seen.add(namespace)
-        found.extend(tuple(t) for t in catalog.list_tables(namespace))
-        with contextlib.suppress(Exception):  # catalogs without nested namespaces may refuse the question
-            pending.extend(tuple(ns) for ns in catalog.list_namespaces(namespace) if tuple(ns) != namespace)
-    return found
-
-
 def refuse_shared_location(table: Table, what: str) -> None:
     """Refuse orphan removal when the table's location is, or contains, the catalog's warehouse root
     or another table's location: every file of the other tables would look orphaned.
@@ -272,7 +256,7 @@ def refuse_shared_location(table: Table, what: str) -> None:
         )
     own = tuple(table.name())
     try:
-        identifiers = _catalog_tables(catalog)
+        identifiers = walk_tables(catalog, None, strict=True)
     except Exception as e:
         raise MaintenanceRefusedError(
             f"{what}: cannot list the catalog's tables ({type(e).__name__}) to check that no other table's files lie "

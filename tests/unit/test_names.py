@@ -217,3 +217,18 @@ def test_create_and_load_refuse_bad_names_before_touching_the_catalog(tmp_path: 
     _create(catalog, "cdc.ok")
     catalog.load_table("cdc.ok").append(tbl)
     assert catalogs.load_table(catalog, "cdc.ok") is not None
+
+
+def test_walk_tables_lists_nested_namespaces_and_descends_only_where_asked(tmp_path: Path) -> None:
+    """The one walk over a catalog's tables (the location-overlap check and orphan removal's
+    shared-location check both use it)."""
+    catalog, _ = _catalog(tmp_path)
+    for ns in ("a", "a.b", "a.b.c", "z"):
+        catalog.create_namespace(ns)
+    for name in ("a.t1", "a.b.t2", "a.b.c.t3", "z.t4"):
+        catalog.create_table(name, SCHEMA)
+    every = sorted(names.walk_tables(catalog, None, strict=True))
+    assert every == [("a", "b", "c", "t3"), ("a", "b", "t2"), ("a", "t1"), ("z", "t4")]
+    shallow = names.walk_tables(catalog, [("a",), ("a", "b")], descend=lambda ns: False, strict=True)
+    assert sorted(shallow) == [("a", "b", "t2"), ("a", "t1")]
+    assert names.walk_tables(catalog, [("gone",)], strict=True) == []  # a namespace not there holds no table
