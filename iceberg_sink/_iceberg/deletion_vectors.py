@@ -90,8 +90,9 @@ def _encode(pos: np.ndarray) -> bytes:
         bad = int(pos[0]) if pos[0] < 0 else int(pos[-1])
         raise ValueError(f"a deletion vector holds positions from 0 to {MAX_POSITION}, got {bad}")
     keys = pos >> 32
-    starts = np.concatenate(([0], np.flatnonzero(keys[1:] != keys[:-1]) + 1)) if len(pos) else np.empty(0, np.int64)
-    ends = np.append(starts[1:], len(pos))
+    cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1  # where a bucket ends and the next begins
+    starts = np.concatenate(([0], cuts)) if len(pos) else cuts
+    ends = np.append(cuts, len(pos)) if len(pos) else cuts
     parts = [len(starts).to_bytes(8, "little")]
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         low = (pos[start:end] & 0xFFFFFFFF).astype(np.uint32)
