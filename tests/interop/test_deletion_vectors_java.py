@@ -26,8 +26,7 @@ from pyiceberg.table.puffin import PuffinFile
 
 from iceberg_sink._iceberg import deletion_vectors as dv
 from iceberg_sink._iceberg.puffin import read_blob, read_footer
-from tests.interop.java_env import NEWEST_ICEBERG_VERSION, REFERENCE_ICEBERG_VERSION
-from tests.interop.maven import fetch_jars
+from tests.interop.java_env import NEWEST_ICEBERG_VERSION, REFERENCE_ICEBERG_VERSION, core_jars
 
 pytestmark = pytest.mark.interop
 
@@ -84,7 +83,7 @@ class JavaDvTool:
 def java_dv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> JavaDvTool:
     version = str(request.param)
     assert shutil.which("javac") and shutil.which("java"), "a JDK (java and javac) is needed for the Java DV checks"
-    jars = fetch_jars(f"iceberg-core-{version}", [f"org.apache.iceberg:iceberg-core:{version}"], transitive=True)
+    jars = core_jars(version)
     classes = tmp_path_factory.mktemp(f"dvtool-{version}")
     jar_path = ":".join(str(j) for j in jars)
     subprocess.run(
