@@ -42,6 +42,12 @@ class UnsupportedTableError(IcebergSinkError, ValueError):
     """The table uses a feature this sink cannot write (for example an unsupported format version)."""
 
 
+class CorruptFileError(IcebergSinkError, ValueError):
+    """A file the table references does not hold what its format says (for example a deletion
+    vector whose checksum does not match its bytes). Fatal: retrying reads the same bytes; the file
+    has to be restored or the snapshot that references it rolled back."""
+
+
 class CheckpointRewoundError(IcebergSinkError, RuntimeError):
     """The stream restarted from a checkpoint older than what the table already holds.
 

@@ -16,6 +16,8 @@ check what it writes.
 - ``specs``: which specs hold live data, and the unpartitioned spec that global deletes need.
 - ``projection``: reading old data files by field id at every nesting level.
 - ``listing``: listing and deleting files under a location with the table's FileIO settings.
+- ``puffin``, ``deletion_vectors``: Puffin files and format v3 deletion vectors (``deletion-vector-v1``
+  blobs), written and read back; not committed by the sink yet (format v1 and v2 only, below).
 """
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2)

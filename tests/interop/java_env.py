@@ -281,6 +281,13 @@ def _aws_bundle(version: str) -> Path:
     return jar
 
 
+def core_jars(version: str) -> tuple[Path, ...]:
+    """``iceberg-core`` of ``version`` with its dependencies, no Spark: for checks that call Iceberg
+    Java's own classes (the deletion vector reader and writer, tests/interop/test_deletion_vectors_java.py)."""
+    coordinates = [f"org.apache.iceberg:iceberg-core:{version}"]
+    return tuple(fetch_jars(f"iceberg-core-{version}", coordinates, transitive=True))
+
+
 def reference_runtime(env: JavaEnv | None = None) -> ReaderRuntime:
     """Iceberg Java 1.9.2 on PySpark 3.5.7 (this module's venv), with iceberg-aws-bundle 1.9.2."""
     env = env if env is not None else ensure_java_env()
@@ -359,4 +366,6 @@ if __name__ == "__main__":
         newest_runtime(),
     ):
         print(f"{runtime.label}: python={runtime.python} jars={', '.join(str(j) for j in runtime.jars)}")
+    for version in (REFERENCE_ICEBERG_VERSION, NEWEST_ICEBERG_VERSION):
+        print(f"iceberg-core {version}: {len(core_jars(version))} jars")
     print(f"({time.monotonic() - started_at:.1f}s)")
