@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs Maven (Debian package `maven`) when `mvn` is missing: the interop readers of the tests fetch
-# their jars (the newest Iceberg Spark runtime, iceberg-aws-bundle, sqlite-jdbc) from Maven Central
-# with it (tests/interop/maven.py), and scripts/pipeline_components.py those of Kafka, Kafka Connect +
-# Debezium and Spark's Kafka source. Idempotent and quiet when mvn exists; fails loudly otherwise.
+# Installs Maven (Debian package `maven`) when `mvn` is missing: scripts/maven_fetch.py fetches every
+# jar the project needs from Maven Central with it, those of the interop readers of the tests (the
+# newest Iceberg Spark runtime, iceberg-aws-bundle, sqlite-jdbc; tests/interop/java_env.py) and those
+# of Kafka, Kafka Connect + Debezium and Spark's Kafka source (scripts/pipeline_components.py).
+# Idempotent and quiet when mvn exists; fails loudly otherwise.
 set -euo pipefail
 
 if command -v mvn >/dev/null 2>&1; then

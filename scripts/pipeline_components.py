@@ -2,10 +2,10 @@
 """The real components of a PostgreSQL -> Debezium -> Kafka -> Spark -> Iceberg pipeline, on loopback.
 
 Standard library only (it runs with any Python 3.11+, before the project's venv exists). Jars come
-from Maven Central through ``mvn`` (``dependency:copy-dependencies`` on a generated pom), fetched
-once into ``${ICEBERG_SINK_CACHE:-~/.cache/iceberg-sink}/maven/<bundle>-<version>`` (a bundle is
-complete only once its ``.complete`` marker exists: an interrupted fetch is redone, never half-used).
-Every fetch runs ``mvn -B`` without standard input and fails loudly with Maven's own output.
+from Maven Central through scripts/maven_fetch.py, the project's one fetcher (the Java readers of the
+tests use it too): fetched once into ``${ICEBERG_SINK_CACHE:-~/.cache/iceberg-sink}/maven/sets/``, a
+set complete only once its marker exists (an interrupted fetch is redone, never half-used), with
+``mvn -B`` without standard input, failing loudly with Maven's own output.
 
 Bundles:
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -40,13 +41,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 KAFKA_VERSION = os.environ.get("ICEBERG_SINK_KAFKA_VERSION", "4.3.0")
 """Kafka broker and Connect version: the one Debezium DEBEZIUM_VERSION is built against."""
@@ -64,9 +65,25 @@ class ComponentError(RuntimeError):
     """A component could not be fetched, started or stopped (the message holds the evidence)."""
 
 
+def _maven_fetch() -> ModuleType:
+    """scripts/maven_fetch.py, loaded by path (scripts/ is not a package) under the name the tests
+    load it by (tests/scripts.py), so that both share one module."""
+    name = "iceberg_sink_script_maven_fetch"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name("maven_fetch.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+maven = _maven_fetch()
+
+
 def cache_root() -> Path:
-    base = os.environ.get("ICEBERG_SINK_CACHE") or str(Path.home() / ".cache" / "iceberg-sink")
-    return Path(base) / "maven"
+    """``${ICEBERG_SINK_CACHE:-~/.cache/iceberg-sink}/maven``: scripts/maven_fetch.py's cache."""
+    return Path(maven.cache_root())
 
 
 def _log_tail(path: Path, chars: int = 6000) -> str:
@@ -80,82 +97,51 @@ def _log_tail(path: Path, chars: int = 6000) -> str:
 # -- fetching --------------------------------------------------------------------------------------
 
 
-def _pom(dependencies: Sequence[str]) -> str:
-    deps = []
-    for coordinate in dependencies:
-        group, artifact, version = coordinate.split(":")
-        deps.append(
-            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-            f"<version>{version}</version></dependency>"
-        )
-    return (
-        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-        "<groupId>iceberg-sink.local</groupId><artifactId>fetch</artifactId><version>1</version>"
-        "<packaging>pom</packaging>"
-        f"<dependencies>{''.join(deps)}</dependencies></project>"
-    )
+def _jar_dir(name: str, coordinates: Sequence[str], exclude_groups: Sequence[str] = ()) -> Path:
+    """The folder holding the jars of ``coordinates`` and their runtime dependencies, fetched once."""
+    try:
+        jars = maven.fetch_jars(name, coordinates, transitive=True, exclude_groups=exclude_groups)
+    except maven.MavenFetchError as e:
+        raise ComponentError(str(e)) from None
+    return Path(jars[0]).parent
 
 
-def copy_dependencies(target: Path, dependencies: Sequence[str], exclude_groups: Sequence[str] = ()) -> Path:
-    """The jars of ``dependencies`` (G:A:V) and their runtime dependencies in ``target``, fetched
-    once (``target/.complete`` marks a finished fetch)."""
-    if (target / ".complete").exists():
-        return target
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise ComponentError(
-            "Maven (mvn) is needed to fetch the jars from Maven Central and is not on PATH: apt-get install maven"
-        )
-    with tempfile.TemporaryDirectory(prefix="iceberg-sink-fetch-") as work:
-        pom = Path(work) / "pom.xml"
-        pom.write_text(_pom(dependencies))
-        partial = target.with_name(target.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        command = [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(pom),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={partial}",
-            "-DincludeScope=runtime",
-        ]
-        if exclude_groups:
-            command.append(f"-DexcludeGroupIds={','.join(exclude_groups)}")
-        print(f"== fetching {', '.join(dependencies)} into {target}", file=sys.stderr)
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0 or not any(partial.glob("*.jar")):
-            raise ComponentError(
-                f"fetching {', '.join(dependencies)} failed (mvn exit {done.returncode}):\n"
-                f"{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
-            )
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
-    (target / ".complete").write_text(json.dumps({"dependencies": list(dependencies)}))
-    return target
+def _link(link: Path, target: Path) -> None:
+    """``link`` -> ``target``, replaced atomically (another process may be making the same link)."""
+    if link.is_symlink() and link.resolve() == target.resolve():
+        return
+    link.parent.mkdir(parents=True, exist_ok=True)
+    temporary = link.with_name(f".{link.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target, target_is_directory=True)
+    temporary.replace(link)
 
 
 def kafka_home(version: str = KAFKA_VERSION) -> Path:
     """The broker's jars (broker, KRaft storage tool, console producer and topics tools)."""
-    return copy_dependencies(
-        cache_root() / f"kafka-{version}",
+    return _jar_dir(
+        f"kafka-{version}",
         [f"org.apache.kafka:kafka_{SCALA}:{version}", f"org.apache.kafka:kafka-tools:{version}", LOG_BINDING],
     )
 
 
 def connect_home(version: str = KAFKA_VERSION, debezium: str = DEBEZIUM_VERSION) -> Path:
-    """Kafka Connect's jars, with Debezium's PostgreSQL connector under ``plugins/`` (its own class
-    loader through ``plugin.path``; Kafka's own jars are left to the worker's classpath)."""
-    home = cache_root() / f"connect-{version}-debezium-{debezium}"
-    copy_dependencies(
-        home / "lib", [f"org.apache.kafka:connect-runtime:{version}", f"org.apache.kafka:connect-json:{version}", LOG_BINDING],
+    """Kafka Connect's jars under ``lib/``, with Debezium's PostgreSQL connector under ``plugins/``
+    (its own class loader through ``plugin.path``; Kafka's own jars are left to the worker's
+    classpath). Both are links to the fetched sets: Connect wants a plugin folder inside the folder
+    ``plugin.path`` names."""
+    lib = _jar_dir(
+        f"kafka-connect-{version}",
+        [f"org.apache.kafka:connect-runtime:{version}", f"org.apache.kafka:connect-json:{version}", LOG_BINDING],
     )
-    copy_dependencies(
-        home / "plugins" / "debezium-connector-postgres",
+    plugin = _jar_dir(
+        f"debezium-connector-postgres-{debezium}",
         [f"io.debezium:debezium-connector-postgres:{debezium}"],
         exclude_groups=["org.apache.kafka"],
     )
+    home = cache_root() / "connect-homes" / f"connect-{version}-debezium-{debezium}"
+    _link(home / "lib", lib)
+    _link(home / "plugins" / "debezium-connector-postgres", plugin)
     return home
 
 
@@ -198,13 +184,15 @@ def spark_kafka_version(spark_version: str) -> str:
 def spark_kafka_jars(spark_version: str) -> list[Path]:
     """Jars of Spark's Kafka source for ``spark_version`` (Spark's own jars left out), for ``spark.jars``."""
     scala = SCALA if not spark_version.startswith("3.") else "2.12"
-    folder = cache_root() / f"spark-kafka-{spark_version}"
-    if not (folder / ".complete").exists():  # fetched once: no look-up at Maven Central after that
+    name = f"spark-kafka-for-spark-{spark_version}"
+    jars = maven.fetched(name)  # fetched once: no look-up at Maven Central after that
+    if jars is None:
         version = spark_kafka_version(spark_version)
-        copy_dependencies(folder, [f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"])
+        folder = _jar_dir(name, [f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"])
+        jars = sorted(folder.glob("*.jar"))
     # Only what Spark does not ship itself (its Hadoop client, slf4j, lz4, snappy, ... stay Spark's).
     keep = ("spark-sql-kafka-", "spark-token-provider-kafka-", "kafka-clients-", "commons-pool2-")
-    return sorted(p for p in folder.glob("*.jar") if p.name.startswith(keep))
+    return sorted(Path(p) for p in jars if Path(p).name.startswith(keep))
 
 
 # -- processes -------------------------------------------------------------------------------------

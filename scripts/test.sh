@@ -13,8 +13,9 @@ scripts/ensure_maven.sh
 echo "== interop readers"
 .venv/bin/python -m tests.interop.java_env
 # The jars of the real pipeline's components (Kafka, Kafka Connect + Debezium, Spark's Kafka
-# source), fetched once from Maven Central into ${ICEBERG_SINK_CACHE:-~/.cache/iceberg-sink}/maven:
-# tests/integration/test_kafka_source.py and tests/e2e run them (scripts/pipeline_components.py).
+# source), fetched once from Maven Central into ${ICEBERG_SINK_CACHE:-~/.cache/iceberg-sink}/maven
+# by the same fetcher (scripts/maven_fetch.py): tests/integration/test_kafka_source.py and tests/e2e
+# run them (scripts/pipeline_components.py).
 python3 scripts/pipeline_components.py fetch kafka >/dev/null
 python3 scripts/pipeline_components.py fetch connect >/dev/null
 python3 scripts/pipeline_components.py fetch spark-kafka \

@@ -11,28 +11,18 @@ SparkSession is started without the jars): :func:`spark_kafka_conf` gives the ``
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests import scripts
 
 
 def components() -> ModuleType:
     """scripts/pipeline_components.py as a module (scripts/ is not a package)."""
-    name = "iceberg_sink_pipeline_components"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / "pipeline_components.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return scripts.load("pipeline_components.py")
 
 
 def _fail(e: Exception) -> None:

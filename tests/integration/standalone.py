@@ -3,7 +3,9 @@ installed PySpark (``spark-class org.apache.spark.deploy.master.Master`` / ``...
 
 Each daemon gets free ports, its own work and log directory and small memory; the workers get a
 minimal environment of their own (not the test's), with ``PYTHONPATH`` set to the project root as
-an installation on the workers would. The second worker binds 127.0.0.2 (still loopback): Spark
+an installation on the workers would (``project_on_workers=False`` leaves it out: workers with nothing
+of the project, whose Python an application ships itself, as tests/integration/test_spark_submit.py
+does). The second worker binds 127.0.0.2 (still loopback): Spark
 never runs a speculative copy of a task on a host where an attempt already runs, so two workers on
 one address would never speculate.
 """
@@ -42,7 +44,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 class StandaloneCluster:
     """A running master and two workers; :meth:`stop` ends them (their process groups)."""
 
-    def __init__(self, base: Path, worker_cores: int = 1, worker_memory: str = "1g") -> None:
+    def __init__(
+        self, base: Path, worker_cores: int = 1, worker_memory: str = "1g", *, project_on_workers: bool = True
+    ) -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -59,7 +63,7 @@ class StandaloneCluster:
             "SPARK_DAEMON_MEMORY": "256m",
             "SPARK_NO_DAEMONIZE": "1",
             # What an installation on the workers would provide: the project's code.
-            "PYTHONPATH": str(ROOT),
+            **({"PYTHONPATH": str(ROOT)} if project_on_workers else {}),
             **({"JAVA_HOME": java_home} if java_home else {}),
         }
         spark_class = str(home / "bin" / "spark-class")
@@ -147,8 +151,8 @@ class StandaloneCluster:
 
 
 @contextlib.contextmanager
-def standalone_cluster(base: Path) -> Iterator[StandaloneCluster]:
-    cluster = StandaloneCluster(base)
+def standalone_cluster(base: Path, *, project_on_workers: bool = True) -> Iterator[StandaloneCluster]:
+    cluster = StandaloneCluster(base, project_on_workers=project_on_workers)
     try:
         yield cluster
     finally:

@@ -17,7 +17,8 @@ the newest Iceberg Java release (``NEWEST_ICEBERG_VERSION``) on the newest Spark
 runtime for, in a second venv (``ensure_newest_python``, ``.venv-java-newest``) since the project's
 own PySpark 4.3 has no Iceberg runtime yet. Both read ``s3://`` tables with Iceberg's own
 ``S3FileIO``, whose AWS SDK v2 classes come from ``org.apache.iceberg:iceberg-aws-bundle`` of the same
-Iceberg version; the jars from Maven Central are fetched once into a cache (maven.py).
+Iceberg version; the jars from Maven Central are fetched once into a cache (maven.py, which is
+scripts/maven_fetch.py).
 """
 
 from __future__ import annotations

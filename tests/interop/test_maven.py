@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.interop.maven import MARKER_NAME, MavenFetchError, fetch_jars, set_dir
+from tests.scripts import load
 
 pytestmark = pytest.mark.interop
 
@@ -41,3 +43,34 @@ def test_a_complete_set_is_reused_without_maven(tmp_path: Path, monkeypatch: pyt
     (target / "thing-1.0.jar").unlink()
     with pytest.raises(MavenFetchError, match="mvn not found"):
         fetch_jars("thing", coordinates)
+
+
+def test_sets_asked_without_excluded_groups_keep_their_folder() -> None:
+    """The folder of a set is a hash of what was asked; ``exclude_groups`` joins the hash only when
+    given, so the sets fetched before it existed (the Java readers') are not fetched again."""
+    coordinates = ["org.example:thing:1.0"]
+    before = json.dumps({"coordinates": coordinates, "transitive": False}, sort_keys=True)
+    assert set_dir("thing", coordinates).name == f"thing-{hashlib.sha256(before.encode()).hexdigest()[:12]}"
+    assert set_dir("thing", coordinates, exclude_groups=["org.example"]) != set_dir("thing", coordinates)
+    assert set_dir("thing", coordinates, transitive=True) != set_dir("thing", coordinates)
+
+
+def test_a_complete_set_is_found_by_name_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fetched(name)``: a complete set of that name whatever was asked (no Maven, no network); a
+    longer name sharing the prefix and an incomplete set are not it."""
+    monkeypatch.setenv("ICEBERG_SINK_CACHE", str(tmp_path / "cache"))
+    fetch = load("maven_fetch.py")
+    assert fetch.fetched("thing") is None
+    for name, coordinates, complete in [
+        ("thing", ["org.example:thing:1.0"], True),
+        ("thing-2", ["org.example:thing:2.0"], True),
+        ("thing", ["org.example:thing:3.0"], False),
+    ]:
+        target = set_dir(name, coordinates)
+        target.mkdir(parents=True)
+        jar = coordinates[0].split(":")[1] + "-" + coordinates[0].split(":")[2] + ".jar"
+        with zipfile.ZipFile(target / jar, "w") as archive:
+            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+        if complete:
+            (target / MARKER_NAME).write_text(json.dumps({"coordinates": coordinates, "jars": [jar]}))
+    assert fetch.fetched("thing") == [set_dir("thing", ["org.example:thing:1.0"]) / "thing-1.0.jar"]
