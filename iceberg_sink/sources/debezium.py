@@ -292,8 +292,9 @@ def read_envelope(
             op), ``"skip"`` (ignored); ``"apply"`` (empty the table at that point of the change order) is
             reserved and refused for now. Message events (op ``m``) are always skipped.
         unavailable_value: the placeholder PostgreSQL's connector sends for an unchanged TOASTed column
-            (``unavailable.value.placeholder``); such a column of an update keeps its stored value
-            (see docs/cdc.md). None: no placeholder.
+            (``unavailable.value.placeholder``); such a column takes the event's ``before`` value,
+            else (``rejects="mark"``, the sink) is marked to keep the key's stored value
+            (sources/toast.py, docs/cdc.md), else is refused. None: no placeholder.
         rejects: ``"fail"`` (default): a refused event fails the Spark job reading the result with an
             error naming the reason and the event; ``"mark"``: refused events stay as rows carrying
             their refusal in :data:`iceberg_sink.sources.rejects.REJECT_COLUMN` (for the sink, which

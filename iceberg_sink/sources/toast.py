@@ -88,7 +88,7 @@ def unavailable(
 def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
     """Refuse the rows that still hold a placeholder (``why`` the value is not known), naming the
     first such column, and drop :data:`UNAVAILABLE_COLUMN`."""
-    from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
+    from iceberg_sink.sources.rejects import reject_where
 
     if UNAVAILABLE_COLUMN not in df.columns:
         return df
@@ -105,7 +105,7 @@ def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
         ),
     )
     raw = F.to_json(
-        F.struct(*[F.col(f"`{c}`") for c in df.columns if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN)]),
+        F.struct(*[F.col(f"`{c}`") for c in df.columns if not c.startswith("__iceberg_sink")]),
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, "InvalidInputError", raw).drop(UNAVAILABLE_COLUMN)

@@ -15,6 +15,7 @@ Two steps, both only for rows the Debezium reader marked (a batch without any pl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -27,6 +28,8 @@ from pyspark.sql.window import Window
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
 from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, refuse_unavailable
 from iceberg_sink.table.lookup import stored_rows
+
+logger = logging.getLogger("iceberg_sink")
 
 #: Why :func:`carry_forward` refuses a change (a helper column, dropped by the reduction).
 AFTER_DELETE = "__iceberg_sink_toast_after_delete"
@@ -140,12 +143,23 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     if not wanted:
         return refuse_unavailable(df, "the table holds no row of its key")
     types = {f.name: f.dataType for f in df.schema.fields}
-    columns = sorted(c for c in marked if c in types)
+    columns = [c for c in df.columns if c in marked]  # in the table's order: a refusal names the first
     spark = df.sparkSession
     parts: list[DataFrame] = []
     for name, by_key in wanted.items():
         target = names[name]
-        rows, _ = stored_rows(target.table, target.branch, target.key, list(by_key), columns)
+        try:
+            rows, read = stored_rows(target.table, target.branch, target.key, list(by_key), columns)
+        except ValueError as e:  # a nested key: its rows stay marked and are refused
+            logger.warning("unchanged TOASTed columns of table %s: %s", target.table.name(), e)
+            rows, read = [], 0
+        logger.info(
+            "unchanged TOASTed columns: %s keys looked up in %s, %s data files read, %s rows found",
+            len(by_key),
+            ".".join(target.table.name()),
+            read,
+            len(rows),
+        )
         schema = T.StructType(
             [T.StructField(f"k{i}", types[k]) for i, k in enumerate(target.key)]
             + [T.StructField(f"c{i}", T.StructType([T.StructField("v", types[c])])) for i, c in enumerate(columns)]
