@@ -187,7 +187,7 @@ def bounds_may_hold(
             try:
                 encoded = _comparable(field_type, to_bytes(cast(PrimitiveType, field_type), value))
             except (TypeError, ValueError, AttributeError, struct.error):
-                continue  # a value this type's encoder does not take (a date object, ...): no pruning
+                continue  # a value this type's encoder does not take (text for a number): no pruning
             if encoded is not None and not (low_value <= encoded <= high_value):
                 inside = False
                 break
