@@ -430,7 +430,7 @@ class SinkJob:
         """Where unchanged TOASTed columns find their stored values (topology/toast.py); None without a key."""
         if self._config.changes is None:
             return None
-        return {None: toast.StoredTable(plan.table, self._config.branch, self.key)}
+        return {None: toast.StoredTable(plan.table, self._config.branch, self.key, plan.outage)}
 
     def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         return self.binding.writer_spec(table, self.job_id, checkpoint_id, proof)

@@ -406,7 +406,9 @@ class RoutedJob:
         """Where each routed table's unchanged TOASTed columns find their stored values (topology/toast.py)."""
         if self._config.changes is None:
             return None
-        return {t: toast.StoredTable(plans[t].table, self._config.branch, self.jobs[t].key) for t in tables}
+        return {
+            t: toast.StoredTable(plans[t].table, self._config.branch, self.jobs[t].key, plans[t].outage) for t in tables
+        }
 
     def _reduce(self, df: DataFrame, tables: Collection[str], others: bool = False) -> DataFrame:
         """One row per changed key of each table (topology/changes.py), each table by its own key:

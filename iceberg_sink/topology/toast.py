@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from iceberg_sink.errors import CatalogUnavailableError
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
 from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, refuse_unavailable
 from iceberg_sink.table.lookup import stored_rows
@@ -99,11 +100,14 @@ def refuse_after_delete(df: DataFrame, raw: Column) -> DataFrame:
 
 @attrs.frozen
 class StoredTable:
-    """Where one table's stored rows are read: the table as loaded for the checkpoint, its branch, its key."""
+    """Where one table's stored rows are read: the table as loaded for the checkpoint, its branch, its
+    key, and the catalog outage the checkpoint is written through (its metadata may then miss
+    pending checkpoints: stored values would be stale)."""
 
     table: Table
     branch: str
     key: tuple[str, ...]
+    outage: BaseException | None = None
 
 
 def resolve(
@@ -148,6 +152,12 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     parts: list[DataFrame] = []
     for name, by_key in wanted.items():
         target = names[name]
+        if target.outage is not None:
+            raise CatalogUnavailableError(
+                f"table {'.'.join(target.table.name())}: {len(by_key)} keys need their stored values for unchanged "
+                "TOASTed columns, but the catalog is unreachable and checkpoints may be pending, so the table as "
+                "last loaded may be stale; restart the stream once the catalog answers (nothing is lost)"
+            ) from target.outage
         try:
             rows, read = stored_rows(target.table, target.branch, target.key, list(by_key), columns)
         except ValueError as e:  # a nested key: its rows stay marked and are refused
