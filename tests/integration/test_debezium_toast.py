@@ -184,3 +184,27 @@ def test_renamed_column_and_routed_tables_and_pruned_files(
         java = normalize(java_reader.read(location).select(["id", "doc", "n"]), ["id"])
         assert java == normalize(duckdb_read(location).select(["id", "doc", "n"]), ["id"])
         assert java == [{"id": 1, "doc": doc, "n": 3}], name
+
+
+def test_unknown_values_go_to_the_dead_letter_table(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """With .dead_letter(...) an update whose TOASTed value is nowhere to be found is dead-lettered,
+    naming the column; the batch's other changes, placeholders found in the table among them, commit."""
+    s = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("cdc.docs")
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .dead_letter("cdc.errors")
+        .build()
+    )
+    ckpt = str(tmp_path / "ckpt")
+    s.write(frame(spark, [insert(1, 1)]), checkpoint_location=ckpt)
+    s.write(frame(spark, [toasted(1, 2, 4), toasted(7, 3, 4)]), checkpoint_location=ckpt)
+    assert read_back(java_reader, s) == [expected(1, 4)]
+    errors = s.load_table("cdc.errors").scan().to_arrow().to_pylist()
+    assert [e["error_class"] for e in errors] == ["InvalidInputError"]
+    assert "column 'doc' holds Debezium's placeholder" in errors[0]["reason"] and '"id":7' in errors[0]["raw"]
