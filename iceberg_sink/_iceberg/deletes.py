@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import attrs
+from pyiceberg.conversions import to_bytes
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import VoidTransform
@@ -38,6 +39,7 @@ from pyiceberg.types import (
     IcebergType,
     IntegerType,
     LongType,
+    PrimitiveType,
     StringType,
     TimestampType,
     TimestamptzType,
@@ -151,3 +153,44 @@ def keys_may_match(delete: DataFileMeta, data: DataFileMeta, schema: Schema) -> 
         if high < data_low or data_high < low:
             return False
     return True
+
+
+def bounds_may_hold(
+    file: DataFileMeta, schema: Schema, keys: Iterable[tuple[Any, ...]], field_ids: tuple[int, ...]
+) -> bool:
+    """Whether the data or delete file ``file`` may hold a row whose fields ``field_ids`` equal one
+    of ``keys`` (Python values of the fields' Iceberg types), by its column bounds. False only when
+    every key has a field outside the file's ``[lower, upper]`` bounds of that field; a field without
+    bounds or of a type with no order here never prunes (truncated bounds stay conservative)."""
+    lower, upper = dict(file.lower_bounds), dict(file.upper_bounds)
+    ranges: list[tuple[IcebergType, Any, Any] | None] = []
+    for field_id in field_ids:
+        low, high = lower.get(field_id), upper.get(field_id)
+        try:
+            field_type = schema.find_field(field_id).field_type
+        except ValueError:
+            ranges.append(None)
+            continue
+        if low is None or high is None:
+            ranges.append(None)
+            continue
+        low_value, high_value = _comparable(field_type, low), _comparable(field_type, high)
+        ranges.append(None if low_value is None or high_value is None else (field_type, low_value, high_value))
+    for key in keys:
+        inside = True
+        for value, bound in zip(key, ranges, strict=True):
+            if bound is None:
+                continue
+            field_type, low_value, high_value = bound
+            if value is None:
+                continue  # a null key: bounds say nothing about nulls
+            try:
+                encoded = _comparable(field_type, to_bytes(cast(PrimitiveType, field_type), value))
+            except (TypeError, ValueError, AttributeError, struct.error):
+                continue  # a value this type's encoder does not take (text for a number): no pruning
+            if encoded is not None and not (low_value <= encoded <= high_value):
+                inside = False
+                break
+        if inside:
+            return True
+    return False

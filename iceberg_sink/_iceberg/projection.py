@@ -24,6 +24,11 @@ def key_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
     return prune_columns(schema, set(field_ids), select_full_types=False)
 
 
+def columns_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
+    """``schema`` cut down to the whole top-level fields ``field_ids`` (lists, maps and structs included)."""
+    return prune_columns(schema, set(field_ids), select_full_types=True)
+
+
 def _field_id(field: pa.Field) -> int | None:
     value = (field.metadata or {}).get(b"PARQUET:field_id")
     return int(value) if value is not None else None

@@ -67,6 +67,7 @@ from iceberg_sink import _faults, _task_faults
 from iceberg_sink.config import CreateOptions, SinkConfig
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, fail_on_reject
+from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
 from iceberg_sink.table.partitioning import parse_terms
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.result import WriteResult
@@ -110,10 +111,11 @@ REQUIRED_NULL_CLASS = "RequiredColumnNullError"
 
 
 def without_reject(struct: T.StructType) -> T.StructType:
-    """``struct`` without the refusal column (it is never stored in a table)."""
-    if REJECT_COLUMN not in struct.fieldNames():
+    """``struct`` without the refusal column and the unavailable-columns marker (sources/toast.py):
+    neither is ever stored in a table."""
+    if REJECT_COLUMN not in struct.fieldNames() and UNAVAILABLE_COLUMN not in struct.fieldNames():
         return struct
-    return T.StructType([f for f in struct.fields if f.name != REJECT_COLUMN])
+    return T.StructType([f for f in struct.fields if f.name not in (REJECT_COLUMN, UNAVAILABLE_COLUMN)])
 
 
 def enforce(df: DataFrame, dead_letter: bool) -> DataFrame:
@@ -513,6 +515,7 @@ def needs_write(plan: CheckpointPlan) -> bool:
 def process_single(job: SinkJob, dead: DeadLetterTable, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
     """One checkpoint of a single-table sink with a dead-letter table (see the module docstring)."""
     from iceberg_sink import options
+    from iceberg_sink.topology import toast
     from iceberg_sink.topology.changes import reduce_changes
     from iceberg_sink.topology.distribution import distribute
 
@@ -524,6 +527,7 @@ def process_single(job: SinkJob, dead: DeadLetterTable, df: DataFrame, checkpoin
         df = refuse_required_nulls(df, {config.table: plan.table.schema()}, op_column)
         if config.changes is not None:
             df = reduce_changes(df, config.changes)
+        df = toast.resolve(df, job.stored_tables(plan))
         df = enforce(df, dead_letter=True)
         specs: dict[str, WriterSpec] = {}
         if needs_write(plan):

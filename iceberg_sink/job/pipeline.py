@@ -59,6 +59,7 @@ from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.binding import TableBinding
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
+from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
@@ -283,6 +284,7 @@ class SinkJob:
         assert spec is not None
         if self._config.changes is not None:
             df = reduce_changes(df, self._config.changes)
+        df = toast.resolve(df, self.stored_tables(plan))
         df = dead_letter.enforce(df, dead_letter=False)  # refused rows fail the batch (fail-fast)
         _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
         write_started = time.monotonic()
@@ -423,6 +425,12 @@ class SinkJob:
         self.metrics.set(last_flush_duration_ms=duration_ms)
         self.metrics.flushed((f.file_size_in_bytes for f in data), (f.file_size_in_bytes for f in deletes))
         self._batch["write_ms"] = round(duration_ms, 1)
+
+    def stored_tables(self, plan: CheckpointPlan) -> dict[str | None, toast.StoredTable] | None:
+        """Where unchanged TOASTed columns find their stored values (topology/toast.py); None without a key."""
+        if self._config.changes is None:
+            return None
+        return {None: toast.StoredTable(plan.table, self._config.branch, self.key, plan.outage)}
 
     def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         return self.binding.writer_spec(table, self.job_id, checkpoint_id, proof)

@@ -62,9 +62,11 @@ from iceberg_sink.job.dead_letter import (
 from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
+from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.table.names import allowed, table_name_problem, table_name_refusal
+from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
@@ -245,6 +247,7 @@ class RoutedJob:
             self._route.table_column,
             ROUTE_COLUMN,
             REJECT_COLUMN,
+            UNAVAILABLE_COLUMN,
             changes.key_column if changes is not None else None,
         }
         return StructType([f for f in struct.fields if f.name not in skip])
@@ -335,7 +338,9 @@ class RoutedJob:
                 schemas = {t: p.table.schema() for t, p in plans.items()}
                 op_column = self._config.changes.op_column if self._config.changes is not None else None
                 df = refuse_required_nulls(df, schemas, op_column, ROUTE_COLUMN)
-            df = enforce(self._reduce(df, tables, others=dead is not None), dead_letter=dead is not None)
+            df = self._reduce(df, tables, others=dead is not None)
+            df = toast.resolve(df, self._stored(plans, tables), ROUTE_COLUMN)
+            df = enforce(df, dead_letter=dead is not None)
             specs = {t: p.spec for t, p in to_write.items() if p.spec is not None}
             df = self._distribute(df, tables)
             first = next(iter(to_write.values())) if to_write else dplan
@@ -394,6 +399,16 @@ class RoutedJob:
                 self._maybe_pending.discard(table)
         _raise_first(failures)
         return outcomes
+
+    def _stored(
+        self, plans: Mapping[str, CheckpointPlan], tables: Collection[str]
+    ) -> dict[str | None, toast.StoredTable] | None:
+        """Where each routed table's unchanged TOASTed columns find their stored values (topology/toast.py)."""
+        if self._config.changes is None:
+            return None
+        return {
+            t: toast.StoredTable(plans[t].table, self._config.branch, self.jobs[t].key, plans[t].outage) for t in tables
+        }
 
     def _reduce(self, df: DataFrame, tables: Collection[str], others: bool = False) -> DataFrame:
         """One row per changed key of each table (topology/changes.py), each table by its own key:

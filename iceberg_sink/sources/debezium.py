@@ -38,6 +38,7 @@ every new column.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink.errors import InvalidInputError
+from iceberg_sink.sources import toast
 from iceberg_sink.sources.connect_types import (
     VARIABLE_SCALE_DECIMAL,
     connect_to_spark,
@@ -290,8 +292,9 @@ def read_envelope(
             op), ``"skip"`` (ignored); ``"apply"`` (empty the table at that point of the change order) is
             reserved and refused for now. Message events (op ``m``) are always skipped.
         unavailable_value: the placeholder PostgreSQL's connector sends for an unchanged TOASTed column
-            (``unavailable.value.placeholder``); such a column of an update keeps its stored value
-            (see docs/cdc.md). None: no placeholder.
+            (``unavailable.value.placeholder``); such a column takes the event's ``before`` value,
+            else (``rejects="mark"``, the sink) is marked to keep the key's stored value
+            (sources/toast.py, docs/cdc.md), else is refused. None: no placeholder.
         rejects: ``"fail"`` (default): a refused event fails the Spark job reading the result with an
             error naming the reason and the event; ``"mark"``: refused events stay as rows carrying
             their refusal in :data:`iceberg_sink.sources.rejects.REJECT_COLUMN` (for the sink, which
@@ -416,7 +419,9 @@ def read_envelope(
     if clash or len(set(added)) != len(added):
         raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
     reason = F.coalesce(*reasons)
-    counts = _batch_stats(events, op, raw_orders, need_schemas=row_column is None and row_schema is None)
+    # Placeholders are looked for (one more aggregate of the same job) only where the sink marks them.
+    marks = unavailable_value if rejects == "mark" and row_column is None else None
+    counts = _batch_stats(events, op, raw_orders, row_column is None and row_schema is None, v, marks)
     _warn_unordered(counts, paths)
     if row_column is not None:
         rows = events.select(
@@ -447,12 +452,14 @@ def read_envelope(
     )
     staged = _read_rows(staged, declared if row_schema is None else [], schema)
     if unavailable_value is not None:
-        staged = _unavailable(staged, schema, unavailable_value)
+        # Marked only in a batch that may hold one: a batch without any costs the sink nothing more.
+        staged = _unavailable(staged, schema, unavailable_value, mark=marks is not None and counts.placeholders > 0)
     rows = staged.select(
         *[F.col(c) for c in carried],
         v,
         *[F.col(_ROW).getField(f.name).alias(f.name) for f in schema.fields],
         *added,
+        *([toast.UNAVAILABLE_COLUMN] if toast.UNAVAILABLE_COLUMN in staged.columns else []),
         *([_IDENTITY] if helpers else []),
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
     )
@@ -460,16 +467,29 @@ def read_envelope(
 
 
 class _Counts:
-    def __init__(self, schemas: list[str | None], unordered: int, ordered: int) -> None:
+    def __init__(self, schemas: list[str | None], unordered: int, ordered: int, placeholders: int = 0) -> None:
         self.schemas = schemas
         self.unordered = unordered
         self.ordered = ordered
+        self.placeholders = placeholders
 
 
-def _batch_stats(events: DataFrame, op: Column, raw_orders: list[Column], need_schemas: bool) -> _Counts:
-    """One Spark job: the batch's distinct schema parts, and how many row events have no order value."""
-    if not need_schemas and not raw_orders:
+def _batch_stats(
+    events: DataFrame,
+    op: Column,
+    raw_orders: list[Column],
+    need_schemas: bool,
+    value: Column | None = None,
+    placeholder: str | None = None,
+) -> _Counts:
+    """One Spark job: the batch's distinct schema parts, how many row events have no order value,
+    and how many events' text holds ``placeholder`` (as is or base64, as bytes are written)."""
+    if not need_schemas and not raw_orders and placeholder is None:
         return _Counts([], 0, 0)
+    found = F.lit(False)
+    if placeholder is not None and value is not None:
+        encoded = base64.b64encode(placeholder.encode()).decode().rstrip("=")
+        found = value.contains(placeholder) | value.contains(encoded)
     row_event = op.isin("c", "r", "u", "d")
     missing = F.lit(False)
     for raw in raw_orders:
@@ -480,6 +500,7 @@ def _batch_stats(events: DataFrame, op: Column, raw_orders: list[Column], need_s
         .agg(
             F.sum((row_event & missing).cast("long")).alias("unordered"),
             F.sum((row_event & ~missing).cast("long")).alias("ordered"),
+            F.sum(found.cast("long")).alias("placeholders"),
         )
         .collect()
     )
@@ -487,6 +508,7 @@ def _batch_stats(events: DataFrame, op: Column, raw_orders: list[Column], need_s
         [r["s"] for r in result] if need_schemas else [],
         sum(r["unordered"] or 0 for r in result),
         sum(r["ordered"] or 0 for r in result),
+        sum(r["placeholders"] or 0 for r in result),
     )
 
 
@@ -537,42 +559,20 @@ def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> 
     return staged.select("*", row.alias(_ROW), reason.alias(_ROW_REASON)).drop(*parts, _TEXTS)
 
 
-def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str) -> DataFrame:
-    """Top-level string columns of an update holding ``placeholder`` (an unchanged TOASTed value)
-    take the event's ``before`` value when it holds one; otherwise the event is refused, naming the
-    column (docs/cdc.md: the sink writes whole rows, so it cannot leave one column as stored)."""
-    strings = [f for f in schema.fields if isinstance(f.dataType, T.StringType)]
-    if not strings:
+def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark: bool) -> DataFrame:
+    """Columns of an update holding ``placeholder`` (an unchanged TOASTed value) take the event's
+    ``before`` value when it holds one; the others are marked for the sink (``mark``) or refused,
+    naming the column (sources/toast.py, docs/cdc.md)."""
+    holders = [f for f in schema.fields if toast.can_hold(f.dataType)]
+    if not holders:
         return staged
-    old_schema = T.StructType(strings)
-    staged = staged.withColumn(_OLD, F.from_json(F.col(_BEFORE), old_schema))
-    row, old, op = F.col(_ROW), F.col(_OLD), F.col(_OP)
-    fields: list[Column] = []
-    reasons: list[Column] = []
-    for f in schema.fields:
-        current = row.getField(f.name)
-        if not isinstance(f.dataType, T.StringType):
-            fields.append(current.alias(f.name))
-            continue
-        unchanged = op.isin("u", "c", "r") & (current == F.lit(placeholder))
-        previous = old.getField(f.name)
-        known = previous.isNotNull() & (previous != F.lit(placeholder))
-        fields.append(F.when(unchanged & known, previous).otherwise(current).alias(f.name))
-        reasons.append(
-            F.when(
-                unchanged & ~known,
-                F.lit(
-                    f"column '{f.name}' holds Debezium's placeholder '{placeholder}' (an unchanged TOASTed value) and "
-                    "the event's before does not hold its value; set REPLICA IDENTITY FULL on the source table so "
-                    "updates carry it (see docs/cdc.md)"
-                ),
-            )
-        )
-    carried = F.when(row.isNull(), F.lit(None).cast(schema)).otherwise(F.struct(*fields))
+    staged = staged.withColumn(_OLD, F.from_json(F.col(_BEFORE), T.StructType(holders)))
+    row, marker, reason = toast.unavailable(F.col(_ROW), F.col(_OLD), F.col(_OP), schema, placeholder, mark)
     return staged.select(
         *[c for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
-        carried.alias(_ROW),
-        F.coalesce(F.col(_ROW_REASON), *reasons).alias(_ROW_REASON),
+        row.alias(_ROW),
+        F.coalesce(F.col(_ROW_REASON), *([reason] if reason is not None else [])).alias(_ROW_REASON),
+        *([marker.alias(toast.UNAVAILABLE_COLUMN)] if marker is not None else []),
     )
 
 

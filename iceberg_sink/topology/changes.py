@@ -94,6 +94,8 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
     qualify the key (a routed sink's table column: equal keys of two tables are different keys).
     """
     from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
+    from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
+    from iceberg_sink.topology.toast import carry_forward, refuse_after_delete
 
     with_seq = df.withColumn(_SEQ, F.monotonically_increasing_id())
     raw = F.to_json(
@@ -113,6 +115,11 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
     # A refused row is not a change of its key: it is its own group (kept whole, never reduced away).
     alone = F.when(refused, F.col(_SEQ))
     window = Window.partitionBy(*[F.col(c) for c in scope], *[_q(k) for k in changes.key], alone).orderBy(*ordering)
+    if UNAVAILABLE_COLUMN in with_op.columns:
+        # Unchanged TOASTed columns (sources/toast.py) take the key's previous value in this batch.
+        skip = [*changes.key, *(c for c in (changes.op_column, changes.order_by) if c is not None)]
+        with_op = carry_forward(with_op, window, OP_COLUMN, skip)
     last = with_op.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1)
+    last = refuse_after_delete(last, raw)
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)

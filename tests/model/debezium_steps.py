@@ -7,7 +7,9 @@ with a generator of its own (so every seed's sequence of the other operations is
 Each step writes one batch of Debezium envelopes (with or without the ``schema`` part) to ``db.dbz``
 through ``.debezium(table_column=None, truncate="fail" | "skip")``: creates, updates and deletes,
 key-only deletes whose ``before`` holds JSON nulls, a NUMERIC(10,2) as Connect's Decimal and a
-Debezium Date, message events (skipped), and sometimes one hostile event: a value that does not fit
+Debezium Date, message events (skipped), updates whose note is Debezium's unavailable-value placeholder
+without a before value (an unchanged TOASTed column: the key keeps its note, from an earlier change
+of the batch or the table), and sometimes one hostile event: a value that does not fit
 its declared type (int32 3000000000, boolean "yes", bad base64 for a decimal, float32 1e40), a
 truncate under ``truncate="fail"``, an update without ``after``, a value that is not JSON, an order
 value that is not a long. A batch with a hostile event must fail with InvalidInputError naming the
@@ -26,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from iceberg_sink import IcebergSink, InvalidInputError
+from iceberg_sink.sources.debezium import UNAVAILABLE_VALUE
 from tests.interop.readers import duckdb_read, normalize
 
 DEBEZIUM = "debezium_cdc"
 DEBEZIUM_EVERY = 0.15
 TABLE = "db.dbz"
 KEYS = 12
+TOAST_SHARE = 0.3  # of updates: the note is an unchanged TOASTed value (docs/cdc.md)
 COLUMNS = ["id", "qty", "price", "day", "ok", "ratio", "note", "lsn"]
 
 _ROW = [
@@ -181,8 +185,16 @@ class DebeziumJob:
                 row = self.row(key)
                 # The before image is the source row: without the sink's order column (lsn).
                 before = {c: v for c, v in live[key].items() if c != "lsn"} if key in live else None
+                # An unchanged TOASTed note under REPLICA IDENTITY DEFAULT: the placeholder, no before
+                # value; the key keeps its note (from this batch or the table).
+                toasted = key in live and rng.random() < TOAST_SHARE
+                if toasted:
+                    row["note"], before = UNAVAILABLE_VALUE, {"id": key}
                 values.append(self.envelope("u" if key in live else "c", before, row, schema))
+                kept = live[key].get("note") if toasted else None
                 live[key] = {**(row if schema else self.inferred(row)), "lsn": self.lsn}
+                if toasted:
+                    live[key]["note"] = kept
             if rng.random() < 0.2:
                 values.append(None)  # a tombstone
         if self.truncate == "skip" and rng.random() < 0.3:

@@ -146,6 +146,11 @@ class _DeleteCache:
         return self._tables[path]
 
 
+def delete_cache(io: FileIO, schema: Schema) -> _DeleteCache:
+    """A cache of delete files read for :func:`apply_deletes` (each file read once)."""
+    return _DeleteCache(io, schema)
+
+
 def _null_safe_codes(data: pa.Array, keys: pa.Array) -> tuple[pa.Array, pa.Array]:
     """Integer codes for ``data`` and ``keys`` on which equality matches Iceberg's: null equals null.
 

@@ -1,0 +1,111 @@
+"""Unchanged TOASTed columns: where Debezium's placeholder is found and how a sink batch marks it.
+
+PostgreSQL's connector sends ``unavailable.value.placeholder`` (``__debezium_unavailable_value``) in
+an update's ``after`` for a TOASTed column the update did not change: the text itself in a string
+column, its UTF-8 bytes in a bytes column (base64 in JSON), a one-element array holding it in an
+array of strings. The sink writes whole rows, so the column must get the key's stored value:
+
+1. here, from the event's ``before`` when it holds one (REPLICA IDENTITY FULL);
+2. else the row is marked: :data:`UNAVAILABLE_COLUMN` lists the columns still unknown (the value
+   itself stays the placeholder). The CDC reduction (topology/changes.py) takes them from the key's
+   previous change in the same batch, and what is still unknown after it is read from the table's
+   stored row of the key (topology/toast.py) before the writers run;
+3. a column that none of them knows is refused, naming it (never stored as the placeholder).
+
+Only the builder's ``.debezium(...)`` (``read_envelope(rejects="mark")``) marks rows; called
+directly, :func:`iceberg_sink.sources.debezium.read_envelope` keeps refusing such events (its
+result has only its documented columns).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+#: Columns of a row still holding the placeholder (array of names; null when none). Never stored.
+UNAVAILABLE_COLUMN = "__iceberg_sink_unavailable"
+
+
+def can_hold(dtype: T.DataType) -> bool:
+    """Whether a column of ``dtype`` can hold Debezium's placeholder (string, bytes, array of strings)."""
+    if isinstance(dtype, T.ArrayType):
+        return isinstance(dtype.elementType, T.StringType)
+    return isinstance(dtype, T.StringType | T.BinaryType)
+
+
+def holds(value: Column, dtype: T.DataType, placeholder: str) -> Column:
+    """Whether ``value`` (of ``dtype``, see :func:`can_hold`) is the placeholder (false for null)."""
+    if isinstance(dtype, T.ArrayType):
+        found = (F.size(value) == F.lit(1)) & (F.get(value, 0) == F.lit(placeholder))
+    elif isinstance(dtype, T.BinaryType):
+        found = value == F.lit(placeholder).cast("binary")
+    else:
+        found = value == F.lit(placeholder)
+    return F.coalesce(found, F.lit(False))
+
+
+def _message(name: str, placeholder: str, why: str) -> str:
+    return (
+        f"column '{name}' holds Debezium's placeholder '{placeholder}' (an unchanged TOASTed value) and {why}; "
+        "set REPLICA IDENTITY FULL on the source table so updates carry it (see docs/cdc.md)"
+    )
+
+
+def unavailable(
+    row: Column, old: Column, op: Column, schema: T.StructType, placeholder: str, mark: bool
+) -> tuple[Column, Column | None, Column | None]:
+    """The row image with placeholders replaced by the ``before`` image ``old`` where it holds a
+    value; then either (``mark``) the :data:`UNAVAILABLE_COLUMN` value for the rest, or (not
+    ``mark``) the refusal reason naming the first of them. Returns (row, marker, reason)."""
+    fields: list[Column] = []
+    missing: list[Column] = []
+    reasons: list[Column] = []
+    for f in schema.fields:
+        current = row.getField(f.name)
+        if not can_hold(f.dataType):
+            fields.append(current.alias(f.name))
+            continue
+        unchanged = op.isin("u", "c", "r") & holds(current, f.dataType, placeholder)
+        previous = old.getField(f.name)
+        known = previous.isNotNull() & ~holds(previous, f.dataType, placeholder)
+        fields.append(F.when(unchanged & known, previous).otherwise(current).alias(f.name))
+        missing.append(F.when(unchanged & ~known, F.lit(f.name)))
+        reasons.append(
+            F.when(
+                unchanged & ~known, F.lit(_message(f.name, placeholder, "the event's before does not hold its value"))
+            )
+        )
+    carried = F.when(row.isNull(), F.lit(None).cast(schema)).otherwise(F.struct(*fields))
+    if not missing:
+        return carried, None, None
+    if mark:
+        names = F.filter(F.array(*missing), lambda n: n.isNotNull())
+        return carried, F.when(F.size(names) > F.lit(0), names), None
+    return carried, None, F.coalesce(*reasons)
+
+
+def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
+    """Refuse the rows that still hold a placeholder (``why`` the value is not known), naming the
+    first such column, and drop :data:`UNAVAILABLE_COLUMN`."""
+    from iceberg_sink.sources.rejects import reject_where
+
+    if UNAVAILABLE_COLUMN not in df.columns:
+        return df
+    names = F.col(UNAVAILABLE_COLUMN)
+    reason = F.when(
+        names.isNotNull(),
+        F.concat(
+            F.lit("column '"),
+            F.get(names, 0),
+            F.lit(
+                "' holds Debezium's placeholder (an unchanged TOASTed value) and "
+                f"{why}; set REPLICA IDENTITY FULL on the source table so updates carry it (see docs/cdc.md)"
+            ),
+        ),
+    )
+    raw = F.to_json(
+        F.struct(*[F.col(f"`{c}`") for c in df.columns if not c.startswith("__iceberg_sink")]),
+        {"ignoreNullFields": "false"},
+    )
+    return reject_where(df, reason, "InvalidInputError", raw).drop(UNAVAILABLE_COLUMN)
