@@ -284,9 +284,9 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
+        self.use_batch(df)
         if self.dead_letter is not None:
             return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
-        self.use_batch(df)
         plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)
         if plan.done is not None or plan.stored is not None:
             return self.commit_planned(plan)

@@ -41,6 +41,8 @@ def frame(spark: SparkSession, values: list[str]) -> DataFrame:
     """Kafka-style records; a truncate's message key is null (Debezium sends none), the others' the id."""
 
     def key(v: str) -> str | None:
+        if not v.startswith("{"):
+            return None  # garbage
         payload = json.loads(v)
         row = payload.get("after") or payload.get("before")
         return json.dumps({"id": row["id"]}) if row else None
@@ -227,3 +229,24 @@ def test_a_file_another_writer_commits_before_the_truncate_lands_is_removed_too(
         _faults.clear()
     assert s.metrics().commit_conflict_retries >= 1  # the first attempt was built on the older head
     assert read_back(java_reader, s.load_table()) == AFTER
+
+
+def test_with_a_dead_letter_table_a_truncate_applies_and_a_refused_event_is_dead_lettered(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    s = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("cdc.items")
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None, truncate="apply")
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .dead_letter("cdc.errors")
+        .build()
+    )
+    ckpt = str(tmp_path / "ckpt")
+    s.write(frame(spark, BEFORE), checkpoint_location=ckpt, checkpoint_id=0)
+    s.write(frame(spark, [*AROUND, "not json"]), checkpoint_location=ckpt, checkpoint_id=1)
+    assert read_back(java_reader, s.load_table()) == AFTER
+    errors = s.load_table("cdc.errors").scan().to_arrow().to_pylist()
+    assert [e["raw"] for e in errors] == ["not json"]
