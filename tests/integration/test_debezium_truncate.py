@@ -196,12 +196,14 @@ def test_a_routed_stream_truncates_only_the_truncated_table(
         event("t", 6, table="users"),
         event("c", 7, row(4, "w"), "users"),
         event("u", 8, row(1, "a2"), "orders"),
+        event("t", 9, table="ghost"),  # a table never seen, only truncated: nothing to create
     ]
     outcome = s.write(frame(spark, second), checkpoint_location=ckpt, checkpoint_id=1)
     assert outcome is not None and sorted(outcome) == ["cdc.orders", "cdc.users"]
     catalog = s.config.catalog.load()
     assert read_back(java_reader, catalog.load_table("cdc.orders")) == [row(1, "a2"), row(2, "b")]
     assert read_back(java_reader, catalog.load_table("cdc.users")) == [row(4, "w")]
+    assert not catalog.table_exists("cdc.ghost")
 
 
 def test_a_file_another_writer_commits_before_the_truncate_lands_is_removed_too(
