@@ -200,7 +200,7 @@ class DebeziumJob:
                 [
                     h
                     for h in HOSTILE
-                    if not (h[0] == "truncate" and self.truncate == "skip") and (schema or h[0] not in typed)
+                    if not (h[0] == "truncate" and self.truncate != "fail") and (schema or h[0] not in typed)
                 ]
             )
             values.insert(rng.randrange(len(values) + 1), self.hostile(bad[0]))
