@@ -66,7 +66,7 @@ from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.table.names import allowed, table_name_problem, table_name_refusal
-from iceberg_sink.topology.changes import is_truncate, reduce_changes
+from iceberg_sink.topology.changes import carries_truncates, is_truncate, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
 from iceberg_sink.writer.spark import write_error, write_routed_dataframe
@@ -309,7 +309,8 @@ class RoutedJob:
         names_of_key = key_names(routed.schema, key_column) if key_column is not None else None
         # Refused rows (sources/rejects.py) plan no table: they fail the batch or go to the dead-letter table.
         good = routed.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in routed.columns else routed
-        truncate = is_truncate(self._config.changes) if self._config.changes is not None else None
+        changes = self._config.changes
+        truncate = is_truncate(changes) if changes is not None and carries_truncates(routed, changes) else None
         try:
             carried, named, rowless = carried_columns(good, struct, names_of_key, truncate)
             if not carried and self.dead_letter is None and good is not routed:

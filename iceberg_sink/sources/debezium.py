@@ -60,6 +60,7 @@ from iceberg_sink.sources.connect_types import (
 )
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
+from iceberg_sink.topology.changes import TRUNCATES_METADATA
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -346,7 +347,8 @@ def read_envelope(
     events = events.where(op.isNull() | ~op.isin(*dropped))
     events = events.withColumn(_IMAGE, F.when(op == F.lit("d"), before).otherwise(after))
     image = F.col(_IMAGE)
-    extra: list[Column] = [op.alias(op_column)]
+    # Under "apply" the op column says it holds truncates: the change reduction applies them.
+    extra: list[Column] = [op.alias(op_column, metadata={TRUNCATES_METADATA: True} if truncate == "apply" else {})]
     reasons: list[Column] = [
         F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")),
         F.when(F.json_object_keys(payload).isNull(), F.lit("value is not a JSON object")),

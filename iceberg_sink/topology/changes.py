@@ -16,7 +16,8 @@ insert             ``I``, ``insert``, ``c``, ``r``, ``+I``
 update (after)     ``U``, ``update``, ``u``, ``+U``
 update (before)    ``UB``, ``update_before``, ``-U``: dropped (the key is known)
 delete             ``D``, ``delete``, ``d``, ``-D``
-truncate           ``t``, ``truncate`` (Debezium's, read with ``.debezium(truncate="apply")``)
+truncate           ``t``, ``truncate``: only in an op column marked :data:`TRUNCATES_METADATA`
+                   (the Debezium reader's under ``truncate="apply"``); elsewhere unknown codes
 =================  =============================================
 
 A truncate empties its table at that point of the change order (per routed table with ``scope``):
@@ -46,6 +47,10 @@ TRUNCATE_CODES = ("t", "truncate")
 OP_COLUMN = "__iceberg_sink_op"
 #: The operation of a truncate marker row (:data:`OP_COLUMN`).
 TRUNCATE_OP = "T"
+#: Metadata key of an op column that may hold truncates: set by the Debezium reader under
+#: ``truncate="apply"`` (:func:`carries_truncates`). Elsewhere ``t`` is an unknown code (refused), and
+#: a batch pays no search for truncates.
+TRUNCATES_METADATA = "iceberg_sink.truncates"
 _SEQ = "__iceberg_sink_seq"
 _RANK = "__iceberg_sink_rank"
 _POSITION = "__iceberg_sink_position"
@@ -58,7 +63,14 @@ def _q(name: str) -> Column:
     return F.col(".".join(f"`{p}`" for p in name.split(".")))
 
 
-def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
+def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
+    """Whether ``df``'s op column is marked as holding truncates (:data:`TRUNCATES_METADATA`)."""
+    if changes.op_column is None or changes.op_column not in df.columns:
+        return False
+    return bool(df.schema[changes.op_column].metadata.get(TRUNCATES_METADATA))
+
+
+def _refusals(changes: ChangeConfig, truncates: bool) -> list[tuple[Column, str]]:
     """Why a change cannot be applied (a reason Column, null when it can) per check, in order: a
     null key column, then an operation code that is none of the known ones. They mark refused rows
     (sources/rejects.py), which fail the batch or go to the dead-letter table."""
@@ -66,8 +78,9 @@ def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
     for k in changes.key:
         null_key = _q(k).isNull() if null_key is None else (null_key | _q(k).isNull())
     assert null_key is not None
-    # A truncate has no key (Debezium's carries no row and a null message key).
-    null_key = null_key & ~is_truncate(changes)
+    if truncates:
+        # A truncate has no key (Debezium's carries no row and a null message key).
+        null_key = null_key & ~is_truncate(changes)
     key_text = F.concat_ws(
         ", ", *[F.concat(F.lit(f"{k}="), F.coalesce(_q(k).cast("string"), F.lit("null"))) for k in changes.key]
     )
@@ -78,7 +91,7 @@ def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
     checks = [(F.when(null_key, key_reason), "NullKeyError")]
     if changes.op_column is not None:
         op = _q(changes.op_column).cast("string")
-        codes = INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES + TRUNCATE_CODES
+        codes = INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES + (TRUNCATE_CODES if truncates else ())
         allowed = ", ".join(codes)
         known = op.isin(*codes)
         op_reason = F.concat(
@@ -91,17 +104,17 @@ def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
     return checks
 
 
-def _normalised_op(changes: ChangeConfig) -> Column:
+def _normalised_op(changes: ChangeConfig, truncates: bool) -> Column:
     if changes.op_column is None:
         return F.lit("U")
     op = _q(changes.op_column).cast("string")
-    return (
+    normalised = (
         F.when(op.isin(*INSERT_CODES), F.lit("I"))
         .when(op.isin(*UPDATE_CODES), F.lit("U"))
         .when(op.isin(*UPDATE_BEFORE_CODES), F.lit("B"))
         .when(op.isin(*DELETE_CODES), F.lit("D"))
-        .when(op.isin(*TRUNCATE_CODES), F.lit(TRUNCATE_OP))
     )
+    return normalised.when(op.isin(*TRUNCATE_CODES), F.lit(TRUNCATE_OP)) if truncates else normalised
 
 
 def is_truncate(changes: ChangeConfig) -> Column:
@@ -113,6 +126,8 @@ def is_truncate(changes: ChangeConfig) -> Column:
 
 def only_truncates(df: DataFrame, changes: ChangeConfig) -> Callable[[], bool]:
     """Asks (one small Spark job, when called) whether ``df`` holds truncates and nothing else."""
+    if not carries_truncates(df, changes):
+        return lambda: False
     return lambda: df.where(~is_truncate(changes)).limit(1).count() == 0
 
 
@@ -158,13 +173,14 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
         F.struct(*[F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]), {"ignoreNullFields": "false"}
     )
     checked = with_seq
-    for reason, error_class in _refusals(changes):
+    truncates = carries_truncates(df, changes)
+    for reason, error_class in _refusals(changes, truncates):
         checked = reject_where(checked, reason, error_class, raw)
     refused = F.col(REJECT_COLUMN).isNotNull()
-    with_op = checked.withColumn(OP_COLUMN, F.when(~refused, _normalised_op(changes))).where(
+    with_op = checked.withColumn(OP_COLUMN, F.when(~refused, _normalised_op(changes, truncates))).where(
         refused | (F.col(OP_COLUMN) != F.lit("B"))
     )
-    if changes.op_column is not None:
+    if truncates:
         with_op = _after_last_truncate(with_op, changes, scope, refused)
     ordering: list[Column] = []
     if changes.order_by is not None:
