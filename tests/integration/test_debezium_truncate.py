@@ -132,6 +132,9 @@ def test_the_reader_turns_a_truncate_into_a_row_with_its_order_and_table(spark: 
         ("c", 1, "inventory_s_public_s_items", 1, ["id"]),
         ("t", 2, "inventory_s_public_s_items", None, None),
     ]
+    # The op column says it holds truncates (the change reduction applies them only then).
+    assert out.schema["op"].metadata == {"iceberg_sink.truncates": True}
+    assert read_envelope(frame(spark, [event("c", 1, row(1, "a"))]), truncate="skip").schema["op"].metadata == {}
 
 
 def test_a_replayed_truncate_checkpoint_commits_nothing_twice(
