@@ -248,20 +248,15 @@ class IcebergSinkBuilder:
         ``.map_batches(lambda b: read_envelope(b, value_column, truncate=truncate, **kwargs))`` (see
         iceberg_sink/sources/debezium.py and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``.
 
-        ``truncate``: what a truncate event (op ``t``) does: ``"fail"`` (default: refused, naming the op)
-        or ``"skip"``; ``"apply"`` (empty the table at that point of the change order) is reserved and
-        refused for now.
+        ``truncate``: what a truncate event (op ``t``) does: ``"fail"`` (default: refused, naming the op),
+        ``"skip"`` (ignored) or ``"apply"`` (the table is emptied at that point of the change order; see
+        docs/cdc.md).
         """
         from iceberg_sink.sources.debezium import TRUNCATE_POLICIES, read_envelope
 
         if truncate not in TRUNCATE_POLICIES:
             raise InvalidSinkConfigError(
                 f"debezium(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
-            )
-        if truncate == "apply":
-            raise InvalidSinkConfigError(
-                "debezium(truncate='apply'): emptying the table at a truncate is not supported yet (it needs the "
-                "deletes of every row committed before, see docs/cdc.md); pass truncate='fail' (default) or 'skip'"
             )
 
         def read(batch: DataFrame) -> DataFrame:

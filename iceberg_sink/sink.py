@@ -347,7 +347,7 @@ class IcebergSink:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
             df = self._config.read_batch(df)
-            job.ensure_table(without_reject(df.schema))
+            job.ensure_table(without_reject(df.schema), batch=df)
             if checkpoint_id is None:
                 job.commit_pending()
                 checkpoint_id = job.next_checkpoint_id()

@@ -1,6 +1,7 @@
 """Snapshot producers: every commit the sink makes is one subclass of :class:`SnapshotProducer`.
 
-    RowDelta          appends data files and delete files (a checkpoint of the stream)
+    RowDelta          appends data files and delete files (a checkpoint of the stream); with
+                      ``truncate``, first removes every live file of the branch head
     RewriteFiles      replaces data and delete files by new data files (compaction)
     RewriteDeletes    replaces delete files by equivalent delete files (equality -> position deletes)
     RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
@@ -91,14 +92,19 @@ def summary_totals(previous: Mapping[str, str] | None, changes: Mapping[str, str
 
 @attrs.frozen
 class SnapshotChanges:
-    """The files one checkpoint adds, grouped by content."""
+    """The files one checkpoint adds, grouped by content; ``truncate``: it also removes every data
+    and delete file live on the branch head it is committed on (a source table truncate)."""
 
     data_files: tuple[DataFileMeta, ...] = ()
     delete_files: tuple[DataFileMeta, ...] = ()
+    truncate: bool = False
 
     @property
     def operation(self) -> Operation:
-        # Iceberg Java's BaseRowDelta: deletes only is a delete, both an overwrite.
+        # Iceberg Java's BaseRowDelta: deletes only is a delete, both an overwrite; removing files
+        # while adding rows is an overwrite, removing them alone a delete (Java's DeleteFiles).
+        if self.truncate:
+            return Operation.OVERWRITE if self.data_files else Operation.DELETE
         if self.delete_files and self.data_files:
             return Operation.OVERWRITE
         if self.delete_files:
@@ -240,6 +246,18 @@ class SnapshotProducer(abc.ABC):
                     self._removed.append(to_meta(entry.data_file))
                 else:
                     writer.existing(entry)
+        return writer.to_manifest_file()
+
+    def remove_manifest(self, manifest: ManifestFile) -> ManifestFile | None:
+        """``manifest`` with every live entry marked deleted; None when it lists no live file."""
+        entries = ManifestEntries().live(self.io, manifest)
+        if not entries:
+            return None
+        writer = self._writer(manifest.content, manifest.partition_spec_id)
+        with writer:
+            for entry in entries:
+                writer.delete(entry)
+                self._removed.append(to_meta(entry.data_file))
         return writer.to_manifest_file()
 
     def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
@@ -394,7 +412,12 @@ class RowDelta(SnapshotProducer):
     def manifests(self) -> list[ManifestFile]:
         new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
         new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
-        return new + self.parent_manifests()
+        if not self._changes.truncate:
+            return new + self.parent_manifests()
+        # A truncate: every file live on the head this snapshot is built on is removed (the
+        # commit's compare-and-swap on that head makes "every" exact).
+        removed = [self.remove_manifest(m) for m in self.parent_manifests()]
+        return new + [m for m in removed if m is not None]
 
 
 class RewriteFiles(SnapshotProducer):

@@ -43,14 +43,16 @@ class CommitAggregator:
         deletes: list[DataFileMeta] = []
         conditional: list[DataFileMeta] = []
         skipped = 0
+        truncated = False
         for result in results:
+            truncated = truncated or result.truncated
             data.extend(result.data_files)
             deletes.extend(result.delete_files)
             conditional.extend(result.conditional_delete_files)
             skipped += result.skipped_deletes
         # A checkpoint of conditional deletes only (deletes of keys proven new) is still committed
         # when the proof fails at commit time; when it holds the committer commits nothing.
-        if not data and not deletes and not conditional:
+        if not data and not deletes and not conditional and not truncated:
             return None
         metadata = table.metadata
         attempt = uuid.uuid4().hex[:12]
@@ -92,4 +94,5 @@ class CommitAggregator:
             skipped_deletes=skipped,
             table_uuid=str(metadata.table_uuid),
             schema_id=metadata.current_schema_id,
+            truncated=truncated,
         )

@@ -64,6 +64,8 @@ class Committable:
         schema_id: the id of the table schema the files were written with (None: written by a
             version that did not record it). The committer refuses to commit them into a schema
             that dropped or incompatibly changed a column they hold.
+        truncated: the checkpoint holds a truncate (topology/changes.py): its snapshot removes every
+            data and delete file live on the branch head it is committed on, then adds its own files.
     """
 
     job_id: str
@@ -76,10 +78,12 @@ class Committable:
     skipped_deletes: int = 0
     table_uuid: str | None = None
     schema_id: int | None = None
+    truncated: bool = False
 
     # 3: conditional_delete_manifest and table_uuid. Versions 1 and 2 decode without them (a v2
     # committable's skipped deletes were not written at all: see IcebergCommitter). 4: schema_id.
-    CODEC_VERSION = 4
+    # 5: truncated.
+    CODEC_VERSION = 5
 
     def encode(self) -> bytes:
         return _codec.dumps(
@@ -104,12 +108,13 @@ class Committable:
                 ),
                 "table_uuid": self.table_uuid,
                 "schema_id": self.schema_id,
+                "truncated": self.truncated,
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> Committable:
-        obj = _codec.loads(data, "committable", (1, 2, 3, 4))
+        obj = _codec.loads(data, "committable", (1, 2, 3, 4, 5))
         conditional = obj.get("conditional_delete_manifest")
         return cls(
             job_id=obj["job_id"],
@@ -126,4 +131,5 @@ class Committable:
             skipped_deletes=obj.get("skipped_deletes", 0),
             table_uuid=obj.get("table_uuid"),
             schema_id=obj.get("schema_id"),
+            truncated=obj.get("truncated", False),
         )

@@ -1,5 +1,8 @@
 """IcebergCommitter: turns each checkpoint's committable into exactly one Iceberg snapshot.
 
+A checkpoint holding a truncate (``Committable.truncated``) is one snapshot too: it removes every
+data and delete file live on the branch head of the attempt that lands, and adds the checkpoint's.
+
 Commits happen in checkpoint order, one snapshot per checkpoint (equality deletes of checkpoint N+1
 must get a higher sequence number than the rows of checkpoint N). Each snapshot's summary names the
 job id and checkpoint id. Before every attempt, including retries, the committer walks the target
@@ -217,6 +220,7 @@ class IcebergCommitter:
                     changes = producer.SnapshotChanges(
                         data_files=tuple(self._read(current.io, committable, committable.manifests.data_manifest)),
                         delete_files=tuple(self._read(current.io, committable, committable.manifests.delete_manifest)),
+                        truncate=committable.truncated,
                     )
                     conditional = tuple(
                         self._read(current.io, committable, committable.manifests.conditional_delete_manifest)
@@ -238,10 +242,17 @@ class IcebergCommitter:
                     f"{missing_specs}, which table {committable.table} no longer has; nothing of it was committed. "
                     "Remove its committable from the checkpoint location and write the batch again."
                 )
-            # Decided again on every attempt, against the exact head this attempt commits on (the
-            # commit's compare-and-swap on the branch head makes the decision hold).
-            current, delete_files = self._deletes_for_head(current, committable, changes.delete_files, conditional)
-            if not changes.data_files and not delete_files:
+            if committable.truncated:
+                # The snapshot removes every file live on ``current``'s head (producer.RowDelta), read
+                # again by every attempt: a file another writer committed before ours lands is removed
+                # too, as a TRUNCATE does. Its equality deletes then reach no older row: conditional
+                # ones are never needed and the spec of the deletes does not matter.
+                delete_files = changes.delete_files
+            else:
+                # Decided again on every attempt, against the exact head this attempt commits on (the
+                # commit's compare-and-swap on the branch head makes the decision hold).
+                current, delete_files = self._deletes_for_head(current, committable, changes.delete_files, conditional)
+            if not changes.data_files and not delete_files and not committable.truncated:
                 # Only deletes of keys that provably do not exist: nothing to commit. No
                 # compare-and-swap checks this decision, so it is made again on a table loaded now.
                 current = self._load_table()

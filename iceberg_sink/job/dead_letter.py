@@ -136,12 +136,12 @@ def refuse_required_nulls(
     df: DataFrame, tables: Mapping[str, Schema], op_column: str | None, route_column: str | None = None
 ) -> DataFrame:
     """Mark the rows holding null in a top-level column their table requires (a delete needs its
-    key only; a null key is the change rules' refusal). With a dead-letter table such a row is
+    key only, a truncate nothing; a null key is the change rules' refusal). With a dead-letter table such a row is
     refused alone instead of failing its whole batch in the writer (writer/conform.py). Checked in
     Spark before changes are reduced, so an older change of the key in the batch still applies.
     ``tables``: each table's schema by name; ``route_column``: a routed sink's table column."""
     from iceberg_sink.sources.rejects import reject_where
-    from iceberg_sink.topology.changes import DELETE_CODES
+    from iceberg_sink.topology.changes import DELETE_CODES, TRUNCATE_CODES
 
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, schema in sorted(tables.items()):
@@ -166,7 +166,7 @@ def refuse_required_nulls(
     assert reason is not None
     if op_column is not None and op_column in df.columns:
         op = F.col(f"`{op_column}`").cast("string")
-        reason = F.when(~F.coalesce(op.isin(*DELETE_CODES), F.lit(False)), reason)
+        reason = F.when(~F.coalesce(op.isin(*DELETE_CODES, *TRUNCATE_CODES), F.lit(False)), reason)
     raw = F.to_json(
         F.struct(*[F.col(f"`{c}`") for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
         {"ignoreNullFields": "false"},

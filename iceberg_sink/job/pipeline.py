@@ -60,7 +60,7 @@ from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.binding import TableBinding
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.topology import toast
-from iceberg_sink.topology.changes import reduce_changes
+from iceberg_sink.topology.changes import only_truncates, reduce_changes
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import DistributionMode, distribute
@@ -203,9 +203,19 @@ class SinkJob:
         struct: StructType,
         carried: Collection[str | tuple[str, ...]] | None = None,
         named_keys: Collection[tuple[str, ...]] = (),
+        batch: DataFrame | None = None,
     ) -> Table:
-        """Create or check the table for input ``struct`` (see :meth:`TableBinding.ensure`)."""
+        """Create or check the table for input ``struct`` (see :meth:`TableBinding.ensure`); ``batch``:
+        the micro-batch itself, which is asked whether it holds only truncates if it does not fit."""
+        if batch is not None:
+            self.use_batch(batch)
         return self.binding.ensure(struct, carried, named_keys)
+
+    def use_batch(self, batch: DataFrame) -> None:
+        """The micro-batch about to be checked and written: a batch of truncates only (no row columns)
+        passes the check of its columns (TableBinding.only_truncates)."""
+        if self._config.changes is not None:
+            self.binding.only_truncates = only_truncates(batch, self._config.changes)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -275,6 +285,7 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
+        self.use_batch(df)
         if self.dead_letter is not None:
             return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
         plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)

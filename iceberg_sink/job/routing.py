@@ -63,11 +63,12 @@ from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
 from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
+from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.table.names import allowed, table_name_problem, table_name_refusal
 from iceberg_sink.topology import toast
-from iceberg_sink.topology.changes import reduce_changes
+from iceberg_sink.topology.changes import carries_truncates, is_truncate, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
 from iceberg_sink.writer.spark import write_error, write_routed_dataframe
@@ -151,20 +152,23 @@ def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
 
 
 def carried_columns(
-    routed: DataFrame, struct: StructType, key_expr: Column | None = None
-) -> tuple[dict[str | None, frozenset[tuple[str, ...]]], dict[str, set[tuple[str, ...]]]]:
+    routed: DataFrame, struct: StructType, key_expr: Column | None = None, truncate: Column | None = None
+) -> tuple[dict[str | None, frozenset[tuple[str, ...]]], dict[str, set[tuple[str, ...]]], set[str]]:
     """The batch's tables, each with the paths of ``struct``'s columns and nested fields (through
     structs, list elements and map values) non-null in at least one of its rows (table/carried.py),
-    and the distinct keys its rows name (``key_expr``: the key column as an array of names,
-    table/keys.py): one grouped aggregation (one small Spark job), whatever the number of tables."""
+    the distinct keys its rows name (``key_expr``: the key column as an array of names,
+    table/keys.py), and the tables whose rows are all truncates (``truncate``: true for a truncate,
+    topology/changes.py): one grouped aggregation (one small Spark job), whatever the number of tables."""
     paths = list(leaf_paths(struct))
     counts = [count_column(p).alias(f"c{i}") for i, p in enumerate(paths)]
     if key_expr is not None:
         counts.append(F.collect_set(key_expr).alias("keys"))
+    counts.append(F.sum((~truncate if truncate is not None else F.lit(True)).cast("long")).alias("changes"))
     rows = routed.groupBy(ROUTE_COLUMN).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
     carried = {r[0]: frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]) for r in rows}
     named = {r[0]: {tuple(k) for k in r["keys"]} for r in rows if key_expr is not None and r[0] is not None}
-    return carried, named
+    rowless = {r[0] for r in rows if r[0] is not None and not r["changes"]}
+    return carried, named, rowless
 
 
 class RoutedJob:
@@ -308,13 +312,20 @@ class RoutedJob:
         names_of_key = key_names(routed.schema, key_column) if key_column is not None else None
         # Refused rows (sources/rejects.py) plan no table: they fail the batch or go to the dead-letter table.
         good = routed.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in routed.columns else routed
+        changes = self._config.changes
+        truncate = is_truncate(changes) if changes is not None and carries_truncates(routed, changes) else None
         try:
-            carried, named = carried_columns(good, struct, names_of_key)
+            carried, named, rowless = carried_columns(good, struct, names_of_key, truncate)
             if not carried and self.dead_letter is None and good is not routed:
                 enforce(routed, dead_letter=False).count()  # every row was refused: the first fails the batch
         except Exception as e:
             raise self._write_error(e, checkpoint_id) from e
         names = check_table_names(list(carried), self._route)
+        # A table the batch only truncates has nothing to write when it does not exist yet.
+        absent = {t for t in rowless if t not in self.jobs and catalogs.load_table(self._catalog, t) is None}
+        if absent:
+            names = [t for t in names if t not in absent]
+            routed = routed.where(~F.coalesce(F.col(ROUTE_COLUMN).isin(*sorted(absent)), F.lit(False)))
         if key_column is not None:
             routed = routed.drop(key_column)
         self.commit_pending(before=checkpoint_id, skip=frozenset(names))
@@ -322,6 +333,7 @@ class RoutedJob:
         for table in names:
             job = self.job(table)
             job._spark = routed.sparkSession
+            job.binding.only_truncates = (lambda: True) if table in rowless else None
             # Each table sees its own columns only (TableBinding.own_columns): creation and schema
             # evolution never take another table's columns; its writer ignores the others (all null).
             plans[table] = job.begin(struct, checkpoint_id, carried=carried[table], named_keys=named.get(table, ()))

@@ -62,6 +62,7 @@ from iceberg_sink.sources.connect_types import (
 )
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
+from iceberg_sink.topology.changes import TRUNCATES_METADATA
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -289,8 +290,9 @@ def read_envelope(
             as an array, for ``.cdc(key_column=...)``: each routed table keyed by its source's primary key.
         key_column: name of the key names column in the result (with ``key_from``).
         truncate: what a truncate event (op ``t``) does: ``"fail"`` (default: it is refused, naming the
-            op), ``"skip"`` (ignored); ``"apply"`` (empty the table at that point of the change order) is
-            reserved and refused for now. Message events (op ``m``) are always skipped.
+            op), ``"skip"`` (ignored), ``"apply"``: it becomes a row with op ``t``, its order value and
+            source table and null row columns, which ``.cdc`` applies by emptying the table at that
+            point of the change order (topology/changes.py). Message events (op ``m``) are always skipped.
         unavailable_value: the placeholder PostgreSQL's connector sends for an unchanged TOASTed column
             (``unavailable.value.placeholder``); such a column takes the event's ``before`` value,
             else (``rejects="mark"``, the sink) is marked to keep the key's stored value
@@ -303,11 +305,6 @@ def read_envelope(
     Raises:
         InvalidInputError: a bad argument, a column name clash, an unknown Connect type, or conflicting column types.
     """
-    if truncate == "apply":
-        raise InvalidInputError(
-            "read_envelope(truncate='apply'): emptying the table at a truncate is not supported yet (it needs "
-            "the deletes of every row committed before, see docs/cdc.md); pass truncate='fail' (default) or 'skip'"
-        )
     if truncate not in TRUNCATE_POLICIES:
         raise InvalidInputError(
             f"read_envelope(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
@@ -353,7 +350,8 @@ def read_envelope(
     events = events.where(op.isNull() | ~op.isin(*dropped))
     events = events.withColumn(_IMAGE, F.when(op == F.lit("d"), before).otherwise(after))
     image = F.col(_IMAGE)
-    extra: list[Column] = [op.alias(op_column)]
+    # Under "apply" the op column says it holds truncates: the change reduction applies them.
+    extra: list[Column] = [op.alias(op_column, metadata={TRUNCATES_METADATA: True} if truncate == "apply" else {})]
     reasons: list[Column] = [
         F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")),
         F.when(F.json_object_keys(payload).isNull(), F.lit("value is not a JSON object")),
@@ -367,7 +365,10 @@ def read_envelope(
         reasons.append(
             F.when(
                 op == F.lit("t"),
-                F.lit("truncate event (op 't') refused by truncate='fail'; pass truncate='skip' to ignore truncates"),
+                F.lit(
+                    "truncate event (op 't') refused by truncate='fail'; pass truncate='apply' to empty the table "
+                    "at that point, or truncate='skip' to ignore truncates"
+                ),
             )
         )
     for code, name, row_image in (("c", "create", after), ("r", "read", after), ("u", "update", after)):

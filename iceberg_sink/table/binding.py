@@ -13,7 +13,7 @@ nothing of checkpoints or commits and never calls back into the job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import attrs
@@ -89,6 +89,10 @@ class TableBinding:
         self.required_nulls_per_row = False
         #: Set when :meth:`use_key` changed the key (the job drops what it derived from the old one).
         self.key_changed = False
+        #: Whether the micro-batch being written holds no row for this table, only truncates (set by
+        #: the job, asked only when the input does not fit the table: a batch of truncates has no row
+        #: columns, and no row to check).
+        self.only_truncates: Callable[[], bool] | None = None
 
     @property
     def name(self) -> str:
@@ -219,21 +223,31 @@ class TableBinding:
             runtime_checked = changes.key if changes is not None else ()
             if self.required_nulls_per_row:
                 runtime_checked = (*runtime_checked, *(f.name for f in table.schema().fields if f.required))
-            # Committed before this batch's files are written.
-            if self._evolution != evolution.OFF:
-                before = table.schema().schema_id
-                table = evolution.evolve(
-                    self.config.table,
-                    table,
-                    self._table_columns(struct),
-                    self._evolution,
-                    load_table=self.refresh,
-                    retry=self._retry,
-                    runtime_checked=runtime_checked,
-                )
-                self.schema_changed = self.schema_changed or table.schema().schema_id != before
-            check_compatible(self.config.table, table.schema(), self._table_columns(struct), runtime_checked)
+            try:
+                table = self._check(table, struct, runtime_checked)
+            except SchemaMismatchError:
+                if self.only_truncates is not None and self.only_truncates():
+                    return table  # not remembered as checked: the next batch with rows is checked
+                raise
             self._checked_schemas.update({key, checked_key(struct, table)})
+        return table
+
+    def _check(self, table: Table, struct: StructType, runtime_checked: tuple[str, ...]) -> Table:
+        """Evolve the schema if configured, then check ``struct`` against it; returns the table."""
+        # Committed before this batch's files are written.
+        if self._evolution != evolution.OFF:
+            before = table.schema().schema_id
+            table = evolution.evolve(
+                self.config.table,
+                table,
+                self._table_columns(struct),
+                self._evolution,
+                load_table=self.refresh,
+                retry=self._retry,
+                runtime_checked=runtime_checked,
+            )
+            self.schema_changed = self.schema_changed or table.schema().schema_id != before
+        check_compatible(self.config.table, table.schema(), self._table_columns(struct), runtime_checked)
         return table
 
     def _table_columns(self, struct: StructType) -> StructType:

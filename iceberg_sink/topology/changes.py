@@ -16,12 +16,21 @@ insert             ``I``, ``insert``, ``c``, ``r``, ``+I``
 update (after)     ``U``, ``update``, ``u``, ``+U``
 update (before)    ``UB``, ``update_before``, ``-U``: dropped (the key is known)
 delete             ``D``, ``delete``, ``d``, ``-D``
+truncate           ``t``, ``truncate``: only in an op column marked :data:`TRUNCATES_METADATA`
+                   (the Debezium reader's under ``truncate="apply"``); elsewhere unknown codes
 =================  =============================================
+
+A truncate empties its table at that point of the change order (per routed table with ``scope``):
+the last truncate of the checkpoint, by the same order as a key's changes (``order_by``, then
+arrival), drops every change ordered before it; the changes after it are reduced as usual. It is
+kept as one marker row (operation ``T``, its row columns and key null) that the writers do not
+write but report (``WriteResult.truncated``), so the checkpoint's committable records it and the
+committer removes every file of the table in the checkpoint's snapshot (committer/committer.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -32,11 +41,20 @@ INSERT_CODES = ("I", "insert", "c", "r", "+I")
 UPDATE_CODES = ("U", "update", "u", "+U")
 UPDATE_BEFORE_CODES = ("UB", "update_before", "-U")
 DELETE_CODES = ("D", "delete", "d", "-D")
+TRUNCATE_CODES = ("t", "truncate")
 
-#: The normalised operation column the writers receive: "I", "U" or "D".
+#: The normalised operation column the writers receive: "I", "U", "D" or "T" (a truncate marker).
 OP_COLUMN = "__iceberg_sink_op"
+#: The operation of a truncate marker row (:data:`OP_COLUMN`).
+TRUNCATE_OP = "T"
+#: Metadata key of an op column that may hold truncates: set by the Debezium reader under
+#: ``truncate="apply"`` (:func:`carries_truncates`). Elsewhere ``t`` is an unknown code (refused), and
+#: a batch pays no search for truncates.
+TRUNCATES_METADATA = "iceberg_sink.truncates"
 _SEQ = "__iceberg_sink_seq"
 _RANK = "__iceberg_sink_rank"
+_POSITION = "__iceberg_sink_position"
+_LAST_TRUNCATE = "__iceberg_sink_last_truncate"
 #: Marks errors raised inside Spark so the driver can report them as InvalidInputError.
 ERROR_MARKER = "iceberg_sink invalid input:"
 
@@ -45,7 +63,14 @@ def _q(name: str) -> Column:
     return F.col(".".join(f"`{p}`" for p in name.split(".")))
 
 
-def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
+def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
+    """Whether ``df``'s op column is marked as holding truncates (:data:`TRUNCATES_METADATA`)."""
+    if changes.op_column is None or changes.op_column not in df.columns:
+        return False
+    return bool(df.schema[changes.op_column].metadata.get(TRUNCATES_METADATA))
+
+
+def _refusals(changes: ChangeConfig, truncates: bool) -> list[tuple[Column, str]]:
     """Why a change cannot be applied (a reason Column, null when it can) per check, in order: a
     null key column, then an operation code that is none of the known ones. They mark refused rows
     (sources/rejects.py), which fail the batch or go to the dead-letter table."""
@@ -53,6 +78,9 @@ def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
     for k in changes.key:
         null_key = _q(k).isNull() if null_key is None else (null_key | _q(k).isNull())
     assert null_key is not None
+    if truncates:
+        # A truncate has no key (Debezium's carries no row and a null message key).
+        null_key = null_key & ~is_truncate(changes)
     key_text = F.concat_ws(
         ", ", *[F.concat(F.lit(f"{k}="), F.coalesce(_q(k).cast("string"), F.lit("null"))) for k in changes.key]
     )
@@ -63,8 +91,9 @@ def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
     checks = [(F.when(null_key, key_reason), "NullKeyError")]
     if changes.op_column is not None:
         op = _q(changes.op_column).cast("string")
-        allowed = ", ".join(INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES)
-        known = op.isin(*INSERT_CODES, *UPDATE_CODES, *UPDATE_BEFORE_CODES, *DELETE_CODES)
+        codes = INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES + (TRUNCATE_CODES if truncates else ())
+        allowed = ", ".join(codes)
+        known = op.isin(*codes)
         op_reason = F.concat(
             F.lit("unknown operation code '"),
             F.coalesce(op, F.lit("null")),
@@ -75,16 +104,55 @@ def _refusals(changes: ChangeConfig) -> list[tuple[Column, str]]:
     return checks
 
 
-def _normalised_op(changes: ChangeConfig) -> Column:
+def _normalised_op(changes: ChangeConfig, truncates: bool) -> Column:
     if changes.op_column is None:
         return F.lit("U")
     op = _q(changes.op_column).cast("string")
-    return (
+    normalised = (
         F.when(op.isin(*INSERT_CODES), F.lit("I"))
         .when(op.isin(*UPDATE_CODES), F.lit("U"))
         .when(op.isin(*UPDATE_BEFORE_CODES), F.lit("B"))
         .when(op.isin(*DELETE_CODES), F.lit("D"))
     )
+    return normalised.when(op.isin(*TRUNCATE_CODES), F.lit(TRUNCATE_OP)) if truncates else normalised
+
+
+def is_truncate(changes: ChangeConfig) -> Column:
+    """True for the rows of a change DataFrame whose operation is a truncate (never null)."""
+    if changes.op_column is None:
+        return F.lit(False)
+    return F.coalesce(_q(changes.op_column).cast("string").isin(*TRUNCATE_CODES), F.lit(False))
+
+
+def only_truncates(df: DataFrame, changes: ChangeConfig) -> Callable[[], bool]:
+    """Asks (one small Spark job, when called) whether ``df`` holds truncates and nothing else."""
+    if not carries_truncates(df, changes):
+        return lambda: False
+    return lambda: df.where(~is_truncate(changes)).limit(1).count() == 0
+
+
+def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[str], refused: Column) -> DataFrame:
+    """``df`` without the changes ordered before the last truncate of their table (``scope``), and
+    without the truncates but that last one (the marker). Without truncates nothing is dropped.
+
+    A change's position is (``order_by`` present, ``order_by``, arrival), the order the reduction
+    sorts a key's changes by (nulls oldest); the last truncate per table is found by one small
+    aggregation, joined back by the scope columns (a broadcast: one row per truncated table)."""
+    parts = [F.col(_SEQ)]
+    if changes.order_by is not None:
+        parts = [_q(changes.order_by).isNotNull(), _q(changes.order_by), *parts]
+    position = F.struct(*[p.alias(f"p{i}") for i, p in enumerate(parts)])
+    with_position = df.withColumn(_POSITION, position)
+    truncates = (
+        with_position.where(~refused & (F.col(OP_COLUMN) == F.lit(TRUNCATE_OP)))
+        .groupBy(*[F.col(c) for c in scope])
+        .agg(F.max(F.col(_POSITION)).alias(_LAST_TRUNCATE))
+    )
+    last = F.col(_LAST_TRUNCATE)
+    on: list[str] | Column = list(scope) if scope else F.lit(True)
+    joined = with_position.join(F.broadcast(truncates), on=on, how="left")
+    kept = refused | last.isNull() | (F.col(_POSITION) >= last)
+    return joined.where(kept).drop(_POSITION, _LAST_TRUNCATE)
 
 
 def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = ()) -> DataFrame:
@@ -97,23 +165,32 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
     from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
     from iceberg_sink.topology.toast import carry_forward, refuse_after_delete
 
+    # A batch of truncates only has no row columns (table/schema.py lets a CDC key be missing): its
+    # key columns are null, so any other row of it is refused for its null key.
+    absent = [k for k in changes.key if k not in df.columns]
+    if absent:
+        df = df.select("*", *[F.lit(None).alias(k) for k in absent])
     with_seq = df.withColumn(_SEQ, F.monotonically_increasing_id())
     raw = F.to_json(
         F.struct(*[F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]), {"ignoreNullFields": "false"}
     )
     checked = with_seq
-    for reason, error_class in _refusals(changes):
+    truncates = carries_truncates(df, changes)
+    for reason, error_class in _refusals(changes, truncates):
         checked = reject_where(checked, reason, error_class, raw)
     refused = F.col(REJECT_COLUMN).isNotNull()
-    with_op = checked.withColumn(OP_COLUMN, F.when(~refused, _normalised_op(changes))).where(
+    with_op = checked.withColumn(OP_COLUMN, F.when(~refused, _normalised_op(changes, truncates))).where(
         refused | (F.col(OP_COLUMN) != F.lit("B"))
     )
+    if truncates:
+        with_op = _after_last_truncate(with_op, changes, scope, refused)
     ordering: list[Column] = []
     if changes.order_by is not None:
         ordering.append(_q(changes.order_by).desc_nulls_last())
     ordering.append(F.col(_SEQ).desc())
-    # A refused row is not a change of its key: it is its own group (kept whole, never reduced away).
-    alone = F.when(refused, F.col(_SEQ))
+    # A refused row is not a change of its key: it is its own group (kept whole, never reduced away);
+    # so is the truncate marker (it has no key).
+    alone = F.when(refused | (F.col(OP_COLUMN) == F.lit(TRUNCATE_OP)), F.col(_SEQ))
     window = Window.partitionBy(*[F.col(c) for c in scope], *[_q(k) for k in changes.key], alone).orderBy(*ordering)
     if UNAVAILABLE_COLUMN in with_op.columns:
         # Unchanged TOASTed columns (sources/toast.py) take the key's previous value in this batch.

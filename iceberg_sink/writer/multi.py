@@ -243,7 +243,7 @@ class MultiTableTaskWriter:
         results = {}
         for table, writer in self._writers.items():
             result = writer.complete()
-            if result.data_files or result.delete_files or result.conditional_delete_files:
+            if not result.is_empty:
                 results[table] = result
         return results
 

@@ -111,6 +111,8 @@ class WriteResult:
             deletes are in ``conditional_delete_files`` instead of ``delete_files``.
         conditional_delete_files: equality deletes of keys proven new, committed only if the proof
             no longer holds at commit time (the committer decides).
+        truncated: the task received the checkpoint's truncate marker (topology/changes.py): the
+            checkpoint's snapshot removes every older file of the table.
     """
 
     data_files: tuple[DataFileMeta, ...] = ()
@@ -119,9 +121,15 @@ class WriteResult:
     attempt_id: int = 0
     skipped_deletes: int = 0
     conditional_delete_files: tuple[DataFileMeta, ...] = ()
+    truncated: bool = False
 
-    # 3: conditional_delete_files (versions 1 and 2 decode with none).
-    CODEC_VERSION = 3
+    # 3: conditional_delete_files (versions 1 and 2 decode with none). 4: truncated.
+    CODEC_VERSION = 4
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether the task wrote nothing and saw no truncate (its result need not reach the aggregator)."""
+        return not (self.data_files or self.delete_files or self.conditional_delete_files or self.truncated)
 
     def encode(self) -> bytes:
         return _codec.dumps(
@@ -134,12 +142,13 @@ class WriteResult:
                 "attempt_id": self.attempt_id,
                 "skipped_deletes": self.skipped_deletes,
                 "conditional_delete_files": [f.to_json() for f in self.conditional_delete_files],
+                "truncated": self.truncated,
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> WriteResult:
-        obj = _codec.loads(data, "write-result", (1, 2, 3))
+        obj = _codec.loads(data, "write-result", (1, 2, 3, 4))
         return cls(
             data_files=tuple(DataFileMeta.from_json(f) for f in obj["data_files"]),
             delete_files=tuple(DataFileMeta.from_json(f) for f in obj["delete_files"]),
@@ -147,4 +156,5 @@ class WriteResult:
             attempt_id=obj["attempt_id"],
             skipped_deletes=obj.get("skipped_deletes", 0),
             conditional_delete_files=tuple(DataFileMeta.from_json(f) for f in obj.get("conditional_delete_files", ())),
+            truncated=obj.get("truncated", False),
         )

@@ -81,7 +81,7 @@ def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
     with shipped(df.sparkSession.sparkContext, spec) as load_spec:
         rows = df.mapInArrow(_write_task(load_spec), "payload binary").collect()  # type: ignore[arg-type]
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
-    return [r for r in results if r.data_files or r.delete_files or r.conditional_delete_files]
+    return [r for r in results if not r.is_empty]
 
 
 def task_failure(error: BaseException) -> str | None:

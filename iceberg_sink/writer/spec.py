@@ -47,7 +47,7 @@ class WriterSpec:
         row_group_limit: max rows per Parquet row group.
         compression: Parquet codec name; compression_level: -1 for default.
         equality_field_ids: key field ids in upsert/CDC modes (empty for appends).
-        op_column: the normalised operation column in upsert/CDC modes ("I", "U" or "D").
+        op_column: the normalised operation column in upsert/CDC modes ("I", "U", "D"; "T" marks a truncate).
         new_key_proof: the table's key bounds when the checkpoint began (see table/key_bounds.py):
             the equality deletes of rows whose key is outside them go to conditional delete files,
             committed only if the proof fails at commit. None: every delete is unconditional.

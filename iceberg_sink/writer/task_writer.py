@@ -38,6 +38,7 @@ from pyiceberg.types import PrimitiveType
 
 from iceberg_sink._iceberg import files
 from iceberg_sink._iceberg.metrics import ColumnValueStats, parquet_metrics
+from iceberg_sink.topology.changes import TRUNCATE_OP
 from iceberg_sink.writer.conform import conform_batch
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -277,6 +278,7 @@ class TaskWriter:
                 ]
             )
         self._skipped_deletes = 0
+        self._truncated = False
         self._file_seq = 0
         # One random component per task attempt: retries and restarts never reuse a name.
         self._attempt_uuid = uuid.uuid4().hex[:12]
@@ -348,6 +350,14 @@ class TaskWriter:
             self._write_rows(_Output.DATA, conform_batch(batch, self._arrow_schema))
         else:
             ops = batch.column(op_column)
+            truncate = pc.fill_null(pc.equal(ops, TRUNCATE_OP), False)
+            if pc.any(truncate).as_py():
+                # The truncate marker is no row: the committable records it (committer/committer.py).
+                self._truncated = True
+                batch = batch.filter(pc.invert(truncate))
+                ops = batch.column(op_column)
+                if batch.num_rows == 0:
+                    return
             assert self._delete_input_schema is not None and self._delete_schema is not None
             # Every row's key is deleted first (an equality delete only removes rows of earlier
             # checkpoints), then the rows that are not deletes are inserted.
@@ -460,6 +470,7 @@ class TaskWriter:
             task_id=self._task_id,
             attempt_id=self._attempt_id,
             skipped_deletes=self._skipped_deletes,
+            truncated=self._truncated,
             conditional_delete_files=tuple(written[_Output.CONDITIONAL_DELETES]),
         )
 

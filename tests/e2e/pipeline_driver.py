@@ -9,7 +9,7 @@ exactly as :data:`PIPELINE_YAML` configures it for ``iceberg-sink run`` (the tes
 with that command, on the same checkpoint location, so both configurations are exercised)::
 
     spark.readStream.format("kafka").option("subscribePattern", ...)
-      -> .debezium(key_from="key") -> .route(table_column="source_table", namespace=...)
+      -> .debezium(key_from="key", truncate="apply") -> .route(table_column="source_table", namespace=...)
       -> .cdc(op_column="op", order_by="lsn", key_column="key_columns") -> add-columns evolution
 
 It prints ``STREAMING`` once the query runs and ``COMMITTED <table> <checkpoint>`` after each commit,
@@ -47,7 +47,7 @@ def pipeline_yaml(request: dict[str, Any]) -> dict[str, Any]:
         "sink": {
             "catalog": {"name": "e2e", "properties": request["catalog"]},
             "route": {"table_column": "source_table", "namespace": NAMESPACE},
-            "debezium": {"value_column": "value", "key_from": "key"},
+            "debezium": {"value_column": "value", "key_from": "key", "truncate": "apply"},
             "cdc": {"op_column": "op", "order_by": "lsn", "key_column": "key_columns"},
             "schema_evolution": "add-columns",
             "create_if_missing": True,
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         IcebergSink.builder()
         .catalog("e2e", **request["catalog"])
         .route(table_column="source_table", namespace=NAMESPACE)
-        .debezium(value_column="value", key_from="key")
+        .debezium(value_column="value", key_from="key", truncate="apply")
         .cdc(op_column="op", order_by="lsn", key_column="key_columns")
         .schema_evolution("add-columns")
         .create_if_missing()

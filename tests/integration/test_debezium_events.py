@@ -302,7 +302,8 @@ def test_truncate_message_and_garbage_events_are_refused_naming_the_reason_and_t
         3: "delete without before",
         4: "order value 'abc' at source.lsn is not a long",
         5: "unknown op 'x'; expected one of c, r, u, d, t, m",
-        6: "truncate event (op 't') refused by truncate='fail'; pass truncate='skip' to ignore truncates",
+        6: "truncate event (op 't') refused by truncate='fail'; pass truncate='apply' to empty the table at that "
+        "point, or truncate='skip' to ignore truncates",
     }  # the message event (offset 7) is skipped
     skipped = read_envelope(frame(spark, [values[0], values[6], values[7]]), truncate="skip", rejects="mark")
     assert [(r["id"], r["op"]) for r in skipped.collect()] == [(1, "c")]

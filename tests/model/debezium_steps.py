@@ -5,11 +5,12 @@ with a generator of its own (so every seed's sequence of the other operations is
 ``ICEBERG_SINK_MODEL_SKIP=debezium_cdc``.
 
 Each step writes one batch of Debezium envelopes (with or without the ``schema`` part) to ``db.dbz``
-through ``.debezium(table_column=None, truncate="fail" | "skip")``: creates, updates and deletes,
+through ``.debezium(table_column=None, truncate="fail" | "skip" | "apply")``: creates, updates and deletes,
 key-only deletes whose ``before`` holds JSON nulls, a NUMERIC(10,2) as Connect's Decimal and a
-Debezium Date, message events (skipped), updates whose note is Debezium's unavailable-value placeholder
-without a before value (an unchanged TOASTed column: the key keeps its note, from an earlier change
-of the batch or the table), and sometimes one hostile event: a value that does not fit
+Debezium Date, message events (skipped), truncates (under ``"apply"`` the model table is emptied at
+that point of the batch's change order; under ``"skip"`` ignored), updates whose note is Debezium's
+unavailable-value placeholder without a before value (an unchanged TOASTed column: the key keeps its
+note, from an earlier change of the batch or the table), and sometimes one hostile event: a value that does not fit
 its declared type (int32 3000000000, boolean "yes", bad base64 for a decimal, float32 1e40), a
 truncate under ``truncate="fail"``, an update without ``after``, a value that is not JSON, an order
 value that is not a long. A batch with a hostile event must fail with InvalidInputError naming the
@@ -82,7 +83,8 @@ class DebeziumJob:
         self.checkpoint = str(root / "ckpt-debezium")
         self.model: dict[int, dict[str, Any]] = {}
         self.lsn = 0
-        self.truncate = self.rng.choice(["fail", "skip"])
+        self.truncate = self.rng.choice(["fail", "skip", "apply"])
+        self.truncate_every = 0.1  # under "apply": the chance of a truncate after each change
         # Per job, as per connector: with the schema part (types declared, logical types mapped) or
         # without it (schemas.enable=false: types inferred, a key-only delete's nulls say nothing).
         self.schema = self.rng.random() < 0.6
@@ -197,6 +199,10 @@ class DebeziumJob:
                     live[key]["note"] = kept
             if rng.random() < 0.2:
                 values.append(None)  # a tombstone
+            if self.truncate == "apply" and rng.random() < self.truncate_every:
+                # TRUNCATE on the source: every change before it (earlier lsn) is gone, those after stay.
+                values.append(self.envelope("t", None, None, schema))
+                live.clear()
         if self.truncate == "skip" and rng.random() < 0.3:
             values.insert(rng.randrange(len(values) + 1), self.envelope("t", None, None, schema))
         bad = None
@@ -206,7 +212,7 @@ class DebeziumJob:
                 [
                     h
                     for h in HOSTILE
-                    if not (h[0] == "truncate" and self.truncate == "skip") and (schema or h[0] not in typed)
+                    if not (h[0] == "truncate" and self.truncate != "fail") and (schema or h[0] not in typed)
                 ]
             )
             values.insert(rng.randrange(len(values) + 1), self.hostile(bad[0]))

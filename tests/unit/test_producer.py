@@ -89,3 +89,37 @@ def test_delete_files_are_refused_for_a_v1_table(v1_catalog: SqlCatalog) -> None
     changes = producer.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files)
     with pytest.raises(ValueError, match="format version 2"):
         producer.RowDelta(table, "main", changes, {})
+
+
+def test_a_truncating_row_delta_removes_every_live_file_and_adds_its_own(tmp_path: Path) -> None:
+    (tmp_path / "wh2").mkdir()
+    cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c2.db", warehouse=(tmp_path / "wh2").as_uri())
+    cat.create_namespace("db")
+    table = cat.create_table("db.v2", schema=SCHEMA, properties={"format-version": "2"})
+    for checkpoint, ids in enumerate([[1, 2], [3]]):
+        upserts = pa.table({"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids), "op": ["U"] * len(ids)})
+        result = write_batches(
+            writer_spec(table, checkpoint_id=checkpoint, equality_field_ids=(1,), op_column="op"), upserts
+        )
+        changes = producer.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files)
+        table = producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+    data, deletes = live_files(table, table.current_snapshot())
+    assert len(data) == 2 and len(deletes) == 2
+    # The rows after the truncate: one data file, and the marker row is reported, not written.
+    after = pa.table({"id": pa.array([None, 7], pa.int64()), "v": [None, "y"], "op": ["T", "I"]})
+    result = write_batches(writer_spec(table, checkpoint_id=2, equality_field_ids=(1,), op_column="op"), after)
+    assert result.truncated and len(result.data_files) == 1
+    changes = producer.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files, truncate=True)
+    assert changes.operation.value == "overwrite"
+    assert producer.SnapshotChanges(truncate=True).operation.value == "delete"
+    table = producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+    data, deletes = live_files(table, table.current_snapshot())
+    assert [f.meta.path for f in data] == [f.path for f in result.data_files]
+    assert {f.meta.path for f in deletes} == {f.path for f in result.delete_files}
+    summary = table.current_snapshot().summary  # type: ignore[union-attr]
+    assert summary is not None and summary.operation.value == "overwrite"
+    assert (summary["deleted-data-files"], summary["removed-delete-files"], summary["total-data-files"]) == (
+        "2",
+        "2",
+        "1",
+    )
