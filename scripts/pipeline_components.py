@@ -14,8 +14,8 @@ Bundles:
 - ``connect``: Kafka Connect (``connect-runtime``, ``connect-json``) with Debezium's PostgreSQL
   connector as a plugin (``plugins/debezium-connector-postgres``, isolated by Connect's
   ``plugin.path``), run standalone (``ConnectStandalone``);
-- ``spark-kafka``: Spark's Kafka source (``spark-sql-kafka-0-10_2.13``) for a Spark version, for
-  ``spark.jars`` (:func:`spark_kafka_jars`).
+- ``spark-kafka``: Spark's Kafka source (``spark-sql-kafka-0-10_2.13``, ``_2.12`` for Spark 3.x)
+  for a Spark version, for ``spark.jars`` (:func:`spark_kafka_jars`).
 
 Command line (``scripts/kafka.sh`` and ``scripts/connect.sh`` wrap it)::
 
@@ -156,11 +156,16 @@ def _as_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
+def spark_scala(spark_version: str) -> str:
+    """The Scala version PyPI's PySpark of ``spark_version`` is built with: 2.12 for 3.x, else 2.13."""
+    return "2.12" if spark_version.startswith("3.") else SCALA
+
+
 def spark_kafka_version(spark_version: str) -> str:
     """The ``spark-sql-kafka-0-10`` release for ``spark_version``: the same version when Maven
     Central has it, else the newest release of the same major version before it (a Spark release
     whose connector is not published yet), with a warning."""
-    artifact = f"spark-sql-kafka-0-10_{SCALA if not spark_version.startswith('3.') else '2.12'}"
+    artifact = f"spark-sql-kafka-0-10_{spark_scala(spark_version)}"
     released = _released_versions("org.apache.spark", artifact)
     if spark_version in released:
         return spark_version
@@ -182,13 +187,13 @@ def spark_kafka_version(spark_version: str) -> str:
 
 
 def spark_kafka_jars(spark_version: str) -> list[Path]:
-    """Jars of Spark's Kafka source for ``spark_version`` (Spark's own jars left out), for ``spark.jars``."""
-    scala = SCALA if not spark_version.startswith("3.") else "2.12"
+    """Jars of Spark's Kafka source for ``spark_version`` (Spark's own jars left out), for ``spark.jars``:
+    any Spark 3.5 or 4.x, whichever Python runs this (the Spark 3.5 tests fetch 3.5's from PySpark 4's venv)."""
     name = f"spark-kafka-for-spark-{spark_version}"
     jars = maven.fetched(name)  # fetched once: no look-up at Maven Central after that
     if jars is None:
         version = spark_kafka_version(spark_version)
-        folder = _jar_dir(name, [f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"])
+        folder = _jar_dir(name, [f"org.apache.spark:spark-sql-kafka-0-10_{spark_scala(spark_version)}:{version}"])
         jars = sorted(folder.glob("*.jar"))
     # Only what Spark does not ship itself (its Hadoop client, slf4j, lz4, snappy, ... stay Spark's).
     keep = ("spark-sql-kafka-", "spark-token-provider-kafka-", "kafka-clients-", "commons-pool2-")

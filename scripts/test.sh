@@ -20,6 +20,10 @@ python3 scripts/pipeline_components.py fetch kafka >/dev/null
 python3 scripts/pipeline_components.py fetch connect >/dev/null
 python3 scripts/pipeline_components.py fetch spark-kafka \
   --spark-version "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')" >/dev/null
+# ... and for the Spark 3.5 venv (tests/integration/test_spark35.py runs Spark 3.5's Kafka source).
+java_venv_python="${ICEBERG_SINK_JAVA_VENV:-.venv-java}/bin/python"
+python3 scripts/pipeline_components.py fetch spark-kafka \
+  --spark-version "$("$java_venv_python" -c 'import pyspark; print(pyspark.__version__)')" >/dev/null
 echo "== ruff"
 .venv/bin/ruff check iceberg_sink tests benchmarks
 .venv/bin/ruff format --check iceberg_sink tests benchmarks

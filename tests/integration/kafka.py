@@ -6,7 +6,8 @@ fetched once from Maven Central into ``${ICEBERG_SINK_CACHE:-~/.cache/iceberg-si
 test with its log; it never skips.
 
 Tests that need Spark's Kafka source run their Spark in a subprocess (the session's shared
-SparkSession is started without the jars): :func:`spark_kafka_conf` gives the ``spark.jars`` entry.
+SparkSession is started without the jars): :func:`spark_kafka_conf` gives the ``spark.jars`` entry,
+for the installed PySpark or another Spark version (tests/integration/test_spark35.py: 3.5).
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ def _fail(e: Exception) -> None:
     pytest.fail(f"{type(e).__name__}: {e}", pytrace=False)
 
 
-def spark_kafka_conf() -> dict[str, str]:
-    """``spark.jars`` of Spark's Kafka source for the installed PySpark (fetched on first use)."""
-    import pyspark
+def spark_kafka_conf(spark_version: str | None = None) -> dict[str, str]:
+    """``spark.jars`` of Spark's Kafka source for ``spark_version`` (default: the installed PySpark's;
+    the Spark 3.5 tests pass their venv's), fetched on first use."""
+    if spark_version is None:
+        import pyspark
 
+        spark_version = pyspark.__version__
     try:
-        jars = components().spark_kafka_jars(pyspark.__version__)
+        jars = components().spark_kafka_jars(spark_version)
     except Exception as e:
         _fail(e)
     return {"spark.jars": ",".join(str(p) for p in jars)}

@@ -1,18 +1,22 @@
 """Runs the sink end to end on whatever PySpark the interpreter has (meant for the Spark 3.5 venv).
 
-    <java venv>/bin/python -m tests.integration.spark35_driver WORK_DIR
+    <java venv>/bin/python -m tests.integration.spark35_driver WORK_DIR [--kafka HOST:PORT --jars A.jar,B.jar]
 
 In ``WORK_DIR`` it creates a SQLite catalog and a warehouse, then:
 
 (a) ``sink.write(df)`` of :func:`bounded_rows` (long/string/double/timestamp/decimal/date columns)
     into ``db.bounded``, partitioned by ``day(ts), bucket(4, user_id)``;
 (b) a file stream over :data:`SOURCE_FILES` Parquet files (``maxFilesPerTrigger=1``, trigger
-    ``availableNow``) into ``db.streamed``, partitioned by ``day(ts)``.
+    ``availableNow``) into ``db.streamed``, partitioned by ``day(ts)``;
+(c) with ``--kafka``: Spark's Kafka source (``--jars``: ``spark-sql-kafka-0-10_2.12`` of this Spark
+    and its dependencies, on ``spark.jars``) over :data:`KAFKA_TOPIC`, whose JSON values the test
+    produced (:func:`kafka_records`), parsed and upserted by ``id`` into ``db.from_kafka`` (trigger
+    ``availableNow``); the commit records the Kafka offsets in its snapshot summary.
 
 The session time zone is Asia/Kolkata (UTC+5:30), so a transform or cast that uses local time
-instead of UTC puts rows in the wrong partition. Each step runs even if the other failed; the
+instead of UTC puts rows in the wrong partition. Each step runs even if another failed; the
 result, with each step's traceback, is written to ``WORK_DIR/result.json`` (see :func:`main`).
-The exit code is 0 only if both steps succeeded.
+The exit code is 0 only if every step succeeded (without ``--kafka``, step (c) is not run).
 
 Expected rows come from Python (:func:`bounded_rows`, ``tests.integration.sources.event_batch``),
 never from Spark: Spark 3.5 has no ``DataFrame.toArrow()``. This module imports PySpark only in
@@ -21,6 +25,7 @@ never from Spark: Spark 3.5 has no ``DataFrame.toArrow()``. This module imports 
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -39,8 +44,13 @@ STREAMED_TABLE = "db.streamed"
 STREAMED_PARTITION_BY = ("day(ts)",)
 SOURCE_FILES = 4
 ROWS_PER_FILE = 30
+KAFKA_TABLE = "db.from_kafka"
+KAFKA_TOPIC = "spark35-orders"
+KAFKA_PARTITIONS = 2
+KAFKA_VALUE_DDL = "id long, item string, qty int"
 CHECKPOINT_KEY = "iceberg-sink.checkpoint-id"
 RESULT_FILE = "result.json"
+STREAM_TIMEOUT_S = 600
 
 # Spark DDL of the bounded DataFrame, and the same columns as an Arrow schema for the expectation.
 BOUNDED_COLUMNS = ("id", "user_id", "name", "score", "ts", "amount", "d")
@@ -93,6 +103,21 @@ def bounded_rows(n: int = BOUNDED_ROWS) -> list[dict[str, Any]]:
     return rows
 
 
+def kafka_records() -> list[tuple[str, str]]:
+    """The ``(key, JSON value)`` records the test produces to :data:`KAFKA_TOPIC`: ids 0-15, then new
+    values for ids 4-11. Keyed by id, so a key's records share a partition and arrive in order, and
+    the one micro-batch holds several records of a key (the last one wins)."""
+    first = [{"id": i, "item": f"item-{i}", "qty": i * 10} for i in range(16)]
+    second = [{"id": i, "item": f"item-{i}-v2", "qty": -i} for i in range(4, 12)]
+    return [(str(r["id"]), json.dumps(r)) for r in first + second]
+
+
+def kafka_expected_rows() -> list[dict[str, Any]]:
+    """The table after the upsert: the last value of each id, by id."""
+    last = {r["id"]: r for r in (json.loads(value) for _, value in kafka_records())}
+    return [last[i] for i in sorted(last)]
+
+
 def bounded_arrow_schema() -> Any:
     """The Arrow schema the bounded rows are read back with (timestamp -> timestamptz in UTC)."""
     import pyarrow as pa
@@ -122,6 +147,17 @@ def _snapshot_summaries(table: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _await_available_now(query: Any) -> None:
+    """Wait for an ``availableNow`` query to end; raise its error, or TimeoutError."""
+    query.awaitTermination(STREAM_TIMEOUT_S)
+    if query.isActive:
+        query.stop()
+        raise TimeoutError(f"the availableNow query did not finish in {STREAM_TIMEOUT_S} s")
+    error = query.exception()
+    if error is not None:
+        raise error
+
+
 def _run_step(name: str, result: dict[str, Any], step: Any) -> None:
     started = time.monotonic()
     try:
@@ -132,27 +168,39 @@ def _run_step(name: str, result: dict[str, Any], step: Any) -> None:
     result[name]["seconds"] = round(time.monotonic() - started, 2)
 
 
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.integration.spark35_driver")
+    parser.add_argument("work_dir", type=Path)
+    parser.add_argument("--kafka", default=None, help="bootstrap address of a broker holding KAFKA_TOPIC")
+    parser.add_argument("--jars", default="", help="spark.jars: Spark's Kafka source for this Spark")
+    args = parser.parse_args(argv)
+    if args.kafka and not args.jars:
+        parser.error("--kafka needs --jars (Spark's Kafka source)")
+    return args
+
+
 def main(argv: list[str]) -> int:
-    """Run both steps in ``argv[0]`` (the work dir) and write ``result.json`` there:
+    """Run the steps in the work dir and write ``result.json`` there:
 
     ``{"pyspark_version", "spark_version", "python", "session_tz",
        "bounded": {"ok", "seconds", "metadata_location", "rows_written", "rows_in_table", "snapshots", ...},
-       "streamed": {..., "checkpoint_ids": ["0", "1", ...]}}``
+       "streamed": {..., "checkpoint_ids": ["0", "1", ...]},
+       "kafka": {"ok", "seconds", "metadata_location", "rows_in_table", "snapshots"}}``
 
-    where ``snapshots`` is ``[{"snapshot_id", "parent_snapshot_id", "summary": {...}}, ...]``.
+    where ``snapshots`` is ``[{"snapshot_id", "parent_snapshot_id", "summary": {...}}, ...]``
+    (``kafka`` only with ``--kafka``).
 
     A failed step has ``"ok": false`` and ``"error"`` (the traceback) instead.
     """
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m tests.integration.spark35_driver WORK_DIR\n")
-        return 2
-    work = Path(argv[0]).resolve()
+    args = _parse_args(argv)
+    work = args.work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     # Python workers must run this interpreter (the venv with this PySpark and iceberg_sink).
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
     import pyspark
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     from iceberg_sink import IcebergSink
     from tests.integration.sources import EVENT_SCHEMA_DDL, write_source_files
@@ -165,8 +213,11 @@ def main(argv: list[str]) -> int:
         "warehouse": warehouse.as_uri(),
     }
 
+    builder = SparkSession.builder
+    if args.jars:
+        builder = builder.config("spark.jars", args.jars)
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("iceberg_sink-spark35-driver")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -219,13 +270,7 @@ def main(argv: list[str]) -> int:
         )
         df = spark.readStream.schema(EVENT_SCHEMA_DDL).option("maxFilesPerTrigger", 1).parquet(str(source))
         query = sink.start(df, str(work / "checkpoint"), trigger={"availableNow": True}, query_name="spark35")
-        query.awaitTermination(600)
-        if query.isActive:
-            query.stop()
-            raise TimeoutError("the availableNow query did not finish in 600 s")
-        error = query.exception()
-        if error is not None:
-            raise error
+        _await_available_now(query)
         table = sink.load_table()
         snapshots = _snapshot_summaries(table)
         return {
@@ -236,13 +281,40 @@ def main(argv: list[str]) -> int:
             "checkpoint_ids": [s["summary"].get(CHECKPOINT_KEY) for s in snapshots],
         }
 
+    def kafka() -> dict[str, Any]:
+        sink = (
+            IcebergSink.builder()
+            .catalog("spark35", **catalog)
+            .table(KAFKA_TABLE)
+            .create_if_missing()
+            .upsert(key=["id"])
+            .build()
+        )
+        records = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", args.kafka)
+            .option("subscribe", KAFKA_TOPIC)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        df = records.select(F.from_json(F.col("value").cast("string"), KAFKA_VALUE_DDL).alias("v")).select("v.*")
+        query = sink.start(df, str(work / "kafka-checkpoint"), trigger={"availableNow": True}, query_name="kafka")
+        _await_available_now(query)
+        table = sink.load_table()
+        return {
+            "metadata_location": table.metadata_location,
+            "rows_in_table": table.scan().to_arrow().num_rows,
+            "snapshots": _snapshot_summaries(table),
+        }
+
+    steps = {"bounded": bounded, "streamed": streamed, **({"kafka": kafka} if args.kafka else {})}
     try:
-        _run_step("bounded", result, bounded)
-        _run_step("streamed", result, streamed)
+        for name, step in steps.items():
+            _run_step(name, result, step)
     finally:
         (work / RESULT_FILE).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
         spark.stop()
-    return 0 if result["bounded"]["ok"] and result["streamed"]["ok"] else 1
+    return 0 if all(result[name]["ok"] for name in steps) else 1
 
 
 if __name__ == "__main__":

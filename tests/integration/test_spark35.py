@@ -1,7 +1,12 @@
 """The sink itself on Spark 3.5: ``spark35_driver`` runs in the Java venv (PySpark 3.5.7), then the
 tables it wrote are read back here with PyIceberg, DuckDB and Apache Iceberg Java.
 
-The driver runs once per module (about 30 s); each test checks one part of its result.
+The driver runs once per module (about 30 s, plus about 20 s for the Kafka step); each test checks
+one part of its result. For its Kafka step this module starts a real broker
+(tests/integration/kafka.py), produces :func:`spark35_driver.kafka_records` to a topic, and gives
+the driver Spark 3.5's Kafka source (``spark-sql-kafka-0-10_2.12`` of the venv's PySpark version,
+fetched once from Maven Central by scripts/pipeline_components.py). When the broker or the jars
+cannot be had, the driver still runs its other steps and only the Kafka test fails, with the cause.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import os
 import signal
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,9 @@ from pyiceberg.table import StaticTable
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
+from iceberg_sink.sources.kafka_offsets import parse_summary
 from tests.integration import spark35_driver as driver
+from tests.integration.kafka import components, spark_kafka_conf
 from tests.integration.sources import event_batch
 from tests.interop.java_env import JavaEnv
 from tests.interop.readers import JavaIcebergReader, canonical_schema, duckdb_read, normalize, pyiceberg_read
@@ -53,6 +60,8 @@ class DriverRun:
     returncode: int
     output: str = field(repr=False)  # stdout and stderr of the driver (Spark's log, tracebacks)
     seconds: float = 0.0
+    kafka_error: str | None = None  # why the Kafka step could not be set up (then the driver ran without it)
+    kafka_end_offsets: dict[int, int] = field(default_factory=dict)  # of driver.KAFKA_TOPIC, once produced
 
 
 def _driver_env(java_env: JavaEnv) -> dict[str, str]:
@@ -63,10 +72,10 @@ def _driver_env(java_env: JavaEnv) -> dict[str, str]:
     return env
 
 
-def _run_driver(java_env: JavaEnv, work: Path) -> DriverRun:
+def _run_driver(java_env: JavaEnv, work: Path, args: list[str]) -> DriverRun:
     started = dt.datetime.now(dt.UTC)
     proc = subprocess.Popen(
-        [str(java_env.python), "-m", "tests.integration.spark35_driver", str(work)],
+        [str(java_env.python), "-m", "tests.integration.spark35_driver", str(work), *args],
         cwd=ROOT,
         env=_driver_env(java_env),
         stdin=subprocess.DEVNULL,
@@ -90,9 +99,41 @@ def _run_driver(java_env: JavaEnv, work: Path) -> DriverRun:
     return DriverRun(json.loads(result_path.read_text(encoding="utf-8")), proc.returncode, output, seconds)
 
 
+def _pyspark_version(java_env: JavaEnv) -> str:
+    done = subprocess.run(
+        [str(java_env.python), "-c", "from importlib.metadata import version; print(version('pyspark'))"],
+        env=_driver_env(java_env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def spark35_run(java_env: JavaEnv, tmp_path_factory: pytest.TempPathFactory) -> DriverRun:
-    return _run_driver(java_env, tmp_path_factory.mktemp("spark35"))
+    work = tmp_path_factory.mktemp("spark35")
+    broker: Any = None
+    kafka_args: list[str] = []
+    kafka_error: str | None = None
+    end_offsets: dict[int, int] = {}
+    try:
+        jars = spark_kafka_conf(_pyspark_version(java_env))["spark.jars"]
+        broker = components().KafkaBroker(work / "kafka")
+        broker.start()
+        broker.create_topic(driver.KAFKA_TOPIC, partitions=driver.KAFKA_PARTITIONS)
+        broker.produce(driver.KAFKA_TOPIC, driver.kafka_records())
+        end_offsets = broker.end_offsets(driver.KAFKA_TOPIC).get(driver.KAFKA_TOPIC, {})
+        kafka_args = ["--kafka", broker.bootstrap, "--jars", jars]
+    except (Exception, pytest.fail.Exception) as e:  # spark_kafka_conf fails the test with pytest.fail
+        kafka_error = f"{type(e).__name__}: {e}"
+    try:
+        run = _run_driver(java_env, work, kafka_args)
+    finally:
+        if broker is not None:
+            broker.stop()
+    return replace(run, kafka_error=kafka_error, kafka_end_offsets=end_offsets)
 
 
 def _step(run: DriverRun, name: str) -> dict[str, Any]:
@@ -136,7 +177,8 @@ def test_driver_ran_on_spark_35(spark35_run: DriverRun) -> None:
     assert result["pyspark_version"].startswith("3.5."), result
     assert result["spark_version"].startswith("3.5."), result
     assert result["session_tz"] == driver.SESSION_TZ
-    failed = {name: result[name]["error"] for name in ("bounded", "streamed") if not result[name]["ok"]}
+    steps = ("bounded", "streamed", "kafka") if spark35_run.kafka_error is None else ("bounded", "streamed")
+    failed = {name: result[name]["error"] for name in steps if not result[name]["ok"]}
     assert not failed and spark35_run.returncode == 0, (
         f"spark35_driver exit {spark35_run.returncode}; failed steps: {json.dumps(failed, indent=2)}\n"
         f"output tail:\n{spark35_run.output[-5000:]}"
@@ -220,3 +262,23 @@ def _added_partitions(entries: list[dict[str, Any]]) -> dict[int, list[tuple[Any
         if e["status"] == 1:  # ADDED
             added[e["snapshot_id"]].append(tuple(sorted(e["data_file"]["partition"].items())))
     return added
+
+
+def test_kafka_source_on_spark_35(spark35_run: DriverRun) -> None:
+    """Spark 3.5's own Kafka source into an upsert: the table holds the last value of each id, and
+    the snapshot names the end offset of every partition of the topic."""
+    if spark35_run.kafka_error is not None:
+        pytest.fail(f"the Kafka step of spark35_driver could not be set up:\n{spark35_run.kafka_error}")
+    step = _step(spark35_run, "kafka")
+    location = step["metadata_location"]
+    want = driver.kafka_expected_rows()
+    assert step["rows_in_table"] == len(want)
+    assert normalize(pyiceberg_read(location), ["id"]) == want
+    assert normalize(duckdb_read(location), ["id"]) == want
+
+    end = spark35_run.kafka_end_offsets
+    assert len(end) == driver.KAFKA_PARTITIONS and sum(end.values()) == len(driver.kafka_records()), end
+    snapshots = StaticTable.from_metadata(location).snapshots()
+    recorded = [parse_summary(dict(s.summary.additional_properties)) for s in snapshots if s.summary]
+    assert recorded and all(recorded), recorded  # every commit of the stream names its offsets
+    assert recorded[-1] == {driver.KAFKA_TOPIC: end}  # the last one: the whole topic
