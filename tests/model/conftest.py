@@ -49,6 +49,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         seeds, steps = model_seeds(metafunc.config)
         metafunc.parametrize("model_seed", seeds)
         metafunc.parametrize("model_steps", [steps])
+    if "model_job_seed" in metafunc.fixturenames:
+        # A dedicated job's test (its steps also run at random in every seed): one seed in the short
+        # profile (CI time), every seed in the long one or the one given.
+        seeds, steps = model_seeds(metafunc.config)
+        short = model_profile(metafunc.config) == "short"
+        metafunc.parametrize("model_job_seed", seeds[:1] if short else seeds)
     if "model_long" in metafunc.fixturenames:
         profile = model_profile(metafunc.config)
         metafunc.parametrize("model_long", [profile == "long"], ids=[profile])

@@ -132,15 +132,15 @@ def test_other_writers_under_a_stream(spark: SparkSession, java_reader: JavaIceb
 
 
 def test_debezium_hostile_events(
-    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, model_seed: int, model_steps: int
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, model_job_seed: int
 ) -> None:
     """The short profile may draw ``debezium_cdc`` rarely: its job alone, both with and without the
     schema part and every truncate policy, for a few batches each (tests/model/debezium_steps.py)."""
-    world = World(spark, java_reader, tmp_path, seed=model_seed)
+    world = World(spark, java_reader, tmp_path, seed=model_job_seed)
     for schema, truncate in ((True, "fail"), (False, "skip"), (True, "apply"), (False, "apply")):
         job = debezium_steps.DebeziumJob(world.seed, world.catalog_props, tmp_path / f"dbz-{schema}-{truncate}")
         job.schema, job.truncate = schema, truncate
         job.truncate_every = 0.3  # a truncate within the few batches
-        for _ in range(min(4, model_steps)):
+        for _ in range(4):
             job.step(world)
         world.catalog.drop_table(debezium_steps.TABLE)
