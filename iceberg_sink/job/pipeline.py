@@ -67,7 +67,7 @@ from iceberg_sink.topology.distribution import DistributionMode, distribute
 from iceberg_sink.topology.hooks import HookRunner
 from iceberg_sink.writer import jvm
 from iceberg_sink.writer.result import WriteResult
-from iceberg_sink.writer.spark import write_dataframe, write_error
+from iceberg_sink.writer.spark import refused_input, write_dataframe, write_error
 from iceberg_sink.writer.spec import WriterSpec
 
 __all__ = ["CatalogOutage", "CheckpointPlan", "SinkJob"]
@@ -256,7 +256,12 @@ class SinkJob:
             outcome = self._process(df, checkpoint_id)
             return outcome
         except BaseException as e:
-            error = e
+            # One rule for every Spark action of the batch (the writers' job, a TOAST lookup's keys, a
+            # truncate check): a row refused inside Spark is reported as InvalidInputError.
+            refused = refused_input(e, checkpoint_id, f"table {self._config.table}")
+            error = refused or e
+            if refused is not None:
+                raise refused from e
             raise
         finally:
             duration_ms = (time.monotonic() - started) * 1000

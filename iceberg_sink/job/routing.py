@@ -71,7 +71,7 @@ from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import carries_truncates, is_truncate, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
-from iceberg_sink.writer.spark import write_error, write_routed_dataframe
+from iceberg_sink.writer.spark import refused_input, write_error, write_routed_dataframe
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -303,6 +303,12 @@ class RoutedJob:
         routed = routed.persist()
         try:
             return self._process(routed, struct, checkpoint_id)
+        except Exception as e:
+            # As for one table (job/pipeline.py): a row refused inside any Spark action of the batch.
+            refused = refused_input(e, checkpoint_id, self._route.describe())
+            if refused is not None:
+                raise refused from e
+            raise
         finally:
             routed.unpersist()
 

@@ -17,7 +17,7 @@ from pyspark import SparkContext, TaskContext
 from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
-from iceberg_sink.errors import InvalidInputError, WriteFailedError
+from iceberg_sink.errors import IcebergSinkError, InvalidInputError, WriteFailedError
 from iceberg_sink.topology.changes import ERROR_MARKER
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.result import WriteResult
@@ -184,14 +184,26 @@ def write_routed_dataframe(
     return results
 
 
+def refused_input(error: BaseException, checkpoint_id: int, target: str) -> InvalidInputError | None:
+    """The InvalidInputError for a row refused inside Spark (an ERROR_MARKER message: a null key, an
+    unknown op code, a fail-fast refusal), whichever Spark action of the batch ran into it; None for
+    any other error, and for errors of the sink's own (already reported)."""
+    if isinstance(error, IcebergSinkError):
+        return None
+    text = str(error)
+    if ERROR_MARKER not in text:
+        return None
+    detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
+    detail = re.sub(r"\s*SQLSTATE: \w+$", "", detail)  # Spark 4 appends the state to the line
+    return InvalidInputError(f"checkpoint {checkpoint_id} of {target} was not written: {detail}")
+
+
 def write_error(error: Exception, checkpoint_id: int, target: str) -> Exception:
     """The error to raise for a failed write of ``checkpoint_id`` (``error`` itself if not a known kind)."""
-    text = str(error)
-    if ERROR_MARKER in text:
+    refused = refused_input(error, checkpoint_id, target)
+    if refused is not None:
         # A row was refused inside Spark (null key, unknown op code): nothing was committed.
-        detail = text[text.index(ERROR_MARKER) + len(ERROR_MARKER) :].splitlines()[0].strip()
-        detail = re.sub(r"\s*SQLSTATE: \w+$", "", detail)  # Spark 4 appends the state to the line
-        return InvalidInputError(f"checkpoint {checkpoint_id} of {target} was not written: {detail}")
+        return refused
     failure = task_failure(error)
     if failure is not None:
         return WriteFailedError(

@@ -208,3 +208,20 @@ def test_unknown_values_go_to_the_dead_letter_table(
     errors = s.load_table("cdc.errors").scan().to_arrow().to_pylist()
     assert [e["error_class"] for e in errors] == ["InvalidInputError"]
     assert "column 'doc' holds Debezium's placeholder" in errors[0]["reason"] and '"id":7' in errors[0]["raw"]
+
+
+def test_a_refused_event_beside_placeholders_fails_the_batch_as_invalid_input(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """The TOAST lookup collects the keys still marked in a Spark job of its own, before the writers:
+    a refused event of the same batch (here an order value that is not a long) fails that job first.
+    It must still be reported as InvalidInputError naming the event, with nothing committed (the
+    model check's seed 5 caught it raised as Spark's own exception)."""
+    s = build(tmp_path / "lake")
+    ckpt = str(tmp_path / "ckpt")
+    s.write(frame(spark, [insert(i, i) for i in range(1, 3)]), checkpoint_location=ckpt)
+    bad = envelope("c", "abc", None, {"id": 9, "doc": "d", "n": 0, "blob": None, "tags": None}, FIELDS)
+    with pytest.raises(InvalidInputError, match=r"order value 'abc' at source.lsn is not a long"):
+        s.write(frame(spark, [toasted(1, 10, 1), bad]), checkpoint_location=ckpt)
+    assert [snap.summary["iceberg-sink.checkpoint-id"] for snap in s.load_table().snapshots()] == ["0"]  # type: ignore[index]
+    assert read_back(java_reader, s) == [expected(1, 0), expected(2, 0)]
