@@ -58,3 +58,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_long" in metafunc.fixturenames:
         profile = model_profile(metafunc.config)
         metafunc.parametrize("model_long", [profile == "long"], ids=[profile])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``model_long_only`` run in the long profile only (deselected, and reported as
+    such, in the short one): dedicated runs of a job whose steps the short profile also draws at random."""
+    if model_profile(config) == "long":
+        return
+    kept = [i for i in items if i.get_closest_marker("model_long_only") is None]
+    dropped = [i for i in items if i.get_closest_marker("model_long_only") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

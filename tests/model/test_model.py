@@ -98,6 +98,7 @@ def test_routed_job_crashes_and_replays(spark: SparkSession, java_reader: JavaIc
     assert sum("-> crashed" in line for line in world.trace) >= 3, "\n".join(world.trace)
 
 
+@pytest.mark.model_long_only  # CI time; its step runs at random in every seed, and test_routing_names.py in CI
 def test_hostile_routed_names_are_refused(spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path) -> None:
     """Routed checkpoints interleaved with batches naming hostile tables (control characters,
     URL-special characters, dots, very long names: harness.hostile_table_name): each hostile batch
