@@ -85,6 +85,17 @@ def unavailable(
     return carried, None, F.coalesce(*reasons)
 
 
+def placeholder_reason(column: Column, why: str) -> Column:
+    """The refusal of a change whose column (named by the string Column ``column``; null: none) holds
+    the placeholder with no known value, ``why`` saying why (one wording for every such refusal)."""
+    return F.when(
+        column.isNotNull(),
+        F.concat(
+            F.lit("column '"), column, F.lit(f"' holds Debezium's placeholder (an unchanged TOASTed value) and {why}")
+        ),
+    )
+
+
 def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
     """Refuse the rows that still hold a placeholder (``why`` the value is not known), naming the
     first such column, and drop :data:`UNAVAILABLE_COLUMN`."""
@@ -92,17 +103,9 @@ def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
 
     if UNAVAILABLE_COLUMN not in df.columns:
         return df
-    names = F.col(UNAVAILABLE_COLUMN)
-    reason = F.when(
-        names.isNotNull(),
-        F.concat(
-            F.lit("column '"),
-            F.get(names, 0),
-            F.lit(
-                "' holds Debezium's placeholder (an unchanged TOASTed value) and "
-                f"{why}; set REPLICA IDENTITY FULL on the source table so updates carry it (see docs/cdc.md)"
-            ),
-        ),
+    reason = placeholder_reason(
+        F.get(F.col(UNAVAILABLE_COLUMN), 0),
+        f"{why}; set REPLICA IDENTITY FULL on the source table so updates carry it (see docs/cdc.md)",
     )
     raw = F.to_json(
         F.struct(*[F.col(f"`{c}`") for c in df.columns if not c.startswith("__iceberg_sink")]),

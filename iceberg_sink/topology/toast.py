@@ -27,7 +27,7 @@ from pyspark.sql.window import Window
 
 from iceberg_sink.errors import CatalogUnavailableError
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
-from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, refuse_unavailable
+from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, placeholder_reason, refuse_unavailable
 from iceberg_sink.table.lookup import stored_rows
 
 logger = logging.getLogger("iceberg_sink")
@@ -83,17 +83,8 @@ def refuse_after_delete(df: DataFrame, raw: Column) -> DataFrame:
     """Refuse the changes :func:`carry_forward` found after a delete of their key, and drop its column."""
     if AFTER_DELETE not in df.columns:
         return df
-    name = F.col(AFTER_DELETE)
-    reason = F.when(
-        name.isNotNull(),
-        F.concat(
-            F.lit("column '"),
-            name,
-            F.lit(
-                "' holds Debezium's placeholder (an unchanged TOASTed value) and its key was deleted earlier in "
-                "this batch, so no stored value is known; see docs/cdc.md"
-            ),
-        ),
+    reason = placeholder_reason(
+        F.col(AFTER_DELETE), "its key was deleted earlier in this batch, so no stored value is known; see docs/cdc.md"
     )
     return reject_where(df, reason, "InvalidInputError", raw).drop(AFTER_DELETE)
 
