@@ -250,15 +250,9 @@ class SnapshotProducer(abc.ABC):
 
     def remove_manifest(self, manifest: ManifestFile) -> ManifestFile | None:
         """``manifest`` with every live entry marked deleted; None when it lists no live file."""
-        entries = ManifestEntries().live(self.io, manifest)
-        if not entries:
-            return None
-        writer = self._writer(manifest.content, manifest.partition_spec_id)
-        with writer:
-            for entry in entries:
-                writer.delete(entry)
-                self._removed.append(to_meta(entry.data_file))
-        return writer.to_manifest_file()
+        read = ManifestEntries()  # reads the manifest once for both steps
+        live = frozenset(e.data_file.file_path for e in read.live(self.io, manifest))
+        return self.rewrite_manifest(manifest, live, read) if live else None
 
     def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
         metadata = self.table.metadata
