@@ -30,4 +30,11 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy iceberg_sink
 echo "== pytest"
-exec .venv/bin/python -m pytest "$@"
+# Two workers by default (ICEBERG_SINK_TEST_WORKERS=0 runs in one process), each with its own
+# SparkSession and servers; a test file stays on one worker (module fixtures start once).
+# Arguments given with -n/--numprocesses win.
+workers=(-n "${ICEBERG_SINK_TEST_WORKERS:-2}" --dist loadfile)
+for arg in "$@"; do
+  case "$arg" in -n | -n* | --numprocesses*) workers=() ;; esac
+done
+exec .venv/bin/python -m pytest "${workers[@]}" "$@"
