@@ -246,13 +246,13 @@ def test_idle_retry_of_a_stopped_query_does_not_race_the_restarted_query(
     props = sql_catalog_properties(postgres, "idle", tmp_path / "wh")
     files = Files(tmp_path / "src")
 
-    def sink() -> IcebergSink:
+    def sink(retry_interval_ms: int) -> IcebergSink:
         return (
             IcebergSink.builder()
             .catalog("pg", **props)
             .table("db.t")
             .create_if_missing()
-            .write_option("iceberg-sink.commit.pending-retry-interval-ms", 200)
+            .write_option("iceberg-sink.commit.pending-retry-interval-ms", retry_interval_ms)
             .write_option("commit.retry.num-retries", 200)
             .write_option("commit.retry.min-wait-ms", 200)
             .write_option("commit.retry.max-wait-ms", 300)
@@ -271,7 +271,7 @@ def test_idle_retry_of_a_stopped_query_does_not_race_the_restarted_query(
 
     watch = Watch()
     logging.getLogger("iceberg_sink").addHandler(watch)
-    query = files.start(spark, sink(), tmp_path / "ckpt")
+    query = files.start(spark, sink(200), tmp_path / "ckpt")
     try:
         files.add(rows(0, 5))
         query.processAllAvailable()
@@ -282,6 +282,9 @@ def test_idle_retry_of_a_stopped_query_does_not_race_the_restarted_query(
     finally:
         query.stop()  # the idle thread is in the middle of its retries
         logging.getLogger("iceberg_sink").removeHandler(watch)
+    # The stopped query's idle thread, told apart from any later one by identity.
+    old_threads = {t for t in threading.enumerate() if t.name == "iceberg-sink-pending-retry"}
+    assert old_threads, "the stopped query's idle-retry thread is not running"
 
     new_query_loaded = threading.Event()
 
@@ -295,9 +298,9 @@ def test_idle_retry_of_a_stopped_query_does_not_race_the_restarted_query(
     def interleave(point: str, checkpoint_id: int) -> None:
         if point != _faults.BEFORE_COMMIT_PREPARE or checkpoint_id != 1:
             return
-        if threading.current_thread().name == "iceberg-sink-pending-retry":
+        if threading.current_thread() in old_threads:
             # The old thread: let the new query load first (joined first, it waits here in vain).
-            new_query_loaded.wait(45)
+            new_query_loaded.wait(20)
             return
         new_query_loaded.set()
         deadline = time.monotonic() + 30
@@ -307,7 +310,8 @@ def test_idle_retry_of_a_stopped_query_does_not_race_the_restarted_query(
     _faults.install(interleave)
     try:
         postgres.start()
-        query = files.start(spark, sink(), tmp_path / "ckpt")
+        # No idle retry of its own: the new query's batch is its only committer of checkpoint 1.
+        query = files.start(spark, sink(0), tmp_path / "ckpt")
         try:
             files.add(rows(10, 5))
             query.processAllAvailable()
