@@ -36,7 +36,6 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-import attrs
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
@@ -54,6 +53,7 @@ from iceberg_sink.committer.summary_keys import EPHEMERAL_JOB_KEY
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import CheckpointRewoundError
 from iceberg_sink.job import dead_letter
+from iceberg_sink.job.plan import CheckpointPlan
 from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
@@ -63,7 +63,7 @@ from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import only_truncates, reduce_changes
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
-from iceberg_sink.topology.distribution import DistributionMode, distribute
+from iceberg_sink.topology.distribution import distribute
 from iceberg_sink.topology.hooks import HookRunner
 from iceberg_sink.writer import jvm
 from iceberg_sink.writer.result import WriteResult
@@ -430,17 +430,8 @@ class SinkJob:
         return self.commits.commit_or_defer(committable, plan.table, plan.outage)
 
     def flushed(self, results: list[WriteResult], duration_ms: float) -> None:
-        """Writer metrics of one checkpoint, from its tasks' results (the writers keep no state)."""
-        data = [f for r in results for f in r.data_files]
-        deletes = [f for r in results for f in (*r.delete_files, *r.conditional_delete_files)]
-        self.metrics.add(
-            flushed_data_files=len(data),
-            flushed_delete_files=len(deletes),
-            flushed_records=sum(f.record_count for f in data),
-        )
-        self.metrics.set(last_flush_duration_ms=duration_ms)
-        self.metrics.flushed((f.file_size_in_bytes for f in data), (f.file_size_in_bytes for f in deletes))
-        self._batch["write_ms"] = round(duration_ms, 1)
+        """Writer metrics of one checkpoint, from its tasks' results (observe/metrics.py)."""
+        self._batch["write_ms"] = self.metrics.written(results, duration_ms)
 
     def stored_tables(self, plan: CheckpointPlan) -> dict[str | None, toast.StoredTable] | None:
         """Where unchanged TOASTed columns find their stored values (topology/toast.py); None without a key."""
@@ -450,28 +441,3 @@ class SinkJob:
 
     def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         return self.binding.writer_spec(table, self.job_id, checkpoint_id, proof)
-
-
-@attrs.define
-class CheckpointPlan:
-    """One table's checkpoint between :meth:`SinkJob.begin` and :meth:`SinkJob.commit_planned`.
-
-    Attributes:
-        checkpoint_id: the checkpoint.
-        table: the table as loaded for it (maybe stale while ``outage`` is set).
-        outage: the catalog error a stream rides out, or None.
-        done: set when the table already holds the checkpoint: nothing to write or commit.
-        stored: the persisted committable to commit (stored before a crash, or by :meth:`SinkJob.stage`).
-        resolved, proof, spec, mode, sort_columns: how to write it (set when it must be written).
-    """
-
-    checkpoint_id: int
-    table: Table
-    outage: BaseException | None = None
-    done: CommitOutcome | None = None
-    stored: Committable | None = None
-    resolved: options.ResolvedOptions = attrs.field(factory=lambda: options.resolve({}, {}))
-    proof: KeyBounds | None = None
-    spec: WriterSpec | None = None
-    mode: DistributionMode = DistributionMode.NONE
-    sort_columns: list[str] = attrs.field(factory=list)

@@ -14,9 +14,12 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from iceberg_sink.writer.result import WriteResult
 
 HISTOGRAM_WINDOW = 1024
 """Sizes kept for the histograms' statistics (Flink's writer keeps a sliding window of 1,024)."""
@@ -284,6 +287,21 @@ class SinkMetrics:
         with self._shared.lock:
             self._shared.data_sizes.update(data_sizes)
             self._shared.delete_sizes.update(delete_sizes)
+
+    def written(self, results: Iterable[WriteResult], duration_ms: float) -> float:
+        """Record what one checkpoint's writer tasks wrote, from their results (the writers keep no
+        state); returns the write time in milliseconds, rounded, for the progress record."""
+        results = list(results)
+        data = [f for r in results for f in r.data_files]
+        deletes = [f for r in results for f in (*r.delete_files, *r.conditional_delete_files)]
+        self.add(
+            flushed_data_files=len(data),
+            flushed_delete_files=len(deletes),
+            flushed_records=sum(f.record_count for f in data),
+        )
+        self.set(last_flush_duration_ms=duration_ms)
+        self.flushed((f.file_size_in_bytes for f in data), (f.file_size_in_bytes for f in deletes))
+        return round(duration_ms, 1)
 
     def dead_lettered(self, by_table: Mapping[str, int]) -> None:
         """Count the rows of one checkpoint written to the dead-letter table, per source table."""
