@@ -7,7 +7,9 @@
     RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
 
 The base class owns what every commit must get right, so no commit kind can get it wrong on its
-own: the format-version dispatch of manifest writers, merging small manifests as Iceberg Java's
+own: the format-version dispatch of manifest writers, row lineage on v3 (the snapshot's first-row-id
+and added-rows, carried-over manifests read with their first row ids: ``_iceberg/lineage.py``), the
+refusal of commit kinds a format version cannot take, merging small manifests as Iceberg Java's
 merging producers do (``_iceberg/merge.py``; the manifest rewrite, which regroups on its own terms,
 opts out), the snapshot's sequence number and parent,
 summary totals (never negative, never made up when the parent has none), the branch update (which
