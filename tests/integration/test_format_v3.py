@@ -12,6 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
@@ -110,11 +112,14 @@ def test_every_reader_reads_the_v3_table_exactly_once(
 
 
 def _our_files(table: Table) -> dict[str, tuple[int | None, int]]:
-    """Each live data file -> (its first row id as the sink reads it, its data sequence number)."""
+    """Each live data file -> (its first row id as the sink reads it, its data sequence number);
+    files the sink did not write included."""
     snapshot = table.current_snapshot()
     assert snapshot is not None
     files = {}
     for manifest in read_manifests(table.io, snapshot, 3):
+        if manifest.content != ManifestContent.DATA:
+            continue
         for entry in read_entries(table.io, manifest):
             files[entry.data_file.file_path] = (data_file_first_row_id(entry.data_file), entry.sequence_number or 0)
     return files
@@ -197,3 +202,76 @@ def test_v3_upserts_and_compaction_are_refused_before_anything_is_written(
         sink.compact(spark)
     assert len(sink.load_table().metadata.snapshots) == 1
     assert len(table.refresh().metadata.snapshots) == before
+
+
+def test_appends_to_a_v3_table_iceberg_java_wrote_keep_its_row_ids_and_deletion_vectors(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """The newest Iceberg Java writes a v3 table (two inserts, two deletes as deletion vectors); the
+    sink appends to it with manifest merging on every second manifest, so it rewrites Java's data and
+    delete manifests. Every reader sees the right rows, Java's rows keep their ids, and the lineage
+    Java reads is the sink's."""
+    java = java_readers[-1]
+    warehouse = tmp_path / "java-warehouse"
+    for statement in [
+        "SET spark.sql.catalog.jw=org.apache.iceberg.spark.SparkCatalog",
+        "SET spark.sql.catalog.jw.type=hadoop",
+        f"SET spark.sql.catalog.jw.warehouse={warehouse.as_uri()}",
+        "CREATE TABLE jw.db.t (id bigint, v string) USING iceberg "
+        "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')",
+        "INSERT INTO jw.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')",
+        "INSERT INTO jw.db.t VALUES (5, 'e'), (6, 'f')",
+        "DELETE FROM jw.db.t WHERE id = 2",
+        "DELETE FROM jw.db.t WHERE id = 5",
+        "ALTER TABLE jw.db.t SET TBLPROPERTIES ('commit.manifest.min-count-to-merge'='2')",
+    ]:
+        java.sql(statement)
+    metadata = max((warehouse / "db" / "t" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))
+    lineage_before = {r["id"]: r for r in java.row_lineage(metadata.as_uri()).to_pylist()}
+    catalog_props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db", "warehouse": (tmp_path / "wh").as_uri()}
+    catalog = load_catalog("t", **catalog_props)
+    catalog.create_namespace("db")
+    catalog.register_table("db.t", metadata.as_uri())
+    sink = IcebergSink.builder().catalog("t", **catalog_props).table("db.t").build()
+    for chunk in ([7, 8], [9], [10, 11, 12]):
+        sink.write(spark.createDataFrame([(i, f"v{i}") for i in chunk], "id long, v string"))
+    table = sink.load_table()
+    expected = [{"id": i, "v": v} for i, v in [(1, "a"), (3, "c"), (4, "d"), (6, "f")]]
+    expected += [{"id": i, "v": f"v{i}"} for i in range(7, 13)]
+    assert_readers_agree(java_readers, table.metadata_location, expected, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(
+        pa.Table.from_pylist(expected), ["id"]
+    )
+    # The sink merged Java's deletion-vector manifests into one of its own.
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    delete_manifests = [m for m in read_manifests(table.io, snapshot, 3) if m.content == ManifestContent.DELETES]
+    ours = {s.snapshot_id for s in table.metadata.snapshots[-3:]}
+    assert len(delete_manifests) == 1 and delete_manifests[0].added_snapshot_id in ours
+    # Row lineage: Java's rows keep their ids; Java reads the sink's lineage as the sink does.
+    after = {r["id"]: r for r in java.row_lineage(table.metadata_location).to_pylist()}
+    for i in (1, 3, 4, 6):
+        assert after[i]["_row_id"] == lineage_before[i]["_row_id"]
+        assert after[i]["_last_updated_sequence_number"] == lineage_before[i]["_last_updated_sequence_number"]
+    ranges = [(s.first_row_id, s.added_rows) for s in table.metadata.snapshots]
+    view = java.lineage(table.metadata_location)
+    assert [(s["first_row_id"], s["added_rows"]) for s in view["snapshots"]] == ranges
+    assert view["next_row_id"] == table.metadata.next_row_id == ranges[-1][0] + ranges[-1][1]  # type: ignore[operator]
+    assert {f["path"]: f["first_row_id"] for f in view["files"]} == {p: f for p, (f, _) in _our_files(table).items()}
+    spec = {r["id"]: r for r in _row_lineage_of(table, range(7, 13))}
+    assert {i: after[i] for i in range(7, 13)} == spec
+
+
+def _row_lineage_of(table: Table, ids: range) -> list[dict[str, Any]]:
+    """The spec's lineage of the rows ``ids`` (all in files the sink wrote, so no deletes apply)."""
+    wanted = set(ids)
+    rows = []
+    for path, (first, sequence) in _our_files(table).items():
+        assert first is not None
+        values = pq.read_table(path.removeprefix("file://"), columns=["id", "v"]).to_pylist()
+        rows.extend(
+            {**r, "_row_id": first + pos, "_last_updated_sequence_number": sequence}
+            for pos, r in enumerate(values)
+            if r["id"] in wanted
+        )
+    return rows
