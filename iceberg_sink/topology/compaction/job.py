@@ -209,7 +209,6 @@ def compact(
     """
     config = config or CompactionConfig()
     retry = retry or RetryPolicy()
-    refuse_v3_compaction(load_table())
     last = result = _compact_once(spark, load_table, config, branch, partition_filter, progress, write_options, retry)
     while last.dropped_groups and result.replans < config.max_replans:
         logger.info("compaction plans again: %s of its groups were dropped", last.dropped_groups)
@@ -237,6 +236,7 @@ def _compact_once(
     """Plan, rewrite, validate and commit once (see :func:`compact`)."""
     started = time.monotonic()
     table = load_table()
+    refuse_v3_compaction(table)  # before planning: nothing is read, written or committed
     resolved = options.resolve(dict(write_options or {}), table.properties)
     # Manifests never change: the plan, every attempt's validation and its rewrite read each once.
     entries = ManifestEntries()
