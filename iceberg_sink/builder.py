@@ -27,6 +27,7 @@ from iceberg_sink.table.catalog import CatalogConfig, load_table, scrub
 from iceberg_sink.table.keys import resolve_key
 from iceberg_sink.table.partitioning import field_name, parse_terms
 from iceberg_sink.table.schema import check_changes_table, partition_problem
+from iceberg_sink.table.versions import refuse_format_version, version_problems
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.conversion.config import ConversionConfig
 from iceberg_sink.topology.distribution import DistributionMode
@@ -176,7 +177,9 @@ class IcebergSinkBuilder:
         Args:
             partition_by: transforms such as ``"day(ts)"``, ``"bucket(16, user_id)"``, ``"region"``.
             properties: table properties of the new table.
-            format_version: Iceberg format version (1 or 2; 2 is required for upserts and CDC).
+            format_version: 1, 2 or 3. Upserts, CDC and delete conversion need 2; 3 takes appends
+                (streaming and ``write()``) with row lineage, and refuses upserts/CDC, conversion
+                and compaction before anything is written (docs/format-v3.md).
         """
         self._create = {
             "partition_by": partition_by,
@@ -525,7 +528,7 @@ class IcebergSinkBuilder:
                 terms = parse_terms(list(self._create["partition_by"]))
                 fv = self._create["format_version"]
                 if fv not in SUPPORTED_FORMAT_VERSIONS:
-                    problems.append(f"create_if_missing(format_version): expected 1 or 2, received {fv!r}")
+                    problems.append(f"create_if_missing(format_version): expected 1, 2 or 3, received {fv!r}")
                 else:
                     create = CreateOptions(terms, self._create["properties"], fv)
             except InvalidSinkConfigError as e:
@@ -566,6 +569,8 @@ class IcebergSinkBuilder:
                     "convert_equality_deletes: position deletes need format version 2; create_if_missing("
                     f"format_version) received {create.format_version}"
                 )
+        if create is not None:
+            problems += version_problems("create_if_missing", create.format_version, changes, compaction, conversion)
         if changes is not None and create is not None:
             if create.format_version < 2:
                 problems.append(
@@ -662,6 +667,7 @@ class IcebergSinkBuilder:
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
         if existing is not None:
+            refuse_format_version(self._table, existing.metadata.format_version, changes, compaction, conversion)
             # Table properties must parse too; raises naming the property.
             options.resolve(parsed_options, existing.properties)
             if changes is not None:

@@ -17,7 +17,26 @@ check what it writes.
 - ``projection``: reading old data files by field id at every nesting level.
 - ``listing``: listing and deleting files under a location with the table's FileIO settings.
 - ``puffin``, ``deletion_vectors``: Puffin files and format v3 deletion vectors (``deletion-vector-v1``
-  blobs), written and read back; not committed by the sink yet (format v1 and v2 only, below).
+  blobs), written and read back; not committed by the sink yet.
+- ``lineage``: format v3 row lineage: manifests read with their first row ids, the v3 manifest list
+  that assigns them, a snapshot's first-row-id and added-rows.
+- ``v3_metadata``: writing v3 metadata files, which PyIceberg 0.12 refuses.
 """
 
-SUPPORTED_FORMAT_VERSIONS = (1, 2)
+SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
+"""The format versions the sink commits to. Version 3 takes appends only (no delete files: its
+deletes are deletion vectors, not committed yet); see docs/format-v3.md."""
+
+DELETE_FILE_FORMAT_VERSIONS = (2,)
+"""The format versions the sink writes delete files to (upserts, CDC, equality-delete conversion)."""
+
+V3_CHANGES_REFUSAL = "upsert/CDC on format v3 needs deletion vectors, not built yet; use format_version=2"
+V3_CONVERSION_REFUSAL = (
+    "equality-delete conversion writes position delete files, which format v3 forbids (its deletes are "
+    "deletion vectors, not built yet); use format_version=2"
+)
+V3_COMPACTION_REFUSAL = (
+    "compaction of a format v3 table must carry each row's _row_id and _last_updated_sequence_number into the "
+    "rewritten files (row lineage), which is not built yet; use format_version=2 to compact, or leave the v3 "
+    "table uncompacted"
+)

@@ -11,7 +11,10 @@ import attrs
 from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
     DEFAULT_READ_VERSION,
+    MANIFEST_LIST_FILE_SCHEMAS,
+    DataFile,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
@@ -26,7 +29,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.typedef import TableVersion
+from pyiceberg.typedef import Record, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from iceberg_sink._iceberg.files import to_data_file, to_meta
@@ -131,6 +134,94 @@ class _DeleteManifestWriterV2(_ManifestWriterV2):
         return {**super()._meta, "content": "deletes"}
 
 
+V2_DATA_FILE_FIELDS = len(DATA_FILE_TYPE[2].fields)
+V3_DATA_FILE_FIELDS = len(DATA_FILE_TYPE[3].fields)
+DATA_FILE_FIRST_ROW_ID = 16
+"""Position of ``first_row_id`` (field 142) in a v3 ``data_file`` record."""
+
+V2_MANIFEST_FILE_FIELDS = len(MANIFEST_LIST_FILE_SCHEMAS[2].fields)
+MANIFEST_FILE_FIRST_ROW_ID = 15
+"""Position of ``first_row_id`` (field 520) in a v3 manifest-list record."""
+
+
+def _fields(record: Record) -> list[Any]:
+    return [record[i] for i in range(len(record))]
+
+
+def as_v3_data_file(data_file: DataFile) -> DataFile:
+    """``data_file`` as a record of the v3 ``data_file`` struct: a v2-shaped record (what PyIceberg
+    builds and reads) gets ``first_row_id``, ``referenced_data_file``, ``content_offset`` and
+    ``content_size_in_bytes`` as null; a v3-shaped one is returned as is."""
+    if len(data_file) == V3_DATA_FILE_FIELDS:
+        return data_file
+    if len(data_file) != V2_DATA_FILE_FIELDS:
+        raise ValueError(
+            f"a data_file record has {len(data_file)} fields; expected {V2_DATA_FILE_FIELDS} or {V3_DATA_FILE_FIELDS}"
+        )
+    result = DataFile(*_fields(data_file), None, None, None, None)
+    if "_spec_id" in vars(data_file):  # set when read from a manifest (never written to one)
+        result.spec_id = data_file.spec_id
+    return result
+
+
+def data_file_first_row_id(data_file: DataFile) -> int | None:
+    """A data file's ``first_row_id`` (None when unassigned, or the record is not v3-shaped)."""
+    return data_file[DATA_FILE_FIRST_ROW_ID] if len(data_file) == V3_DATA_FILE_FIELDS else None
+
+
+def manifest_first_row_id(manifest: ManifestFile) -> int | None:
+    """A manifest's ``first_row_id`` from its manifest list (None when unassigned, or the record was
+    read with PyIceberg's v2 manifest-list schema, which drops it)."""
+    return manifest[MANIFEST_FILE_FIRST_ROW_ID] if len(manifest) > MANIFEST_FILE_FIRST_ROW_ID else None
+
+
+def as_v3_manifest(manifest: ManifestFile, first_row_id: int | None) -> ManifestFile:
+    """A new v3-shaped manifest-list record: ``manifest``'s fields and ``first_row_id``."""
+    return ManifestFile(*_fields(manifest)[:V2_MANIFEST_FILE_FIELDS], first_row_id)
+
+
+class _ManifestWriterV3(_ManifestWriterV2):
+    """The format v3 manifest writer (PyIceberg 0.12 has none): the v2 writer's rules, and the v3
+    ``data_file`` struct (fields 142-145). An entry keeps the ``first_row_id`` its data file carries:
+    a new file has none (it inherits one from the manifest's, assigned by the manifest list), a
+    carried-over file read through :func:`iceberg_sink._iceberg.lineage.read_entries` has its
+    inherited one written out, as Iceberg Java's ``ManifestWriter.V3Writer`` does."""
+
+    @property
+    def version(self) -> TableVersion:
+        return 3
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        partition_type = self._spec.partition_type(self._schema)
+        return _BlockedAvroOutputFile(
+            output_file=self._output_file,
+            file_schema=_spec_data_file_type(partition_type, 3),
+            record_schema=_spec_data_file_type(partition_type, 3),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+    def prepare_entry(self, entry: ManifestEntry) -> ManifestEntry:
+        entry = super().prepare_entry(entry)
+        entry.data_file = as_v3_data_file(entry.data_file)
+        return entry
+
+    def to_manifest_file(self) -> ManifestFile:
+        # No first_row_id yet: the manifest list assigns it (ManifestListWriter.V3Writer).
+        return as_v3_manifest(super().to_manifest_file(), None)
+
+
+class _DeleteManifestWriterV3(_ManifestWriterV3):
+    """The v3 manifest writer, for delete files (content=deletes)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
 def new_manifest_writer(
     format_version: int,
     content: ManifestContent,
@@ -142,7 +233,9 @@ def new_manifest_writer(
     """The manifest writer for a table of ``format_version``: the one place that dispatches on it.
 
     Format version 1 has no delete files and no sequence numbers; asking for a v1 delete manifest is
-    a bug in the caller (the sink refuses upserts into v1 tables before writing anything).
+    a bug in the caller (the sink refuses upserts into v1 tables before writing anything). A v3
+    delete manifest only ever rewrites delete entries already in the table (manifest merging); the
+    sink adds no delete file to a v3 table yet.
     """
     if format_version == 1:
         if content == ManifestContent.DELETES:
@@ -151,7 +244,10 @@ def new_manifest_writer(
     if format_version == 2:
         cls = _DeleteManifestWriterV2 if content == ManifestContent.DELETES else _ManifestWriterV2
         return cls(spec, schema, output, snapshot_id, "deflate")
-    raise ValueError(f"format version {format_version} is not supported (expected 1 or 2)")
+    if format_version == 3:
+        v3 = _DeleteManifestWriterV3 if content == ManifestContent.DELETES else _ManifestWriterV3
+        return v3(spec, schema, output, snapshot_id, "deflate")
+    raise ValueError(f"format version {format_version} is not supported (expected 1, 2 or 3)")
 
 
 @attrs.frozen

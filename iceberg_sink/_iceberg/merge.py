@@ -10,7 +10,8 @@ merged only once it holds ``commit.manifest.min-count-to-merge`` manifests: most
 nothing and write one small manifest, and every so many commits fold the small ones into one.
 
 Merged entries keep their identity: an entry added by this snapshot stays ADDED; every other live
-entry becomes EXISTING with its own snapshot id, data sequence number and file sequence number; an
+entry becomes EXISTING with its own snapshot id, data sequence number and file sequence number (and,
+on a v3 table, its first row id, written out when it was inherited: ``_iceberg/lineage.py``); an
 entry this snapshot deleted stays DELETED, and entries deleted by earlier snapshots are dropped.
 Manifests replaced by a merge stay in storage (older snapshots list them; snapshot expiry removes
 them), except those written by this commit itself, which nothing else lists.
@@ -25,6 +26,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus, ManifestFile, ManifestWriter
 
 from iceberg_sink import options
+from iceberg_sink._iceberg.lineage import read_entries
 
 
 @attrs.frozen
@@ -119,7 +121,7 @@ class ManifestMerger:
         writer = self.new_writer(content, spec_id)
         with writer:
             for manifest in bin_:
-                for entry in manifest.fetch_manifest_entry(self.io, discard_deleted=False):
+                for entry in read_entries(self.io, manifest, discard_deleted=False):
                     if entry.status == ManifestEntryStatus.DELETED:
                         # Deletes of earlier snapshots are history; only this snapshot's are kept.
                         if entry.snapshot_id == self.snapshot_id:

@@ -7,7 +7,9 @@
     RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
 
 The base class owns what every commit must get right, so no commit kind can get it wrong on its
-own: the format-version dispatch of manifest writers, merging small manifests as Iceberg Java's
+own: the format-version dispatch of manifest writers, row lineage on v3 (the snapshot's first-row-id
+and added-rows, carried-over manifests read with their first row ids: ``_iceberg/lineage.py``), the
+refusal of commit kinds a format version cannot take, merging small manifests as Iceberg Java's
 merging producers do (``_iceberg/merge.py``; the manifest rewrite, which regroups on its own terms,
 opts out), the snapshot's sequence number and parent,
 summary totals (never negative, never made up when the parent has none), the branch update (which
@@ -32,7 +34,6 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     ManifestWriter,
-    write_manifest_list,
 )
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
@@ -46,7 +47,12 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.properties import property_as_bool
 
-from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
+from iceberg_sink._iceberg import (
+    SUPPORTED_FORMAT_VERSIONS,
+    V3_CHANGES_REFUSAL,
+    V3_COMPACTION_REFUSAL,
+    V3_CONVERSION_REFUSAL,
+)
 from iceberg_sink._iceberg.files import (
     ManifestEntries,
     branch_head,
@@ -55,9 +61,19 @@ from iceberg_sink._iceberg.files import (
     to_data_file,
     to_meta,
 )
+from iceberg_sink._iceberg.lineage import (
+    ROW_LINEAGE_FORMAT_VERSION,
+    new_manifest_list_writer,
+    read_entries,
+    read_manifests,
+    snapshot_row_range,
+    table_next_row_id,
+)
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
+from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
+from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 # (total, added, removed) summary keys, as Iceberg Java's SnapshotSummary keeps them.
@@ -137,6 +153,12 @@ class SnapshotProducer(abc.ABC):
     merges_manifests = True
     """Whether the listed manifests are merged per the table's ``commit.manifest*`` properties."""
 
+    format_versions: tuple[int, ...] = SUPPORTED_FORMAT_VERSIONS
+    """The format versions this commit kind is built for; others are refused before anything is
+    written (with :attr:`refusal` saying why)."""
+
+    refusal = ""
+
     rewrites = False
     """Whether the snapshot replaces files (or only regroups them): such a snapshot is checked, right
     before it is committed, to list exactly the parent's live files minus :meth:`replaced_paths` plus
@@ -147,6 +169,11 @@ class SnapshotProducer(abc.ABC):
         if metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
             raise ValueError(
                 f"format version {metadata.format_version} is not supported (expected one of {SUPPORTED_FORMAT_VERSIONS})"
+            )
+        if metadata.format_version not in self.format_versions:
+            raise UnsupportedTableError(
+                f"{type(self).__name__} on table {'.'.join(table.name())} of format version {metadata.format_version}: "
+                f"expected format version {' or '.join(map(str, self.format_versions))} ({self.refusal})"
             )
         self.table = table
         self.io: FileIO = table.io
@@ -191,9 +218,13 @@ class SnapshotProducer(abc.ABC):
 
     def parent_manifests(self) -> list[ManifestFile]:
         """The parent's manifests that still list live files (Iceberg Java drops the others)."""
+        return [m for m in self.all_parent_manifests() if has_live_files(m)]
+
+    def all_parent_manifests(self) -> list[ManifestFile]:
+        """Every manifest the parent lists; on a v3 table with its ``first_row_id`` (``lineage.py``)."""
         if self.parent is None:
             return []
-        return [m for m in self.parent.manifests(self.io) if has_live_files(m)]
+        return read_manifests(self.io, self.parent, self.table.metadata.format_version)
 
     def new_manifest_path(self) -> str:
         path = self.table.location_provider().new_metadata_location(f"{self._commit_uuid}-m{len(self._written)}.avro")
@@ -342,13 +373,16 @@ class SnapshotProducer(abc.ABC):
         )
         self._written.append(manifest_list)
         parent_id = self.parent.snapshot_id if self.parent is not None else None
-        with write_manifest_list(
-            format_version=metadata.format_version,
-            output_file=self.io.new_output(manifest_list),
-            snapshot_id=self.snapshot_id,
-            parent_snapshot_id=parent_id,
-            sequence_number=sequence_number,
-            avro_compression="deflate",
+        # Row lineage (v3): the snapshot's first row id is the table's next one; the manifest list
+        # assigns ids to the data manifests that have none, and added-rows is what it assigned.
+        first_row_id = table_next_row_id(metadata) if metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION else None
+        with new_manifest_list_writer(
+            metadata.format_version,
+            self.io.new_output(manifest_list),
+            self.snapshot_id,
+            parent_id,
+            sequence_number,
+            first_row_id,
         ) as list_writer:
             list_writer.add_manifests(manifests)
         snapshot = Snapshot(  # type: ignore[call-arg]  # pydantic aliases
@@ -358,6 +392,7 @@ class SnapshotProducer(abc.ABC):
             manifest_list=manifest_list,
             summary=summary,
             schema_id=metadata.current_schema_id,
+            **snapshot_row_range(list_writer, first_row_id),
         )
         current_ref = metadata.refs.get(self.branch)
         # A branch keeps its retention settings across commits, as Iceberg Java's SnapshotProducer does.
@@ -398,6 +433,14 @@ class RowDelta(SnapshotProducer):
         super().__init__(table, branch, properties)
         if changes.delete_files and table.metadata.format_version < 2:
             raise ValueError("delete files need format version 2; this table is version 1")
+        if (changes.delete_files or changes.truncate) and table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+            # v3 deletes are deletion vectors, which the sink does not commit yet; equality deletes
+            # must never reach a v3 table through this path, nor position delete files (the spec).
+            raise UnsupportedTableError(
+                f"a checkpoint with {'a truncate' if changes.truncate else 'delete files'} on table {'.'.join(table.name())} "
+                f"of format version {table.metadata.format_version}: expected format version 1 or 2 "
+                f"({V3_CHANGES_REFUSAL})"
+            )
         self._changes = changes
 
     def operation(self) -> Operation:
@@ -442,6 +485,8 @@ class RewriteFiles(SnapshotProducer):
         self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
 
     rewrites = True
+    format_versions = (1, 2)
+    refusal = V3_COMPACTION_REFUSAL
 
     def replaced_paths(self) -> frozenset[str]:
         return self._removed_paths
@@ -500,6 +545,8 @@ class RewriteDeletes(SnapshotProducer):
         self._removed_paths = removed_paths
 
     rewrites = True
+    format_versions = (2,)
+    refusal = V3_CONVERSION_REFUSAL
 
     def replaced_paths(self) -> frozenset[str]:
         return self._removed_paths
@@ -543,11 +590,13 @@ class RewriteManifests(SnapshotProducer):
     def __init__(self, table: Table, branch: str, entries_per_manifest: int, properties: Mapping[str, str]) -> None:
         super().__init__(table, branch, properties)
         self._per_manifest = entries_per_manifest
-        self._old = self.parent.manifests(self.io) if self.parent is not None else []
+        # On a v3 table each entry comes with its first row id (inherited ones written out), so the
+        # regrouped manifests keep every row's id; the new manifests get fresh ones from the list.
+        self._old = self.all_parent_manifests()
         self._groups: dict[tuple[int, int], list[ManifestEntry]] = {}
         for manifest in self._old:
             key = (int(manifest.content), manifest.partition_spec_id)
-            self._groups.setdefault(key, []).extend(manifest.fetch_manifest_entry(self.io, discard_deleted=True))
+            self._groups.setdefault(key, []).extend(read_entries(self.io, manifest, discard_deleted=True))
         self._created = 0
 
     def worthwhile(self) -> bool:
@@ -575,10 +624,12 @@ class RewriteManifests(SnapshotProducer):
 
 
 def is_stale_sequence_number(error: ValueError) -> bool:
-    """PyIceberg's catalogs check a new snapshot's sequence number against the table's last one when
-    applying the commit; another branch committing meanwhile makes ours stale. Refreshing and
-    preparing again fixes it, so it is a retryable conflict (pinned wording of pyiceberg 0.12)."""
-    return "Cannot add snapshot with sequence number" in str(error)
+    """PyIceberg's catalogs check a new snapshot's sequence number (v2) or first row id (v3) against
+    the table's when applying the commit; another branch committing meanwhile makes ours stale.
+    Refreshing and preparing again fixes it, so it is a retryable conflict (pinned wording of
+    pyiceberg 0.12; Iceberg Java's RetryableValidationException covers the same two checks)."""
+    text = str(error)
+    return "Cannot add snapshot with sequence number" in text or "first row id smaller than the table" in text
 
 
 def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
@@ -604,7 +655,8 @@ def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tup
     ``write.metadata.delete-after-commit.enabled`` the metadata files it dropped are deleted here,
     as Iceberg Java's catalogs and PyIceberg's own transactions do after a commit.
     """
-    response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
+    with v3_metadata_writes():  # the sink built this commit (its v3 snapshots carry row lineage)
+        response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
     delete_dropped_metadata(table.io, table.metadata, response.metadata)
     return Table(
         identifier=table.name(),

@@ -13,6 +13,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.types import IcebergType
 
+from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
+
 #: One change: (path from the top-level column, "add" or "widen", the new column's or new type).
 SchemaChange = tuple[tuple[str, ...], str, IcebergType]
 
@@ -33,5 +35,8 @@ def preview(table: Table, changes: Sequence[SchemaChange]) -> Schema:
 
 
 def commit(table: Table, changes: Sequence[SchemaChange]) -> None:
-    """Commit ``changes`` on ``table`` as loaded (the catalog refuses it if the schema moved meanwhile)."""
-    _stage(table, changes).commit()
+    """Commit ``changes`` on ``table`` as loaded (the catalog refuses it if the schema moved meanwhile).
+    On a v3 table the metadata is written through ``v3_metadata.py`` (a schema change leaves row
+    lineage as it is)."""
+    with v3_metadata_writes():
+        _stage(table, changes).commit()

@@ -20,6 +20,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.table import names
 
@@ -213,6 +214,10 @@ def create_table(
     The name and the location the catalog resolves for it are checked first (table/names.py): the
     creation is staged (nothing is written or registered), its location checked, then committed.
 
+    A format v3 table is created directly (create, check, drop if refused): PyIceberg 0.12's staged
+    creation refuses format version 3, and only the sink's own scope writes v3 metadata
+    (``_iceberg/v3_metadata.py``, which also gives the new table its ``next-row-id`` of 0).
+
     Raises:
         InvalidSinkConfigError: the name or the resolved location breaks the rule; nothing was created.
     """
@@ -226,6 +231,9 @@ def create_table(
         except Exception:
             if not catalog.namespace_exists(namespace):
                 raise
+    if str(properties.get("format-version", "")) == "3":
+        with v3_metadata_writes():
+            return _create_then_check(catalog, identifier, schema, spec, properties)
     try:
         staged = catalog.create_table_transaction(
             identifier, schema=schema, partition_spec=spec, properties=dict(properties)

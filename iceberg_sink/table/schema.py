@@ -32,6 +32,7 @@ from pyiceberg.types import (
 )
 from pyspark.sql import types as T
 
+from iceberg_sink._iceberg import DELETE_FILE_FORMAT_VERSIONS, V3_CHANGES_REFUSAL
 from iceberg_sink.errors import InvalidSinkConfigError, SchemaMismatchError, UnsupportedTableError
 
 
@@ -285,6 +286,11 @@ def check_changes_table(table_name: str, table: Any, key: Iterable[str]) -> None
         raise UnsupportedTableError(
             f"table {table_name} has format version {table.metadata.format_version}; upserts and CDC write equality "
             "deletes, which need format version 2 (upgrade with table.transaction().upgrade_table_version(2))"
+        )
+    if table.metadata.format_version not in DELETE_FILE_FORMAT_VERSIONS:
+        raise UnsupportedTableError(
+            f"table {table_name}: upserts and CDC expected format version 2, received "
+            f"{table.metadata.format_version} ({V3_CHANGES_REFUSAL})"
         )
     schema = table.schema()
     keys = list(key)

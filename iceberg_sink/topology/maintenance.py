@@ -31,6 +31,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg import listing, manifests, producer
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
+from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError
 from iceberg_sink.table.names import walk_tables
@@ -126,7 +127,8 @@ def expire_snapshots(
         would = manifests.expiry_cleanup(table.io, table.metadata, expired_ids=set(expired))
         return ExpireResult(tuple(expired), tuple(sorted(would)))
     before = table.metadata  # the commit below replaces table.metadata
-    table.maintenance.expire_snapshots().by_ids(expired).commit()
+    with v3_metadata_writes():  # expiry leaves a v3 table's row lineage (next-row-id) as it is
+        table.maintenance.expire_snapshots().by_ids(expired).commit()
     table = load_table()
     # What Iceberg Java's ExpireSnapshots deletes (ReachableFileCleanup): manifest lists, manifests and
     # data and delete files of the expired snapshots that no remaining snapshot has live. Metadata

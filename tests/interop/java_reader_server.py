@@ -19,6 +19,8 @@ Requests (an optional ``"id"`` is echoed back in the reply)::
     {"op": "metadata_table", "metadata": M, "name": T, "out": P}  (T: history, manifests, entries, ...)
     {"op": "sql", "query": Q, "out": P, "views": {name: M}|null}
     {"op": "read_many", "tables": [M, ...], "out": D}        -> {"ok": true, "rows": [N, ...]}
+    {"op": "row_lineage", "metadata": M, "out": P}            (every column, _row_id, _last_updated_sequence_number)
+    {"op": "lineage", "metadata": M}                          -> {"ok": true, "lineage": {...}} (local tables)
     {"op": "s3", "props": {...}}                              -> {"ok": true, "catalog": C}
     {"op": "shutdown"}                                        -> {"ok": true}, then exits
     failures                                                  -> {"ok": false, "error": "..."}
@@ -276,12 +278,43 @@ class Server:
             return self._finish(self.spark.sql(req["query"]), {**req, "where": None})
         if op == "read_many":
             return self._read_many(req)
+        if op == "row_lineage":
+            df = self._load(req.get("metadata", "")).select("*", "_row_id", "_last_updated_sequence_number")
+            return self._finish(df, {**req, "where": None})
+        if op == "lineage":
+            return {"ok": True, "lineage": self._lineage(str(req.get("metadata", "")))}
         if op == "s3":
             props = req.get("props")
             if not isinstance(props, dict):
                 raise ValueError("'props' (the S3 FileIO properties) is required")
             return self._use_s3(props)
         raise ValueError(f"unknown op {op!r}")
+
+    def _lineage(self, metadata: str) -> dict[str, Any]:
+        """Iceberg Java's own reading of a local table's row lineage (``TableMetadataParser``, and
+        ``ManifestFiles.read``, which gives files the first row ids they inherit)."""
+        jvm = self.spark._jvm
+        io = jvm.org.apache.iceberg.hadoop.HadoopFileIO(self.spark._jsc.hadoopConfiguration())
+        md = jvm.org.apache.iceberg.TableMetadataParser.read(io, metadata)
+        snapshots = [
+            {"snapshot_id": s.snapshotId(), "first_row_id": s.firstRowId(), "added_rows": s.addedRows()}
+            for s in md.snapshots()
+        ]
+        files = []
+        current = md.currentSnapshot()
+        for manifest in current.dataManifests(io) if current is not None else []:
+            reader = jvm.org.apache.iceberg.ManifestFiles.read(manifest, io, md.specsById())
+            it = reader.iterator()
+            while it.hasNext():
+                f = it.next()
+                files.append({"path": str(f.location()), "first_row_id": f.firstRowId(), "records": f.recordCount()})
+            reader.close()
+        return {
+            "format_version": md.formatVersion(),
+            "next_row_id": md.nextRowId(),
+            "snapshots": snapshots,
+            "files": files,
+        }
 
     def _read_many(self, req: dict[str, Any]) -> dict[str, Any]:
         """Every table of ``req["tables"]``, one after the other in this one request.

@@ -297,6 +297,15 @@ class JavaIcebergReader:
         named = {name: os.fspath(loc) for name, loc in (views or {}).items()}
         return self._table_request({"op": "sql", "query": query, "views": named})
 
+    def row_lineage(self, metadata_location: str | os.PathLike[str]) -> pa.Table:
+        """Every row with the row lineage metadata columns ``_row_id`` and ``_last_updated_sequence_number``."""
+        return self._table_request({"op": "row_lineage", "metadata": os.fspath(metadata_location)})
+
+    def lineage(self, metadata_location: str | os.PathLike[str]) -> dict[str, Any]:
+        """Java's view of a local table's row lineage: format version, next-row-id, each snapshot's
+        first-row-id and added-rows, and each live data file's (inherited) first row id."""
+        return dict(self._request({"op": "lineage", "metadata": os.fspath(metadata_location)})["lineage"])
+
     def use_s3(self, props: Mapping[str, str]) -> None:
         """Read ``s3://`` metadata locations from now on with S3FileIO configured from ``props``
         (PyIceberg's ``s3.endpoint``, ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.region``,

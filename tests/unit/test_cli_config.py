@@ -38,7 +38,7 @@ sink:
   table: 42
   compaction: {every_n_commit: 3, background: "yes"}
   upsert: {key: [1, 2]}
-  create_if_missing: {partition_by: day(ts), format_version: 3}
+  create_if_missing: {partition_by: day(ts), format_version: 4}
   distribution_mode: spread
 checkpoint_location: ck
 trigger: {processingTime: "1 second", availableNow: true}
@@ -51,7 +51,7 @@ extra: 1
     assert "sink.compaction.every_n_commit: unknown key; did you mean 'every_n_commits'?" in found
     assert "sink.compaction.background: expected true or false, received a string 'yes'" in found
     assert "sink.upsert.key: expected a list of strings, received a list [1, 2]" in found
-    assert "sink.create_if_missing.format_version: expected 1 or 2, received an integer 3" in found
+    assert "sink.create_if_missing.format_version: expected 1, 2 or 3, received an integer 4" in found
     assert "sink.distribution_mode: expected one of 'none', 'hash', 'range', received a string 'spread'" in found
     assert any(p.startswith("trigger: expected one of processingTime, availableNow, once") for p in found)
     assert any(p.startswith("extra: unknown key; expected one of source, sink") for p in found)

@@ -34,12 +34,13 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from iceberg_sink import options
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import V3_COMPACTION_REFUSAL, producer
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, delete_quietly, live_files
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys
+from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
@@ -169,6 +170,15 @@ def _rewrite(
     return results
 
 
+def refuse_v3_compaction(table: Table) -> None:
+    """Refuse to compact a format v3 table, naming why (``V3_COMPACTION_REFUSAL``)."""
+    if table.metadata.format_version not in (1, 2):
+        raise UnsupportedTableError(
+            f"compaction of table {'.'.join(table.name())}: expected format version 1 or 2, received "
+            f"{table.metadata.format_version} ({V3_COMPACTION_REFUSAL})"
+        )
+
+
 def compact(
     spark: SparkSession,
     load_table: Callable[[], Table],
@@ -193,6 +203,9 @@ def compact(
     Groups dropped on conflict make it plan again on the new head, at most ``config.max_replans``
     times; the result sums the plans (``replans`` counts the extra ones). A result whose ``noop``
     is true rewrote nothing.
+
+    Raises:
+        UnsupportedTableError: the table is format v3 (before anything is planned or written).
     """
     config = config or CompactionConfig()
     retry = retry or RetryPolicy()
@@ -223,6 +236,7 @@ def _compact_once(
     """Plan, rewrite, validate and commit once (see :func:`compact`)."""
     started = time.monotonic()
     table = load_table()
+    refuse_v3_compaction(table)  # before planning: nothing is read, written or committed
     resolved = options.resolve(dict(write_options or {}), table.properties)
     # Manifests never change: the plan, every attempt's validation and its rewrite read each once.
     entries = ManifestEntries()

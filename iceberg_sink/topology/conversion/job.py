@@ -48,7 +48,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink import options
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import V3_CONVERSION_REFUSAL, producer
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
 from iceberg_sink._iceberg.files import (
     LiveFile,
@@ -62,6 +62,7 @@ from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys
+from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.compaction.rewriter import key_columns
 from iceberg_sink.topology.conversion.index import KeyIndex
@@ -356,6 +357,11 @@ def convert_equality_deletes(
     replans = 0
     while True:
         table = load_table()
+        if table.metadata.format_version not in (1, 2):
+            raise UnsupportedTableError(
+                f"equality-delete conversion of table {'.'.join(table.name())}: expected format version 2, received "
+                f"{table.metadata.format_version} ({V3_CONVERSION_REFUSAL})"
+            )
         # Manifests never change: each is read once for the plan and its commit attempts, and with
         # an index once for as long as the branch lists it.
         entries = ManifestEntries() if index is None else index.manifests

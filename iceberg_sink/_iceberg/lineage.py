@@ -1,0 +1,225 @@
+"""Row lineage of format v3 tables: reading manifests with their first row ids, and the v3 manifest
+list writer that assigns them (PyIceberg 0.12 has neither).
+
+The spec (https://iceberg.apache.org/spec/#row-lineage) and Iceberg Java, which this module follows
+step by step:
+
+- a snapshot's ``first-row-id`` is the table's ``next-row-id`` when it is written
+  (``SnapshotProducer``); its manifest list (``ManifestListWriter.V3Writer``) gives each *data*
+  manifest that has no ``first_row_id`` the next free id and moves on by the manifest's existing
+  plus added row counts (room for existing files without one, as a pre-v3 manifest's); manifests
+  that have one, and delete manifests, are listed as they are;
+- the snapshot's ``added-rows`` is what its manifest list assigned, and the table's ``next-row-id``
+  advances by it (``TableMetadata.Builder.addSnapshot``; PyIceberg's ``AddSnapshotUpdate`` does the
+  same);
+- reading a data manifest (``ManifestReader.idAssigner``): every live entry whose data file has no
+  ``first_row_id`` inherits the manifest's, advanced by the record counts of the entries before it
+  that inherited; deleted entries take none. A manifest without a ``first_row_id`` (and every delete
+  manifest) gives its files none, even one written in the file. A rewritten or merged manifest
+  therefore writes the inherited ids out for its existing entries, keeping each row's id, while its
+  new files inherit from the id its new manifest list assigns.
+
+PyIceberg reads manifest lists and manifests with its v2 schemas, which drop ``first_row_id``
+(fields 520 and 142): every manifest a v3 commit carries over or rewrites is read here instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyiceberg.avro.codecs import AVRO_CODEC_KEY
+from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.io import FileIO, OutputFile
+from pyiceberg.manifest import (
+    MANIFEST_ENTRY_SCHEMAS,
+    MANIFEST_LIST_FILE_SCHEMAS,
+    UNASSIGNED_SEQ,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestListWriter,
+    PartitionFieldSummary,
+    _inherit_from_manifest,
+    write_manifest_list,
+)
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+
+from iceberg_sink._iceberg.manifests import (
+    DATA_FILE_FIRST_ROW_ID,
+    MANIFEST_FILE_FIRST_ROW_ID,
+    as_v3_data_file,
+    as_v3_manifest,
+    data_file_first_row_id,
+    manifest_first_row_id,
+)
+
+ROW_LINEAGE_FORMAT_VERSION = 3
+"""The first format version with row lineage (Java's MIN_FORMAT_VERSION_ROW_LINEAGE)."""
+
+
+def table_next_row_id(metadata: TableMetadata) -> int:
+    """The ``next-row-id`` of a v3 table: the ``first-row-id`` of its next snapshot.
+
+    A v3 table created by PyIceberg holds None until its metadata is first written (the sink writes
+    0, ``_iceberg/v3_metadata.py``); a table with snapshots and none has lost its lineage.
+    """
+    value = getattr(metadata, "next_row_id", None)
+    if value is not None:
+        return int(value)
+    if metadata.snapshots:
+        raise ValueError(
+            f"format v{metadata.format_version} table has {len(metadata.snapshots)} snapshots but no next-row-id; "
+            "expected one (the spec requires it)"
+        )
+    return 0
+
+
+def read_manifests(io: FileIO, snapshot: Snapshot, format_version: int) -> list[ManifestFile]:
+    """The manifests ``snapshot`` lists. For a v3 table, read with the v3 manifest-list schema, so
+    each keeps its ``first_row_id``; earlier versions read as PyIceberg does (cached)."""
+    if format_version < ROW_LINEAGE_FORMAT_VERSION:
+        return snapshot.manifests(io)
+    with AvroFile[ManifestFile](
+        io.new_input(snapshot.manifest_list),
+        MANIFEST_LIST_FILE_SCHEMAS[3],
+        read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+        read_enums={517: ManifestContent},
+    ) as reader:
+        return list(reader)
+
+
+def assign_first_row_ids(entries: Sequence[ManifestEntry], manifest: ManifestFile) -> None:
+    """Give ``entries`` (all of ``manifest``'s, in file order, v3-shaped) the first row ids they
+    inherit, in place: Iceberg Java's ``ManifestReader.idAssigner``."""
+    first = manifest_first_row_id(manifest) if manifest.content == ManifestContent.DATA else None
+    if first is None:
+        for entry in entries:
+            entry.data_file[DATA_FILE_FIRST_ROW_ID] = None
+        return
+    next_row_id = first
+    for entry in entries:
+        if entry.status == ManifestEntryStatus.DELETED:
+            continue
+        if data_file_first_row_id(entry.data_file) is None:
+            entry.data_file[DATA_FILE_FIRST_ROW_ID] = next_row_id
+            next_row_id += entry.data_file.record_count
+
+
+def read_entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
+    """``manifest``'s entries with inherited snapshot ids, sequence numbers and (for a manifest read
+    by :func:`read_manifests` from a v3 table) first row ids; other manifests read as PyIceberg
+    does."""
+    if len(manifest) <= MANIFEST_FILE_FIRST_ROW_ID:
+        return manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted)
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[3],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        entries = [_inherit_from_manifest(entry, manifest) for entry in reader]
+    for entry in entries:
+        entry.data_file = as_v3_data_file(entry.data_file)
+    assign_first_row_ids(entries, manifest)
+    if discard_deleted:
+        return [e for e in entries if e.status != ManifestEntryStatus.DELETED]
+    return entries
+
+
+class ManifestListWriterV3(ManifestListWriter):
+    """The format v3 manifest list: the v2 list's sequence-number rules plus ``first_row_id``
+    (field 520), assigned as Iceberg Java's ``ManifestListWriter.V3Writer`` does (module doc).
+    :attr:`next_row_id` is the table's next row id once every manifest was added."""
+
+    def __init__(
+        self,
+        output_file: OutputFile,
+        snapshot_id: int,
+        parent_snapshot_id: int | None,
+        sequence_number: int,
+        first_row_id: int,
+    ) -> None:
+        super().__init__(
+            format_version=3,
+            output_file=output_file,
+            meta={
+                "snapshot-id": str(snapshot_id),
+                "parent-snapshot-id": str(parent_snapshot_id) if parent_snapshot_id is not None else "null",
+                "sequence-number": str(sequence_number),
+                "first-row-id": str(first_row_id),
+                "format-version": "3",
+                AVRO_CODEC_KEY: "deflate",
+            },
+        )
+        self._commit_snapshot_id = snapshot_id
+        self._sequence_number = sequence_number
+        self.next_row_id = first_row_id
+
+    def __enter__(self) -> ManifestListWriterV3:
+        self._writer = AvroOutputFile[ManifestFile](
+            output_file=self._output_file,
+            record_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
+            file_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
+            schema_name="manifest_file",
+            metadata=self._meta,
+        )
+        self._writer.__enter__()
+        return self
+
+    def prepare_manifest(self, manifest_file: ManifestFile) -> ManifestFile:
+        # A fresh record: PyIceberg's v2 writer mutates a shallow copy that shares its fields.
+        prepared = as_v3_manifest(manifest_file, manifest_first_row_id(manifest_file))
+        for position, value in ((4, prepared.sequence_number), (5, prepared.min_sequence_number)):
+            if value == UNASSIGNED_SEQ:
+                # Only a manifest written by this commit can lack its sequence numbers.
+                if prepared.added_snapshot_id != self._commit_snapshot_id:
+                    raise ValueError(
+                        f"found unassigned sequence number for a manifest from snapshot {prepared.added_snapshot_id}; "
+                        f"expected only manifests of snapshot {self._commit_snapshot_id}"
+                    )
+                prepared[position] = self._sequence_number
+        if prepared.content == ManifestContent.DATA and manifest_first_row_id(prepared) is None:
+            prepared[MANIFEST_FILE_FIRST_ROW_ID] = self.next_row_id
+            # Room for existing rows too: files of a pre-v3 manifest have no first_row_id.
+            self.next_row_id += (prepared.existing_rows_count or 0) + (prepared.added_rows_count or 0)
+        return prepared
+
+
+def new_manifest_list_writer(
+    format_version: int,
+    output_file: OutputFile,
+    snapshot_id: int,
+    parent_snapshot_id: int | None,
+    sequence_number: int,
+    first_row_id: int | None,
+) -> ManifestListWriter:
+    """The manifest list writer for a table of ``format_version`` (``first_row_id``: the table's
+    ``next-row-id``, for v3)."""
+    if format_version < ROW_LINEAGE_FORMAT_VERSION:
+        return write_manifest_list(
+            format_version=format_version,  # type: ignore[arg-type]
+            output_file=output_file,
+            snapshot_id=snapshot_id,
+            parent_snapshot_id=parent_snapshot_id,
+            sequence_number=sequence_number,
+            avro_compression="deflate",
+        )
+    if format_version > ROW_LINEAGE_FORMAT_VERSION:
+        raise ValueError(f"format version {format_version} is not supported (expected 1, 2 or 3)")
+    if first_row_id is None:
+        raise ValueError("a format v3 manifest list needs the table's next-row-id as its first-row-id")
+    return ManifestListWriterV3(output_file, snapshot_id, parent_snapshot_id, sequence_number, first_row_id)
+
+
+def snapshot_row_range(writer: ManifestListWriter, first_row_id: int | None) -> dict[str, Any]:
+    """The ``first-row-id`` and ``added-rows`` of the snapshot whose manifest list ``writer`` wrote
+    (nothing before v3)."""
+    if not isinstance(writer, ManifestListWriterV3) or first_row_id is None:
+        return {}
+    return {"first_row_id": first_row_id, "added_rows": writer.next_row_id - first_row_id}

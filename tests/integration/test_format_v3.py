@@ -1,0 +1,277 @@
+"""Format v3 tables written by the sink (streaming and ``write()``, partitioned and not, with manifest
+merges and driver failures), read back by Iceberg Java 1.9.2, the newest Iceberg Java, DuckDB and
+PyIceberg, and their row lineage checked against Java's own reading of it and against the spec."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from iceberg_sink import IcebergSink, InvalidSinkConfigError, UnsupportedTableError, _faults
+from iceberg_sink._iceberg.lineage import read_entries, read_manifests
+from iceberg_sink._iceberg.manifests import data_file_first_row_id
+from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize, pyiceberg_read
+
+pytestmark = pytest.mark.interop
+
+SCHEMA = "id long, user_id long, ts timestamp, v string"
+TABLES = {"flat": [], "partitioned": ["day(ts)", "bucket(4, user_id)"]}
+
+
+def rows(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    base = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "user_id": pa.array([i % 7 for i in ids], pa.int64()),
+            "ts": pa.array([base + dt.timedelta(hours=5 * i) for i in ids], pa.timestamp("us", tz="UTC")),
+            "v": [f"v{i}" for i in ids],
+        }
+    )
+
+
+def builder(tmp: Path, name: str) -> Any:
+    return (
+        IcebergSink.builder()
+        .embedded(tmp / "data")
+        .table(f"db.{name}")
+        # Merging every 3 manifests: some commits rewrite earlier entries, whose row ids must stay.
+        .create_if_missing(
+            partition_by=TABLES[name], format_version=3, properties={"commit.manifest.min-count-to-merge": "3"}
+        )
+    )
+
+
+def frame(spark: SparkSession, table: pa.Table) -> Any:
+    return spark.createDataFrame(table.to_pylist(), SCHEMA)
+
+
+def fail_at(point: str) -> None:
+    def fail(at: str, _checkpoint: int) -> None:
+        if at == point:
+            raise RuntimeError(f"driver lost at {point}")
+
+    _faults.install(fail)
+
+
+@pytest.fixture(scope="module")
+def written(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Table, pa.Table]]:
+    """Each table: a bounded write, a stream of three micro-batches, then two more writes, each of
+    which first fails (committable stored but not committed; committed but not acknowledged) and is
+    run again by a new sink, as a restarted driver would."""
+    result = {}
+    for name in TABLES:
+        tmp = tmp_path_factory.mktemp(f"v3-{name}")
+        batches = [rows(0, 40), rows(40, 25), rows(65, 30), rows(95, 20), rows(115, 35), rows(150, 15)]
+        ckpt = str(tmp / "ckpt-writes")
+        sink = builder(tmp, name).build()
+        sink.write(frame(spark, batches[0]), checkpoint_location=ckpt, checkpoint_id=0)
+        (tmp / "src").mkdir()
+        for i, batch in enumerate(batches[1:4]):
+            pq.write_table(batch, tmp / "src" / f"part-{i}.parquet")
+        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp / "src"))
+        query = sink.start(stream, str(tmp / "ckpt-stream"), trigger={"availableNow": True})
+        query.awaitTermination(600)
+        assert query.exception() is None
+        for checkpoint, (batch, point) in enumerate(
+            [(batches[4], _faults.AFTER_MANIFESTS), (batches[5], _faults.AFTER_COMMIT)], start=1
+        ):
+            fail_at(point)
+            try:
+                with pytest.raises(RuntimeError, match="driver lost"):
+                    sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
+            finally:
+                _faults.clear()
+            sink = builder(tmp, name).build()
+            sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
+        result[name] = (sink.load_table(), pa.concat_tables(batches))
+    return result
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_every_reader_reads_the_v3_table_exactly_once(
+    written: dict[str, tuple[Table, pa.Table]], java_readers: tuple[JavaIcebergReader, ...], name: str
+) -> None:
+    table, expected = written[name]
+    assert table.metadata.format_version == 3
+    snapshots = table.metadata.snapshots
+    assert len(snapshots) == 6  # one per checkpoint: nothing doubled by the replays
+    assert_readers_agree(java_readers, table.metadata_location, expected, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(expected, ["id"])
+
+
+def _our_files(table: Table) -> dict[str, tuple[int | None, int]]:
+    """Each live data file -> (its first row id as the sink reads it, its data sequence number);
+    files the sink did not write included."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    files = {}
+    for manifest in read_manifests(table.io, snapshot, 3):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in read_entries(table.io, manifest):
+            files[entry.data_file.file_path] = (data_file_first_row_id(entry.data_file), entry.sequence_number or 0)
+    return files
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_java_reads_the_row_lineage_the_sink_committed(
+    written: dict[str, tuple[Table, pa.Table]], java_readers: tuple[JavaIcebergReader, ...], name: str
+) -> None:
+    table, _ = written[name]
+    ranges = [(s.first_row_id, s.added_rows) for s in table.metadata.snapshots]
+    # The spec's arithmetic: each snapshot starts at the table's next-row-id and moves it by added-rows.
+    assert ranges[0][0] == 0
+    for (first, added), (following, _) in itertools.pairwise(ranges):
+        assert first is not None and added is not None and following == first + added
+    assert table.metadata.next_row_id == ranges[-1][0] + ranges[-1][1]  # type: ignore[operator]
+    # At least as many ids as rows were added (merged manifests reserve room for their existing rows).
+    assert table.metadata.next_row_id >= 165
+    ours = _our_files(table)
+    for java in java_readers:
+        view = java.lineage(table.metadata_location)
+        assert view["format_version"] == 3 and view["next_row_id"] == table.metadata.next_row_id, java.label
+        assert [(s["first_row_id"], s["added_rows"]) for s in view["snapshots"]] == ranges, java.label
+        theirs = {f["path"]: f["first_row_id"] for f in view["files"]}
+        assert theirs == {path: first for path, (first, _) in ours.items()}, java.label
+    # Every live row has an id, and no two rows share one.
+    spans = sorted(
+        (first, first + pq.read_metadata(path.removeprefix("file://")).num_rows)
+        for path, (first, _) in ours.items()
+        if first is not None
+    )
+    assert len(spans) == len(ours) and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
+def _row_lineage(table: Table, positions: bool = True) -> list[dict[str, Any]]:
+    """The spec's ``_row_id`` (the file's first row id plus the row's position) and
+    ``_last_updated_sequence_number`` (the file's data sequence number) of every row; without
+    ``positions``, what Iceberg Java 1.9.2 reports instead (the file's first row id for every row)."""
+    result = []
+    for path, (first, sequence) in _our_files(table).items():
+        assert first is not None
+        ids = pq.read_table(path.removeprefix("file://"), columns=["id"])["id"].to_pylist()
+        result.extend(
+            {"id": i, "_row_id": first + (pos if positions else 0), "_last_updated_sequence_number": sequence}
+            for pos, i in enumerate(ids)
+        )
+    return sorted(result, key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_java_gives_every_row_the_row_id_the_spec_says(
+    written: dict[str, tuple[Table, pa.Table]], java_readers: tuple[JavaIcebergReader, ...], name: str
+) -> None:
+    """The newest Iceberg Java gives every row the spec's ``_row_id`` and ``_last_updated_sequence_number``.
+    Iceberg Java 1.9.2 (row lineage was not final before 1.10) reads the files' first row ids right but
+    leaves the row's position out of ``_row_id``: every row of a file gets the file's first row id. This
+    test pins that down, so a change on either side shows."""
+    table, _ = written[name]
+    spec, without_positions = _row_lineage(table), _row_lineage(table, positions=False)
+    assert spec != without_positions  # files of more than one row: the two readings differ
+    for java in java_readers:
+        got = java.row_lineage(table.metadata_location).select(["id", "_row_id", "_last_updated_sequence_number"])
+        want = without_positions if java.label.startswith("Iceberg Java 1.9.") else spec
+        assert sorted(got.to_pylist(), key=lambda r: r["id"]) == want, java.label
+
+
+def test_v3_upserts_and_compaction_are_refused_before_anything_is_written(
+    written: dict[str, tuple[Table, pa.Table]], spark: SparkSession, tmp_path: Path
+) -> None:
+    table, _ = written["flat"]
+    before = len(table.metadata.snapshots)
+    data = tmp_path / "data"
+    sink = IcebergSink.builder().embedded(data).table("db.t").create_if_missing(format_version=3).build()
+    sink.write(frame(spark, rows(0, 3)))
+    with pytest.raises(InvalidSinkConfigError, match="upsert/CDC on format v3 needs deletion vectors"):
+        IcebergSink.builder().embedded(data).table("db.t").upsert(key=["id"]).build()
+    with pytest.raises(
+        UnsupportedTableError, match=r"compaction of table db.t: expected format version 1 or 2, received 3"
+    ):
+        sink.compact(spark)
+    assert len(sink.load_table().metadata.snapshots) == 1
+    assert len(table.refresh().metadata.snapshots) == before
+
+
+def test_appends_to_a_v3_table_iceberg_java_wrote_keep_its_row_ids_and_deletion_vectors(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """The newest Iceberg Java writes a v3 table (two inserts, two deletes as deletion vectors); the
+    sink appends to it with manifest merging on every second manifest, so it rewrites Java's data and
+    delete manifests. Every reader sees the right rows, Java's rows keep their ids, and the lineage
+    Java reads is the sink's."""
+    java = java_readers[-1]
+    warehouse = tmp_path / "java-warehouse"
+    for statement in [
+        "SET spark.sql.catalog.jw=org.apache.iceberg.spark.SparkCatalog",
+        "SET spark.sql.catalog.jw.type=hadoop",
+        f"SET spark.sql.catalog.jw.warehouse={warehouse.as_uri()}",
+        "CREATE TABLE jw.db.t (id bigint, v string) USING iceberg "
+        "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')",
+        "INSERT INTO jw.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')",
+        "INSERT INTO jw.db.t VALUES (5, 'e'), (6, 'f')",
+        "DELETE FROM jw.db.t WHERE id = 2",
+        "DELETE FROM jw.db.t WHERE id = 5",
+        "ALTER TABLE jw.db.t SET TBLPROPERTIES ('commit.manifest.min-count-to-merge'='2')",
+    ]:
+        java.sql(statement)
+    metadata = max((warehouse / "db" / "t" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))
+    lineage_before = {r["id"]: r for r in java.row_lineage(metadata.as_uri()).to_pylist()}
+    catalog_props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db", "warehouse": (tmp_path / "wh").as_uri()}
+    catalog = load_catalog("t", **catalog_props)
+    catalog.create_namespace("db")
+    catalog.register_table("db.t", metadata.as_uri())
+    sink = IcebergSink.builder().catalog("t", **catalog_props).table("db.t").build()
+    for chunk in ([7, 8], [9], [10, 11, 12]):
+        sink.write(spark.createDataFrame([(i, f"v{i}") for i in chunk], "id long, v string"))
+    table = sink.load_table()
+    expected = [{"id": i, "v": v} for i, v in [(1, "a"), (3, "c"), (4, "d"), (6, "f")]]
+    expected += [{"id": i, "v": f"v{i}"} for i in range(7, 13)]
+    assert_readers_agree(java_readers, table.metadata_location, expected, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(
+        pa.Table.from_pylist(expected), ["id"]
+    )
+    # The sink merged Java's deletion-vector manifests into one of its own.
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    delete_manifests = [m for m in read_manifests(table.io, snapshot, 3) if m.content == ManifestContent.DELETES]
+    ours = {s.snapshot_id for s in table.metadata.snapshots[-3:]}
+    assert len(delete_manifests) == 1 and delete_manifests[0].added_snapshot_id in ours
+    # Row lineage: Java's rows keep their ids; Java reads the sink's lineage as the sink does.
+    after = {r["id"]: r for r in java.row_lineage(table.metadata_location).to_pylist()}
+    for i in (1, 3, 4, 6):
+        assert after[i]["_row_id"] == lineage_before[i]["_row_id"]
+        assert after[i]["_last_updated_sequence_number"] == lineage_before[i]["_last_updated_sequence_number"]
+    ranges = [(s.first_row_id, s.added_rows) for s in table.metadata.snapshots]
+    view = java.lineage(table.metadata_location)
+    assert [(s["first_row_id"], s["added_rows"]) for s in view["snapshots"]] == ranges
+    assert view["next_row_id"] == table.metadata.next_row_id == ranges[-1][0] + ranges[-1][1]  # type: ignore[operator]
+    assert {f["path"]: f["first_row_id"] for f in view["files"]} == {p: f for p, (f, _) in _our_files(table).items()}
+    spec = {r["id"]: r for r in _row_lineage_of(table, range(7, 13))}
+    assert {i: after[i] for i in range(7, 13)} == spec
+
+
+def _row_lineage_of(table: Table, ids: range) -> list[dict[str, Any]]:
+    """The spec's lineage of the rows ``ids`` (all in files the sink wrote, so no deletes apply)."""
+    wanted = set(ids)
+    rows = []
+    for path, (first, sequence) in _our_files(table).items():
+        assert first is not None
+        values = pq.read_table(path.removeprefix("file://"), columns=["id", "v"]).to_pylist()
+        rows.extend(
+            {**r, "_row_id": first + pos, "_last_updated_sequence_number": sequence}
+            for pos, r in enumerate(values)
+            if r["id"] in wanted
+        )
+    return rows
