@@ -123,15 +123,19 @@ class _ManifestWriterV2(ManifestWriterV2):
         )
 
 
-class _DeleteManifestWriterV2(_ManifestWriterV2):
-    """The v2 manifest writer, for delete files (content=deletes)."""
+class _Deletes:
+    """Makes a manifest writer (v2 or v3) one for delete files (content=deletes)."""
 
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
 
     @property
     def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
+        return {**super()._meta, "content": "deletes"}  # type: ignore[misc]
+
+
+class _DeleteManifestWriterV2(_Deletes, _ManifestWriterV2):
+    """The v2 manifest writer, for delete files."""
 
 
 V2_DATA_FILE_FIELDS = len(DATA_FILE_TYPE[2].fields)
@@ -211,15 +215,8 @@ class _ManifestWriterV3(_ManifestWriterV2):
         return as_v3_manifest(super().to_manifest_file(), None)
 
 
-class _DeleteManifestWriterV3(_ManifestWriterV3):
-    """The v3 manifest writer, for delete files (content=deletes)."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
+class _DeleteManifestWriterV3(_Deletes, _ManifestWriterV3):
+    """The v3 manifest writer, for delete files."""
 
 
 def new_manifest_writer(
