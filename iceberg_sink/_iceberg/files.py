@@ -6,15 +6,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import (
-    schema_to_pyarrow,
-)
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
@@ -25,7 +22,6 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
 from pyiceberg.table.snapshots import (
     Snapshot,
 )
@@ -33,11 +29,16 @@ from pyiceberg.typedef import Record
 
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
+if TYPE_CHECKING:  # writer tasks import this module: pyiceberg.table and .io.pyarrow cost them ~0.4 s
+    from pyiceberg.table import Table
+
 logger = logging.getLogger(__name__)
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
     """The Arrow schema of ``schema`` with Iceberg field ids in each field's Parquet metadata."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
     return schema_to_pyarrow(schema, include_field_ids=True)
 
 

@@ -31,11 +31,13 @@ committer removes every file of the table in the checkpoint's snapshot (committe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from iceberg_sink.config import ChangeConfig
+if TYPE_CHECKING:  # the writer tasks import this module's constants; config pulls in the catalogs
+    from iceberg_sink.config import ChangeConfig
 
 INSERT_CODES = ("I", "insert", "c", "r", "+I")
 UPDATE_CODES = ("U", "update", "u", "+U")

@@ -160,10 +160,34 @@ def test_no_import_circle() -> None:
     graph = import_graph()
     # The graph is real: it sees what these modules import when imported, and not what they import
     # later or for type checking only.
-    assert "iceberg_sink.builder" in graph["iceberg_sink"]
     assert "iceberg_sink.sink" in graph["iceberg_sink.builder"]
     assert "iceberg_sink.builder" not in graph["iceberg_sink.sink"]  # under TYPE_CHECKING and in a function
     assert _cycles(graph) == []
+
+
+def test_the_package_imports_its_public_names_on_first_use() -> None:
+    # iceberg_sink/__init__.py runs in every Python worker process Spark starts for a writer task:
+    # it must not import the builder, the catalogs or the jobs (PEP 562 __getattr__ does, on use).
+    assert import_graph()["iceberg_sink"] == {"iceberg_sink._requires"}
+    code = (
+        "import sys\n"
+        "import iceberg_sink.writer.spark\n"
+        "heavy = [m for m in ('iceberg_sink.builder', 'iceberg_sink.sink', 'iceberg_sink.config',\n"
+        "    'iceberg_sink.table.catalog', 'iceberg_sink.job.pipeline', 'pyiceberg.catalog', 'sqlalchemy')\n"
+        "    if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "import iceberg_sink\n"
+        "assert iceberg_sink.IcebergSink.__module__ == 'iceberg_sink.sink'\n"
+        "assert set(iceberg_sink.__all__) <= set(dir(iceberg_sink))\n"
+        "try:\n"
+        "    iceberg_sink.NoSuchName\n"
+        "except AttributeError as e:\n"
+        "    assert 'NoSuchName' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_circle_finder_finds_circles() -> None:
