@@ -12,7 +12,8 @@ Each file is one micro-batch (the drivers read the folder with ``maxFilesPerTrig
 | ``amount`` | double | a whole number of cents in [0, 1000), 1 in 50 null |
 
 Partitioned by ``day(ts), bucket(16, user_id)`` a batch touches 7 x 16 = 112 partitions. Files are
-written with row groups of ``rows_per_file / 4`` rows so Spark splits each file over both cores.
+written with row groups of ``rows_per_file / 4`` rows by default, so Spark splits each file over both
+cores; with one row group a micro-batch is one task.
 
 The checksum (:data:`CHECKSUM_SQL`) is one row of integers every reader computes exactly the same
 way: Spark SQL (Iceberg Java) and DuckDB both run the same text.
@@ -135,8 +136,9 @@ def _checksum(tables: list[pa.Table]) -> dict[str, int]:
     }
 
 
-def generate(directory: Path, batches: int, rows_per_batch: int, seed: int) -> Stream:
-    """Write ``batches`` Parquet files of ``rows_per_batch`` rows into ``directory``."""
+def generate(directory: Path, batches: int, rows_per_batch: int, seed: int, row_groups: int = 4) -> Stream:
+    """Write ``batches`` Parquet files of ``rows_per_batch`` rows in ``row_groups`` row groups each
+    into ``directory`` (Spark reads a row group per task: 1 makes a one-task micro-batch)."""
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -144,7 +146,7 @@ def generate(directory: Path, batches: int, rows_per_batch: int, seed: int) -> S
     for i in range(batches):
         table = batch(rng, i * rows_per_batch, rows_per_batch)
         path = directory / f"events-{i:04d}.parquet"
-        pq.write_table(table, path, compression="snappy", row_group_size=max(1, rows_per_batch // 4))
+        pq.write_table(table, path, compression="snappy", row_group_size=max(1, -(-rows_per_batch // row_groups)))
         files.append(path)
         tables.append(table)
     return Stream(

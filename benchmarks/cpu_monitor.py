@@ -158,3 +158,29 @@ def quiet_gate(spec: dict[str, Any]) -> tuple[ForeignCpuMonitor, Callable[[], fl
         return monitor.wait_until_quiet(quiet["threshold"], quiet["seconds"], quiet["max_wait"])
 
     return monitor, wait
+
+
+def tree_cpu_seconds(root: int | None = None) -> float | None:
+    """CPU seconds used so far by ``root`` (default: this process) and all its descendants, read now.
+
+    For every live process of the tree: its own user and system time plus those of its children that
+    have exited and been waited for (``cutime``/``cstime``), so a Python worker that ended inside the
+    tree still counts. Exact at the moment of the call (unlike the sampled monitor); None without /proc.
+    """
+    if not Path("/proc/self/stat").exists():
+        return None
+    root = os.getpid() if root is None else root
+    totals: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        try:
+            totals[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / _TICKS)
+        except (IndexError, ValueError):
+            continue
+    return sum(totals[pid][1] for pid in _descendants(root, totals) if pid in totals)

@@ -1,9 +1,11 @@
-"""Plot the append benchmark: rows/s of every system, unpartitioned and partitioned, with each run.
+"""Plot the append benchmark: end-to-end and steady-state rows/s of every system on every shape.
 
     .venv/bin/python -m benchmarks.plot_append [benchmarks/results/append.json] [--out docs/benchmarks/append.png]
 
-Needs matplotlib (the ``bench`` extra). The bar is the median the page reports; the dots are the
-individual runs (rounds), so a disturbed run shows as a dot far from its bar.
+Needs matplotlib (the ``bench`` extra). One panel per shape (partitioning x row groups per file);
+per system a solid bar (end to end, from the start call) and a hatched bar (steady state, batches
+2..N), both medians; the dots are the individual runs (rounds), so a disturbed run shows as a dot
+far from its bar.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-LAYOUTS = ("unpartitioned", "partitioned")
 SYSTEMS = (
-    ("iceberg_java-3.5", "Iceberg Java\nSpark 3.5"),
+    ("iceberg_java-3.5", "Iceberg Java 1.9.2\nSpark 3.5"),
+    ("iceberg_java-4.1", "Iceberg Java newest\nSpark 4.1"),
     ("iceberg_sink-3.5", "iceberg_sink\nSpark 3.5"),
     ("iceberg_sink-4", "iceberg_sink\nSpark 4.3"),
     ("iceberg_sink_jvm-3.5", "sink, Spark writer\nSpark 3.5"),
@@ -34,32 +36,40 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    systems: dict[str, Any] = json.loads(Path(args.result).read_text())["systems"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, layout in zip(axes, LAYOUTS, strict=True):
-        labels, medians, runs = [], [], []
+    data: dict[str, Any] = json.loads(Path(args.result).read_text())
+    systems: dict[str, Any] = data["systems"]
+    shapes = sorted({e["shape"] for e in systems.values() if not e["name"].startswith("ceiling")})
+    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4.8), sharey=True, squeeze=False)
+    for ax, shape in zip(axes[0], shapes, strict=True):
+        labels, entries = [], []
         for key, label in SYSTEMS:
-            entry = systems.get(f"{key}/{layout}")
-            if entry is None:
-                continue
-            labels.append(label)
-            medians.append(entry["rows_per_second"] / 1000)
-            runs.append([r["rows_per_second"] / 1000 for r in entry["runs"]])
-        xs = range(len(labels))
-        colors = ["#888888" if "Java" in label else "#1f77b4" for label in labels]
-        ax.bar(xs, medians, color=colors)
-        for x, values in zip(xs, runs, strict=True):
-            ax.scatter([x] * len(values), values, color="black", s=12, zorder=3)
-        for name, style in (("ceiling-3.5", "--"), ("ceiling-4", ":")):
-            if layout == "unpartitioned" and name in systems:
-                ceiling = systems[name]["rows_per_second"] / 1000
-                ax.axhline(ceiling, linestyle=style, color="red", linewidth=1, label=f"{name} (noop sink)")
-        ax.set_xticks(list(xs), labels, fontsize=8)
-        ax.set_title(layout if layout == "unpartitioned" else "partitioned by day(ts), bucket(16, user_id)")
-        ax.set_ylabel("thousand rows/s")
-        if layout == "unpartitioned":
+            entry = systems.get(f"{key}/{shape}")
+            if entry is not None:
+                labels.append(label)
+                entries.append(entry)
+        xs = list(range(len(labels)))
+        for offset, figure, hatch in ((-0.2, "rows_per_second", None), (0.2, "steady_rows_per_second", "//")):
+            values = [(e.get(figure) or 0) / 1000 for e in entries]
+            colors = ["#888888" if "Java" in label else "#1f77b4" for label in labels]
+            ax.bar([x + offset for x in xs], values, width=0.4, color=colors, hatch=hatch, edgecolor="white")
+            for x, e in zip(xs, entries, strict=True):
+                runs = [(r.get(figure) or 0) / 1000 for r in e["runs"]]
+                ax.scatter([x + offset] * len(runs), runs, color="black", s=10, zorder=3)
+        groups = shape.split("/")[1]
+        ceiling = systems.get(f"ceiling-4/unpartitioned/{groups}")
+        if ceiling is not None and shape.startswith("unpartitioned"):
+            ax.axhline(
+                ceiling["rows_per_second"] / 1000, linestyle=":", color="red", linewidth=1, label="ceiling (noop), e2e"
+            )
             ax.legend(fontsize=8, loc="upper right")
-    fig.suptitle("Append: 2,000,000 events in 8 micro-batches, local[2] (bar: median, dots: runs)")
+        ax.set_xticks(xs, labels, fontsize=7)
+        ax.set_title(f"{shape} (solid: end to end, hatched: steady)", fontsize=9)
+        ax.set_ylabel("thousand rows/s")
+    config = data["config"]
+    fig.suptitle(
+        f"Append: {config['rows']:,} events in {config['batches']} micro-batches, local[{config['cores']}] "
+        "(bars: medians, dots: runs)"
+    )
     fig.tight_layout()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
