@@ -20,6 +20,7 @@ from iceberg_sink import _task_faults
 from iceberg_sink.errors import IcebergSinkError, InvalidInputError, WriteFailedError
 from iceberg_sink.topology.changes import ERROR_MARKER
 from iceberg_sink.writer.multi import MultiTableTaskWriter
+from iceberg_sink.writer.read_ahead import read_ahead
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import TaskWriter
@@ -58,7 +59,7 @@ def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
         spec = load_spec()
         writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
         try:
-            for batch in batches:
+            for batch in read_ahead(batches):
                 writer.write(batch)
             result = writer.complete()
             _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, spec.checkpoint_id)
@@ -130,7 +131,7 @@ def _write_routed_task(
         by_table = specs()
         writer = MultiTableTaskWriter(by_table, route_column, task_id, attempt_id, max_open_files, buffer_bytes)
         try:
-            for batch in batches:
+            for batch in read_ahead(batches):
                 writer.write(batch)
             results = writer.complete()
             checkpoint = next(iter(by_table.values())).checkpoint_id if by_table else 0
