@@ -1,0 +1,228 @@
+"""The Flink side of the CDC benchmark: Apache Flink's own Iceberg sink in upsert mode (PyFlink).
+
+Runs in the Flink venv (``apache-flink`` from PyPI, see ``benchmarks/flink_env.py``), started by
+``benchmarks/cdc.py``::
+
+    <venv-flink>/bin/python -m benchmarks.flink_driver SPEC.json
+
+``SPEC.json`` (written by cdc.py) names the jars (``iceberg-flink-runtime`` and the Hadoop client
+jars the Iceberg Hadoop catalog needs), a scratch directory, the Parquet files of the initial load
+and of each batch, and the parallelism. The driver, with Flink's Table API in a local mini-cluster
+(batch execution mode, ``parallelism.default`` from the spec):
+
+1. creates ``ice.db.cdc`` in an Iceberg Hadoop catalog (warehouse under the scratch directory):
+   format v2, ``PRIMARY KEY (id) NOT ENFORCED`` and ``'write.upsert.enabled'='true'``, Flink's
+   upsert mode: every written row is preceded by an equality delete on its key;
+2. loads the initial rows with one ``INSERT INTO`` job whose sink has ``upsert-enabled`` switched
+   off by a hint (a plain append, as the iceberg_sink side appends its initial rows with an
+   append-mode sink; an upsert load would add one equality delete per initial row), timed;
+3. applies each batch as one bounded job ``INSERT INTO ice.db.cdc SELECT ... FROM <the batch>``:
+   the Iceberg committer commits once, at the end of the job's input, so each batch is one Iceberg
+   snapshot (as one checkpoint of a streaming job would be); each batch is timed from the job's
+   submission to the end of the job, its commit included, and the new snapshot is read back from
+   the table's metadata to check that exactly one was committed.
+
+Input format: this PyFlink ships no Parquet format (``flink-sql-parquet`` is not on the Maven
+repository this project reaches), so before anything is timed the driver rewrites each Parquet file
+as CSV with PyArrow (``ts`` as ``yyyy-MM-dd HH:mm:ss.SSSSSS`` in UTC) and the jobs read those with
+Flink's filesystem connector and its CSV format; ``ts`` is cast to ``TIMESTAMP_LTZ(6)`` (Iceberg
+``timestamptz``, the type the other two systems' tables have) with the session time zone UTC.
+
+The result (per-batch seconds and wall-clock intervals, snapshot summaries, the table's metadata
+location, which Iceberg Java reads back in the MERGE side's driver) is written as JSON to the
+``result`` path of the spec. Progress goes to stderr. Apart from ``benchmarks.cpu_monitor`` it needs
+nothing of the project (it runs from the project root so that ``benchmarks`` is importable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cpu_monitor import quiet_gate
+
+CATALOG = "ice"
+TABLE = f"{CATALOG}.db.cdc"
+TABLE_PROPERTIES = {"format-version": "2", "write.upsert.enabled": "true"}
+TABLE_COLUMNS = (
+    "id BIGINT NOT NULL, name STRING, version BIGINT, amount DOUBLE, ts TIMESTAMP_LTZ(6), PRIMARY KEY (id) NOT ENFORCED"
+)
+SOURCE_COLUMNS = "id BIGINT, name STRING, version BIGINT, amount DOUBLE, ts TIMESTAMP(6)"
+SELECT_COLUMNS = "id, name, version, amount, CAST(ts AS TIMESTAMP_LTZ(6))"
+# The initial load appends: the sink's upsert mode is switched off for that one statement.
+LOAD_HINT = "/*+ OPTIONS('upsert-enabled'='false') */"
+
+
+def log(message: str) -> None:
+    print(f"[flink {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def parquet_to_csv(source: Path, target: Path) -> int:
+    """Rewrite one input file as header-less CSV for Flink's CSV format; return its rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(source)
+    ts = table.column("ts")
+    # Arrow's %S prints the seconds with their microseconds for a microsecond timestamp.
+    text = pc.strftime(ts, format="%Y-%m-%d %H:%M:%S")
+    table = table.set_column(table.schema.get_field_index("ts"), pa.field("ts", pa.string()), text)
+    pcsv.write_csv(table, target, write_options=pcsv.WriteOptions(include_header=False, quoting_style="needed"))
+    return table.num_rows
+
+
+class Metadata:
+    """The Hadoop catalog table's current metadata.json (version-hint.text names it)."""
+
+    def __init__(self, table_dir: Path) -> None:
+        self.dir = table_dir / "metadata"
+
+    def location(self) -> Path:
+        version = int((self.dir / "version-hint.text").read_text(encoding="utf-8").strip())
+        return self.dir / f"v{version}.metadata.json"
+
+    def load(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.location().read_text(encoding="utf-8"))
+        return data
+
+    @staticmethod
+    def snapshots(data: dict[str, Any]) -> list[dict[str, Any]]:
+        return list(data.get("snapshots") or [])
+
+
+def start_flink(spec: dict[str, Any]) -> Any:
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    # The jars go on the class path of the JVM PyFlink starts (its gateway runs the local
+    # mini-cluster too): the catalog is created in that JVM's own class loader, before any job,
+    # so ``pipeline.jars`` (the jobs' user-code class loader) is too late for the Hadoop classes.
+    os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(str(Path(j).resolve()) for j in spec["jars"])
+    settings = EnvironmentSettings.in_batch_mode()
+    t_env = TableEnvironment.create(settings)
+    config = t_env.get_config()
+    config.set("parallelism.default", str(spec.get("parallelism", 2)))
+    config.set("table.local-time-zone", "UTC")
+    config.set("table.dynamic-table-options.enabled", "true")
+    for key, value in (spec.get("flink_conf") or {}).items():
+        config.set(str(key), str(value))
+    return t_env
+
+
+def source_table(t_env: Any, name: str, path: Path) -> str:
+    t_env.execute_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
+    t_env.execute_sql(
+        f"CREATE TEMPORARY TABLE {name} ({SOURCE_COLUMNS}) WITH ("
+        f"'connector'='filesystem', 'path'='{path.resolve().as_uri()}', 'format'='csv')"
+    )
+    return name
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import pyflink
+
+    monitor, wait_quiet = quiet_gate(spec)
+    work = Path(spec["work_dir"]).resolve()
+    warehouse = work / "warehouse"
+    csv_dir = work / "csv"
+    csv_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "flink_version": getattr(pyflink, "__version__", "unknown"),
+        "jars": [Path(j).name for j in spec["jars"]],
+        "table_properties": TABLE_PROPERTIES,
+        "parallelism": spec.get("parallelism", 2),
+    }
+    try:
+        started = time.perf_counter()
+        initial_csv = csv_dir / "initial"
+        initial_csv.mkdir()
+        for i, path in enumerate(spec["initial_files"]):
+            parquet_to_csv(Path(path), initial_csv / f"part-{i:05d}.csv")
+        batch_csvs = []
+        for i, path in enumerate(spec["batch_files"]):
+            target = csv_dir / f"batch-{i + 1:05d}.csv"
+            parquet_to_csv(Path(path), target)
+            batch_csvs.append(target)
+        result["csv_conversion_seconds"] = time.perf_counter() - started
+        log(f"rewrote the input as CSV in {result['csv_conversion_seconds']:.1f}s (not timed)")
+
+        t_env = start_flink(spec)
+        from pyflink.java_gateway import get_gateway
+
+        jvm = get_gateway().jvm
+        result["java_version"] = str(jvm.java.lang.System.getProperty("java.version"))
+        t_env.execute_sql(
+            f"CREATE CATALOG {CATALOG} WITH ('type'='iceberg', 'catalog-type'='hadoop', "
+            f"'warehouse'='{warehouse.as_uri()}', 'property-version'='1')"
+        )
+        t_env.execute_sql(f"CREATE DATABASE IF NOT EXISTS {CATALOG}.db")
+        props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+        t_env.execute_sql(f"CREATE TABLE {TABLE} ({TABLE_COLUMNS}) WITH ({props})")
+        metadata = Metadata(warehouse / "db" / "cdc")
+        result["iceberg_version"] = str(jvm.org.apache.iceberg.IcebergBuild.version())
+
+        result["load_waited_for_quiet_seconds"] = wait_quiet()
+        started = time.perf_counter()
+        source_table(t_env, "initial_rows", initial_csv)
+        t_env.execute_sql(f"INSERT INTO {TABLE} {LOAD_HINT} SELECT {SELECT_COLUMNS} FROM initial_rows").wait()
+        result["load_seconds"] = time.perf_counter() - started
+        snapshots = Metadata.snapshots(metadata.load())
+        log(f"loaded the initial rows in {result['load_seconds']:.1f}s ({len(snapshots)} snapshot(s))")
+
+        seconds: list[float] = []
+        waited: list[float] = []
+        intervals: list[tuple[float, float]] = []
+        summaries: list[dict[str, str]] = []
+        snapshot_ids: list[int] = []
+        for index, path in enumerate(batch_csvs):
+            before = len(snapshots)
+            name = source_table(t_env, "changes", path)
+            waited.append(wait_quiet())
+            wall = time.time()
+            started = time.perf_counter()
+            t_env.execute_sql(f"INSERT INTO {TABLE} SELECT {SELECT_COLUMNS} FROM {name}").wait()
+            elapsed = time.perf_counter() - started
+            seconds.append(elapsed)
+            intervals.append((wall, wall + elapsed))
+            snapshots = Metadata.snapshots(metadata.load())
+            if len(snapshots) != before + 1:
+                raise RuntimeError(
+                    f"batch {index + 1}: expected one new snapshot, the table has {len(snapshots) - before}"
+                )
+            summary = {str(k): str(v) for k, v in (snapshots[-1].get("summary") or {}).items()}
+            summaries.append(summary)
+            snapshot_ids.append(int(snapshots[-1]["snapshot-id"]))
+            log(
+                f"batch {index + 1}/{len(batch_csvs)}: {elapsed:.2f}s (data files {summary.get('total-data-files')}, "
+                f"delete files {summary.get('total-delete-files')}, equality deletes "
+                f"{summary.get('total-equality-deletes')})"
+            )
+        result["batch_seconds"] = seconds
+        result["batch_waited_for_quiet_seconds"] = waited
+        result["batch_intervals"] = intervals
+        result["batch_summaries"] = summaries
+        result["batch_snapshot_ids"] = snapshot_ids
+        result["final_summary"] = summaries[-1] if summaries else {}
+        result["metadata_location"] = str(metadata.location())
+    finally:
+        monitor.stop()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    result = run(spec)
+    Path(spec["result"]).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

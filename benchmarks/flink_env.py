@@ -1,0 +1,113 @@
+"""Where the Flink side of the CDC benchmark runs: PyFlink in a venv of its own, plus its jars.
+
+``ensure_flink_env()`` returns the venv's python (built on first use, then reused: a marker file
+holding the requirement list is written only after a successful install, as in
+``tests/interop/java_env.py``) and the jars the driver puts on the JVM's class path, fetched once
+from Maven Central into the project's cache (``tests/interop/maven.py``).
+
+Versions, as published on 2026-11-26:
+
+- Apache Iceberg 1.12.0 is the newest release, but it publishes no ``iceberg-flink-runtime-*`` on
+  Maven Central (1.20, 2.0, 2.1 and 2.2 all refused for 1.12.0); the newest release that does is
+  **1.11.0**, with runtimes for Flink 2.0 and **2.1** (none for 2.2).
+- PyPI's ``apache-flink`` has 2.1.3, the last 2.1 patch, with wheels for Python 3.11 (it pins
+  its own NumPy, pandas, PyArrow and Apache Beam, so it cannot share the project's venv).
+- The Iceberg Hadoop catalog needs Hadoop's classes, which PyFlink does not ship: the shaded
+  client, ``hadoop-client-api`` (the public API, ``Configuration``, ``FileSystem``) and
+  ``hadoop-client-runtime`` (its shaded third-party dependencies), 3.4.1.
+
+The venv lives at ``$ICEBERG_SINK_FLINK_VENV`` or ``<project>/.venv-flink``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT: Path = Path(__file__).resolve().parents[1]
+if str(PROJECT_ROOT) not in sys.path:
+    sys.path.insert(0, str(PROJECT_ROOT))
+
+from tests.interop.java_env import (  # noqa: E402  (the project root must be importable first)
+    MARKER_NAME,
+    _locked,
+    _remove_incomplete,
+    _run,
+    _venv_python,
+)
+from tests.interop.maven import fetch_jars  # noqa: E402
+
+FLINK_VERSION: str = "2.1.3"
+FLINK_MINOR: str = "2.1"
+ICEBERG_VERSION: str = "1.11.0"
+HADOOP_VERSION: str = "3.4.1"
+REQUIREMENTS: tuple[str, ...] = (f"apache-flink=={FLINK_VERSION}",)
+DEFAULT_VENV_DIR: Path = PROJECT_ROOT / ".venv-flink"
+VENV_ENV_VAR: str = "ICEBERG_SINK_FLINK_VENV"
+
+
+@dataclass(frozen=True)
+class FlinkEnv:
+    """The Flink venv's python and the jars its driver puts on the JVM's class path."""
+
+    python: Path
+    jars: tuple[Path, ...]
+
+
+def ensure_flink_python(venv_dir: Path | None = None) -> Path:
+    """The python of the Flink venv (``REQUIREMENTS``), built once and reused."""
+    override = os.environ.get(VENV_ENV_VAR)
+    if venv_dir is None:
+        venv_dir = Path(override).expanduser() if override else DEFAULT_VENV_DIR
+    venv_dir = venv_dir.resolve()
+    python = _venv_python(venv_dir)
+    payload = {"requirements": list(REQUIREMENTS)}
+
+    def complete() -> bool:
+        try:
+            return python.exists() and json.loads((venv_dir / MARKER_NAME).read_text(encoding="utf-8")) == payload
+        except (OSError, ValueError):
+            return False
+
+    if complete():
+        return python
+    with _locked(venv_dir):
+        if complete():
+            return python
+        _remove_incomplete(venv_dir)
+        _run([sys.executable, "-m", "venv", venv_dir], "creating the Flink venv")
+        log = venv_dir / "install.log"
+        pip: list[str | Path] = [python, "-m", "pip", "--no-input", "--disable-pip-version-check"]
+        _run([*pip, "install", "--upgrade", "pip", "setuptools>=68", "wheel"], "upgrading pip", log)
+        _run([*pip, "install", *REQUIREMENTS], "installing PyFlink", log)
+        _run([python, "-c", "import pyflink.table, pyarrow.parquet"], "importing PyFlink in the Flink venv", log)
+        tmp = venv_dir / (MARKER_NAME + ".tmp")
+        tmp.write_text(json.dumps(payload), encoding="utf-8")
+        tmp.replace(venv_dir / MARKER_NAME)
+    return python
+
+
+def flink_jars() -> tuple[Path, ...]:
+    """``iceberg-flink-runtime`` and the Hadoop client jars (fetched once, cached)."""
+    runtime = f"iceberg-flink-runtime-{FLINK_MINOR}"
+    jars = fetch_jars(f"{runtime}-{ICEBERG_VERSION}", [f"org.apache.iceberg:{runtime}:{ICEBERG_VERSION}"])
+    hadoop = fetch_jars(
+        f"hadoop-client-{HADOOP_VERSION}",
+        [
+            f"org.apache.hadoop:hadoop-client-api:{HADOOP_VERSION}",
+            f"org.apache.hadoop:hadoop-client-runtime:{HADOOP_VERSION}",
+        ],
+    )
+    return (*jars, *hadoop)
+
+
+def ensure_flink_env(venv_dir: Path | None = None) -> FlinkEnv:
+    return FlinkEnv(python=ensure_flink_python(venv_dir), jars=flink_jars())
+
+
+if __name__ == "__main__":
+    env = ensure_flink_env(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+    print(f"python={env.python}\njars={', '.join(str(j) for j in env.jars)}")
