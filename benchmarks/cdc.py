@@ -4,8 +4,8 @@
                                        [--convert N] [--scan-every K]
                                        [--out benchmarks/results/cdc.json]
 
-One invocation runs both systems on this machine, one after the other, each in a fresh process of
-its own, on identical data (``benchmarks/cdc_data.py``: Parquet files generated once from ``--seed``):
+One invocation runs the chosen systems (by default iceberg_sink and MERGE INTO) on this machine, one
+after the other, each in a fresh process of its own, on identical data (``benchmarks/cdc_data.py``: Parquet files generated once from ``--seed``):
 
 - **iceberg_sink** (``benchmarks/sink_driver.py`` with this interpreter: PySpark 4.x, ``local[2]``,
   embedded SQLite catalog in a temporary directory): the table is created by an
@@ -19,9 +19,16 @@ its own, on identical data (``benchmarks/cdc_data.py``: Parquet files generated 
   with ``MERGE INTO ... WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *``, as a
   ``foreachBatch`` function would.
 
+- **flink** (opt-in, ``--systems ...,flink``; ``benchmarks/flink_driver.py`` in the Flink venv of
+  ``benchmarks/flink_env.py``: PyFlink 2.1.3 + ``iceberg-flink-runtime-2.1`` 1.11.0, local
+  mini-cluster, parallelism ``--cores``, Hadoop catalog): Apache Flink's own Iceberg sink in upsert
+  mode (``PRIMARY KEY (id)``, ``'write.upsert.enabled'='true'``: one equality delete per written
+  row); the initial rows are appended (upsert off for that statement), then each batch is one
+  bounded ``INSERT INTO`` job, whose sink commits one snapshot at its end.
+
 Each batch is timed from reading its Parquet file to the end of the commit (wall seconds). The
 summary statistics skip the first ``--warmup`` batches (JIT, class loading, Python workers). After
-the last batch, both tables are read back with Iceberg Java (PyIceberg cannot apply equality
+the last batch, every table is read back with Iceberg Java (PyIceberg cannot apply equality
 deletes) and compared with the generator's expected state: row count, distinct ids, the sum of
 ``version`` and a few hundred sampled rows; a full aggregate scan of each is timed too.
 
@@ -57,7 +64,9 @@ from benchmarks.cdc_data import NEW_KEY_LAYOUTS, Dataset, compare, generate
 from benchmarks.cpu_monitor import ForeignCpuMonitor
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("iceberg_sink", "merge_into")
+SYSTEMS = ("iceberg_sink", "merge_into", "flink")
+# What runs without --systems: the two systems of the published figures (flink is opt-in).
+DEFAULT_SYSTEMS = ("iceberg_sink", "merge_into")
 # Before the load and each batch the drivers wait until other processes used under QUIET_CORES cores
 # over the last QUIET_SECONDS (at most --wait-quiet seconds).
 QUIET_CORES = 0.2
@@ -79,28 +88,44 @@ def log(message: str) -> None:
     print(f"[cdc {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def summarize(seconds: list[float], warmup: int) -> dict[str, Any]:
-    """Median, p90 (linear interpolation), mean, min and max of the batches after the warm-up ones."""
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile of sorted values, linearly interpolated between the closest ranks."""
+    rank = fraction * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(seconds: list[float], warmup: int, batch_size: int | None = None) -> dict[str, Any]:
+    """Median, p90, p99 (linear interpolation), mean, min and max of the batches after the warm-up
+    ones; with ``batch_size``, the steady changes per second too (changes applied / seconds spent)."""
     steady = seconds[warmup:] if len(seconds) > warmup else seconds
     if not steady:
         return {"batches": 0}
     ordered = sorted(steady)
-    rank = 0.9 * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    p90 = ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-    return {
+    out: dict[str, Any] = {
         "batches": len(steady),
         "skipped_warmup_batches": len(seconds) - len(steady),
         "median": statistics.median(steady),
-        "p90": p90,
+        "p90": percentile(ordered, 0.9),
+        "p99": percentile(ordered, 0.99),
         "mean": statistics.fmean(steady),
         "min": ordered[0],
         "max": ordered[-1],
     }
+    if batch_size is not None and sum(steady) > 0:
+        out["changes_per_second"] = batch_size * len(steady) / sum(steady)
+    return out
 
 
 # -- the two drivers --------------------------------------------------------------------------
+
+
+def flink_env() -> Any:
+    """The Flink venv's python and jars (benchmarks/flink_env.py; the venv is built on first use)."""
+    from benchmarks.flink_env import ensure_flink_env
+
+    return ensure_flink_env()
 
 
 def java_env_paths() -> tuple[Path, Path]:
@@ -225,7 +250,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="time full scans of both tables as of every K-th batch and the last (default 0: the final tables only)",
     )
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "benchmarks" / "results" / "cdc.json")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {', '.join(SYSTEMS)}")
+    parser.add_argument(
+        "--systems",
+        default=",".join(DEFAULT_SYSTEMS),
+        help=f"comma-separated subset of {', '.join(SYSTEMS)} (default {','.join(DEFAULT_SYSTEMS)})",
+    )
     parser.add_argument("--cores", type=int, default=2, help="local[N] of both Spark sessions (default 2)")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory of both sessions (default 4g)")
     parser.add_argument("--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions (default 4)")
@@ -345,6 +374,21 @@ def main(argv: list[str] | None = None) -> int:
             )
             timings["iceberg_sink"] = time.perf_counter() - started
 
+        flink_raw: dict[str, Any] | None = None
+        if "flink" in args.systems:
+            env = flink_env()
+            started = time.perf_counter()
+            flink_work = work_dir / "flink"
+            flink_work.mkdir()
+            flink_raw = run_driver(
+                env.python,
+                "benchmarks.flink_driver",
+                {**common, "work_dir": str(flink_work), "jars": [str(j) for j in env.jars], "parallelism": args.cores},
+                work_dir,
+                True,
+            )
+            timings["flink"] = time.perf_counter() - started
+
         started = time.perf_counter()
         java = run_driver(
             java_python,
@@ -357,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sample_ids": sample_ids,
                 "scans": args.scans,
                 "sink_metadata": sink_raw["metadata_location"] if sink_raw else None,
+                "flink_metadata": flink_raw["metadata_location"] if flink_raw else None,
                 "scan_points": sink_raw["scan_points"] if sink_raw else [],
             },
             work_dir,
@@ -405,8 +450,31 @@ def main(argv: list[str] | None = None) -> int:
                 "full_scan_seconds": statistics.median(java["scan_runs"]),
                 "full_scan_runs": java["scan_runs"],
             }
+        if flink_raw is not None:
+            systems["flink"] = {
+                **system_result(
+                    flink_raw,
+                    f"Apache Flink {flink_raw['flink_version']} + Iceberg Java {flink_raw['iceberg_version']} "
+                    "(iceberg-flink-runtime), upsert mode with equality deletes, one bounded job per batch",
+                    java["flink_observed"],
+                    f"Iceberg Java ({java_versions})",
+                    data,
+                    sample_ids,
+                ),
+                "flink_version": flink_raw["flink_version"],
+                "iceberg_version": flink_raw["iceberg_version"],
+                "jars": flink_raw["jars"],
+                "parallelism": flink_raw["parallelism"],
+                "table_properties": flink_raw["table_properties"],
+                "java_version": flink_raw["java_version"],
+                "input_csv_conversion_seconds": flink_raw["csv_conversion_seconds"],
+                "full_scan_seconds": statistics.median(java["flink_scan_runs"]),
+                "full_scan_runs": java["flink_scan_runs"],
+                "final_summary": flink_raw["final_summary"],
+                "metadata_location": flink_raw["metadata_location"],
+            }
         for system in systems.values():
-            system["steady_state"] = summarize(system["batch_seconds"], args.warmup)
+            system["steady_state"] = summarize(system["batch_seconds"], args.warmup, args.batch_size)
             foreign = [monitor.between(start, end) for start, end in system["batch_intervals"]]
             system["batch_foreign_cpu_seconds"] = foreign
         monitor.stop()
@@ -459,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
         waited_total = sum(system["batch_waited_for_quiet_seconds"])
         log(
             f"{name}: load {system['load_seconds']:.1f}s, steady batches median {steady['median']:.2f}s "
-            f"p90 {steady['p90']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; "
+            f"p90 {steady['p90']:.2f}s p99 {steady['p99']:.2f}s, {steady.get('changes_per_second', 0):.0f} changes/s; "
+            f"full scan {system['full_scan_seconds']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; "
             f"other processes used {foreign_cpu:.1f} CPU-s during its batches; waited {waited_total:.0f}s for quiet"
         )
         for point in system.get("scan_points") or []:

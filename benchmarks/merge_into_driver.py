@@ -7,7 +7,8 @@ Runs in the Java venv (PySpark 3.5 + ``iceberg-spark-runtime-3.5_2.12-1.9.2.jar`
 
 ``SPEC.json`` (written by cdc.py) names the jar, a warehouse directory, the Parquet files of the
 initial load and of each batch, the ids to sample, and optionally the metadata.json of the table the
-iceberg_sink side wrote. The driver:
+iceberg_sink side wrote, and of the one Flink's Iceberg sink wrote (``flink_metadata``,
+benchmarks/flink_driver.py). The driver:
 
 1. creates ``bench.db.cdc`` in a Hadoop catalog: format v2, merge-on-read for MERGE, UPDATE and
    DELETE, so matched rows are removed with position deletes instead of rewriting data files;
@@ -16,7 +17,8 @@ iceberg_sink side wrote. The driver:
    ``MERGE INTO t USING changes s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED
    THEN INSERT *``, timing each batch from reading its file to the end of the commit;
 4. reads the MERGE table back (row count, distinct ids, sum of ``version``, sample rows), and the
-   iceberg_sink table too when given: Iceberg Java is the reader of record for its equality deletes;
+   iceberg_sink and Flink tables too when given: Iceberg Java is the reader of record for their
+   equality deletes;
 5. times ``scans`` full aggregate scans of each table (``count(*)``, ``count(DISTINCT id)``,
    ``sum(version)``) with the same engine, alternating between the tables: the read cost of each
    table's deletes.
@@ -194,6 +196,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 tables["sink"] = spark.read.format("iceberg").load(sink_metadata)
                 result["sink_observed"] = observe(spark, tables["sink"], spec["sample_ids"])
                 log(f"iceberg_sink table read back with Iceberg Java: {result['sink_observed']['rows']} rows")
+            flink_metadata = spec.get("flink_metadata")
+            if flink_metadata:
+                tables["flink"] = spark.read.format("iceberg").load(flink_metadata)
+                result["flink_observed"] = observe(spark, tables["flink"], spec["sample_ids"])
+                log(f"Flink table read back with Iceberg Java: {result['flink_observed']['rows']} rows")
             if spec["merge"]:
                 tables["merge"] = spark.table(TABLE)
             # Full scans of each table, alternating, once everything is warm: the read cost of their deletes.
@@ -206,6 +213,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 result["sink_scan_runs"] = scans["sink"]
             if "merge" in scans:
                 result["scan_runs"] = scans["merge"]
+            if "flink" in scans:
+                result["flink_scan_runs"] = scans["flink"]
             log(f"full scans (seconds): {scans}")
             if spec.get("scan_points"):
                 scan_points(spark, spec, result, wait_quiet)
