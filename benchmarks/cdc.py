@@ -468,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                 "table_properties": flink_raw["table_properties"],
                 "java_version": flink_raw["java_version"],
                 "input_csv_conversion_seconds": flink_raw["csv_conversion_seconds"],
+                "batch_job_net_runtime_seconds": flink_raw["batch_job_net_runtime_seconds"],
                 "full_scan_seconds": statistics.median(java["flink_scan_runs"]),
                 "full_scan_runs": java["flink_scan_runs"],
                 "final_summary": flink_raw["final_summary"],
