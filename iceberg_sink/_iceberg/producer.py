@@ -399,21 +399,35 @@ class SnapshotProducer(abc.ABC):
 
 
 class RowDelta(SnapshotProducer):
-    """A checkpoint's snapshot: new data files and delete files on top of the branch head."""
+    """A checkpoint's snapshot: new data files and delete files on top of the branch head. On v3 the
+    delete files are DVs only (committer/vectors.py); the live DVs they replace, ``replaced_dvs``
+    ((Puffin path, data file)), are marked deleted, so each data file keeps at most one DV."""
 
-    def __init__(self, table: Table, branch: str, changes: SnapshotChanges, properties: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        table: Table,
+        branch: str,
+        changes: SnapshotChanges,
+        properties: Mapping[str, str],
+        replaced_dvs: frozenset[tuple[str, str]] = frozenset(),
+    ) -> None:
         super().__init__(table, branch, properties)
         if changes.delete_files and table.metadata.format_version < 2:
             raise ValueError("delete files need format version 2; this table is version 1")
-        if (changes.delete_files or changes.truncate) and table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
-            # v3 deletes are deletion vectors, which the sink does not commit yet; equality deletes
-            # must never reach a v3 table through this path, nor position delete files (the spec).
+        v3 = table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION
+        not_dv = [
+            f for f in changes.delete_files if f.file_format.upper() != "PUFFIN" or f.referenced_data_file is None
+        ]
+        if v3 and (not_dv or changes.truncate):  # no equality nor position delete file on v3; truncates not built
             raise UnsupportedTableError(
-                f"a checkpoint with {'a truncate' if changes.truncate else 'delete files'} on table {'.'.join(table.name())} "
-                f"of format version {table.metadata.format_version}: expected format version 1 or 2 "
-                f"({V3_CHANGES_REFUSAL})"
+                f"a checkpoint with {'a truncate' if changes.truncate else 'equality or position delete files'} on "
+                f"table {'.'.join(table.name())} of format version {table.metadata.format_version}: expected format "
+                f"version 1 or 2 ({V3_CHANGES_REFUSAL})"
             )
+        if replaced_dvs and not v3:
+            raise ValueError("deletion vectors need format version 3")
         self._changes = changes
+        self._replaced_dvs = replaced_dvs
 
     def operation(self) -> Operation:
         return self._changes.operation
@@ -421,12 +435,41 @@ class RowDelta(SnapshotProducer):
     def manifests(self) -> list[ManifestFile]:
         new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
         new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
+        if self._replaced_dvs:
+            return new + self._without_replaced_dvs()
         if not self._changes.truncate:
             return new + self.parent_manifests()
         # A truncate: every file live on the head this snapshot is built on is removed (the
         # commit's compare-and-swap on that head makes "every" exact).
         removed = [self.remove_manifest(m) for m in self.parent_manifests()]
         return new + [m for m in removed if m is not None]
+
+    def _without_replaced_dvs(self) -> list[ManifestFile]:
+        """The parent's manifests, those listing a replaced DV rewritten (read as v3: DVs keep their blob)."""
+        result, found = [], set()
+        for manifest in self.parent_manifests():
+            if manifest.content != ManifestContent.DELETES:
+                result.append(manifest)
+                continue
+            entries = read_entries(self.io, manifest)
+            keys = [(e.data_file.file_path, to_meta(e.data_file).referenced_data_file) for e in entries]
+            if not self._replaced_dvs.intersection(keys):
+                result.append(manifest)
+                continue
+            writer = self._writer(manifest.content, manifest.partition_spec_id)
+            with writer:
+                for entry, key in zip(entries, keys, strict=True):
+                    if key in self._replaced_dvs:
+                        writer.delete(entry)
+                        self._removed.append(to_meta(entry.data_file))
+                        found.add(key)
+                    else:
+                        writer.existing(entry)
+            result.append(writer.to_manifest_file())
+        missing = self._replaced_dvs - found
+        if missing:
+            raise ValueError(f"deletion vectors to replace are not live on the branch head: {sorted(missing)[:1]}")
+        return result
 
 
 class RewriteFiles(SnapshotProducer):
