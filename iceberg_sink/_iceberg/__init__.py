@@ -32,8 +32,8 @@ DELETE_FILE_FORMAT_VERSIONS = (2, 3)
 them resolved into deletion vectors (committer/vectors.py)."""
 
 V3_CHANGES_REFUSAL = (
-    "a format v3 table takes deletes as deletion vectors only, never equality or position delete files, and "
-    "truncates on v3 are not built; use format_version=2 for Debezium truncates"
+    "a format v3 table takes deletes as deletion vectors only, never equality or position delete files "
+    "(the sink's v3 commits resolve them into deletion vectors, committer/vectors.py)"
 )
 V3_CONVERSION_REFUSAL = (
     "equality-delete conversion writes position delete files, which format v3 forbids (its deletes are "

@@ -415,14 +415,12 @@ class RowDelta(SnapshotProducer):
         if changes.delete_files and table.metadata.format_version < 2:
             raise ValueError("delete files need format version 2; this table is version 1")
         v3 = table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION
-        not_dv = [
-            f for f in changes.delete_files if f.file_format.upper() != "PUFFIN" or f.referenced_data_file is None
-        ]
-        if v3 and (not_dv or changes.truncate):  # no equality nor position delete file on v3; truncates not built
+        if v3 and any(
+            f.file_format.upper() != "PUFFIN" or f.referenced_data_file is None for f in changes.delete_files
+        ):
             raise UnsupportedTableError(
-                f"a checkpoint with {'a truncate' if changes.truncate else 'equality or position delete files'} on "
-                f"table {'.'.join(table.name())} of format version {table.metadata.format_version}: expected format "
-                f"version 1 or 2 ({V3_CHANGES_REFUSAL})"
+                f"a checkpoint with equality or position delete files on table {'.'.join(table.name())} of format "
+                f"version {table.metadata.format_version}: expected format version 1 or 2 ({V3_CHANGES_REFUSAL})"
             )
         if replaced_dvs and not v3:
             raise ValueError("deletion vectors need format version 3")
@@ -435,8 +433,8 @@ class RowDelta(SnapshotProducer):
     def manifests(self) -> list[ManifestFile]:
         new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
         new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
-        if self._replaced_dvs:
-            return new + self._without_replaced_dvs()
+        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+            return new + self._v3_parent_manifests()
         if not self._changes.truncate:
             return new + self.parent_manifests()
         # A truncate: every file live on the head this snapshot is built on is removed (the
@@ -444,22 +442,23 @@ class RowDelta(SnapshotProducer):
         removed = [self.remove_manifest(m) for m in self.parent_manifests()]
         return new + [m for m in removed if m is not None]
 
-    def _without_replaced_dvs(self) -> list[ManifestFile]:
-        """The parent's manifests, those listing a replaced DV rewritten (read as v3: DVs keep their blob)."""
-        result, found = [], set()
+    def _v3_parent_manifests(self) -> list[ManifestFile]:
+        """The parent's manifests with the replaced DVs (a truncate: every live file) marked deleted,
+        read as v3 so the entries kept keep their DV blob location and first row id."""
+        result, found, everything = [], set(), self._changes.truncate
         for manifest in self.parent_manifests():
-            if manifest.content != ManifestContent.DELETES:
+            if manifest.content != ManifestContent.DELETES and not everything:
                 result.append(manifest)
                 continue
             entries = read_entries(self.io, manifest)
             keys = [(e.data_file.file_path, to_meta(e.data_file).referenced_data_file) for e in entries]
-            if not self._replaced_dvs.intersection(keys):
+            if not everything and not self._replaced_dvs.intersection(keys):
                 result.append(manifest)
                 continue
             writer = self._writer(manifest.content, manifest.partition_spec_id)
             with writer:
                 for entry, key in zip(entries, keys, strict=True):
-                    if key in self._replaced_dvs:
+                    if everything or key in self._replaced_dvs:
                         writer.delete(entry)
                         self._removed.append(to_meta(entry.data_file))
                         found.add(key)

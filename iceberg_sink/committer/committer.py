@@ -258,7 +258,7 @@ class IcebergCommitter:
                     f"{missing_specs}, which table {committable.table} no longer has; nothing of it was committed. "
                     "Remove its committable from the checkpoint location and write the batch again."
                 )
-            if current.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION and not committable.truncated:
+            if current.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
                 # Deletes become deletion vectors, resolved on this attempt's head (committer/vectors.py).
                 v3 = self._prepare_v3(current, committable, changes, conditional, properties)
                 if v3 is None:
@@ -360,17 +360,21 @@ class IcebergCommitter:
         head of ``table`` (the attempt's compare-and-swap names that head). None: nothing to commit
         (no data file, and no delete that removes a live row)."""
         head = branch_head(table, self._branch)
-        equality = tuple(f for f in changes.delete_files if f.content == FileContent.EQUALITY_DELETES)
-        equality += self._conditional_deletes_needed(table, head, committable, conditional)
         positional = [f for f in changes.delete_files if f.content == FileContent.POSITION_DELETES]
-        resolved = vectors.resolve(table, head, changes.data_files, equality, positional, self._key_index)
-        if not changes.data_files and not resolved.vectors:
+        if committable.truncated:
+            # Every file live on the head is removed: the equality deletes reach nothing that stays.
+            resolved = vectors.resolve(table, None, changes.data_files, (), positional, self._key_index)
+        else:
+            equality = tuple(f for f in changes.delete_files if f.content == FileContent.EQUALITY_DELETES)
+            equality += self._conditional_deletes_needed(table, head, committable, conditional)
+            resolved = vectors.resolve(table, head, changes.data_files, equality, positional, self._key_index)
+        if not changes.data_files and not resolved.vectors and not committable.truncated:
             return None
         try:
             prepared = producer.RowDelta(
                 table,
                 self._branch,
-                producer.SnapshotChanges(data_files=changes.data_files, delete_files=resolved.vectors),
+                producer.SnapshotChanges(changes.data_files, resolved.vectors, truncate=committable.truncated),
                 properties,
                 replaced_dvs=resolved.replaced,
             ).prepare()

@@ -24,6 +24,8 @@ from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink.writer.result import DataFileMeta
 from tests.integration.test_cdc import CHANGE_DDL, apply, expected, frame, random_changes
+from tests.integration.test_debezium_truncate import AFTER, AROUND, BEFORE, event, row
+from tests.integration.test_debezium_truncate import frame as debezium_frame
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize, pyiceberg_read
 
 pytestmark = pytest.mark.interop
@@ -211,3 +213,27 @@ def test_the_sink_merges_iceberg_javas_deletion_vectors_and_java_merges_the_sink
     deletes = delete_files(table)
     assert [d.record_count for d, _ in deletes if d.referenced_data_file == dv.referenced_data_file] == [4]
     assert all(d.file_format == "PUFFIN" for d, _ in deletes)
+
+
+def test_a_debezium_truncate_on_v3_removes_every_file_and_dv(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("cdc.items")
+        .create_if_missing(format_version=3)
+        .debezium(value_column="value", table_column=None, truncate="apply")
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+    ckpt = str(tmp_path / "ckpt")
+    sink.write(debezium_frame(spark, BEFORE), checkpoint_location=ckpt, checkpoint_id=0)
+    sink.write(debezium_frame(spark, [event("d", 3, row(2, "b"))]), checkpoint_location=ckpt, checkpoint_id=1)
+    assert [d.record_count for d, _ in delete_files(sink.load_table())] == [1]  # a DV, before the truncate
+    sink.write(debezium_frame(spark, AROUND), checkpoint_location=ckpt, checkpoint_id=2)
+    table = sink.load_table()
+    assert not delete_files(table)
+    model = [{**r, "lsn": lsn} for r, lsn in zip(AFTER, (12, 11), strict=True)]  # ids 2 and 5: their lsns
+    assert_readers_agree(java_readers, table.metadata_location, model, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(model), ["id"])

@@ -280,8 +280,6 @@ def test_every_commit_kind_v3_cannot_take_is_refused_before_anything_is_written(
     changes = producer.SnapshotChanges(data_files=deletes.data_files, delete_files=deletes.delete_files)
     with pytest.raises(UnsupportedTableError, match=r"equality or position delete files.*deletion vectors only"):
         producer.RowDelta(table, "main", changes, {})
-    with pytest.raises(UnsupportedTableError, match=r"truncate"):
-        producer.RowDelta(table, "main", producer.SnapshotChanges(truncate=True), {})
     snapshot = table.current_snapshot()
     assert snapshot is not None
     with pytest.raises(UnsupportedTableError, match=r"expected format version 1 or 2.*_row_id"):

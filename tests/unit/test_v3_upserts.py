@@ -247,6 +247,36 @@ def test_position_deletes_of_the_checkpoints_own_rows_become_its_dvs(catalog: Lo
     assert not Path(position.path.removeprefix("file:")).exists()  # resolved, never committed
 
 
+def test_a_truncate_on_v3_removes_every_live_file_and_dv_in_its_snapshot(catalog: LosingCatalog) -> None:
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, CHECKPOINTS[0]))
+    c.commit(committable(catalog.load_table("db.t"), 1, CHECKPOINTS[1]))
+    table = catalog.load_table("db.t")
+    assert live_deletes(table)
+    # The checkpoint after a truncate: the rows ordered after it, and the truncate marker.
+    rows = pa.table({"id": pa.array([2, 9], pa.int64()), "v": ["new", "z"], "op": ["U", "I"]})
+    result = write_batches(writer_spec(table, checkpoint_id=2, op_column="op", equality_field_ids=(1,)), rows)
+    stored = CommitAggregator("db.t", "main", "job").aggregate(
+        table, table.io, 2, [attrs.evolve(result, truncated=True)]
+    )
+    assert stored is not None and stored.truncated
+    assert c.commit(stored).snapshot is not None
+    table = catalog.load_table("db.t")
+    assert rows_in(table) == {2: "new", 9: "z"}
+    assert not live_deletes(table)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary["total-delete-files"] == "0" and snapshot.summary["total-data-files"] == "1"
+    # The removed DV entries keep their blob location (read as v3 and written back as deleted).
+    removed = [
+        to_meta(e.data_file)
+        for m in read_manifests(table.io, snapshot, 3)
+        if m.content == ManifestContent.DELETES
+        for e in read_entries(table.io, m, discard_deleted=False)
+    ]
+    assert removed and all(d.referenced_data_file is not None and d.content_offset is not None for d in removed)
+
+
 def test_equality_and_position_delete_files_are_refused_on_v3(catalog: LosingCatalog) -> None:
     table = catalog.load_table("db.t")
     made = write_batches(
