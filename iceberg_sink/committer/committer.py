@@ -33,7 +33,7 @@ from iceberg_sink.committer.store import committable_name
 from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
 from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
 from iceberg_sink.table.key_bounds import data_added_since
-from iceberg_sink.topology.conversion.index import KeyIndex
+from iceberg_sink.topology.conversion.index import DEFAULT_MAX_BYTES, KeyIndex
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 logger = logging.getLogger(__name__)
@@ -180,6 +180,7 @@ class IcebergCommitter:
         property_prefix: str = DEFAULT_PREFIX,
         sleep: Callable[[float], None] = time.sleep,
         on_conflict: Callable[[], None] | None = None,
+        key_index_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._load_table = load_table
         self._on_conflict = on_conflict
@@ -190,7 +191,7 @@ class IcebergCommitter:
         self._sleep = sleep
         # v3 upserts: data files' keys, kept between checkpoints within a memory bound (rebuilt from
         # the data files after a restart, committer/vectors.py).
-        self._key_index = KeyIndex()
+        self._key_index = KeyIndex(key_index_max_bytes)
 
     def max_committed(self, table: Table) -> int:
         return find_max_committed_checkpoint(table, self._branch, self._job_id, self._prefix)

@@ -122,8 +122,7 @@ def resolve(
     io, schema = table.io, table.schema()
     data, _ = live_files(table, head, index.manifests) if head is not None else ([], [])
     deletes = _live_deletes(table, head) if head is not None else []
-    if head is not None:
-        index.retain_manifests(m.manifest_path for m in head.manifests(io))
+    index.retain_manifests(m.manifest_path for m in (head.manifests(io) if head is not None else []))
     index.retain({f.meta.path for f in data}, {d.meta.path for d in deletes}, schema.schema_id)
     rules = DeleteRules.from_specs(table.specs())
     found: dict[str, list[np.ndarray]] = _positions_by_file(table, position_deletes)

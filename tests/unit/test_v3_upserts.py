@@ -29,6 +29,7 @@ from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import IcebergCommitter
 from iceberg_sink.table.catalog import create_table
+from iceberg_sink.topology.conversion.index import KeyIndex
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 from tests.helpers import LosingCatalog, write_batches, writer_spec
 
@@ -91,8 +92,10 @@ def committable(
     return made
 
 
-def committer(cat: SqlCatalog, job: str = "job") -> IcebergCommitter:
-    return IcebergCommitter(lambda: cat.load_table("db.t"), "main", job, NO_WAIT, sleep=lambda s: None)
+def committer(cat: SqlCatalog, job: str = "job", index_bytes: int = 1 << 20) -> IcebergCommitter:
+    return IcebergCommitter(
+        lambda: cat.load_table("db.t"), "main", job, NO_WAIT, sleep=lambda s: None, key_index_max_bytes=index_bytes
+    )
 
 
 def rows_in(table: Table) -> dict[int, Any]:
@@ -125,8 +128,10 @@ def check_only_dvs(table: Table) -> None:
         assert len(positions) == d.record_count
 
 
-def test_cdc_on_v3_commits_one_snapshot_of_dvs_per_checkpoint(catalog: LosingCatalog) -> None:
-    c = committer(catalog)
+@pytest.mark.parametrize("index_bytes", [1 << 20, 0], ids=["indexed", "read-every-time"])
+def test_cdc_on_v3_commits_one_snapshot_of_dvs_per_checkpoint(catalog: LosingCatalog, index_bytes: int) -> None:
+    """With the keys in the index, or with none kept (every candidate file's keys read again)."""
+    c = committer(catalog, index_bytes=index_bytes)
     for n, batch in enumerate(CHECKPOINTS):
         outcome = c.commit(committable(catalog.load_table("db.t"), n, batch))
         assert outcome.snapshot is not None
@@ -289,3 +294,24 @@ def test_equality_and_position_delete_files_are_refused_on_v3(catalog: LosingCat
         with pytest.raises(UnsupportedTableError, match=r"equality or position delete files"):
             producer.RowDelta(table, "main", producer.SnapshotChanges(made.data_files, (f,)), {})
     assert not catalog.load_table("db.t").snapshots()
+
+
+def test_the_key_index_spares_reading_a_data_file_again_and_forgets_files_no_longer_live(
+    catalog: LosingCatalog,
+) -> None:
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, [(i, "x", "I") for i in range(1, 6)]))
+    table = catalog.load_table("db.t")
+    deletes = write_batches(
+        writer_spec(table, checkpoint_id=1, op_column="op", equality_field_ids=(1,)),
+        pa.table({"id": pa.array([2], pa.int64()), "v": pa.array([None], pa.string()), "op": ["D"]}),
+    ).delete_files
+    index = KeyIndex()
+    first = vectors.resolve(table, table.current_snapshot(), (), deletes, (), index)
+    again = vectors.resolve(table, table.current_snapshot(), (), deletes, (), index)
+    assert (first.data_files_read, again.data_files_read, index.files) == (1, 0, 1)
+    assert [v.record_count for v in again.vectors] == [1]
+    unbounded = vectors.resolve(table, table.current_snapshot(), (), deletes, (), KeyIndex(max_bytes=0))
+    assert unbounded.data_files_read == 1 and [v.record_count for v in unbounded.vectors] == [1]
+    vectors.resolve(table, None, (), (), (), index)  # a head without the file: its keys are dropped
+    assert index.files == 0 and index.nbytes == 0
