@@ -72,7 +72,7 @@ from iceberg_sink._iceberg.lineage import (
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
-from iceberg_sink._iceberg.summary import summary_totals
+from iceberg_sink._iceberg.summary import summary_totals, with_dv_counts
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.writer.result import DataFileMeta, FileContent
@@ -282,7 +282,7 @@ class SnapshotProducer(abc.ABC):
             collector.remove_file(
                 to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
             )
-        changes = collector.build()
+        changes = with_dv_counts(collector.build(), self._added, self._removed)
         previous = (
             self.parent.summary.additional_properties if self.parent is not None and self.parent.summary else None
         )

@@ -145,6 +145,14 @@ def test_cdc_on_v3_commits_one_snapshot_of_dvs_per_checkpoint(catalog: LosingCat
     summaries = [s.summary for s in table.snapshots()]
     assert summaries[2] is not None
     assert (summaries[2]["added-delete-files"], summaries[2]["removed-delete-files"]) == ("2", "1")  # type: ignore[index]
+    # Counted as Iceberg Java counts DVs: no position delete file, a DV's size its blob's.
+    assert (summaries[2]["added-dvs"], summaries[2]["removed-dvs"]) == ("2", "1")  # type: ignore[index]
+    assert "added-position-delete-files" not in summaries[2].additional_properties
+    assert "removed-position-delete-files" not in summaries[2].additional_properties
+    vectors_now = live_deletes(table)
+    current = table.current_snapshot()
+    assert current is not None and current.summary is not None
+    assert int(current.summary["total-position-deletes"]) == sum(d.record_count for d in vectors_now)
     assert all(s is not None and s["total-equality-deletes"] == "0" for s in summaries)  # type: ignore[index]
     # The writers' equality delete files were resolved into DVs, never committed, and are removed.
     written = {p.as_uri() for p in Path(table.location().removeprefix("file://")).rglob("*.parquet")}
