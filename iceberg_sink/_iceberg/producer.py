@@ -433,7 +433,9 @@ class RowDelta(SnapshotProducer):
     def manifests(self) -> list[ManifestFile]:
         new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
         new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
-        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION and (
+            self._replaced_dvs or self._changes.truncate
+        ):
             return new + self._v3_parent_manifests()
         if not self._changes.truncate:
             return new + self.parent_manifests()
