@@ -117,8 +117,15 @@ def resolve(
     index: KeyIndex,
 ) -> ResolvedDeletes:
     """The DVs that make ``head`` plus the checkpoint (its new ``data_files``) read as if its deletes
-    were committed on it as delete files (module docstring). Writes one Puffin file when there is any DV; the caller deletes it if the
-    attempt does not land."""
+    were committed on ``head`` as delete files (module docstring).
+
+    Writes one Puffin file when there is any DV; the caller deletes it if the attempt does not land.
+    ``head`` None: the deletes reach no live file (a truncate's), only the checkpoint's own rows.
+
+    Raises:
+        ValueError: a position delete names a data file neither live on ``head`` nor the checkpoint's.
+        CorruptFileError: a live DV that has to be merged fails its checks.
+    """
     io, schema = table.io, table.schema()
     data, _ = live_files(table, head, index.manifests) if head is not None else ([], [])
     deletes = _live_deletes(table, head) if head is not None else []

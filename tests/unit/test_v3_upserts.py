@@ -206,6 +206,10 @@ def test_another_writers_dv_on_the_same_file_is_merged_on_retry(catalog: LosingC
     assert rows_in(table) == {1: "x", 2: "y", 3: "x", 5: "x"}  # both deletes hold
     check_only_dvs(table)
     assert sorted(d.record_count for d in live_deletes(table)) == [2]
+    # The first attempt's Puffin file (resolved on the stale head) was deleted with its manifests.
+    puffins = {p.as_uri() for p in Path(table.location().removeprefix("file://")).rglob("*.puffin")}
+    listed = {d.path for d in live_deletes(table)} | {meta.path}
+    assert puffins == listed
 
 
 def test_another_writers_append_in_between_is_deleted_as_an_equality_delete_would(catalog: LosingCatalog) -> None:
