@@ -160,14 +160,16 @@ def test_the_sink_merges_iceberg_javas_deletion_vectors_and_java_merges_the_sink
     one's new DV carries the other's positions and replaces it, and every reader agrees."""
     java = java_readers[-1]
     warehouse = tmp_path / "java-warehouse"
+    # The Java reader's Spark session is shared by the test session and keeps a catalog once it is
+    # initialized: these catalog names are this test's own.
     for statement in [
-        "SET spark.sql.catalog.jw=org.apache.iceberg.spark.SparkCatalog",
-        "SET spark.sql.catalog.jw.type=hadoop",
-        f"SET spark.sql.catalog.jw.warehouse={warehouse.as_uri()}",
-        "CREATE TABLE jw.db.t (id bigint NOT NULL, v string) USING iceberg "
+        "SET spark.sql.catalog.v3cdc_hadoop=org.apache.iceberg.spark.SparkCatalog",
+        "SET spark.sql.catalog.v3cdc_hadoop.type=hadoop",
+        f"SET spark.sql.catalog.v3cdc_hadoop.warehouse={warehouse.as_uri()}",
+        "CREATE TABLE v3cdc_hadoop.db.t (id bigint NOT NULL, v string) USING iceberg "
         "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')",
-        "INSERT INTO jw.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')",
-        "DELETE FROM jw.db.t WHERE id = 2",
+        "INSERT INTO v3cdc_hadoop.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')",
+        "DELETE FROM v3cdc_hadoop.db.t WHERE id = 2",
     ]:
         java.sql(statement)
     metadata = max((warehouse / "db" / "t" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))
@@ -186,14 +188,14 @@ def test_the_sink_merges_iceberg_javas_deletion_vectors_and_java_merges_the_sink
     )
     # Java deletes from the same file on top of the sink's DV, then the sink updates a row of it again.
     for statement in [
-        "SET spark.sql.catalog.jj=org.apache.iceberg.spark.SparkCatalog",
-        "SET `spark.sql.catalog.jj.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
-        f"SET spark.sql.catalog.jj.uri=jdbc:sqlite:file:{tmp_path}/java-catalog.db",
-        f"SET spark.sql.catalog.jj.warehouse={tmp_path}/java-catalog-warehouse",
-        "SET `spark.sql.catalog.jj.cache-enabled`=false",
-        "CREATE NAMESPACE IF NOT EXISTS jj.db",
-        f"CALL jj.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
-        "DELETE FROM jj.db.t WHERE id = 4",
+        "SET spark.sql.catalog.v3cdc_jdbc=org.apache.iceberg.spark.SparkCatalog",
+        "SET `spark.sql.catalog.v3cdc_jdbc.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
+        f"SET spark.sql.catalog.v3cdc_jdbc.uri=jdbc:sqlite:file:{tmp_path}/java-catalog.db",
+        f"SET spark.sql.catalog.v3cdc_jdbc.warehouse={tmp_path}/java-catalog-warehouse",
+        "SET `spark.sql.catalog.v3cdc_jdbc.cache-enabled`=false",
+        "CREATE NAMESPACE IF NOT EXISTS v3cdc_jdbc.db",
+        f"CALL v3cdc_jdbc.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
+        "DELETE FROM v3cdc_jdbc.db.t WHERE id = 4",
     ]:
         java.sql(statement)
     java_metadata = max(
