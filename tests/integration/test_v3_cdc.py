@@ -239,3 +239,60 @@ def test_a_debezium_truncate_on_v3_removes_every_file_and_dv(
     model = [{**r, "lsn": lsn} for r, lsn in zip(AFTER, (12, 11), strict=True)]  # ids 2 and 5: their lsns
     assert_readers_agree(java_readers, table.metadata_location, model, ["id"])
     assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(model), ["id"])
+
+
+def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behind(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """The sink's committer has the keys of the table's files in its index; Iceberg Java 1.12
+    compacts them (the DVs applied, new files); the same sink then updates and deletes rows that now
+    live in the compacted file: the index drops the replaced files and the rows are found anew."""
+    java = java_readers[-1]
+    catalog_props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db", "warehouse": (tmp_path / "wh").as_uri()}
+    sink = (
+        IcebergSink.builder()
+        .catalog("t", **catalog_props)
+        .table("db.t")
+        .create_if_missing(format_version=3)
+        .upsert(key=["id"])
+        .build()
+    )
+    sink.write(spark.createDataFrame([(i, f"v{i}") for i in range(1, 9)], "id long, v string"))
+    sink.write(spark.createDataFrame([(2, "b2"), (9, "i")], "id long, v string"))
+    sink.write(spark.createDataFrame([(3, "c2")], "id long, v string"))
+    table = sink.load_table()
+    assert delete_files(table)  # DVs on the first file
+    # Java compacts through its own catalog (the names are this test's own: the reader's session is shared).
+    for statement in [
+        "SET spark.sql.catalog.v3cdc_compact=org.apache.iceberg.spark.SparkCatalog",
+        "SET `spark.sql.catalog.v3cdc_compact.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
+        f"SET spark.sql.catalog.v3cdc_compact.uri=jdbc:sqlite:file:{tmp_path}/java-catalog.db",
+        f"SET spark.sql.catalog.v3cdc_compact.warehouse={tmp_path}/java-catalog-warehouse",
+        "SET `spark.sql.catalog.v3cdc_compact.cache-enabled`=false",
+        "CREATE NAMESPACE IF NOT EXISTS v3cdc_compact.db",
+        f"CALL v3cdc_compact.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
+        "CALL v3cdc_compact.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '1', "
+        "'rewrite-all', 'true'))",
+    ]:
+        java.sql(statement)
+    compacted = max(
+        (Path(table.location().removeprefix("file://")) / "metadata").glob("*.metadata.json"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    catalog = load_catalog("t", **catalog_props)
+    catalog.drop_table("db.t")
+    catalog.register_table("db.t", compacted.as_uri())
+    table = sink.load_table()
+    assert table.current_snapshot() is not None and table.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
+    assert not delete_files(table)
+    # The same sink (its index still holds the keys of the replaced files) updates rows of the compacted file.
+    sink.write(spark.createDataFrame([(4, "d2"), (2, "b3"), (10, "j")], "id long, v string"))
+    table = sink.load_table()
+    model = {i: f"v{i}" for i in range(1, 9)} | {2: "b3", 3: "c2", 4: "d2", 9: "i", 10: "j"}
+    rows = [{"id": i, "v": v} for i, v in sorted(model.items())]
+    assert_readers_agree(java_readers, table.metadata_location, rows, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(rows), ["id"])
+    deletes = delete_files(table)
+    assert deletes and all(d.file_format == "PUFFIN" for d, _ in deletes)
+    live = set(table.inspect.files()["file_path"].to_pylist())
+    assert {d.referenced_data_file for d, _ in deletes} <= live
