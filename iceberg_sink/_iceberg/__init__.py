@@ -17,20 +17,24 @@ check what it writes.
 - ``projection``: reading old data files by field id at every nesting level.
 - ``listing``: listing and deleting files under a location with the table's FileIO settings.
 - ``puffin``, ``deletion_vectors``: Puffin files and format v3 deletion vectors (``deletion-vector-v1``
-  blobs), written and read back; not committed by the sink yet.
+  blobs), written and read back; committed by v3 upserts (committer/vectors.py).
 - ``lineage``: format v3 row lineage: manifests read with their first row ids, the v3 manifest list
   that assigns them, a snapshot's first-row-id and added-rows.
 - ``v3_metadata``: writing v3 metadata files, which PyIceberg 0.12 refuses.
 """
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
-"""The format versions the sink commits to. Version 3 takes appends only (no delete files: its
-deletes are deletion vectors, not committed yet); see docs/format-v3.md."""
+"""The format versions the sink commits to. Version 3 takes appends and upserts/CDC (deletes as
+deletion vectors); see docs/format-v3.md."""
 
-DELETE_FILE_FORMAT_VERSIONS = (2,)
-"""The format versions the sink writes delete files to (upserts, CDC, equality-delete conversion)."""
+DELETE_FILE_FORMAT_VERSIONS = (2, 3)
+"""The format versions that take upserts and CDC: v2 commits the writers' delete files, v3 commits
+them resolved into deletion vectors (committer/vectors.py)."""
 
-V3_CHANGES_REFUSAL = "upsert/CDC on format v3 needs deletion vectors, not built yet; use format_version=2"
+V3_CHANGES_REFUSAL = (
+    "a format v3 table takes deletes as deletion vectors only, never equality or position delete files "
+    "(the sink's v3 commits resolve them into deletion vectors, committer/vectors.py)"
+)
 V3_CONVERSION_REFUSAL = (
     "equality-delete conversion writes position delete files, which format v3 forbids (its deletes are "
     "deletion vectors, not built yet); use format_version=2"

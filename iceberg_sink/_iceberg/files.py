@@ -108,7 +108,34 @@ def short_segment(segment: str) -> str:
     return f"{prefix}-{digest}"
 
 
+_V3_DV_FIELDS = 17  # position of referenced_data_file in a v3 data_file record (then offset, size)
+
+
 def to_data_file(meta: DataFileMeta, format_version: int) -> DataFile:
+    """``meta`` as PyIceberg's DataFile; a deletion vector (v3) as a v3-shaped record that carries its
+    ``referenced_data_file``, ``content_offset`` and ``content_size_in_bytes``."""
+    data_file = _to_v2_data_file(meta)
+    if meta.referenced_data_file is None:
+        return data_file
+    if format_version < 3:
+        raise ValueError(f"deletion vector {meta.path} on a table of format version {format_version}")
+    fields = [data_file[i] for i in range(len(data_file))]
+    result = DataFile(*fields, None, meta.referenced_data_file, meta.content_offset, meta.content_size_in_bytes)
+    result.spec_id = meta.spec_id
+    return result
+
+
+def _dv_fields(data_file: DataFile) -> dict[str, Any]:
+    if len(data_file) <= _V3_DV_FIELDS or data_file[_V3_DV_FIELDS] is None:
+        return {}
+    return {
+        "referenced_data_file": data_file[_V3_DV_FIELDS],
+        "content_offset": data_file[_V3_DV_FIELDS + 1],
+        "content_size_in_bytes": data_file[_V3_DV_FIELDS + 2],
+    }
+
+
+def _to_v2_data_file(meta: DataFileMeta) -> DataFile:
     return DataFile.from_args(
         content=DataFileContent(int(meta.content)),
         file_path=meta.path,
@@ -148,6 +175,7 @@ def to_meta(data_file: DataFile) -> DataFileMeta:
         split_offsets=tuple(data_file.split_offsets or []),
         equality_ids=tuple(data_file.equality_ids or []) or None,
         sort_order_id=data_file.sort_order_id,
+        **_dv_fields(data_file),
     )
 
 

@@ -72,38 +72,10 @@ from iceberg_sink._iceberg.lineage import (
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
+from iceberg_sink._iceberg.summary import summary_totals, with_dv_counts
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.writer.result import DataFileMeta, FileContent
-
-# (total, added, removed) summary keys, as Iceberg Java's SnapshotSummary keeps them.
-_TOTALS = (
-    ("total-data-files", "added-data-files", "deleted-data-files"),
-    ("total-delete-files", "added-delete-files", "removed-delete-files"),
-    ("total-records", "added-records", "deleted-records"),
-    ("total-files-size", "added-files-size", "removed-files-size"),
-    ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
-    ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
-)
-
-
-def summary_totals(previous: Mapping[str, str] | None, changes: Mapping[str, str]) -> dict[str, str]:
-    """The ``total-*`` keys of a new snapshot from its parent's summary and its own changes.
-
-    As Iceberg Java does: a branch's first snapshot starts from zero; a total the parent does not
-    carry is left out (it cannot be known, so it is not made up); a total that would go negative
-    (a parent summary that was wrong) is left out rather than reported.
-    """
-    result = {}
-    for total, added, removed in _TOTALS:
-        try:
-            base = 0 if previous is None else int(previous[total])
-            value = base + int(changes.get(added, "0")) - int(changes.get(removed, "0"))
-        except (KeyError, ValueError):
-            continue
-        if value >= 0:
-            result[total] = str(value)
-    return result
 
 
 @attrs.frozen
@@ -310,7 +282,7 @@ class SnapshotProducer(abc.ABC):
             collector.remove_file(
                 to_data_file(meta, metadata.format_version), schema=schema, partition_spec=specs[meta.spec_id]
             )
-        changes = collector.build()
+        changes = with_dv_counts(collector.build(), self._added, self._removed)
         previous = (
             self.parent.summary.additional_properties if self.parent is not None and self.parent.summary else None
         )
@@ -427,21 +399,33 @@ class SnapshotProducer(abc.ABC):
 
 
 class RowDelta(SnapshotProducer):
-    """A checkpoint's snapshot: new data files and delete files on top of the branch head."""
+    """A checkpoint's snapshot: new data files and delete files on top of the branch head. On v3 the
+    delete files are DVs only (committer/vectors.py); the live DVs they replace, ``replaced_dvs``
+    ((Puffin path, data file)), are marked deleted, so each data file keeps at most one DV."""
 
-    def __init__(self, table: Table, branch: str, changes: SnapshotChanges, properties: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        table: Table,
+        branch: str,
+        changes: SnapshotChanges,
+        properties: Mapping[str, str],
+        replaced_dvs: frozenset[tuple[str, str]] = frozenset(),
+    ) -> None:
         super().__init__(table, branch, properties)
         if changes.delete_files and table.metadata.format_version < 2:
             raise ValueError("delete files need format version 2; this table is version 1")
-        if (changes.delete_files or changes.truncate) and table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
-            # v3 deletes are deletion vectors, which the sink does not commit yet; equality deletes
-            # must never reach a v3 table through this path, nor position delete files (the spec).
+        v3 = table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION
+        if v3 and any(
+            f.file_format.upper() != "PUFFIN" or f.referenced_data_file is None for f in changes.delete_files
+        ):
             raise UnsupportedTableError(
-                f"a checkpoint with {'a truncate' if changes.truncate else 'delete files'} on table {'.'.join(table.name())} "
-                f"of format version {table.metadata.format_version}: expected format version 1 or 2 "
-                f"({V3_CHANGES_REFUSAL})"
+                f"a checkpoint with equality or position delete files on table {'.'.join(table.name())} of format "
+                f"version {table.metadata.format_version}: expected format version 1 or 2 ({V3_CHANGES_REFUSAL})"
             )
+        if replaced_dvs and not v3:
+            raise ValueError("deletion vectors need format version 3")
         self._changes = changes
+        self._replaced_dvs = replaced_dvs
 
     def operation(self) -> Operation:
         return self._changes.operation
@@ -449,12 +433,44 @@ class RowDelta(SnapshotProducer):
     def manifests(self) -> list[ManifestFile]:
         new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
         new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
+        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION and (
+            self._replaced_dvs or self._changes.truncate
+        ):
+            return new + self._v3_parent_manifests()
         if not self._changes.truncate:
             return new + self.parent_manifests()
         # A truncate: every file live on the head this snapshot is built on is removed (the
         # commit's compare-and-swap on that head makes "every" exact).
         removed = [self.remove_manifest(m) for m in self.parent_manifests()]
         return new + [m for m in removed if m is not None]
+
+    def _v3_parent_manifests(self) -> list[ManifestFile]:
+        """The parent's manifests with the replaced DVs (a truncate: every live file) marked deleted,
+        read as v3 so the entries kept keep their DV blob location and first row id."""
+        result, found, everything = [], set(), self._changes.truncate
+        for manifest in self.parent_manifests():
+            if manifest.content != ManifestContent.DELETES and not everything:
+                result.append(manifest)
+                continue
+            entries = read_entries(self.io, manifest)
+            keys = [(e.data_file.file_path, to_meta(e.data_file).referenced_data_file) for e in entries]
+            if not everything and not self._replaced_dvs.intersection(keys):
+                result.append(manifest)
+                continue
+            writer = self._writer(manifest.content, manifest.partition_spec_id)
+            with writer:
+                for entry, key in zip(entries, keys, strict=True):
+                    if everything or key in self._replaced_dvs:
+                        writer.delete(entry)
+                        self._removed.append(to_meta(entry.data_file))
+                        found.add(key)
+                    else:
+                        writer.existing(entry)
+            result.append(writer.to_manifest_file())
+        missing = self._replaced_dvs - found
+        if missing:
+            raise ValueError(f"deletion vectors to replace are not live on the branch head: {sorted(missing)[:1]}")
+        return result
 
 
 class RewriteFiles(SnapshotProducer):

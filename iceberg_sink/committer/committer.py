@@ -25,13 +25,16 @@ from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg import manifests, producer, specs
 from iceberg_sink._iceberg.files import branch_head, delete_quietly
+from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
+from iceberg_sink.committer import vectors
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.store import committable_name
 from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
 from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
 from iceberg_sink.table.key_bounds import data_added_since
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.topology.conversion.index import DEFAULT_MAX_BYTES, KeyIndex
+from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +126,16 @@ class RoutedOutcome(CommitOutcome, Mapping[str, CommitOutcome | None]):
         return len(self.outcomes)
 
 
+@attrs.frozen
+class _PreparedV3:
+    prepared: producer.PreparedCommit
+    delete_files: tuple[DataFileMeta, ...]
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.prepared.snapshot
+
+
 def find_max_committed_checkpoint(table: Table, branch: str, job_id: str, prefix: str) -> int:
     """The highest checkpoint id of ``job_id`` in the ancestry of ``branch``; -1 when none.
 
@@ -167,6 +180,7 @@ class IcebergCommitter:
         property_prefix: str = DEFAULT_PREFIX,
         sleep: Callable[[float], None] = time.sleep,
         on_conflict: Callable[[], None] | None = None,
+        key_index_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._load_table = load_table
         self._on_conflict = on_conflict
@@ -175,6 +189,9 @@ class IcebergCommitter:
         self._retry = retry
         self._prefix = property_prefix
         self._sleep = sleep
+        # v3 upserts: data files' keys, kept between checkpoints within a memory bound (rebuilt from
+        # the data files after a restart, committer/vectors.py).
+        self._key_index = KeyIndex(key_index_max_bytes)
 
     def max_committed(self, table: Table) -> int:
         return find_max_committed_checkpoint(table, self._branch, self._job_id, self._prefix)
@@ -242,6 +259,14 @@ class IcebergCommitter:
                     f"{missing_specs}, which table {committable.table} no longer has; nothing of it was committed. "
                     "Remove its committable from the checkpoint location and write the batch again."
                 )
+            if current.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+                # Deletes become deletion vectors, resolved on this attempt's head (committer/vectors.py).
+                v3 = self._prepare_v3(current, committable, changes, conditional, properties)
+                if v3 is None:
+                    nothing_to_commit = True
+                    return None
+                deletes_by_snapshot[v3.snapshot.snapshot_id] = v3.delete_files
+                return v3.prepared
             if committable.truncated:
                 # The snapshot removes every file live on ``current``'s head (producer.RowDelta), read
                 # again by every attempt: a file another writer committed before ours lands is removed
@@ -310,6 +335,9 @@ class IcebergCommitter:
         if not committed_deletes & set(conditional_paths):
             # The proof held: the conditional deletes were not needed and no snapshot has them.
             delete_quietly(io, conditional_paths)
+        if changes is not None and landed_deletes is not None and all(vectors.is_dv(f) for f in landed_deletes):
+            # v3: the writers' delete files were resolved into the DVs that landed; none is in the table.
+            delete_quietly(io, [f.path for f in changes.delete_files if not vectors.is_dv(f)])
         if result.state_was_unknown:
             logger.info("checkpoint %s committed after an unknown-state attempt", committable.checkpoint_id)
         return CommitOutcome(
@@ -320,6 +348,43 @@ class IcebergCommitter:
             data_files=changes.data_files if changes is not None else (),
             delete_files=landed_deletes or (),
         )
+
+    def _prepare_v3(
+        self,
+        table: Table,
+        committable: Committable,
+        changes: producer.SnapshotChanges,
+        conditional: tuple[DataFileMeta, ...],
+        properties: Mapping[str, str],
+    ) -> _PreparedV3 | None:
+        """The snapshot of a v3 checkpoint: its data files and its deletes as DVs resolved on the
+        head of ``table`` (the attempt's compare-and-swap names that head). None: nothing to commit
+        (no data file, and no delete that removes a live row)."""
+        head = branch_head(table, self._branch)
+        positional = [f for f in changes.delete_files if f.content == FileContent.POSITION_DELETES]
+        if committable.truncated:
+            # Every file live on the head is removed: the equality deletes reach nothing that stays.
+            resolved = vectors.resolve(table, None, changes.data_files, (), positional, self._key_index)
+        else:
+            equality = tuple(f for f in changes.delete_files if f.content == FileContent.EQUALITY_DELETES)
+            equality += self._conditional_deletes_needed(table, head, committable, conditional)
+            resolved = vectors.resolve(table, head, changes.data_files, equality, positional, self._key_index)
+        if not changes.data_files and not resolved.vectors and not committable.truncated:
+            return None
+        try:
+            prepared = producer.RowDelta(
+                table,
+                self._branch,
+                producer.SnapshotChanges(changes.data_files, resolved.vectors, truncate=committable.truncated),
+                properties,
+                replaced_dvs=resolved.replaced,
+            ).prepare()
+        except BaseException:
+            delete_quietly(table.io, [resolved.written] if resolved.written else [])
+            raise
+        if resolved.written:  # deleted with the manifests if the attempt does not land
+            prepared = attrs.evolve(prepared, written_files=(*prepared.written_files, resolved.written))
+        return _PreparedV3(prepared, resolved.vectors)
 
     def _check_same_table(self, table: Table, committable: Committable) -> None:
         """Refuse to commit a checkpoint into another table than the one its files were written for."""

@@ -122,6 +122,7 @@ class SinkJob:
             retry=retry,
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
             on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
+            key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
         )
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)

@@ -1,14 +1,15 @@
 """Which work each Iceberg format version takes from the sink, checked when the sink is built.
 
 Format versions 1 and 2 take what they always took (upserts, CDC and equality-delete conversion need
-2). Format version 3 takes appends only for now: its deletes are deletion vectors, which the sink does
-not commit yet, and compacting it must carry row lineage into the rewritten files (docs/format-v3.md).
+2). Format version 3 takes appends and upserts/CDC (their deletes are committed as deletion vectors,
+committer/vectors.py); it refuses equality-delete conversion (v3 forbids position delete files) and
+compaction, which must carry row lineage into the rewritten files (docs/format-v3.md).
 Each refusal says what was expected, what was received and what to do.
 """
 
 from __future__ import annotations
 
-from iceberg_sink._iceberg import V3_CHANGES_REFUSAL, V3_COMPACTION_REFUSAL, V3_CONVERSION_REFUSAL
+from iceberg_sink._iceberg import V3_COMPACTION_REFUSAL, V3_CONVERSION_REFUSAL
 from iceberg_sink.errors import InvalidSinkConfigError
 
 APPEND_ONLY_FORMAT_VERSIONS = (3,)
@@ -17,7 +18,8 @@ APPEND_ONLY_FORMAT_VERSIONS = (3,)
 def version_problems(
     where: str, format_version: int, changes: object, compaction: object, conversion: object
 ) -> list[str]:
-    """The configured work a table of ``format_version`` cannot take. ``where`` names where the
+    """The configured work a table of ``format_version`` cannot take (``changes``: upsert/CDC, taken
+    by every version from 2). ``where`` names where the
     version comes from: ``"create_if_missing"`` or a table name. Empty for versions 1 and 2 (their
     own checks stay in the builder)."""
     if format_version not in APPEND_ONLY_FORMAT_VERSIONS:
@@ -27,8 +29,6 @@ def version_problems(
     else:
         received = f"table {where} has format version {format_version}"
     problems = []
-    if changes is not None:
-        problems.append(f"upsert/CDC: expected format version 2, {received} ({V3_CHANGES_REFUSAL})")
     if compaction is not None:
         problems.append(f"compaction: expected format version 1 or 2, {received} ({V3_COMPACTION_REFUSAL})")
     if conversion is not None:

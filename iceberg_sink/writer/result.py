@@ -55,6 +55,10 @@ class DataFileMeta:
     equality_ids: tuple[int, ...] | None = None
     sort_order_id: int | None = None
     file_format: str = "PARQUET"
+    referenced_data_file: str | None = None
+    content_offset: int | None = None
+    content_size_in_bytes: int | None = None
+    """A deletion vector's (format v3, ``file_format`` PUFFIN) data file and blob within the file."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +78,15 @@ class DataFileMeta:
             "split_offsets": self.split_offsets,
             "equality_ids": self.equality_ids,
             "sort_order_id": self.sort_order_id,
+            **(
+                {
+                    "referenced_data_file": self.referenced_data_file,
+                    "content_offset": self.content_offset,
+                    "content_size_in_bytes": self.content_size_in_bytes,
+                }
+                if self.referenced_data_file is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -95,6 +108,9 @@ class DataFileMeta:
             split_offsets=obj["split_offsets"],
             equality_ids=tuple(obj["equality_ids"]) if obj["equality_ids"] is not None else None,
             sort_order_id=obj["sort_order_id"],
+            referenced_data_file=obj.get("referenced_data_file"),
+            content_offset=obj.get("content_offset"),
+            content_size_in_bytes=obj.get("content_size_in_bytes"),
         )
 
 

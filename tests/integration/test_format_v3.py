@@ -186,16 +186,18 @@ def test_java_gives_every_row_the_row_id_the_spec_says(
         assert sorted(got.to_pylist(), key=lambda r: r["id"]) == want, java.label
 
 
-def test_v3_upserts_and_compaction_are_refused_before_anything_is_written(
+def test_v3_compaction_and_conversion_are_refused_before_anything_is_written(
     written: dict[str, tuple[Table, pa.Table]], spark: SparkSession, tmp_path: Path
 ) -> None:
+    """Upserts/CDC on v3 work (tests/integration/test_v3_cdc.py); compaction and equality-delete
+    conversion are still refused."""
     table, _ = written["flat"]
     before = len(table.metadata.snapshots)
     data = tmp_path / "data"
     sink = IcebergSink.builder().embedded(data).table("db.t").create_if_missing(format_version=3).build()
     sink.write(frame(spark, rows(0, 3)))
-    with pytest.raises(InvalidSinkConfigError, match="upsert/CDC on format v3 needs deletion vectors"):
-        IcebergSink.builder().embedded(data).table("db.t").upsert(key=["id"]).build()
+    with pytest.raises(InvalidSinkConfigError, match="convert_equality_deletes: expected format version 2"):
+        IcebergSink.builder().embedded(data).table("db.t").convert_equality_deletes(every_n_commits=1).build()
     with pytest.raises(
         UnsupportedTableError, match=r"compaction of table db.t: expected format version 1 or 2, received 3"
     ):

@@ -13,7 +13,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.files import live_files
-from iceberg_sink._iceberg.producer import summary_totals
+from iceberg_sink._iceberg.summary import summary_totals
 from tests.helpers import write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))

@@ -1,0 +1,237 @@
+"""A v3 checkpoint's deletes as deletion vectors, resolved against the branch head it commits on.
+
+    committable (data files, equality deletes, in-batch position deletes)
+        ──▶ resolve on head H (every commit attempt) ──▶ one Puffin file, one DV per data file ──▶ RowDelta
+
+On a format v3 table no equality delete and no position delete file reaches the table. The writers
+still write them (as on v2: durable files listed by the stored committable), and the committer turns
+them into DVs inside each commit attempt, against the exact head the attempt's compare-and-swap
+names:
+
+- an equality delete of the checkpoint would get the new snapshot's sequence number, so it would
+  apply to every data file live on H (same spec and partition, or every file when it is global or
+  the v2 path would commit it as global) and to none of the checkpoint's own files: the rows of
+  those files whose key equals one of its keys (a null matching a null) are its positions. Key
+  bounds prune files; keys come from the committer's :class:`KeyIndex` or from reading the file's
+  key columns (a file not indexed, or after a restart: the index rebuilds itself from the files);
+- an in-batch position delete names a row of one of the checkpoint's own data files;
+- a data file that gains positions gets one DV holding them and every position already deleted in
+  it on H: its live DV (read back and removed in the same snapshot) and any position delete file
+  that applies to it (left in place; a reader that finds a DV ignores them, so they are merged).
+
+Because the resolution is redone on every attempt, a head that moved (another writer's DV on the
+same file, an append, a compaction that replaced an indexed file) is simply resolved again: nothing
+resolved on an older head is ever committed, and a replay after a kill resolves on the head it finds.
+The result is the snapshot an equality delete committed on H would read as.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
+from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, write_deletion_vectors
+from iceberg_sink._iceberg.files import LiveFile, live_files, to_meta
+from iceberg_sink._iceberg.lineage import read_entries, read_manifests
+from iceberg_sink._iceberg.position_deletes import sorted_positions
+from iceberg_sink._iceberg.projection import key_schema, read_projected
+from iceberg_sink.topology.compaction.rewriter import key_columns
+from iceberg_sink.topology.conversion.index import KeyIndex
+from iceberg_sink.writer.result import DataFileMeta, FileContent
+
+PUFFIN = "PUFFIN"
+
+
+@attrs.frozen
+class ResolvedDeletes:
+    """The DVs of one commit attempt.
+
+    Attributes:
+        vectors: the new DVs (delete files of format PUFFIN), at most one per data file.
+        replaced: (Puffin path, referenced data file) of the live DVs they replace.
+        written: the Puffin file written for them (None when there is no DV).
+        data_files_read: data files whose key columns had to be read (not in the index).
+    """
+
+    vectors: tuple[DataFileMeta, ...] = ()
+    replaced: frozenset[tuple[str, str]] = frozenset()
+    written: str | None = None
+    data_files_read: int = 0
+
+
+def is_dv(meta: DataFileMeta) -> bool:
+    """Whether ``meta`` is a deletion vector (a Puffin blob naming its data file)."""
+    return meta.file_format.upper() == PUFFIN and meta.referenced_data_file is not None
+
+
+def _live_deletes(table: Table, head: Snapshot) -> list[LiveFile]:
+    """The head's live delete files, read with the v3 schema so DVs keep their blob location."""
+    result = []
+    for manifest in read_manifests(table.io, head, table.metadata.format_version):
+        if manifest.content != ManifestContent.DELETES:
+            continue
+        for entry in read_entries(table.io, manifest):
+            result.append(LiveFile(to_meta(entry.data_file), int(entry.sequence_number or 0), manifest.manifest_path))
+    return result
+
+
+def _positions_by_file(table: Table, position_deletes: Sequence[DataFileMeta]) -> dict[str, list[np.ndarray]]:
+    """The rows the checkpoint's own position delete files delete, by data file path."""
+    result: dict[str, list[np.ndarray]] = defaultdict(list)
+    for p in position_deletes:
+        with table.io.new_input(p.path).open(seekable=True) as stream:
+            rows = pq.read_table(stream, columns=["file_path", "pos"])
+        paths = rows.column("file_path").to_numpy(zero_copy_only=False)
+        pos = rows.column("pos").to_numpy().astype(np.int64)
+        for path in np.unique(paths):
+            result[str(path)].append(pos[paths == path])
+    return result
+
+
+def _as_global(table: Table, rules: DeleteRules, equality: Sequence[DataFileMeta], data: Sequence[LiveFile]) -> bool:
+    """Whether partitioned equality deletes reach every data file, as the v2 path commits them
+    (committer ``_deletes_for_head``): when the head has live data files of another spec."""
+    delete_specs = {f.spec_id for f in equality}
+    if all(s in rules.unpartitioned_spec_ids for s in delete_specs):
+        return False
+    return bool({f.meta.spec_id for f in data} - delete_specs)
+
+
+def resolve(
+    table: Table,
+    head: Snapshot | None,
+    data_files: Sequence[DataFileMeta],
+    equality_deletes: Sequence[DataFileMeta],
+    position_deletes: Sequence[DataFileMeta],
+    index: KeyIndex,
+) -> ResolvedDeletes:
+    """The DVs that make ``head`` plus the checkpoint (its new ``data_files``) read as if its deletes
+    were committed on ``head`` as delete files (module docstring).
+
+    Writes one Puffin file when there is any DV; the caller deletes it if the attempt does not land.
+    ``head`` None: the deletes reach no live file (a truncate's), only the checkpoint's own rows.
+
+    Raises:
+        ValueError: a position delete names a data file neither live on ``head`` nor the checkpoint's.
+        CorruptFileError: a live DV that has to be merged fails its checks.
+    """
+    io, schema = table.io, table.schema()
+    data, _ = live_files(table, head, index.manifests) if head is not None else ([], [])
+    deletes = _live_deletes(table, head) if head is not None else []
+    index.retain_manifests(m.manifest_path for m in (head.manifests(io) if head is not None else []))
+    index.retain({f.meta.path for f in data}, {d.meta.path for d in deletes}, schema.schema_id)
+    rules = DeleteRules.from_specs(table.specs())
+    found: dict[str, list[np.ndarray]] = _positions_by_file(table, position_deletes)
+    read = _match_keys(table, schema, rules, equality_deletes, data, index, found)
+    by_path = {f.meta.path: f.meta for f in data} | {f.path: f for f in data_files}
+    dvs: dict[str, LiveFile] = {}
+    older: dict[str, list[LiveFile]] = defaultdict(list)
+    for d in deletes:
+        if is_dv(d.meta):
+            dvs[str(d.meta.referenced_data_file)] = d
+        elif d.meta.content == FileContent.POSITION_DELETES:
+            for f in data:
+                if rules.applies(d, f):
+                    older[f.meta.path].append(d)
+    positions: dict[str, np.ndarray] = {}
+    replaced: set[tuple[str, str]] = set()
+    for path, arrays in sorted(found.items()):
+        new = sorted_positions(arrays)
+        if not len(new):
+            continue
+        before: list[np.ndarray] = []
+        old = dvs.get(path)
+        if old is not None:
+            assert old.meta.content_offset is not None and old.meta.content_size_in_bytes is not None
+            before.append(
+                read_deletion_vector(
+                    io, old.meta.path, old.meta.content_offset, old.meta.content_size_in_bytes, old.meta.record_count
+                )
+            )
+        before += [index.positions(io, p.meta.path, path) for p in older.get(path, [])]
+        merged = sorted_positions([*before, new])
+        if old is not None and len(merged) == old.meta.record_count:
+            continue  # every row found is deleted already
+        positions[path] = merged
+        if old is not None:
+            replaced.add((old.meta.path, path))
+    if not positions:
+        return ResolvedDeletes(data_files_read=read)
+    unknown = sorted(set(positions) - set(by_path))
+    if unknown:
+        # An in-batch position delete names a row of the checkpoint's own files, never another.
+        raise ValueError(f"position deletes of a data file neither live nor in the checkpoint: {unknown[0]}")
+    puffin = table.location_provider().new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin")
+    written = write_deletion_vectors(io, puffin, {path: [p] for path, p in positions.items()})
+    vectors = tuple(
+        DataFileMeta(
+            content=FileContent.POSITION_DELETES,
+            path=v.path,
+            spec_id=by_path[v.referenced_data_file].spec_id,
+            partition=by_path[v.referenced_data_file].partition,
+            record_count=v.cardinality,
+            file_size_in_bytes=v.file_size_in_bytes,
+            file_format=PUFFIN,
+            referenced_data_file=v.referenced_data_file,
+            content_offset=v.content_offset,
+            content_size_in_bytes=v.content_size_in_bytes,
+        )
+        for v in written
+    )
+    return ResolvedDeletes(vectors, frozenset(replaced), puffin, read)
+
+
+def _match_keys(
+    table: Table,
+    schema: Schema,
+    rules: DeleteRules,
+    equality: Sequence[DataFileMeta],
+    data: Sequence[LiveFile],
+    index: KeyIndex,
+    found: dict[str, list[np.ndarray]],
+) -> int:
+    """Add to ``found`` the rows of ``data`` the equality deletes remove; returns files read."""
+    if not equality:
+        return 0
+    everywhere = _as_global(table, rules, equality, data)
+    keys: dict[tuple[tuple[int, ...], tuple[str, ...]], pa.Table] = {}
+    applying: dict[str, list[DataFileMeta]] = defaultdict(list)
+    by_partition: dict[tuple[int, tuple[object, ...]], list[LiveFile]] = defaultdict(list)
+    for f in data:
+        by_partition[(f.meta.spec_id, f.meta.partition)].append(f)
+    files = {f.meta.path: f for f in data}
+    for e in equality:
+        is_global = everywhere or e.spec_id in rules.unpartitioned_spec_ids
+        for f in data if is_global else by_partition.get((e.spec_id, e.partition), []):
+            if keys_may_match(e, f.meta, schema):
+                applying[f.meta.path].append(e)
+    read = 0
+    for path, es in sorted(applying.items()):
+        by_ids: dict[tuple[int, ...], list[DataFileMeta]] = defaultdict(list)
+        for e in es:
+            by_ids[tuple(e.equality_ids or ())].append(e)
+        for ids, group in by_ids.items():
+            key = (ids, tuple(sorted(e.path for e in group)))
+            if key not in keys:
+                wanted = key_schema(schema, ids)
+                tables = [
+                    key_columns(read_projected(table.io, e.path, wanted, only_needed_columns=True), wanted, ids)
+                    for e in group
+                ]
+                keys[key] = pa.concat_tables(tables).combine_chunks()
+            positions, was_read = index.matching_positions(table.io, schema, files[path].meta, ids, keys[key])
+            read += was_read
+            if len(positions):
+                found[path].append(np.asarray(positions, dtype=np.int64))
+    return read
