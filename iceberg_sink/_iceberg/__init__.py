@@ -36,7 +36,6 @@ V3_CONVERSION_REFUSAL = (
     "deletion vectors, not built yet); use format_version=2"
 )
 V3_COMPACTION_REFUSAL = (
-    "compaction of a format v3 table must carry each row's _row_id and _last_updated_sequence_number into the "
-    "rewritten files (row lineage), which is not built yet; use format_version=2 to compact, or leave the v3 "
-    "table uncompacted"
+    "compacting a format v3 table that holds deletion vectors must apply them and drop the ones the rewrite "
+    "leaves dangling, which is not built yet; leave that table uncompacted"
 )

@@ -50,7 +50,6 @@ from pyiceberg.utils.properties import property_as_bool
 from iceberg_sink._iceberg import (
     SUPPORTED_FORMAT_VERSIONS,
     V3_CHANGES_REFUSAL,
-    V3_COMPACTION_REFUSAL,
     V3_CONVERSION_REFUSAL,
 )
 from iceberg_sink._iceberg.files import (
@@ -269,6 +268,10 @@ class SnapshotProducer(abc.ABC):
         entries = (read or ManifestEntries()).live(self.io, manifest)
         if not any(e.data_file.file_path in removed_paths for e in entries):
             return None
+        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+            # With their first row ids (PyIceberg's reads drop them), which the kept entries write
+            # out: their rows keep their ids in the rewritten manifest.
+            entries = read_entries(self.io, manifest)
         writer = self._writer(manifest.content, manifest.partition_spec_id)
         with writer:
             for entry in entries:
@@ -485,8 +488,6 @@ class RewriteFiles(SnapshotProducer):
         self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
 
     rewrites = True
-    format_versions = (1, 2)
-    refusal = V3_COMPACTION_REFUSAL
 
     def replaced_paths(self) -> frozenset[str]:
         return self._removed_paths
@@ -502,8 +503,10 @@ class RewriteFiles(SnapshotProducer):
 
     def manifests(self) -> list[ManifestFile]:
         result = self.write_manifests(self._new, ManifestContent.DATA, self._sequence_number)
-        assert self.parent is not None
-        for manifest in self.parent.manifests(self.io):
+        # On v3 the carried-over manifests keep their first row ids; the new files' manifest and the
+        # rewritten ones get fresh ranges from the manifest list, as Iceberg Java's rewrite gives them
+        # (a v3 rewrite writes every row's _row_id into its new files: topology/compaction/rewriter.py).
+        for manifest in self.all_parent_manifests():
             rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
             if rewritten is not None:
                 result.append(rewritten)

@@ -17,7 +17,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidSinkConfigError, UnsupportedTableError, _faults
+from iceberg_sink import IcebergSink, InvalidSinkConfigError, _faults
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import data_file_first_row_id
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize, pyiceberg_read
@@ -186,7 +186,7 @@ def test_java_gives_every_row_the_row_id_the_spec_says(
         assert sorted(got.to_pylist(), key=lambda r: r["id"]) == want, java.label
 
 
-def test_v3_upserts_and_compaction_are_refused_before_anything_is_written(
+def test_v3_upserts_are_refused_before_anything_is_written(
     written: dict[str, tuple[Table, pa.Table]], spark: SparkSession, tmp_path: Path
 ) -> None:
     table, _ = written["flat"]
@@ -196,10 +196,6 @@ def test_v3_upserts_and_compaction_are_refused_before_anything_is_written(
     sink.write(frame(spark, rows(0, 3)))
     with pytest.raises(InvalidSinkConfigError, match="upsert/CDC on format v3 needs deletion vectors"):
         IcebergSink.builder().embedded(data).table("db.t").upsert(key=["id"]).build()
-    with pytest.raises(
-        UnsupportedTableError, match=r"compaction of table db.t: expected format version 1 or 2, received 3"
-    ):
-        sink.compact(spark)
     assert len(sink.load_table().metadata.snapshots) == 1
     assert len(table.refresh().metadata.snapshots) == before
 

@@ -19,6 +19,12 @@ sees the deletes that conflicted and applies them). New files of a group that is
 compaction that fails, are deleted: a compaction leaves no orphans, except after an attempt whose
 outcome is unknown (a lost response): then they are deleted only once a table read since proves no
 snapshot lists them (``CommitAttempt.discard``), and kept otherwise (the snapshot may have landed).
+
+Format v3: the rewrite carries every row's ``_row_id`` and ``_last_updated_sequence_number`` into the
+new files as columns (topology/compaction/rewriter.py), so readers see the same lineage after the
+commit as before; the commit itself assigns row ids as Iceberg Java's does (the new files' manifest
+and every manifest the commit rewrites get fresh ranges from the manifest list). A v3 table holding
+deletion vectors is refused before anything is planned (``V3_COMPACTION_REFUSAL``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import V3_COMPACTION_REFUSAL, producer
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, delete_quietly, live_files
+from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION, first_row_ids, with_lineage_columns
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys
@@ -105,10 +112,13 @@ class CompactionResult:
 
 def _writer_spec(table: Table, config: CompactionConfig, overrides: Mapping[str, Any]) -> WriterSpec:
     resolved = options.resolve(dict(overrides), table.properties)
+    schema = table.schema()
+    if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+        schema = with_lineage_columns(schema)  # the new files carry each row's lineage (rewriter.py)
     return WriterSpec(
         table_name=str(table.name()),
         location=table.location(),
-        schema_json=table.schema().model_dump_json(),
+        schema_json=schema.model_dump_json(),
         spec_json=table.spec().model_dump_json(),
         io_properties=file_io_properties(table.io.properties),
         writer_properties={**table.properties, **resolved.writer_properties()},
@@ -151,7 +161,13 @@ def _rewrite(
     progress: Progress | None,
 ) -> dict[int, WriteResult]:
     groups = the_plan.groups
-    payloads = [(i, encode_group(g, sort, the_plan.rules)) for i, g in enumerate(groups)]
+    row_ids = None
+    if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+        # PyIceberg's manifest reads (the plan's) drop first row ids: read the planned files' again.
+        read = table.metadata.snapshot_by_id(the_plan.snapshot_id)
+        assert read is not None
+        row_ids = first_row_ids(table.io, read, {f.manifest_path for g in groups for f in g.data_files})
+    payloads = [(i, encode_group(g, sort, the_plan.rules, row_ids)) for i, g in enumerate(groups)]
     chunk = max(2, spark.sparkContext.defaultParallelism * 2)
     results: dict[int, WriteResult] = {}
     try:
@@ -170,12 +186,18 @@ def _rewrite(
     return results
 
 
-def refuse_v3_compaction(table: Table) -> None:
-    """Refuse to compact a format v3 table, naming why (``V3_COMPACTION_REFUSAL``)."""
-    if table.metadata.format_version not in (1, 2):
+def refuse_deletion_vectors(table: Table, branch: str, entries: ManifestEntries | None = None) -> None:
+    """Refuse to compact a format v3 table whose ``branch`` holds deletion vectors, naming why
+    (``V3_COMPACTION_REFUSAL``); other tables pass. ``entries`` is the run's manifest cache (the plan
+    then reads nothing twice)."""
+    if table.metadata.format_version < ROW_LINEAGE_FORMAT_VERSION:
+        return
+    _, deletes = live_files(table, branch_head(table, branch), entries)
+    vectors = [d.meta.path for d in deletes if d.meta.file_format.upper() == "PUFFIN"]
+    if vectors:
         raise UnsupportedTableError(
-            f"compaction of table {'.'.join(table.name())}: expected format version 1 or 2, received "
-            f"{table.metadata.format_version} ({V3_COMPACTION_REFUSAL})"
+            f"compaction of table {'.'.join(table.name())}: expected no deletion vectors on branch {branch}, "
+            f"received {len(vectors)} (e.g. {vectors[0]}) ({V3_COMPACTION_REFUSAL})"
         )
 
 
@@ -205,7 +227,8 @@ def compact(
     is true rewrote nothing.
 
     Raises:
-        UnsupportedTableError: the table is format v3 (before anything is planned or written).
+        UnsupportedTableError: the table is format v3 and holds deletion vectors (before anything is
+            planned or written).
     """
     config = config or CompactionConfig()
     retry = retry or RetryPolicy()
@@ -236,10 +259,10 @@ def _compact_once(
     """Plan, rewrite, validate and commit once (see :func:`compact`)."""
     started = time.monotonic()
     table = load_table()
-    refuse_v3_compaction(table)  # before planning: nothing is read, written or committed
     resolved = options.resolve(dict(write_options or {}), table.properties)
     # Manifests never change: the plan, every attempt's validation and its rewrite read each once.
     entries = ManifestEntries()
+    refuse_deletion_vectors(table, branch, entries)  # before planning: nothing is written or committed
     the_plan = plan(table, branch, config, resolved.get(options.TARGET_FILE_SIZE_BYTES), partition_filter, entries)
     if the_plan is None:
         return CompactionResult(duration_ms=(time.monotonic() - started) * 1000)
