@@ -632,7 +632,12 @@ def is_stale_sequence_number(error: ValueError) -> bool:
     Refreshing and preparing again fixes it, so it is a retryable conflict (pinned wording of
     pyiceberg 0.12; Iceberg Java's RetryableValidationException covers the same two checks)."""
     text = str(error)
-    return "Cannot add snapshot with sequence number" in text or "first row id smaller than the table" in text
+    return (
+        "Cannot add snapshot with sequence number" in text
+        or "first row id smaller than the table" in text
+        # Prepared on v2 metadata, committed after an upgrade to v3: prepared again, it gets its ids.
+        or "Cannot add snapshot without first row id" in text
+    )
 
 
 def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
