@@ -21,7 +21,8 @@ from iceberg_sink import IcebergSink, InvalidSinkConfigError, UnsupportedTableEr
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import data_file_first_row_id
-from iceberg_sink.table.catalog import create_table
+from iceberg_sink.cli import EXIT_OK, EXIT_USAGE, main
+from iceberg_sink.table.catalog import CatalogConfig, create_table
 from iceberg_sink.table.versions import upgrade_format_version
 from tests.helpers import write_batches, writer_spec
 
@@ -122,3 +123,22 @@ def test_the_upgrade_refuses_what_it_cannot_do_before_committing(tmp_path: Path,
     assert catalog.load_table("db.t").metadata.format_version == 2
     plain = IcebergSink.builder().catalog("t", type="sql", uri=uri, warehouse=warehouse).table("db.t").build()
     assert plain.upgrade_format_version().metadata.format_version == 3
+
+
+def test_the_cli_upgrades_once_and_refuses_a_v1_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = CatalogConfig.embedded(tmp_path).load()
+    catalog.create_namespace("db")
+    create_table(catalog, "db.t", SCHEMA, UNPARTITIONED_PARTITION_SPEC, {"format-version": "2"})
+    create_table(catalog, "db.old", SCHEMA, UNPARTITIONED_PARTITION_SPEC, {"format-version": "1"})
+    outputs = []
+    for table in ("db.t", "db.t", "db.old"):
+        code = main(["upgrade-format-version", table, "--embedded", str(tmp_path), "--json"])
+        outputs.append((code, json.loads(capsys.readouterr().out)))
+    assert [(code, doc.get("format_version_before"), doc.get("format_version")) for code, doc in outputs] == [
+        (EXIT_OK, 2, 3),
+        (EXIT_OK, 3, 3),
+        (EXIT_USAGE, None, None),
+    ]
+    assert "upgrade it to 2 first" in outputs[2][1]["error"]["message"]
+    assert catalog.load_table("db.t").metadata.format_version == 3
+    assert catalog.load_table("db.old").metadata.format_version == 1
