@@ -136,3 +136,37 @@ def test_a_v3_table_holding_deletion_vectors_is_refused_before_anything_is_writt
     assert sink.load_table().metadata_location == catalog.load_table("db.dv").metadata_location
     assert len(sink.load_table().metadata.snapshots) == 3
     assert sorted(p.name for p in (warehouse / "db" / "dv" / "data").rglob("*")) == files_before
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
+def test_post_commit_compaction_of_a_v3_table_keeps_every_rows_lineage(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, background: bool
+) -> None:
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "data")
+        .table("db.t")
+        .create_if_missing(format_version=3)
+        .compaction(every_n_commits=3, background=background)
+        .build()
+    )
+    batches = [rows(0, 10), rows(10, 5), rows(15, 8)]
+    for batch in batches[:2]:
+        sink.write(spark.createDataFrame(batch, SCHEMA))
+    newest = java_readers[-1]
+    lineage = _lineage_by_id(newest, sink.load_table())
+    next_row_id = sink.load_table().metadata.next_row_id
+    sink.write(spark.createDataFrame(batches[2], SCHEMA))  # the third commit triggers a compaction
+    sink.await_compactions(300)
+    assert sink.metrics().compactions_succeeded == 1 and sink.metrics().compactions_failed == 0
+    table = sink.load_table()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None and snapshot.summary.operation.value == "replace"
+    after = _lineage_by_id(newest, table)
+    assert {i: after[i] for i in lineage} == lineage
+    third = sorted(after[i][0] for i in range(15, 23))
+    assert third == list(range(next_row_id, next_row_id + 8))  # the third commit's ids, kept by the rewrite
+    expected = pa.Table.from_pylist(
+        [dict(zip(["id", "user_id", "ts", "v"], r, strict=True)) for b in batches for r in b]
+    )
+    assert_readers_agree(java_readers, table.metadata_location, expected, ["id"])
