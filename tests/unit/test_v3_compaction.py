@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
@@ -182,3 +183,35 @@ def test_rows_of_a_file_without_a_first_row_id_keep_null_lineage() -> None:
     filled = with_row_lineage(rows, 10, 4)
     assert filled["_row_id"].to_pylist() == [10, 7, 12]
     assert filled["_last_updated_sequence_number"].to_pylist() == [4, 2, 4]
+
+
+def test_a_compaction_that_lost_a_race_with_an_append_is_prepared_again_and_keeps_both_lineages(
+    catalog: SqlCatalog,
+) -> None:
+    table = create_table(catalog, "db.t", SCHEMA, UNPARTITIONED_PARTITION_SPEC, {"format-version": "3"})
+    for checkpoint, ids in enumerate([[1, 2], [3, 4, 5]]):
+        table = _append(table, ids, checkpoint)
+    entries = ManifestEntries()
+    the_plan = plan(table, "main", CompactionConfig(), 128 * 1024 * 1024, None, entries)
+    assert the_plan is not None
+    spec = _writer_spec(table, CompactionConfig(), {})
+    row_ids = first_row_ids(
+        table.io, table.current_snapshot(), {f.manifest_path for f in the_plan.groups[0].data_files}
+    )  # type: ignore[arg-type]
+    added = rewrite_group(spec, encode_group(the_plan.groups[0], None, the_plan.rules, row_ids), 0, 0).data_files
+    removed = frozenset(f.meta.path for f in the_plan.groups[0].data_files)
+
+    def rewrite(on: Table) -> producer.PreparedCommit:
+        return producer.RewriteFiles(on, "main", added, removed, the_plan.sequence_number, {}, entries).prepare()
+
+    stale = rewrite(table)
+    appended = _append(table, [6, 7], 2)  # another writer wins the race
+    before = _lineage(appended)
+    with pytest.raises(CommitFailedException):
+        producer.commit_prepared(table, stale)
+    table = producer.commit_prepared(appended, rewrite(appended))
+    assert _lineage(table) == before
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    # The retry starts at the next-row-id the append left (7) and its new manifest holds 5 rows.
+    assert (snapshot.first_row_id, snapshot.added_rows) == (7, 5)
