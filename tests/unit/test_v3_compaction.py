@@ -195,9 +195,9 @@ def test_a_compaction_that_lost_a_race_with_an_append_is_prepared_again_and_keep
     the_plan = plan(table, "main", CompactionConfig(), 128 * 1024 * 1024, None, entries)
     assert the_plan is not None
     spec = _writer_spec(table, CompactionConfig(), {})
-    row_ids = first_row_ids(
-        table.io, table.current_snapshot(), {f.manifest_path for f in the_plan.groups[0].data_files}
-    )  # type: ignore[arg-type]
+    read = table.current_snapshot()
+    assert read is not None
+    row_ids = first_row_ids(table.io, read, {f.manifest_path for f in the_plan.groups[0].data_files})
     added = rewrite_group(spec, encode_group(the_plan.groups[0], None, the_plan.rules, row_ids), 0, 0).data_files
     removed = frozenset(f.meta.path for f in the_plan.groups[0].data_files)
 
