@@ -24,8 +24,9 @@ check what it writes.
 """
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
-"""The format versions the sink commits to. Version 3 takes appends only (no delete files: its
-deletes are deletion vectors, not committed yet); see docs/format-v3.md."""
+"""The format versions the sink commits to. Version 3 takes appends and compaction, and v2 tables
+upgrade to it, but no delete files (its deletes are deletion vectors, not committed yet); see
+docs/format-v3.md."""
 
 DELETE_FILE_FORMAT_VERSIONS = (2,)
 """The format versions the sink writes delete files to (upserts, CDC, equality-delete conversion)."""
