@@ -12,6 +12,7 @@ check what it writes.
 - ``deletes``: the one rule for which delete file applies to which data file.
 - ``producer``: one snapshot-producer base that every commit kind subclasses (row delta, rewrite
   files, rewrite manifests): sequence numbers, summaries, the branch update, requirements.
+- ``commit``: sending a prepared snapshot or metadata update to the catalog (stale ones retryable).
 - ``retry``: the one retry loop of every commit (checkpoints, compaction, manifest rewrites).
 - ``specs``: which specs hold live data, and the unpartitioned spec that global deletes need.
 - ``projection``: reading old data files by field id at every nesting level.

@@ -14,9 +14,8 @@ merging producers do (``_iceberg/merge.py``; the manifest rewrite, which regroup
 opts out), the snapshot's sequence number and parent,
 summary totals (never negative, never made up when the parent has none), the branch update (which
 keeps the branch's retention settings), and the requirements that make the commit a
-compare-and-swap on the branch head. :func:`commit_prepared` sends a prepared snapshot and turns
-PyIceberg's complaint about a stale sequence number (another branch committed meanwhile) into the
-retryable :class:`CommitFailedException`.
+compare-and-swap on the branch head. :func:`commit_prepared` (``_iceberg/commit.py``, re-exported
+here) sends a prepared snapshot.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     ManifestContent,
@@ -35,8 +33,7 @@ from pyiceberg.manifest import (
     ManifestFile,
     ManifestWriter,
 )
-from pyiceberg.table import Table, TableProperties
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary
 from pyiceberg.table.update import (
@@ -45,13 +42,16 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     SetSnapshotRefUpdate,
 )
-from pyiceberg.utils.properties import property_as_bool
 
 from iceberg_sink._iceberg import (
     SUPPORTED_FORMAT_VERSIONS,
     V3_CHANGES_REFUSAL,
     V3_CONVERSION_REFUSAL,
 )
+from iceberg_sink._iceberg.commit import commit_metadata as commit_metadata
+from iceberg_sink._iceberg.commit import commit_prepared as commit_prepared
+from iceberg_sink._iceberg.commit import delete_dropped_metadata as delete_dropped_metadata
+from iceberg_sink._iceberg.commit import is_stale_sequence_number as is_stale_sequence_number
 from iceberg_sink._iceberg.files import (
     ManifestEntries,
     branch_head,
@@ -71,7 +71,6 @@ from iceberg_sink._iceberg.lineage import (
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
-from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
@@ -624,68 +623,3 @@ class RewriteManifests(SnapshotProducer):
 
     def extra_summary(self) -> dict[str, str]:
         return {"manifests-created": str(self._created), "manifests-replaced": str(len(self._old))}
-
-
-def is_stale_sequence_number(error: ValueError) -> bool:
-    """PyIceberg's catalogs check a new snapshot's sequence number (v2) or first row id (v3) against
-    the table's when applying the commit; another branch committing meanwhile makes ours stale.
-    Refreshing and preparing again fixes it, so it is a retryable conflict (pinned wording of
-    pyiceberg 0.12; Iceberg Java's RetryableValidationException covers the same two checks)."""
-    text = str(error)
-    return (
-        "Cannot add snapshot with sequence number" in text
-        or "first row id smaller than the table" in text
-        # Prepared on v2 metadata, committed after an upgrade to v3: prepared again, it gets its ids.
-        or "Cannot add snapshot without first row id" in text
-    )
-
-
-def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
-    """Send one prepared snapshot to the catalog; returns the table as of the new metadata.
-
-    Raises:
-        CommitFailedException: the branch head moved or the sequence number went stale (another
-            writer committed, on this or another branch): refresh, prepare again, retry.
-        CommitStateUnknownException: the commit may or may not have landed.
-    """
-    try:
-        return commit_metadata(table, prepared.requirements, prepared.updates)
-    except ValueError as e:
-        if is_stale_sequence_number(e):
-            raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
-        raise
-
-
-def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tuple[object, ...]) -> Table:
-    """One metadata commit through the table's catalog; returns the table as of the new metadata.
-
-    The catalog trims the metadata log to ``write.metadata.previous-versions-max``; with
-    ``write.metadata.delete-after-commit.enabled`` the metadata files it dropped are deleted here,
-    as Iceberg Java's catalogs and PyIceberg's own transactions do after a commit.
-    """
-    with v3_metadata_writes():  # the sink built this commit (its v3 snapshots carry row lineage)
-        response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
-    delete_dropped_metadata(table.io, table.metadata, response.metadata)
-    return Table(
-        identifier=table.name(),
-        metadata=response.metadata,
-        metadata_location=response.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
-    )
-
-
-def delete_dropped_metadata(io: FileIO, base: TableMetadata, committed: TableMetadata) -> None:
-    """Delete the metadata files ``base`` logged that the committed metadata's log no longer holds,
-    when the committed table has ``write.metadata.delete-after-commit.enabled`` (Iceberg Java's
-    ``CatalogUtil.deleteRemovedMetadataFiles``). A failed delete leaves an orphan, never an error:
-    the commit has landed."""
-    if not property_as_bool(
-        committed.properties,
-        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
-        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT,
-    ):
-        return
-    kept = {entry.metadata_file for entry in committed.metadata_log}
-    dropped = sorted({entry.metadata_file for entry in base.metadata_log} - kept)
-    delete_quietly(io, dropped)
