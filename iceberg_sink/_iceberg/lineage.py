@@ -60,6 +60,7 @@ from iceberg_sink._iceberg.manifests import (
     data_file_first_row_id,
     manifest_first_row_id,
 )
+from iceberg_sink.errors import UnsupportedTableError
 
 ROW_LINEAGE_FORMAT_VERSION = 3
 """The first format version with row lineage (Java's MIN_FORMAT_VERSION_ROW_LINEAGE)."""
@@ -78,12 +79,17 @@ number."""
 def with_lineage_columns(schema: Schema) -> Schema:
     """``schema`` plus the two row lineage columns, as a v3 rewrite reads and writes data files (Iceberg
     Java's Spark rewrite adds ``MetadataColumns.ROW_ID`` and ``LAST_UPDATED_SEQUENCE_NUMBER`` the same
-    way)."""
+    way).
+
+    Raises:
+        UnsupportedTableError: ``schema`` already has a column of one of those names.
+    """
     names = {field.name for field in schema.fields}
     taken = names & {ROW_ID.name, LAST_UPDATED_SEQUENCE_NUMBER.name}
     if taken:
-        raise ValueError(
-            f"table schema has column(s) {sorted(taken)}; expected none: format v3 reserves those names for row lineage"
+        raise UnsupportedTableError(
+            f"table schema has column(s) {sorted(taken)}; expected none: format v3 reserves those names for row "
+            "lineage, which a rewrite writes into the new files; rename the column(s) to compact this table"
         )
     return Schema(
         *schema.fields,

@@ -18,6 +18,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
+from iceberg_sink import UnsupportedTableError
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.files import ManifestEntries
 from iceberg_sink._iceberg.lineage import first_row_ids, read_entries, read_manifests, with_lineage_columns
@@ -167,7 +168,7 @@ def test_the_lineage_columns_are_reserved_names() -> None:
         (ROW_ID, "_row_id", False),
         (UPDATED, "_last_updated_sequence_number", False),
     ]
-    with pytest.raises(ValueError, match=r"has column\(s\) \['_row_id'\]; expected none"):
+    with pytest.raises(UnsupportedTableError, match=r"has column\(s\) \['_row_id'\]; expected none"):
         with_lineage_columns(Schema(NestedField(1, "_row_id", LongType())))
 
 
