@@ -12,6 +12,7 @@ check what it writes.
 - ``deletes``: the one rule for which delete file applies to which data file.
 - ``producer``: one snapshot-producer base that every commit kind subclasses (row delta, rewrite
   files, rewrite manifests): sequence numbers, summaries, the branch update, requirements.
+- ``live_vectors``: the live deletion vectors of a v3 snapshot, by data file (rewrites apply them).
 - ``commit``: sending a prepared snapshot or metadata update to the catalog (stale ones retryable).
 - ``retry``: the one retry loop of every commit (checkpoints, compaction, manifest rewrites).
 - ``specs``: which specs hold live data, and the unpartitioned spec that global deletes need.
@@ -36,8 +37,4 @@ V3_CHANGES_REFUSAL = "upsert/CDC on format v3 needs deletion vectors, not built 
 V3_CONVERSION_REFUSAL = (
     "equality-delete conversion writes position delete files, which format v3 forbids (its deletes are "
     "deletion vectors, not built yet); use format_version=2"
-)
-V3_COMPACTION_REFUSAL = (
-    "compacting a format v3 table that holds deletion vectors must apply them and drop the ones the rewrite "
-    "leaves dangling, which is not built yet; leave that table uncompacted"
 )

@@ -68,6 +68,7 @@ from iceberg_sink._iceberg.lineage import (
     snapshot_row_range,
     table_next_row_id,
 )
+from iceberg_sink._iceberg.live_vectors import is_deletion_vector, vector_target
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
@@ -483,13 +484,14 @@ class RewriteFiles(SnapshotProducer):
             raise ValueError(f"cannot rewrite files of branch {branch!r}: it has no snapshot")
         self._new = tuple(added)
         self._removed_paths = removed_paths
+        self._emptied_puffins: frozenset[str] = frozenset()
         # Format version 1 has no sequence numbers; entries inherit nothing there.
         self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
 
     rewrites = True
 
     def replaced_paths(self) -> frozenset[str]:
-        return self._removed_paths
+        return self._removed_paths | self._emptied_puffins
 
     def added_files(self) -> tuple[DataFileMeta, ...]:
         return self._new
@@ -505,8 +507,50 @@ class RewriteFiles(SnapshotProducer):
         # On v3 the carried-over manifests keep their first row ids; the new files' manifest and the
         # rewritten ones get fresh ranges from the manifest list, as Iceberg Java's rewrite gives them
         # (a v3 rewrite writes every row's _row_id into its new files: topology/compaction/rewriter.py).
-        for manifest in self.all_parent_manifests():
+        parents = self.all_parent_manifests()
+        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+            return result + self._without_dangling_vectors(parents)
+        for manifest in parents:
             rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
+            if rewritten is not None:
+                result.append(rewritten)
+            elif has_live_files(manifest):
+                result.append(manifest)
+        return result
+
+    def _without_dangling_vectors(self, parents: list[ManifestFile]) -> list[ManifestFile]:
+        """v3: the parent's manifests without the removed files, nor the deletion vectors of removed
+        data files, which nothing could apply any more (Iceberg Java's ``MergingSnapshotProducer``
+        drops such dangling DVs in the same commit). One Puffin file can hold the DVs of many data
+        files, each its own entry: entries go one by one; a Puffin file all of whose entries go
+        counts as replaced (:meth:`replaced_paths`)."""
+        read = {m.manifest_path: read_entries(self.io, m) for m in parents if m.content == ManifestContent.DELETES}
+
+        def goes(entry: ManifestEntry) -> bool:
+            return (
+                entry.data_file.file_path in self._removed_paths
+                or vector_target(entry.data_file) in self._removed_paths
+            )
+
+        puffins = [e for entries in read.values() for e in entries if is_deletion_vector(e.data_file)]
+        kept = {e.data_file.file_path for e in puffins if not goes(e)}
+        self._emptied_puffins = frozenset(e.data_file.file_path for e in puffins if goes(e)) - kept
+        result = []
+        for manifest in parents:
+            entries = read.get(manifest.manifest_path)
+            rewritten: ManifestFile | None = None
+            if entries is None or not any(goes(e) for e in entries):
+                rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
+            else:
+                writer = self._writer(manifest.content, manifest.partition_spec_id)
+                with writer:
+                    for entry in entries:
+                        if goes(entry):
+                            writer.delete(entry)
+                            self._removed.append(to_meta(entry.data_file))
+                        else:
+                            writer.existing(entry)
+                rewritten = writer.to_manifest_file()
             if rewritten is not None:
                 result.append(rewritten)
             elif has_live_files(manifest):

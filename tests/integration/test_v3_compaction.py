@@ -1,8 +1,8 @@
 """Compacting format v3 tables with ``sink.compact()``: every reader (Iceberg Java 1.9.2, the newest
 Iceberg Java, DuckDB, PyIceberg) reads the same rows before and after, the newest Java's ``_row_id``
 and ``_last_updated_sequence_number`` metadata columns are unchanged by the rewrite, Java reads the
-rewrite commit's row-id ranges as the sink wrote them, and a table holding deletion vectors (written
-by Iceberg Java) is refused before anything is written."""
+rewrite commit's row-id ranges as the sink wrote them, and deletion vectors Iceberg Java wrote are
+applied and dropped with their data files only."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, UnsupportedTableError
+from iceberg_sink import IcebergSink
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
+from iceberg_sink._iceberg.live_vectors import live_vectors
 from iceberg_sink._iceberg.manifests import data_file_first_row_id
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize, pyiceberg_read
@@ -108,20 +109,32 @@ def test_compacted_v3_table_reads_the_same_rows_and_lineage_in_every_reader(
     assert _lineage_by_id(newest, sink.load_table()) == lineage_before
 
 
-def test_a_v3_table_holding_deletion_vectors_is_refused_before_anything_is_written(
+def _live_vectors(table: Table) -> dict[str, str]:
+    """Each live deletion vector's data file -> its Puffin file."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return {data: ref.path for data, ref in live_vectors(table.io, snapshot).items()}
+
+
+def test_compaction_applies_deletion_vectors_iceberg_java_wrote_and_drops_only_the_dangling_ones(
     spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
 ) -> None:
+    """The newest Iceberg Java writes a partitioned v3 table and deletes rows of two partitions as
+    deletion vectors. Compacting one partition applies its DV and drops it, and keeps the other
+    partition's DV (even when both sit in one Puffin file); compacting the rest drops that one too.
+    Every reader reads the right rows after each step, and every row keeps its lineage."""
     java = java_readers[-1]
     warehouse = tmp_path / "java-warehouse"
     for statement in [
         "SET spark.sql.catalog.jw=org.apache.iceberg.spark.SparkCatalog",
         "SET spark.sql.catalog.jw.type=hadoop",
         f"SET spark.sql.catalog.jw.warehouse={warehouse.as_uri()}",
-        "CREATE TABLE jw.db.dv (id bigint, v string) USING iceberg "
+        "CREATE TABLE jw.db.dv (id bigint, part string, v string) USING iceberg PARTITIONED BY (part) "
         "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')",
-        "INSERT INTO jw.db.dv VALUES (1, 'a'), (2, 'b')",
-        "INSERT INTO jw.db.dv VALUES (3, 'c')",
-        "DELETE FROM jw.db.dv WHERE id = 2",
+        "INSERT INTO jw.db.dv VALUES (1, 'a', 'x'), (2, 'a', 'x'), (3, 'a', 'x'), (4, 'a', 'x')",
+        "INSERT INTO jw.db.dv VALUES (5, 'a', 'y'), (6, 'a', 'y'), (7, 'b', 'y'), (8, 'b', 'y'), (9, 'b', 'y')",
+        "INSERT INTO jw.db.dv VALUES (10, 'b', 'z')",
+        "DELETE FROM jw.db.dv WHERE id IN (2, 3, 8)",
     ]:
         java.sql(statement)
     metadata = max((warehouse / "db" / "dv" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))
@@ -130,12 +143,36 @@ def test_a_v3_table_holding_deletion_vectors_is_refused_before_anything_is_writt
     catalog.create_namespace("db")
     catalog.register_table("db.dv", metadata.as_uri())
     sink = IcebergSink.builder().catalog("t", **props).table("db.dv").build()
-    files_before = sorted(p.name for p in (warehouse / "db" / "dv" / "data").rglob("*"))
-    with pytest.raises(UnsupportedTableError, match=r"expected no deletion vectors on branch main, received 1"):
-        sink.compact(spark, CompactionConfig(min_input_files=1, delete_file_threshold=1))
-    assert sink.load_table().metadata_location == catalog.load_table("db.dv").metadata_location
-    assert len(sink.load_table().metadata.snapshots) == 3
-    assert sorted(p.name for p in (warehouse / "db" / "dv" / "data").rglob("*")) == files_before
+    before = sink.load_table()
+    vectors = _live_vectors(before)
+    assert len(vectors) == 2  # one DV per data file with deletes, in partitions a and b
+    lineage = _lineage_by_id(java, before)
+    live = [(i, p, v) for i, p, v in [(1, "a", "x"), (4, "a", "x"), (5, "a", "y"), (6, "a", "y")]]
+    live += [(7, "b", "y"), (9, "b", "y"), (10, "b", "z")]
+    expected = [{"id": i, "part": p, "v": v} for i, p, v in live]
+
+    config = CompactionConfig(min_input_files=2, delete_file_threshold=1)
+    result = sink.compact(spark, config, partition_filter=lambda _spec, values: values == ("a",))
+    table = sink.load_table()
+    assert result.committed_groups == 1
+    b_vector = {d: f for d, f in vectors.items() if "part=b" in d}
+    assert _live_vectors(table) == b_vector  # a's DV dropped with its data file, b's kept
+    assert_readers_agree(java_readers, table.metadata_location, expected, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(
+        pa.Table.from_pylist(expected), ["id"]
+    )
+    assert _lineage_by_id(java, table) == lineage
+
+    sink.compact(spark, config)
+    table = sink.load_table()
+    assert _live_vectors(table) == {}
+    summary = table.current_snapshot().summary  # type: ignore[union-attr]
+    assert summary is not None and int(summary["total-delete-files"]) == 0
+    assert_readers_agree(java_readers, table.metadata_location, expected, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(
+        pa.Table.from_pylist(expected), ["id"]
+    )
+    assert _lineage_by_id(java, table) == lineage
 
 
 @pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])

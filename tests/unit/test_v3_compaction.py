@@ -7,28 +7,48 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import ManifestContent
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+)
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import UnsupportedTableError
 from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg.deletes import DeleteRules
+from iceberg_sink._iceberg.deletion_vectors import DeletionVector, read_deletion_vector, write_deletion_vectors
 from iceberg_sink._iceberg.files import ManifestEntries
 from iceberg_sink._iceberg.lineage import first_row_ids, read_entries, read_manifests, with_lineage_columns
-from iceberg_sink._iceberg.manifests import data_file_first_row_id
+from iceberg_sink._iceberg.live_vectors import live_vectors
+from iceberg_sink._iceberg.manifests import as_v3_data_file, data_file_first_row_id
 from iceberg_sink._iceberg.projection import read_projected
 from iceberg_sink.table.catalog import create_table
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.job import _writer_spec
 from iceberg_sink.topology.compaction.planner import plan
-from iceberg_sink.topology.compaction.rewriter import encode_group, rewrite_group, with_row_lineage
+from iceberg_sink.topology.compaction.rewriter import (
+    apply_deletes,
+    delete_cache,
+    encode_group,
+    rewrite_group,
+    with_row_lineage,
+)
 from tests.helpers import write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
@@ -216,3 +236,111 @@ def test_a_compaction_that_lost_a_race_with_an_append_is_prepared_again_and_keep
     assert snapshot is not None
     # The retry starts at the next-row-id the append left (7) and its new manifest holds 5 rows.
     assert (snapshot.first_row_id, snapshot.added_rows) == (7, 5)
+
+
+class _AddVectors(producer.SnapshotProducer):
+    """Commits deletion vectors as Iceberg Java does (the sink's own DV commits live elsewhere)."""
+
+    def __init__(self, table: Table, vectors: tuple[DeletionVector, ...]) -> None:
+        super().__init__(table, "main", {})
+        self._vectors = vectors
+
+    def operation(self) -> Operation:
+        return Operation.DELETE
+
+    def manifests(self) -> list[ManifestFile]:
+        writer = self._writer(ManifestContent.DELETES, 0)
+        with writer:
+            for dv in self._vectors:
+                data_file = as_v3_data_file(
+                    DataFile.from_args(
+                        content=DataFileContent.POSITION_DELETES,
+                        file_path=dv.path,
+                        file_format=FileFormat.PUFFIN,
+                        partition=Record(),
+                        record_count=dv.cardinality,
+                        file_size_in_bytes=dv.file_size_in_bytes,
+                    )
+                )
+                data_file[17], data_file[18], data_file[19] = (
+                    dv.referenced_data_file,
+                    dv.content_offset,
+                    dv.content_size_in_bytes,
+                )
+                writer.add(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=self.snapshot_id,
+                        sequence_number=None,
+                        file_sequence_number=None,
+                        data_file=data_file,
+                    )
+                )
+        return [writer.to_manifest_file(), *self.parent_manifests()]
+
+
+def test_compaction_applies_deletion_vectors_and_drops_only_those_of_the_files_it_rewrites(
+    catalog: SqlCatalog,
+) -> None:
+    """Two DVs in one Puffin file: rewriting one data file drops its DV entry alone; the other DV
+    (same Puffin path) stays live and still deletes its rows."""
+    table = create_table(catalog, "db.t", SCHEMA, UNPARTITIONED_PARTITION_SPEC, {"format-version": "3"})
+    for checkpoint, ids in enumerate([[1, 2, 3], [4, 5], [6, 7, 8]]):
+        table = _append(table, ids, checkpoint)
+    files = {min(r[0] for r in _rows_of(path)): path for path in _live_data(table)}
+    puffin = f"{table.location()}/data/dv-shared.puffin"
+    vectors = write_deletion_vectors(table.io, puffin, {files[1]: [np.array([1])], files[6]: [np.array([0, 2])]})
+    table = producer.commit_prepared(table, _AddVectors(table, vectors).prepare())
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [1, 3, 4, 5, 7]  # PyIceberg applies the DVs
+    before = [r for r in _lineage(table) if r[0] in (1, 3, 4, 5, 7)]
+
+    # Rewrite the files of ids 1-3 and 4-5 (as a compaction of that group would), not the one of 6-8.
+    entries = ManifestEntries()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    live = [f for m in snapshot.manifests(table.io) for f in entries.live_files(table.io, m)]
+    group = [f for f in live if f.meta.path in (files[1], files[4])]
+    spec = _writer_spec(table, CompactionConfig(), {})
+    row_ids = first_row_ids(table.io, snapshot, {f.manifest_path for f in group})
+    refs = live_vectors(table.io, snapshot)
+    assert set(refs) == {files[1], files[6]}
+    rows = []
+    for f in group:
+        read = with_row_lineage(
+            read_projected(table.io, f.meta.path, spec.schema), row_ids[f.meta.path], f.data_sequence_number
+        )
+        ref = refs.get(f.meta.path)
+        vector = (
+            None
+            if ref is None
+            else read_deletion_vector(table.io, ref.path, ref.content_offset, ref.content_size_in_bytes)
+        )
+        rows.append(
+            apply_deletes(read, f, [], delete_cache(table.io, spec.schema), spec.schema, DeleteRules([]), vector)
+        )
+    new = write_batches(spec, pa.concat_tables(rows)).data_files
+    removed = frozenset(f.meta.path for f in group)
+    rewrite = producer.RewriteFiles(table, "main", new, removed, snapshot.sequence_number or 0, {}, entries)
+    table = producer.commit_prepared(table, rewrite.prepare())
+
+    after = table.current_snapshot()
+    assert after is not None
+    assert {d: r.path for d, r in live_vectors(table.io, after).items()} == {files[6]: puffin}
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [1, 3, 4, 5, 7]
+    assert [r for r in _lineage(table) if r[0] in (1, 3, 4, 5, 7)] == before
+    assert after.summary is not None and after.summary["removed-position-deletes"] == "1"
+
+
+def _live_data(table: Table) -> list[str]:
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return [
+        e.data_file.file_path
+        for m in read_manifests(table.io, snapshot, 3)
+        if m.content == ManifestContent.DATA
+        for e in read_entries(table.io, m)
+    ]
+
+
+def _rows_of(path: str) -> list[tuple[int, ...]]:
+    return [(r["id"],) for r in pq.read_table(path.removeprefix("file://"), columns=["id"]).to_pylist()]

@@ -23,8 +23,9 @@ snapshot lists them (``CommitAttempt.discard``), and kept otherwise (the snapsho
 Format v3: the rewrite carries every row's ``_row_id`` and ``_last_updated_sequence_number`` into the
 new files as columns (topology/compaction/rewriter.py), so readers see the same lineage after the
 commit as before; the commit itself assigns row ids as Iceberg Java's does (the new files' manifest
-and every manifest the commit rewrites get fresh ranges from the manifest list). A v3 table holding
-deletion vectors is refused before anything is planned (``V3_COMPACTION_REFUSAL``).
+and every manifest the commit rewrites get fresh ranges from the manifest list). Deletion vectors of
+the rewritten files are applied (the new files leave their positions out) and dropped by the commit
+(``RewriteFiles``), entry by entry: DVs of other data files in the same Puffin file stay.
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from iceberg_sink import options
-from iceberg_sink._iceberg import V3_COMPACTION_REFUSAL, producer
+from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, delete_quietly, live_files
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION, first_row_ids, with_lineage_columns
+from iceberg_sink._iceberg.live_vectors import live_vectors
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys
-from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
@@ -161,13 +162,14 @@ def _rewrite(
     progress: Progress | None,
 ) -> dict[int, WriteResult]:
     groups = the_plan.groups
-    row_ids = None
+    row_ids = vectors = None
     if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
-        # PyIceberg's manifest reads (the plan's) drop first row ids: read the planned files' again.
+        # PyIceberg's manifest reads (the plan's) drop first row ids and where DVs are: read them here.
         read = table.metadata.snapshot_by_id(the_plan.snapshot_id)
         assert read is not None
         row_ids = first_row_ids(table.io, read, {f.manifest_path for g in groups for f in g.data_files})
-    payloads = [(i, encode_group(g, sort, the_plan.rules, row_ids)) for i, g in enumerate(groups)]
+        vectors = live_vectors(table.io, read)
+    payloads = [(i, encode_group(g, sort, the_plan.rules, row_ids, vectors)) for i, g in enumerate(groups)]
     chunk = max(2, spark.sparkContext.defaultParallelism * 2)
     results: dict[int, WriteResult] = {}
     try:
@@ -184,21 +186,6 @@ def _rewrite(
         delete_quietly(table.io, [f.path for r in results.values() for f in r.data_files])
         raise
     return results
-
-
-def refuse_deletion_vectors(table: Table, branch: str, entries: ManifestEntries | None = None) -> None:
-    """Refuse to compact a format v3 table whose ``branch`` holds deletion vectors, naming why
-    (``V3_COMPACTION_REFUSAL``); other tables pass. ``entries`` is the run's manifest cache (the plan
-    then reads nothing twice)."""
-    if table.metadata.format_version < ROW_LINEAGE_FORMAT_VERSION:
-        return
-    _, deletes = live_files(table, branch_head(table, branch), entries)
-    vectors = [d.meta.path for d in deletes if d.meta.file_format.upper() == "PUFFIN"]
-    if vectors:
-        raise UnsupportedTableError(
-            f"compaction of table {'.'.join(table.name())}: expected no deletion vectors on branch {branch}, "
-            f"received {len(vectors)} (e.g. {vectors[0]}) ({V3_COMPACTION_REFUSAL})"
-        )
 
 
 def compact(
@@ -225,10 +212,6 @@ def compact(
     Groups dropped on conflict make it plan again on the new head, at most ``config.max_replans``
     times; the result sums the plans (``replans`` counts the extra ones). A result whose ``noop``
     is true rewrote nothing.
-
-    Raises:
-        UnsupportedTableError: the table is format v3 and holds deletion vectors (before anything is
-            planned or written).
     """
     config = config or CompactionConfig()
     retry = retry or RetryPolicy()
@@ -262,7 +245,6 @@ def _compact_once(
     resolved = options.resolve(dict(write_options or {}), table.properties)
     # Manifests never change: the plan, every attempt's validation and its rewrite read each once.
     entries = ManifestEntries()
-    refuse_deletion_vectors(table, branch, entries)  # before planning: nothing is written or committed
     the_plan = plan(table, branch, config, resolved.get(options.TARGET_FILE_SIZE_BYTES), partition_filter, entries)
     if the_plan is None:
         return CompactionResult(duration_ms=(time.monotonic() - started) * 1000)
@@ -427,7 +409,9 @@ def _still_removable(
             everywhere.append(f)
     result = set()
     for d in deletes:
-        if d.data_sequence_number > the_plan.sequence_number:
+        # A deletion vector goes with its data file (RewriteFiles), never by its Puffin path, which
+        # may hold the DVs of other data files too.
+        if d.data_sequence_number > the_plan.sequence_number or d.meta.file_format.upper() == "PUFFIN":
             continue
         candidates = everywhere if rules.is_global(d) else remaining.get((d.meta.spec_id, d.meta.partition), [])
         if not any(rules.applies(d, f) for f in candidates):

@@ -37,8 +37,10 @@ from pyspark import TaskContext
 
 from iceberg_sink import _task_faults
 from iceberg_sink._iceberg.deletes import DeleteRules
+from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.lineage import LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID
+from iceberg_sink._iceberg.live_vectors import VectorRef
 from iceberg_sink._iceberg.projection import column_by_id, key_schema, null_struct_depth, read_projected
 from iceberg_sink.topology.compaction.planner import RewriteGroup
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
@@ -76,9 +78,12 @@ def encode_group(
     sort: SortSpec | None,
     rules: DeleteRules,
     first_row_ids: dict[str, int | None] | None = None,
+    vectors: dict[str, VectorRef] | None = None,
 ) -> bytes:
     """The JSON payload one rewrite task receives for ``group``. ``first_row_ids`` (v3 tables only:
-    each data file's first row id) makes the task carry row lineage into the new files."""
+    each data file's first row id) makes the task carry row lineage into the new files; ``vectors``
+    (v3) are the live deletion vectors by data file (``_iceberg/live_vectors.py``)."""
+    live = vectors or {}
 
     def files(fs: tuple[LiveFile, ...]) -> list[dict[str, Any]]:
         return [{"meta": f.meta.to_json(), "seq": f.data_sequence_number} for f in fs]
@@ -94,13 +99,16 @@ def encode_group(
             "first_row_ids": None
             if first_row_ids is None
             else {f.meta.path: first_row_ids.get(f.meta.path) for f in group.data_files},
+            "vectors": {f.meta.path: ref.to_json() for f in group.data_files if (ref := live.get(f.meta.path))},
         }
     ).encode()
 
 
 def _decode(
     data: bytes,
-) -> tuple[list[LiveFile], list[LiveFile], SortSpec | None, DeleteRules, dict[str, int | None] | None]:
+) -> tuple[
+    list[LiveFile], list[LiveFile], SortSpec | None, DeleteRules, dict[str, int | None] | None, dict[str, VectorRef]
+]:
     obj = json.loads(data)
 
     def files(items: list[dict[str, Any]]) -> list[LiveFile]:
@@ -113,6 +121,7 @@ def _decode(
         None if sort is None else SortSpec(sort["order_id"], tuple(SortField(**f) for f in sort["fields"])),
         DeleteRules(obj["unpartitioned_spec_ids"]),
         obj.get("first_row_ids"),
+        {path: VectorRef.from_json(v) for path, v in obj.get("vectors", {}).items()},
     )
 
 
@@ -254,12 +263,15 @@ def apply_deletes(
     cache: _DeleteCache,
     schema: Schema,
     rules: DeleteRules,
+    vector: np.ndarray | None = None,
 ) -> pa.Table:
-    """``rows`` of ``data`` (in ``schema``) without the rows its applicable delete files remove."""
-    positions: list[pa.Array] = []
+    """``rows`` of ``data`` (in ``schema``) without the rows its applicable delete files remove.
+    ``vector``: the positions of ``data``'s deletion vector (v3), read by the caller; Puffin files
+    among ``deletes`` are skipped (PyIceberg reads them without the blob's location)."""
+    positions: list[pa.Array] = [] if vector is None else [pa.array(vector, pa.int64())]
     equality: dict[tuple[int, ...], list[pa.Table]] = {}
     for delete in deletes:
-        if not rules.applies(delete, data):
+        if delete.meta.file_format.upper() == "PUFFIN" or not rules.applies(delete, data):
             continue
         table = cache.get(delete)
         if delete.meta.content == FileContent.POSITION_DELETES:
@@ -285,7 +297,7 @@ def apply_deletes(
 
 def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: int) -> WriteResult:
     """Rewrite one group into new data files of the table's current partition spec."""
-    data_files, delete_files, sort, rules, row_ids = _decode(payload)
+    data_files, delete_files, sort, rules, row_ids, vectors = _decode(payload)
     schema = spec.schema  # with the lineage columns when ``row_ids`` is given (compaction/job.py)
     io = spec.file_io()
     cache = _DeleteCache(io, schema)
@@ -297,7 +309,13 @@ def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: in
             if row_ids is not None:
                 # Before the deletes: a row's position is its place in the file it was read from.
                 rows = with_row_lineage(rows, row_ids.get(data.meta.path), data.data_sequence_number)
-            rows = apply_deletes(rows, data, delete_files, cache, schema, rules)
+            ref = vectors.get(data.meta.path)
+            vector = (
+                None
+                if ref is None
+                else read_deletion_vector(io, ref.path, ref.content_offset, ref.content_size_in_bytes, ref.cardinality)
+            )
+            rows = apply_deletes(rows, data, delete_files, cache, schema, rules, vector)
             if sort is not None:
                 kept.append(rows)
             elif rows.num_rows:
