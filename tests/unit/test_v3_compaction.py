@@ -33,14 +33,14 @@ from iceberg_sink import UnsupportedTableError
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.deletion_vectors import DeletionVector, read_deletion_vector, write_deletion_vectors
-from iceberg_sink._iceberg.files import ManifestEntries
+from iceberg_sink._iceberg.files import ManifestEntries, live_files
 from iceberg_sink._iceberg.lineage import first_row_ids, read_entries, read_manifests, with_lineage_columns
 from iceberg_sink._iceberg.live_vectors import live_vectors
 from iceberg_sink._iceberg.manifests import as_v3_data_file, data_file_first_row_id
 from iceberg_sink._iceberg.projection import read_projected
 from iceberg_sink.table.catalog import create_table
 from iceberg_sink.topology.compaction.config import CompactionConfig
-from iceberg_sink.topology.compaction.job import _writer_spec
+from iceberg_sink.topology.compaction.job import _validate, _vector_files, _writer_spec
 from iceberg_sink.topology.compaction.planner import plan
 from iceberg_sink.topology.compaction.rewriter import (
     apply_deletes,
@@ -344,3 +344,30 @@ def _live_data(table: Table) -> list[str]:
 
 def _rows_of(path: str) -> list[tuple[int, ...]]:
     return [(r["id"],) for r in pq.read_table(path.removeprefix("file://"), columns=["id"]).to_pylist()]
+
+
+def test_a_deletion_vector_committed_meanwhile_conflicts_only_with_the_group_of_its_data_file(
+    catalog: SqlCatalog,
+) -> None:
+    table = create_table(catalog, "db.t", SCHEMA, UNPARTITIONED_PARTITION_SPEC, {"format-version": "3"})
+    for checkpoint, ids in enumerate([[1, 2, 3], [4, 5]]):
+        table = _append(table, ids, checkpoint)
+    the_plan = plan(table, "main", CompactionConfig(), 128 * 1024 * 1024, None, ManifestEntries())
+    assert the_plan is not None and len(the_plan.groups) == 1
+    table = _append(table, [6, 7], 2)  # committed after the plan: not in its group
+    files = {min(r[0] for r in _rows_of(path)): path for path in _live_data(table)}
+
+    def validate(on: Table) -> tuple[list[int], list[int]]:
+        head = on.current_snapshot()
+        head_files = live_files(on, head, ManifestEntries())
+        return (
+            _validate(head_files, the_plan, {0}, 0, _vector_files(on, head)),
+            _validate(head_files, the_plan, {0}, 0),  # without the DVs' data files: partition-wide
+        )
+
+    other = write_deletion_vectors(table.io, f"{table.location()}/data/dv-other.puffin", {files[6]: [np.array([0])]})
+    table = producer.commit_prepared(table, _AddVectors(table, other).prepare())
+    assert validate(table) == ([0], [])  # a DV of a file outside the group is no conflict
+    mine = write_deletion_vectors(table.io, f"{table.location()}/data/dv-mine.puffin", {files[4]: [np.array([1])]})
+    table = producer.commit_prepared(table, _AddVectors(table, mine).prepare())
+    assert validate(table) == ([], [])  # one of an input file is
