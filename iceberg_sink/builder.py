@@ -570,7 +570,7 @@ class IcebergSinkBuilder:
                     f"format_version) received {create.format_version}"
                 )
         if create is not None:
-            problems += version_problems("create_if_missing", create.format_version, changes, compaction, conversion)
+            problems += version_problems("create_if_missing", create.format_version, changes, conversion)
         if changes is not None and create is not None:
             if create.format_version < 2:
                 problems.append(
@@ -667,7 +667,7 @@ class IcebergSinkBuilder:
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
         if existing is not None:
-            refuse_format_version(self._table, existing.metadata.format_version, changes, compaction, conversion)
+            refuse_format_version(self._table, existing.metadata.format_version, changes, conversion)
             # Table properties must parse too; raises naming the property.
             options.resolve(parsed_options, existing.properties)
             if changes is not None:

@@ -24,6 +24,7 @@ from iceberg_sink.job.routing import RoutedJob
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
 from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.table.versions import upgrade_format_version
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
@@ -117,6 +118,21 @@ class IcebergSink:
                 f"{what}: this sink routes rows to many tables; run it per table with a single-table sink "
                 "(IcebergSink.builder().table(...)) or the iceberg-sink command line"
             )
+
+    def upgrade_format_version(self, format_version: int = 3) -> Table:
+        """Upgrade the sink's table to ``format_version`` (3, from 2) in one metadata-only commit, as
+        Iceberg Java's ``upgradeFormatVersion`` does; returns the upgraded table (unchanged when it
+        already has that version). Existing rows get row ids from the next commit on; delete files
+        stay and are still applied (see docs/format-v3.md). Safe beside running streams: a commit
+        prepared before the upgrade is prepared again on the v3 table.
+
+        Raises:
+            InvalidSinkConfigError: not 3, or this sink is configured for work v3 tables refuse (see
+                table/versions.py; nothing is committed).
+            UnsupportedTableError: the table is format v1 (upgrade it to 2 first).
+        """
+        self._single_table("upgrade_format_version()")
+        return upgrade_format_version(self.load_table, format_version, self._config.changes, self._config.conversion)
 
     def compact(
         self,

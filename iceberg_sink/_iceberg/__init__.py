@@ -12,6 +12,8 @@ check what it writes.
 - ``deletes``: the one rule for which delete file applies to which data file.
 - ``producer``: one snapshot-producer base that every commit kind subclasses (row delta, rewrite
   files, rewrite manifests): sequence numbers, summaries, the branch update, requirements.
+- ``live_vectors``: the live deletion vectors of a v3 snapshot, by data file (rewrites apply them).
+- ``commit``: sending a prepared snapshot or metadata update to the catalog (stale ones retryable).
 - ``retry``: the one retry loop of every commit (checkpoints, compaction, manifest rewrites).
 - ``specs``: which specs hold live data, and the unpartitioned spec that global deletes need.
 - ``projection``: reading old data files by field id at every nesting level.
@@ -24,8 +26,8 @@ check what it writes.
 """
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
-"""The format versions the sink commits to. Version 3 takes appends and upserts/CDC (deletes as
-deletion vectors); see docs/format-v3.md."""
+"""The format versions the sink commits to. Version 3 takes appends, upserts/CDC (deletes as
+deletion vectors) and compaction, and v2 tables upgrade to it; see docs/format-v3.md."""
 
 DELETE_FILE_FORMAT_VERSIONS = (2, 3)
 """The format versions that take upserts and CDC: v2 commits the writers' delete files, v3 commits
@@ -38,9 +40,4 @@ V3_CHANGES_REFUSAL = (
 V3_CONVERSION_REFUSAL = (
     "equality-delete conversion writes position delete files, which format v3 forbids (its deletes are "
     "deletion vectors, not built yet); use format_version=2"
-)
-V3_COMPACTION_REFUSAL = (
-    "compaction of a format v3 table must carry each row's _row_id and _last_updated_sequence_number into the "
-    "rewritten files (row lineage), which is not built yet; use format_version=2 to compact, or leave the v3 "
-    "table uncompacted"
 )

@@ -47,8 +47,10 @@ from pyiceberg.manifest import (
     _inherit_from_manifest,
     write_manifest_list,
 )
+from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import LongType, NestedField
 
 from iceberg_sink._iceberg.manifests import (
     DATA_FILE_FIRST_ROW_ID,
@@ -58,9 +60,57 @@ from iceberg_sink._iceberg.manifests import (
     data_file_first_row_id,
     manifest_first_row_id,
 )
+from iceberg_sink.errors import UnsupportedTableError
 
 ROW_LINEAGE_FORMAT_VERSION = 3
 """The first format version with row lineage (Java's MIN_FORMAT_VERSION_ROW_LINEAGE)."""
+
+ROW_ID = NestedField(2147483540, "_row_id", LongType(), required=False)
+"""The reserved ``_row_id`` column (Java's ``MetadataColumns.ROW_ID``): written into data files only by
+rewrites, which must keep each row's id; null (or absent) means the file's first row id plus the row's
+position."""
+
+LAST_UPDATED_SEQUENCE_NUMBER = NestedField(2147483539, "_last_updated_sequence_number", LongType(), required=False)
+"""The reserved ``_last_updated_sequence_number`` column (Java's
+``MetadataColumns.LAST_UPDATED_SEQUENCE_NUMBER``); null (or absent) means the file's data sequence
+number."""
+
+
+def with_lineage_columns(schema: Schema) -> Schema:
+    """``schema`` plus the two row lineage columns, as a v3 rewrite reads and writes data files (Iceberg
+    Java's Spark rewrite adds ``MetadataColumns.ROW_ID`` and ``LAST_UPDATED_SEQUENCE_NUMBER`` the same
+    way).
+
+    Raises:
+        UnsupportedTableError: ``schema`` already has a column of one of those names.
+    """
+    names = {field.name for field in schema.fields}
+    taken = names & {ROW_ID.name, LAST_UPDATED_SEQUENCE_NUMBER.name}
+    if taken:
+        raise UnsupportedTableError(
+            f"table schema has column(s) {sorted(taken)}; expected none: format v3 reserves those names for row "
+            "lineage, which a rewrite writes into the new files; rename the column(s) to compact this table"
+        )
+    return Schema(
+        *schema.fields,
+        ROW_ID,
+        LAST_UPDATED_SEQUENCE_NUMBER,
+        schema_id=schema.schema_id,
+        identifier_field_ids=list(schema.identifier_field_ids),
+    )
+
+
+def first_row_ids(io: FileIO, snapshot: Snapshot, manifest_paths: set[str]) -> dict[str, int | None]:
+    """Each live data file of the data manifests ``manifest_paths`` of v3 ``snapshot`` -> its first row
+    id (inherited or written; None for a file of a manifest that has none, as after an upgrade from
+    v2 until the next snapshot is written)."""
+    result: dict[str, int | None] = {}
+    for manifest in read_manifests(io, snapshot, ROW_LINEAGE_FORMAT_VERSION):
+        if manifest.content != ManifestContent.DATA or manifest.manifest_path not in manifest_paths:
+            continue
+        for entry in read_entries(io, manifest):
+            result[entry.data_file.file_path] = data_file_first_row_id(entry.data_file)
+    return result
 
 
 def table_next_row_id(metadata: TableMetadata) -> int:

@@ -14,9 +14,8 @@ merging producers do (``_iceberg/merge.py``; the manifest rewrite, which regroup
 opts out), the snapshot's sequence number and parent,
 summary totals (never negative, never made up when the parent has none), the branch update (which
 keeps the branch's retention settings), and the requirements that make the commit a
-compare-and-swap on the branch head. :func:`commit_prepared` sends a prepared snapshot and turns
-PyIceberg's complaint about a stale sequence number (another branch committed meanwhile) into the
-retryable :class:`CommitFailedException`.
+compare-and-swap on the branch head. :func:`commit_prepared` (``_iceberg/commit.py``, re-exported
+here) sends a prepared snapshot.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     ManifestContent,
@@ -35,8 +33,7 @@ from pyiceberg.manifest import (
     ManifestFile,
     ManifestWriter,
 )
-from pyiceberg.table import Table, TableProperties
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary
 from pyiceberg.table.update import (
@@ -45,14 +42,16 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     SetSnapshotRefUpdate,
 )
-from pyiceberg.utils.properties import property_as_bool
 
 from iceberg_sink._iceberg import (
     SUPPORTED_FORMAT_VERSIONS,
     V3_CHANGES_REFUSAL,
-    V3_COMPACTION_REFUSAL,
     V3_CONVERSION_REFUSAL,
 )
+from iceberg_sink._iceberg.commit import commit_metadata as commit_metadata
+from iceberg_sink._iceberg.commit import commit_prepared as commit_prepared
+from iceberg_sink._iceberg.commit import delete_dropped_metadata as delete_dropped_metadata
+from iceberg_sink._iceberg.commit import is_stale_sequence_number as is_stale_sequence_number
 from iceberg_sink._iceberg.files import (
     ManifestEntries,
     branch_head,
@@ -69,11 +68,11 @@ from iceberg_sink._iceberg.lineage import (
     snapshot_row_range,
     table_next_row_id,
 )
+from iceberg_sink._iceberg.live_vectors import is_deletion_vector, vector_target
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
 from iceberg_sink._iceberg.summary import summary_totals, with_dv_counts
-from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
@@ -241,6 +240,10 @@ class SnapshotProducer(abc.ABC):
         entries = (read or ManifestEntries()).live(self.io, manifest)
         if not any(e.data_file.file_path in removed_paths for e in entries):
             return None
+        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+            # With their first row ids (PyIceberg's reads drop them), which the kept entries write
+            # out: their rows keep their ids in the rewritten manifest.
+            entries = read_entries(self.io, manifest)
         writer = self._writer(manifest.content, manifest.partition_spec_id)
         with writer:
             for entry in entries:
@@ -497,15 +500,14 @@ class RewriteFiles(SnapshotProducer):
             raise ValueError(f"cannot rewrite files of branch {branch!r}: it has no snapshot")
         self._new = tuple(added)
         self._removed_paths = removed_paths
+        self._emptied_puffins: frozenset[str] = frozenset()
         # Format version 1 has no sequence numbers; entries inherit nothing there.
         self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
 
     rewrites = True
-    format_versions = (1, 2)
-    refusal = V3_COMPACTION_REFUSAL
 
     def replaced_paths(self) -> frozenset[str]:
-        return self._removed_paths
+        return self._removed_paths | self._emptied_puffins
 
     def added_files(self) -> tuple[DataFileMeta, ...]:
         return self._new
@@ -518,9 +520,53 @@ class RewriteFiles(SnapshotProducer):
 
     def manifests(self) -> list[ManifestFile]:
         result = self.write_manifests(self._new, ManifestContent.DATA, self._sequence_number)
-        assert self.parent is not None
-        for manifest in self.parent.manifests(self.io):
+        # On v3 the carried-over manifests keep their first row ids; the new files' manifest and the
+        # rewritten ones get fresh ranges from the manifest list, as Iceberg Java's rewrite gives them
+        # (a v3 rewrite writes every row's _row_id into its new files: topology/compaction/rewriter.py).
+        parents = self.all_parent_manifests()
+        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+            return result + self._without_dangling_vectors(parents)
+        for manifest in parents:
             rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
+            if rewritten is not None:
+                result.append(rewritten)
+            elif has_live_files(manifest):
+                result.append(manifest)
+        return result
+
+    def _without_dangling_vectors(self, parents: list[ManifestFile]) -> list[ManifestFile]:
+        """v3: the parent's manifests without the removed files, nor the deletion vectors of removed
+        data files, which nothing could apply any more (Iceberg Java's ``MergingSnapshotProducer``
+        drops such dangling DVs in the same commit). One Puffin file can hold the DVs of many data
+        files, each its own entry: entries go one by one; a Puffin file all of whose entries go
+        counts as replaced (:meth:`replaced_paths`)."""
+        read = {m.manifest_path: read_entries(self.io, m) for m in parents if m.content == ManifestContent.DELETES}
+
+        def goes(entry: ManifestEntry) -> bool:
+            return (
+                entry.data_file.file_path in self._removed_paths
+                or vector_target(entry.data_file) in self._removed_paths
+            )
+
+        puffins = [e for entries in read.values() for e in entries if is_deletion_vector(e.data_file)]
+        kept = {e.data_file.file_path for e in puffins if not goes(e)}
+        self._emptied_puffins = frozenset(e.data_file.file_path for e in puffins if goes(e)) - kept
+        result = []
+        for manifest in parents:
+            entries = read.get(manifest.manifest_path)
+            rewritten: ManifestFile | None = None
+            if entries is None or not any(goes(e) for e in entries):
+                rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
+            else:
+                writer = self._writer(manifest.content, manifest.partition_spec_id)
+                with writer:
+                    for entry in entries:
+                        if goes(entry):
+                            writer.delete(entry)
+                            self._removed.append(to_meta(entry.data_file))
+                        else:
+                            writer.existing(entry)
+                rewritten = writer.to_manifest_file()
             if rewritten is not None:
                 result.append(rewritten)
             elif has_live_files(manifest):
@@ -637,63 +683,3 @@ class RewriteManifests(SnapshotProducer):
 
     def extra_summary(self) -> dict[str, str]:
         return {"manifests-created": str(self._created), "manifests-replaced": str(len(self._old))}
-
-
-def is_stale_sequence_number(error: ValueError) -> bool:
-    """PyIceberg's catalogs check a new snapshot's sequence number (v2) or first row id (v3) against
-    the table's when applying the commit; another branch committing meanwhile makes ours stale.
-    Refreshing and preparing again fixes it, so it is a retryable conflict (pinned wording of
-    pyiceberg 0.12; Iceberg Java's RetryableValidationException covers the same two checks)."""
-    text = str(error)
-    return "Cannot add snapshot with sequence number" in text or "first row id smaller than the table" in text
-
-
-def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
-    """Send one prepared snapshot to the catalog; returns the table as of the new metadata.
-
-    Raises:
-        CommitFailedException: the branch head moved or the sequence number went stale (another
-            writer committed, on this or another branch): refresh, prepare again, retry.
-        CommitStateUnknownException: the commit may or may not have landed.
-    """
-    try:
-        return commit_metadata(table, prepared.requirements, prepared.updates)
-    except ValueError as e:
-        if is_stale_sequence_number(e):
-            raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
-        raise
-
-
-def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tuple[object, ...]) -> Table:
-    """One metadata commit through the table's catalog; returns the table as of the new metadata.
-
-    The catalog trims the metadata log to ``write.metadata.previous-versions-max``; with
-    ``write.metadata.delete-after-commit.enabled`` the metadata files it dropped are deleted here,
-    as Iceberg Java's catalogs and PyIceberg's own transactions do after a commit.
-    """
-    with v3_metadata_writes():  # the sink built this commit (its v3 snapshots carry row lineage)
-        response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
-    delete_dropped_metadata(table.io, table.metadata, response.metadata)
-    return Table(
-        identifier=table.name(),
-        metadata=response.metadata,
-        metadata_location=response.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
-    )
-
-
-def delete_dropped_metadata(io: FileIO, base: TableMetadata, committed: TableMetadata) -> None:
-    """Delete the metadata files ``base`` logged that the committed metadata's log no longer holds,
-    when the committed table has ``write.metadata.delete-after-commit.enabled`` (Iceberg Java's
-    ``CatalogUtil.deleteRemovedMetadataFiles``). A failed delete leaves an orphan, never an error:
-    the commit has landed."""
-    if not property_as_bool(
-        committed.properties,
-        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
-        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT,
-    ):
-        return
-    kept = {entry.metadata_file for entry in committed.metadata_log}
-    dropped = sorted({entry.metadata_file for entry in base.metadata_log} - kept)
-    delete_quietly(io, dropped)

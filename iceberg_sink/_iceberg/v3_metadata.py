@@ -15,6 +15,14 @@ Two gaps of PyIceberg's v3 model are filled when writing:
   no ``next-row-id`` cannot be repaired here and is refused.
 - its staged creation (``create_table_transaction``) replays ``UpgradeFormatVersionUpdate(3)``,
   which PyIceberg refuses; the sink creates v3 tables directly instead (``table/catalog.py``).
+
+Upgrading a v2 table to v3 is the same update, which PyIceberg's catalogs refuse when they apply it
+(``SUPPORTED_TABLE_FORMAT_VERSION`` is 2). :class:`UpgradeToV3` is that update (a REST catalog
+receives the same ``upgrade-format-version`` JSON), applied here as Iceberg Java's
+``TableMetadata.Builder.upgradeFormatVersion`` does: the format version changes and nothing else; the
+table's ``next-row-id`` starts at 0 (a v2 table's, in Java's model). Existing snapshots keep no
+``first-row-id``; the next snapshot's v3 manifest list gives every data manifest without one (all the
+v2 ones) a range of ids (``_iceberg/lineage.py``), so existing rows get ids from then on.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
-from pyiceberg.table.metadata import TableMetadataV3
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV3
+from pyiceberg.table.update import UpgradeFormatVersionUpdate, _apply_table_update, _TableMetadataUpdateContext
 from pyiceberg.typedef import IcebergBaseModel
 
 INITIAL_ROW_ID = 0
@@ -62,3 +71,31 @@ def v3_metadata_writes() -> Iterator[None]:
         yield
     finally:
         _WRITING.reset(token)
+
+
+UPGRADABLE_FORMAT_VERSIONS = (2,)
+"""The format versions :class:`UpgradeToV3` upgrades from (v1 tables first go to v2, which has the
+sequence numbers a v3 manifest list needs)."""
+
+
+class UpgradeToV3(UpgradeFormatVersionUpdate):
+    """``upgrade-format-version`` to 3, which PyIceberg's catalogs would refuse (module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__(format_version=3)  # type: ignore[call-arg]  # pydantic alias
+
+
+@_apply_table_update.register(UpgradeToV3)
+def _upgrade_to_v3(
+    update: UpgradeToV3, base_metadata: TableMetadata, context: _TableMetadataUpdateContext
+) -> TableMetadata:
+    if base_metadata.format_version == 3:
+        return base_metadata  # another upgrade won the race: nothing to do, as Java does
+    if base_metadata.format_version not in UPGRADABLE_FORMAT_VERSIONS:
+        raise ValueError(
+            f"cannot upgrade a format v{base_metadata.format_version} table to v3; expected format version "
+            f"{' or '.join(map(str, UPGRADABLE_FORMAT_VERSIONS))} (upgrade it to v2 first)"
+        )
+    fields = {**dict(base_metadata), "format_version": 3, "next_row_id": INITIAL_ROW_ID}
+    context.add_update(update)
+    return TableMetadataV3.model_construct(**fields)

@@ -8,6 +8,7 @@
   iceberg-sink expire-snapshots db.events --older-than-hours 24 --retain-last 10 [--dry-run]
   iceberg-sink remove-orphans db.events --older-than-hours 72 [--dry-run]
   iceberg-sink rewrite-manifests db.events
+  iceberg-sink upgrade-format-version db.events --format-version 3
   iceberg-sink demo [--batches 10 --rows 2000]   (a streaming CDC pipeline with a live display; see demo.py)
 
 Tables are found in the embedded default catalog (./iceberg-sink-data, or --embedded DIR) or in a
@@ -464,6 +465,34 @@ def _manifests(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     )
     out.say("manifests already compact" if snapshot is None else f"rewrote manifests in snapshot {snapshot}")
     return {"table": table_name(args), "snapshot_id": snapshot}
+
+
+# ---- upgrade-format-version ----------------------------------------------------------------------
+
+
+def _upgrade_arguments(p: argparse.ArgumentParser) -> None:
+    table_options(p)
+    p.add_argument(
+        "--format-version", type=int, choices=[3], default=3, help="the format version to upgrade to (3, from 2)"
+    )
+
+
+@command(
+    "upgrade-format-version", "upgrade a format v2 table to v3 (row lineage, deletion vectors)", _upgrade_arguments
+)
+def _upgrade(args: argparse.Namespace, out: Output) -> dict[str, Any]:
+    from iceberg_sink.table.versions import upgrade_format_version
+
+    load = table_loader(args)
+    before = load().metadata.format_version
+    table = upgrade_format_version(load, args.format_version)
+    after = table.metadata.format_version
+    out.say(
+        f"{table_name(args)} already has format version {after}"
+        if before == after
+        else f"upgraded {table_name(args)} from format version {before} to {after}"
+    )
+    return {"table": table_name(args), "format_version_before": before, "format_version": after}
 
 
 # ---- demo ----------------------------------------------------------------------------------------

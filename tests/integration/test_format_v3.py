@@ -17,7 +17,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidSinkConfigError, UnsupportedTableError, _faults
+from iceberg_sink import IcebergSink, InvalidSinkConfigError, _faults
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import data_file_first_row_id
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize, pyiceberg_read
@@ -186,11 +186,11 @@ def test_java_gives_every_row_the_row_id_the_spec_says(
         assert sorted(got.to_pylist(), key=lambda r: r["id"]) == want, java.label
 
 
-def test_v3_compaction_and_conversion_are_refused_before_anything_is_written(
+def test_v3_conversion_is_refused_before_anything_is_written(
     written: dict[str, tuple[Table, pa.Table]], spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Upserts/CDC on v3 work (tests/integration/test_v3_cdc.py); compaction and equality-delete
-    conversion are still refused."""
+    """Upserts/CDC (tests/integration/test_v3_cdc.py) and compaction (test_v3_compaction.py) work on
+    v3; equality-delete conversion is still refused."""
     table, _ = written["flat"]
     before = len(table.metadata.snapshots)
     data = tmp_path / "data"
@@ -198,10 +198,6 @@ def test_v3_compaction_and_conversion_are_refused_before_anything_is_written(
     sink.write(frame(spark, rows(0, 3)))
     with pytest.raises(InvalidSinkConfigError, match="convert_equality_deletes: expected format version 2"):
         IcebergSink.builder().embedded(data).table("db.t").convert_equality_deletes(every_n_commits=1).build()
-    with pytest.raises(
-        UnsupportedTableError, match=r"compaction of table db.t: expected format version 1 or 2, received 3"
-    ):
-        sink.compact(spark)
     assert len(sink.load_table().metadata.snapshots) == 1
     assert len(table.refresh().metadata.snapshots) == before
 

@@ -33,6 +33,7 @@ TABLE_COMMANDS = [
     ["remove-orphans", "db.t"],
     ["convert-equality-deletes", "db.t"],
     ["rewrite-manifests", "db.t"],
+    ["upgrade-format-version", "db.t"],
 ]
 
 

@@ -19,6 +19,13 @@ sees the deletes that conflicted and applies them). New files of a group that is
 compaction that fails, are deleted: a compaction leaves no orphans, except after an attempt whose
 outcome is unknown (a lost response): then they are deleted only once a table read since proves no
 snapshot lists them (``CommitAttempt.discard``), and kept otherwise (the snapshot may have landed).
+
+Format v3: the rewrite carries every row's ``_row_id`` and ``_last_updated_sequence_number`` into the
+new files as columns (topology/compaction/rewriter.py), so readers see the same lineage after the
+commit as before; the commit itself assigns row ids as Iceberg Java's does (the new files' manifest
+and every manifest the commit rewrites get fresh ranges from the manifest list). Deletion vectors of
+the rewritten files are applied (the new files leave their positions out) and dropped by the commit
+(``RewriteFiles``), entry by entry: DVs of other data files in the same Puffin file stay.
 """
 
 from __future__ import annotations
@@ -31,16 +38,18 @@ from typing import Any
 
 import attrs
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import SparkSession
 
 from iceberg_sink import options
-from iceberg_sink._iceberg import V3_COMPACTION_REFUSAL, producer
+from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, delete_quietly, live_files
+from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION, first_row_ids, with_lineage_columns
+from iceberg_sink._iceberg.live_vectors import live_vectors
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys
-from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
@@ -105,10 +114,13 @@ class CompactionResult:
 
 def _writer_spec(table: Table, config: CompactionConfig, overrides: Mapping[str, Any]) -> WriterSpec:
     resolved = options.resolve(dict(overrides), table.properties)
+    schema = table.schema()
+    if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+        schema = with_lineage_columns(schema)  # the new files carry each row's lineage (rewriter.py)
     return WriterSpec(
         table_name=str(table.name()),
         location=table.location(),
-        schema_json=table.schema().model_dump_json(),
+        schema_json=schema.model_dump_json(),
         spec_json=table.spec().model_dump_json(),
         io_properties=file_io_properties(table.io.properties),
         writer_properties={**table.properties, **resolved.writer_properties()},
@@ -151,7 +163,14 @@ def _rewrite(
     progress: Progress | None,
 ) -> dict[int, WriteResult]:
     groups = the_plan.groups
-    payloads = [(i, encode_group(g, sort, the_plan.rules)) for i, g in enumerate(groups)]
+    row_ids = vectors = None
+    if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+        # PyIceberg's manifest reads (the plan's) drop first row ids and where DVs are: read them here.
+        read = table.metadata.snapshot_by_id(the_plan.snapshot_id)
+        assert read is not None
+        row_ids = first_row_ids(table.io, read, {f.manifest_path for g in groups for f in g.data_files})
+        vectors = live_vectors(table.io, read)
+    payloads = [(i, encode_group(g, sort, the_plan.rules, row_ids, vectors)) for i, g in enumerate(groups)]
     chunk = max(2, spark.sparkContext.defaultParallelism * 2)
     results: dict[int, WriteResult] = {}
     try:
@@ -168,15 +187,6 @@ def _rewrite(
         delete_quietly(table.io, [f.path for r in results.values() for f in r.data_files])
         raise
     return results
-
-
-def refuse_v3_compaction(table: Table) -> None:
-    """Refuse to compact a format v3 table, naming why (``V3_COMPACTION_REFUSAL``)."""
-    if table.metadata.format_version not in (1, 2):
-        raise UnsupportedTableError(
-            f"compaction of table {'.'.join(table.name())}: expected format version 1 or 2, received "
-            f"{table.metadata.format_version} ({V3_COMPACTION_REFUSAL})"
-        )
 
 
 def compact(
@@ -203,9 +213,6 @@ def compact(
     Groups dropped on conflict make it plan again on the new head, at most ``config.max_replans``
     times; the result sums the plans (``replans`` counts the extra ones). A result whose ``noop``
     is true rewrote nothing.
-
-    Raises:
-        UnsupportedTableError: the table is format v3 (before anything is planned or written).
     """
     config = config or CompactionConfig()
     retry = retry or RetryPolicy()
@@ -236,7 +243,6 @@ def _compact_once(
     """Plan, rewrite, validate and commit once (see :func:`compact`)."""
     started = time.monotonic()
     table = load_table()
-    refuse_v3_compaction(table)  # before planning: nothing is read, written or committed
     resolved = options.resolve(dict(write_options or {}), table.properties)
     # Manifests never change: the plan, every attempt's validation and its rewrite read each once.
     entries = ManifestEntries()
@@ -264,8 +270,9 @@ def _compact_once(
         nonlocal kept, replaced, removed_deletes
         # Validated again on every attempt: the branch head may have moved under the plan. Only
         # manifests committed since an earlier read are read.
-        head_files = live_files(current, branch_head(current, branch), entries)
-        kept = _validate(head_files, the_plan, pending, spec.partition_spec.spec_id)
+        head = branch_head(current, branch)
+        head_files = live_files(current, head, entries)
+        kept = _validate(head_files, the_plan, pending, spec.partition_spec.spec_id, _vector_files(current, head))
         discard(pending - set(kept), current)
         if not kept:
             return None
@@ -314,11 +321,19 @@ def _compact_once(
     )
 
 
+def _vector_files(table: Table, head: Snapshot | None) -> dict[str, str]:
+    """Each data file with a live deletion vector at ``head`` -> the DV's Puffin file (v3; else empty)."""
+    if head is None or table.metadata.format_version < ROW_LINEAGE_FORMAT_VERSION:
+        return {}
+    return {target: ref.path for target, ref in live_vectors(table.io, head).items()}
+
+
 def _validate(
     head_files: tuple[list[LiveFile], list[LiveFile]],
     the_plan: CompactionPlan,
     candidates: set[int],
     output_spec_id: int,
+    vectors: Mapping[str, str] | None = None,
 ) -> list[int]:
     """The groups among ``candidates`` still valid at the branch head, given its live (data, delete)
     files (the others are in conflict).
@@ -334,7 +349,11 @@ def _validate(
       of another data file of the same partition (what the equality-delete conversion commits) is
       no conflict;
     - a partition-scoped equality delete of an input file's spec and partition, when the group's
-      files are rewritten into another spec (``output_spec_id``): it would not apply to the new files.
+      files are rewritten into another spec (``output_spec_id``): it would not apply to the new files;
+    - a deletion vector (v3) of an input file: ``vectors`` maps each data file with a live DV at the
+      head to its Puffin file, which conflicts when it was committed after the plan. DVs of other
+      data files, in the same partition or the same Puffin file, are no conflict. Without
+      ``vectors`` a newer Puffin file counts as a partition-scoped position delete.
 
     Other equality deletes committed since need no check: they have higher sequence numbers than
     the new files and apply to them (global ones everywhere; scoped ones to the new files of the
@@ -348,10 +367,13 @@ def _validate(
     # file-scoped position deletes by the file they name, the others by spec and partition.
     by_file: dict[str, list[LiveFile]] = {}
     by_partition: dict[tuple[int, tuple[Any, ...]], list[LiveFile]] = {}
+    new_vectors: set[str] = set()
     for d in deletes:
         if d.data_sequence_number <= the_plan.sequence_number:
             continue
-        if d.meta.content == FileContent.POSITION_DELETES:
+        if vectors is not None and d.meta.file_format.upper() == "PUFFIN":
+            new_vectors.add(d.meta.path)
+        elif d.meta.content == FileContent.POSITION_DELETES:
             named = referenced_data_file(d.meta)
             if named is not None:
                 by_file.setdefault(named, []).append(d)
@@ -363,6 +385,9 @@ def _validate(
     def conflict(f: LiveFile) -> str | None:
         if f.meta.path not in live:
             return f"input file {f.meta.path} no longer live"
+        vector = (vectors or {}).get(f.meta.path)
+        if vector in new_vectors:
+            return f"new deletion vector {vector} applies to input file {f.meta.path}"
         for d in by_file.get(f.meta.path, []) + by_partition.get((f.meta.spec_id, f.meta.partition), []):
             if rules.applies(d, f):
                 kind = (
@@ -404,7 +429,9 @@ def _still_removable(
             everywhere.append(f)
     result = set()
     for d in deletes:
-        if d.data_sequence_number > the_plan.sequence_number:
+        # A deletion vector goes with its data file (RewriteFiles), never by its Puffin path, which
+        # may hold the DVs of other data files too.
+        if d.data_sequence_number > the_plan.sequence_number or d.meta.file_format.upper() == "PUFFIN":
             continue
         candidates = everywhere if rules.is_global(d) else remaining.get((d.meta.spec_id, d.meta.partition), [])
         if not any(rules.applies(d, f) for f in candidates):

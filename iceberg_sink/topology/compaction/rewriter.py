@@ -9,6 +9,13 @@ join would let rows with null keys survive their deletes). Rows go through the s
 TaskWriter, so new files have the same layout, metrics and naming rules as streamed ones; files
 written in the table's sort order record its id. Memory: one data file at a time plus the group's
 delete keys (all rows of the group when the table has a sort order).
+
+On a format v3 table every row keeps its row lineage: the writer's schema then holds the reserved
+``_row_id`` and ``_last_updated_sequence_number`` columns (``_iceberg/lineage.py``), each row's values
+are read from its file where written and otherwise computed as the spec says (the file's first row id
+plus the row's position, the file's data sequence number) before any delete moves a position, and
+written out as columns, as Iceberg Java's Spark rewrite does. Readers take a non-null column value
+over what the new file would give.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ from pyspark import TaskContext
 
 from iceberg_sink import _task_faults
 from iceberg_sink._iceberg.deletes import DeleteRules
+from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import LiveFile
+from iceberg_sink._iceberg.lineage import LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID
+from iceberg_sink._iceberg.live_vectors import VectorRef
 from iceberg_sink._iceberg.projection import column_by_id, key_schema, null_struct_depth, read_projected
 from iceberg_sink.topology.compaction.planner import RewriteGroup
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
@@ -63,8 +73,17 @@ class SortSpec:
     fields: tuple[SortField, ...]
 
 
-def encode_group(group: RewriteGroup, sort: SortSpec | None, rules: DeleteRules) -> bytes:
-    """The JSON payload one rewrite task receives for ``group``."""
+def encode_group(
+    group: RewriteGroup,
+    sort: SortSpec | None,
+    rules: DeleteRules,
+    first_row_ids: dict[str, int | None] | None = None,
+    vectors: dict[str, VectorRef] | None = None,
+) -> bytes:
+    """The JSON payload one rewrite task receives for ``group``. ``first_row_ids`` (v3 tables only:
+    each data file's first row id) makes the task carry row lineage into the new files; ``vectors``
+    (v3) are the live deletion vectors by data file (``_iceberg/live_vectors.py``)."""
+    live = vectors or {}
 
     def files(fs: tuple[LiveFile, ...]) -> list[dict[str, Any]]:
         return [{"meta": f.meta.to_json(), "seq": f.data_sequence_number} for f in fs]
@@ -77,11 +96,19 @@ def encode_group(group: RewriteGroup, sort: SortSpec | None, rules: DeleteRules)
             if sort is None
             else {"order_id": sort.order_id, "fields": [attrs.asdict(f) for f in sort.fields]},
             "unpartitioned_spec_ids": sorted(rules.unpartitioned_spec_ids),
+            "first_row_ids": None
+            if first_row_ids is None
+            else {f.meta.path: first_row_ids.get(f.meta.path) for f in group.data_files},
+            "vectors": {f.meta.path: ref.to_json() for f in group.data_files if (ref := live.get(f.meta.path))},
         }
     ).encode()
 
 
-def _decode(data: bytes) -> tuple[list[LiveFile], list[LiveFile], SortSpec | None, DeleteRules]:
+def _decode(
+    data: bytes,
+) -> tuple[
+    list[LiveFile], list[LiveFile], SortSpec | None, DeleteRules, dict[str, int | None] | None, dict[str, VectorRef]
+]:
     obj = json.loads(data)
 
     def files(items: list[dict[str, Any]]) -> list[LiveFile]:
@@ -93,7 +120,26 @@ def _decode(data: bytes) -> tuple[list[LiveFile], list[LiveFile], SortSpec | Non
         files(obj["deletes"]),
         None if sort is None else SortSpec(sort["order_id"], tuple(SortField(**f) for f in sort["fields"])),
         DeleteRules(obj["unpartitioned_spec_ids"]),
+        obj.get("first_row_ids"),
+        {path: VectorRef.from_json(v) for path, v in obj.get("vectors", {}).items()},
     )
+
+
+def with_row_lineage(rows: pa.Table, first_row_id: int | None, data_sequence_number: int) -> pa.Table:
+    """``rows`` (all of one data file, in file order, read with the lineage columns) with each row's
+    ``_row_id`` and ``_last_updated_sequence_number`` as readers see them: the file's value where it
+    holds one, else the file's first row id plus the row's position and the file's data sequence
+    number. A file without a first row id (a v2 file no v3 snapshot has listed yet) has no lineage
+    to inherit: its nulls stay null, as Iceberg Java reads them."""
+    if first_row_id is None:
+        return rows
+    row_id = ROW_ID.name
+    updated = LAST_UPDATED_SEQUENCE_NUMBER.name
+    positions = pa.array(np.arange(first_row_id, first_row_id + rows.num_rows, dtype=np.int64))
+    row_ids = pc.coalesce(rows.column(row_id), positions)
+    sequence = pc.coalesce(rows.column(updated), pa.scalar(data_sequence_number, pa.int64()))
+    rows = rows.set_column(rows.schema.get_field_index(row_id), rows.schema.field(row_id), row_ids)
+    return rows.set_column(rows.schema.get_field_index(updated), rows.schema.field(updated), sequence)
 
 
 def sortable(schema: Schema, field: SortField) -> bool:
@@ -217,12 +263,15 @@ def apply_deletes(
     cache: _DeleteCache,
     schema: Schema,
     rules: DeleteRules,
+    vector: np.ndarray | None = None,
 ) -> pa.Table:
-    """``rows`` of ``data`` (in ``schema``) without the rows its applicable delete files remove."""
-    positions: list[pa.Array] = []
+    """``rows`` of ``data`` (in ``schema``) without the rows its applicable delete files remove.
+    ``vector``: the positions of ``data``'s deletion vector (v3), read by the caller; Puffin files
+    among ``deletes`` are skipped (PyIceberg reads them without the blob's location)."""
+    positions: list[pa.Array] = [] if vector is None else [pa.array(vector, pa.int64())]
     equality: dict[tuple[int, ...], list[pa.Table]] = {}
     for delete in deletes:
-        if not rules.applies(delete, data):
+        if delete.meta.file_format.upper() == "PUFFIN" or not rules.applies(delete, data):
             continue
         table = cache.get(delete)
         if delete.meta.content == FileContent.POSITION_DELETES:
@@ -248,15 +297,25 @@ def apply_deletes(
 
 def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: int) -> WriteResult:
     """Rewrite one group into new data files of the table's current partition spec."""
-    data_files, delete_files, sort, rules = _decode(payload)
-    schema = spec.schema
+    data_files, delete_files, sort, rules, row_ids, vectors = _decode(payload)
+    schema = spec.schema  # with the lineage columns when ``row_ids`` is given (compaction/job.py)
     io = spec.file_io()
     cache = _DeleteCache(io, schema)
     writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
     kept: list[pa.Table] = []
     try:
         for data in data_files:
-            rows = apply_deletes(read_projected(io, data.meta.path, schema), data, delete_files, cache, schema, rules)
+            rows = read_projected(io, data.meta.path, schema)
+            if row_ids is not None:
+                # Before the deletes: a row's position is its place in the file it was read from.
+                rows = with_row_lineage(rows, row_ids.get(data.meta.path), data.data_sequence_number)
+            ref = vectors.get(data.meta.path)
+            vector = (
+                None
+                if ref is None
+                else read_deletion_vector(io, ref.path, ref.content_offset, ref.content_size_in_bytes, ref.cardinality)
+            )
+            rows = apply_deletes(rows, data, delete_files, cache, schema, rules, vector)
             if sort is not None:
                 kept.append(rows)
             elif rows.num_rows:

@@ -1,0 +1,89 @@
+"""Sending a prepared snapshot (or any metadata update the sink builds) to the catalog.
+
+:func:`commit_prepared` sends what a ``SnapshotProducer`` (``_iceberg/producer.py``) prepared and turns
+PyIceberg's complaint about a stale sequence number or first row id (another branch committed
+meanwhile, or the table was upgraded to v3) into the retryable :class:`CommitFailedException`;
+:func:`commit_metadata` is the one place that calls the catalog's ``commit_table`` (inside
+``v3_metadata_writes``) and deletes the metadata files the catalog dropped from its log.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io import FileIO
+from pyiceberg.table import Table, TableProperties
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.utils.properties import property_as_bool
+
+from iceberg_sink._iceberg.files import delete_quietly
+from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
+
+if TYPE_CHECKING:
+    from iceberg_sink._iceberg.producer import PreparedCommit
+
+
+def is_stale_sequence_number(error: ValueError) -> bool:
+    """PyIceberg's catalogs check a new snapshot's sequence number (v2) or first row id (v3) against
+    the table's when applying the commit; another branch committing meanwhile makes ours stale.
+    Refreshing and preparing again fixes it, so it is a retryable conflict (pinned wording of
+    pyiceberg 0.12; Iceberg Java's RetryableValidationException covers the same two checks)."""
+    text = str(error)
+    return (
+        "Cannot add snapshot with sequence number" in text
+        or "first row id smaller than the table" in text
+        # Prepared on v2 metadata, committed after an upgrade to v3: prepared again, it gets its ids.
+        or "Cannot add snapshot without first row id" in text
+    )
+
+
+def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
+    """Send one prepared snapshot to the catalog; returns the table as of the new metadata.
+
+    Raises:
+        CommitFailedException: the branch head moved or the sequence number went stale (another
+            writer committed, on this or another branch): refresh, prepare again, retry.
+        CommitStateUnknownException: the commit may or may not have landed.
+    """
+    try:
+        return commit_metadata(table, prepared.requirements, prepared.updates)
+    except ValueError as e:
+        if is_stale_sequence_number(e):
+            raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
+        raise
+
+
+def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tuple[object, ...]) -> Table:
+    """One metadata commit through the table's catalog; returns the table as of the new metadata.
+
+    The catalog trims the metadata log to ``write.metadata.previous-versions-max``; with
+    ``write.metadata.delete-after-commit.enabled`` the metadata files it dropped are deleted here,
+    as Iceberg Java's catalogs and PyIceberg's own transactions do after a commit.
+    """
+    with v3_metadata_writes():  # the sink built this commit (its v3 snapshots carry row lineage)
+        response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
+    delete_dropped_metadata(table.io, table.metadata, response.metadata)
+    return Table(
+        identifier=table.name(),
+        metadata=response.metadata,
+        metadata_location=response.metadata_location,
+        io=table.io,
+        catalog=table.catalog,
+    )
+
+
+def delete_dropped_metadata(io: FileIO, base: TableMetadata, committed: TableMetadata) -> None:
+    """Delete the metadata files ``base`` logged that the committed metadata's log no longer holds,
+    when the committed table has ``write.metadata.delete-after-commit.enabled`` (Iceberg Java's
+    ``CatalogUtil.deleteRemovedMetadataFiles``). A failed delete leaves an orphan, never an error:
+    the commit has landed."""
+    if not property_as_bool(
+        committed.properties,
+        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
+        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT,
+    ):
+        return
+    kept = {entry.metadata_file for entry in committed.metadata_log}
+    dropped = sorted({entry.metadata_file for entry in base.metadata_log} - kept)
+    delete_quietly(io, dropped)
