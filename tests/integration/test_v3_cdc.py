@@ -296,3 +296,46 @@ def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behin
     assert deletes and all(d.file_format == "PUFFIN" for d, _ in deletes)
     live = set(table.inspect.files()["file_path"].to_pylist())
     assert {d.referenced_data_file for d, _ in deletes} <= live
+
+
+def test_the_sinks_own_compaction_of_a_v3_cdc_table_applies_its_dvs_and_upserts_go_on(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """The sink's upserts leave DVs on a v3 table; the sink's own compaction applies them (rows keep
+    their _row_id and _last_updated_sequence_number, as the newest Java reads them) and drops them
+    with the files they referenced; later upserts find their rows in the compacted file."""
+    newest = java_readers[-1]
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.t")
+        .create_if_missing(format_version=3)
+        .upsert(key=["id"])
+        .build()
+    )
+    sink.write(spark.createDataFrame([(i, f"v{i}") for i in range(1, 9)], "id long, v string"))
+    sink.write(spark.createDataFrame([(2, "b2"), (9, "i")], "id long, v string"))
+    sink.write(spark.createDataFrame([(3, "c2"), (2, "b3")], "id long, v string"))
+    table = sink.load_table()
+    assert delete_files(table)
+
+    def lineage(metadata: str) -> list[dict[str, Any]]:
+        got = newest.row_lineage(metadata).select(["id", "v", "_row_id", "_last_updated_sequence_number"])
+        return sorted(got.to_pylist(), key=lambda r: r["id"])
+
+    before = lineage(table.metadata_location)
+    sink.compact(spark)
+    table = sink.load_table()
+    assert table.current_snapshot() is not None and table.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
+    assert not delete_files(table)  # every DV referenced a rewritten file
+    assert lineage(table.metadata_location) == before
+    sink.write(spark.createDataFrame([(4, "d2"), (2, "b4"), (10, "j")], "id long, v string"))
+    table = sink.load_table()
+    model = {i: f"v{i}" for i in range(1, 9)} | {2: "b4", 3: "c2", 4: "d2", 9: "i", 10: "j"}
+    rows = [{"id": i, "v": v} for i, v in sorted(model.items())]
+    assert_readers_agree(java_readers, table.metadata_location, rows, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(rows), ["id"])
+    deletes = delete_files(table)
+    assert deletes and all(d.file_format == "PUFFIN" for d, _ in deletes)
+    live = set(table.inspect.files()["file_path"].to_pylist())
+    assert {d.referenced_data_file for d, _ in deletes} <= live
