@@ -24,8 +24,11 @@ from typing import Any
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _read_processes() -> dict[int, tuple[int, float]]:
-    """pid -> (ppid, CPU seconds used so far) for every process that can be read."""
+def _read_processes(reaped_children: bool = False) -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds used so far) for every process that can be read; with
+    ``reaped_children``, each process's count includes its children that have exited and been
+    waited for (``cutime``/``cstime``)."""
+    last = 15 if reaped_children else 13
     out: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -37,7 +40,7 @@ def _read_processes() -> dict[int, tuple[int, float]]:
         # "pid (comm) state ppid ... utime stime": comm may contain spaces and parentheses.
         fields = text[text.rfind(")") + 2 :].split()
         try:
-            out[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS)
+            out[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:last]) / _TICKS)
         except (IndexError, ValueError):
             continue
     return out
@@ -170,17 +173,5 @@ def tree_cpu_seconds(root: int | None = None) -> float | None:
     if not Path("/proc/self/stat").exists():
         return None
     root = os.getpid() if root is None else root
-    totals: dict[int, tuple[int, float]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2 :].split()
-        try:
-            totals[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / _TICKS)
-        except (IndexError, ValueError):
-            continue
+    totals = _read_processes(reaped_children=True)
     return sum(totals[pid][1] for pid in _descendants(root, totals) if pid in totals)

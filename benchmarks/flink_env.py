@@ -21,7 +21,6 @@ The venv lives at ``$ICEBERG_SINK_FLINK_VENV`` or ``<project>/.venv-flink``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -31,13 +30,7 @@ PROJECT_ROOT: Path = Path(__file__).resolve().parents[1]
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
 
-from tests.interop.java_env import (  # noqa: E402  (the project root must be importable first)
-    MARKER_NAME,
-    _locked,
-    _remove_incomplete,
-    _run,
-    _venv_python,
-)
+from tests.interop.java_env import ensure_pip_venv  # noqa: E402  (the project root must be importable first)
 from tests.interop.maven import fetch_jars  # noqa: E402
 
 FLINK_VERSION: str = "2.1.3"
@@ -62,32 +55,8 @@ def ensure_flink_python(venv_dir: Path | None = None) -> Path:
     override = os.environ.get(VENV_ENV_VAR)
     if venv_dir is None:
         venv_dir = Path(override).expanduser() if override else DEFAULT_VENV_DIR
-    venv_dir = venv_dir.resolve()
-    python = _venv_python(venv_dir)
-    payload = {"requirements": list(REQUIREMENTS)}
-
-    def complete() -> bool:
-        try:
-            return python.exists() and json.loads((venv_dir / MARKER_NAME).read_text(encoding="utf-8")) == payload
-        except (OSError, ValueError):
-            return False
-
-    if complete():
-        return python
-    with _locked(venv_dir):
-        if complete():
-            return python
-        _remove_incomplete(venv_dir)
-        _run([sys.executable, "-m", "venv", venv_dir], "creating the Flink venv")
-        log = venv_dir / "install.log"
-        pip: list[str | Path] = [python, "-m", "pip", "--no-input", "--disable-pip-version-check"]
-        _run([*pip, "install", "--upgrade", "pip", "setuptools>=68", "wheel"], "upgrading pip", log)
-        _run([*pip, "install", *REQUIREMENTS], "installing PyFlink", log)
-        _run([python, "-c", "import pyflink.table, pyarrow.parquet"], "importing PyFlink in the Flink venv", log)
-        tmp = venv_dir / (MARKER_NAME + ".tmp")
-        tmp.write_text(json.dumps(payload), encoding="utf-8")
-        tmp.replace(venv_dir / MARKER_NAME)
-    return python
+    # No pip check: apache-flink pins versions its own dependencies' metadata disagree with.
+    return ensure_pip_venv(venv_dir, REQUIREMENTS, "Flink", "import pyflink.table, pyarrow.parquet", pip_check=False)
 
 
 def flink_jars() -> tuple[Path, ...]:

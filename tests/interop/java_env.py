@@ -301,18 +301,16 @@ def reference_runtime(env: JavaEnv | None = None) -> ReaderRuntime:
     )
 
 
-def ensure_newest_python(venv_dir: Path | None = None) -> Path:
-    """The python of the newest reader's venv (``NEWEST_REQUIREMENTS``), built once and reused.
-
-    ``venv_dir`` defaults to ``$ICEBERG_SINK_JAVA_NEWEST_VENV`` or ``<project>/.venv-java-newest``; a
-    venv whose marker holds other requirements is rebuilt. Raises ``JavaEnvError`` with pip's output.
-    """
-    override = os.environ.get(NEWEST_VENV_ENV_VAR)
-    if venv_dir is None:
-        venv_dir = Path(override).expanduser() if override else NEWEST_VENV_DIR
+def ensure_pip_venv(
+    venv_dir: Path, requirements: Sequence[str], what: str, smoke_code: str, pip_check: bool = True
+) -> Path:
+    """The python of a venv holding ``requirements``, built once and reused: a venv whose marker
+    holds other requirements is rebuilt, and the marker is written only after the install, ``pip
+    check`` (unless ``pip_check`` is false) and ``smoke_code`` succeeded. Raises ``JavaEnvError``
+    with pip's output; ``what`` names the venv in it."""
     venv_dir = venv_dir.resolve()
     python = _venv_python(venv_dir)
-    payload = {"requirements": list(NEWEST_REQUIREMENTS)}
+    payload = {"requirements": list(requirements)}
 
     def complete() -> bool:
         try:
@@ -326,19 +324,32 @@ def ensure_newest_python(venv_dir: Path | None = None) -> Path:
         if complete():
             return python
         _remove_incomplete(venv_dir)
-        _run([sys.executable, "-m", "venv", venv_dir], "creating the newest Iceberg Java reader venv")
+        _run([sys.executable, "-m", "venv", venv_dir], f"creating the {what} venv")
         log = venv_dir / "install.log"
         pip: list[str | Path] = [python, "-m", "pip", "--no-input", "--disable-pip-version-check"]
         _run([*pip, "install", "--upgrade", "pip", "setuptools>=68", "wheel"], "upgrading pip", log)
-        _run([*pip, "install", *NEWEST_REQUIREMENTS], "installing the newest Iceberg Java reader venv", log)
-        _run([*pip, "check"], "pip check in the newest Iceberg Java reader venv", log)
-        _run(
-            [python, "-c", "import pyspark, pyarrow, pandas, numpy"], "importing PySpark in the newest reader venv", log
-        )
+        _run([*pip, "install", *requirements], f"installing the {what} venv", log)
+        if pip_check:
+            _run([*pip, "check"], f"pip check in the {what} venv", log)
+        _run([python, "-c", smoke_code], f"importing in the {what} venv", log)
         tmp = venv_dir / (MARKER_NAME + ".tmp")
         tmp.write_text(json.dumps(payload), encoding="utf-8")
         tmp.replace(venv_dir / MARKER_NAME)
     return python
+
+
+def ensure_newest_python(venv_dir: Path | None = None) -> Path:
+    """The python of the newest reader's venv (``NEWEST_REQUIREMENTS``), built once and reused.
+
+    ``venv_dir`` defaults to ``$ICEBERG_SINK_JAVA_NEWEST_VENV`` or ``<project>/.venv-java-newest``; a
+    venv whose marker holds other requirements is rebuilt. Raises ``JavaEnvError`` with pip's output.
+    """
+    override = os.environ.get(NEWEST_VENV_ENV_VAR)
+    if venv_dir is None:
+        venv_dir = Path(override).expanduser() if override else NEWEST_VENV_DIR
+    return ensure_pip_venv(
+        venv_dir, NEWEST_REQUIREMENTS, "newest Iceberg Java reader", "import pyspark, pyarrow, pandas, numpy"
+    )
 
 
 def newest_runtime(python: Path | None = None) -> ReaderRuntime:
