@@ -8,13 +8,6 @@ names the interpreter and the modules.
 
 The probe function is compiled from source in a namespace that is not an importable module, so
 cloudpickle ships it by value: it must run on a worker where ``iceberg_sink`` itself is missing.
-
-The probe runs as a SQL Python UDF (pickled rows, no Arrow, so a worker without pyarrow still
-answers), not as an RDD job: Spark starts the Python workers of SQL jobs from a daemon of their own
-(their environment differs from an RDD job's), so the worker that imported the writers' modules for
-the probe is reused, already warm, by the first micro-batch's writer tasks instead of starting again.
-It runs as many tasks as the first batch would run at once on a local master (up to two), so each of
-them finds a warm worker; on a cluster one task.
 """
 
 from __future__ import annotations
@@ -23,16 +16,16 @@ import json
 import threading
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from iceberg_sink.errors import WorkerEnvironmentError
 from iceberg_sink.writer.spark import task_failure
 
 # What a writer or rewrite task imports: the sink (and through it everything else it needs).
-REQUIRED_MODULES = ("pyarrow", "pandas", "pyiceberg", "pyiceberg_core", "attrs", "iceberg_sink.writer.spark")
+REQUIRED_MODULES = ("pyarrow", "pandas", "pyiceberg", "pyiceberg_core", "attrs", "iceberg_sink.writer.task_writer")
 
 _PROBE_SOURCE = """
-def probe(_row):
+def probe(_rows):
     import importlib
     import json
     import sys
@@ -43,7 +36,7 @@ def probe(_row):
             importlib.import_module(name)
         except ImportError as e:
             missing.append({"module": name, "missing": getattr(e, "name", None) or name, "error": str(e)})
-    return json.dumps({"python": sys.executable, "version": sys.version.split()[0], "missing": missing})
+    yield json.dumps({"python": sys.executable, "version": sys.version.split()[0], "missing": missing})
 """
 
 # The probe's Spark job group (to find its jobs in Spark's status tracker).
@@ -58,16 +51,6 @@ def _probe_function(modules: tuple[str, ...]) -> Any:
     namespace: dict[str, Any] = {"__name__": "iceberg_sink_worker_probe", "MODULES": modules}
     exec(compile(_PROBE_SOURCE, "<iceberg_sink worker probe>", "exec"), namespace)
     return namespace["probe"]
-
-
-def _probe_job(spark: SparkSession, modules: tuple[str, ...]) -> DataFrame:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
-    master = spark.sparkContext.master or ""
-    tasks = min(2, spark.sparkContext.defaultParallelism) if master.startswith("local") else 1
-    probe = F.udf(_probe_function(modules), StringType(), useArrow=False)
-    return spark.range(0, tasks, 1, tasks).select(probe("id").alias("reply"))
 
 
 def check_python_workers(spark: SparkSession, modules: tuple[str, ...] = REQUIRED_MODULES) -> None:
@@ -85,7 +68,7 @@ def check_python_workers(spark: SparkSession, modules: tuple[str, ...] = REQUIRE
     saved = {k: context.getLocalProperty(k) for k in _JOB_GROUP_PROPERTIES}
     context.setJobGroup(PROBE_JOB_GROUP, "iceberg_sink: check the Python workers' environment")
     try:
-        replies = [row[0] for row in _probe_job(spark, modules).collect()]
+        replies = context.parallelize([0], 1).mapPartitions(_probe_function(modules)).collect()
     except Exception as e:
         failure = task_failure(e)
         if failure is None:
@@ -99,8 +82,7 @@ def check_python_workers(spark: SparkSession, modules: tuple[str, ...] = REQUIRE
     finally:
         for name, value in saved.items():
             context.setLocalProperty(name, value)  # type: ignore[arg-type]  # None removes it
-    missing_somewhere = [r for r in map(json.loads, replies) if r["missing"]]
-    reply = missing_somewhere[0] if missing_somewhere else json.loads(replies[0])
+    reply = json.loads(replies[0])
     if reply["missing"]:
         names = sorted({m["missing"] for m in reply["missing"]})
         details = "; ".join(f"import {m['module']}: {m['error']}" for m in reply["missing"])
