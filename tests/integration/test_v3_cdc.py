@@ -70,6 +70,21 @@ def delete_files(table: Table) -> list[tuple[DataFileMeta, int]]:
     ]
 
 
+def assert_reads_with_live_dvs(
+    table: Table, java_readers: tuple[JavaIcebergReader, ...], changed: dict[int, str]
+) -> None:
+    """Rows 1..8 as first written ("v1".."v8") with ``changed`` applied, read alike by every reader;
+    the table's deletes are DVs of live data files only."""
+    model = {i: f"v{i}" for i in range(1, 9)} | changed
+    rows = [{"id": i, "v": v} for i, v in sorted(model.items())]
+    assert_readers_agree(java_readers, table.metadata_location, rows, ["id"])
+    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(rows), ["id"])
+    deletes = delete_files(table)
+    assert deletes and all(d.file_format == "PUFFIN" for d, _ in deletes)
+    live = set(table.inspect.files()["file_path"].to_pylist())
+    assert {d.referenced_data_file for d, _ in deletes} <= live
+
+
 @pytest.fixture(scope="module")
 def written(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Table, list[Any], int]]:
     """Each table: 8 bounded writes of random changes (kills at checkpoints 3, 5 and 6), then 3
@@ -288,14 +303,7 @@ def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behin
     # The same sink (its index still holds the keys of the replaced files) updates rows of the compacted file.
     sink.write(spark.createDataFrame([(4, "d2"), (2, "b3"), (10, "j")], "id long, v string"))
     table = sink.load_table()
-    model = {i: f"v{i}" for i in range(1, 9)} | {2: "b3", 3: "c2", 4: "d2", 9: "i", 10: "j"}
-    rows = [{"id": i, "v": v} for i, v in sorted(model.items())]
-    assert_readers_agree(java_readers, table.metadata_location, rows, ["id"])
-    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(rows), ["id"])
-    deletes = delete_files(table)
-    assert deletes and all(d.file_format == "PUFFIN" for d, _ in deletes)
-    live = set(table.inspect.files()["file_path"].to_pylist())
-    assert {d.referenced_data_file for d, _ in deletes} <= live
+    assert_reads_with_live_dvs(table, java_readers, {2: "b3", 3: "c2", 4: "d2", 9: "i", 10: "j"})
 
 
 def test_the_sinks_own_compaction_of_a_v3_cdc_table_applies_its_dvs_and_upserts_go_on(
@@ -331,11 +339,4 @@ def test_the_sinks_own_compaction_of_a_v3_cdc_table_applies_its_dvs_and_upserts_
     assert lineage(table.metadata_location) == before
     sink.write(spark.createDataFrame([(4, "d2"), (2, "b4"), (10, "j")], "id long, v string"))
     table = sink.load_table()
-    model = {i: f"v{i}" for i in range(1, 9)} | {2: "b4", 3: "c2", 4: "d2", 9: "i", 10: "j"}
-    rows = [{"id": i, "v": v} for i, v in sorted(model.items())]
-    assert_readers_agree(java_readers, table.metadata_location, rows, ["id"])
-    assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(rows), ["id"])
-    deletes = delete_files(table)
-    assert deletes and all(d.file_format == "PUFFIN" for d, _ in deletes)
-    live = set(table.inspect.files()["file_path"].to_pylist())
-    assert {d.referenced_data_file for d, _ in deletes} <= live
+    assert_reads_with_live_dvs(table, java_readers, {2: "b4", 3: "c2", 4: "d2", 9: "i", 10: "j"})
