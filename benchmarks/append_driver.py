@@ -42,6 +42,7 @@ from typing import Any
 
 from benchmarks.append_data import SPARK_DDL
 from benchmarks.cpu_monitor import quiet_gate, tree_cpu_seconds
+from benchmarks.driver_main import driver_main
 
 TABLE = "bench.events"
 PARTITION_BY = ("day(ts)", "bucket(16, user_id)")
@@ -269,13 +270,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    result = run(spec)
-    Path(spec["result"]).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
+    return driver_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu_monitor import quiet_gate
+from benchmarks.driver_main import driver_main
 
 CATALOG = "ice"
 TABLE = f"{CATALOG}.db.cdc"
@@ -232,13 +233,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    result = run(spec)
-    Path(spec["result"]).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
+    return driver_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ root, so that ``benchmarks`` is importable).
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu_monitor import quiet_gate
+from benchmarks.driver_main import driver_main
 from benchmarks.java_spark import start_java_spark
 
 TABLE = "bench.db.cdc"
@@ -225,13 +225,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    result = run(spec)
-    Path(spec["result"]).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
+    return driver_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

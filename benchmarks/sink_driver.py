@@ -29,7 +29,6 @@ the ``result`` path of the spec. Progress goes to stderr.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ from typing import Any
 
 from benchmarks.cdc_data import SPARK_DDL
 from benchmarks.cpu_monitor import quiet_gate
+from benchmarks.driver_main import driver_main
 
 TABLE = "bench.cdc"
 
@@ -231,13 +231,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    result = run(spec)
-    Path(spec["result"]).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
+    return driver_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":
