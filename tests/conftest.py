@@ -27,6 +27,7 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "model/test_model.py",  # 397
     "integration/test_recovery.py",  # 244
     "integration/test_debezium_toast.py",  # 154
+    "integration/test_v3_cdc.py",  # about 150 (new since; estimated from its setup and Java reads)
     "integration/test_cluster.py",  # 138
     "e2e/test_pipeline_e2e.py",  # 137
     "integration/test_dead_letter.py",  # 136
@@ -35,6 +36,7 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_routing_recovery.py",  # 116
     "integration/test_conversion.py",  # 113
     "integration/test_debezium_events.py",  # 102
+    "integration/test_v3_compaction.py",  # about 100 (new since; estimated)
     "docs/test_samples.py",  # 101
     "integration/test_cli.py",  # 95
     "integration/test_routing_many.py",  # 88
