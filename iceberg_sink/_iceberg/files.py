@@ -214,13 +214,16 @@ class ManifestEntries:
         self._kept: dict[str, _ReadManifest] = {}
         self._run: dict[str, _ReadManifest] = {}
 
-    def _read(self, io: FileIO, manifest: ManifestFile) -> _ReadManifest:
+    def _read(self, io: FileIO, manifest: ManifestFile, format_version: int | None = None) -> _ReadManifest:
         path = manifest.manifest_path
         read = self._kept.get(path)
         if read is None:
             read = self._run.get(path)
         if read is None:
-            read = _ReadManifest(manifest.fetch_manifest_entry(io, discard_deleted=True))
+            from iceberg_sink._iceberg.lineage import read_entries  # lineage imports this module
+
+            # A v3 table's delete manifests keep their DVs' blob locations (lineage.read_entries).
+            read = _ReadManifest(read_entries(io, manifest, discard_deleted=True, format_version=format_version))
             (self._kept if self.keep(len(read.entries)) else self._run)[path] = read
         return read
 
@@ -228,9 +231,9 @@ class ManifestEntries:
         """The entries of ``manifest`` that are not deleted, with inherited sequence numbers."""
         return self._read(io, manifest).entries
 
-    def live_files(self, io: FileIO, manifest: ManifestFile) -> list[LiveFile]:
-        """The entries of ``manifest`` that are not deleted, as LiveFiles."""
-        read = self._read(io, manifest)
+    def live_files(self, io: FileIO, manifest: ManifestFile, format_version: int | None = None) -> list[LiveFile]:
+        """The entries of ``manifest`` (of a table of ``format_version``) that are not deleted, as LiveFiles."""
+        read = self._read(io, manifest, format_version)
         if read.files is None:
             path = manifest.manifest_path
             read.files = [LiveFile(to_meta(e.data_file), int(e.sequence_number or 0), path) for e in read.entries]
@@ -267,7 +270,7 @@ def live_files(
     deletes: list[LiveFile] = []
     for manifest in snapshot.manifests(table.io):
         target = data if manifest.content == ManifestContent.DATA else deletes
-        target.extend(entries.live_files(table.io, manifest))
+        target.extend(entries.live_files(table.io, manifest, table.metadata.format_version))
     return data, deletes
 
 

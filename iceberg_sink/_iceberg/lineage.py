@@ -161,11 +161,20 @@ def assign_first_row_ids(entries: Sequence[ManifestEntry], manifest: ManifestFil
             next_row_id += entry.data_file.record_count
 
 
-def read_entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
+def read_entries(
+    io: FileIO, manifest: ManifestFile, discard_deleted: bool = True, format_version: int | None = None
+) -> list[ManifestEntry]:
     """``manifest``'s entries with inherited snapshot ids, sequence numbers and (for a manifest read
-    by :func:`read_manifests` from a v3 table) first row ids; other manifests read as PyIceberg
-    does."""
-    if len(manifest) <= MANIFEST_FILE_FIRST_ROW_ID:
+    by :func:`read_manifests` from a v3 table) first row ids. A delete manifest of a table of
+    ``format_version`` 3 is read with the v3 schema too, however its manifest list was read, so its
+    deletion vectors keep ``referenced_data_file``, ``content_offset`` and ``content_size_in_bytes``;
+    other manifests read as PyIceberg does."""
+    v3_deletes = (
+        format_version is not None
+        and format_version >= ROW_LINEAGE_FORMAT_VERSION
+        and manifest.content == ManifestContent.DELETES
+    )
+    if len(manifest) <= MANIFEST_FILE_FIRST_ROW_ID and not v3_deletes:
         return manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted)
     with AvroFile[ManifestEntry](
         io.new_input(manifest.manifest_path),

@@ -34,9 +34,12 @@ _DICTIONARY_SCHEMA = _SCHEMA.set(0, _SCHEMA.field(0).with_type(pa.dictionary(pa.
 
 
 def referenced_data_file(meta: DataFileMeta) -> str | None:
-    """The one data file a position delete file names, when its bounds say so; else None."""
+    """The one data file a position delete file names: a deletion vector's ``referenced_data_file``,
+    or a position delete file's when its bounds say so; else None."""
     if meta.content != FileContent.POSITION_DELETES:
         return None
+    if meta.referenced_data_file is not None:
+        return meta.referenced_data_file
     lower = dict(meta.lower_bounds).get(FILE_PATH_ID)
     upper = dict(meta.upper_bounds).get(FILE_PATH_ID)
     if lower is None or lower != upper:

@@ -35,15 +35,13 @@ import attrs
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.manifest import ManifestContent
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, write_deletion_vectors
-from iceberg_sink._iceberg.files import LiveFile, live_files, to_meta
-from iceberg_sink._iceberg.lineage import read_entries, read_manifests
+from iceberg_sink._iceberg.files import LiveFile, live_files
 from iceberg_sink._iceberg.position_deletes import sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.topology.compaction.rewriter import key_columns
@@ -73,17 +71,6 @@ class ResolvedDeletes:
 def is_dv(meta: DataFileMeta) -> bool:
     """Whether ``meta`` is a deletion vector (a Puffin blob naming its data file)."""
     return meta.file_format.upper() == PUFFIN and meta.referenced_data_file is not None
-
-
-def _live_deletes(table: Table, head: Snapshot) -> list[LiveFile]:
-    """The head's live delete files, read with the v3 schema so DVs keep their blob location."""
-    result = []
-    for manifest in read_manifests(table.io, head, table.metadata.format_version):
-        if manifest.content != ManifestContent.DELETES:
-            continue
-        for entry in read_entries(table.io, manifest):
-            result.append(LiveFile(to_meta(entry.data_file), int(entry.sequence_number or 0), manifest.manifest_path))
-    return result
 
 
 def _positions_by_file(table: Table, position_deletes: Sequence[DataFileMeta]) -> dict[str, list[np.ndarray]]:
@@ -127,8 +114,7 @@ def resolve(
         CorruptFileError: a live DV that has to be merged fails its checks.
     """
     io, schema = table.io, table.schema()
-    data, _ = live_files(table, head, index.manifests) if head is not None else ([], [])
-    deletes = _live_deletes(table, head) if head is not None else []
+    data, deletes = live_files(table, head, index.manifests)  # DVs with their blob locations (v3)
     index.retain_manifests(m.manifest_path for m in (head.manifests(io) if head is not None else []))
     index.retain({f.meta.path for f in data}, {d.meta.path for d in deletes}, schema.schema_id)
     rules = DeleteRules.from_specs(table.specs())
