@@ -40,7 +40,7 @@ from iceberg_sink._iceberg.manifests import as_v3_data_file, data_file_first_row
 from iceberg_sink._iceberg.projection import read_projected
 from iceberg_sink.table.catalog import create_table
 from iceberg_sink.topology.compaction.config import CompactionConfig
-from iceberg_sink.topology.compaction.job import _validate, _vector_files, _writer_spec
+from iceberg_sink.topology.compaction.job import _validate, _writer_spec
 from iceberg_sink.topology.compaction.planner import plan
 from iceberg_sink.topology.compaction.rewriter import (
     apply_deletes,
@@ -357,17 +357,14 @@ def test_a_deletion_vector_committed_meanwhile_conflicts_only_with_the_group_of_
     table = _append(table, [6, 7], 2)  # committed after the plan: not in its group
     files = {min(r[0] for r in _rows_of(path)): path for path in _live_data(table)}
 
-    def validate(on: Table) -> tuple[list[int], list[int]]:
-        head = on.current_snapshot()
-        head_files = live_files(on, head, ManifestEntries())
-        return (
-            _validate(head_files, the_plan, {0}, 0, _vector_files(on, head)),
-            _validate(head_files, the_plan, {0}, 0),  # without the DVs' data files: partition-wide
-        )
+    def validate(on: Table) -> list[int]:
+        # The head's DVs come with their referenced_data_file (v3 delete manifests keep it), so
+        # the one rule, DeleteRules.applies, scopes each to its own data file.
+        return _validate(live_files(on, on.current_snapshot(), ManifestEntries()), the_plan, {0}, 0)
 
     other = write_deletion_vectors(table.io, f"{table.location()}/data/dv-other.puffin", {files[6]: [np.array([0])]})
     table = producer.commit_prepared(table, _AddVectors(table, other).prepare())
-    assert validate(table) == ([0], [])  # a DV of a file outside the group is no conflict
+    assert validate(table) == [0]  # a DV of a file outside the group is no conflict
     mine = write_deletion_vectors(table.io, f"{table.location()}/data/dv-mine.puffin", {files[4]: [np.array([1])]})
     table = producer.commit_prepared(table, _AddVectors(table, mine).prepare())
-    assert validate(table) == ([], [])  # one of an input file is
+    assert validate(table) == []  # one of an input file is

@@ -38,7 +38,6 @@ from typing import Any
 
 import attrs
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import SparkSession
 
 from iceberg_sink import options
@@ -272,7 +271,7 @@ def _compact_once(
         # manifests committed since an earlier read are read.
         head = branch_head(current, branch)
         head_files = live_files(current, head, entries)
-        kept = _validate(head_files, the_plan, pending, spec.partition_spec.spec_id, _vector_files(current, head))
+        kept = _validate(head_files, the_plan, pending, spec.partition_spec.spec_id)
         discard(pending - set(kept), current)
         if not kept:
             return None
@@ -321,19 +320,11 @@ def _compact_once(
     )
 
 
-def _vector_files(table: Table, head: Snapshot | None) -> dict[str, str]:
-    """Each data file with a live deletion vector at ``head`` -> the DV's Puffin file (v3; else empty)."""
-    if head is None or table.metadata.format_version < ROW_LINEAGE_FORMAT_VERSION:
-        return {}
-    return {target: ref.path for target, ref in live_vectors(table.io, head).items()}
-
-
 def _validate(
     head_files: tuple[list[LiveFile], list[LiveFile]],
     the_plan: CompactionPlan,
     candidates: set[int],
     output_spec_id: int,
-    vectors: Mapping[str, str] | None = None,
 ) -> list[int]:
     """The groups among ``candidates`` still valid at the branch head, given its live (data, delete)
     files (the others are in conflict).
@@ -344,16 +335,13 @@ def _validate(
     applies (``DeleteRules.applies``, the one rule) to one of its input files but not to its new
     files:
 
-    - a position delete that can name an input file: a file-scoped one (equal ``file_path``
-      bounds) naming it, or a partition-scoped one of its spec and partition. A file-scoped delete
-      of another data file of the same partition (what the equality-delete conversion commits) is
-      no conflict;
+    - a position delete that can name an input file: a file-scoped one (a deletion vector's
+      ``referenced_data_file``, or equal ``file_path`` bounds) naming it, or a partition-scoped one
+      of its spec and partition. A file-scoped delete of another data file of the same partition
+      (what the equality-delete conversion commits, a DV of another file, even in the same Puffin
+      file) is no conflict;
     - a partition-scoped equality delete of an input file's spec and partition, when the group's
       files are rewritten into another spec (``output_spec_id``): it would not apply to the new files;
-    - a deletion vector (v3) of an input file: ``vectors`` maps each data file with a live DV at the
-      head to its Puffin file, which conflicts when it was committed after the plan. DVs of other
-      data files, in the same partition or the same Puffin file, are no conflict. Without
-      ``vectors`` a newer Puffin file counts as a partition-scoped position delete.
 
     Other equality deletes committed since need no check: they have higher sequence numbers than
     the new files and apply to them (global ones everywhere; scoped ones to the new files of the
@@ -367,13 +355,10 @@ def _validate(
     # file-scoped position deletes by the file they name, the others by spec and partition.
     by_file: dict[str, list[LiveFile]] = {}
     by_partition: dict[tuple[int, tuple[Any, ...]], list[LiveFile]] = {}
-    new_vectors: set[str] = set()
     for d in deletes:
         if d.data_sequence_number <= the_plan.sequence_number:
             continue
-        if vectors is not None and d.meta.file_format.upper() == "PUFFIN":
-            new_vectors.add(d.meta.path)
-        elif d.meta.content == FileContent.POSITION_DELETES:
+        if d.meta.content == FileContent.POSITION_DELETES:
             named = referenced_data_file(d.meta)
             if named is not None:
                 by_file.setdefault(named, []).append(d)
@@ -385,9 +370,6 @@ def _validate(
     def conflict(f: LiveFile) -> str | None:
         if f.meta.path not in live:
             return f"input file {f.meta.path} no longer live"
-        vector = (vectors or {}).get(f.meta.path)
-        if vector in new_vectors:
-            return f"new deletion vector {vector} applies to input file {f.meta.path}"
         for d in by_file.get(f.meta.path, []) + by_partition.get((f.meta.spec_id, f.meta.partition), []):
             if rules.applies(d, f):
                 kind = (
