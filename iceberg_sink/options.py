@@ -127,6 +127,14 @@ WRITER_MAX_OPEN_FILES = Option(
     table_property=False,
     minimum=1,
 )
+ROUTE_COMMIT_THREADS = Option(
+    "iceberg-sink.route.commit-threads",
+    int,
+    8,
+    "Routed sinks: tables of one checkpoint committed at once, each on its own thread (1: one after another, in name order).",
+    table_property=False,
+    minimum=1,
+)
 COMMIT_NUM_RETRIES = Option(
     "commit.retry.num-retries", int, 4, "Commit attempts after the first when another writer won.", minimum=0
 )
@@ -237,6 +245,7 @@ OPTIONS: tuple[Option, ...] = (
     DISTRIBUTION_MODE,
     WRITER_BUFFER_BYTES,
     WRITER_MAX_OPEN_FILES,
+    ROUTE_COMMIT_THREADS,
     COMMIT_NUM_RETRIES,
     COMMIT_MIN_WAIT_MS,
     COMMIT_MAX_WAIT_MS,

@@ -16,9 +16,11 @@ record.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pyiceberg.table import Table
@@ -63,6 +65,8 @@ class PendingCommits:
         max_pending: the most pending checkpoints a stream keeps before it stops.
         has_table: whether the job has loaded its table once (an outage before that is an error).
         compaction, conversion: maintenance triggers told of each commit.
+        serial: held around the job's hooks and maintenance triggers, so that a routed checkpoint
+            committing its tables on several threads runs them one at a time (job/routing.py).
     """
 
     def __init__(
@@ -81,7 +85,9 @@ class PendingCommits:
         has_table: Callable[[], bool],
         compaction: CompactionTrigger | None = None,
         conversion: ConversionTrigger | None = None,
+        serial: AbstractContextManager[Any] | None = None,
     ) -> None:
+        self._serial = serial or contextlib.nullcontext()
         self._table_name = table_name
         self._branch = branch
         self._job_id = job_id
@@ -108,7 +114,8 @@ class PendingCommits:
         properties = dict(self._job_properties)
         if self._streaming:  # how far each Kafka partition is (sources/kafka_offsets.py)
             properties.update(kafka_offsets.summary_properties(self._store.spark_offset_log(committable.checkpoint_id)))
-        properties.update(self._hooks.before_commit(committable.summary))
+        with self._serial:
+            properties.update(self._hooks.before_commit(committable.summary))
         try:
             outcome = self._committer.commit(committable, extra_properties=properties, table=table)
         except Exception as e:
@@ -173,11 +180,12 @@ class PendingCommits:
             snapshot_summary=dict(snapshot.summary.additional_properties) if snapshot.summary else {},
             checkpoint=summary,
         )
-        self._hooks.after_commit(result)
-        if self.compaction is not None:
-            self.compaction.observe(result, outcome.data_files)
-        if self.conversion is not None:
-            self.conversion.observe(result)
+        with self._serial:
+            self._hooks.after_commit(result)
+            if self.compaction is not None:
+                self.compaction.observe(result, outcome.data_files)
+            if self.conversion is not None:
+                self.conversion.observe(result)
 
     def pending_ids(self) -> list[int]:
         """The checkpoint ids of the job's stored committables, oldest first."""

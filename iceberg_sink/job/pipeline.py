@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog import Catalog
@@ -99,6 +100,7 @@ class SinkJob:
         streaming: bool = False,
         job_id: str | None = None,
         pin_table_uuid: bool = False,
+        serial: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.metrics = metrics or SinkMetrics()
         catalog = catalog or config.catalog.load()
@@ -176,6 +178,7 @@ class SinkJob:
             has_table=lambda: self.binding.table is not None,
             compaction=compaction,
             conversion=conversion,
+            serial=serial,
         )
 
     @property

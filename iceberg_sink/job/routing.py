@@ -23,9 +23,11 @@ Exactly-once per table, for a micro-batch N (the single-table argument of pipeli
    Tables with state but no rows in this batch get their committables below N committed too.
 2. The rows of the tables that need writing are written in one Spark job (writer/multi.py); every
    table's committable is persisted before any table is committed.
-3. Each table is committed on its own, in name order. A crash between two tables' commits leaves
-   the first committed (its snapshot holds N) and the second stored: the replay of N skips the first
-   and commits the second's committable. A table whose commit fails (the catalog refuses, the table
+3. Each table is committed on its own: up to ``iceberg-sink.route.commit-threads`` tables at once
+   (8; 1 commits them one after another, in name order), then the dead-letter table. A crash while
+   tables commit leaves each of them either committed (its snapshot holds N) or stored: the replay of
+   N skips the first kind and commits the second's committable. Hooks and maintenance triggers of
+   the tables run one at a time. A table whose commit fails (the catalog refuses, the table
    was dropped) does not stop the others' commits; its committable stays stored, and the error is
    raised once every table was tried.
 4. A table dropped, or dropped and re-created, by someone else since the job first wrote to it is a
@@ -36,10 +38,12 @@ Exactly-once per table, for a micro-batch N (the single-table argument of pipeli
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 from pyiceberg.catalog import Catalog
@@ -194,6 +198,10 @@ class RoutedJob:
         self._ephemeral = ephemeral
         self._streaming = streaming
         self.jobs: dict[str, SinkJob] = {}
+        # Tables of a checkpoint commit on several threads; their hooks and maintenance triggers
+        # (user code, inline compactions) run one at a time under this lock.
+        self._serial = threading.Lock()
+        self._threads = options.resolve(config.options, {}).get(options.ROUTE_COMMIT_THREADS)
         # Tables that may have stored committables: every table with state at start, then those a
         # micro-batch left pending or failed to commit. Only these are looked at between batches,
         # so a batch touching few of many tables does not list every table's state (one LIST request
@@ -231,6 +239,7 @@ class RoutedJob:
                 streaming=self._streaming,
                 job_id=self.job_id,
                 pin_table_uuid=True,
+                serial=self._serial,
             )
             self.jobs[table] = job
         return job
@@ -258,26 +267,27 @@ class RoutedJob:
 
     def commit_pending(self, before: int | None = None, skip: frozenset[str] = frozenset()) -> None:
         """Commit the stored committables of every known table (not in ``skip``), oldest first per table."""
+        tables = [t for t in sorted(self._maybe_pending - skip) if self._still_pending(t, before)]
         failures = []
-        for table in sorted(self._maybe_pending - skip):
-            job = self.jobs[table]
-            if not job.has_pending(before):
-                if not job.has_pending():
-                    self._maybe_pending.discard(table)
-                continue
-            try:
-                job.commit_pending(before=before)
-            except CatalogOutage as e:
+        for table, _, error in each_table(tables, lambda t: self.jobs[t].commit_pending(before=before), self._threads):
+            if isinstance(error, CatalogOutage):
                 # The catalog is unreachable: the table's checkpoints stay pending, committed in
                 # order by a later micro-batch (as a single-table stream's are).
-                logger.warning("table %s: pending checkpoints stay pending: %s", table, e.error)
-                continue
-            except Exception as e:
-                failures.append((table, e))
-                continue
-            if not job.has_pending():
+                logger.warning("table %s: pending checkpoints stay pending: %s", table, error.error)
+            elif error is not None:
+                failures.append((table, error))
+            elif not self.jobs[table].has_pending():
                 self._maybe_pending.discard(table)
         _raise_first(failures)
+
+    def _still_pending(self, table: str, before: int | None) -> bool:
+        """Whether ``table`` has a stored committable (below ``before``); forgets tables with none."""
+        job = self.jobs[table]
+        if job.has_pending(before):
+            return True
+        if not job.has_pending():
+            self._maybe_pending.discard(table)
+        return False
 
     def has_pending(self) -> bool:
         """Whether some table may have a stored committable (iceberg_sink/job/idle.py asks between batches)."""
@@ -404,13 +414,17 @@ class RoutedJob:
             names = [*names, dead.name]
         outcomes: dict[str, CommitOutcome | None] = {}
         failures = []
-        for table in names:
-            try:
-                outcome = outcomes[table] = self.jobs[table].commit_planned(plans[table])
-            except Exception as e:
-                failures.append((table, e))
+        # The routed tables on several threads, then the dead-letter table (it holds the refused rows of all).
+        routed_names = [t for t in names if dead is None or t != dead.name]
+        last = [t for t in names if t not in routed_names]
+        done = each_table(routed_names, lambda t: self.jobs[t].commit_planned(plans[t]), self._threads)
+        done += each_table(last, lambda t: self.jobs[t].commit_planned(plans[t]), 1)
+        for table, outcome, error in done:
+            if error is not None:
+                failures.append((table, error))
                 self._maybe_pending.add(table)
                 continue
+            outcomes[table] = outcome
             if outcome is not None and outcome.pending:
                 self._maybe_pending.add(table)
             else:
@@ -493,6 +507,42 @@ class RoutedJob:
         if mode is DistributionMode.HASH:
             return df.repartition(*keys)
         return df.repartitionByRange(*keys).sortWithinPartitions(*keys)
+
+
+_T = TypeVar("_T")
+
+
+def each_table(
+    tables: list[str], commit: Callable[[str], _T], threads: int
+) -> list[tuple[str, _T | None, Exception | None]]:
+    """``commit`` of each table, on up to ``threads`` threads: (table, result, error) in ``tables`` order.
+
+    Each table's commit is independent (its own committable, snapshot and recovery), so a checkpoint
+    of many tables waits for the slowest few, not for their sum: on an object store or a REST
+    catalog a table's commit is mostly round trips. One table's failure does not stop the others. A
+    BaseException that is not an Exception (the process is being stopped) is raised once every
+    started commit has returned.
+    """
+    if threads <= 1 or len(tables) <= 1:
+        done: list[tuple[str, _T | None, Exception | None]] = []
+        for table in tables:
+            try:
+                done.append((table, commit(table), None))
+            except Exception as e:
+                done.append((table, None, e))
+        return done
+    with ThreadPoolExecutor(max_workers=min(threads, len(tables)), thread_name_prefix="iceberg-sink-commit") as pool:
+        futures = [(table, pool.submit(commit, table)) for table in tables]
+    done = []
+    for table, future in futures:
+        error = future.exception()
+        if error is None:
+            done.append((table, future.result(), None))
+        elif isinstance(error, Exception):
+            done.append((table, None, error))
+        else:
+            raise error
+    return done
 
 
 def _raise_first(failures: list[tuple[str, Exception]]) -> None:

@@ -201,6 +201,8 @@ def main(argv: list[str]) -> int:
             builder = builder.schema_evolution(stream["schema_evolution"])
         if stream.get("dead_letter"):
             builder = builder.dead_letter(stream["dead_letter"])
+        for key, value in (stream.get("write_options") or {}).items():
+            builder = builder.write_option(key, value)
         df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(stream["source"])
         builder = builder.post_commit_hook(lambda result: say(f"COMMITTED {result.table} {result.checkpoint_id}"))
         sink = builder.build()

@@ -5,6 +5,7 @@ someone else is a clear error that loses nothing in the other tables."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -474,3 +475,50 @@ def test_a_table_whose_commit_failed_is_committed_by_a_later_batch_without_its_r
     assert checkpoints(catalog.load_table("db.b")) == [0]  # type: ignore[attr-defined]
     assert checkpoints(catalog.load_table("db.a")) == [0, 1]  # type: ignore[attr-defined]
     assert not job.has_pending()
+
+
+def test_tables_commit_on_several_threads_and_hooks_run_one_at_a_time(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path
+) -> None:
+    """Six tables, three commit threads: commits overlap (seen at the point a prepared snapshot is
+    sent), hooks never do; with one thread nothing overlaps. Each table holds its rows once."""
+    active = {"commits": 0, "hooks": 0}
+    peak = {"commits": 0, "hooks": 0}
+
+    def enter(kind: str) -> None:
+        active[kind] += 1
+        peak[kind] = max(peak[kind], active[kind])
+        time.sleep(0.3)  # long enough for the other threads to arrive
+        active[kind] -= 1
+
+    def sending(point: str, _checkpoint: int) -> None:
+        if point == _faults.BEFORE_COMMIT_SEND:
+            enter("commits")
+
+    def sink(threads: int) -> IcebergSink:
+        return (
+            IcebergSink.builder()
+            .catalog("test", **catalog_props)
+            .route(table_column="tbl", namespace=f"par{threads}")
+            .create_if_missing()
+            .write_option("iceberg-sink.route.commit-threads", threads)
+            .pre_commit_hook(lambda _summary: enter("hooks") or {})
+            .post_commit_hook(lambda _result: enter("hooks"))
+            .build()
+        )
+
+    rows = [(f"t{i % 6}", i, f"n{i}", 1.0) for i in range(60)]
+    _faults.install(sending)
+    try:
+        for threads in (3, 1):
+            peak.update(commits=0, hooks=0)
+            sink(threads).write(events(spark, rows), checkpoint_location=str(tmp_path / f"ck{threads}"))
+            assert peak["hooks"] == 1, (threads, peak)
+            # Each commit passes the (serial) pre-commit hook first, so the threads arrive staggered.
+            assert (peak["commits"] >= 2) if threads == 3 else (peak["commits"] == 1), (threads, peak)
+            for t in range(6):
+                table = catalog.load_table(f"par{threads}.t{t}")  # type: ignore[attr-defined]
+                assert checkpoints(table) == [0]
+                assert sorted(r["id"] for r in table.scan().to_arrow().to_pylist()) == list(range(t, 60, 6))
+    finally:
+        _faults.clear()

@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.interop]
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ["orders", "users", "items"]
 NAMES = [f"cdc.{t}" for t in TABLES]
-FIRST, *OTHERS = sorted(NAMES)  # tables commit in name order
+FIRST, *OTHERS = sorted(NAMES)  # with one commit thread, tables commit in name order
+ONE_AT_A_TIME = {"write_options": {"iceberg-sink.route.commit-threads": 1}}
 # (point, checkpoint, tables holding checkpoint c after the kill, tables with c stored after the kill)
 KILLS: list[tuple[str, int, list[str], list[str]]] = [
     (_faults.AFTER_WRITE, 2, [], []),
@@ -38,7 +39,9 @@ KILLS: list[tuple[str, int, list[str], list[str]]] = [
     # Between two tables' commits: the first committed (its committable not yet removed), the others stored.
     (_faults.AFTER_COMMIT, 5, [FIRST], NAMES),
 ]
-FILES = 8
+# Kills while the tables commit on several threads: (point, checkpoint), after KILLS.
+CONCURRENT_KILLS = [(_faults.COMMIT_SENT, 6), (_faults.AFTER_COMMIT, 7)]
+FILES = 9
 
 
 def run_driver(
@@ -93,7 +96,7 @@ def test_routed_stream_killed_between_two_tables_commits_and_at_every_step(
     per_table = write_routed_change_files(tmp_path / "src", TABLES, files=FILES, changes_per_file=25, keys=20, seed=5)
     catalog = load_catalog("crash", **props)
     for point, checkpoint, holding, stored in KILLS:
-        output = run_driver(tmp_path, props, (point, checkpoint))
+        output = run_driver(tmp_path, props, (point, checkpoint), ONE_AT_A_TIME)
         assert f"KILLING at {point} {checkpoint}" in output and "timeout" not in output, output[-4000:]
         for name in NAMES:
             where = f"{name} killed at {point} of checkpoint {checkpoint}"
@@ -101,6 +104,23 @@ def test_routed_stream_killed_between_two_tables_commits_and_at_every_step(
             assert held == list(range(checkpoint + (1 if name in holding else 0))), where
             pending = CheckpointStore.for_table(str(tmp_path / "ck"), name).pending_ids()
             assert pending == ([checkpoint] if name in stored else []), where
+    # Then with the tables committing on several threads (the default): whichever commits had landed
+    # when the driver died, each table holds the checkpoint or has it stored, never neither.
+    for point, checkpoint in CONCURRENT_KILLS:
+        output = run_driver(tmp_path, props, (point, checkpoint))
+        assert f"KILLING at {point} {checkpoint}" in output and "timeout" not in output, output[-4000:]
+        holding = []
+        for name in NAMES:
+            where = f"{name} killed at {point} of checkpoint {checkpoint} (concurrent commits)"
+            held = committed(catalog, name)
+            assert held in (list(range(checkpoint)), list(range(checkpoint + 1))), where
+            pending = CheckpointStore.for_table(str(tmp_path / "ck"), name).pending_ids()
+            if len(held) == checkpoint:
+                assert pending == [checkpoint], where  # not committed: stored
+            else:
+                holding.append(name)
+                assert pending in ([], [checkpoint]), where
+        assert holding, f"killed at {point} of checkpoint {checkpoint}: no table holds it"
     output = run_driver(tmp_path, props, None)
     assert "DONE" in output, output[-4000:]
     for table, name in zip(TABLES, NAMES, strict=True):
