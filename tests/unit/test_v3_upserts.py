@@ -24,6 +24,7 @@ from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink._iceberg.position_deletes import write_position_deletes
 from iceberg_sink._iceberg.retry import RetryPolicy
+from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.committer import vectors
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
@@ -327,3 +328,25 @@ def test_the_key_index_spares_reading_a_data_file_again_and_forgets_files_no_lon
     assert unbounded.data_files_read == 1 and [v.record_count for v in unbounded.vectors] == [1]
     vectors.resolve(table, None, (), (), (), index)  # a head without the file: its keys are dropped
     assert index.files == 0 and index.nbytes == 0
+
+
+def test_storage_refusing_the_puffin_file_fails_the_commit_naming_it_and_commits_nothing(
+    catalog: LosingCatalog, tmp_path: Path
+) -> None:
+    """Storage that refuses the Puffin file (here: its directory is a regular file; a SeaweedFS table
+    bucket answers 403) fails the commit with an error naming the file and the property to set."""
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, [(1, "a", "I"), (2, "b", "I")]))
+    made = committable(catalog.load_table("db.t"), 1, [(1, None, "D")])
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the DVs' directory would be")
+    with v3_metadata_writes():
+        transaction = catalog.load_table("db.t").transaction()
+        transaction.set_properties({"write.data.path": f"{blocked.as_uri()}/data"}).commit_transaction()
+    with pytest.raises(OSError) as failure:
+        c.commit(made)
+    message = str(failure.value)
+    assert f"{blocked.as_uri()}/data/" in message and message.count(".puffin") >= 1, message
+    assert "write.data.path" in message and "Nothing was committed" in message, message
+    table = catalog.load_table("db.t")
+    assert len(table.snapshots()) == 1 and rows_in(table) == {1: "a", 2: "b"}
