@@ -177,9 +177,9 @@ class IcebergSinkBuilder:
         Args:
             partition_by: transforms such as ``"day(ts)"``, ``"bucket(16, user_id)"``, ``"region"``.
             properties: table properties of the new table.
-            format_version: 1, 2 or 3. Upserts, CDC and delete conversion need 2; 3 takes appends
-                (streaming and ``write()``) with row lineage, and refuses upserts/CDC, conversion
-                and compaction before anything is written (docs/format-v3.md).
+            format_version: 1, 2 or 3. Upserts, CDC and delete conversion need 2 or more; 3 takes
+                appends with row lineage, upserts/CDC as deletion vectors and compaction, and
+                refuses delete conversion before anything is written (docs/format-v3.md).
         """
         self._create = {
             "partition_by": partition_by,

@@ -159,7 +159,16 @@ def resolve(
         # An in-batch position delete names a row of the checkpoint's own files, never another.
         raise ValueError(f"position deletes of a data file neither live nor in the checkpoint: {unknown[0]}")
     puffin = table.location_provider().new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin")
-    written = write_deletion_vectors(io, puffin, {path: [p] for path, p in positions.items()})
+    try:
+        written = write_deletion_vectors(io, puffin, {path: [p] for path, p in positions.items()})
+    except OSError as e:
+        # Still an OSError (storage, as a data file write failing): what differs is the file's kind.
+        raise OSError(
+            f"cannot write the deletion vectors of this commit to {puffin}: {e}. Nothing was committed. "
+            "Format v3 upserts write Puffin files (.puffin) where the data files go; storage that takes "
+            "only data file formats there (a SeaweedFS table bucket answers 403 Access Denied) needs the "
+            "table property write.data.path set to a location that takes Puffin files"
+        ) from e
     vectors = tuple(
         DataFileMeta(
             content=FileContent.POSITION_DELETES,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -19,11 +20,12 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import UnsupportedTableError
 from iceberg_sink._iceberg import producer
-from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
+from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, serialize
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink._iceberg.position_deletes import write_position_deletes
 from iceberg_sink._iceberg.retry import RetryPolicy
+from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.committer import vectors
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
@@ -327,3 +329,69 @@ def test_the_key_index_spares_reading_a_data_file_again_and_forgets_files_no_lon
     assert unbounded.data_files_read == 1 and [v.record_count for v in unbounded.vectors] == [1]
     vectors.resolve(table, None, (), (), (), index)  # a head without the file: its keys are dropped
     assert index.files == 0 and index.nbytes == 0
+
+
+def test_storage_refusing_the_puffin_file_fails_the_commit_naming_it_and_commits_nothing(
+    catalog: LosingCatalog, tmp_path: Path
+) -> None:
+    """Storage that refuses the Puffin file (here: its directory is a regular file; a SeaweedFS table
+    bucket answers 403) fails the commit with an error naming the file and the property to set."""
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, [(1, "a", "I"), (2, "b", "I")]))
+    made = committable(catalog.load_table("db.t"), 1, [(1, None, "D")])
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the DVs' directory would be")
+    with v3_metadata_writes():
+        transaction = catalog.load_table("db.t").transaction()
+        transaction.set_properties({"write.data.path": f"{blocked.as_uri()}/data"}).commit_transaction()
+    with pytest.raises(OSError) as failure:
+        c.commit(made)
+    message = str(failure.value)
+    assert f"{blocked.as_uri()}/data/" in message and message.count(".puffin") >= 1, message
+    assert "write.data.path" in message and "Nothing was committed" in message, message
+    table = catalog.load_table("db.t")
+    assert len(table.snapshots()) == 1 and rows_in(table) == {1: "a", 2: "b"}
+
+
+def test_a_dv_written_as_a_bare_blob_as_duckdb_up_to_1_5_3_did_is_read_and_merged(catalog: LosingCatalog) -> None:
+    """DuckDB up to 1.5.3 wrote a DV's blob alone (no Puffin magic, no footer; ``content_offset`` 0;
+    duckdb-iceberg #1095, #1248: DuckDB 1.5.5 cannot read those). The sink locates the blob by its
+    manifest entry, as Iceberg Java does, so it reads such a DV and merges it into its own; the
+    merged DV is a Puffin file PyIceberg reads again."""
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, [(i, "x", "I") for i in range(1, 6)]))
+    table = catalog.load_table("db.t")
+    data_path = next(iter(table.inspect.files()["file_path"].to_pylist()))
+    blob = serialize([np.array([0, 3], dtype=np.int64)])
+    bare = table.location() + "/data/duckdb-1.5.3-deletes.puffin"
+    with table.io.new_output(bare).create() as out:
+        out.write(blob)
+    meta = DataFileMeta(
+        content=FileContent.POSITION_DELETES,
+        path=bare,
+        spec_id=0,
+        partition=(),
+        record_count=2,
+        file_size_in_bytes=len(blob),
+        file_format="PUFFIN",
+        referenced_data_file=data_path,
+        content_offset=0,
+        content_size_in_bytes=len(blob),
+    )
+    producer.commit_prepared(
+        table,
+        producer.RowDelta(
+            table, "main", producer.SnapshotChanges(delete_files=(meta,)), {"writer": "duckdb"}
+        ).prepare(),
+    )
+    with pytest.raises(ValueError, match="magic"):  # PyIceberg 0.12 parses the whole file: it refuses it
+        rows_in(catalog.load_table("db.t"))
+    c.commit(committable(catalog.load_table("db.t"), 1, [(2, "y", "U")]))
+    table = catalog.load_table("db.t")
+    assert rows_in(table) == {2: "y", 3: "x", 5: "x"}
+    check_only_dvs(table)
+    [merged] = [d for d in live_deletes(table) if d.referenced_data_file == data_path]
+    assert merged.path != bare and merged.content_offset is not None and merged.content_size_in_bytes is not None
+    assert read_deletion_vector(
+        table.io, merged.path, merged.content_offset, merged.content_size_in_bytes, merged.record_count
+    ).tolist() == [0, 1, 3]
