@@ -199,6 +199,11 @@ class IcebergCommitter:
         # persisting, in table storage for the next driver (committer/vectors.py, conversion/persisted.py).
         self._key_index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
 
+    @property
+    def key_index(self) -> KeyIndex:
+        """The key index v3 deletes are resolved through (committer/vectors.py)."""
+        return self._key_index
+
     def max_committed(self, table: Table) -> int:
         return find_max_committed_checkpoint(table, self._branch, self._job_id, self._prefix)
 
