@@ -220,6 +220,14 @@ CONVERSION_KEY_INDEX_MAX_BYTES = Option(
     table_property=False,
     minimum=0,
 )
+CONVERSION_KEY_INDEX_PERSIST = Option(
+    "iceberg-sink.conversion.key-index-persist",
+    bool,
+    True,
+    "Also keep the key index's entries in table storage (<metadata>/iceberg-sink-key-index/, written in the "
+    "background), so that a restarted driver loads them instead of reading every data file again.",
+    table_property=False,
+)
 JVM_PARQUET_WRITER = Option(
     "iceberg-sink.writer.jvm-parquet",
     bool,
@@ -259,6 +267,7 @@ OPTIONS: tuple[Option, ...] = (
     MANIFEST_MIN_COUNT_TO_MERGE,
     MANIFEST_TARGET_SIZE_BYTES,
     CONVERSION_KEY_INDEX_MAX_BYTES,
+    CONVERSION_KEY_INDEX_PERSIST,
     JVM_PARQUET_WRITER,
     SCHEMA_EVOLUTION,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult,
 from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion import ConversionResult, convert_equality_deletes
+from iceberg_sink.topology.conversion.index import KeyIndex
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.writer.workers import check_python_workers
 
@@ -54,6 +56,8 @@ class IcebergSink:
         if config.prometheus is not None:
             self._prometheus = MetricsServer(config.prometheus, self._metrics.snapshot, config.table or "routed")
         self._last_routed: dict[str, CommitOutcome | None] = {}
+        # The key indexes of this sink's jobs, whose background writes close() waits for.
+        self._key_indexes: weakref.WeakSet[KeyIndex] = weakref.WeakSet()
 
     def metrics(self) -> MetricsSnapshot:
         """Counters of every job of this sink: writers, commits, hooks, compactions and conversions.
@@ -87,9 +91,12 @@ class IcebergSink:
         return self._prometheus.url if self._prometheus is not None else None
 
     def close(self) -> None:
-        """Stop the Prometheus endpoint, if any. Running queries are not affected."""
+        """Stop the Prometheus endpoint, if any, and wait for the key index entries being written to
+        table storage (topology/conversion/persisted.py). Running queries are not affected."""
         if self._prometheus is not None:
             self._prometheus.close()
+        for index in list(self._key_indexes):
+            index.flush()
 
     @staticmethod
     def builder() -> IcebergSinkBuilder:
@@ -175,6 +182,9 @@ class IcebergSink:
         )
         self._compaction = job.compaction
         self._conversion = job.conversion
+        self._key_indexes.add(job.committer.key_index)
+        if job.conversion is not None:
+            self._key_indexes.add(job.conversion.index)
         if self._config.dead_letter is not None:
             job.dead_letter = DeadLetterTable.for_job(
                 self._config,
@@ -371,7 +381,10 @@ class IcebergSink:
                     # The dead-letter table may hold a checkpoint whose rows were all refused.
                     job.dead_letter.commit_pending()
                     checkpoint_id = max(checkpoint_id, job.dead_letter.next_checkpoint_id())
-            return job.process(df, checkpoint_id)
+            outcome = job.process(df, checkpoint_id)
+            # The job ends here: its newly indexed keys are in storage before the next job needs them.
+            job.committer.key_index.flush()
+            return outcome
         finally:
             if temporary:
                 shutil.rmtree(location, ignore_errors=True)

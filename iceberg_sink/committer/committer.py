@@ -52,6 +52,9 @@ class CommitOutcome:
             committable is kept under the checkpoint location, to be committed by a later
             micro-batch (or a restart) once the catalog is back.
         data_files / delete_files: the files the snapshot added (for metrics and compaction).
+        key_index_data_files_read / key_index_entries_loaded: v3 deletes resolved to DVs, over all
+            attempts: data files whose key columns were read, and key index entries loaded from
+            table storage instead (committer/vectors.py).
         cleanup: for a checkpoint that needed no snapshot, deletes its staged files; call it after
             removing its committable (a replay before that reads them again).
     """
@@ -64,6 +67,8 @@ class CommitOutcome:
     pending: bool = False
     delete_files: tuple[DataFileMeta, ...] = attrs.field(default=(), repr=False)
     cleanup: Callable[[], None] | None = attrs.field(default=None, repr=False, eq=False)
+    key_index_data_files_read: int = 0
+    key_index_entries_loaded: int = 0
 
 
 @attrs.frozen
@@ -181,6 +186,7 @@ class IcebergCommitter:
         sleep: Callable[[float], None] = time.sleep,
         on_conflict: Callable[[], None] | None = None,
         key_index_max_bytes: int = DEFAULT_MAX_BYTES,
+        key_index_persist: bool = False,
     ) -> None:
         self._load_table = load_table
         self._on_conflict = on_conflict
@@ -189,9 +195,14 @@ class IcebergCommitter:
         self._retry = retry
         self._prefix = property_prefix
         self._sleep = sleep
-        # v3 upserts: data files' keys, kept between checkpoints within a memory bound (rebuilt from
-        # the data files after a restart, committer/vectors.py).
-        self._key_index = KeyIndex(key_index_max_bytes)
+        # v3 upserts: data files' keys, kept between checkpoints within a memory bound and, when
+        # persisting, in table storage for the next driver (committer/vectors.py, conversion/persisted.py).
+        self._key_index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
+
+    @property
+    def key_index(self) -> KeyIndex:
+        """The key index v3 deletes are resolved through (committer/vectors.py)."""
+        return self._key_index
 
     def max_committed(self, table: Table) -> int:
         return find_max_committed_checkpoint(table, self._branch, self._job_id, self._prefix)
@@ -217,6 +228,7 @@ class IcebergCommitter:
             **JobKeys(self._prefix).properties(self._job_id, committable.checkpoint_id),
         }
         changes: producer.SnapshotChanges | None = None
+        read_before, loaded_before = self._key_index.data_files_read, self._key_index.persisted.loaded
         conditional: tuple[DataFileMeta, ...] = ()
         # The delete files each prepared snapshot commits, to know afterwards whether the
         # conditional ones were needed by the snapshot that landed.
@@ -347,6 +359,8 @@ class IcebergCommitter:
             attempts=result.attempts,
             data_files=changes.data_files if changes is not None else (),
             delete_files=landed_deletes or (),
+            key_index_data_files_read=self._key_index.data_files_read - read_before,
+            key_index_entries_loaded=self._key_index.persisted.loaded - loaded_before,
         )
 
     def _prepare_v3(

@@ -158,6 +158,8 @@ class PendingCommits:
             committed_data_files_byte_count=data_bytes,
             committed_delete_files_record_count=sum(f.record_count for f in outcome.delete_files),
             committed_delete_files_byte_count=delete_bytes,
+            key_index_data_files_read=outcome.key_index_data_files_read,
+            key_index_entries_loaded=outcome.key_index_entries_loaded,
         )
         self._metrics.set(last_commit_duration_ms=commit_ms)
         self._metrics.committed()

@@ -12,8 +12,9 @@ names:
   apply to every data file live on H (same spec and partition, or every file when it is global or
   the v2 path would commit it as global) and to none of the checkpoint's own files: the rows of
   those files whose key equals one of its keys (a null matching a null) are its positions. Key
-  bounds prune files; keys come from the committer's :class:`KeyIndex` or from reading the file's
-  key columns (a file not indexed, or after a restart: the index rebuilds itself from the files);
+  bounds prune files; keys come from the committer's :class:`KeyIndex` (in memory, else its entry
+  persisted in table storage by an earlier driver) or from reading the file's key columns (a file
+  not indexed yet, or whose persisted entry is missing, corrupt or of another file);
 - an in-batch position delete names a row of one of the checkpoint's own data files;
 - a data file that gains positions gets one DV holding them and every position already deleted in
   it on H: its live DV (read back and removed in the same snapshot) and any position delete file
@@ -114,6 +115,7 @@ def resolve(
         CorruptFileError: a live DV that has to be merged fails its checks.
     """
     io, schema = table.io, table.schema()
+    index.bind(table)
     data, deletes = live_files(table, head, index.manifests)  # DVs with their blob locations (v3)
     index.retain_manifests(m.manifest_path for m in (head.manifests(io) if head is not None else []))
     index.retain({f.meta.path for f in data}, {d.meta.path for d in deletes}, schema.schema_id)

@@ -125,6 +125,7 @@ class SinkJob:
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
             on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
             key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
+            key_index_persist=resolved.get(options.CONVERSION_KEY_INDEX_PERSIST),
         )
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
@@ -159,6 +160,7 @@ class SinkJob:
                 load_table=self.binding.refresh,
                 metrics=self.metrics,
                 key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
+                key_index_persist=resolved.get(options.CONVERSION_KEY_INDEX_PERSIST),
             )
         self.compaction: CompactionTrigger | None = compaction
         self.conversion: ConversionTrigger | None = conversion

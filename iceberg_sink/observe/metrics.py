@@ -138,6 +138,10 @@ class MetricsSnapshot:
     # Routed sinks: the most Parquet files one writer task of the last written checkpoint held open at
     # once, over all its tables (bounded by iceberg-sink.writer.max-open-files).
     writer_peak_open_files: int = 0
+    # Format v3 upserts: data files whose key columns the committer read to resolve deletes to DVs,
+    # and key index entries it (or the conversion) loaded from table storage instead.
+    key_index_data_files_read: int = 0
+    key_index_entries_loaded: int = 0
     data_files_size_histogram: HistogramStatistics = HistogramStatistics()
     delete_files_size_histogram: HistogramStatistics = HistogramStatistics()
     # Committed files, split as Flink's CommitSummary does (committed_records/bytes above are the

@@ -11,6 +11,11 @@ Orphan removal lists the table location with the table's own FileIO settings, co
 locations (``s3a://`` is ``s3://``, ``/x`` is ``file:///x``), and never deletes files younger than a
 safety age, nor files a pending committable (a staged ``iceberg-sink-*.avro`` manifest) still lists.
 It refuses to delete anything when the listing and the table's references disagree.
+
+The key index entries the sink keeps in the table's metadata folder (``iceberg-sink-key-index/``,
+topology/conversion/persisted.py) are referenced by no metadata: orphan removal keeps the entry of
+every data file the table references and treats the others as orphans (same safety age), and expiry
+deletes the entries of the data files it deletes.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from iceberg_sink.table.names import walk_tables
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.conversion.job import ConversionResult
 from iceberg_sink.topology.conversion.job import convert_equality_deletes as _convert
+from iceberg_sink.topology.conversion.persisted import entry_name, index_location
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +144,23 @@ def expire_snapshots(
         for path in gone:
             with contextlib.suppress(FileNotFoundError):
                 table.io.delete(path)
+        _delete_index_entries(table, gone)
     logger.info("expired %s snapshots of %s, deleted %s files", len(expired), table.name(), len(gone))
     return ExpireResult(tuple(expired), tuple(gone))
+
+
+def _delete_index_entries(table: Table, deleted: Iterable[str]) -> None:
+    """Delete the persisted key index entries of deleted data files (most have none)."""
+    folder = index_location(table)
+    for path in deleted:
+        if _looks_like_metadata(path) or path.endswith(".puffin"):
+            continue
+        try:
+            table.io.delete(f"{folder}/{entry_name(path)}")
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # left behind, orphan removal takes it later
+            logger.warning("cannot delete the key index entry of %s (%s: %s)", path, type(e).__name__, e)
 
 
 _EQUAL_SCHEMES = {"s3a": "s3", "s3n": "s3"}
@@ -385,7 +406,9 @@ def remove_orphan_files(
     staged = [f.location for f in listed if _is_staged_manifest(f.location)]
     if not normalise_location(metadata_dir + "/").startswith(normalise_location(location.rstrip("/") + "/")):
         staged += [f.location for f in listing.list_files(io, metadata_dir) if _is_staged_manifest(f.location)]
-    pending = set(staged)
+    # The key index entry of each referenced data file is kept like the file (others are orphans).
+    folder = index_location(table)
+    pending = set(staged) | {f"{folder}/{entry_name(p)}" for p in referenced}
     for manifest in staged:
         try:
             pending.update(manifests.staged_manifest_files(io, manifest))

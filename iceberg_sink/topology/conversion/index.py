@@ -30,101 +30,35 @@ Memory is bounded by ``max_bytes`` (option ``iceberg-sink.conversion.key-index-m
 is admitted while the total stays within it and kept until it is no longer live; a file that does
 not fit is read at every conversion that needs it, as without an index. Entries of files that are no
 longer live (compacted away, or a conversion replaced a position delete file) are dropped at each
-conversion (:meth:`KeyIndex.retain`). The index is in memory only: after a restart the first
-conversion reads every file it needs again.
+conversion (:meth:`KeyIndex.retain`).
+
+Data files' keys are also kept in table storage (``persisted.py``; option
+``iceberg-sink.conversion.key-index-persist``, on by default): an entry admitted to memory is written
+in the background, and a file missing from memory is looked up there before its data file is read,
+so after a restart the first conversion or checkpoint reads only the files indexed by no earlier
+run. Loaded entries are admitted under the same bound. Positions and manifest entries are rebuilt
+after a restart (they are read from small files).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-import attrs
 import numpy as np
 import pyarrow as pa
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.files import ManifestEntries
 from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.topology.compaction.rewriter import matching_rows
+from iceberg_sink.topology.conversion.keys import IndexEntry, SortedKeys, as_int64, index_rows
+from iceberg_sink.topology.conversion.persisted import PersistCounters, PersistedKeys, index_location
 from iceberg_sink.writer.result import DataFileMeta
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-
-
-def _as_int64(array: pa.Array) -> np.ndarray | None:
-    """The values of an integer-like Arrow array (no nulls) as int64, or None for other types."""
-    t = array.type
-    if pa.types.is_integer(t):
-        if pa.types.is_uint64(t):
-            return None  # not a type Iceberg has; values above 2^63 would wrap
-        return np.asarray(array.cast(pa.int64()))
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return np.asarray(array.view(pa.int32())).astype(np.int64)
-    if pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_date64(t):
-        return np.asarray(array.view(pa.int64()))
-    return None
-
-
-@attrs.frozen(eq=False)
-class _Sorted:
-    keys: np.ndarray  # int64, ascending
-    order: np.ndarray | None  # uint32 row position of each key; None: keys are in row order
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.keys.nbytes + (self.order.nbytes if self.order is not None else 0))
-
-    def lookup(self, wanted: np.ndarray) -> np.ndarray:
-        """Row positions (int64, ascending) whose key is one of ``wanted`` (distinct keys; sorted ones search faster)."""
-        keys = self.keys
-        if not len(wanted) or not len(keys):
-            return np.empty(0, np.int64)
-        # One binary search per key for its first row, then its repeats in the file, if any, follow.
-        first = np.searchsorted(keys, wanted)
-        inside = first < len(keys)
-        first = first[inside]
-        first = first[keys[first] == wanted[inside]]
-        found = [first]
-        following = first + 1
-        while len(following):
-            following = following[following < len(keys)]
-            following = following[keys[following] == keys[following - 1]]
-            found.append(following)
-            following = following + 1
-        indices = np.concatenate(found)
-        rows = indices if self.order is None else self.order[indices]
-        return np.sort(rows.astype(np.int64))  # distinct: each row has one key, each key is looked up once
-
-
-@attrs.frozen(eq=False)
-class _Arrow:
-    rows: pa.Table  # the file's key fields, projected to the index key's schema
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.rows.nbytes)
-
-
-@attrs.frozen(eq=False)
-class _Entry:
-    file_size: int
-    record_count: int
-    keys: _Sorted | _Arrow
-
-
-def _index(rows: pa.Table, schema: Schema, ids: tuple[int, ...]) -> _Sorted | _Arrow:
-    """The best form for the key ``ids`` of ``rows`` (see the module docstring)."""
-    if len(ids) == 1 and schema.accessor_for_field(ids[0]).inner is None and rows.num_rows < 2**32:
-        column = rows.column(schema.accessor_for_field(ids[0]).position).combine_chunks()
-        values = _as_int64(column) if column.null_count == 0 else None
-        if values is not None:
-            if len(values) < 2 or bool(np.all(values[1:] >= values[:-1])):
-                return _Sorted(values.copy(), None)
-            order = np.argsort(values, kind="stable").astype(np.uint32)
-            return _Sorted(values[order], order)
-    return _Arrow(rows)
 
 
 class _KeptManifests(ManifestEntries):
@@ -141,12 +75,21 @@ class _KeptManifests(ManifestEntries):
 class KeyIndex:
     """Equality keys of data files, positions of position delete files and manifest entries, kept
     across conversions within ``max_bytes`` (see the module docstring). Used by one conversion at a
-    time."""
+    time.
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    Args:
+        max_bytes: the memory bound.
+        persist: keep data files' keys in the storage of the table given to :meth:`bind` too.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, persist: bool = False) -> None:
         self.max_bytes = max_bytes
+        self.persist = persist
+        self._store: PersistedKeys | None = None
         self._bytes = 0
-        self._keys: dict[tuple[str, int, tuple[int, ...]], _Entry] = {}
+        self.data_files_read = 0
+        """Data files whose key columns were read, ever."""
+        self._keys: dict[tuple[str, int, tuple[int, ...]], IndexEntry] = {}
         self._positions: dict[tuple[str, str], np.ndarray] = {}
         self._last_deleted: tuple[pa.Table, np.ndarray] | None = None
         self.manifests: ManifestEntries = _KeptManifests(self)
@@ -161,6 +104,28 @@ class KeyIndex:
     def files(self) -> int:
         """Data files whose keys the index holds."""
         return len(self._keys)
+
+    def bind(self, table: Table) -> None:
+        """Use the persisted entries of ``table`` (when persisting), with its current FileIO."""
+        if not self.persist:
+            return
+        location = index_location(table)
+        if self._store is None or self._store.location != location.rstrip("/"):
+            if self._store is not None:
+                self._store.flush()
+            self._store = PersistedKeys(table.io, location)
+        else:
+            self._store.io = table.io
+
+    @property
+    def persisted(self) -> PersistCounters:
+        """What was loaded from and written to table storage (all zero when not persisting)."""
+        return self._store.counters if self._store is not None else PersistCounters()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for the entries being written to table storage (a clean shutdown, tests)."""
+        if self._store is not None:
+            self._store.flush(timeout)
 
     def data_paths(self) -> frozenset[str]:
         """The data files whose keys the index holds."""
@@ -181,6 +146,8 @@ class KeyIndex:
         schema than ``schema_id``, and position delete files not in ``delete_paths``."""
         for key in [k for k in self._keys if k[0] not in data_paths or k[1] != schema_id]:
             self._bytes -= self._keys.pop(key).keys.nbytes
+            if self._store is not None and key[0] not in data_paths:
+                self._store.forget(key[0])  # its persisted entry will never serve again
         for pkey in [k for k in self._positions if k[0] not in delete_paths or k[1] not in data_paths]:
             self._bytes -= self._positions.pop(pkey).nbytes
 
@@ -194,8 +161,14 @@ class KeyIndex:
         if entry is not None and (entry.file_size, entry.record_count) != (data.file_size_in_bytes, data.record_count):
             self._bytes -= self._keys.pop(key).keys.nbytes  # not the file it was read from
             entry = None
-        read = entry is None
+        read = False
+        if entry is None and self._store is not None:
+            entry = self._store.load(data, schema.schema_id, ids)
+            if entry is not None and self._admit(entry.keys.nbytes):
+                self._keys[key] = entry
         if entry is None:
+            read = True
+            self.data_files_read += 1
             wanted = key_schema(schema, ids)
             rows = read_projected(io, data.path, wanted, only_needed_columns=True)
             if rows.num_rows != data.record_count:
@@ -203,10 +176,12 @@ class KeyIndex:
                     f"{data.path}: expected {data.record_count} rows (its manifest entry), read {rows.num_rows}; "
                     "positions would be wrong, nothing is converted"
                 )
-            entry = _Entry(data.file_size_in_bytes, data.record_count, _index(rows, wanted, ids))
+            entry = IndexEntry(data.file_size_in_bytes, data.record_count, index_rows(rows, wanted, ids))
             if self._admit(entry.keys.nbytes):
                 self._keys[key] = entry
-        if isinstance(entry.keys, _Sorted):
+                if self._store is not None:
+                    self._store.save(data, schema.schema_id, ids, entry)
+        if isinstance(entry.keys, SortedKeys):
             return pa.array(entry.keys.lookup(self._distinct(deleted))), read
         return matching_rows(entry.keys.rows, key_schema(schema, ids), ids, deleted), read
 
@@ -217,7 +192,7 @@ class KeyIndex:
             return self._last_deleted[1]
         # Projected with the same schema, the deleted keys have the file's integer-like type; a
         # null key matches no row (the file has none).
-        values = _as_int64(deleted.column(0).combine_chunks().drop_null())
+        values = as_int64(deleted.column(0).combine_chunks().drop_null())
         if values is None:
             raise TypeError(f"equality delete keys of type {deleted.schema.field(0).type} for an integer key")
         distinct = np.unique(values)

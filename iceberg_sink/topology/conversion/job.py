@@ -226,6 +226,7 @@ def write_conversion(
     """
     io, schema = table.io, table.schema()
     index = index if index is not None else KeyIndex(max_bytes=0)
+    index.bind(table)
     index.retain(the_plan.data_paths, the_plan.delete_paths, schema.schema_id)
     compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
     codec = "none" if compression in ("uncompressed", "none") else compression

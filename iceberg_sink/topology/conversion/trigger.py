@@ -41,6 +41,7 @@ class ConversionTrigger(BackgroundJob):
         load_table: Callable[[], Table],
         metrics: SinkMetrics,
         key_index_max_bytes: int = DEFAULT_MAX_BYTES,
+        key_index_persist: bool = False,
     ) -> None:
         super().__init__(table_key, config.background)
         self._config = config
@@ -48,9 +49,11 @@ class ConversionTrigger(BackgroundJob):
         self._load_table = load_table
         self._metrics = metrics
         self._commits = 0
+        self._loaded = 0  # key index entries loaded from table storage, as last counted
         self.last_result: ConversionResult | None = None
-        # Data files never change: their keys are looked up in memory by the next conversions.
-        self.index = KeyIndex(key_index_max_bytes)
+        # Data files never change: their keys are looked up in memory by the next conversions (and
+        # in table storage by the next driver, when persisting).
+        self.index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
 
     def should_run(self, result: CommitResult) -> bool:
         c = self._config
@@ -94,4 +97,7 @@ class ConversionTrigger(BackgroundJob):
             conversion_data_files_read=result.data_files_read,
             conversion_duration_ms=result.duration_ms,
         )
+        loaded = self.index.persisted.loaded
+        self._metrics.add(key_index_entries_loaded=loaded - self._loaded)
+        self._loaded = loaded
         self._metrics.set(last_conversion_duration_ms=result.duration_ms, conversion_key_index_bytes=self.index.nbytes)

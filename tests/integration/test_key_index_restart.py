@@ -1,0 +1,87 @@
+"""The key index survives a driver restart (topology/conversion/persisted.py): a v3 CDC stream, then
+a new sink on the same checkpoint location resolves its first checkpoint's deletes to DVs without
+reading a data file; with the persisted entries deleted, the next new sink rebuilds them from the
+data files. After each step Iceberg Java 1.9.2, the newest Iceberg Java and DuckDB read the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from iceberg_sink import IcebergSink
+from iceberg_sink.topology.conversion.persisted import index_location
+from tests.integration.test_cdc import apply, expected, frame
+from tests.interop.readers import JavaIcebergReader, assert_readers_agree
+
+pytestmark = pytest.mark.interop
+
+KEYS = {"one long (sorted form)": ["id"], "long and string (arrow form)": ["id", "region"]}
+
+
+def changes(ids: range, lsn: int, op: str) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "region": f"r{i % 3}", "v": f"v{lsn}-{i}", "n": i, "lsn": lsn + n, "op": op}
+        for n, i in enumerate(ids)
+    ]
+
+
+@pytest.mark.parametrize("kind", list(KEYS))
+def test_a_restarted_sink_loads_the_key_index_and_rebuilds_it_when_deleted(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, kind: str
+) -> None:
+    def build() -> Any:
+        return (
+            IcebergSink.builder()
+            .embedded(tmp_path / "lake")
+            .table("db.users")
+            .create_if_missing(format_version=3)
+            .cdc(op_column="op", key=KEYS[kind], order_by="lsn")
+            .build()
+        )
+
+    ckpt = str(tmp_path / "ckpt")
+    model: dict[int, dict[str, Any]] = {}
+    checkpoint, lsn = 0, 0
+
+    def write(sink: Any, ids: range, op: str) -> Any:
+        nonlocal checkpoint, lsn
+        batch = changes(ids, lsn, op)
+        lsn += 1000
+        outcome = sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
+        checkpoint += 1
+        apply(model, batch)
+        assert_readers_agree(java_readers, sink.load_table().metadata_location, expected(model), ["id"])
+        return outcome
+
+    # Each checkpoint's deletes reach (by key bounds) the files of the checkpoints before it that
+    # hold its keys: those files are read and indexed. The last one before the restart inserts keys
+    # no earlier file holds, so every file the first checkpoint after it reaches is indexed.
+    sink = build()
+    write(sink, range(100), "I")  # files A: keys 0..99
+    write(sink, range(50), "U")  # reaches A (read); files B: 0..49
+    write(sink, range(10), "U")  # reaches A and B (B read); files C: 0..9
+    write(sink, range(200, 210), "I")  # reaches nothing; files D: 200..209
+    sink.close()  # waits for the background index writes, as a clean shutdown does
+    indexed = sink.metrics().key_index_data_files_read
+    assert indexed >= 2
+
+    restarted = build()  # a new driver: a cold in-memory index, the same checkpoint location
+    outcome = write(restarted, range(20, 50), "U")  # reaches A and B only
+    assert outcome.key_index_data_files_read == 0
+    assert outcome.key_index_entries_loaded == indexed
+    assert restarted.metrics().key_index_entries_loaded == indexed
+
+    # The persisted entries are lost: the next new driver reads the data files again, and is right.
+    folder = Path(index_location(restarted.load_table()).removeprefix("file://"))
+    assert len(list(folder.iterdir())) >= indexed
+    for entry in folder.iterdir():
+        entry.unlink()
+    rebuilt = build()
+    outcome = write(rebuilt, range(50, 100), "D")  # reaches A only
+    assert outcome.key_index_data_files_read > 0 and outcome.key_index_entries_loaded == 0
+    rebuilt.close()
+    assert len(list(folder.iterdir())) == outcome.key_index_data_files_read
+    assert len(model) == 50 + 10
