@@ -29,6 +29,7 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_debezium_toast.py",  # 154
     "integration/test_v3_cdc.py",  # about 150 (new since; estimated from its setup and Java reads)
     "integration/test_v3_rest.py",  # about 170 (new since; SeaweedFS, REST, Java and DuckDB)
+    "integration/test_key_index_restart.py",  # about 200 (new since; two key forms, three reads each)
     "integration/test_cluster.py",  # 138
     "e2e/test_pipeline_e2e.py",  # 137
     "integration/test_dead_letter.py",  # 136

@@ -1,7 +1,8 @@
 """The key index survives a driver restart (topology/conversion/persisted.py): a v3 CDC stream, then
 a new sink on the same checkpoint location resolves its first checkpoint's deletes to DVs without
 reading a data file; with the persisted entries deleted, the next new sink rebuilds them from the
-data files. After each step Iceberg Java 1.9.2, the newest Iceberg Java and DuckDB read the model."""
+data files. Before the restart, after it and after the rebuild, Iceberg Java 1.9.2, the newest Iceberg Java and
+DuckDB read the model."""
 
 from __future__ import annotations
 
@@ -46,14 +47,15 @@ def test_a_restarted_sink_loads_the_key_index_and_rebuilds_it_when_deleted(
     model: dict[int, dict[str, Any]] = {}
     checkpoint, lsn = 0, 0
 
-    def write(sink: Any, ids: range, op: str) -> Any:
+    def write(sink: Any, ids: range, op: str, check: bool = False) -> Any:
         nonlocal checkpoint, lsn
         batch = changes(ids, lsn, op)
         lsn += 1000
         outcome = sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
         checkpoint += 1
         apply(model, batch)
-        assert_readers_agree(java_readers, sink.load_table().metadata_location, expected(model), ["id"])
+        if check:  # the readers after the checkpoints that matter here (each read costs CI seconds)
+            assert_readers_agree(java_readers, sink.load_table().metadata_location, expected(model), ["id"])
         return outcome
 
     # Each checkpoint's deletes reach (by key bounds) the files of the checkpoints before it that
@@ -63,13 +65,13 @@ def test_a_restarted_sink_loads_the_key_index_and_rebuilds_it_when_deleted(
     write(sink, range(100), "I")  # files A: keys 0..99
     write(sink, range(50), "U")  # reaches A (read); files B: 0..49
     write(sink, range(10), "U")  # reaches A and B (B read); files C: 0..9
-    write(sink, range(200, 210), "I")  # reaches nothing; files D: 200..209
+    write(sink, range(200, 210), "I", check=True)  # reaches nothing; files D: 200..209
     sink.close()  # waits for the background index writes, as a clean shutdown does
     indexed = sink.metrics().key_index_data_files_read
     assert indexed >= 2
 
     restarted = build()  # a new driver: a cold in-memory index, the same checkpoint location
-    outcome = write(restarted, range(20, 50), "U")  # reaches A and B only
+    outcome = write(restarted, range(20, 50), "U", check=True)  # reaches A and B only
     assert outcome.key_index_data_files_read == 0
     assert outcome.key_index_entries_loaded == indexed
     assert restarted.metrics().key_index_entries_loaded == indexed
@@ -80,7 +82,7 @@ def test_a_restarted_sink_loads_the_key_index_and_rebuilds_it_when_deleted(
     for entry in folder.iterdir():
         entry.unlink()
     rebuilt = build()
-    outcome = write(rebuilt, range(50, 100), "D")  # reaches A only
+    outcome = write(rebuilt, range(50, 100), "D", check=True)  # reaches A only
     assert outcome.key_index_data_files_read > 0 and outcome.key_index_entries_loaded == 0
     rebuilt.close()
     assert len(list(folder.iterdir())) == outcome.key_index_data_files_read
