@@ -1,6 +1,6 @@
 """The iceberg_sink side of the CDC benchmark: PySpark 4.x in the main venv.
 
-Started by ``benchmarks/cdc.py`` in a process of its own (so its JVM is gone before the MERGE side
+Started by ``benchmarks/cdc.py`` in a process of its own (so its JVM is gone before the next system
 starts)::
 
     .venv/bin/python -m benchmarks.sink_driver SPEC.json
@@ -24,11 +24,11 @@ every batch (``benchmarks/cpu_monitor.tree_cpu_seconds``).
 With ``spec["convert_every"]`` N > 0 the upsert sink also runs the equality-delete conversion
 (``.convert_equality_deletes(every_n_commits=N)``, on a background thread of this driver, beside
 the batches). With ``spec["scan_every"]`` K > 0 the table's metadata location is recorded right
-after every K-th batch's commit (and after the last): the MERGE side's Iceberg Java times a full
+after every K-th batch's commit (and after the last): the reader process's Iceberg Java times a full
 scan of the table as it was then. At the end the driver waits for a running conversion.
 
 The result (per-batch seconds and wall-clock intervals, a breakdown by stage, snapshot summaries and
-the table's metadata location, which the MERGE side's Iceberg Java reads back) is written as JSON to
+the table's metadata location, which the reader process's Iceberg Java reads back) is written as JSON to
 the ``result`` path of the spec. Progress goes to stderr.
 """
 
