@@ -19,6 +19,12 @@ after the other, each in a fresh process of its own, on identical data (``benchm
   with ``MERGE INTO ... WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *``, as a
   ``foreachBatch`` function would.
 
+- **iceberg_sink_v3** and **merge_into_v3** (opt-in, issue 22): the same two drivers on format v3
+  tables. The sink's upsert then commits deletion vectors (DVs) in each checkpoint instead of
+  equality deletes (docs/format-v3.md); ``merge_into_v3`` creates its table with
+  ``'format-version'='3'`` and merge-on-read, so Iceberg Java 1.9.2's MERGE writes DVs instead of
+  position delete files.
+
 - **flink** (opt-in, ``--systems ...,flink``; ``benchmarks/flink_driver.py`` in the Flink venv of
   ``benchmarks/flink_env.py``: PyFlink 2.1.3 + ``iceberg-flink-runtime-2.1`` 1.11.0, local
   mini-cluster, parallelism ``--cores``, Hadoop catalog): Apache Flink's own Iceberg sink in upsert
@@ -26,11 +32,16 @@ after the other, each in a fresh process of its own, on identical data (``benchm
   row); the initial rows are appended (upsert off for that statement), then each batch is one
   bounded ``INSERT INTO`` job, whose sink commits one snapshot at its end.
 
-Each batch is timed from reading its Parquet file to the end of the commit (wall seconds). The
-summary statistics skip the first ``--warmup`` batches (JIT, class loading, Python workers). After
-the last batch, every table is read back with Iceberg Java (PyIceberg cannot apply equality
-deletes) and compared with the generator's expected state: row count, distinct ids, the sum of
-``version`` and a few hundred sampled rows; a full aggregate scan of each is timed too.
+Each system runs in a fresh process of its own, in the order ``--systems`` names them, and does the
+same before its timed work: start Spark, create the empty table (untimed), then the load and the
+batches. Each batch is timed from reading its Parquet file to the end of the commit (wall seconds),
+and the CPU seconds of the driver's process tree are read around it. The results hold end to end
+(load and every batch) and steady state (the batches after the first ``--warmup``: JIT, class
+loading, Python workers) apart (``benchmarks/cdc_systems.py``). After every system has run, one
+more fresh process (Spark 3.5 + Iceberg Java 1.9.2) reads every table back from its metadata.json
+and compares it with the generator's expected state: row count, distinct ids, the sum of
+``version``, exact per-column checksums over all rows and a few hundred sampled rows; then it times
+full aggregate scans of each, alternating between the tables.
 
 ``--convert N`` runs the sink with the equality-delete conversion every N commits, in the background
 beside the batches (topology/conversion). ``--scan-every K`` records the sink's table right after
@@ -60,13 +71,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cdc_data import NEW_KEY_LAYOUTS, Dataset, compare, generate
+from benchmarks.cdc_data import CHECKSUM_SQL, NEW_KEY_LAYOUTS, Dataset, compare, generate
+from benchmarks.cdc_systems import (
+    DEFAULT_SYSTEMS,
+    SYSTEMS,
+    parse_systems,
+    percentile,
+    summarize,
+    v3_goals,
+    write_figures,
+)
 from benchmarks.cpu_monitor import ForeignCpuMonitor
 
+__all__ = ["java_env_paths", "machine", "main", "percentile", "source_state", "summarize"]
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("iceberg_sink", "merge_into", "flink")
-# What runs without --systems: the two systems of the published figures (flink is opt-in).
-DEFAULT_SYSTEMS = ("iceberg_sink", "merge_into")
 # Before the load and each batch the drivers wait until other processes used under QUIET_CORES cores
 # over the last QUIET_SECONDS (at most --wait-quiet seconds).
 QUIET_CORES = 0.2
@@ -86,36 +105,6 @@ _SCRUBBED_ENV = (
 
 def log(message: str) -> None:
     print(f"[cdc {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def percentile(ordered: list[float], fraction: float) -> float:
-    """The ``fraction`` quantile of sorted values, linearly interpolated between the closest ranks."""
-    rank = fraction * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def summarize(seconds: list[float], warmup: int, batch_size: int | None = None) -> dict[str, Any]:
-    """Median, p90, p99 (linear interpolation), mean, min and max of the batches after the warm-up
-    ones; with ``batch_size``, the steady changes per second too (changes applied / seconds spent)."""
-    steady = seconds[warmup:] if len(seconds) > warmup else seconds
-    if not steady:
-        return {"batches": 0}
-    ordered = sorted(steady)
-    out: dict[str, Any] = {
-        "batches": len(steady),
-        "skipped_warmup_batches": len(seconds) - len(steady),
-        "median": statistics.median(steady),
-        "p90": percentile(ordered, 0.9),
-        "p99": percentile(ordered, 0.99),
-        "mean": statistics.fmean(steady),
-        "min": ordered[0],
-        "max": ordered[-1],
-    }
-    if batch_size is not None and sum(steady) > 0:
-        out["changes_per_second"] = batch_size * len(steady) / sum(steady)
-    return out
 
 
 # -- the two drivers --------------------------------------------------------------------------
@@ -138,9 +127,12 @@ def java_env_paths() -> tuple[Path, Path]:
     return env.python, env.jar
 
 
-def run_driver(python: Path | str, module: str, spec: dict[str, Any], work_dir: Path, scrub: bool) -> dict[str, Any]:
-    """Run ``python -m module SPEC.json`` from the project root; return the JSON it wrote to ``spec["result"]``."""
-    name = module.rsplit(".", 1)[-1]
+def run_driver(
+    python: Path | str, module: str, spec: dict[str, Any], work_dir: Path, scrub: bool, name: str | None = None
+) -> dict[str, Any]:
+    """Run ``python -m module SPEC.json`` from the project root; return the JSON it wrote to
+    ``spec["result"]`` (spec and result files named after ``name``, by default the module)."""
+    name = name or module.rsplit(".", 1)[-1]
     spec = {**spec, "result": str(work_dir / f"{name}-result.json")}
     spec_path = work_dir / f"{name}-spec.json"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -253,8 +245,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--systems",
         default=",".join(DEFAULT_SYSTEMS),
-        help=f"comma-separated subset of {', '.join(SYSTEMS)} (default {','.join(DEFAULT_SYSTEMS)})",
+        help=f"comma-separated subset of {', '.join(SYSTEMS)}, run in that order (default {','.join(DEFAULT_SYSTEMS)})",
     )
+    parser.add_argument("--note", default="", help="free text recorded in the JSON (e.g. what else ran on the machine)")
     parser.add_argument("--cores", type=int, default=2, help="local[N] of both Spark sessions (default 2)")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory of both sessions (default 4g)")
     parser.add_argument("--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions (default 4)")
@@ -268,10 +261,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (tables, data) afterwards")
     args = parser.parse_args(argv)
-    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(args.systems) - set(SYSTEMS))
-    if unknown or not args.systems:
-        parser.error(f"--systems: expected a subset of {', '.join(SYSTEMS)}, received {unknown or 'nothing'}")
+    try:
+        args.systems = parse_systems(args.systems)
+    except ValueError as e:
+        parser.error(f"--systems: {e}")
     if args.warmup < 0 or args.batches < 1 or args.scans < 1:
         parser.error("--batches and --scans must be at least 1, --warmup at least 0")
     if args.convert < 0 or args.scan_every < 0:
@@ -324,6 +317,112 @@ def scan_point_results(recorded: list[dict[str, Any]], scanned: list[dict[str, A
     return out
 
 
+def run_writers(
+    args: argparse.Namespace, work_dir: Path, common: dict[str, Any], java_python: Path, jar: Path
+) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """Run each system's writer in a fresh process of its own, in the order of ``--systems``."""
+    raws: dict[str, dict[str, Any]] = {}
+    timings: dict[str, float] = {}
+    for name in args.systems:
+        system = SYSTEMS[name]
+        system_work = work_dir / name
+        system_work.mkdir()
+        started = time.perf_counter()
+        log(f"{name}: starting its driver")
+        if system.driver == "sink":
+            spec = {
+                **common,
+                "work_dir": str(system_work),
+                "format_version": system.format_version,
+                # The conversion writes position delete files, which v3 refuses; scan points compare v2 tables.
+                "convert_every": args.convert if system.format_version == 2 else 0,
+                "scan_every": args.scan_every if name == "iceberg_sink" else 0,
+            }
+            raws[name] = run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
+        elif system.driver == "merge":
+            spec = {
+                **common,
+                "jar": str(jar),
+                "warehouse": str(system_work / "warehouse"),
+                "merge": True,
+                "format_version": system.format_version,
+            }
+            raws[name] = run_driver(java_python, "benchmarks.merge_into_driver", spec, work_dir, True, name)
+        else:
+            env = flink_env()
+            spec = {
+                **common,
+                "work_dir": str(system_work),
+                "jars": [str(j) for j in env.jars],
+                "parallelism": args.cores,
+            }
+            raws[name] = run_driver(env.python, "benchmarks.flink_driver", spec, work_dir, True, name)
+        timings[name] = time.perf_counter() - started
+    return raws, timings
+
+
+def engine_of(name: str, raw: dict[str, Any]) -> str:
+    """What wrote a system's table, for the result."""
+    system = SYSTEMS[name]
+    if system.driver == "sink":
+        deletes = "deletion vectors" if system.format_version >= 3 else "equality deletes"
+        return (
+            f"Spark {raw['spark_version']} + iceberg_sink (PyIceberg {raw['pyiceberg_version']}), "
+            f"format v{system.format_version}, upsert with {deletes}"
+        )
+    if system.driver == "merge":
+        deletes = "deletion vectors" if system.format_version >= 3 else "position deletes"
+        return (
+            f"Spark {raw['spark_version']} + Apache Iceberg Java {raw['iceberg_version']}, format "
+            f"v{system.format_version}, MERGE INTO merge-on-read ({deletes})"
+        )
+    return (
+        f"Apache Flink {raw['flink_version']} + Iceberg Java {raw['iceberg_version']} "
+        "(iceberg-flink-runtime), upsert mode with equality deletes, one bounded job per batch"
+    )
+
+
+def system_extras(name: str, raw: dict[str, Any], reader: dict[str, Any], jar: Path) -> dict[str, Any]:
+    """The driver-specific part of one system's result."""
+    system = SYSTEMS[name]
+    extras: dict[str, Any] = {
+        "format_version": system.format_version,
+        "final_summary": raw.get("final_summary"),
+        "metadata_location": raw.get("metadata_location"),
+        "load_cpu_seconds": raw.get("load_cpu_seconds"),
+        "batch_cpu_seconds": raw.get("batch_cpu_seconds"),
+    }
+    if system.driver == "sink":
+        extras.update(
+            spark_version=raw["spark_version"],
+            pyiceberg_version=raw["pyiceberg_version"],
+            batch_phases=raw["batch_phases"],
+            convert_every=raw["convert_every"],
+            conversion_metrics=raw["conversion_metrics"],
+            scan_points=scan_point_results(raw["scan_points"], reader.get("scan_points") or []),
+        )
+    elif system.driver == "merge":
+        extras.update(
+            spark_version=raw["spark_version"],
+            iceberg_version=raw["iceberg_version"],
+            jar=jar.name,
+            table_properties=raw["table_properties"],
+            merge_sql=raw["merge_sql"],
+        )
+    else:
+        extras.update(
+            flink_version=raw["flink_version"],
+            iceberg_version=raw["iceberg_version"],
+            jars=raw["jars"],
+            parallelism=raw["parallelism"],
+            table_properties=raw["table_properties"],
+            java_version=raw["java_version"],
+            input_csv_conversion_seconds=raw["csv_conversion_seconds"],
+            batch_job_net_runtime_seconds=raw["batch_job_net_runtime_seconds"],
+        )
+    return extras
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run_started = time.perf_counter()
@@ -358,131 +457,59 @@ def main(argv: list[str] | None = None) -> int:
             "shuffle_partitions": args.shuffle_partitions,
             "quiet": {"threshold": QUIET_CORES, "seconds": QUIET_SECONDS, "max_wait": args.wait_quiet},
         }
-        timings: dict[str, float] = {"generate": data.generate_seconds}
+        raws, timings = run_writers(args, work_dir, common, java_python, jar)
+        timings["generate"] = data.generate_seconds
 
-        sink_raw: dict[str, Any] | None = None
-        if "iceberg_sink" in args.systems:
-            started = time.perf_counter()
-            sink_work = work_dir / "iceberg_sink"
-            sink_work.mkdir()
-            sink_raw = run_driver(
-                sys.executable,
-                "benchmarks.sink_driver",
-                {**common, "work_dir": str(sink_work), "convert_every": args.convert, "scan_every": args.scan_every},
-                work_dir,
-                False,
-            )
-            timings["iceberg_sink"] = time.perf_counter() - started
-
-        flink_raw: dict[str, Any] | None = None
-        if "flink" in args.systems:
-            env = flink_env()
-            started = time.perf_counter()
-            flink_work = work_dir / "flink"
-            flink_work.mkdir()
-            flink_raw = run_driver(
-                env.python,
-                "benchmarks.flink_driver",
-                {**common, "work_dir": str(flink_work), "jars": [str(j) for j in env.jars], "parallelism": args.cores},
-                work_dir,
-                True,
-            )
-            timings["flink"] = time.perf_counter() - started
-
+        # One fresh Iceberg Java process reads every table back and times the scans.
         started = time.perf_counter()
-        java = run_driver(
+        sink_raw, merge_raw = raws.get("iceberg_sink"), raws.get("merge_into")
+        reader = run_driver(
             java_python,
             "benchmarks.merge_into_driver",
             {
                 **common,
                 "jar": str(jar),
-                "warehouse": str(work_dir / "merge-warehouse"),
-                "merge": "merge_into" in args.systems,
+                "warehouse": str(work_dir / "reader-warehouse"),
+                "merge": False,
                 "sample_ids": sample_ids,
+                "checksum_sql": CHECKSUM_SQL,
                 "scans": args.scans,
-                "sink_metadata": sink_raw["metadata_location"] if sink_raw else None,
-                "flink_metadata": flink_raw["metadata_location"] if flink_raw else None,
+                "read_tables": {name: raw["metadata_location"] for name, raw in raws.items()},
                 "scan_points": sink_raw["scan_points"] if sink_raw else [],
+                "scan_reference": (
+                    {
+                        "metadata_location": merge_raw["metadata_location"],
+                        "snapshot_ids": merge_raw["batch_snapshot_ids"],
+                    }
+                    if merge_raw
+                    else None
+                ),
             },
             work_dir,
             True,
+            "reader",
         )
-        timings["java_driver"] = time.perf_counter() - started
-        java_versions = f"Spark {java['spark_version']} + Apache Iceberg Java {java['iceberg_version']}"
+        timings["reader"] = time.perf_counter() - started
+        reader_name = (
+            f"Iceberg Java (Spark {reader['spark_version']} + Apache Iceberg Java {reader['iceberg_version']})"
+        )
 
         systems: dict[str, dict[str, Any]] = {}
-        if sink_raw is not None:
-            systems["iceberg_sink"] = {
-                **system_result(
-                    sink_raw,
-                    f"Spark {sink_raw['spark_version']} + iceberg_sink (PyIceberg {sink_raw['pyiceberg_version']}), "
-                    "upsert with equality deletes",
-                    java["sink_observed"],
-                    f"Iceberg Java ({java_versions})",
-                    data,
-                    sample_ids,
-                ),
-                "spark_version": sink_raw["spark_version"],
-                "pyiceberg_version": sink_raw["pyiceberg_version"],
-                "batch_phases": sink_raw["batch_phases"],
-                "full_scan_seconds": statistics.median(java["sink_scan_runs"]),
-                "full_scan_runs": java["sink_scan_runs"],
-                "convert_every": sink_raw["convert_every"],
-                "conversion_metrics": sink_raw["conversion_metrics"],
-                "final_summary": sink_raw["final_summary"],
-                "scan_points": scan_point_results(sink_raw["scan_points"], java.get("scan_points") or []),
+        for name, raw in raws.items():
+            systems[name] = {
+                **system_result(raw, engine_of(name, raw), reader["observed"][name], reader_name, data, sample_ids),
+                **system_extras(name, raw, reader, jar),
+                "full_scan_seconds": statistics.median(reader["scan_runs"][name]),
+                "full_scan_runs": reader["scan_runs"][name],
+                **write_figures(raw, args.warmup, args.batch_size, args.rows),
+                "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in raw["batch_intervals"]],
             }
-        if "merge_into" in args.systems:
-            systems["merge_into"] = {
-                **system_result(
-                    java,
-                    f"{java_versions}, MERGE INTO merge-on-read",
-                    java["observed"],
-                    f"Spark itself ({java_versions})",
-                    data,
-                    sample_ids,
-                ),
-                "spark_version": java["spark_version"],
-                "iceberg_version": java["iceberg_version"],
-                "jar": jar.name,
-                "table_properties": java["table_properties"],
-                "merge_sql": java["merge_sql"],
-                "full_scan_seconds": statistics.median(java["scan_runs"]),
-                "full_scan_runs": java["scan_runs"],
-            }
-        if flink_raw is not None:
-            systems["flink"] = {
-                **system_result(
-                    flink_raw,
-                    f"Apache Flink {flink_raw['flink_version']} + Iceberg Java {flink_raw['iceberg_version']} "
-                    "(iceberg-flink-runtime), upsert mode with equality deletes, one bounded job per batch",
-                    java["flink_observed"],
-                    f"Iceberg Java ({java_versions})",
-                    data,
-                    sample_ids,
-                ),
-                "flink_version": flink_raw["flink_version"],
-                "iceberg_version": flink_raw["iceberg_version"],
-                "jars": flink_raw["jars"],
-                "parallelism": flink_raw["parallelism"],
-                "table_properties": flink_raw["table_properties"],
-                "java_version": flink_raw["java_version"],
-                "input_csv_conversion_seconds": flink_raw["csv_conversion_seconds"],
-                "batch_job_net_runtime_seconds": flink_raw["batch_job_net_runtime_seconds"],
-                "full_scan_seconds": statistics.median(java["flink_scan_runs"]),
-                "full_scan_runs": java["flink_scan_runs"],
-                "final_summary": flink_raw["final_summary"],
-                "metadata_location": flink_raw["metadata_location"],
-            }
-        for system in systems.values():
-            system["steady_state"] = summarize(system["batch_seconds"], args.warmup, args.batch_size)
-            foreign = [monitor.between(start, end) for start, end in system["batch_intervals"]]
-            system["batch_foreign_cpu_seconds"] = foreign
         monitor.stop()
         foreign_total = monitor.between(wall_started, time.time())
         result: dict[str, Any] = {
             "benchmark": "cdc-upsert",
             "started_at": started_at,
+            "note": args.note,
             "config": {
                 "rows": args.rows,
                 "batches": args.batches,
@@ -498,15 +525,19 @@ def main(argv: list[str] | None = None) -> int:
                 "scans": args.scans,
                 "convert": args.convert,
                 "scan_every": args.scan_every,
+                "systems": args.systems,
+                "wait_quiet": args.wait_quiet,
                 "initial_parquet_bytes": data.bytes_initial,
             },
-            "machine": {**machine(), "java_runtime_of_spark_3_5": java.get("java_version")},
+            "machine": {**machine(), "java_runtime_of_spark_3_5": reader.get("java_version")},
             "iceberg_sink_source": source,
             "rows_before_batch": [data.rows_before_batch(i) for i in range(args.batches)],
             "systems": systems,
+            "v3_goals": v3_goals(systems),
             "foreign_cpu": {
                 "note": "CPU seconds used by processes outside this benchmark while it ran (cpu_monitor.py)",
                 "total_seconds": foreign_total,
+                "seconds_of_run": time.time() - wall_started,
                 "quiet_gate": common["quiet"],
             },
             "timings_seconds": {**timings, "total": time.perf_counter() - run_started},
@@ -522,15 +553,23 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n", encoding="utf-8")
     print(text)
-    for name, system in systems.items():
-        steady = system["steady_state"]
+    report(result, args.out)
+    return 0 if result["ok"] else 1
+
+
+def report(result: dict[str, Any], out: Path) -> None:
+    """One line per system (and per scan point) on stderr."""
+    for name, system in result["systems"].items():
+        steady, e2e = system["steady_state"], system["end_to_end"]
         foreign_cpu = sum(f or 0.0 for f in system["batch_foreign_cpu_seconds"])
         waited_total = sum(system["batch_waited_for_quiet_seconds"])
+        cpu = steady.get("cpu_seconds_per_million_changes")
         log(
-            f"{name}: load {system['load_seconds']:.1f}s, steady batches median {steady['median']:.2f}s "
-            f"p90 {steady['p90']:.2f}s p99 {steady['p99']:.2f}s, {steady.get('changes_per_second', 0):.0f} changes/s; "
-            f"full scan {system['full_scan_seconds']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; "
-            f"other processes used {foreign_cpu:.1f} CPU-s during its batches; waited {waited_total:.0f}s for quiet"
+            f"{name}: load {system['load_seconds']:.1f}s, end to end {e2e['seconds']:.1f}s; steady batches "
+            f"p50 {steady['median']:.2f}s p99 {steady['p99']:.2f}s, {steady.get('changes_per_second', 0):.0f} "
+            f"changes/s, {'?' if cpu is None else f'{cpu:.0f}'} CPU-s per M changes; full scan "
+            f"{system['full_scan_seconds']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; other "
+            f"processes used {foreign_cpu:.1f} CPU-s during its batches; waited {waited_total:.0f}s for quiet"
         )
         for point in system.get("scan_points") or []:
             ratio = point["ratio"]
@@ -539,8 +578,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{point['merge_scan_seconds'] or float('nan'):.2f}s (ratio {ratio if ratio is None else round(ratio, 2)}), "
                 f"{point['sink_delete_files']} delete files, {point['sink_equality_deletes']} equality deletes"
             )
-    log(f"total {result['timings_seconds']['total']:.0f}s; wrote {args.out}")
-    return 0 if result["ok"] else 1
+    if result.get("v3_goals"):
+        log(f"v3 goals: {result['v3_goals']}")
+    log(f"total {result['timings_seconds']['total']:.0f}s; wrote {out}")
 
 
 if __name__ == "__main__":

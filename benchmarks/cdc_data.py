@@ -75,6 +75,21 @@ def expected_name(row_id: int, version: int) -> str:
     return f"user-{row_id}-v{version}"
 
 
+def _digits(values: np.ndarray) -> np.ndarray:
+    """Decimal digits of each non-negative integer (0 has one)."""
+    powers = 10 ** np.arange(1, 19, dtype=np.int64)
+    return np.searchsorted(powers, values, side="right") + 1
+
+
+#: The reader's side of ``Expected.checksums`` (Spark SQL aggregates, the same names).
+CHECKSUM_SQL = {
+    "id_times_version": "sum(id * version)",
+    "amount_cents": "sum(cast(round(amount * 100) as bigint))",
+    "ts_seconds": "sum(unix_micros(ts) div 1000000)",
+    "name_length": "sum(length(name))",
+}
+
+
 @dataclass
 class Expected:
     """The table's final state, known from the generator, and what to compare it with.
@@ -96,6 +111,20 @@ class Expected:
 
     def version_sum(self) -> int:
         return int(self.version[self.alive].sum())
+
+    def checksums(self) -> dict[str, int]:
+        """Exact integer sums over every row the table holds, one per column, to compare with the
+        reader's (``CHECKSUM_SQL``): with row count and distinct ids they pin down each row's version,
+        amount, timestamp and the length of its name, not only those of the sampled rows."""
+        ids = np.flatnonzero(self.alive).astype(np.int64)
+        version = self.version[ids].astype(np.int64)
+        return {
+            "id_times_version": int((ids * version).sum()),
+            "amount_cents": int(np.rint(self.amount[ids] * 100).astype(np.int64).sum()),
+            "ts_seconds": int((self.ts[ids] // 1_000_000).sum()),
+            # "user-<id>-v<version>"
+            "name_length": int((7 + _digits(ids) + _digits(version)).sum()),
+        }
 
     def sample_ids(self, seed: int, updated: int = 300, inserted: int = 100, untouched: int = 100) -> list[int]:
         """Ids to read back: updated ones (several times when there are), inserted and untouched ones."""
@@ -242,6 +271,11 @@ def compare(expected: Expected, observed: dict[str, Any], sample_ids: list[int])
         and not mismatches
         and sample_rows == len(sample_ids)
     )
+    checksums: dict[str, Any] = {}
+    if "checksums" in observed:
+        want = expected.checksums()
+        checksums = {"expected": want, "observed": observed["checksums"], "equal": observed["checksums"] == want}
+        ok = ok and checksums["equal"]
     return {
         "ok": ok,
         "rows": observed["rows"],
@@ -253,4 +287,5 @@ def compare(expected: Expected, observed: dict[str, Any], sample_ids: list[int])
         "sample_rows_returned": sample_rows,
         "sample_mismatches": len(mismatches),
         "first_mismatches": mismatches[:5],
+        **({"checksums": checksums} if checksums else {}),
     }

@@ -31,7 +31,7 @@ Flink's filesystem connector and its CSV format; ``ts`` is cast to ``TIMESTAMP_L
 ``timestamptz``, the type the other two systems' tables have) with the session time zone UTC.
 
 The result (per-batch seconds and wall-clock intervals, snapshot summaries, the table's metadata
-location, which Iceberg Java reads back in the MERGE side's driver) is written as JSON to the
+location, which Iceberg Java reads back in the reader process, ``merge_into_driver.py``) is written as JSON to the
 ``result`` path of the spec. Progress goes to stderr. Apart from ``benchmarks.cpu_monitor`` it needs
 nothing of the project (it runs from the project root so that ``benchmarks`` is importable).
 """

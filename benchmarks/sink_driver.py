@@ -1,6 +1,6 @@
 """The iceberg_sink side of the CDC benchmark: PySpark 4.x in the main venv.
 
-Started by ``benchmarks/cdc.py`` in a process of its own (so its JVM is gone before the MERGE side
+Started by ``benchmarks/cdc.py`` in a process of its own (so its JVM is gone before the next system
 starts)::
 
     .venv/bin/python -m benchmarks.sink_driver SPEC.json
@@ -16,14 +16,19 @@ and the Spark settings. The driver:
    code path of the streaming ``foreachBatch`` (one snapshot per batch; one equality delete per
    changed key), timing it from reading the batch's file to the end of the commit.
 
+``spec["format_version"]`` (2 by default) is the format of the table the upsert sink creates: on
+3 each checkpoint commits deletion vectors instead of equality deletes (docs/format-v3.md). The CPU
+seconds of this process tree (driver, JVM, Python workers) are read before and after the load and
+every batch (``benchmarks/cpu_monitor.tree_cpu_seconds``).
+
 With ``spec["convert_every"]`` N > 0 the upsert sink also runs the equality-delete conversion
 (``.convert_equality_deletes(every_n_commits=N)``, on a background thread of this driver, beside
 the batches). With ``spec["scan_every"]`` K > 0 the table's metadata location is recorded right
-after every K-th batch's commit (and after the last): the MERGE side's Iceberg Java times a full
+after every K-th batch's commit (and after the last): the reader process's Iceberg Java times a full
 scan of the table as it was then. At the end the driver waits for a running conversion.
 
 The result (per-batch seconds and wall-clock intervals, a breakdown by stage, snapshot summaries and
-the table's metadata location, which the MERGE side's Iceberg Java reads back) is written as JSON to
+the table's metadata location, which the reader process's Iceberg Java reads back) is written as JSON to
 the ``result`` path of the spec. Progress goes to stderr.
 """
 
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cdc_data import SPARK_DDL
-from benchmarks.cpu_monitor import quiet_gate
+from benchmarks.cpu_monitor import quiet_gate, tree_cpu_seconds
 from benchmarks.driver_main import driver_main
 
 TABLE = "bench.cdc"
@@ -139,7 +144,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     spark = start_spark(spec, work_dir)
     try:
         lake = work_dir / "lake"
-        builder = IcebergSink.builder().embedded(lake).table(TABLE).create_if_missing().upsert(key=["id"])
+        format_version = int(spec.get("format_version") or 2)
+        builder = (
+            IcebergSink.builder()
+            .embedded(lake)
+            .table(TABLE)
+            .create_if_missing(format_version=format_version)
+            .upsert(key=["id"])
+        )
         convert_every = int(spec.get("convert_every") or 0)
         if convert_every > 0:
             builder = builder.convert_equality_deletes(every_n_commits=convert_every, background=True)
@@ -150,12 +162,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         append_sink = IcebergSink.builder().embedded(lake).table(TABLE).build()
 
         load_waited = wait_quiet()
+        cpu_before = tree_cpu_seconds()
         started = time.perf_counter()
         initial = spark.read.schema(SPARK_DDL).parquet(*spec["initial_files"])
         # The table's id is required: drop nulls (there are none) and use an expression Spark knows is not null.
         initial = initial.where(F.col("id").isNotNull()).withColumn("id", F.coalesce("id", F.lit(0).cast("bigint")))
         append_sink.write(initial)
         load_seconds = time.perf_counter() - started
+        load_cpu = cpu_delta(cpu_before, tree_cpu_seconds())
         log(f"loaded the initial rows in {load_seconds:.1f}s")
 
         checkpoint = str(work_dir / "checkpoint")
@@ -164,15 +178,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         intervals: list[tuple[float, float]] = []
         phases: list[dict[str, float]] = []
         summaries: list[dict[str, str]] = []
+        cpu: list[float | None] = []
         timer = PhaseTimer()
         with timer.installed():
             for index, path in enumerate(spec["batch_files"]):
                 waited.append(wait_quiet())
+                cpu_before = tree_cpu_seconds()
                 wall = time.time()
                 started = time.perf_counter()
                 batch = spark.read.schema(SPARK_DDL).parquet(path)
                 outcome = upsert_sink.write(batch, checkpoint_location=checkpoint, checkpoint_id=index)
                 elapsed = time.perf_counter() - started
+                cpu.append(cpu_delta(cpu_before, tree_cpu_seconds()))
                 seconds.append(elapsed)
                 intervals.append((wall, wall + elapsed))
                 phase = timer.take(elapsed)
@@ -197,6 +214,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         upsert_sink.await_conversions()
         metrics = upsert_sink.metrics()
         return {
+            "format_version": format_version,
             "convert_every": convert_every,
             "scan_every": scan_every,
             "scan_points": scan_points,
@@ -218,6 +236,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "pyiceberg_version": pyiceberg.__version__,
             "load_seconds": load_seconds,
             "load_waited_for_quiet_seconds": load_waited,
+            "load_cpu_seconds": load_cpu,
+            "batch_cpu_seconds": cpu,
             "batch_seconds": seconds,
             "batch_waited_for_quiet_seconds": waited,
             "batch_intervals": intervals,
@@ -228,6 +248,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         spark.stop()
         monitor.stop()
+
+
+def cpu_delta(before: float | None, after: float | None) -> float | None:
+    return after - before if before is not None and after is not None else None
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,5 @@
-"""Pure helpers of the CDC benchmark: the steady-state summary and the Flink driver's CSV input.
+"""Pure helpers of the CDC benchmark: the steady-state summary, the system variants, the end to end
+and steady figures, issue 22's v3 goals, the model checksums and the Flink driver's CSV input.
 
 Nothing here is timed: these check the arithmetic and the conversion the benchmark relies on.
 """
@@ -6,13 +7,15 @@ Nothing here is timed: these check the arithmetic and the conversion the benchma
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.csv as pcsv
 import pytest
 
 from benchmarks.cdc import percentile, summarize
-from benchmarks.cdc_data import _rows
+from benchmarks.cdc_data import CHECKSUM_SQL, _digits, _rows, compare, generate
+from benchmarks.cdc_systems import SYSTEMS, parse_systems, v3_goals, write_figures
 from benchmarks.flink_driver import parquet_to_csv
 
 
@@ -54,3 +57,85 @@ def test_parquet_to_csv_keeps_every_value(tmp_path: Path) -> None:
     assert table.column("amount").to_pylist() == [12.34, 0.1]
     # Flink's CSV format reads TIMESTAMP(6) as 'yyyy-MM-dd HH:mm:ss.SSSSSS' (UTC here).
     assert table.column("ts").to_pylist() == ["2023-11-14 22:13:20.123456", "2023-11-14 22:13:20.000001"]
+
+
+def test_parse_systems_keeps_order_and_names_unknown_ones() -> None:
+    assert parse_systems("merge_into_v3, iceberg_sink_v3,iceberg_sink,merge_into_v3") == [
+        "merge_into_v3",
+        "iceberg_sink_v3",
+        "iceberg_sink",
+    ]
+    assert (SYSTEMS["iceberg_sink_v3"].driver, SYSTEMS["iceberg_sink_v3"].format_version) == ("sink", 3)
+    assert (SYSTEMS["merge_into_v3"].driver, SYSTEMS["merge_into_v3"].format_version) == ("merge", 3)
+    with pytest.raises(
+        ValueError, match=r"expected a comma-separated subset of .*merge_into_v3.*received \['sink_v3'\]"
+    ):
+        parse_systems("iceberg_sink,sink_v3")
+    with pytest.raises(ValueError, match="received ' , '"):
+        parse_systems(" , ")
+
+
+def test_write_figures_separates_end_to_end_from_steady_state() -> None:
+    raw = {
+        "load_seconds": 4.0,
+        "load_cpu_seconds": 6.0,
+        "batch_seconds": [3.0, 1.0, 0.5, 0.5, 1.0],
+        "batch_cpu_seconds": [5.0, 2.0, 1.0, 1.0, 2.0],
+    }
+    out = write_figures(raw, warmup=1, batch_size=1000, initial_rows=2_000_000)
+    e2e, steady = out["end_to_end"], out["steady_state"]
+    assert e2e["seconds"] == 10.0 and e2e["batch_seconds"] == 6.0
+    assert e2e["changes_per_second"] == pytest.approx(5000 / 6.0)
+    assert e2e["cpu_seconds"] == 17.0
+    assert e2e["load_cpu_seconds_per_million_rows"] == pytest.approx(3.0)
+    assert e2e["batch_cpu_seconds_per_million_changes"] == pytest.approx(11.0 / 5000 * 1e6)
+    assert steady["batches"] == 4 and steady["p50"] == steady["median"] == 0.75
+    assert steady["cpu_seconds"] == 6.0
+    assert steady["cpu_seconds_per_million_changes"] == pytest.approx(6.0 / 4000 * 1e6)
+    # A driver that does not measure CPU (Flink's), or a batch without /proc: no CPU figure, not a wrong one.
+    unknown = write_figures({**raw, "batch_cpu_seconds": [5.0, None, 1.0, 1.0, 2.0]}, 1, 1000, 2_000_000)
+    assert unknown["end_to_end"]["cpu_seconds"] is None
+    assert unknown["steady_state"]["cpu_seconds_per_million_changes"] is None
+    no_cpu = write_figures({"load_seconds": 1.0, "batch_seconds": [1.0, 1.0]}, 0, 10, 10)
+    assert no_cpu["end_to_end"]["load_cpu_seconds_per_million_rows"] is None
+
+
+def test_v3_goals_compare_the_v3_sink_with_the_v3_merge_table() -> None:
+    def system(median: float, scan: float) -> dict[str, Any]:
+        return {"steady_state": {"median": median}, "full_scan_seconds": scan}
+
+    assert v3_goals({"iceberg_sink": system(0.3, 1.0), "merge_into_v3": system(2.0, 1.0)}) is None
+    met = v3_goals({"iceberg_sink_v3": system(0.45, 1.0), "merge_into_v3": system(2.0, 1.25)})
+    assert met is not None and met["write_met"] and met["scan_met"]
+    assert met["scan_ratio_to_merge_into_v3"] == pytest.approx(0.8)
+    missed = v3_goals({"iceberg_sink_v3": system(0.46, 1.3), "merge_into_v3": system(2.0, 1.25)})
+    assert missed is not None and not missed["write_met"] and not missed["scan_met"]
+
+
+def test_model_checksums_cover_every_row_and_a_wrong_row_fails_the_check(tmp_path: Path) -> None:
+    data = generate(tmp_path, rows=50, batches=3, batch_size=10, seed=7)
+    expected = data.expected
+    ids = np.flatnonzero(expected.alive)
+    # The same sums computed row by row from the rows themselves (what the Spark SQL of CHECKSUM_SQL does).
+    rows = [expected.row(int(i)) for i in ids]
+    assert expected.checksums() == {
+        "id_times_version": sum(r["id"] * r["version"] for r in rows),
+        "amount_cents": sum(round(r["amount"] * 100) for r in rows),
+        "ts_seconds": sum(r["ts_micros"] // 1_000_000 for r in rows),
+        "name_length": sum(len(r["name"]) for r in rows),
+    }
+    assert set(CHECKSUM_SQL) == set(expected.checksums())
+    assert [int(d) for d in _digits(np.array([0, 9, 10, 99, 100, 10**12 - 1, 10**12]))] == [1, 1, 2, 2, 3, 12, 13]
+    sample = expected.sample_ids(7)
+    observed = {
+        "rows": expected.rows,
+        "distinct_ids": expected.rows,
+        "version_sum": expected.version_sum(),
+        "sample": [expected.row(i) for i in sample],
+        "checksums": expected.checksums(),
+    }
+    assert compare(expected, observed, sample)["ok"]
+    # One row outside the sample with a wrong amount: row count, ids, versions and sample all agree.
+    wrong = {**expected.checksums(), "amount_cents": expected.checksums()["amount_cents"] + 1}
+    checks = compare(expected, {**observed, "checksums": wrong}, sample)
+    assert not checks["ok"] and checks["checksums"]["equal"] is False

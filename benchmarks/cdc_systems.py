@@ -1,0 +1,149 @@
+"""The systems of the CDC benchmark and the figures computed from their drivers' raw timings.
+
+Pure logic (no Spark, no I/O), shared by ``benchmarks/cdc.py`` and its unit tests:
+
+- ``SYSTEMS``: each name the benchmark accepts, the driver that writes its table and the table's
+  format version. ``iceberg_sink`` and ``merge_into`` are the format v2 systems of the published
+  figures; ``iceberg_sink_v3`` (the sink's deletion vectors) and ``merge_into_v3`` (Iceberg Java's
+  MERGE INTO merge-on-read on a v3 table, which writes DVs) are issue 22's comparison.
+- ``summarize``: median (p50), p90, p99 of the steady batches.
+- ``write_figures``: end to end (load and every batch) and steady state (the batches after the
+  warm-up) apart, each with changes per second and CPU-seconds per million changes.
+- ``v3_goals``: issue 22's targets, write p50 <= 0.45 s per batch for ``iceberg_sink_v3`` and a
+  full scan no slower than the ``merge_into_v3`` table's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CdcSystem:
+    """One system of the benchmark: which driver writes its table, and at which format version."""
+
+    name: str
+    driver: str  # "sink" (benchmarks/sink_driver.py), "merge" (merge_into_driver.py) or "flink"
+    format_version: int
+
+
+SYSTEMS: dict[str, CdcSystem] = {
+    s.name: s
+    for s in (
+        CdcSystem("iceberg_sink", "sink", 2),
+        CdcSystem("iceberg_sink_v3", "sink", 3),
+        CdcSystem("merge_into", "merge", 2),
+        CdcSystem("merge_into_v3", "merge", 3),
+        CdcSystem("flink", "flink", 2),
+    )
+}
+# What runs without --systems: the two systems of the published figures (the others are opt-in).
+DEFAULT_SYSTEMS = ("iceberg_sink", "merge_into")
+# Issue 22's targets for the v3 path.
+V3_WRITE_TARGET_SECONDS = 0.45
+V3_SCAN_TARGET_RATIO = 1.0
+
+
+def parse_systems(text: str) -> list[str]:
+    """The systems named by a comma-separated list, in its order, each once; ValueError naming the
+    accepted names and the unknown ones otherwise."""
+    names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown or not names:
+        raise ValueError(f"expected a comma-separated subset of {', '.join(SYSTEMS)}, received {unknown or repr(text)}")
+    return names
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile of sorted values, linearly interpolated between the closest ranks."""
+    rank = fraction * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(seconds: list[float], warmup: int, batch_size: int | None = None) -> dict[str, Any]:
+    """Median (also as ``p50``), p90, p99 (linear interpolation), mean, min and max of the batches
+    after the warm-up ones; with ``batch_size``, the steady changes per second too (changes applied /
+    seconds spent)."""
+    steady = seconds[warmup:] if len(seconds) > warmup else seconds
+    if not steady:
+        return {"batches": 0}
+    ordered = sorted(steady)
+    median = statistics.median(steady)
+    out: dict[str, Any] = {
+        "batches": len(steady),
+        "skipped_warmup_batches": len(seconds) - len(steady),
+        "median": median,
+        "p50": median,
+        "p90": percentile(ordered, 0.9),
+        "p99": percentile(ordered, 0.99),
+        "mean": statistics.fmean(steady),
+        "min": ordered[0],
+        "max": ordered[-1],
+    }
+    if batch_size is not None and sum(steady) > 0:
+        out["changes_per_second"] = batch_size * len(steady) / sum(steady)
+    return out
+
+
+def _total(values: list[float | None]) -> float | None:
+    """The sum, or None when any value is unknown (no /proc, or a driver that does not measure it)."""
+    return None if not values or any(v is None for v in values) else float(sum(v for v in values if v is not None))
+
+
+def _per_million(cpu: float | None, count: int) -> float | None:
+    return cpu / count * 1e6 if cpu is not None and count > 0 else None
+
+
+def write_figures(raw: dict[str, Any], warmup: int, batch_size: int, initial_rows: int) -> dict[str, Any]:
+    """End to end and steady state of one system's writes, apart.
+
+    ``raw`` is a driver's result: ``load_seconds``, ``batch_seconds`` and, where the driver measures
+    them, ``load_cpu_seconds`` and ``batch_cpu_seconds`` (its whole process tree). End to end is the
+    initial load plus every batch (warm-up included), in seconds of work (the waits for a quiet
+    machine between batches left out); steady state is the batches after ``warmup`` (as
+    ``summarize``). CPU-seconds are per million changes for the batches and per million rows for the
+    load."""
+    seconds: list[float] = raw["batch_seconds"]
+    cpu: list[float | None] = raw.get("batch_cpu_seconds") or [None] * len(seconds)
+    load_cpu = raw.get("load_cpu_seconds")
+    batch_cpu = _total(cpu)
+    changes = batch_size * len(seconds)
+    end_to_end = {
+        "seconds": raw["load_seconds"] + sum(seconds),
+        "load_seconds": raw["load_seconds"],
+        "batch_seconds": sum(seconds),
+        "changes_per_second": changes / sum(seconds) if sum(seconds) > 0 else None,
+        "cpu_seconds": None if load_cpu is None or batch_cpu is None else load_cpu + batch_cpu,
+        "load_cpu_seconds_per_million_rows": _per_million(load_cpu, initial_rows),
+        "batch_cpu_seconds_per_million_changes": _per_million(batch_cpu, changes),
+    }
+    steady = summarize(seconds, warmup, batch_size)
+    skipped = steady.get("skipped_warmup_batches", 0)
+    steady_cpu = _total(cpu[skipped:])
+    steady["cpu_seconds"] = steady_cpu
+    steady["cpu_seconds_per_million_changes"] = _per_million(steady_cpu, batch_size * steady["batches"])
+    return {"end_to_end": end_to_end, "steady_state": steady}
+
+
+def v3_goals(systems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Issue 22's targets checked on one run: the v3 sink's steady median write latency against
+    ``V3_WRITE_TARGET_SECONDS`` and its full scan against the ``merge_into_v3`` table's (ratio <=
+    ``V3_SCAN_TARGET_RATIO``); None unless both systems ran."""
+    sink, merge = systems.get("iceberg_sink_v3"), systems.get("merge_into_v3")
+    if sink is None or merge is None:
+        return None
+    write = sink["steady_state"]["median"]
+    ratio = sink["full_scan_seconds"] / merge["full_scan_seconds"] if merge["full_scan_seconds"] else None
+    return {
+        "write_p50_seconds": write,
+        "write_target_seconds": V3_WRITE_TARGET_SECONDS,
+        "write_met": write <= V3_WRITE_TARGET_SECONDS,
+        "merge_into_v3_write_p50_seconds": merge["steady_state"]["median"],
+        "scan_ratio_to_merge_into_v3": ratio,
+        "scan_target_ratio": V3_SCAN_TARGET_RATIO,
+        "scan_met": ratio is not None and ratio <= V3_SCAN_TARGET_RATIO,
+    }
