@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from iceberg_sink import _faults
 from tests.interop.readers import JavaIcebergReader
 from tests.model import debezium_steps, harness, v3_steps
-from tests.model.harness import SKIP_ENV, World, run_seed
+from tests.model.harness import SKIP_ENV, World
 
 pytestmark = pytest.mark.interop
 
@@ -25,10 +25,10 @@ def test_model(
     model_steps: int,
     model_long: bool,
 ) -> None:
-    seconds = run_seed(
-        spark, java_reader, model_seed, model_steps, root=tmp_path, long=model_long, java_newest=java_newest_reader
-    )
-    sys.stderr.write(f"model check seed {model_seed}: {model_steps} steps in {seconds:.1f}s\n")
+    world = World(spark, java_reader, tmp_path, model_seed, long=model_long, java_newest=java_newest_reader)
+    seconds = world.run(model_steps)
+    v3 = sum(": v3: " in line for line in world.trace)
+    sys.stderr.write(f"model check seed {model_seed}: {model_steps} steps ({v3} on v3 tables) in {seconds:.1f}s\n")
 
 
 def test_model_catalog_outages(
