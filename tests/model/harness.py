@@ -10,6 +10,8 @@ Tables (one SQLite catalog, one local warehouse):
   model taken at the branch's first commit, then its own.
 - ``db.app`` (format v2, no key, ``bucket(2, id)``): an append sink (job D, custom snapshot-property
   prefix) and plain PyIceberg appends (a second writer). Model: a multiset of rows.
+- ``db.v3`` and ``db.v2up`` (format v3 from creation / upgraded from v2 mid-run; CDC sinks, Iceberg
+  Java's DELETE, compaction): tests/model/v3_steps.py.
 
 Models hold rows under *logical* column names; ``Columns`` maps them to the table's current names and
 types, so renames, added columns and widened types are applied to the model as to the table.
@@ -76,7 +78,7 @@ from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
-from tests.model import debezium_steps
+from tests.model import debezium_steps, v3_steps
 from tests.model.debezium_steps import DEBEZIUM
 
 Row = dict[str, Any]
@@ -100,6 +102,7 @@ OPERATIONS: dict[str, int] = {
     "commit_properties": 2,
     "catalog_outage": 3,  # the catalog unreachable for a few checkpoints of a stream; pending, then committed
     "sigkill": 2,  # a real SIGKILL of a subprocess driver; long profile only (a Spark start-up per kill)
+    **v3_steps.OPERATIONS,  # format v3 tables db.v3 and db.v2up: tests/model/v3_steps.py
 }
 LONG_ONLY = {"sigkill"}
 # Situations inside operations that can be switched off the same way (to look past a known bug).
@@ -279,15 +282,26 @@ def diff_rows(expected: list[Row], actual: list[Row]) -> str:
 class World:
     """Tables, sinks, models and the trace of one seeded run."""
 
-    def __init__(self, spark: SparkSession, java: JavaIcebergReader, root: Path, seed: int, long: bool = False) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        java: JavaIcebergReader,
+        root: Path,
+        seed: int,
+        long: bool = False,
+        java_newest: JavaIcebergReader | None = None,
+    ) -> None:
         self.spark = spark
         self.java = java
+        self.java_newest = java_newest  # the newest Iceberg Java: v3 tables need it (v3_steps.py)
         self.root = root
         self.seed = seed
         self.rng = random.Random(seed)
         self.trace: list[str] = []
         self.long = long
         self.skip = skipped_operations() | (set() if long else LONG_ONLY)
+        if java_newest is None:
+            self.skip |= set(v3_steps.OPERATIONS)
         self.lsn = 0
         self.catalog_props = {
             "type": "sql",
@@ -1546,6 +1560,7 @@ class World:
             if self.rng.random() < 0.5:
                 self.java_filtered("db.app read by Iceberg Java", app, self.app_cols, self.app_model)
             self.verified["db.app"] = app
+        v3_steps.check(self)
 
     # -- driver -----------------------------------------------------------------------------------
 
@@ -1560,7 +1575,10 @@ class World:
         for _ in range(steps):
             kind = self.rng.choices(kinds, weights)[0]
             try:
-                getattr(self, f"op_{kind}")()
+                if kind in v3_steps.OPERATIONS:
+                    v3_steps.step(self, kind)
+                else:
+                    getattr(self, f"op_{kind}")()
                 self.check()
                 if ROUTED not in self.skip and self.routed_rng.random() < ROUTED_EVERY:
                     self.op_routed_cdc()
@@ -1610,13 +1628,19 @@ def duckdb_snapshot_read(metadata_location: str, snapshot_id: int) -> pa.Table:
 
 
 def run_seed(
-    spark: SparkSession, java: JavaIcebergReader, seed: int, steps: int, root: Path | None = None, long: bool = False
+    spark: SparkSession,
+    java: JavaIcebergReader,
+    seed: int,
+    steps: int,
+    root: Path | None = None,
+    long: bool = False,
+    java_newest: JavaIcebergReader | None = None,
 ) -> float:
     """Run one seed in a fresh directory; returns the wall time. Raises ModelMismatch with the trace."""
     own = root is None
     work = Path(tempfile.mkdtemp(prefix=f"model-{seed}-")) if root is None else root
     try:
-        return World(spark, java, work, seed, long=long).run(steps)
+        return World(spark, java, work, seed, long=long, java_newest=java_newest).run(steps)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)

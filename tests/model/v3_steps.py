@@ -1,0 +1,415 @@
+"""The model check's format v3 tables (issue 22): deletion vectors, other writers' DVs, upgrades.
+
+Kept out of harness.py (as debezium_steps.py is). Two tables of their own, each with a CDC sink
+(``.cdc(op_column="op", key=["id"], order_by="lsn")``) and a ``dict id -> row`` model:
+
+- ``db.v3``: created by its sink with ``create_if_missing(format_version=3, partition_by=["bucket(2, id)"])``.
+  Its deletes must be deletion vectors only: main never holds an equality or position delete file,
+  at most one DV per data file, each naming a live data file.
+- ``db.v2up``: created on format v2 (its updates write equality deletes), upgraded to v3 mid-run with
+  ``sink.upgrade_format_version(3)``, then it keeps taking checkpoints: its old equality deletes stay
+  (as Iceberg Java keeps them) and every delete committed after the upgrade is a DV.
+
+Operations (weighted into harness.OPERATIONS; every choice inside them is drawn from a generator of
+their own, so a seed's other draws do not depend on them):
+
+- ``v3_cdc``: a CDC checkpoint of ``db.v3`` (or of ``db.v2up``), over 12 keys so checkpoints update and
+  delete rows of the same data files again and again (the sink merges its new positions into the
+  file's DV); 30% of them die at one of FAULT_POINTS (harness.py's) and a restarted sink replays the
+  checkpoint.
+- ``v3_java_delete``: the newest Iceberg Java deletes 1-3 live rows of ``db.v3`` with a Spark SQL
+  ``DELETE`` (merge-on-read: its own DV, merged with the sink's), committed into the model's catalog
+  (a compare-and-swap of the catalog row, as a JDBC catalog sharing the database would do). The
+  sink's next checkpoint must merge that DV, never lose it.
+- ``v3_compaction``: ``sink.compact()`` of ``db.v3`` or ``db.v2up`` (DVs applied, row lineage carried).
+- ``v3_upgrade``: ``upgrade_format_version(3)`` of ``db.v2up`` once it has equality deletes (before:
+  a checkpoint of it; after: a checkpoint too).
+
+After every step each v3 table that changed is read by Iceberg Java 1.9.2, the newest Iceberg Java,
+DuckDB and PyIceberg (when no equality delete is live) and must equal its model; its deletes are
+checked as above; every DV that stays on a live data file keeps at least its positions; the newest
+Java's ``_row_id`` / ``_last_updated_sequence_number`` are set, unique, and unchanged for every row
+no step touched (a compaction or another row's delete moves none); every sink checkpoint is one
+snapshot. ``stats`` counts the DV merges seen (a file's DV replaced by a larger one: the sink's over
+its own, ``dv_merges``; the sink's over Java's, ``java_dv_merges``; Java's over one there,
+``java_merged_a_dv``), crashes, upgrades and compactions, for test_model.py::test_model_v3_tables.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.table import Table
+
+from iceberg_sink import IcebergSink, _faults
+from iceberg_sink.topology.compaction import CompactionConfig
+from tests.integration.test_v3_cdc import delete_files
+from tests.interop.readers import assert_readers_agree, normalize, pyiceberg_read
+
+Row = dict[str, Any]
+
+OPERATIONS: dict[str, int] = {"v3_cdc": 3, "v3_java_delete": 1, "v3_compaction": 1, "v3_upgrade": 1}
+V3, V2UP = "db.v3", "db.v2up"
+KEYS = 12  # few keys: checkpoints keep deleting rows of the same data files (DV merges)
+CRASH_SHARE = 0.3
+DDL = "id bigint, v string, n bigint, lsn bigint, op string"
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.int64()), ("lsn", pa.int64())])
+PREFIX = "iceberg-sink"
+# harness.FAULT_POINTS (harness.py imports this module, so they are named here again).
+FAULT_POINTS = (
+    _faults.BATCH_START,
+    _faults.AFTER_WRITE,
+    _faults.AFTER_STAGE,
+    _faults.AFTER_MANIFESTS,
+    _faults.COMMIT_SENT,
+    _faults.AFTER_COMMIT,
+)
+
+
+class Crash(RuntimeError):
+    """Raised from an installed fault handler: the simulated driver death."""
+
+
+class V3Tables:
+    """The v3 tables' sinks, models, generator and what the checks remember between steps."""
+
+    def __init__(self, world: Any) -> None:
+        self.world = world
+        self.rng = random.Random(f"v3-{world.seed}")
+        self.lsn = 0
+        self.models: dict[str, dict[int, Row]] = {V3: {}, V2UP: {}}
+        self.next_checkpoint = {V3: 0, V2UP: 0}
+        self.sinks: dict[str, IcebergSink] = {}
+        self.upgraded_at: int | None = None  # db.v2up's last sequence number when it was upgraded
+        # table -> data file -> (DV location, positions, written by Java)
+        self.dvs: dict[str, dict[str, tuple[tuple[str, int | None], int, bool]]] = {V3: {}, V2UP: {}}
+        self.java_dvs: set[tuple[str, int | None]] = set()
+        self.lineage: dict[str, dict[int, tuple[int, int]] | None] = {V3: None, V2UP: None}
+        self.touched: dict[str, set[int]] = {V3: set(), V2UP: set()}
+        self.checkpoints: dict[tuple[str, str, str], set[int]] = collections.defaultdict(set)
+        self.stats: collections.Counter[str] = collections.Counter()
+        self.seconds: collections.Counter[str] = collections.Counter()  # time spent checking
+        self.java_catalog = f"v3model_{uuid.uuid4().hex[:10]}"  # the Java session is shared: a name of our own
+        self.java_tables = 0
+
+    # -- sinks and batches --------------------------------------------------------------------------
+
+    def sink(self, table: str, restart: bool = False) -> IcebergSink:
+        if restart or table not in self.sinks:
+            w = self.world
+            create = {"format_version": 3, "partition_by": ["bucket(2, id)"]} if table == V3 else {}
+            self.sinks[table] = (
+                IcebergSink.builder()
+                .catalog("model", **w.catalog_props)
+                .table(table)
+                .create_if_missing(**create)
+                .cdc(op_column="op", key=["id"], order_by="lsn")
+                .write_option("iceberg-sink.writer.max-open-files", w.max_open_files)
+                .write_option("iceberg-sink.writer.buffer-bytes", w.buffer_bytes)
+                .build()
+            )
+        return self.sinks[table]
+
+    def batch(self, table: str) -> list[Row]:
+        """Inserts, updates (sometimes with their update-before image) and deletes of live and absent
+        keys, repeated keys included (the highest lsn wins); arrival order shuffled."""
+        rng, live, out = self.rng, dict(self.models[table]), []
+        # An empty table first takes most keys in one checkpoint: files of several rows, which later
+        # checkpoints delete from one by one.
+        for _ in range(rng.randrange(1, 9) if live else KEYS):
+            key = rng.randrange(KEYS)
+            self.lsn += 1
+            if rng.random() < 0.3:
+                out.append({**live.pop(key, {"id": key, "v": None, "n": None}), "lsn": self.lsn, "op": "D"})
+                continue
+            if key in live and rng.random() < 0.3:
+                out.append({**live[key], "lsn": self.lsn, "op": "UB"})
+                self.lsn += 1
+            row = {
+                "id": key,
+                "v": None if rng.random() < 0.1 else f"v{self.lsn}" + rng.choice(["", "ü", "日本"]),
+                "n": None if rng.random() < 0.2 else rng.randrange(-(2**40), 2**40),
+                "lsn": self.lsn,
+            }
+            out.append({**row, "op": "U" if key in live else "I"})
+            live[key] = row
+        rng.shuffle(out)
+        return out
+
+    # -- operations -----------------------------------------------------------------------------------
+
+    def op_cdc(self, table: str | None = None, crash_at: str | None = None) -> None:
+        table = table or (V3 if self.rng.random() < 0.7 else V2UP)
+        if crash_at is None and self.rng.random() < CRASH_SHARE:
+            crash_at = self.rng.choice(FAULT_POINTS)
+        changes = self.batch(table)
+        checkpoint = self.next_checkpoint[table]
+        desc = ", ".join(f"{c['op']}({c['id']})" for c in sorted(changes, key=lambda c: c["lsn"]))
+        self.world.log(
+            f"v3: {table} cdc checkpoint {checkpoint}: {desc}" + (f" [crash at {crash_at}]" if crash_at else "")
+        )
+        rows = [tuple(c.get(k) for k in ("id", "v", "n", "lsn", "op")) for c in changes]
+        frame = self.world.spark.createDataFrame(rows, DDL).repartition(self.rng.choice([1, 2]))
+        location = str(Path(self.world.root) / f"ckpt-{table}")
+        if crash_at is not None:
+
+            def handler(point: str, cp: int) -> None:
+                if point == crash_at and cp == checkpoint:
+                    raise Crash(f"simulated driver death at {point} of checkpoint {cp}")
+
+            _faults.install(handler)
+            try:
+                self.sink(table).write(frame, checkpoint_location=location, checkpoint_id=checkpoint)
+                crashed = False
+            except Crash:
+                crashed = True
+            finally:
+                _faults.clear()
+            if crashed:
+                self.world.trace[-1] += " -> crashed, restarted, replayed"
+                self.stats["crashes"] += 1
+                self.remember_checkpoints(table)
+                self.sink(table, restart=True).write(frame, checkpoint_location=location, checkpoint_id=checkpoint)
+            else:
+                self.world.trace[-1] += " -> no crash (fault point not reached)"
+        else:
+            self.sink(table).write(frame, checkpoint_location=location, checkpoint_id=checkpoint)
+        self.next_checkpoint[table] += 1
+        self.world.apply_cdc(self.models[table], changes)
+        self.touched[table] |= {c["id"] for c in changes}
+        self.check(table)
+
+    def op_java_delete(self) -> None:
+        """The newest Iceberg Java deletes live rows of db.v3 (merge-on-read: a DV of its own)."""
+        live = sorted(self.models[V3])
+        if not live or not self.world.catalog.table_exists(V3):
+            self.op_cdc(V3)
+            return
+        keys = self.rng.sample(live, min(len(live), self.rng.randrange(1, 4)))
+        self.world.log(f"v3: Iceberg Java deletes ids {sorted(keys)} of {V3} (merge-on-read)")
+        java, cat = self.world.java_newest, self.java_catalog
+        root = Path(self.world.root)
+        table = self.world.table(V3)
+        before = {dv.path for dv, _ in delete_files(table)}
+        statements = []
+        if self.java_tables == 0:
+            statements = [
+                f"SET spark.sql.catalog.{cat}=org.apache.iceberg.spark.SparkCatalog",
+                f"SET `spark.sql.catalog.{cat}.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
+                f"SET spark.sql.catalog.{cat}.uri=jdbc:sqlite:file:{root}/java-catalog.db",
+                f"SET spark.sql.catalog.{cat}.warehouse={root}/java-warehouse",
+                f"SET `spark.sql.catalog.{cat}.cache-enabled`=false",
+                f"CREATE NAMESPACE IF NOT EXISTS {cat}.db",
+            ]
+        self.java_tables += 1
+        name = f"{cat}.db.t{self.java_tables}"
+        statements.append(
+            f"CALL {cat}.system.register_table(table => 'db.t{self.java_tables}', metadata_file => '{table.metadata_location}')"
+        )
+        if table.properties.get("write.delete.mode") != "merge-on-read":
+            statements.append(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
+        statements.append(f"DELETE FROM {name} WHERE id IN ({', '.join(map(str, keys))})")
+        for statement in statements:
+            java.sql(statement)
+        with sqlite3.connect(root / "java-catalog.db") as con:
+            [(written,)] = con.execute(
+                "select metadata_location from iceberg_tables where table_name = ?", (f"t{self.java_tables}",)
+            ).fetchall()
+        # Java's commit lands in the model's catalog: a compare-and-swap of the table's catalog row.
+        with sqlite3.connect(root / "catalog.db") as con:
+            swapped = con.execute(
+                "update iceberg_tables set metadata_location = ?, previous_metadata_location = ? "
+                "where table_namespace = 'db' and table_name = 'v3' and metadata_location = ?",
+                (written, table.metadata_location, table.metadata_location),
+            ).rowcount
+        if swapped != 1:
+            raise self.world.fail(f"v3: Java's commit of {V3} could not be swapped into the catalog")
+        java_dvs = [dv for dv, _ in delete_files(self.world.table(V3)) if dv.path not in before]
+        self.java_dvs |= {(dv.path, dv.content_offset) for dv in java_dvs}
+        for key in keys:
+            del self.models[V3][key]
+        self.touched[V3] |= set(keys)
+        # No DV when every row of the files it matched goes: Java then drops the files.
+        self.world.trace[-1] += f" -> {len(java_dvs)} DV(s) of Java"
+        self.stats["java_deletes"] += 1
+        self.check(V3)
+
+    def op_compaction(self) -> None:
+        table = self.rng.choice([t for t in (V3, V2UP) if self.world.catalog.table_exists(t)] or [V3])
+        if not self.world.catalog.table_exists(table):
+            self.op_cdc(table)
+            return
+        config = CompactionConfig(min_input_files=self.rng.choice([1, 2]), delete_file_threshold=1)
+        self.world.log(f"v3: compact {table} ({config.min_input_files=})")
+        result = self.sink(table).compact(self.world.spark, config)
+        self.world.trace[-1] += f" -> {result!r}"[:200]
+        if result.committed_groups:
+            self.stats["compactions"] += 1
+        self.check(table)
+
+    def op_upgrade(self) -> None:
+        if self.upgraded_at is not None or not self.world.catalog.table_exists(V2UP):
+            self.op_cdc(V2UP)
+            return
+        head = self.world.table(V2UP).current_snapshot()
+        if head is None or int(head.summary.get("total-equality-deletes", "0") if head.summary else 0) == 0:
+            self.op_cdc(V2UP)  # upgrade a table that holds equality deletes
+            return
+        self.world.log(f"v3: upgrade {V2UP} to format v3")
+        upgraded = self.sink(V2UP).upgrade_format_version(3)
+        if upgraded.metadata.format_version != 3:
+            raise self.world.fail(f"v3: {V2UP} is format {upgraded.metadata.format_version} after the upgrade")
+        self.upgraded_at = upgraded.metadata.last_sequence_number
+        self.stats["upgrades"] += 1
+        self.check(V2UP)
+
+    # -- checks -----------------------------------------------------------------------------------------
+
+    def remember_checkpoints(self, name: str) -> None:
+        """Every sink checkpoint of the table is one snapshot, over the whole run."""
+        for snap in self.world.table(name).metadata.snapshots:
+            summary = snap.summary.additional_properties if snap.summary is not None else {}
+            job, cp = summary.get(f"{PREFIX}.job-id"), summary.get(f"{PREFIX}.checkpoint-id")
+            if job is not None and cp is not None:
+                self.checkpoints[(name, job, cp)].add(snap.snapshot_id)
+        doubled = {k: v for k, v in self.checkpoints.items() if len(v) > 1}
+        if doubled:
+            raise self.world.fail(f"v3: sink checkpoints committed as more than one snapshot: {doubled}")
+
+    def check_all(self) -> None:
+        for name in (V3, V2UP):
+            if self.world.catalog.table_exists(name):
+                self.check(name)
+
+    def check(self, name: str) -> None:
+        started = time.monotonic()
+        self._check(name)
+        self.seconds["checks"] += time.monotonic() - started
+
+    def _check(self, name: str) -> None:
+        w = self.world
+        table = w.table(name)
+        location = table.metadata_location
+        if w.verified.get(name) == location:
+            return
+        self.remember_checkpoints(name)
+        model = [dict(r) for r in self.models[name].values()]
+        want = normalize(pa.Table.from_pylist(model, schema=SCHEMA), ["id"])
+        head = table.current_snapshot()
+        equality_live = (
+            head is not None and head.summary is not None and head.summary.get("total-equality-deletes", "0") != "0"
+        )
+        # The newest Java's read with the lineage columns, once rows have them (one request for both).
+        lineage = None
+        if table.metadata.format_version == 3 and head is not None and head.first_row_id is not None:
+            lineage = w.java_newest.row_lineage(location)
+        try:
+            assert_readers_agree((w.java,) if lineage is not None else (w.java, w.java_newest), location, want, ["id"])
+            if lineage is not None:
+                got = normalize(lineage.select(SCHEMA.names), ["id"])
+                assert got == want, f"the newest Iceberg Java read {got}"
+            if not equality_live:  # PyIceberg reads DVs and position deletes, not equality deletes
+                got = normalize(pyiceberg_read(location).select(SCHEMA.names), ["id"])
+                assert got == want, f"PyIceberg read {len(got)} rows, the model has {len(want)}"
+        except AssertionError as exc:
+            raise w.fail(f"v3: {name} differs from its model: {exc}") from exc
+        if table.metadata.format_version == 3:
+            self.check_deletes(name, table)
+        if lineage is not None:
+            self.check_lineage(name, table, lineage)
+        elif name == V3:
+            raise w.fail(f"v3: {V3} is format {table.metadata.format_version}")
+        w.verified[name] = location
+
+    def check_deletes(self, name: str, table: Table) -> None:
+        """DVs only (on db.v2up: those committed after the upgrade), at most one per live data file,
+        and a DV that stays on a data file keeps every position it had (merged, never lost)."""
+        w = self.world
+        for snap in table.metadata.snapshots:
+            if name == V3 and snap.summary is not None and snap.summary.get("total-equality-deletes", "0") != "0":
+                raise w.fail(f"v3: {V3} snapshot {snap.snapshot_id} holds equality deletes")
+        live = set(table.inspect.files()["file_path"].to_pylist())
+        dvs: dict[str, tuple[tuple[str, int | None], int, bool]] = {}
+        for meta, sequence in delete_files(table):
+            if meta.file_format != "PUFFIN" or meta.referenced_data_file is None:
+                if name == V2UP and self.upgraded_at is not None and sequence <= self.upgraded_at:
+                    continue  # a v2 delete file from before the upgrade: it stays, as in Iceberg Java
+                raise w.fail(f"v3: {name} holds a delete file that is not a DV: {meta.path} ({meta.content!r})")
+            target = meta.referenced_data_file
+            if target in dvs:
+                raise w.fail(f"v3: {name} holds two DVs of data file {target}")
+            if target not in live:
+                raise w.fail(f"v3: {name} holds a DV of data file {target}, which is not live")
+            at = (meta.path, meta.content_offset)
+            dvs[target] = (at, meta.record_count, at in self.java_dvs)
+        for target, (at, count, _) in dvs.items():
+            old = self.dvs[name].get(target)
+            if old is None or old[0] == at:
+                continue
+            if count < old[1]:
+                raise w.fail(f"v3: the DV of {target} in {name} went from {old[1]} positions to {count}")
+            if dvs[target][2]:
+                self.stats["java_merged_a_dv"] += 1  # Java's DELETE merged a DV already there
+            elif old[2]:
+                self.stats["java_dv_merges"] += 1  # the sink merged Java's DV
+            else:
+                self.stats["dv_merges"] += 1  # the sink merged its own
+        self.dvs[name] = dvs
+
+    def check_lineage(self, name: str, table: Table, read: pa.Table) -> None:
+        """Row lineage as the newest Iceberg Java reads it (from the first commit on v3: an upgraded
+        table's rows get their ids from the next commit): every row has a row id, ids are unique,
+        and rows no step touched keep their id and sequence number."""
+        w = self.world
+        lineage = {
+            r["id"]: (r["_row_id"], r["_last_updated_sequence_number"])
+            for r in read.select(["id", "_row_id", "_last_updated_sequence_number"]).to_pylist()
+        }
+        ids = [row_id for row_id, _ in lineage.values()]
+        if None in ids or any(s is None for _, s in lineage.values()) or len(set(ids)) != len(ids):
+            raise w.fail(f"v3: {name} row lineage has missing or repeated row ids: {lineage}")
+        if max(ids, default=-1) >= table.metadata.next_row_id:
+            raise w.fail(f"v3: {name} has a row id at or above next-row-id {table.metadata.next_row_id}")
+        before = self.lineage[name]
+        if before is not None:
+            moved = {
+                k: (before[k], v)
+                for k, v in lineage.items()
+                if k in before and k not in self.touched[name] and before[k] != v
+            }
+            if moved:
+                raise w.fail(f"v3: {name} rows no step touched changed lineage (before, after): {moved}")
+        self.lineage[name] = lineage
+        self.touched[name] = set()
+
+
+def tables(world: Any) -> V3Tables:
+    found = getattr(world, "_v3_tables", None)
+    if found is None:
+        found = world._v3_tables = V3Tables(world)
+    return found  # type: ignore[no-any-return]
+
+
+def step(world: Any, kind: str) -> None:
+    """Run one of OPERATIONS (called by the harness for these kinds)."""
+    job = tables(world)
+    {
+        "v3_cdc": job.op_cdc,
+        "v3_java_delete": job.op_java_delete,
+        "v3_compaction": job.op_compaction,
+        "v3_upgrade": job.op_upgrade,
+    }[kind]()
+
+
+def check(world: Any) -> None:
+    """After any step: the v3 tables that changed (they change only in their own steps)."""
+    job = getattr(world, "_v3_tables", None)
+    if job is not None:
+        job.check_all()
