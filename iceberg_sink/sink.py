@@ -58,6 +58,9 @@ class IcebergSink:
         self._last_routed: dict[str, CommitOutcome | None] = {}
         # The key indexes of this sink's jobs, whose background writes close() waits for.
         self._key_indexes: weakref.WeakSet[KeyIndex] = weakref.WeakSet()
+        # The v3 committers' key index, kept from job to job: each bounded write() is a job of its
+        # own, and without it every write() would load or read every indexed file's keys again.
+        self._committer_index: KeyIndex | None = None
 
     def metrics(self) -> MetricsSnapshot:
         """Counters of every job of this sink: writers, commits, hooks, compactions and conversions.
@@ -179,7 +182,9 @@ class IcebergSink:
             streaming=streaming,
             compaction=self._compaction,
             conversion=self._conversion,
+            key_index=self._committer_index,
         )
+        self._committer_index = job.committer.key_index
         self._compaction = job.compaction
         self._conversion = job.conversion
         self._key_indexes.add(job.committer.key_index)

@@ -187,6 +187,7 @@ class IcebergCommitter:
         on_conflict: Callable[[], None] | None = None,
         key_index_max_bytes: int = DEFAULT_MAX_BYTES,
         key_index_persist: bool = False,
+        key_index: KeyIndex | None = None,
     ) -> None:
         self._load_table = load_table
         self._on_conflict = on_conflict
@@ -197,7 +198,15 @@ class IcebergCommitter:
         self._sleep = sleep
         # v3 upserts: data files' keys, kept between checkpoints within a memory bound and, when
         # persisting, in table storage for the next driver (committer/vectors.py, conversion/persisted.py).
-        self._key_index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
+        # ``key_index``: an earlier job's of the same sink and table (each bounded write() is a job of its
+        # own), taken when its settings are these.
+        if key_index is not None and (key_index.max_bytes, key_index.persist) == (
+            key_index_max_bytes,
+            key_index_persist,
+        ):
+            self._key_index = key_index
+        else:
+            self._key_index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
 
     @property
     def key_index(self) -> KeyIndex:
@@ -376,13 +385,14 @@ class IcebergCommitter:
         (no data file, and no delete that removes a live row)."""
         head = branch_head(table, self._branch)
         positional = [f for f in changes.delete_files if f.content == FileContent.POSITION_DELETES]
-        if committable.truncated:
-            # Every file live on the head is removed: the equality deletes reach nothing that stays.
-            resolved = vectors.resolve(table, None, changes.data_files, (), positional, self._key_index)
-        else:
-            equality = tuple(f for f in changes.delete_files if f.content == FileContent.EQUALITY_DELETES)
-            equality += self._conditional_deletes_needed(table, head, committable, conditional)
-            resolved = vectors.resolve(table, head, changes.data_files, equality, positional, self._key_index)
+        with self._key_index.lock:  # shared by the jobs of one sink, which may commit at once
+            if committable.truncated:
+                # Every file live on the head is removed: the equality deletes reach nothing that stays.
+                resolved = vectors.resolve(table, None, changes.data_files, (), positional, self._key_index)
+            else:
+                equality = tuple(f for f in changes.delete_files if f.content == FileContent.EQUALITY_DELETES)
+                equality += self._conditional_deletes_needed(table, head, committable, conditional)
+                resolved = vectors.resolve(table, head, changes.data_files, equality, positional, self._key_index)
         if not changes.data_files and not resolved.vectors and not committable.truncated:
             return None
         try:

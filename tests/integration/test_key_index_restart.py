@@ -87,3 +87,35 @@ def test_a_restarted_sink_loads_the_key_index_and_rebuilds_it_when_deleted(
     rebuilt.close()
     assert len(list(folder.iterdir())) == outcome.key_index_data_files_read
     assert len(model) == 50 + 10
+
+
+def test_bounded_writes_of_one_sink_share_the_key_index_in_memory(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """Each bounded write() is a job of its own; the sink hands its v3 committer's key index on, so
+    the keys read by one write are not read (or loaded from table storage) again by the next."""
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.users")
+        .create_if_missing(format_version=3)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .write_option("iceberg-sink.conversion.key-index-persist", False)
+        .build()
+    )
+    ckpt = str(tmp_path / "ckpt")
+    model: dict[int, dict[str, Any]] = {}
+    outcomes = []
+    for checkpoint, (ids, op) in enumerate([(range(100), "I"), (range(50), "U"), (range(20, 40), "U")]):
+        batch = changes(ids, checkpoint * 1000, op)
+        outcomes.append(sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint))
+        apply(model, batch)
+    # The second write read the first one's file; the third reaches the same file (and the second's)
+    # and reads only the second's, from memory for the first.
+    assert outcomes[1].key_index_data_files_read >= 1
+    assert outcomes[2].key_index_data_files_read <= 1
+    assert outcomes[2].key_index_entries_loaded == 0  # nothing persisted, nothing loaded
+    assert sink.metrics().key_index_data_files_read == outcomes[1].key_index_data_files_read + (
+        outcomes[2].key_index_data_files_read
+    )
+    assert_readers_agree(java_readers, sink.load_table().metadata_location, expected(model), ["id"])

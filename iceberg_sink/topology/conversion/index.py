@@ -42,6 +42,7 @@ after a restart (they are read from small files).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Iterable
 
 import numpy as np
@@ -85,6 +86,8 @@ class KeyIndex:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, persist: bool = False) -> None:
         self.max_bytes = max_bytes
         self.persist = persist
+        self.lock = threading.RLock()
+        """Held by a user of an index that several jobs share (the v3 committers of one sink)."""
         self._store: PersistedKeys | None = None
         self._bytes = 0
         self.data_files_read = 0
