@@ -3,6 +3,10 @@
     flock /tmp/bench.lock env PYTHONPATH=. .venv/bin/python -m benchmarks.routing_memory
         [--tables 10,100,1000] [--rows 500000] [--checkpoints 2] [--out benchmarks/results/routing-memory.json]
 
+``--catalog seaweed`` runs the cases on SeaweedFS (``weed mini`` on loopback, started by each case:
+its Iceberg REST catalog and S3), where a table's commit is HTTP round trips instead of a SQLite
+transaction on a local disk.
+
 Every case runs in a fresh child process (a new driver, JVM and Python workers), on a new embedded
 catalog, with ``local[2]``, ``spark.driver.memory=1g`` and ``spark.sql.shuffle.partitions=2`` (so each
 of the 2 writer tasks gets about N/2 tables), as benchmarks/memory.py does. A case writes
@@ -31,6 +35,7 @@ The JSON result goes to stdout and to ``--out``; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -60,12 +65,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     tree.start()
     scratch = Path(tempfile.mkdtemp(prefix="bench-routing-memory-"))
     spark = case_session("iceberg_sink-routing-memory")
+    servers = contextlib.ExitStack()
     try:
         tables = case["tables"]
+        builder = IcebergSink.builder()
+        if case.get("catalog") == "seaweed":
+            from tests.integration.seaweed import running_seaweed
+
+            props = servers.enter_context(running_seaweed(lambda: Path(tempfile.mkdtemp(dir=scratch))))
+            builder = builder.catalog("bench", **props)
+        else:
+            builder = builder.embedded(scratch / "lake")
         sink = (
-            IcebergSink.builder()
-            .embedded(scratch / "lake")
-            .route(table_column="tbl", namespace="bench")
+            builder.route(table_column="tbl", namespace="bench")
             .create_if_missing()
             .write_option("iceberg-sink.writer.max-open-files", case["max_open_files"])
             .write_option("iceberg-sink.writer.buffer-bytes", BUFFER_BYTES)
@@ -135,6 +147,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         }
     finally:
         spark.stop()
+        servers.close()
         tree.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -170,6 +183,12 @@ def main(argv: list[str] | None = None) -> None:
         default="8",
         help="iceberg-sink.route.commit-threads values, each a case per table count (e.g. 1,8; default 8)",
     )
+    parser.add_argument(
+        "--catalog",
+        choices=("embedded", "seaweed"),
+        default="embedded",
+        help="embedded (SQLite, local files; default) or seaweed (SeaweedFS's REST catalog and S3, started on loopback)",
+    )
     parser.add_argument("--no-unlimited", action="store_true", help="skip the case without the open-file limit")
     parser.add_argument("--out", default="benchmarks/results/routing-memory.json")
     parser.add_argument("--markdown", metavar="JSON", help="print the docs table of a result file and exit")
@@ -186,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
 
     default_limit = int(options.WRITER_MAX_OPEN_FILES.default)
     counts = [int(t) for t in args.tables.split(",") if t]
-    base = {"rows": args.rows, "checkpoints": args.checkpoints}
+    base = {"rows": args.rows, "checkpoints": args.checkpoints, "catalog": args.catalog}
     threads = [int(t) for t in args.commit_threads.split(",") if t]
     cases = [
         {**base, "tables": n, "max_open_files": default_limit, "commit_threads": t} for n in counts for t in threads

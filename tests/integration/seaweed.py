@@ -28,7 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -166,9 +166,14 @@ def _command(data: Path, sockets: Path, ports: dict[str, int]) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="session")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Start ``weed mini`` for the session; yield PyIceberg properties of its REST catalog."""
+class SeaweedStartError(RuntimeError):
+    """``weed mini`` did not start or was not ready in time; the message holds the tail of its log."""
+
+
+@contextlib.contextmanager
+def running_seaweed(make_root: Callable[[], Path]) -> Iterator[dict[str, str]]:
+    """Start ``weed mini`` in a directory from ``make_root()``; yield PyIceberg properties of its REST
+    catalog; stop it on exit. Raises :class:`SeaweedStartError` when it cannot start."""
     access_key = "sink" + secrets.token_hex(6)
     secret_key = "sws" + secrets.token_hex(16)
     env = {
@@ -177,7 +182,7 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         "AWS_SECRET_ACCESS_KEY": secret_key,
     }
     for attempt in range(1, START_ATTEMPTS + 1):
-        root = tmp_path_factory.mktemp("seaweedfs")
+        root = make_root()
         data = root / "data"
         data.mkdir()
         log = root / "weed.log"
@@ -190,7 +195,7 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
                     command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT
                 )
             except OSError as e:
-                pytest.fail(f"SeaweedFS (weed mini) could not be started: {e}; command: {command}", pytrace=False)
+                raise SeaweedStartError(f"SeaweedFS (weed mini) could not be started: {e}; command: {command}") from e
             try:
                 problem = _wait_ready(proc, props, log)
                 if problem is None:
@@ -201,4 +206,14 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         # A port taken between free_ports() and weed binding it: try again with new ports.
         if attempt < START_ATTEMPTS and "Port allocation failed" in log_tail(log):
             continue
-        pytest.fail(f"{problem}.\n--- weed log ({log}) ---\n{log_tail(log)}", pytrace=False)
+        raise SeaweedStartError(f"{problem}.\n--- weed log ({log}) ---\n{log_tail(log)}")
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Start ``weed mini`` for the session; yield PyIceberg properties of its REST catalog."""
+    try:
+        with running_seaweed(lambda: tmp_path_factory.mktemp("seaweedfs")) as props:
+            yield props
+    except SeaweedStartError as e:
+        pytest.fail(str(e), pytrace=False)
