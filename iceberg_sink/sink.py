@@ -182,8 +182,8 @@ class IcebergSink:
             streaming=streaming,
             compaction=self._compaction,
             conversion=self._conversion,
-            key_index=self._committer_index,
         )
+        job.committer.take_key_index(self._committer_index)
         self._committer_index = job.committer.key_index
         self._compaction = job.compaction
         self._conversion = job.conversion

@@ -187,7 +187,6 @@ class IcebergCommitter:
         on_conflict: Callable[[], None] | None = None,
         key_index_max_bytes: int = DEFAULT_MAX_BYTES,
         key_index_persist: bool = False,
-        key_index: KeyIndex | None = None,
     ) -> None:
         self._load_table = load_table
         self._on_conflict = on_conflict
@@ -198,15 +197,14 @@ class IcebergCommitter:
         self._sleep = sleep
         # v3 upserts: data files' keys, kept between checkpoints within a memory bound and, when
         # persisting, in table storage for the next driver (committer/vectors.py, conversion/persisted.py).
-        # ``key_index``: an earlier job's of the same sink and table (each bounded write() is a job of its
-        # own), taken when its settings are these.
-        if key_index is not None and (key_index.max_bytes, key_index.persist) == (
-            key_index_max_bytes,
-            key_index_persist,
-        ):
-            self._key_index = key_index
-        else:
-            self._key_index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
+        self._key_index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
+
+    def take_key_index(self, index: KeyIndex | None) -> None:
+        """Use ``index``, an earlier job's of the same sink and table (each bounded ``write()`` is a
+        job of its own), when its memory bound and persistence are this committer's."""
+        mine = self._key_index
+        if index is not None and (index.max_bytes, index.persist) == (mine.max_bytes, mine.persist):
+            self._key_index = index
 
     @property
     def key_index(self) -> KeyIndex:

@@ -63,7 +63,6 @@ from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import only_truncates, reduce_changes
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
-from iceberg_sink.topology.conversion.index import KeyIndex
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import distribute
 from iceberg_sink.topology.hooks import HookRunner
@@ -102,7 +101,6 @@ class SinkJob:
         job_id: str | None = None,
         pin_table_uuid: bool = False,
         serial: AbstractContextManager[Any] | None = None,
-        key_index: KeyIndex | None = None,
     ) -> None:
         self.metrics = metrics or SinkMetrics()
         catalog = catalog or config.catalog.load()
@@ -128,7 +126,6 @@ class SinkJob:
             on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
             key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
             key_index_persist=resolved.get(options.CONVERSION_KEY_INDEX_PERSIST),
-            key_index=key_index,
         )
         self._key_bounds: KeyBoundsCache | None = None
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)

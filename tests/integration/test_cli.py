@@ -209,8 +209,15 @@ def test_inspect_a_routed_checkpoint_location_lists_each_table_and_its_pending_c
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], java_reader: JavaIcebergReader
 ) -> None:
     lake, ckpt = str(tmp_path / "lake"), str(tmp_path / "ckpt")
-    sink = IcebergSink.builder().embedded(lake).route(table_column="tbl", namespace="db").create_if_missing().build()
-    names = ["db.a", "db.b", "db.c"]  # tables commit in name order
+    sink = (
+        IcebergSink.builder()
+        .embedded(lake)
+        .route(table_column="tbl", namespace="db")
+        .create_if_missing()
+        .write_option("iceberg-sink.route.commit-threads", 1)  # one after another, in name order
+        .build()
+    )
+    names = ["db.a", "db.b", "db.c"]
     batches = [[(t, n * 100 + i, f"v{n}") for t in "abc" for i in range(3 + n)] for n in range(2)]
 
     def rows(n: int) -> Any:
