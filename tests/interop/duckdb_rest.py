@@ -11,29 +11,12 @@ secret for every bucket. On a format v3 table DuckDB's DELETE and UPDATE write d
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
-from tests.interop.readers import duckdb_connect
+from tests.interop.readers import duckdb_connect, httpfs_extension
 
 CATALOG_ALIAS = "rest_cat"
 """The name the attached catalog has in DuckDB SQL: ``rest_cat.<namespace>.<table>``."""
-
-
-def _httpfs_extension() -> Path:
-    import duckdb
-
-    spec = find_spec("duckdb_extension_httpfs")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    found = sorted(
-        p for loc in locations for p in Path(loc).glob(f"extensions/v{duckdb.__version__}/httpfs.duckdb_extension")
-    )
-    if not found:
-        raise RuntimeError(
-            f"PyPI package duckdb-extension-httpfs has no httpfs extension for DuckDB {duckdb.__version__}"
-        )
-    return found[0]
 
 
 def _quote(value: str) -> str:
@@ -46,7 +29,7 @@ def duckdb_rest_connect(props: Mapping[str, str]) -> Any:
     ``CATALOG_ALIAS``."""
     con = duckdb_connect()
     try:
-        con.load_extension(str(_httpfs_extension()))
+        con.load_extension(str(httpfs_extension()))
         con.execute(
             "CREATE SECRET rest_s3 (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false)",
             [

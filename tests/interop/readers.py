@@ -431,9 +431,8 @@ def duckdb_read_many(metadata_locations: Sequence[str | os.PathLike[str]]) -> li
         con.close()
 
 
-def duckdb_s3_read(props: Mapping[str, str], metadata_location: str) -> pa.Table:
-    """``iceberg_scan`` of an ``s3://`` metadata file with DuckDB's httpfs extension (PyPI
-    duckdb-extension-httpfs, never downloaded), against the endpoint and keys in ``props``."""
+def httpfs_extension() -> Path:
+    """DuckDB's httpfs extension from PyPI duckdb-extension-httpfs (never downloaded)."""
     import duckdb
 
     spec = find_spec("duckdb_extension_httpfs")
@@ -445,9 +444,15 @@ def duckdb_s3_read(props: Mapping[str, str], metadata_location: str) -> pa.Table
         raise RuntimeError(
             f"PyPI package duckdb-extension-httpfs has no httpfs extension for DuckDB {duckdb.__version__}"
         )
+    return found[0]
+
+
+def duckdb_s3_read(props: Mapping[str, str], metadata_location: str) -> pa.Table:
+    """``iceberg_scan`` of an ``s3://`` metadata file with DuckDB's httpfs extension (PyPI
+    duckdb-extension-httpfs, never downloaded), against the endpoint and keys in ``props``."""
     con = duckdb_connect()
     try:
-        con.load_extension(str(found[0]))
+        con.load_extension(str(httpfs_extension()))
         endpoint = props["s3.endpoint"].removeprefix("http://")
         con.execute(
             "CREATE SECRET s3_reader (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false)",

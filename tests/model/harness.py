@@ -80,6 +80,7 @@ from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
 from tests.model import debezium_steps, v3_steps
 from tests.model.debezium_steps import DEBEZIUM
+from tests.model.points import FAULT_POINTS, Crash
 
 Row = dict[str, Any]
 
@@ -132,18 +133,6 @@ KEYS = 48  # key space of db.main: small, so updates, deletes and repeated keys 
 BASE_DATE = dt.date(2024, 1, 1)
 UNICODE = ["ü", "日本", "🙂", "ß", "Ω", "é", "\u00a0", "中文字"]
 BRANCH = "b"
-FAULT_POINTS = (
-    _faults.BATCH_START,
-    _faults.AFTER_WRITE,
-    _faults.AFTER_STAGE,
-    _faults.AFTER_MANIFESTS,
-    _faults.COMMIT_SENT,
-    _faults.AFTER_COMMIT,
-)
-
-
-class Crash(RuntimeError):
-    """Raised from an installed fault handler: the simulated driver death."""
 
 
 def skipped_operations() -> set[str]:

@@ -15,7 +15,7 @@ their own, so a seed's other draws do not depend on them):
 
 - ``v3_cdc``: a CDC checkpoint of ``db.v3`` (or of ``db.v2up``), over 12 keys so checkpoints update and
   delete rows of the same data files again and again (the sink merges its new positions into the
-  file's DV); 30% of them die at one of FAULT_POINTS (harness.py's) and a restarted sink replays the
+  file's DV); 30% of them die at one of FAULT_POINTS (points.py) and a restarted sink replays the
   checkpoint.
 - ``v3_java_delete``: the newest Iceberg Java deletes 1-3 live rows of ``db.v3`` with a Spark SQL
   ``DELETE`` (merge-on-read: its own DV, merged with the sink's), committed into the model's catalog
@@ -52,6 +52,7 @@ from iceberg_sink import IcebergSink, _faults
 from iceberg_sink.topology.compaction import CompactionConfig
 from tests.integration.test_v3_cdc import delete_files
 from tests.interop.readers import assert_readers_agree, normalize, pyiceberg_read
+from tests.model.points import FAULT_POINTS, Crash
 
 Row = dict[str, Any]
 
@@ -62,19 +63,6 @@ CRASH_SHARE = 0.3
 DDL = "id bigint, v string, n bigint, lsn bigint, op string"
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.int64()), ("lsn", pa.int64())])
 PREFIX = "iceberg-sink"
-# harness.FAULT_POINTS (harness.py imports this module, so they are named here again).
-FAULT_POINTS = (
-    _faults.BATCH_START,
-    _faults.AFTER_WRITE,
-    _faults.AFTER_STAGE,
-    _faults.AFTER_MANIFESTS,
-    _faults.COMMIT_SENT,
-    _faults.AFTER_COMMIT,
-)
-
-
-class Crash(RuntimeError):
-    """Raised from an installed fault handler: the simulated driver death."""
 
 
 class V3Tables:

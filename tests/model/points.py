@@ -1,0 +1,19 @@
+"""What the model check's simulated driver deaths share (harness.py, v3_steps.py): the points of a
+checkpoint a driver may die at, and the exception an installed fault handler raises there."""
+
+from __future__ import annotations
+
+from iceberg_sink import _faults
+
+FAULT_POINTS = (
+    _faults.BATCH_START,
+    _faults.AFTER_WRITE,
+    _faults.AFTER_STAGE,
+    _faults.AFTER_MANIFESTS,
+    _faults.COMMIT_SENT,
+    _faults.AFTER_COMMIT,
+)
+
+
+class Crash(RuntimeError):
+    """Raised from an installed fault handler: the simulated driver death."""
