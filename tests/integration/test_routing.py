@@ -522,3 +522,39 @@ def test_tables_commit_on_several_threads_and_hooks_run_one_at_a_time(
                 assert sorted(r["id"] for r in table.scan().to_arrow().to_pylist()) == list(range(t, 60, 6))
     finally:
         _faults.clear()
+
+
+def test_routed_cdc_on_format_v3_commits_deletion_vectors_per_table(
+    spark: SparkSession,
+    catalog_props: dict[str, str],
+    catalog: Catalog,
+    tmp_path: Path,
+    java_readers: tuple[JavaIcebergReader, ...],
+) -> None:
+    """Routed tables created at format v3: each checkpoint's deletes of each table are DVs on that
+    table's data files, never equality deletes; every reader agrees with each table's model."""
+    from tests.integration.test_v3_cdc import delete_files
+
+    names = ["orders", "users"]
+    per_table = write_routed_change_files(tmp_path / "src", names, files=3, changes_per_file=40, keys=15, seed=7)
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column="tbl", namespace="rv3")
+        .create_if_missing(format_version=3)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+    for checkpoint, path in enumerate(sorted((tmp_path / "src").iterdir())):
+        sink.write(spark.read.schema(ROUTED_CHANGE_SCHEMA_DDL).parquet(str(path)), str(tmp_path / "ck"))
+        assert set(sink.last_write_outcomes()) == {f"rv3.{n}" for n in names}, checkpoint
+    for name in names:
+        table = catalog.load_table(f"rv3.{name}")  # type: ignore[attr-defined]
+        assert table.format_version == 3 and checkpoints(table) == [0, 1, 2], name
+        summary = table.current_snapshot().summary  # type: ignore[union-attr]
+        assert int(summary["total-equality-deletes"]) == 0, name  # type: ignore[index]
+        deletes = delete_files(table)
+        assert deletes and all(d.file_format.upper() == "PUFFIN" for d, _ in deletes), (name, deletes)
+        assert_readers_agree_many(
+            java_readers, {table.metadata_location: normalize(apply_changes(per_table[name]), ["id"])}, ["id"]
+        )
