@@ -38,7 +38,7 @@ from iceberg_sink._iceberg import listing, manifests, producer
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.committer import summary_keys
-from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError
+from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError, UnsupportedTableError
 from iceberg_sink.table.names import walk_tables
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.conversion.job import ConversionResult
@@ -150,17 +150,27 @@ def expire_snapshots(
 
 
 def _delete_index_entries(table: Table, deleted: Iterable[str]) -> None:
-    """Delete the persisted key index entries of deleted data files (most have none)."""
+    """Delete the persisted key index entries of deleted data files. Most have none (a file never
+    looked up, or persistence off): the index folder is listed once and only entries there are
+    deleted, instead of one delete request per deleted data file."""
     folder = index_location(table)
-    for path in deleted:
-        if _looks_like_metadata(path) or path.endswith(".puffin"):
-            continue
+    wanted = {entry_name(p) for p in deleted if not (_looks_like_metadata(p) or p.endswith(".puffin"))}
+    if not wanted:
+        return
+    try:
+        names = {f.location.rsplit("/", 1)[-1] for f in listing.list_files(table.io, folder)} & wanted
+    except UnsupportedTableError:  # a FileIO that cannot list: ask for each entry
+        names = wanted
+    except Exception as e:  # the expiry itself is done: orphan removal takes the entries later
+        logger.warning("cannot list the key index entries in %s (%s: %s)", folder, type(e).__name__, e)
+        return
+    for name in sorted(names):
         try:
-            table.io.delete(f"{folder}/{entry_name(path)}")
+            table.io.delete(f"{folder}/{name}")
         except FileNotFoundError:
             pass
         except Exception as e:  # left behind, orphan removal takes it later
-            logger.warning("cannot delete the key index entry of %s (%s: %s)", path, type(e).__name__, e)
+            logger.warning("cannot delete the key index entry %s/%s (%s: %s)", folder, name, type(e).__name__, e)
 
 
 _EQUAL_SCHEMES = {"s3a": "s3", "s3n": "s3"}

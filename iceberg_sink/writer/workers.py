@@ -3,7 +3,7 @@
 The driver may run in one Python environment while the workers run another interpreter
 (``PYSPARK_PYTHON`` / ``spark.pyspark.python``, or another machine's Python). Without the modules
 the tasks need, every task would fail with its own JVM stack trace. Before the first write, one
-single-task job imports them on a worker and reports what is missing: :class:`WorkerEnvironmentError`
+single-task job looks for them on a worker and reports what is missing: :class:`WorkerEnvironmentError`
 names the interpreter and the modules.
 
 The probe finds the modules (``importlib.util.find_spec``) without importing them: importing pyarrow,
