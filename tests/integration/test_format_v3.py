@@ -211,17 +211,15 @@ def test_appends_to_a_v3_table_iceberg_java_wrote_keep_its_row_ids_and_deletion_
     Java reads is the sink's."""
     java = java_readers[-1]
     warehouse = tmp_path / "java-warehouse"
+    jw = java.catalog(warehouse)
     for statement in [
-        "SET spark.sql.catalog.jw=org.apache.iceberg.spark.SparkCatalog",
-        "SET spark.sql.catalog.jw.type=hadoop",
-        f"SET spark.sql.catalog.jw.warehouse={warehouse.as_uri()}",
-        "CREATE TABLE jw.db.t (id bigint, v string) USING iceberg "
+        f"CREATE TABLE {jw}.db.t (id bigint, v string) USING iceberg "
         "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')",
-        "INSERT INTO jw.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')",
-        "INSERT INTO jw.db.t VALUES (5, 'e'), (6, 'f')",
-        "DELETE FROM jw.db.t WHERE id = 2",
-        "DELETE FROM jw.db.t WHERE id = 5",
-        "ALTER TABLE jw.db.t SET TBLPROPERTIES ('commit.manifest.min-count-to-merge'='2')",
+        f"INSERT INTO {jw}.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')",
+        f"INSERT INTO {jw}.db.t VALUES (5, 'e'), (6, 'f')",
+        f"DELETE FROM {jw}.db.t WHERE id = 2",
+        f"DELETE FROM {jw}.db.t WHERE id = 5",
+        f"ALTER TABLE {jw}.db.t SET TBLPROPERTIES ('commit.manifest.min-count-to-merge'='2')",
     ]:
         java.sql(statement)
     metadata = max((warehouse / "db" / "t" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))

@@ -5,6 +5,7 @@ someone else is a clear error that loses nothing in the other tables."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -481,15 +482,27 @@ def test_tables_commit_on_several_threads_and_hooks_run_one_at_a_time(
     spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path
 ) -> None:
     """Six tables, three commit threads: commits overlap (seen at the point a prepared snapshot is
-    sent), hooks never do; with one thread nothing overlaps. Each table holds its rows once."""
+    sent), hooks never do; with one thread nothing overlaps. Each table holds its rows once.
+
+    A commit waits (up to a minute) for a second one to arrive rather than sleeping a fixed time, so a
+    slow machine cannot make the three-thread run look serial; once two have overlapped nobody waits."""
     active = {"commits": 0, "hooks": 0}
     peak = {"commits": 0, "hooks": 0}
+    changed = threading.Condition()
+    threads_now = [0]
 
     def enter(kind: str) -> None:
-        active[kind] += 1
-        peak[kind] = max(peak[kind], active[kind])
-        time.sleep(0.3)  # long enough for the other threads to arrive
-        active[kind] -= 1
+        with changed:
+            active[kind] += 1
+            peak[kind] = max(peak[kind], active[kind])
+            changed.notify_all()
+            if kind == "commits" and threads_now[0] > 1:
+                if not changed.wait_for(lambda: peak["commits"] >= 2, timeout=60):
+                    threads_now[0] = 1  # no overlap within a minute: stop waiting, the assertion fails
+        time.sleep(0.1)  # a hook lingers: a second hook running at once would be seen
+        with changed:
+            active[kind] -= 1
+            changed.notify_all()
 
     def sending(point: str, _checkpoint: int) -> None:
         if point == _faults.BEFORE_COMMIT_SEND:
@@ -512,9 +525,9 @@ def test_tables_commit_on_several_threads_and_hooks_run_one_at_a_time(
     try:
         for threads in (3, 1):
             peak.update(commits=0, hooks=0)
+            threads_now[0] = threads
             sink(threads).write(events(spark, rows), checkpoint_location=str(tmp_path / f"ck{threads}"))
             assert peak["hooks"] == 1, (threads, peak)
-            # Each commit passes the (serial) pre-commit hook first, so the threads arrive staggered.
             assert (peak["commits"] >= 2) if threads == 3 else (peak["commits"] == 1), (threads, peak)
             for t in range(6):
                 table = catalog.load_table(f"par{threads}.t{t}")  # type: ignore[attr-defined]

@@ -175,16 +175,12 @@ def test_the_sink_merges_iceberg_javas_deletion_vectors_and_java_merges_the_sink
     one's new DV carries the other's positions and replaces it, and every reader agrees."""
     java = java_readers[-1]
     warehouse = tmp_path / "java-warehouse"
-    # The Java reader's Spark session is shared by the test session and keeps a catalog once it is
-    # initialized: these catalog names are this test's own.
+    hadoop = java.catalog(warehouse)
     for statement in [
-        "SET spark.sql.catalog.v3cdc_hadoop=org.apache.iceberg.spark.SparkCatalog",
-        "SET spark.sql.catalog.v3cdc_hadoop.type=hadoop",
-        f"SET spark.sql.catalog.v3cdc_hadoop.warehouse={warehouse.as_uri()}",
-        "CREATE TABLE v3cdc_hadoop.db.t (id bigint NOT NULL, v string) USING iceberg "
+        f"CREATE TABLE {hadoop}.db.t (id bigint NOT NULL, v string) USING iceberg "
         "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')",
-        "INSERT INTO v3cdc_hadoop.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')",
-        "DELETE FROM v3cdc_hadoop.db.t WHERE id = 2",
+        f"INSERT INTO {hadoop}.db.t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')",
+        f"DELETE FROM {hadoop}.db.t WHERE id = 2",
     ]:
         java.sql(statement)
     metadata = max((warehouse / "db" / "t" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))
@@ -202,15 +198,11 @@ def test_the_sink_merges_iceberg_javas_deletion_vectors_and_java_merges_the_sink
         java_readers, table.metadata_location, [{"id": i, "v": v} for i, v in expected_rows.items()], ["id"]
     )
     # Java deletes from the same file on top of the sink's DV, then the sink updates a row of it again.
+    jdbc = java.catalog(f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db")
     for statement in [
-        "SET spark.sql.catalog.v3cdc_jdbc=org.apache.iceberg.spark.SparkCatalog",
-        "SET `spark.sql.catalog.v3cdc_jdbc.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
-        f"SET spark.sql.catalog.v3cdc_jdbc.uri=jdbc:sqlite:file:{tmp_path}/java-catalog.db",
-        f"SET spark.sql.catalog.v3cdc_jdbc.warehouse={tmp_path}/java-catalog-warehouse",
-        "SET `spark.sql.catalog.v3cdc_jdbc.cache-enabled`=false",
-        "CREATE NAMESPACE IF NOT EXISTS v3cdc_jdbc.db",
-        f"CALL v3cdc_jdbc.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
-        "DELETE FROM v3cdc_jdbc.db.t WHERE id = 4",
+        f"CREATE NAMESPACE IF NOT EXISTS {jdbc}.db",
+        f"CALL {jdbc}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
+        f"DELETE FROM {jdbc}.db.t WHERE id = 4",
     ]:
         java.sql(statement)
     java_metadata = max(
@@ -277,16 +269,14 @@ def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behin
     sink.write(spark.createDataFrame([(3, "c2")], "id long, v string"))
     table = sink.load_table()
     assert delete_files(table)  # DVs on the first file
-    # Java compacts through its own catalog (the names are this test's own: the reader's session is shared).
+    # Java compacts through a catalog of its own.
+    compact = java.catalog(
+        f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db"
+    )
     for statement in [
-        "SET spark.sql.catalog.v3cdc_compact=org.apache.iceberg.spark.SparkCatalog",
-        "SET `spark.sql.catalog.v3cdc_compact.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
-        f"SET spark.sql.catalog.v3cdc_compact.uri=jdbc:sqlite:file:{tmp_path}/java-catalog.db",
-        f"SET spark.sql.catalog.v3cdc_compact.warehouse={tmp_path}/java-catalog-warehouse",
-        "SET `spark.sql.catalog.v3cdc_compact.cache-enabled`=false",
-        "CREATE NAMESPACE IF NOT EXISTS v3cdc_compact.db",
-        f"CALL v3cdc_compact.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
-        "CALL v3cdc_compact.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '1', "
+        f"CREATE NAMESPACE IF NOT EXISTS {compact}.db",
+        f"CALL {compact}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
+        f"CALL {compact}.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '1', "
         "'rewrite-all', 'true'))",
     ]:
         java.sql(statement)

@@ -125,16 +125,14 @@ def test_compaction_applies_deletion_vectors_iceberg_java_wrote_and_drops_only_t
     Every reader reads the right rows after each step, and every row keeps its lineage."""
     java = java_readers[-1]
     warehouse = tmp_path / "java-warehouse"
+    jw = java.catalog(warehouse)
     for statement in [
-        "SET spark.sql.catalog.jw=org.apache.iceberg.spark.SparkCatalog",
-        "SET spark.sql.catalog.jw.type=hadoop",
-        f"SET spark.sql.catalog.jw.warehouse={warehouse.as_uri()}",
-        "CREATE TABLE jw.db.dv (id bigint, part string, v string) USING iceberg PARTITIONED BY (part) "
+        f"CREATE TABLE {jw}.db.dv (id bigint, part string, v string) USING iceberg PARTITIONED BY (part) "
         "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')",
-        "INSERT INTO jw.db.dv VALUES (1, 'a', 'x'), (2, 'a', 'x'), (3, 'a', 'x'), (4, 'a', 'x')",
-        "INSERT INTO jw.db.dv VALUES (5, 'a', 'y'), (6, 'a', 'y'), (7, 'b', 'y'), (8, 'b', 'y'), (9, 'b', 'y')",
-        "INSERT INTO jw.db.dv VALUES (10, 'b', 'z')",
-        "DELETE FROM jw.db.dv WHERE id IN (2, 3, 8)",
+        f"INSERT INTO {jw}.db.dv VALUES (1, 'a', 'x'), (2, 'a', 'x'), (3, 'a', 'x'), (4, 'a', 'x')",
+        f"INSERT INTO {jw}.db.dv VALUES (5, 'a', 'y'), (6, 'a', 'y'), (7, 'b', 'y'), (8, 'b', 'y'), (9, 'b', 'y')",
+        f"INSERT INTO {jw}.db.dv VALUES (10, 'b', 'z')",
+        f"DELETE FROM {jw}.db.dv WHERE id IN (2, 3, 8)",
     ]:
         java.sql(statement)
     metadata = max((warehouse / "db" / "dv" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))

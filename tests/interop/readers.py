@@ -25,6 +25,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import subprocess
 import tempfile
@@ -61,6 +62,10 @@ _SCRUBBED_ENV = (
 _S3_KEYS = ("s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.region", "s3.path-style-access")
 
 _TIMED_OUT = "<timed out>"  # sentinel: never a reply line, since those end with a newline
+
+
+_CATALOG_DECLARATION = re.compile(r"\s*SET\s+`?spark\.sql\.catalog\.([A-Za-z0-9_]+)`?\s*=", re.IGNORECASE)
+_CATALOG_NUMBERS = itertools.count(1)
 
 
 class JavaReaderError(RuntimeError):
@@ -129,6 +134,7 @@ class JavaIcebergReader:
         self._ids = itertools.count(1)
         self._closed = False
         self._s3_props: dict[str, str] | None = None
+        self._catalogs: set[str] = set()
         self._dir = Path(tempfile.mkdtemp(prefix="iceberg-java-reader-"))
         self.stderr_path = self._dir / "server-stderr.log"
         self._stderr: IO[bytes] = self.stderr_path.open("wb")
@@ -293,9 +299,42 @@ class JavaIcebergReader:
 
     def sql(self, query: str, views: Mapping[str, str | os.PathLike[str]] | None = None) -> pa.Table:
         """A free-form Spark SQL query; ``views`` maps temp view names to metadata locations to
-        register first (Spark cannot query ``iceberg.`<path>``` directly)."""
+        register first (Spark cannot query ``iceberg.`<path>``` directly).
+
+        The server's SparkSession is shared by every test of the session and keeps a catalog once it
+        is initialized, so setting a catalog a second time would silently keep the first one's
+        warehouse: declaring a catalog name already declared is refused; ``catalog()`` gives fresh names.
+        """
+        declared = _CATALOG_DECLARATION.match(query)
+        if declared:
+            name = declared.group(1)
+            if name in self._catalogs:
+                raise JavaReaderError(
+                    f"catalog {name!r} is already declared in this Java reader's shared SparkSession "
+                    "(its first settings would stay in force); use JavaIcebergReader.catalog() for a fresh name"
+                )
+            self._catalogs.add(name)
         named = {name: os.fspath(loc) for name, loc in (views or {}).items()}
         return self._table_request({"op": "sql", "query": query, "views": named})
+
+    def catalog(self, warehouse: str | os.PathLike[str], *, jdbc_uri: str | None = None) -> str:
+        """Declare a Spark catalog of Iceberg Java under a name no earlier call used and return the
+        name: a Hadoop catalog on ``warehouse``, or a JDBC catalog at ``jdbc_uri`` (caching off)."""
+        name = f"java_cat_{next(_CATALOG_NUMBERS)}"
+        location = warehouse.as_uri() if isinstance(warehouse, Path) else os.fspath(warehouse)
+        statements = [f"SET spark.sql.catalog.{name}=org.apache.iceberg.spark.SparkCatalog"]
+        if jdbc_uri is None:
+            statements.append(f"SET spark.sql.catalog.{name}.type=hadoop")
+        else:
+            statements += [
+                f"SET `spark.sql.catalog.{name}.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
+                f"SET spark.sql.catalog.{name}.uri={jdbc_uri}",
+                f"SET `spark.sql.catalog.{name}.cache-enabled`=false",
+            ]
+        statements.append(f"SET spark.sql.catalog.{name}.warehouse={location}")
+        for statement in statements:
+            self.sql(statement)
+        return name
 
     def row_lineage(self, metadata_location: str | os.PathLike[str]) -> pa.Table:
         """Every row with the row lineage metadata columns ``_row_id`` and ``_last_updated_sequence_number``."""

@@ -41,7 +41,6 @@ import collections
 import random
 import sqlite3
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,7 @@ class V3Tables:
         self.checkpoints: dict[tuple[str, str, str], set[int]] = collections.defaultdict(set)
         self.stats: collections.Counter[str] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()  # time spent checking
-        self.java_catalog = f"v3model_{uuid.uuid4().hex[:10]}"  # the Java session is shared: a name of our own
+        self.java_catalog: str | None = None  # declared on first use (the Java session is shared)
         self.java_tables = 0
 
     # -- sinks and batches --------------------------------------------------------------------------
@@ -182,20 +181,18 @@ class V3Tables:
             return
         keys = self.rng.sample(live, min(len(live), self.rng.randrange(1, 4)))
         self.world.log(f"v3: Iceberg Java deletes ids {sorted(keys)} of {V3} (merge-on-read)")
-        java, cat = self.world.java_newest, self.java_catalog
         root = Path(self.world.root)
+        java = self.world.java_newest
+        if self.java_catalog is None:
+            self.java_catalog = java.catalog(
+                f"{root}/java-warehouse", jdbc_uri=f"jdbc:sqlite:file:{root}/java-catalog.db"
+            )
+        cat = self.java_catalog
         table = self.world.table(V3)
         before = {dv.path for dv, _ in delete_files(table)}
         statements = []
         if self.java_tables == 0:
-            statements = [
-                f"SET spark.sql.catalog.{cat}=org.apache.iceberg.spark.SparkCatalog",
-                f"SET `spark.sql.catalog.{cat}.catalog-impl`=org.apache.iceberg.jdbc.JdbcCatalog",
-                f"SET spark.sql.catalog.{cat}.uri=jdbc:sqlite:file:{root}/java-catalog.db",
-                f"SET spark.sql.catalog.{cat}.warehouse={root}/java-warehouse",
-                f"SET `spark.sql.catalog.{cat}.cache-enabled`=false",
-                f"CREATE NAMESPACE IF NOT EXISTS {cat}.db",
-            ]
+            statements = [f"CREATE NAMESPACE IF NOT EXISTS {cat}.db"]
         self.java_tables += 1
         name = f"{cat}.db.t{self.java_tables}"
         statements.append(
