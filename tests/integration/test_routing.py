@@ -496,9 +496,9 @@ def test_tables_commit_on_several_threads_and_hooks_run_one_at_a_time(
             active[kind] += 1
             peak[kind] = max(peak[kind], active[kind])
             changed.notify_all()
-            if kind == "commits" and threads_now[0] > 1:
-                if not changed.wait_for(lambda: peak["commits"] >= 2, timeout=60):
-                    threads_now[0] = 1  # no overlap within a minute: stop waiting, the assertion fails
+            waits = kind == "commits" and threads_now[0] > 1
+            if waits and not changed.wait_for(lambda: peak["commits"] >= 2, timeout=60):
+                threads_now[0] = 1  # no overlap within a minute: stop waiting, the assertion fails
         time.sleep(0.1)  # a hook lingers: a second hook running at once would be seen
         with changed:
             active[kind] -= 1
