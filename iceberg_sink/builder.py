@@ -27,7 +27,6 @@ from iceberg_sink.table.catalog import CatalogConfig, load_table, scrub
 from iceberg_sink.table.keys import resolve_key
 from iceberg_sink.table.partitioning import field_name, parse_terms
 from iceberg_sink.table.schema import check_changes_table, partition_problem
-from iceberg_sink.table.versions import refuse_format_version, version_problems
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.conversion.config import ConversionConfig
 from iceberg_sink.topology.distribution import DistributionMode
@@ -569,8 +568,6 @@ class IcebergSinkBuilder:
                     "convert_equality_deletes: position deletes need format version 2; create_if_missing("
                     f"format_version) received {create.format_version}"
                 )
-        if create is not None:
-            problems += version_problems("create_if_missing", create.format_version, changes, conversion)
         if changes is not None and create is not None:
             if create.format_version < 2:
                 problems.append(
@@ -667,7 +664,6 @@ class IcebergSinkBuilder:
                 f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
             )
         if existing is not None:
-            refuse_format_version(self._table, existing.metadata.format_version, changes, conversion)
             # Table properties must parse too; raises naming the property.
             options.resolve(parsed_options, existing.properties)
             if changes is not None:

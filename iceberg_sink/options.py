@@ -215,8 +215,8 @@ CONVERSION_KEY_INDEX_MAX_BYTES = Option(
     int,
     256 * 1024 * 1024,
     "Driver memory the equality-delete conversion keeps data files' keys in between runs (about 8-12 bytes "
-    "per row for a long key); files past it are read at each run. 0 keeps none. On a format v3 table (no "
-    "conversion) the committer keeps the same index within this bound to resolve deletes to deletion vectors.",
+    "per row for a long key); files past it are read at each run. 0 keeps none. On a format v3 table the "
+    "committer keeps the same index within this bound to resolve deletes to deletion vectors.",
     table_property=False,
     minimum=0,
 )

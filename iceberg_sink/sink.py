@@ -137,12 +137,11 @@ class IcebergSink:
         prepared before the upgrade is prepared again on the v3 table.
 
         Raises:
-            InvalidSinkConfigError: not 3, or this sink is configured for work v3 tables refuse (see
-                table/versions.py; nothing is committed).
+            InvalidSinkConfigError: not 3 (nothing is committed).
             UnsupportedTableError: the table is format v1 (upgrade it to 2 first).
         """
         self._single_table("upgrade_format_version()")
-        return upgrade_format_version(self.load_table, format_version, self._config.changes, self._config.conversion)
+        return upgrade_format_version(self.load_table, format_version)
 
     def compact(
         self,

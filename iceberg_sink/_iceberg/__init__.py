@@ -27,7 +27,8 @@ check what it writes.
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 """The format versions the sink commits to. Version 3 takes appends, upserts/CDC (deletes as
-deletion vectors) and compaction, and v2 tables upgrade to it; see docs/format-v3.md."""
+deletion vectors), equality-delete conversion (into deletion vectors) and compaction, and v2 tables
+upgrade to it; see docs/format-v3.md."""
 
 DELETE_FILE_FORMAT_VERSIONS = (2, 3)
 """The format versions that take upserts and CDC: v2 commits the writers' delete files, v3 commits
@@ -36,8 +37,4 @@ them resolved into deletion vectors (committer/vectors.py)."""
 V3_CHANGES_REFUSAL = (
     "a format v3 table takes deletes as deletion vectors only, never equality or position delete files "
     "(the sink's v3 commits resolve them into deletion vectors, committer/vectors.py)"
-)
-V3_CONVERSION_REFUSAL = (
-    "equality-delete conversion writes position delete files, which format v3 forbids (its deletes are "
-    "deletion vectors, not built yet); use format_version=2"
 )

@@ -3,7 +3,8 @@
     RowDelta          appends data files and delete files (a checkpoint of the stream); with
                       ``truncate``, first removes every live file of the branch head
     RewriteFiles      replaces data and delete files by new data files (compaction)
-    RewriteDeletes    replaces delete files by equivalent delete files (equality -> position deletes)
+    RewriteDeletes    replaces delete files by equivalent delete files (equality deletes -> position
+                      deletes or DVs); in ``_iceberg/delete_rewrite.py``
     RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
 
 The base class owns what every commit must get right, so no commit kind can get it wrong on its
@@ -22,11 +23,12 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
+    DataFile,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
@@ -46,7 +48,6 @@ from pyiceberg.table.update import (
 from iceberg_sink._iceberg import (
     SUPPORTED_FORMAT_VERSIONS,
     V3_CHANGES_REFUSAL,
-    V3_CONVERSION_REFUSAL,
 )
 from iceberg_sink._iceberg.commit import commit_metadata as commit_metadata
 from iceberg_sink._iceberg.commit import commit_prepared as commit_prepared
@@ -74,7 +75,7 @@ from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
 from iceberg_sink._iceberg.summary import summary_totals, with_dv_counts
 from iceberg_sink.errors import UnsupportedTableError
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.writer.result import DataFileMeta
 
 
 @attrs.frozen
@@ -259,6 +260,43 @@ class SnapshotProducer(abc.ABC):
         read = ManifestEntries()  # reads the manifest once for both steps
         live = frozenset(e.data_file.file_path for e in read.live(self.io, manifest))
         return self.rewrite_manifest(manifest, live, read) if live else None
+
+    def without_entries(
+        self,
+        parents: list[ManifestFile],
+        goes: Callable[[DataFile], bool],
+        removed_paths: frozenset[str],
+        read: ManifestEntries,
+    ) -> tuple[list[ManifestFile], frozenset[str]]:
+        """v3: ``parents`` with the entries ``goes`` picks (and the files of ``removed_paths``)
+        marked deleted, delete manifests read as v3 so the kept entries keep their DV blob location.
+        One Puffin file can hold the DVs of many data files, each its own entry: entries go one by
+        one. Also returns the Puffin files all of whose entries go (a rewrite replaces those)."""
+        deletes = {m.manifest_path: read_entries(self.io, m) for m in parents if m.content == ManifestContent.DELETES}
+        puffins = [e for entries in deletes.values() for e in entries if is_deletion_vector(e.data_file)]
+        kept = {e.data_file.file_path for e in puffins if not goes(e.data_file)}
+        emptied = frozenset(e.data_file.file_path for e in puffins if goes(e.data_file)) - kept
+        result = []
+        for manifest in parents:
+            entries = deletes.get(manifest.manifest_path)
+            rewritten: ManifestFile | None = None
+            if entries is None or not any(goes(e.data_file) for e in entries):
+                rewritten = self.rewrite_manifest(manifest, removed_paths, read)
+            else:
+                writer = self._writer(manifest.content, manifest.partition_spec_id)
+                with writer:
+                    for entry in entries:
+                        if goes(entry.data_file):
+                            writer.delete(entry)
+                            self._removed.append(to_meta(entry.data_file))
+                        else:
+                            writer.existing(entry)
+                rewritten = writer.to_manifest_file()
+            if rewritten is not None:
+                result.append(rewritten)
+            elif has_live_files(manifest):
+                result.append(manifest)
+        return result, emptied
 
     def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
         metadata = self.table.metadata
@@ -537,106 +575,14 @@ class RewriteFiles(SnapshotProducer):
     def _without_dangling_vectors(self, parents: list[ManifestFile]) -> list[ManifestFile]:
         """v3: the parent's manifests without the removed files, nor the deletion vectors of removed
         data files, which nothing could apply any more (Iceberg Java's ``MergingSnapshotProducer``
-        drops such dangling DVs in the same commit). One Puffin file can hold the DVs of many data
-        files, each its own entry: entries go one by one; a Puffin file all of whose entries go
-        counts as replaced (:meth:`replaced_paths`)."""
-        read = {m.manifest_path: read_entries(self.io, m) for m in parents if m.content == ManifestContent.DELETES}
-
-        def goes(entry: ManifestEntry) -> bool:
-            return (
-                entry.data_file.file_path in self._removed_paths
-                or vector_target(entry.data_file) in self._removed_paths
-            )
-
-        puffins = [e for entries in read.values() for e in entries if is_deletion_vector(e.data_file)]
-        kept = {e.data_file.file_path for e in puffins if not goes(e)}
-        self._emptied_puffins = frozenset(e.data_file.file_path for e in puffins if goes(e)) - kept
-        result = []
-        for manifest in parents:
-            entries = read.get(manifest.manifest_path)
-            rewritten: ManifestFile | None = None
-            if entries is None or not any(goes(e) for e in entries):
-                rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
-            else:
-                writer = self._writer(manifest.content, manifest.partition_spec_id)
-                with writer:
-                    for entry in entries:
-                        if goes(entry):
-                            writer.delete(entry)
-                            self._removed.append(to_meta(entry.data_file))
-                        else:
-                            writer.existing(entry)
-                rewritten = writer.to_manifest_file()
-            if rewritten is not None:
-                result.append(rewritten)
-            elif has_live_files(manifest):
-                result.append(manifest)
-        return result
-
-
-class RewriteDeletes(SnapshotProducer):
-    """A ``replace`` snapshot that swaps delete files for equivalent ones: ``removed_paths`` (delete
-    files) out, ``added`` delete files in; data files are untouched.
-
-    This is what converting equality deletes into position deletes commits. Iceberg Java labels a
-    ``RewriteFiles`` that changes no rows ``replace``, and so does this class. The added files
-    inherit the new snapshot's sequence number (``data_sequence_number`` None, as Java's
-    ``RewriteFiles`` gives added delete files when none is set); the caller justifies why that is
-    right for what it adds (topology/conversion/job.py). ``entries`` holds the manifests the caller
-    already read (to validate the attempt), so the delete manifests are not read twice.
-    """
-
-    def __init__(
-        self,
-        table: Table,
-        branch: str,
-        added: Sequence[DataFileMeta],
-        removed_paths: frozenset[str],
-        properties: Mapping[str, str],
-        entries: ManifestEntries | None = None,
-    ) -> None:
-        super().__init__(table, branch, properties)
-        self._entries = entries or ManifestEntries()
-        if table.metadata.format_version < 2:
-            raise ValueError("delete files need format version 2; this table is version 1")
-        if self.parent is None:
-            raise ValueError(f"cannot rewrite delete files of branch {branch!r}: it has no snapshot")
-        if any(f.content == FileContent.DATA for f in added):
-            raise ValueError("RewriteDeletes adds delete files only; received a data file")
-        self._new = tuple(added)
-        self._removed_paths = removed_paths
-
-    rewrites = True
-    format_versions = (2,)
-    refusal = V3_CONVERSION_REFUSAL
-
-    def replaced_paths(self) -> frozenset[str]:
-        return self._removed_paths
-
-    def added_files(self) -> tuple[DataFileMeta, ...]:
-        return self._new
-
-    def parent_entries(self) -> ManifestEntries:
-        return self._entries
-
-    def operation(self) -> Operation:
-        return Operation.REPLACE
-
-    def manifests(self) -> list[ManifestFile]:
-        result = self.write_manifests(self._new, ManifestContent.DELETES)
-        assert self.parent is not None
-        for manifest in self.parent.manifests(self.io):
-            # Data manifests are carried over unread: only delete files are removed.
-            rewritten = (
-                self.rewrite_manifest(manifest, self._removed_paths, self._entries)
-                if manifest.content == ManifestContent.DELETES
-                else None
-            )
-            if rewritten is not None:
-                result.append(rewritten)
-            elif has_live_files(manifest):
-                result.append(manifest)
-        return result
+        drops such dangling DVs in the same commit)."""
+        manifests, self._emptied_puffins = self.without_entries(
+            parents,
+            lambda f: f.file_path in self._removed_paths or vector_target(f) in self._removed_paths,
+            self._removed_paths,
+            self._entries,
+        )
+        return manifests
 
 
 class RewriteManifests(SnapshotProducer):

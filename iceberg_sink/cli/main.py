@@ -352,7 +352,9 @@ def _convert_arguments(p: argparse.ArgumentParser) -> None:
 
 
 @command(
-    "convert-equality-deletes", "turn equality deletes into position deletes (cheaper full reads)", _convert_arguments
+    "convert-equality-deletes",
+    "turn equality deletes into position deletes, on v3 deletion vectors (cheaper full reads)",
+    _convert_arguments,
 )
 def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     from iceberg_sink.topology import maintenance
@@ -364,7 +366,8 @@ def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
         f"converted {table_name(args)}: {converted.removed_equality_delete_files} equality delete files "
         f"({converted.removed_equality_deletes} rows) -> {converted.added_position_delete_files} position "
         f"delete files ({converted.added_position_deletes} rows), {converted.removed_position_delete_files} "
-        f"older position delete files merged, {converted.data_files_read} data files read, "
+        f"older position delete files merged, {converted.added_dvs} deletion vectors ({converted.dv_positions} "
+        f"rows, {converted.replaced_dvs} replaced), {converted.data_files_read} data files read, "
         f"{converted.replans} plans redone on conflict; snapshot {converted.snapshot_id}"
     )
     return {"table": table_name(args), **attrs.asdict(converted)}

@@ -123,6 +123,34 @@ def resolve(
     found: dict[str, list[np.ndarray]] = _positions_by_file(table, position_deletes)
     read = _match_keys(table, schema, rules, equality_deletes, data, index, found)
     by_path = {f.meta.path: f.meta for f in data} | {f.path: f for f in data_files}
+    unknown = sorted(p for p, arrays in found.items() if p not in by_path and any(len(a) for a in arrays))
+    if unknown:
+        # An in-batch position delete names a row of the checkpoint's own files, never another.
+        raise ValueError(f"position deletes of a data file neither live nor in the checkpoint: {unknown[0]}")
+    return attrs.evolve(write_vectors(table, data, deletes, found, by_path, index), data_files_read=read)
+
+
+def write_vectors(
+    table: Table,
+    data: Sequence[LiveFile],
+    deletes: Sequence[LiveFile],
+    found: dict[str, list[np.ndarray]],
+    by_path: dict[str, DataFileMeta],
+    index: KeyIndex,
+) -> ResolvedDeletes:
+    """One DV for every data file of ``found`` (path -> positions to delete) that gains a position,
+    holding those and every position already deleted in it on the snapshot whose live files are
+    ``data`` and ``deletes``: its live DV (which the new one replaces) and any position delete file
+    that applies (a reader that finds a DV ignores them). All in one Puffin file; ``by_path`` gives
+    the data files' specs and partitions. The v3 checkpoint commit and the v3 equality-delete
+    conversion (topology/conversion/job.py) both go through here: the one rule for merging DVs.
+
+    Raises:
+        CorruptFileError: a live DV that has to be merged fails its checks.
+        OSError: the Puffin file cannot be written (nothing is committed).
+    """
+    io = table.io
+    rules = DeleteRules.from_specs(table.specs())
     dvs: dict[str, LiveFile] = {}
     older: dict[str, list[LiveFile]] = defaultdict(list)
     for d in deletes:
@@ -130,7 +158,7 @@ def resolve(
             dvs[str(d.meta.referenced_data_file)] = d
         elif d.meta.content == FileContent.POSITION_DELETES:
             for f in data:
-                if rules.applies(d, f):
+                if f.meta.path in found and rules.applies(d, f):
                     older[f.meta.path].append(d)
     positions: dict[str, np.ndarray] = {}
     replaced: set[tuple[str, str]] = set()
@@ -149,17 +177,15 @@ def resolve(
             )
         before += [index.positions(io, p.meta.path, path) for p in older.get(path, [])]
         merged = sorted_positions([*before, new])
-        if old is not None and len(merged) == old.meta.record_count:
+        # A reader that finds a DV ignores position delete files; without one it applies them.
+        already = old.meta.record_count if old is not None else len(sorted_positions(before))
+        if len(merged) == already:
             continue  # every row found is deleted already
         positions[path] = merged
         if old is not None:
             replaced.add((old.meta.path, path))
     if not positions:
-        return ResolvedDeletes(data_files_read=read)
-    unknown = sorted(set(positions) - set(by_path))
-    if unknown:
-        # An in-batch position delete names a row of the checkpoint's own files, never another.
-        raise ValueError(f"position deletes of a data file neither live nor in the checkpoint: {unknown[0]}")
+        return ResolvedDeletes()
     puffin = table.location_provider().new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin")
     try:
         written = write_deletion_vectors(io, puffin, {path: [p] for path, p in positions.items()})
@@ -186,7 +212,7 @@ def resolve(
         )
         for v in written
     )
-    return ResolvedDeletes(vectors, frozenset(replaced), puffin, read)
+    return ResolvedDeletes(vectors, frozenset(replaced), puffin)
 
 
 def _match_keys(

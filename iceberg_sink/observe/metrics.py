@@ -121,6 +121,7 @@ class MetricsSnapshot:
     conversions_failed: int
     conversion_removed_equality_delete_files: int
     conversion_added_position_delete_files: int
+    conversion_added_dvs: int
     last_conversion_duration_ms: float
     last_conversion_error: str | None
     conversion_data_files_read: int

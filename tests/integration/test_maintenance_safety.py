@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink, InvalidSinkConfigError, MaintenanceRefusedError
 from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
 from iceberg_sink._iceberg.files import branch_head, live_files
 from iceberg_sink.cli import EXIT_OK, EXIT_USAGE, main
 from iceberg_sink.cli.main import EXIT_REFUSED
@@ -155,7 +156,7 @@ def test_a_rewrite_that_would_change_the_live_files_is_refused_and_leaves_nothin
         producer.RewriteFiles(table, "main", [data[0].meta], frozenset({data[1].meta.path}), seq, {}).prepare()
     # A conversion asked to remove a data file (it rewrites delete manifests only: the file would stay).
     with pytest.raises(MaintenanceRefusedError, match="it neither keeps nor adds"):
-        producer.RewriteDeletes(table, "main", [], frozenset({data[0].meta.path}), {}).prepare()
+        RewriteDeletes(table, "main", [], frozenset({data[0].meta.path}), {}).prepare()
     # Nothing committed, and the manifests the refused attempts wrote are gone.
     assert sink.load_table().metadata_location == table.metadata_location
     assert files_under(metadata_dir) == files_before

@@ -157,7 +157,7 @@ def test_model_v3_tables(
     model after every step by both Iceberg Javas, DuckDB and PyIceberg: CDC checkpoints on db.v3 over
     few keys (so DVs merge), one dying after its commit was sent and replayed, Iceberg Java's DELETE
     writing its own DV that the next checkpoint merges, the sink's compaction, and db.v2up taking
-    equality deletes on v2, upgraded to v3, then DVs."""
+    equality deletes on v2, upgraded to v3, then DVs, then its equality deletes converted into DVs."""
     world = World(spark, java_reader, tmp_path, seed=13, java_newest=java_newest_reader)
     v3 = v3_steps.tables(world)
     v3.op_cdc(v3_steps.V3)
@@ -177,11 +177,13 @@ def test_model_v3_tables(
         if v3.stats["java_dv_merges"]:
             break
     v3.op_upgrade()
-    v3.op_compaction()  # of db.v3 or db.v2up, drawn
     v3.op_cdc(v3_steps.V2UP)  # after the upgrade: DVs beside the old equality deletes
+    v3.op_conversion()  # ... which become DVs, merged with those
+    v3.op_compaction()  # of db.v3 or db.v2up, drawn
+    v3.op_cdc(v3_steps.V2UP)
     v3.op_cdc(v3_steps.V3)
     trace = "\n".join(world.trace)
     assert v3.stats["crashes"] >= 1 and v3.stats["upgrades"] == 1, trace
     assert v3.stats["dv_merges"] >= 1 and v3.stats["java_dv_merges"] >= 1, (v3.stats, trace)
-    assert v3.stats["compactions"] >= 1, trace
+    assert v3.stats["compactions"] >= 1 and v3.stats["conversions"] == 1, trace
     sys.stderr.write(f"model check v3 tables: {dict(v3.stats)}, checks took {v3.seconds['checks']:.1f}s\n")

@@ -24,6 +24,9 @@ their own, so a seed's other draws do not depend on them):
 - ``v3_compaction``: ``sink.compact()`` of ``db.v3`` or ``db.v2up`` (DVs applied, row lineage carried).
 - ``v3_upgrade``: ``upgrade_format_version(3)`` of ``db.v2up`` once it has equality deletes (before:
   a checkpoint of it; after: a checkpoint too).
+- ``v3_convert``: ``sink.convert_equality_deletes()`` of ``db.v2up`` once upgraded (before: the
+  upgrade step): the equality deletes it kept become DVs, merged with the DVs there; no row's lineage
+  moves, and no equality delete is left.
 
 After every step each v3 table that changed is read by Iceberg Java 1.9.2, the newest Iceberg Java,
 DuckDB and PyIceberg (when no equality delete is live) and must equal its model; its deletes are
@@ -32,7 +35,7 @@ Java's ``_row_id`` / ``_last_updated_sequence_number`` are set, unique, and unch
 no step touched (a compaction or another row's delete moves none); every sink checkpoint is one
 snapshot. ``stats`` counts the DV merges seen (a file's DV replaced by a larger one: the sink's over
 its own, ``dv_merges``; the sink's over Java's, ``java_dv_merges``; Java's over one there,
-``java_merged_a_dv``), crashes, upgrades and compactions, for test_model.py::test_model_v3_tables.
+``java_merged_a_dv``), crashes, upgrades, conversions and compactions, for test_model.py::test_model_v3_tables.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from tests.model.points import FAULT_POINTS, Crash
 
 Row = dict[str, Any]
 
-OPERATIONS: dict[str, int] = {"v3_cdc": 3, "v3_java_delete": 1, "v3_compaction": 1, "v3_upgrade": 1}
+OPERATIONS: dict[str, int] = {"v3_cdc": 3, "v3_java_delete": 1, "v3_compaction": 1, "v3_upgrade": 1, "v3_convert": 1}
 V3, V2UP = "db.v3", "db.v2up"
 KEYS = 12  # few keys: checkpoints keep deleting rows of the same data files (DV merges)
 CRASH_SHARE = 0.3
@@ -255,6 +258,21 @@ class V3Tables:
         self.stats["upgrades"] += 1
         self.check(V2UP)
 
+    def op_conversion(self) -> None:
+        if self.upgraded_at is None:
+            self.op_upgrade()
+            return
+        self.world.log(f"v3: convert the equality deletes of {V2UP}")
+        result = self.sink(V2UP).convert_equality_deletes()
+        self.world.trace[-1] += f" -> {result!r}"[:200]
+        head = self.world.table(V2UP).current_snapshot()
+        left = head.summary.get("total-equality-deletes", "0") if head is not None and head.summary else "0"
+        if left != "0":
+            raise self.world.fail(f"v3: {V2UP} holds {left} equality deletes after its conversion: {result!r}")
+        if result.snapshot_id is not None:
+            self.stats["conversions"] += 1
+        self.check(V2UP)
+
     # -- checks -----------------------------------------------------------------------------------------
 
     def remember_checkpoints(self, name: str) -> None:
@@ -390,6 +408,7 @@ def step(world: Any, kind: str) -> None:
         "v3_java_delete": job.op_java_delete,
         "v3_compaction": job.op_compaction,
         "v3_upgrade": job.op_upgrade,
+        "v3_convert": job.op_conversion,
     }[kind]()
 
 

@@ -31,10 +31,10 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import IcebergSink, InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink._iceberg import producer, schema_update
+from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
 from iceberg_sink._iceberg.lineage import ManifestListWriterV3, assign_first_row_ids, read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import as_v3_data_file, data_file_first_row_id
 from iceberg_sink.table.catalog import create_table
-from iceberg_sink.topology.conversion.job import convert_equality_deletes
 from iceberg_sink.topology.maintenance import expire_snapshots, rewrite_manifests
 from tests.helpers import write_batches, writer_spec
 
@@ -279,10 +279,8 @@ def test_every_commit_kind_v3_cannot_take_is_refused_before_anything_is_written(
     changes = producer.SnapshotChanges(data_files=deletes.data_files, delete_files=deletes.delete_files)
     with pytest.raises(UnsupportedTableError, match=r"equality or position delete files.*deletion vectors only"):
         producer.RowDelta(table, "main", changes, {})
-    with pytest.raises(UnsupportedTableError, match=r"expected format version 2.*position delete files"):
-        producer.RewriteDeletes(table, "main", deletes.delete_files, frozenset(), {})
-    with pytest.raises(UnsupportedTableError, match=r"conversion of table db.t: expected format version 2, received 3"):
-        convert_equality_deletes(lambda: catalog.load_table("db.t"))
+    with pytest.raises(UnsupportedTableError, match=r"expected deletion vectors.*deletion vectors only"):
+        RewriteDeletes(table, "main", deletes.delete_files, frozenset(), {})
     assert len(catalog.load_table("db.t").metadata.snapshots) == 1  # nothing was committed
 
 
@@ -294,8 +292,8 @@ def test_the_builder_takes_v3_for_appends_and_names_what_it_refuses(tmp_path: Pa
     assert builder().create_if_missing(format_version=3).build() is not None
     assert builder().create_if_missing(format_version=3).upsert(key=["id"]).build() is not None
     assert builder().create_if_missing(format_version=3).compaction(every_n_commits=2).build() is not None
-    with pytest.raises(InvalidSinkConfigError, match=r"convert_equality_deletes: expected format version 2.*forbids"):
-        builder().create_if_missing(format_version=3).convert_equality_deletes(every_n_commits=1).build()
+    # Equality-delete conversion writes deletion vectors on v3 (tests/unit/test_v3_conversion.py).
+    assert builder().create_if_missing(format_version=3).convert_equality_deletes(every_n_commits=1).build()
     with pytest.raises(InvalidSinkConfigError, match=r"expected 1, 2 or 3, received 4"):
         builder().create_if_missing(format_version=4).build()
     _v3(catalog, "db.old")

@@ -1,4 +1,5 @@
-"""Post-commit topology, part 3: converting equality deletes into position deletes (format v2).
+"""Post-commit topology, part 3: converting equality deletes into position deletes (format v2) or
+deletion vectors (format v3).
 
     plan (driver, branch head S) ──▶ look keys up in data files ──▶ validate + commit (driver)
 
@@ -9,8 +10,8 @@ close to a merge-on-read table's, as Iceberg's Flink maintenance ("convert equal
 
 - job.py: plan on S, read the key columns of the data files each equality delete applies to (pruned
   by key bounds), write one position delete file per data file (merged with that file's existing
-  file-scoped position deletes), and commit a ``replace`` snapshot that swaps the delete files,
-  validated against the branch head of every attempt.
+  file-scoped position deletes; on v3 one DV per data file, merged with its live DV), and commit a
+  ``replace`` snapshot that swaps the delete files, validated against the branch head of every attempt.
 - index.py: the key index the trigger keeps between runs (data files' keys in memory, sorted for
   integer keys), so a run reads only the files committed since the previous one.
 - keys.py: one data file's keys in the index's two forms (sorted int64 keys, or Arrow columns).

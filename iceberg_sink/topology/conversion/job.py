@@ -1,4 +1,5 @@
-"""Run one conversion of equality deletes into position deletes: plan, look up, validate, commit.
+"""Run one conversion of equality deletes into position deletes (v2) or DVs (v3): plan, look up,
+validate, commit.
 
 Plan, on the branch head S (sequence number s): every live equality delete file E of S (data
 sequence number e) and, for each, the live data files D it applies to by the one rule
@@ -32,6 +33,17 @@ each): the commit is in conflict, and planned again from H (at most ``max_replan
 
 Stream commits in between add data files with higher sequence numbers (E does not apply to them)
 and new equality deletes (kept): they only make the attempt prepare again on the new head.
+
+Format v3 forbids adding position delete files: each D gets one deletion vector instead, holding the
+positions found, its live DV's and those of every position delete file that applies to it (a v2-era
+file stays: a reader that finds a DV ignores it), written and merged by the rule the v3 checkpoint
+commit follows (committer/vectors.py ``write_vectors``), all in one Puffin file. The commit removes
+every planned E and the DVs the new ones replace, entry by entry (_iceberg/delete_rewrite.py), and
+carries the data manifests over with their first row ids: it adds no row and assigns no row id. The
+DV names exact positions of D, so the sequence number c it gets is right as above. Validation adds:
+
+4. a data file it adds a DV for has another live DV than the one merged (another writer's DV, or
+   a DV where there was none): committing would lose that DV's positions or leave two DVs.
 """
 
 from __future__ import annotations
@@ -43,12 +55,14 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import attrs
+import numpy as np
 import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink import options
-from iceberg_sink._iceberg import V3_CONVERSION_REFUSAL, producer
+from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
 from iceberg_sink._iceberg.files import (
     LiveFile,
@@ -58,11 +72,11 @@ from iceberg_sink._iceberg.files import (
     delete_quietly,
     live_files,
 )
+from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions, write_position_deletes
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
-from iceberg_sink.committer import summary_keys
-from iceberg_sink.errors import UnsupportedTableError
+from iceberg_sink.committer import summary_keys, vectors
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.compaction.rewriter import key_columns
 from iceberg_sink.topology.conversion.index import KeyIndex
@@ -116,6 +130,8 @@ class ConversionResult:
         removed_equality_delete_files / removed_equality_deletes: equality delete files (rows) removed.
         added_position_delete_files / added_position_deletes: position delete files (rows) added.
         removed_position_delete_files: older file-scoped position delete files merged into new ones.
+        added_dvs / replaced_dvs / dv_positions: format v3: deletion vectors added, live ones they
+            replaced, and the positions the added ones hold (old positions merged in included).
         data_files_read: data files whose key columns were read.
         pruned_pairs: (equality delete, data file) pairs skipped by key bounds.
         replans: plans discarded because a concurrent commit invalidated them.
@@ -128,6 +144,9 @@ class ConversionResult:
     added_position_delete_files: int = 0
     added_position_deletes: int = 0
     removed_position_delete_files: int = 0
+    added_dvs: int = 0
+    replaced_dvs: int = 0
+    dv_positions: int = 0
     data_files_read: int = 0
     pruned_pairs: int = 0
     replans: int = 0
@@ -214,26 +233,37 @@ def _new_path(table: Table, data: DataFileMeta, name: str) -> str:
         return data.path.rsplit("/", 1)[0] + "/" + name
 
 
-def write_conversion(
-    table: Table, the_plan: ConversionPlan, index: KeyIndex | None = None
-) -> tuple[list[DataFileMeta], list[str], int]:
-    """Look the planned keys up and write the position delete files.
+@attrs.frozen
+class ConversionFiles:
+    """What :func:`write_conversion` wrote for one plan.
 
-    ``index`` keeps data files' keys and position delete files' positions between runs (a trigger
-    keeps one; see index.py); without one every planned data file is read. Returns the new position
-    delete files, the old position delete files merged into them, and the number of data files read.
-    Files written are deleted again if this fails.
+    Attributes:
+        added: the new delete files: file-scoped position delete files (v2), or deletion vectors, all
+            in one Puffin file (v3).
+        merged: the old position delete files merged into them, which the commit removes (v2).
+        replaced_dvs: (Puffin path, data file) of the live DVs the new ones replace (v3).
+        data_files_read: data files whose key columns had to be read (not in the index).
     """
+
+    added: tuple[DataFileMeta, ...] = ()
+    merged: tuple[str, ...] = ()
+    replaced_dvs: frozenset[tuple[str, str]] = frozenset()
+    data_files_read: int = 0
+
+    @property
+    def written(self) -> list[str]:
+        """The files written (a Puffin file once, however many DVs it holds)."""
+        return sorted({f.path for f in self.added})
+
+
+def _found_positions(
+    table: Table, the_plan: ConversionPlan, index: KeyIndex
+) -> tuple[dict[str, list[np.ndarray]], int]:
+    """The rows of each target that its planned equality deletes remove (path -> positions), and the
+    number of data files read."""
     io, schema = table.io, table.schema()
-    index = index if index is not None else KeyIndex(max_bytes=0)
-    index.bind(table)
-    index.retain(the_plan.data_paths, the_plan.delete_paths, schema.schema_id)
-    compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
-    codec = "none" if compression in ("uncompressed", "none") else compression
     keys: dict[tuple[tuple[int, ...], tuple[str, ...]], pa.Table] = {}
-    run = uuid.uuid4().hex[:16]
-    written: list[DataFileMeta] = []
-    merged: list[str] = []
+    found: dict[str, list[np.ndarray]] = {}
     read = 0
 
     def delete_keys(ids: tuple[int, ...], deletes: list[LiveFile]) -> pa.Table:
@@ -248,39 +278,71 @@ def write_conversion(
             keys[key] = pa.concat_tables(tables).combine_chunks()
         return keys[key]
 
+    for target in the_plan.targets:
+        by_ids: dict[tuple[int, ...], list[LiveFile]] = defaultdict(list)
+        for e in target.equality_deletes:
+            by_ids[tuple(e.meta.equality_ids or ())].append(e)
+        arrays = []
+        for ids, es in by_ids.items():
+            positions, was_read = index.matching_positions(io, schema, target.data.meta, ids, delete_keys(ids, es))
+            arrays.append(np.asarray(positions, dtype=np.int64))
+            read += was_read
+        found[target.data.meta.path] = arrays
+    return found, read
+
+
+def write_conversion(
+    table: Table, the_plan: ConversionPlan, index: KeyIndex | None = None, entries: ManifestEntries | None = None
+) -> ConversionFiles:
+    """Look the planned keys up and write the new delete files.
+
+    ``index`` keeps data files' keys and position delete files' positions between runs (a trigger
+    keeps one; see index.py); without one every planned data file is read. On format v2 each target
+    gets one file-scoped position delete file, merged with its file-scoped position delete files; on
+    v3 one DV, merged with its live DV and every position delete file that applies
+    (committer/vectors.py ``write_vectors``, the rule the v3 checkpoint commit follows too), all in
+    one Puffin file. ``entries``: the manifests already read for the plan. Files written are deleted
+    again if this fails.
+    """
+    io, schema = table.io, table.schema()
+    index = index if index is not None else KeyIndex(max_bytes=0)
+    index.bind(table)
+    index.retain(the_plan.data_paths, the_plan.delete_paths, schema.schema_id)
+    found, read = _found_positions(table, the_plan, index)
+    if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
+        data, deletes = live_files(table, table.snapshot_by_id(the_plan.snapshot_id), entries)
+        resolved = vectors.write_vectors(table, data, deletes, found, {f.meta.path: f.meta for f in data}, index)
+        return ConversionFiles(resolved.vectors, (), resolved.replaced, read)
+    compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
+    codec = "none" if compression in ("uncompressed", "none") else compression
+    run = uuid.uuid4().hex[:16]
+    written: list[DataFileMeta] = []
+    merged: list[str] = []
     try:
         for target in the_plan.targets:
-            data = target.data.meta
-            by_ids: dict[tuple[int, ...], list[LiveFile]] = defaultdict(list)
-            for e in target.equality_deletes:
-                by_ids[tuple(e.meta.equality_ids or ())].append(e)
-            found = []
-            for ids, es in by_ids.items():
-                positions, was_read = index.matching_positions(io, schema, data, ids, delete_keys(ids, es))
-                found.append(positions)
-                read += was_read
-            new = pa.concat_arrays(found)
+            data_file = target.data.meta
+            new = sorted_positions(found[data_file.path])
             if not len(new):
                 continue
-            before = sorted_positions(index.positions(io, p.meta.path, data.path) for p in target.position_deletes)
+            before = sorted_positions(index.positions(io, p.meta.path, data_file.path) for p in target.position_deletes)
             positions = sorted_positions([before, new])
             if len(positions) == len(before):
                 continue  # every row found is already deleted by position
-            path = _new_path(table, data, f"{run}-{len(written):05d}-pos-deletes.parquet")
-            written.append(write_position_deletes(io, path, data, [positions], codec))
-            index.remember_positions(path, data.path, positions)
+            path = _new_path(table, data_file, f"{run}-{len(written):05d}-pos-deletes.parquet")
+            written.append(write_position_deletes(io, path, data_file, [positions], codec))
+            index.remember_positions(path, data_file.path, positions)
             merged.extend(p.meta.path for p in target.position_deletes)
     except BaseException:
         delete_quietly(io, [f.path for f in written])
         raise
-    return written, merged, read
+    return ConversionFiles(tuple(written), tuple(merged), frozenset(), read)
 
 
 def _conflict(
     current: Table,
     branch: str,
     the_plan: ConversionPlan,
-    added: list[DataFileMeta],
+    files: ConversionFiles,
     removed: frozenset[str],
     entries: ManifestEntries,
 ) -> str | None:
@@ -291,10 +353,22 @@ def _conflict(
     if gone:
         return f"{len(gone)} delete files it removes are no longer live (e.g. {gone[0]})"
     live_data = {f.meta.path for f in data}
-    named = [referenced_data_file(f) for f in added]
+    named = [referenced_data_file(f) for f in files.added]
     rewritten = sorted(p for p in named if p is not None and p not in live_data)
     if rewritten:
         return f"{len(rewritten)} data files it adds position deletes for are no longer live (e.g. {rewritten[0]})"
+    # v3: a data file's new DV replaces exactly the DV it merged (or none): another writer's DV
+    # committed since would be lost (at most one DV per data file).
+    live_dvs = {
+        d.meta.referenced_data_file: (d.meta.path, d.meta.referenced_data_file)
+        for d in deletes
+        if vectors.is_dv(d.meta)
+    }
+    merged_dvs = {key[1]: key for key in files.replaced_dvs}
+    for dv in files.added:
+        target = dv.referenced_data_file
+        if target is not None and live_dvs.get(target) != merged_dvs.get(target):
+            return f"data file {target} has another deletion vector than the one merged into its new one"
     rules = DeleteRules.from_specs(current.specs())
     newer = [f for f in data if f.meta.path not in the_plan.data_paths]
     for e in the_plan.equality_deletes:
@@ -307,7 +381,7 @@ def _conflict(
 def _prepare(
     branch: str,
     the_plan: ConversionPlan,
-    added: list[DataFileMeta],
+    files: ConversionFiles,
     removed: frozenset[str],
     entries: ManifestEntries,
 ) -> Callable[[Table], producer.PreparedCommit]:
@@ -315,19 +389,20 @@ def _prepare(
     The head's manifests are read once (``entries``), for the check and for the rewrite."""
 
     def prepare(current: Table) -> producer.PreparedCommit:
-        problem = _conflict(current, branch, the_plan, added, removed, entries)
+        problem = _conflict(current, branch, the_plan, files, removed, entries)
         if problem is not None:
             raise _PlanInvalidated(problem)
-        return producer.RewriteDeletes(
+        return RewriteDeletes(
             current,
             branch,
-            added,
+            files.added,
             removed,
             {
                 summary_keys.OPERATION_KEY: summary_keys.OPERATION_CONVERT_EQUALITY_DELETES,
                 summary_keys.CONVERSION_READ_SNAPSHOT_KEY: str(the_plan.snapshot_id),
             },
             entries,
+            files.replaced_dvs,
         ).prepare()
 
     return prepare
@@ -340,7 +415,8 @@ def convert_equality_deletes(
     max_replans: int = 3,
     index: KeyIndex | None = None,
 ) -> ConversionResult:
-    """Convert the live equality deletes of ``branch`` into file-scoped position deletes, once.
+    """Convert the live equality deletes of ``branch`` into file-scoped position deletes (format v2)
+    or deletion vectors (format v3), once.
 
     Args:
         load_table: returns the table as the catalog has it now (called before each plan and each
@@ -358,11 +434,6 @@ def convert_equality_deletes(
     replans = 0
     while True:
         table = load_table()
-        if table.metadata.format_version not in (1, 2):
-            raise UnsupportedTableError(
-                f"equality-delete conversion of table {'.'.join(table.name())}: expected format version 2, received "
-                f"{table.metadata.format_version} ({V3_CONVERSION_REFUSAL})"
-            )
         # Manifests never change: each is read once for the plan and its commit attempts, and with
         # an index once for as long as the branch lists it.
         entries = ManifestEntries() if index is None else index.manifests
@@ -372,8 +443,8 @@ def convert_equality_deletes(
         the_plan = plan_conversion(table, branch, entries)
         if the_plan is None:
             return ConversionResult(replans=replans, duration_ms=(time.monotonic() - started) * 1000)
-        added, merged, read = write_conversion(table, the_plan, index)
-        removed = frozenset({e.meta.path for e in the_plan.equality_deletes} | set(merged))
+        files = write_conversion(table, the_plan, index, entries)
+        removed = frozenset({e.meta.path for e in the_plan.equality_deletes} | set(files.merged))
         attempt = CommitAttempt(
             f"equality-delete conversion of {table.name()}",
             load_table,
@@ -381,9 +452,9 @@ def convert_equality_deletes(
             on_give_up="; the equality deletes stay (nothing was converted)",
         )
         try:
-            outcome = attempt.run(_prepare(branch, the_plan, added, removed, entries))
+            outcome = attempt.run(_prepare(branch, the_plan, files, removed, entries))
         except _PlanInvalidated as e:
-            if not attempt.discard(table.io, [f.path for f in added]):
+            if not attempt.discard(table.io, files.written):
                 raise attempt.unknown_error(e) from e
             replans += 1
             if replans > max_replans:
@@ -393,17 +464,22 @@ def convert_equality_deletes(
             continue
         except BaseException:
             # After an attempt of unknown outcome the files stay unless the table proves them absent.
-            attempt.discard(table.io, [f.path for f in added])
+            attempt.discard(table.io, files.written)
             raise
         assert outcome.snapshot is not None
+        dvs = tuple(f for f in files.added if vectors.is_dv(f))
+        positional = tuple(f for f in files.added if not vectors.is_dv(f))
         return ConversionResult(
             snapshot_id=outcome.snapshot.snapshot_id,
             removed_equality_delete_files=len(the_plan.equality_deletes),
             removed_equality_deletes=sum(e.meta.record_count for e in the_plan.equality_deletes),
-            added_position_delete_files=len(added),
-            added_position_deletes=sum(f.record_count for f in added),
-            removed_position_delete_files=len(merged),
-            data_files_read=read,
+            added_position_delete_files=len(positional),
+            added_position_deletes=sum(f.record_count for f in positional),
+            removed_position_delete_files=len(files.merged),
+            added_dvs=len(dvs),
+            replaced_dvs=len(files.replaced_dvs),
+            dv_positions=sum(f.record_count for f in dvs),
+            data_files_read=files.data_files_read,
             pruned_pairs=the_plan.pruned,
             replans=replans,
             duration_ms=(time.monotonic() - started) * 1000,

@@ -94,6 +94,7 @@ class ConversionTrigger(BackgroundJob):
             conversions_succeeded=1,
             conversion_removed_equality_delete_files=result.removed_equality_delete_files,
             conversion_added_position_delete_files=result.added_position_delete_files,
+            conversion_added_dvs=result.added_dvs,
             conversion_data_files_read=result.data_files_read,
             conversion_duration_ms=result.duration_ms,
         )
