@@ -186,12 +186,10 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
     )
     truncates = _truncates_marked(schema, changes)
     checks = _refusals(changes, truncates)
-    checked = df.withColumns(
-        {
-            _SEQ: F.expr("monotonically_increasing_id()"),
-            REJECT_COLUMN: F.expr(refusal_sql(columns, checks, raw)),
-        }
-    )
+    # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
+    # optimizer from pushing the filters below through it (the refusals would be computed for every row).
+    with_seq = df.withColumn(_SEQ, F.expr("monotonically_increasing_id()"))
+    checked = with_seq.withColumn(REJECT_COLUMN, F.expr(refusal_sql(columns, checks, raw)))
     refused_sql = f"{ident(REJECT_COLUMN)} IS NOT NULL"
     with_op = checked.withColumn(
         OP_COLUMN, F.expr(f"CASE WHEN NOT ({refused_sql}) THEN {_normalised_op(changes, truncates)} END")
