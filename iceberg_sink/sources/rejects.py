@@ -12,10 +12,13 @@ refused rows go to it in the same checkpoint (see the dead-letter module).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql import ident, string, struct_type
 from iceberg_sink.topology.changes import ERROR_MARKER
 
 #: The column that carries a row's refusal (null for a good row). Never stored in a table.
@@ -59,17 +62,25 @@ def event_label(df: DataFrame, raw: Column) -> Column:
 
 def reject_where(
     df: DataFrame,
-    reason: Column,
+    reason: Column | str,
     error_class: str,
-    raw: Column,
-    source_table: Column | None = None,
+    raw: Column | str,
+    source_table: Column | str | None = None,
+    columns: Sequence[str] | None = None,
 ) -> DataFrame:
     """Mark the rows where ``reason`` (a string Column) is not null as refused, unless already refused.
 
     ``raw`` is the event as received (kept whole for a dead-letter table); ``source_table`` the table
     the event names, when known. Kafka coordinates are taken from ``df`` when it has them.
+    ``reason``, ``raw`` and ``source_table`` may all be given as Spark SQL text instead: the mark is
+    then one expression the JVM parses in one call (:func:`refusal_sql`), the cheap form for a
+    batch's hot path; ``columns``: ``df.columns`` when the caller knows them (saves asking Spark).
     """
-    kafka = all(c in df.columns for c in KAFKA_COLUMNS)
+    names = df.columns if columns is None else columns
+    if isinstance(reason, str) and isinstance(raw, str) and (source_table is None or isinstance(source_table, str)):
+        return df.withColumn(REJECT_COLUMN, F.expr(refusal_sql(names, [(reason, error_class)], raw, source_table)))
+    assert not isinstance(reason, str) and not isinstance(raw, str) and not isinstance(source_table, str)
+    kafka = all(c in names for c in KAFKA_COLUMNS)
     refusal = F.struct(
         reason.cast("string").alias("reason"),
         F.lit(error_class).alias("error_class"),
@@ -81,9 +92,44 @@ def reject_where(
         (F.col("offset").cast("long") if kafka else F.lit(None).cast("long")).alias("offset"),
     )
     mark = F.when(reason.isNotNull(), refusal)
-    if REJECT_COLUMN in df.columns:
+    if REJECT_COLUMN in names:
         mark = F.coalesce(F.col(REJECT_COLUMN), mark)
     return df.withColumn(REJECT_COLUMN, mark.cast(REJECT_TYPE))
+
+
+def refusal_sql(
+    columns: Sequence[str], checks: Sequence[tuple[str, str]], raw: str, source_table: str | None = None
+) -> str:
+    """SQL text of :data:`REJECT_COLUMN` after :func:`reject_where` of each (reason, error_class) of
+    ``checks`` in turn, on a DataFrame of ``columns``: the first refusal a row gets wins."""
+    kafka = all(c in columns for c in KAFKA_COLUMNS)
+    if kafka:
+        event = (
+            "concat('topic ', CAST(`topic` AS STRING), ' partition ', CAST(`partition` AS STRING), "
+            "' offset ', CAST(`offset` AS STRING))"
+        )
+    else:
+        text = f"coalesce(CAST(({raw}) AS STRING), 'null')"
+        opening, closing = string("value '"), string("'")
+        event = f"concat({opening}, substring({text}, 1, {_RAW_LIMIT}), {closing})"
+    mark = ident(REJECT_COLUMN) if REJECT_COLUMN in columns else None
+    for reason, error_class in checks:
+        fields = {
+            "reason": f"CAST(({reason}) AS STRING)",
+            "error_class": string(error_class),
+            "event": event,
+            "raw": f"CAST(({raw}) AS STRING)",
+            "source_table": f"CAST(({source_table}) AS STRING)" if source_table is not None else "CAST(NULL AS STRING)",
+            "topic": "CAST(`topic` AS STRING)" if kafka else "CAST(NULL AS STRING)",
+            "partition": "CAST(`partition` AS INT)" if kafka else "CAST(NULL AS INT)",
+            "offset": "CAST(`offset` AS BIGINT)" if kafka else "CAST(NULL AS BIGINT)",
+        }
+        refusal = "named_struct(" + ", ".join(f"{string(n)}, {e}" for n, e in fields.items()) + ")"
+        this = f"CASE WHEN ({reason}) IS NOT NULL THEN {refusal} END"
+        mark = this if mark is None else f"coalesce({mark}, {this})"
+        mark = f"CAST({mark} AS {struct_type(REJECT_TYPE)})"
+    assert mark is not None
+    return mark
 
 
 def has_rejects_column(df: DataFrame) -> bool:
@@ -96,14 +142,10 @@ def fail_on_reject(df: DataFrame) -> DataFrame:
     Costs no extra Spark job: the check runs as the rows are written."""
     if REJECT_COLUMN not in df.columns:
         return df
-    r = F.col(REJECT_COLUMN)
-    message = F.concat(
-        F.lit(f"{ERROR_MARKER} "),
-        F.coalesce(r.getField("reason"), F.lit("refused")),
-        F.lit(" (event: "),
-        F.coalesce(r.getField("event"), F.lit("unknown")),
-        F.lit(")"),
+    r = ident(REJECT_COLUMN)
+    message = (
+        f"concat({string(ERROR_MARKER + ' ')}, coalesce({r}.`reason`, 'refused'), ' (event: ', "
+        f"coalesce({r}.`event`, 'unknown'), ')')"
     )
-    checked = F.when(r.isNotNull(), F.raise_error(message))
     # raise_error is typed null; the filter keeps every row that was not refused (all of them, or the job failed).
-    return df.where(checked.isNull()).drop(REJECT_COLUMN)
+    return df.where(f"(CASE WHEN {r} IS NOT NULL THEN raise_error({message}) END) IS NULL").drop(REJECT_COLUMN)

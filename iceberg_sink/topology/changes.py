@@ -35,6 +35,9 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from iceberg_sink._sql import ident, path, string, strings
 
 if TYPE_CHECKING:  # the writer tasks import this module's constants; config pulls in the catalogs
     from iceberg_sink.config import ChangeConfig
@@ -67,56 +70,57 @@ def _q(name: str) -> Column:
 
 def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
     """Whether ``df``'s op column is marked as holding truncates (:data:`TRUNCATES_METADATA`)."""
-    if changes.op_column is None or changes.op_column not in df.columns:
+    return changes.op_column is not None and _truncates_marked(df.schema, changes)  # no schema call without one
+
+
+def _truncates_marked(schema: StructType, changes: ChangeConfig) -> bool:
+    if changes.op_column is None or changes.op_column not in schema.fieldNames():
         return False
-    return bool(df.schema[changes.op_column].metadata.get(TRUNCATES_METADATA))
+    return bool(schema[changes.op_column].metadata.get(TRUNCATES_METADATA))
 
 
-def _refusals(changes: ChangeConfig, truncates: bool) -> list[tuple[Column, str]]:
-    """Why a change cannot be applied (a reason Column, null when it can) per check, in order: a
+def _refusals(changes: ChangeConfig, truncates: bool) -> list[tuple[str, str]]:
+    """Why a change cannot be applied (SQL text of a reason, null when it can) per check, in order: a
     null key column, then an operation code that is none of the known ones. They mark refused rows
     (sources/rejects.py), which fail the batch or go to the dead-letter table."""
-    null_key = None
-    for k in changes.key:
-        null_key = _q(k).isNull() if null_key is None else (null_key | _q(k).isNull())
-    assert null_key is not None
+    null_key = " OR ".join(f"({path(k)} IS NULL)" for k in changes.key)
     if truncates:
         # A truncate has no key (Debezium's carries no row and a null message key).
-        null_key = null_key & ~is_truncate(changes)
-    key_text = F.concat_ws(
-        ", ", *[F.concat(F.lit(f"{k}="), F.coalesce(_q(k).cast("string"), F.lit("null"))) for k in changes.key]
+        null_key = f"({null_key}) AND NOT {_is_truncate_sql(changes)}"
+    key_text = (
+        "concat_ws(', ', "
+        + ", ".join(f"concat({string(k + '=')}, coalesce(CAST({path(k)} AS STRING), 'null'))" for k in changes.key)
+        + ")"
     )
-    key_reason = F.concat(
-        F.lit(f"a key column is null ({', '.join(changes.key)} must all be set); row key: "),
-        key_text,
-    )
-    checks = [(F.when(null_key, key_reason), "NullKeyError")]
+    null_text = f"a key column is null ({', '.join(changes.key)} must all be set); row key: "
+    key_reason = f"concat({string(null_text)}, {key_text})"
+    checks = [(f"CASE WHEN {null_key} THEN {key_reason} END", "NullKeyError")]
     if changes.op_column is not None:
-        op = _q(changes.op_column).cast("string")
+        op = f"CAST({path(changes.op_column)} AS STRING)"
         codes = INSERT_CODES + UPDATE_CODES + UPDATE_BEFORE_CODES + DELETE_CODES + (TRUNCATE_CODES if truncates else ())
         allowed = ", ".join(codes)
-        known = op.isin(*codes)
-        op_reason = F.concat(
-            F.lit("unknown operation code '"),
-            F.coalesce(op, F.lit("null")),
-            F.lit(f"' in column {changes.op_column!r}; expected one of {allowed}; row key: "),
-            key_text,
-        )
-        checks.append((F.when(~F.coalesce(known, F.lit(False)), op_reason), "UnknownOperationError"))
+        known = f"{op} IN ({strings(codes)})"
+        expected = f"' in column {changes.op_column!r}; expected one of {allowed}; row key: "
+        opening = string("unknown operation code '")
+        op_reason = f"concat({opening}, coalesce({op}, 'null'), {string(expected)}, {key_text})"
+        checks.append((f"CASE WHEN NOT coalesce({known}, false) THEN {op_reason} END", "UnknownOperationError"))
     return checks
 
 
-def _normalised_op(changes: ChangeConfig, truncates: bool) -> Column:
+def _normalised_op(changes: ChangeConfig, truncates: bool) -> str:
     if changes.op_column is None:
-        return F.lit("U")
-    op = _q(changes.op_column).cast("string")
-    normalised = (
-        F.when(op.isin(*INSERT_CODES), F.lit("I"))
-        .when(op.isin(*UPDATE_CODES), F.lit("U"))
-        .when(op.isin(*UPDATE_BEFORE_CODES), F.lit("B"))
-        .when(op.isin(*DELETE_CODES), F.lit("D"))
-    )
-    return normalised.when(op.isin(*TRUNCATE_CODES), F.lit(TRUNCATE_OP)) if truncates else normalised
+        return "'U'"
+    op = f"CAST({path(changes.op_column)} AS STRING)"
+    cases = [(INSERT_CODES, "I"), (UPDATE_CODES, "U"), (UPDATE_BEFORE_CODES, "B"), (DELETE_CODES, "D")]
+    if truncates:
+        cases.append((TRUNCATE_CODES, TRUNCATE_OP))
+    return "CASE " + " ".join(f"WHEN {op} IN ({strings(codes)}) THEN {string(to)}" for codes, to in cases) + " END"
+
+
+def _is_truncate_sql(changes: ChangeConfig) -> str:
+    if changes.op_column is None:
+        return "false"
+    return f"coalesce(CAST({path(changes.op_column)} AS STRING) IN ({strings(TRUNCATE_CODES)}), false)"
 
 
 def is_truncate(changes: ChangeConfig) -> Column:
@@ -163,42 +167,53 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
     The input's op column is dropped (it is not stored in the table). ``scope``: columns that
     qualify the key (a routed sink's table column: equal keys of two tables are different keys).
     """
-    from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
+    from iceberg_sink.sources.rejects import REJECT_COLUMN, refusal_sql
     from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
     from iceberg_sink.topology.toast import carry_forward, refuse_after_delete
 
+    # The plan is built from SQL text (iceberg_sink/_sql.py): one Py4J call per expression instead of
+    # one per Column operation, and the input's schema is asked for once.
+    schema = df.schema
+    columns = schema.fieldNames()
     # A batch of truncates only has no row columns (table/schema.py lets a CDC key be missing): its
     # key columns are null, so any other row of it is refused for its null key.
-    absent = [k for k in changes.key if k not in df.columns]
+    absent = [k for k in changes.key if k not in columns]
     if absent:
         df = df.select("*", *[F.lit(None).alias(k) for k in absent])
-    with_seq = df.withColumn(_SEQ, F.monotonically_increasing_id())
-    raw = F.to_json(
-        F.struct(*[F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]), {"ignoreNullFields": "false"}
+        columns = [*columns, *absent]
+    raw = "to_json(struct({}), map('ignoreNullFields', 'false'))".format(
+        ", ".join(ident(c) for c in columns if c != REJECT_COLUMN)
     )
-    checked = with_seq
-    truncates = carries_truncates(df, changes)
-    for reason, error_class in _refusals(changes, truncates):
-        checked = reject_where(checked, reason, error_class, raw)
-    refused = F.col(REJECT_COLUMN).isNotNull()
-    with_op = checked.withColumn(OP_COLUMN, F.when(~refused, _normalised_op(changes, truncates))).where(
-        refused | (F.col(OP_COLUMN) != F.lit("B"))
-    )
+    truncates = _truncates_marked(schema, changes)
+    checks = _refusals(changes, truncates)
+    # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
+    # optimizer from pushing the filters below through it (the refusals would be computed for every row).
+    with_seq = df.withColumn(_SEQ, F.expr("monotonically_increasing_id()"))
+    checked = with_seq.withColumn(REJECT_COLUMN, F.expr(refusal_sql(columns, checks, raw)))
+    refused_sql = f"{ident(REJECT_COLUMN)} IS NOT NULL"
+    with_op = checked.withColumn(
+        OP_COLUMN, F.expr(f"CASE WHEN NOT ({refused_sql}) THEN {_normalised_op(changes, truncates)} END")
+    ).where(f"{refused_sql} OR {ident(OP_COLUMN)} <> 'B'")
     if truncates:
-        with_op = _after_last_truncate(with_op, changes, scope, refused)
-    ordering: list[Column] = []
-    if changes.order_by is not None:
-        ordering.append(_q(changes.order_by).desc_nulls_last())
-    ordering.append(F.col(_SEQ).desc())
+        with_op = _after_last_truncate(with_op, changes, scope, F.col(REJECT_COLUMN).isNotNull())
     # A refused row is not a change of its key: it is its own group (kept whole, never reduced away);
     # so is the truncate marker (it has no key).
-    alone = F.when(refused | (F.col(OP_COLUMN) == F.lit(TRUNCATE_OP)), F.col(_SEQ))
-    window = Window.partitionBy(*[F.col(c) for c in scope], *[_q(k) for k in changes.key], alone).orderBy(*ordering)
-    if UNAVAILABLE_COLUMN in with_op.columns:
+    alone = f"CASE WHEN {refused_sql} OR {ident(OP_COLUMN)} = {string(TRUNCATE_OP)} THEN {ident(_SEQ)} END"
+    partition = [*[path(c) for c in scope], *[path(k) for k in changes.key], alone]
+    ordering = ([f"{path(changes.order_by)} DESC NULLS LAST"] if changes.order_by is not None else []) + [
+        f"{ident(_SEQ)} DESC"
+    ]
+    window = f"PARTITION BY {', '.join(partition)} ORDER BY {', '.join(ordering)}"
+    toasted = UNAVAILABLE_COLUMN in columns
+    if toasted:
         # Unchanged TOASTed columns (sources/toast.py) take the key's previous value in this batch.
         skip = [*changes.key, *(c for c in (changes.op_column, changes.order_by) if c is not None)]
-        with_op = carry_forward(with_op, window, OP_COLUMN, skip)
-    last = with_op.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1)
-    last = refuse_after_delete(last, raw)
+        by_key = Window.partitionBy(*[F.expr(p) for p in partition]).orderBy(
+            *([_q(changes.order_by).desc_nulls_last()] if changes.order_by is not None else []), F.col(_SEQ).desc()
+        )
+        with_op = carry_forward(with_op, by_key, OP_COLUMN, skip)
+    last = with_op.withColumn(_RANK, F.expr(f"row_number() OVER ({window})")).where(f"{ident(_RANK)} = 1")
+    if toasted:
+        last = refuse_after_delete(last, F.expr(raw))
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)
