@@ -9,8 +9,6 @@ while the object store stays up.
 
 from __future__ import annotations
 
-import os
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,32 +23,36 @@ class SplitSeaweed:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        access_key = "sink" + secrets.token_hex(6)
-        secret_key = "sws" + secrets.token_hex(16)
-        self._env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))},
-            "AWS_ACCESS_KEY_ID": access_key,
-            "AWS_SECRET_ACCESS_KEY": secret_key,
-        }
-        data = root / "data"
-        data.mkdir()
-        self._ports = dict(zip(sw._PORT_FLAGS, sw.free_ports(len(sw._PORT_FLAGS)), strict=True))
-        mini_props = sw.catalog_properties(
-            self._ports["s3.port.iceberg"], self._ports["s3.port"], access_key, secret_key
-        )
-        self._mini_log = root / "mini.log"
-        self._mini = self._spawn(sw._command(data, root, self._ports), self._mini_log)
-        self._check(sw._wait_ready(self._mini, mini_props, self._mini_log), self._mini_log)
-        self._gateway_ports = sw.free_ports(3)
-        rest = self._gateway_ports[2]
-        self.props = {
-            **mini_props,
-            "uri": f"http://127.0.0.1:{rest}",
-            "oauth2-server-uri": f"http://127.0.0.1:{rest}/v1/oauth/tokens",
-        }
-        self._gateway_log = root / "gateway.log"
+        self._env, access_key, secret_key = sw.credentials_env()
+        attempts = iter(range(1, sw.START_ATTEMPTS + 1))
+
+        def mini_root() -> Path:
+            path = root / f"mini-{next(attempts)}"
+            path.mkdir()
+            return path
+
+        try:
+            self._mini, self._ports, mini_props, mini_dir = sw.start_mini(mini_root, self._env, access_key, secret_key)
+        except sw.SeaweedStartError as e:
+            pytest.fail(str(e), pytrace=False)
+        self._mini_log = mini_dir / "weed.log"
         self._gateway: subprocess.Popen[bytes] | None = None
-        self.start_catalog()
+        for attempt in range(1, sw.START_ATTEMPTS + 1):
+            # New ports (and a new log) while the first start finds one of them taken (see sw.start_mini).
+            self._gateway_ports = sw.free_ports(3)
+            rest = self._gateway_ports[2]
+            self.props = {
+                **mini_props,
+                "uri": f"http://127.0.0.1:{rest}",
+                "oauth2-server-uri": f"http://127.0.0.1:{rest}/v1/oauth/tokens",
+            }
+            self._gateway_log = root / f"gateway-{attempt}.log"
+            problem = self._start_gateway()
+            if problem is None:
+                return
+            if attempt == sw.START_ATTEMPTS or not sw.port_taken(self._gateway_log):
+                self.close()
+                self._check(problem, self._gateway_log)
 
     def _spawn(self, command: list[str], log: Path) -> subprocess.Popen[bytes]:
         with log.open("ab") as out:
@@ -64,6 +66,10 @@ class SplitSeaweed:
             pytest.fail(f"{problem}.\n--- log ({log}) ---\n{sw.log_tail(log)}", pytrace=False)
 
     def start_catalog(self) -> None:
+        """Start the REST catalog process again on its ports (after ``stop_catalog``)."""
+        self._check(self._start_gateway(), self._gateway_log)
+
+    def _start_gateway(self) -> str | None:
         port, grpc, rest = self._gateway_ports
         filer = f"127.0.0.1:{self._ports['filer.port']}.{self._ports['filer.port.grpc']}"
         command = [
@@ -78,7 +84,10 @@ class SplitSeaweed:
             "-port.lance=0",
         ]
         self._gateway = self._spawn(command, self._gateway_log)
-        self._check(sw._wait_ready(self._gateway, self.props, self._gateway_log), self._gateway_log)
+        problem = sw._wait_ready(self._gateway, self.props, self._gateway_log)
+        if problem is not None:
+            self.stop_catalog()
+        return problem
 
     def stop_catalog(self) -> None:
         if self._gateway is not None:

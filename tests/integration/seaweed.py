@@ -170,17 +170,19 @@ class SeaweedStartError(RuntimeError):
     """``weed mini`` did not start or was not ready in time; the message holds the tail of its log."""
 
 
-@contextlib.contextmanager
-def running_seaweed(make_root: Callable[[], Path]) -> Iterator[dict[str, str]]:
-    """Start ``weed mini`` in a directory from ``make_root()``; yield PyIceberg properties of its REST
-    catalog; stop it on exit. Raises :class:`SeaweedStartError` when it cannot start."""
-    access_key = "sink" + secrets.token_hex(6)
-    secret_key = "sws" + secrets.token_hex(16)
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))},
-        "AWS_ACCESS_KEY_ID": access_key,
-        "AWS_SECRET_ACCESS_KEY": secret_key,
-    }
+def port_taken(log: Path) -> bool:
+    """Whether a weed process's log says a port it was given was taken before it could bind it."""
+    tail = log_tail(log)
+    return "Port allocation failed" in tail or "address already in use" in tail
+
+
+def start_mini(
+    make_root: Callable[[], Path], env: dict[str, str], access_key: str, secret_key: str
+) -> tuple[subprocess.Popen[bytes], dict[str, int], dict[str, str], Path]:
+    """Start ``weed mini`` in a directory from ``make_root()`` and wait until its REST catalog answers:
+    (process, ports, PyIceberg properties, root). The ports are chosen free but can be taken before
+    weed binds them (any client's outgoing connection may get an ephemeral port): then it starts again
+    on new ports, in a new directory, up to START_ATTEMPTS times. Raises :class:`SeaweedStartError`."""
     for attempt in range(1, START_ATTEMPTS + 1):
         root = make_root()
         data = root / "data"
@@ -196,17 +198,42 @@ def running_seaweed(make_root: Callable[[], Path]) -> Iterator[dict[str, str]]:
                 )
             except OSError as e:
                 raise SeaweedStartError(f"SeaweedFS (weed mini) could not be started: {e}; command: {command}") from e
-            try:
-                problem = _wait_ready(proc, props, log)
-                if problem is None:
-                    yield props
-                    return
-            finally:
-                _stop(proc)
-        # A port taken between free_ports() and weed binding it: try again with new ports.
-        if attempt < START_ATTEMPTS and "Port allocation failed" in log_tail(log):
+        try:
+            problem = _wait_ready(proc, props, log)
+        except BaseException:
+            _stop(proc)
+            raise
+        if problem is None:
+            return proc, ports, props, root
+        _stop(proc)
+        if attempt < START_ATTEMPTS and port_taken(log):
             continue
         raise SeaweedStartError(f"{problem}.\n--- weed log ({log}) ---\n{log_tail(log)}")
+    raise AssertionError("unreachable")
+
+
+def credentials_env() -> tuple[dict[str, str], str, str]:
+    """A fresh access key and secret for a weed server, and the environment that hands them to it."""
+    access_key = "sink" + secrets.token_hex(6)
+    secret_key = "sws" + secrets.token_hex(16)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))},
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+    }
+    return env, access_key, secret_key
+
+
+@contextlib.contextmanager
+def running_seaweed(make_root: Callable[[], Path]) -> Iterator[dict[str, str]]:
+    """Start ``weed mini`` in a directory from ``make_root()``; yield PyIceberg properties of its REST
+    catalog; stop it on exit. Raises :class:`SeaweedStartError` when it cannot start."""
+    env, access_key, secret_key = credentials_env()
+    proc, _ports, props, _root = start_mini(make_root, env, access_key, secret_key)
+    try:
+        yield props
+    finally:
+        _stop(proc)
 
 
 @pytest.fixture(scope="session")

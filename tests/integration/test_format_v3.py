@@ -17,7 +17,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidSinkConfigError, _faults
+from iceberg_sink import IcebergSink, _faults
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import data_file_first_row_id
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize, pyiceberg_read
@@ -184,22 +184,6 @@ def test_java_gives_every_row_the_row_id_the_spec_says(
         got = java.row_lineage(table.metadata_location).select(["id", "_row_id", "_last_updated_sequence_number"])
         want = without_positions if java.label.startswith("Iceberg Java 1.9.") else spec
         assert sorted(got.to_pylist(), key=lambda r: r["id"]) == want, java.label
-
-
-def test_v3_conversion_is_refused_before_anything_is_written(
-    written: dict[str, tuple[Table, pa.Table]], spark: SparkSession, tmp_path: Path
-) -> None:
-    """Upserts/CDC (tests/integration/test_v3_cdc.py) and compaction (test_v3_compaction.py) work on
-    v3; equality-delete conversion is still refused."""
-    table, _ = written["flat"]
-    before = len(table.metadata.snapshots)
-    data = tmp_path / "data"
-    sink = IcebergSink.builder().embedded(data).table("db.t").create_if_missing(format_version=3).build()
-    sink.write(frame(spark, rows(0, 3)))
-    with pytest.raises(InvalidSinkConfigError, match="convert_equality_deletes: expected format version 2"):
-        IcebergSink.builder().embedded(data).table("db.t").convert_equality_deletes(every_n_commits=1).build()
-    assert len(sink.load_table().metadata.snapshots) == 1
-    assert len(table.refresh().metadata.snapshots) == before
 
 
 def test_appends_to_a_v3_table_iceberg_java_wrote_keep_its_row_ids_and_deletion_vectors(
