@@ -14,19 +14,18 @@ from collections.abc import Mapping, Sequence
 
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation
 
 from iceberg_sink._iceberg import V3_CHANGES_REFUSAL
 from iceberg_sink._iceberg.files import ManifestEntries
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.live_vectors import vector_target
 from iceberg_sink._iceberg.manifests import has_live_files
-from iceberg_sink._iceberg.producer import SnapshotProducer
+from iceberg_sink._iceberg.producer import ReplaceProducer
 from iceberg_sink.errors import UnsupportedTableError
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 
 
-class RewriteDeletes(SnapshotProducer):
+class RewriteDeletes(ReplaceProducer):
     """A ``replace`` snapshot that swaps delete files for equivalent ones: ``removed_paths`` (delete
     files) out, ``added`` delete files in, and on v3 the live DVs ``replaced_dvs`` ((Puffin path,
     data file)) out; data files are untouched.
@@ -38,8 +37,6 @@ class RewriteDeletes(SnapshotProducer):
     holds the manifests the caller already read (to validate the attempt), so none is read twice.
     """
 
-    rewrites = True
-
     def __init__(
         self,
         table: Table,
@@ -50,13 +47,10 @@ class RewriteDeletes(SnapshotProducer):
         entries: ManifestEntries | None = None,
         replaced_dvs: frozenset[tuple[str, str]] = frozenset(),
     ) -> None:
-        super().__init__(table, branch, properties)
-        self._entries = entries or ManifestEntries()
         version = table.metadata.format_version
         if version < 2:
             raise ValueError("delete files need format version 2; this table is version 1")
-        if self.parent is None:
-            raise ValueError(f"cannot rewrite delete files of branch {branch!r}: it has no snapshot")
+        super().__init__(table, branch, added, removed_paths, properties, entries)
         if any(f.content == FileContent.DATA for f in added):
             raise ValueError("RewriteDeletes adds delete files only; received a data file")
         self._v3 = version >= ROW_LINEAGE_FORMAT_VERSION
@@ -67,22 +61,7 @@ class RewriteDeletes(SnapshotProducer):
             )
         if replaced_dvs and not self._v3:
             raise ValueError("deletion vectors need format version 3")
-        self._new = tuple(added)
-        self._removed_paths = removed_paths
         self._replaced_dvs = replaced_dvs
-        self._emptied_puffins: frozenset[str] = frozenset()
-
-    def replaced_paths(self) -> frozenset[str]:
-        return self._removed_paths | self._emptied_puffins
-
-    def added_files(self) -> tuple[DataFileMeta, ...]:
-        return self._new
-
-    def parent_entries(self) -> ManifestEntries:
-        return self._entries
-
-    def operation(self) -> Operation:
-        return Operation.REPLACE
 
     def manifests(self) -> list[ManifestFile]:
         result = self.write_manifests(self._new, ManifestContent.DELETES)

@@ -514,7 +514,44 @@ class RowDelta(SnapshotProducer):
         return result
 
 
-class RewriteFiles(SnapshotProducer):
+class ReplaceProducer(SnapshotProducer):
+    """A ``replace`` snapshot of a branch that has one: ``removed_paths`` out, ``added`` files in,
+    plus any Puffin file emptied by removing DVs entry by entry (``_emptied_puffins``, set by the
+    subclass's ``manifests``). ``entries`` holds the manifests the caller already read."""
+
+    rewrites = True
+
+    def __init__(
+        self,
+        table: Table,
+        branch: str,
+        added: Sequence[DataFileMeta],
+        removed_paths: frozenset[str],
+        properties: Mapping[str, str],
+        entries: ManifestEntries | None,
+    ) -> None:
+        super().__init__(table, branch, properties)
+        self._entries = entries or ManifestEntries()
+        if self.parent is None:
+            raise ValueError(f"cannot rewrite files of branch {branch!r}: it has no snapshot")
+        self._new = tuple(added)
+        self._removed_paths = removed_paths
+        self._emptied_puffins: frozenset[str] = frozenset()
+
+    def replaced_paths(self) -> frozenset[str]:
+        return self._removed_paths | self._emptied_puffins
+
+    def added_files(self) -> tuple[DataFileMeta, ...]:
+        return self._new
+
+    def parent_entries(self) -> ManifestEntries:
+        return self._entries
+
+    def operation(self) -> Operation:
+        return Operation.REPLACE
+
+
+class RewriteFiles(ReplaceProducer):
     """A ``replace`` snapshot: ``removed_paths`` (data and delete files) out, ``added`` data files in.
 
     Added files carry ``data_sequence_number``, the sequence number of the snapshot the rewrite read,
@@ -532,29 +569,9 @@ class RewriteFiles(SnapshotProducer):
         properties: Mapping[str, str],
         entries: ManifestEntries | None = None,
     ) -> None:
-        super().__init__(table, branch, properties)
-        self._entries = entries or ManifestEntries()
-        if self.parent is None:
-            raise ValueError(f"cannot rewrite files of branch {branch!r}: it has no snapshot")
-        self._new = tuple(added)
-        self._removed_paths = removed_paths
-        self._emptied_puffins: frozenset[str] = frozenset()
+        super().__init__(table, branch, added, removed_paths, properties, entries)
         # Format version 1 has no sequence numbers; entries inherit nothing there.
         self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
-
-    rewrites = True
-
-    def replaced_paths(self) -> frozenset[str]:
-        return self._removed_paths | self._emptied_puffins
-
-    def added_files(self) -> tuple[DataFileMeta, ...]:
-        return self._new
-
-    def parent_entries(self) -> ManifestEntries:
-        return self._entries
-
-    def operation(self) -> Operation:
-        return Operation.REPLACE
 
     def manifests(self) -> list[ManifestFile]:
         result = self.write_manifests(self._new, ManifestContent.DATA, self._sequence_number)
