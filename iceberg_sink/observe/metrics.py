@@ -211,6 +211,7 @@ class MetricsSnapshot:
                     "lastRunDurationMs": round(self.last_conversion_duration_ms),
                     "removedEqDeleteNum": self.conversion_removed_equality_delete_files,
                     "addedPositionDeleteFileNum": self.conversion_added_position_delete_files,
+                    "addedDVNum": self.conversion_added_dvs,
                 },
             },
         }

@@ -50,6 +50,7 @@ def test_histogram_statistics_over_a_sliding_window() -> None:
 def test_flink_view_names_every_metric_of_flinks_sink() -> None:
     metrics = SinkMetrics()
     metrics.add(committed_data_files=3, committed_data_files_record_count=30, compactions_triggered=2)
+    metrics.add(conversion_added_dvs=4, conversion_added_position_delete_files=1)
     metrics.set(last_commit_duration_ms=12.6, last_compaction_duration_ms=99.4)
     flink = metrics.snapshot().flink()
     assert set(flink) == {
@@ -68,7 +69,10 @@ def test_flink_view_names_every_metric_of_flinks_sink() -> None:
         "removedDataFileNum",
         "removedDataFileSize",
     } == set(rewrite)
-    assert set(flink["maintenance"]["ConvertEqualityDeletes"]) >= FLINK_MAINTENANCE
+    convert = flink["maintenance"]["ConvertEqualityDeletes"]
+    assert set(convert) >= FLINK_MAINTENANCE
+    # v2 conversions write position delete files, v3 ones deletion vectors: both are counted.
+    assert (convert["addedPositionDeleteFileNum"], convert["addedDVNum"]) == (1, 4)
     committer = flink["IcebergFilesCommitter"]
     assert committer["committedDataFilesCount"] == 3 and committer["committedDataFilesRecordCount"] == 30
     assert committer["lastCommitDurationMs"] == 13 and rewrite["triggered"] == 2 and rewrite["lastRunDurationMs"] == 99
