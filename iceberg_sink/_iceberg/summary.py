@@ -36,10 +36,6 @@ def summary_totals(previous: Mapping[str, str] | None, changes: Mapping[str, str
     return result
 
 
-def _is_dv(meta: DataFileMeta) -> bool:
-    return meta.referenced_data_file is not None and meta.content_size_in_bytes is not None
-
-
 def with_dv_counts(
     changes: Mapping[str, str], added: Sequence[DataFileMeta], removed: Sequence[DataFileMeta]
 ) -> dict[str, str]:
@@ -51,7 +47,7 @@ def with_dv_counts(
         (added, "added-dvs", "added-position-delete-files", "added-files-size"),
         (removed, "removed-dvs", "removed-position-delete-files", "removed-files-size"),
     ):
-        dvs = [f for f in files if _is_dv(f)]
+        dvs = [f for f in files if f.is_dv]
         if not dvs:
             continue
         result[dvs_key] = str(len(dvs))

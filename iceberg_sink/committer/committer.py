@@ -354,9 +354,9 @@ class IcebergCommitter:
         if not committed_deletes & set(conditional_paths):
             # The proof held: the conditional deletes were not needed and no snapshot has them.
             delete_quietly(io, conditional_paths)
-        if changes is not None and landed_deletes is not None and all(vectors.is_dv(f) for f in landed_deletes):
+        if changes is not None and landed_deletes is not None and all(f.is_dv for f in landed_deletes):
             # v3: the writers' delete files were resolved into the DVs that landed; none is in the table.
-            delete_quietly(io, [f.path for f in changes.delete_files if not vectors.is_dv(f)])
+            delete_quietly(io, [f.path for f in changes.delete_files if not f.is_dv])
         if result.state_was_unknown:
             logger.info("checkpoint %s committed after an unknown-state attempt", committable.checkpoint_id)
         return CommitOutcome(

@@ -69,11 +69,6 @@ class ResolvedDeletes:
     data_files_read: int = 0
 
 
-def is_dv(meta: DataFileMeta) -> bool:
-    """Whether ``meta`` is a deletion vector (a Puffin blob naming its data file)."""
-    return meta.file_format.upper() == PUFFIN and meta.referenced_data_file is not None
-
-
 def _positions_by_file(table: Table, position_deletes: Sequence[DataFileMeta]) -> dict[str, list[np.ndarray]]:
     """The rows the checkpoint's own position delete files delete, by data file path."""
     result: dict[str, list[np.ndarray]] = defaultdict(list)
@@ -154,7 +149,7 @@ def write_vectors(
     dvs: dict[str, LiveFile] = {}
     older: dict[str, list[LiveFile]] = defaultdict(list)
     for d in deletes:
-        if is_dv(d.meta):
+        if d.meta.is_dv:
             dvs[str(d.meta.referenced_data_file)] = d
         elif d.meta.content == FileContent.POSITION_DELETES:
             for f in data:

@@ -60,6 +60,13 @@ class DataFileMeta:
     content_size_in_bytes: int | None = None
     """A deletion vector's (format v3, ``file_format`` PUFFIN) data file and blob within the file."""
 
+    @property
+    def is_dv(self) -> bool:
+        """Whether this is a deletion vector: a Puffin position delete (Iceberg Java's
+        ``ContentFileUtil.isDV``). The one test for it; ``_iceberg/live_vectors.is_deletion_vector`` is
+        the same rule on a manifest entry's record."""
+        return self.content == FileContent.POSITION_DELETES and self.file_format.upper() == "PUFFIN"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "content": int(self.content),

@@ -18,7 +18,6 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
-from iceberg_sink.committer import vectors
 from iceberg_sink.topology.conversion import convert_equality_deletes
 from iceberg_sink.writer.result import DataFileMeta, FileContent
 from tests.integration.test_v3_cdc import delete_files
@@ -58,8 +57,8 @@ def _dvs(table: Table, only: bool = True) -> dict[str, set[int]]:
     """Each data file's live DV's positions; fails on two DVs for a data file and, when ``only``,
     on a live delete file that is not a DV."""
     deletes = [d for d, _ in delete_files(table)]
-    assert not only or all(vectors.is_dv(d) for d in deletes), [d.path for d in deletes if not vectors.is_dv(d)]
-    deletes = [d for d in deletes if vectors.is_dv(d)]
+    assert not only or all(d.is_dv for d in deletes), [d.path for d in deletes if not d.is_dv]
+    deletes = [d for d in deletes if d.is_dv]
     targets = [str(d.referenced_data_file) for d in deletes]
     assert len(targets) == len(set(targets)), "two DVs for one data file"
     return {str(d.referenced_data_file): _positions(table, d) for d in deletes}

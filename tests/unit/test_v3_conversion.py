@@ -24,7 +24,6 @@ from iceberg_sink import UnsupportedTableError
 from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.position_deletes import read_positions
-from iceberg_sink.committer import vectors
 from iceberg_sink.table.catalog import create_table
 from iceberg_sink.table.versions import upgrade_format_version
 from iceberg_sink.topology.conversion.job import convert_equality_deletes
@@ -45,7 +44,7 @@ def catalog(tmp_path: Path) -> LosingCatalog:
 
 def positions(table: Table, meta: DataFileMeta, data_file: str) -> list[int]:
     """The positions of ``data_file`` that the DV or position delete file ``meta`` deletes."""
-    if vectors.is_dv(meta):
+    if meta.is_dv:
         assert meta.content_offset is not None and meta.content_size_in_bytes is not None
         found = read_deletion_vector(table.io, meta.path, meta.content_offset, meta.content_size_in_bytes)
     else:
@@ -117,13 +116,13 @@ def test_a_v2_tables_equality_deletes_become_deletion_vectors_after_the_upgrade(
     assert rows_in(table) == model == {1: "v1", 2: "b2", 4: "d2", 5: "v5"}
     deletes = live_deletes(table)
     assert not [d for d in deletes if d.content == FileContent.EQUALITY_DELETES]
-    dvs = [d for d in deletes if vectors.is_dv(d)]
+    dvs = [d for d in deletes if d.is_dv]
     assert len({d.referenced_data_file for d in dvs}) == len(dvs)  # at most one DV per data file
     [dv] = [d for d in dvs if d.referenced_data_file == data_file]
     # The position delete file's rows (1, 2), the racing DV's (3) and the equality delete's (5).
     assert positions(table, dv, data_file) == [1, 2, 3, 5]
     # The v2 position delete file is left in place (a reader that finds a DV ignores it); none added.
-    assert [d.path for d in deletes if not vectors.is_dv(d)] == [position_file.path]
+    assert [d.path for d in deletes if not d.is_dv] == [position_file.path]
     assert convert_equality_deletes(load).snapshot_id is None  # nothing left to convert
 
 

@@ -121,7 +121,7 @@ def live_deletes(table: Table) -> list[DataFileMeta]:
 def check_only_dvs(table: Table) -> None:
     """Main holds no equality delete and no position delete file, and at most one DV per data file."""
     deletes = live_deletes(table)
-    assert all(vectors.is_dv(d) and d.content == FileContent.POSITION_DELETES for d in deletes), deletes
+    assert all(d.is_dv for d in deletes), deletes
     targets = [d.referenced_data_file for d in deletes]
     assert len(targets) == len(set(targets))
     for d in deletes:

@@ -360,9 +360,7 @@ def _conflict(
     # v3: a data file's new DV replaces exactly the DV it merged (or none): another writer's DV
     # committed since would be lost (at most one DV per data file).
     live_dvs = {
-        d.meta.referenced_data_file: (d.meta.path, d.meta.referenced_data_file)
-        for d in deletes
-        if vectors.is_dv(d.meta)
+        d.meta.referenced_data_file: (d.meta.path, d.meta.referenced_data_file) for d in deletes if d.meta.is_dv
     }
     merged_dvs = {key[1]: key for key in files.replaced_dvs}
     for dv in files.added:
@@ -467,8 +465,8 @@ def convert_equality_deletes(
             attempt.discard(table.io, files.written)
             raise
         assert outcome.snapshot is not None
-        dvs = tuple(f for f in files.added if vectors.is_dv(f))
-        positional = tuple(f for f in files.added if not vectors.is_dv(f))
+        dvs = tuple(f for f in files.added if f.is_dv)
+        positional = tuple(f for f in files.added if not f.is_dv)
         return ConversionResult(
             snapshot_id=outcome.snapshot.snapshot_id,
             removed_equality_delete_files=len(the_plan.equality_deletes),
