@@ -1,7 +1,7 @@
 """Equality-delete conversion on format v3: a v2 upsert table (equality deletes) upgraded to v3
 keeps its equality deletes; the conversion turns them into deletion vectors, one per data file,
-carrying the positions of the DVs they replace, while the sink's own v3 checkpoint commits a DV on
-the same data file between the conversion's plan and its commit. Iceberg Java 1.9.2, the newest
+carrying the positions of the DVs they replace, while the sink's own v3 checkpoint and Iceberg Java
+commit DVs on the same data files between the conversion's plan and its commit. Iceberg Java 1.9.2, the newest
 Iceberg Java, DuckDB and PyIceberg (which reads no equality delete) read the model; rows keep their
 lineage. The post-commit trigger converts on v3 too."""
 
@@ -69,6 +69,32 @@ def _lineage(java: JavaIcebergReader, table: Table) -> dict[int, tuple[int, int]
     return {r["id"]: (r["_row_id"], r["_last_updated_sequence_number"]) for r in got}
 
 
+# A row of the first data files that Iceberg Java deletes while a conversion is planned.
+JAVA_DELETED = 27
+
+
+def _java_deletes(java: JavaIcebergReader, sink: Any, tmp_path: Path, row_id: int) -> None:
+    """Iceberg Java deletes one row (merge-on-read: a DV) through a JDBC catalog of its own; the
+    sink's catalog then points at Java's metadata, as if Java had committed to the same catalog."""
+    table = sink.load_table()
+    jdbc = java.catalog(f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db")
+    for statement in [
+        f"CREATE NAMESPACE IF NOT EXISTS {jdbc}.db",
+        f"CALL {jdbc}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
+        f"ALTER TABLE {jdbc}.db.t SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')",
+        f"DELETE FROM {jdbc}.db.t WHERE id = {row_id}",
+    ]:
+        java.sql(statement)
+    newest = max(
+        (Path(table.location().removeprefix("file://")) / "metadata").glob("*.metadata.json"),
+        key=lambda p: p.stat().st_mtime_ns,
+    )
+    catalog = sink.config.catalog.load()
+    catalog.drop_table("db.t")
+    catalog.register_table("db.t", newest.as_uri())
+    assert "added-dvs" in sink.load_table().current_snapshot().summary.additional_properties
+
+
 def _racing(load: Callable[[], Table], before_commit: Callable[[], None]) -> Callable[[], Table]:
     """A table loader that lets another writer commit before the second load (the commit's)."""
     calls = {"n": 0}
@@ -101,10 +127,17 @@ def test_an_upgraded_tables_equality_deletes_become_dvs_beside_a_concurrent_chec
     newest = java_readers[-1]
     lineage_before = _lineage(newest, before)
 
-    # Between the plan and the commit the sink updates more rows of the first files (new DVs there):
-    # the conversion plans again and merges them.
+    # Between the plan and the commit the sink updates more rows of the first files (new DVs there),
+    # then Iceberg Java deletes a row of them (its DV merges the sink's and replaces it): the
+    # conversion plans again and merges both writers' positions.
     racing = [(i, f"e{i}") for i in range(20, 26)]
-    result = convert_equality_deletes(_racing(v3.load_table, lambda: _write(spark, v3, model, racing)))
+
+    def race() -> None:
+        _write(spark, v3, model, racing)
+        _java_deletes(newest, v3, tmp_path, JAVA_DELETED)
+        del model[JAVA_DELETED]
+
+    result = convert_equality_deletes(_racing(v3.load_table, race))
     table = v3.load_table()
     assert result.snapshot_id is not None and result.replans == 1
     assert result.added_dvs > 0 and result.replaced_dvs > 0 and result.added_position_delete_files == 0
@@ -124,9 +157,12 @@ def test_an_upgraded_tables_equality_deletes_become_dvs_beside_a_concurrent_chec
     )
     # The conversion moved no row's lineage (the racing checkpoint did, for the rows it updated).
     after = _lineage(newest, table)
-    assert {k: v for k, v in after.items() if k not in dict(racing)} == {
-        k: v for k, v in lineage_before.items() if k not in dict(racing)
+    moved = {*dict(racing), JAVA_DELETED}
+    assert {k: v for k, v in after.items() if k not in moved} == {
+        k: v for k, v in lineage_before.items() if k not in moved
     }
+    # Java's DV was merged, not lost: its row stays deleted in the converted DVs.
+    assert JAVA_DELETED not in after
 
 
 def test_the_post_commit_trigger_converts_on_v3(spark: SparkSession, tmp_path: Path) -> None:
