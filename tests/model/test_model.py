@@ -144,8 +144,8 @@ def test_debezium_hostile_events(
     for schema, truncate in ((True, "fail"), (False, "skip"), (True, "apply"), (False, "apply")):
         job = debezium_steps.DebeziumJob(world.seed, world.catalog_props, tmp_path / f"dbz-{schema}-{truncate}")
         job.schema, job.truncate = schema, truncate
-        job.truncate_every = 0.3  # a truncate within the few batches
-        for _ in range(3):
+        job.truncate_every = 0.4  # a truncate within the few batches
+        for _ in range(2):
             job.step(world)
         world.catalog.drop_table(debezium_steps.TABLE)
 
