@@ -72,6 +72,7 @@ from iceberg_sink._iceberg.lineage import (
 from iceberg_sink._iceberg.live_vectors import is_deletion_vector, vector_target
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
+from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
 from iceberg_sink._iceberg.summary import summary_totals, with_dv_counts
 from iceberg_sink.errors import UnsupportedTableError
@@ -442,7 +443,9 @@ class SnapshotProducer(abc.ABC):
 class RowDelta(SnapshotProducer):
     """A checkpoint's snapshot: new data files and delete files on top of the branch head. On v3 the
     delete files are DVs only (committer/vectors.py); the live DVs they replace, ``replaced_dvs``
-    ((Puffin path, data file)), are marked deleted, so each data file keeps at most one DV."""
+    ((Puffin path, data file)), are marked deleted, so each data file keeps at most one DV, and so
+    are the file-scoped position delete files (an upgraded v2 table's) whose positions they took
+    over, named the same way ((path, the one data file it names))."""
 
     def __init__(
         self,
@@ -494,7 +497,7 @@ class RowDelta(SnapshotProducer):
                 result.append(manifest)
                 continue
             entries = read_entries(self.io, manifest)
-            keys = [(e.data_file.file_path, to_meta(e.data_file).referenced_data_file) for e in entries]
+            keys = [(e.data_file.file_path, referenced_data_file(to_meta(e.data_file))) for e in entries]
             if not everything and not self._replaced_dvs.intersection(keys):
                 result.append(manifest)
                 continue
@@ -510,7 +513,7 @@ class RowDelta(SnapshotProducer):
             result.append(writer.to_manifest_file())
         missing = self._replaced_dvs - found
         if missing:
-            raise ValueError(f"deletion vectors to replace are not live on the branch head: {sorted(missing)[:1]}")
+            raise ValueError(f"delete files to replace are not live on the branch head: {sorted(missing)[:1]}")
         return result
 
 

@@ -18,7 +18,9 @@ names:
 - an in-batch position delete names a row of one of the checkpoint's own data files;
 - a data file that gains positions gets one DV holding them and every position already deleted in
   it on H: its live DV (read back and removed in the same snapshot) and any position delete file
-  that applies to it (left in place; a reader that finds a DV ignores them, so they are merged).
+  that applies to it (a format v2 table's, before its upgrade). A position delete file that names
+  that data file only (file-scoped) is removed in the same snapshot, as Iceberg Java's DV writer
+  does; one naming other data files too stays (a reader that finds a DV ignores it).
 
 Because the resolution is redone on every attempt, a head that moved (another writer's DV on the
 same file, an append, a compaction that replaced an indexed file) is simply resolved again: nothing
@@ -43,7 +45,7 @@ from pyiceberg.table.snapshots import Snapshot
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, write_deletion_vectors
 from iceberg_sink._iceberg.files import LiveFile, live_files
-from iceberg_sink._iceberg.position_deletes import sorted_positions
+from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.topology.compaction.rewriter import key_columns
 from iceberg_sink.topology.conversion.index import KeyIndex
@@ -59,12 +61,15 @@ class ResolvedDeletes:
     Attributes:
         vectors: the new DVs (delete files of format PUFFIN), at most one per data file.
         replaced: (Puffin path, referenced data file) of the live DVs they replace.
+        retired: (path, data file) of the live file-scoped position delete files (a v2 table's,
+            before its upgrade) whose positions the new DVs hold: removed in the same snapshot.
         written: the Puffin file written for them (None when there is no DV).
         data_files_read: data files whose key columns had to be read (not in the index).
     """
 
     vectors: tuple[DataFileMeta, ...] = ()
     replaced: frozenset[tuple[str, str]] = frozenset()
+    retired: frozenset[tuple[str, str]] = frozenset()
     written: str | None = None
     data_files_read: int = 0
 
@@ -136,7 +141,7 @@ def write_vectors(
     """One DV for every data file of ``found`` (path -> positions to delete) that gains a position,
     holding those and every position already deleted in it on the snapshot whose live files are
     ``data`` and ``deletes``: its live DV (which the new one replaces) and any position delete file
-    that applies (a reader that finds a DV ignores them). All in one Puffin file; ``by_path`` gives
+    that applies (a file-scoped one is retired with it; a reader that finds a DV ignores the others). All in one Puffin file; ``by_path`` gives
     the data files' specs and partitions. The v3 checkpoint commit and the v3 equality-delete
     conversion (topology/conversion/job.py) both go through here: the one rule for merging DVs.
 
@@ -157,6 +162,7 @@ def write_vectors(
                     older[f.meta.path].append(d)
     positions: dict[str, np.ndarray] = {}
     replaced: set[tuple[str, str]] = set()
+    retired: set[tuple[str, str]] = set()
     for path, arrays in sorted(found.items()):
         new = sorted_positions(arrays)
         if not len(new):
@@ -179,6 +185,7 @@ def write_vectors(
         positions[path] = merged
         if old is not None:
             replaced.add((old.meta.path, path))
+        retired.update((p.meta.path, path) for p in older.get(path, []) if referenced_data_file(p.meta) == path)
     if not positions:
         return ResolvedDeletes()
     puffin = table.location_provider().new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin")
@@ -207,7 +214,7 @@ def write_vectors(
         )
         for v in written
     )
-    return ResolvedDeletes(vectors, frozenset(replaced), puffin)
+    return ResolvedDeletes(vectors, frozenset(replaced), frozenset(retired), puffin)
 
 
 def _match_keys(

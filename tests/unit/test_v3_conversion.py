@@ -93,11 +93,16 @@ def test_a_v2_tables_equality_deletes_become_deletion_vectors_after_the_upgrade(
     assert before.current_snapshot().summary["total-equality-deletes"] == "1"  # type: ignore[union-attr]
 
     # Between the plan and the commit, a checkpoint deletes row 3 (key 4) of F with a DV of its own
-    # (holding F's position delete file's rows 1 and 2): the plan is invalidated, and planned again.
+    # (holding F's position delete file's rows 1 and 2, and removing that file-scoped file, as Iceberg
+    # Java's DV writer does): the plan is invalidated, and planned again.
     next_row_id = []
 
     def other_writer() -> None:
         commit(4, [(4, "d2", "U")])
+        checkpoint = load().current_snapshot()
+        assert checkpoint is not None and checkpoint.summary is not None
+        assert checkpoint.summary["removed-position-delete-files"] == "1"
+        assert position_file.path not in {d.path for d in live_deletes(load())}
         next_row_id.append(load().metadata.next_row_id)
 
     result = convert_equality_deletes(racing(load, other_writer))
@@ -121,9 +126,36 @@ def test_a_v2_tables_equality_deletes_become_deletion_vectors_after_the_upgrade(
     [dv] = [d for d in dvs if d.referenced_data_file == data_file]
     # The position delete file's rows (1, 2), the racing DV's (3) and the equality delete's (5).
     assert positions(table, dv, data_file) == [1, 2, 3, 5]
-    # The v2 position delete file is left in place (a reader that finds a DV ignores it); none added.
-    assert [d.path for d in deletes if not d.is_dv] == [position_file.path]
+    # DVs only: the v2 position delete file went with the racing checkpoint's DV; none was added.
+    assert [d.path for d in deletes if not d.is_dv] == []
     assert convert_equality_deletes(load).snapshot_id is None  # nothing left to convert
+
+
+def test_the_conversion_retires_the_file_scoped_position_delete_files_its_dvs_take_over(
+    catalog: LosingCatalog,
+) -> None:
+    """An upgraded v2 table's file-scoped position delete file (a v2 conversion's) goes in the
+    snapshot whose DV takes over its positions, here the v3 conversion's; readers see the same rows."""
+    load = lambda: catalog.load_table("db.t")  # noqa: E731
+    c = committer(catalog)
+    c.commit(committable(load(), 0, [(i, f"v{i}", "I") for i in range(1, 5)]))  # F: keys 1..4
+    [data_file] = [f["file_path"] for f in load().inspect.files().to_pylist() if f["content"] == 0]
+    c.commit(committable(load(), 1, [(2, None, "D")]))
+    assert convert_equality_deletes(load).added_position_delete_files == 1  # v2: F's row 1 by position
+    c.commit(committable(load(), 2, [(4, None, "D")]))  # a v2 equality delete: F's row 3
+    table = upgrade_format_version(load, 3)
+    [position_file] = [d for d in live_deletes(table) if d.content == FileContent.POSITION_DELETES]
+
+    result = convert_equality_deletes(load)
+    table = load()
+    assert (result.added_dvs, result.replaced_dvs, result.removed_position_delete_files) == (1, 0, 1)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert (snapshot.summary["added-dvs"], snapshot.summary["removed-position-delete-files"]) == ("1", "1")
+    [dv] = live_deletes(table)
+    assert dv.is_dv and dv.referenced_data_file == data_file and position_file.path != dv.path
+    assert positions(table, dv, data_file) == [1, 3]
+    assert rows_in(table) == {1: "v1", 3: "v3"}
 
 
 def test_a_v3_rewrite_of_deletes_refuses_equality_and_position_delete_files(catalog: LosingCatalog) -> None:

@@ -36,9 +36,10 @@ and new equality deletes (kept): they only make the attempt prepare again on the
 
 Format v3 forbids adding position delete files: each D gets one deletion vector instead, holding the
 positions found, its live DV's and those of every position delete file that applies to it (a v2-era
-file stays: a reader that finds a DV ignores it), written and merged by the rule the v3 checkpoint
-commit follows (committer/vectors.py ``write_vectors``), all in one Puffin file. The commit removes
-every planned E and the DVs the new ones replace, entry by entry (_iceberg/delete_rewrite.py), and
+file naming D only is removed, as a merged one is on v2; one naming other files too stays: a reader
+that finds a DV ignores it), written and merged by the rule the v3 checkpoint commit follows
+(committer/vectors.py ``write_vectors``), all in one Puffin file. The commit removes every planned E,
+those position delete files and the DVs the new ones replace, entry by entry (_iceberg/delete_rewrite.py), and
 carries the data manifests over with their first row ids: it adds no row and assigns no row id. The
 DV names exact positions of D, so the sequence number c it gets is right as above. Validation adds:
 
@@ -240,7 +241,8 @@ class ConversionFiles:
     Attributes:
         added: the new delete files: file-scoped position delete files (v2), or deletion vectors, all
             in one Puffin file (v3).
-        merged: the old position delete files merged into them, which the commit removes (v2).
+        merged: the old file-scoped position delete files merged into them, which the commit removes
+            (v2; on v3 those of an upgraded v2 table whose data file gets a DV).
         replaced_dvs: (Puffin path, data file) of the live DVs the new ones replace (v3).
         data_files_read: data files whose key columns had to be read (not in the index).
     """
@@ -312,7 +314,9 @@ def write_conversion(
     if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
         data, deletes = live_files(table, table.snapshot_by_id(the_plan.snapshot_id), entries)
         resolved = vectors.write_vectors(table, data, deletes, found, {f.meta.path: f.meta for f in data}, index)
-        return ConversionFiles(resolved.vectors, (), resolved.replaced, read)
+        # The file-scoped position delete files the new DVs took over go as merged ones do on v2.
+        retired = tuple(sorted(path for path, _ in resolved.retired))
+        return ConversionFiles(resolved.vectors, retired, resolved.replaced, read)
     compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
     codec = "none" if compression in ("uncompressed", "none") else compression
     run = uuid.uuid4().hex[:16]
