@@ -157,7 +157,8 @@ def test_model_v3_tables(
     model after every step by both Iceberg Javas, DuckDB and PyIceberg: CDC checkpoints on db.v3 over
     few keys (so DVs merge), one dying after its commit was sent and replayed, Iceberg Java's DELETE
     writing its own DV that the next checkpoint merges, the sink's compaction, and db.v2up taking
-    equality deletes on v2, upgraded to v3, then DVs, then its equality deletes converted into DVs."""
+    equality deletes on v2, converted into position delete files on v2, upgraded to v3, then DVs
+    (which take over and remove those files), then its equality deletes converted into DVs."""
     world = World(spark, java_reader, tmp_path, seed=13, java_newest=java_newest_reader)
     v3 = v3_steps.tables(world)
     v3.op_cdc(v3_steps.V3)
@@ -176,9 +177,16 @@ def test_model_v3_tables(
         v3.op_cdc(v3_steps.V3)
         if v3.stats["java_dv_merges"]:
             break
-    v3.op_upgrade()
-    v3.op_cdc(v3_steps.V2UP)  # after the upgrade: DVs beside the old equality deletes
-    v3.op_conversion()  # ... which become DVs, merged with those
+    v3.op_v2_conversion()  # file-scoped position delete files on v2 ...
+    for _ in range(4):  # (a checkpoint first when the conversion left no equality delete to upgrade with)
+        v3.op_upgrade()
+        if v3.stats["upgrades"]:
+            break
+    for _ in range(4):  # after the upgrade: DVs beside the old equality deletes, taking over those files
+        v3.op_cdc(v3_steps.V2UP)
+        if v3.stats["position_files_retired"]:
+            break
+    v3.op_conversion()  # ... the equality deletes become DVs, merged with those
     v3.op_compaction()  # of db.v3 or db.v2up, drawn
     v3.op_cdc(v3_steps.V2UP)
     v3.op_cdc(v3_steps.V3)
@@ -186,4 +194,5 @@ def test_model_v3_tables(
     assert v3.stats["crashes"] >= 1 and v3.stats["upgrades"] == 1, trace
     assert v3.stats["dv_merges"] >= 1 and v3.stats["java_dv_merges"] >= 1, (v3.stats, trace)
     assert v3.stats["compactions"] >= 1 and v3.stats["conversions"] == 1, trace
+    assert v3.stats["v2_position_files"] >= 1 and v3.stats["position_files_retired"] >= 1, (v3.stats, trace)
     sys.stderr.write(f"model check v3 tables: {dict(v3.stats)}, checks took {v3.seconds['checks']:.1f}s\n")

@@ -51,6 +51,7 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from iceberg_sink import IcebergSink, _faults
+from iceberg_sink._iceberg import position_deletes
 from iceberg_sink.topology.compaction import CompactionConfig
 from tests.integration.test_v3_cdc import delete_files
 from tests.interop.readers import assert_readers_agree, normalize, pyiceberg_read
@@ -81,6 +82,7 @@ class V3Tables:
         # table -> data file -> (DV location, positions, written by Java)
         self.dvs: dict[str, dict[str, tuple[tuple[str, int | None], int, bool]]] = {V3: {}, V2UP: {}}
         self.java_dvs: set[tuple[str, int | None]] = set()
+        self.file_scoped: dict[str, dict[str, str]] = {}  # table -> v2 position delete file -> data file
         self.lineage: dict[str, dict[int, tuple[int, int]] | None] = {V3: None, V2UP: None}
         self.touched: dict[str, set[int]] = {V3: set(), V2UP: set()}
         self.checkpoints: dict[tuple[str, str, str], set[int]] = collections.defaultdict(set)
@@ -258,6 +260,17 @@ class V3Tables:
         self.stats["upgrades"] += 1
         self.check(V2UP)
 
+    def op_v2_conversion(self) -> None:
+        """Convert db.v2up's equality deletes while it is still v2: file-scoped position delete files,
+        which a later DV on their data file takes over and removes (check_deletes)."""
+        if self.upgraded_at is not None or not self.world.catalog.table_exists(V2UP):
+            return
+        self.world.log(f"v3: convert the equality deletes of {V2UP} on v2")
+        result = self.sink(V2UP).convert_equality_deletes()
+        self.world.trace[-1] += f" -> {result!r}"[:200]
+        self.stats["v2_position_files"] += result.added_position_delete_files
+        self.check(V2UP)
+
     def op_conversion(self) -> None:
         if self.upgraded_at is None:
             self.op_upgrade()
@@ -340,10 +353,16 @@ class V3Tables:
                 raise w.fail(f"v3: {V3} snapshot {snap.snapshot_id} holds equality deletes")
         live = set(table.inspect.files()["file_path"].to_pylist())
         dvs: dict[str, tuple[tuple[str, int | None], int, bool]] = {}
+        file_scoped: dict[str, str] = {}  # v2 position delete file -> the one data file it names
         for meta, sequence in delete_files(table):
             if meta.file_format != "PUFFIN" or meta.referenced_data_file is None:
                 if name == V2UP and self.upgraded_at is not None and sequence <= self.upgraded_at:
-                    continue  # a v2 delete file from before the upgrade: it stays, as in Iceberg Java
+                    # A v2 delete file from before the upgrade: it stays, as in Iceberg Java, unless it
+                    # is a file-scoped position delete file whose data file has a DV (below).
+                    target = position_deletes.referenced_data_file(meta)
+                    if target is not None:
+                        file_scoped[meta.path] = target
+                    continue
                 raise w.fail(f"v3: {name} holds a delete file that is not a DV: {meta.path} ({meta.content!r})")
             target = meta.referenced_data_file
             if target in dvs:
@@ -352,6 +371,12 @@ class V3Tables:
                 raise w.fail(f"v3: {name} holds a DV of data file {target}, which is not live")
             at = (meta.path, meta.content_offset)
             dvs[target] = (at, meta.record_count, at in self.java_dvs)
+        for path, target in file_scoped.items():
+            if target in dvs:
+                raise w.fail(f"v3: {name}'s position delete file {path} stays beside the DV of its data file {target}")
+        gone = {p: t for p, t in self.file_scoped.get(name, {}).items() if p not in file_scoped}
+        self.stats["position_files_retired"] += sum(1 for t in gone.values() if t in dvs)
+        self.file_scoped[name] = file_scoped
         for target, (at, count, _) in dvs.items():
             old = self.dvs[name].get(target)
             if old is None or old[0] == at:
