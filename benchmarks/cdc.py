@@ -236,6 +236,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run the sink with .convert_equality_deletes(every_n_commits=N) in the background (default 0: off)",
     )
     parser.add_argument(
+        "--write-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a write option of the sinks (.write_option(KEY, VALUE)), repeatable, e.g. "
+        "iceberg-sink.conversion.key-index-persist=false",
+    )
+    parser.add_argument(
         "--scan-every",
         type=int,
         default=0,
@@ -337,6 +345,7 @@ def run_writers(
                 # The conversion writes position delete files, which v3 refuses; scan points compare v2 tables.
                 "convert_every": args.convert if system.format_version == 2 else 0,
                 "scan_every": args.scan_every if name == "iceberg_sink" else 0,
+                "write_options": dict(o.split("=", 1) for o in args.write_option),
             }
             raws[name] = run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
         elif system.driver == "merge":
@@ -524,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                 "shuffle_partitions": args.shuffle_partitions,
                 "scans": args.scans,
                 "convert": args.convert,
+                "write_options": dict(o.split("=", 1) for o in args.write_option),
                 "scan_every": args.scan_every,
                 "systems": args.systems,
                 "wait_quiet": args.wait_quiet,

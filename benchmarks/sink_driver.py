@@ -152,6 +152,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             .create_if_missing(format_version=format_version)
             .upsert(key=["id"])
         )
+        for key, value in (spec.get("write_options") or {}).items():
+            builder = builder.write_option(key, value)
         convert_every = int(spec.get("convert_every") or 0)
         if convert_every > 0:
             builder = builder.convert_equality_deletes(every_n_commits=convert_every, background=True)
