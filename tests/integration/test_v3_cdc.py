@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyiceberg.catalog import load_catalog
+from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
@@ -68,6 +68,24 @@ def delete_files(table: Table) -> list[tuple[DataFileMeta, int]]:
         if m.content == ManifestContent.DELETES
         for e in read_entries(table.io, m)
     ]
+
+
+def java_commits(java: JavaIcebergReader, catalog: Catalog, table: Table, tmp_path: Path, *statements: str) -> Path:
+    """Iceberg Java runs ``statements`` (``{t}`` names the table, ``{c}`` the catalog) on ``table`` through a JDBC catalog
+    of its own (registered from the table's metadata), then ``catalog`` points ``db.t`` at Java's
+    newest metadata file, as if Java had committed to the same catalog. Returns that file."""
+    jdbc = java.catalog(f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db")
+    java.sql(f"CREATE NAMESPACE IF NOT EXISTS {jdbc}.db")
+    java.sql(f"CALL {jdbc}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')")
+    for statement in statements:
+        java.sql(statement.format(t=f"{jdbc}.db.t", c=jdbc))
+    newest = max(
+        (Path(table.location().removeprefix("file://")) / "metadata").glob("*.metadata.json"),
+        key=lambda p: p.stat().st_mtime_ns,
+    )
+    catalog.drop_table("db.t")
+    catalog.register_table("db.t", newest.as_uri())
+    return newest
 
 
 def assert_reads_with_live_dvs(
@@ -198,19 +216,7 @@ def test_the_sink_merges_iceberg_javas_deletion_vectors_and_java_merges_the_sink
         java_readers, table.metadata_location, [{"id": i, "v": v} for i, v in expected_rows.items()], ["id"]
     )
     # Java deletes from the same file on top of the sink's DV, then the sink updates a row of it again.
-    jdbc = java.catalog(f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db")
-    for statement in [
-        f"CREATE NAMESPACE IF NOT EXISTS {jdbc}.db",
-        f"CALL {jdbc}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
-        f"DELETE FROM {jdbc}.db.t WHERE id = 4",
-    ]:
-        java.sql(statement)
-    java_metadata = max(
-        (Path(table.location().removeprefix("file://")) / "metadata").glob("*.metadata.json"),
-        key=lambda p: p.stat().st_mtime,
-    )
-    catalog.drop_table("db.t")
-    catalog.register_table("db.t", java_metadata.as_uri())
+    java_commits(java, catalog, table, tmp_path, "DELETE FROM {t} WHERE id = 4")
     sink = IcebergSink.builder().catalog("t", **catalog_props).table("db.t").upsert(key=["id"]).build()
     sink.write(spark.createDataFrame([(5, "e2")], "id long, v string"))
     table = sink.load_table()
@@ -270,23 +276,13 @@ def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behin
     table = sink.load_table()
     assert delete_files(table)  # DVs on the first file
     # Java compacts through a catalog of its own.
-    compact = java.catalog(
-        f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db"
+    java_commits(
+        java,
+        load_catalog("t", **catalog_props),
+        table,
+        tmp_path,
+        "CALL {c}.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '1', 'rewrite-all', 'true'))",
     )
-    for statement in [
-        f"CREATE NAMESPACE IF NOT EXISTS {compact}.db",
-        f"CALL {compact}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
-        f"CALL {compact}.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '1', "
-        "'rewrite-all', 'true'))",
-    ]:
-        java.sql(statement)
-    compacted = max(
-        (Path(table.location().removeprefix("file://")) / "metadata").glob("*.metadata.json"),
-        key=lambda p: p.stat().st_mtime,
-    )
-    catalog = load_catalog("t", **catalog_props)
-    catalog.drop_table("db.t")
-    catalog.register_table("db.t", compacted.as_uri())
     table = sink.load_table()
     assert table.current_snapshot() is not None and table.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
     assert not delete_files(table)

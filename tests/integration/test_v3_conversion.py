@@ -20,7 +20,7 @@ from iceberg_sink import IcebergSink
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink.topology.conversion import convert_equality_deletes
 from iceberg_sink.writer.result import DataFileMeta, FileContent
-from tests.integration.test_v3_cdc import delete_files
+from tests.integration.test_v3_cdc import delete_files, java_commits
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, duckdb_read, normalize, pyiceberg_read
 
 pytestmark = pytest.mark.interop
@@ -76,22 +76,14 @@ JAVA_DELETED = 27
 def _java_deletes(java: JavaIcebergReader, sink: Any, tmp_path: Path, row_id: int) -> None:
     """Iceberg Java deletes one row (merge-on-read: a DV) through a JDBC catalog of its own; the
     sink's catalog then points at Java's metadata, as if Java had committed to the same catalog."""
-    table = sink.load_table()
-    jdbc = java.catalog(f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db")
-    for statement in [
-        f"CREATE NAMESPACE IF NOT EXISTS {jdbc}.db",
-        f"CALL {jdbc}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')",
-        f"ALTER TABLE {jdbc}.db.t SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')",
-        f"DELETE FROM {jdbc}.db.t WHERE id = {row_id}",
-    ]:
-        java.sql(statement)
-    newest = max(
-        (Path(table.location().removeprefix("file://")) / "metadata").glob("*.metadata.json"),
-        key=lambda p: p.stat().st_mtime_ns,
+    java_commits(
+        java,
+        sink.config.catalog.load(),
+        sink.load_table(),
+        tmp_path,
+        "ALTER TABLE {t} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')",
+        f"DELETE FROM {{t}} WHERE id = {row_id}",
     )
-    catalog = sink.config.catalog.load()
-    catalog.drop_table("db.t")
-    catalog.register_table("db.t", newest.as_uri())
     assert "added-dvs" in sink.load_table().current_snapshot().summary.additional_properties
 
 
