@@ -358,7 +358,14 @@ class SnapshotProducer(abc.ABC):
         """Refuse a rewrite that would change more than it replaces; the manifests written for it are
         deleted (nothing will ever list them)."""
         try:
-            data, deletes = live_files(self.table, self.parent, self.parent_entries())
+            entries = self.parent_entries()
+            data, deletes = live_files(self.table, self.parent, entries)
+            parents = {m.manifest_path for m in self.parent.manifests(self.io)} if self.parent is not None else set()
+
+            def carried(manifest: ManifestFile) -> list[ManifestEntry] | None:
+                # A manifest of the parent's, listed as it was: its live entries are the ones read above.
+                return entries.live(self.io, manifest) if manifest.manifest_path in parents else None
+
             check_rewrite(
                 f"{self.operation().value} of branch {self.branch} of {self.table.name()} ({type(self).__name__})",
                 self.io,
@@ -367,6 +374,7 @@ class SnapshotProducer(abc.ABC):
                 self.replaced_paths(),
                 self.added_files(),
                 self.table.metadata.format_version,
+                carried,
             )
         except BaseException:
             delete_quietly(self.io, self._written)

@@ -14,10 +14,10 @@ nothing is committed and the manifests written for the attempt are deleted by th
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestFile
+from pyiceberg.manifest import ManifestEntry, ManifestFile
 
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink.errors import MaintenanceRefusedError
@@ -40,6 +40,7 @@ def check_rewrite(
     removed: Collection[str],
     added: Collection[DataFileMeta],
     format_version: int,
+    carried: Callable[[ManifestFile], Iterable[ManifestEntry] | None] | None = None,
 ) -> None:
     """Refuse a rewrite whose manifests do not list exactly ``before - removed + added``.
 
@@ -51,6 +52,9 @@ def check_rewrite(
         removed: paths of the files the rewrite replaces (each must be live before).
         added: the files the rewrite adds (none may be live before).
         format_version: the table's; version 1 has no sequence numbers to compare.
+        carried: the live entries of a manifest the parent snapshot lists too (manifest files are
+            never changed, so the caller's read of the parent serves), or None for one to read here;
+            every manifest written for the rewrite is read back from storage.
 
     Raises:
         MaintenanceRefusedError: the new snapshot would lose, duplicate, add or change a file other
@@ -76,7 +80,9 @@ def check_rewrite(
     listed: dict[str, tuple[int, int]] = {}
     puffins = set()  # a Puffin file holds the deletion vectors of many data files, one entry each
     for manifest in after:
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+        known = carried(manifest) if carried is not None else None
+        entries = known if known is not None else manifest.fetch_manifest_entry(io, discard_deleted=True)
+        for entry in entries:
             path = entry.data_file.file_path
             counts[path] += 1
             if str(entry.data_file.file_format.value).upper() == "PUFFIN":
