@@ -209,6 +209,16 @@ def source_state() -> dict[str, Any]:
     }
 
 
+class _KeyValue(argparse.Action):
+    """``--write-option KEY=VALUE``, repeatable, collected into one dict."""
+
+    def __call__(self, parser: Any, namespace: Any, value: Any, option: Any = None) -> None:
+        key, sep, text = str(value).partition("=")
+        if not sep or not key:
+            parser.error(f"{option}: expected KEY=VALUE, received {value!r}")
+        setattr(namespace, self.dest, {**getattr(namespace, self.dest), key: text})
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.cdc", description="CDC upsert latency: iceberg_sink vs foreachBatch + MERGE INTO"
@@ -237,8 +247,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--write-option",
-        action="append",
-        default=[],
+        action=_KeyValue,
+        default={},
         metavar="KEY=VALUE",
         help="a write option of the sinks (.write_option(KEY, VALUE)), repeatable, e.g. "
         "iceberg-sink.conversion.key-index-persist=false",
@@ -345,7 +355,7 @@ def run_writers(
                 # The conversion writes position delete files, which v3 refuses; scan points compare v2 tables.
                 "convert_every": args.convert if system.format_version == 2 else 0,
                 "scan_every": args.scan_every if name == "iceberg_sink" else 0,
-                "write_options": dict(o.split("=", 1) for o in args.write_option),
+                "write_options": args.write_option,
             }
             raws[name] = run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
         elif system.driver == "merge":
@@ -533,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
                 "shuffle_partitions": args.shuffle_partitions,
                 "scans": args.scans,
                 "convert": args.convert,
-                "write_options": dict(o.split("=", 1) for o in args.write_option),
+                "write_options": args.write_option,
                 "scan_every": args.scan_every,
                 "systems": args.systems,
                 "wait_quiet": args.wait_quiet,

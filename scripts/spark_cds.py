@@ -22,7 +22,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,8 +65,8 @@ def ensure_archive(base_options: str) -> Path | None:
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("spark-*.jsa"):
         old.unlink()  # made for another JVM or PySpark: useless now
-    partial = Path(tempfile.mkstemp(dir=folder, suffix=".partial")[1])
-    partial.unlink()
+    partial = archive.with_suffix(".partial")  # the JVM writes it on exit; renamed once complete
+    partial.unlink(missing_ok=True)
     env = {
         **os.environ,
         "JAVA_TOOL_OPTIONS": f"{base_options} -XX:ArchiveClassesAtExit={partial} {QUIET}",

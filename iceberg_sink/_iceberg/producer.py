@@ -450,10 +450,10 @@ class SnapshotProducer(abc.ABC):
 
 class RowDelta(SnapshotProducer):
     """A checkpoint's snapshot: new data files and delete files on top of the branch head. On v3 the
-    delete files are DVs only (committer/vectors.py); the live DVs they replace, ``replaced_dvs``
-    ((Puffin path, data file)), are marked deleted, so each data file keeps at most one DV, and so
-    are the file-scoped position delete files (an upgraded v2 table's) whose positions they took
-    over, named the same way ((path, the one data file it names))."""
+    delete files are DVs only (committer/vectors.py); the live delete files they take over,
+    ``replaced`` ((path, the one data file it applies to): the DVs they replace and the file-scoped
+    position delete files of an upgraded v2 table whose positions they hold), are marked deleted, so
+    each data file keeps at most one DV and nothing beside it."""
 
     def __init__(
         self,
@@ -461,7 +461,7 @@ class RowDelta(SnapshotProducer):
         branch: str,
         changes: SnapshotChanges,
         properties: Mapping[str, str],
-        replaced_dvs: frozenset[tuple[str, str]] = frozenset(),
+        replaced: frozenset[tuple[str, str]] = frozenset(),
     ) -> None:
         super().__init__(table, branch, properties)
         if changes.delete_files and table.metadata.format_version < 2:
@@ -474,10 +474,10 @@ class RowDelta(SnapshotProducer):
                 f"a checkpoint with equality or position delete files on table {'.'.join(table.name())} of format "
                 f"version {table.metadata.format_version}: expected format version 1 or 2 ({V3_CHANGES_REFUSAL})"
             )
-        if replaced_dvs and not v3:
+        if replaced and not v3:
             raise ValueError("deletion vectors need format version 3")
         self._changes = changes
-        self._replaced_dvs = replaced_dvs
+        self._replaced = replaced
 
     def operation(self) -> Operation:
         return self._changes.operation
@@ -486,7 +486,7 @@ class RowDelta(SnapshotProducer):
         new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
         new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
         if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION and (
-            self._replaced_dvs or self._changes.truncate
+            self._replaced or self._changes.truncate
         ):
             return new + self._v3_parent_manifests()
         if not self._changes.truncate:
@@ -497,7 +497,7 @@ class RowDelta(SnapshotProducer):
         return new + [m for m in removed if m is not None]
 
     def _v3_parent_manifests(self) -> list[ManifestFile]:
-        """The parent's manifests with the replaced DVs (a truncate: every live file) marked deleted,
+        """The parent's manifests with the replaced delete files (a truncate: every live file) marked deleted,
         read as v3 so the entries kept keep their DV blob location and first row id."""
         result, found, everything = [], set(), self._changes.truncate
         for manifest in self.parent_manifests():
@@ -506,20 +506,20 @@ class RowDelta(SnapshotProducer):
                 continue
             entries = read_entries(self.io, manifest)
             keys = [(e.data_file.file_path, referenced_data_file(to_meta(e.data_file))) for e in entries]
-            if not everything and not self._replaced_dvs.intersection(keys):
+            if not everything and not self._replaced.intersection(keys):
                 result.append(manifest)
                 continue
             writer = self._writer(manifest.content, manifest.partition_spec_id)
             with writer:
                 for entry, key in zip(entries, keys, strict=True):
-                    if everything or key in self._replaced_dvs:
+                    if everything or key in self._replaced:
                         writer.delete(entry)
                         self._removed.append(to_meta(entry.data_file))
                         found.add(key)
                     else:
                         writer.existing(entry)
             result.append(writer.to_manifest_file())
-        missing = self._replaced_dvs - found
+        missing = self._replaced - found
         if missing:
             raise ValueError(f"delete files to replace are not live on the branch head: {sorted(missing)[:1]}")
         return result

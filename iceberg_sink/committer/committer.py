@@ -399,7 +399,7 @@ class IcebergCommitter:
                 self._branch,
                 producer.SnapshotChanges(changes.data_files, resolved.vectors, truncate=committable.truncated),
                 properties,
-                replaced_dvs=resolved.replaced | resolved.retired,
+                replaced=resolved.replaced | resolved.retired,
             ).prepare()
         except BaseException:
             delete_quietly(table.io, [resolved.written] if resolved.written else [])

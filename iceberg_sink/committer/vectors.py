@@ -141,9 +141,10 @@ def write_vectors(
     """One DV for every data file of ``found`` (path -> positions to delete) that gains a position,
     holding those and every position already deleted in it on the snapshot whose live files are
     ``data`` and ``deletes``: its live DV (which the new one replaces) and any position delete file
-    that applies (a file-scoped one is retired with it; a reader that finds a DV ignores the others). All in one Puffin file; ``by_path`` gives
-    the data files' specs and partitions. The v3 checkpoint commit and the v3 equality-delete
-    conversion (topology/conversion/job.py) both go through here: the one rule for merging DVs.
+    that applies (a file-scoped one is retired with it; a reader that finds a DV ignores the
+    others). All in one Puffin file; ``by_path`` gives the data files' specs and partitions. The v3
+    checkpoint commit and the v3 equality-delete conversion (topology/conversion/job.py) both go
+    through here: the one rule for merging DVs.
 
     Raises:
         CorruptFileError: a live DV that has to be merged fails its checks.

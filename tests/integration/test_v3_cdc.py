@@ -71,9 +71,10 @@ def delete_files(table: Table) -> list[tuple[DataFileMeta, int]]:
 
 
 def java_commits(java: JavaIcebergReader, catalog: Catalog, table: Table, tmp_path: Path, *statements: str) -> Path:
-    """Iceberg Java runs ``statements`` (``{t}`` names the table, ``{c}`` the catalog) on ``table`` through a JDBC catalog
-    of its own (registered from the table's metadata), then ``catalog`` points ``db.t`` at Java's
-    newest metadata file, as if Java had committed to the same catalog. Returns that file."""
+    """Iceberg Java runs ``statements`` (``{t}`` names the table, ``{c}`` the catalog) on ``table``
+    through a JDBC catalog of its own (registered from the table's metadata), then ``catalog``
+    points ``db.t`` at Java's newest metadata file, as if Java had committed to the same catalog.
+    Returns that file."""
     jdbc = java.catalog(f"{tmp_path}/java-catalog-warehouse", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db")
     java.sql(f"CREATE NAMESPACE IF NOT EXISTS {jdbc}.db")
     java.sql(f"CALL {jdbc}.system.register_table(table => 'db.t', metadata_file => '{table.metadata_location}')")
@@ -281,7 +282,8 @@ def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behin
         load_catalog("t", **catalog_props),
         table,
         tmp_path,
-        "CALL {c}.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '1', 'rewrite-all', 'true'))",
+        "CALL {c}.system.rewrite_data_files(table => 'db.t', "
+        "options => map('min-input-files', '1', 'rewrite-all', 'true'))",
     )
     table = sink.load_table()
     assert table.current_snapshot() is not None and table.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]

@@ -38,10 +38,11 @@ Format v3 forbids adding position delete files: each D gets one deletion vector 
 positions found, its live DV's and those of every position delete file that applies to it (a v2-era
 file naming D only is removed, as a merged one is on v2; one naming other files too stays: a reader
 that finds a DV ignores it), written and merged by the rule the v3 checkpoint commit follows
-(committer/vectors.py ``write_vectors``), all in one Puffin file. The commit removes every planned E,
-those position delete files and the DVs the new ones replace, entry by entry (_iceberg/delete_rewrite.py), and
-carries the data manifests over with their first row ids: it adds no row and assigns no row id. The
-DV names exact positions of D, so the sequence number c it gets is right as above. Validation adds:
+(committer/vectors.py ``write_vectors``), all in one Puffin file. The commit removes every planned
+E, those position delete files and the DVs the new ones replace, entry by entry
+(_iceberg/delete_rewrite.py), and carries the data manifests over with their first row ids: it adds
+no row and assigns no row id. The DV names exact positions of D, so the sequence number c it gets
+is right as above. Validation adds:
 
 4. a data file it adds a DV for has another live DV than the one merged (another writer's DV, or
    a DV where there was none): committing would lose that DV's positions or leave two DVs.
