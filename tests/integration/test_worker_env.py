@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
+from iceberg_sink.errors import WorkerEnvironmentError
 from iceberg_sink.writer import workers
 from tests.integration.cluster_driver import LAKE
 from tests.integration.sources import EVENT_SCHEMA_DDL, event_batch, write_source_files
@@ -68,13 +69,41 @@ def test_a_worker_interpreter_that_cannot_start_is_named(tmp_path: Path) -> None
     assert str(missing) in step["error"], step["error"]
 
 
-def test_the_check_runs_once_per_spark_context(spark: SparkSession, tmp_path: Path) -> None:
+def test_the_check_runs_once_per_spark_context_and_needs_no_spark_job_on_a_local_master(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     tracker = spark.sparkContext.statusTracker()
     workers._checked.clear()
     before = len(tracker.getJobIdsForGroup(workers.PROBE_JOB_GROUP))
     sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.events").create_if_missing().build()
-    for start in (0, 10):
-        sink.write(spark.createDataFrame(event_batch(start, 10).to_pylist(), EVENT_SCHEMA_DDL))
+    sink.write(spark.createDataFrame(event_batch(0, 10).to_pylist(), EVENT_SCHEMA_DDL))
+    key = (str(spark.sparkContext.applicationId), str(spark.sparkContext.pythonExec))
+    assert workers._checked == {key}
+    sink.write(spark.createDataFrame(event_batch(10, 10).to_pylist(), EVENT_SCHEMA_DDL))
+    # local[2]: the workers' interpreter was asked here, in a subprocess, not by a Spark job.
+    assert len(tracker.getJobIdsForGroup(workers.PROBE_JOB_GROUP)) == before
+    # A module the subprocess misses goes to the Spark job, which decides (one job) and names it; the
+    # job's group does not stick to the caller's later jobs.
+    workers._checked.clear()
+    with pytest.raises(WorkerEnvironmentError, match="no_such_module_here"):
+        workers.check_python_workers(spark, (*workers.REQUIRED_MODULES, "no_such_module_here"))
     assert len(tracker.getJobIdsForGroup(workers.PROBE_JOB_GROUP)) == before + 1
-    # The probe's job group does not stick to the caller's later jobs.
     assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+
+
+def test_the_local_check_finds_what_a_worker_would_and_nothing_more(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = spark.sparkContext
+    assert workers._local_check(context, sys.executable, workers.REQUIRED_MODULES)
+    # A module only the working directory holds: a worker's working directory may differ.
+    (tmp_path / "only_in_the_working_directory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert not workers._local_check(context, sys.executable, ("only_in_the_working_directory",))
+    # A module on PYTHONPATH is found, as Spark passes PYTHONPATH on to its workers.
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert workers._local_check(context, sys.executable, ("only_in_the_working_directory",))
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    assert not workers._local_check(context, str(bare / "bin" / "python"), workers.REQUIRED_MODULES)
+    assert not workers._local_check(context, str(tmp_path / "no-such-python"), workers.REQUIRED_MODULES)
