@@ -40,6 +40,7 @@ from iceberg_sink._iceberg import files
 from iceberg_sink._iceberg.metrics import ColumnValueStats, parquet_metrics
 from iceberg_sink.topology.changes import TRUNCATE_OP
 from iceberg_sink.writer.conform import conform_batch
+from iceberg_sink.writer.encoding import dictionary_columns
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 
@@ -129,7 +130,7 @@ class RollingParquetWriter:
         self._uncombined = 0
         self.buffered_bytes = 0
         if self._writer is None:
-            self._open()
+            self._open(table)
         assert self._writer is not None
         # Bounds come from the values themselves, not the footer (see _iceberg/metrics.py).
         self._values.update(table)
@@ -142,7 +143,7 @@ class RollingParquetWriter:
         """Whether a Parquet file is open (it holds an output stream and writer state)."""
         return self._writer is not None
 
-    def _open(self) -> None:
+    def _open(self, first: pa.Table) -> None:
         self._before_open()
         self._path = self._new_path()
         self._stream = self._io.new_output(self._path).create(overwrite=False)
@@ -154,6 +155,7 @@ class RollingParquetWriter:
             compression_level=None if self._spec.compression_level < 0 else self._spec.compression_level,
             store_decimal_as_integer=True,
             write_statistics=True,
+            use_dictionary=dictionary_columns(first),
         )
         self._values = ColumnValueStats(self._iceberg_schema, self._spec.properties)
 
