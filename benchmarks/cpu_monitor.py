@@ -66,7 +66,8 @@ class ForeignCpuMonitor:
     def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
         self.available = Path("/proc/self/stat").exists()
-        self._root = os.getpid()
+        self._roots = {os.getpid()}
+        self._ever_ours: set[int] = set()
         self._times: list[float] = []
         self._totals: list[float] = []
         self._total = 0.0
@@ -77,7 +78,12 @@ class ForeignCpuMonitor:
 
     def _sample(self) -> None:
         processes = _read_processes()
-        ours = _descendants(self._root, processes)
+        with self._lock:
+            roots = set(self._roots)
+        # A process once ours stays ours: a JVM whose Python driver exited first is reparented to
+        # init, and would otherwise count its whole lifetime's CPU as foreign at its next sample.
+        ours = set().union(*(_descendants(root, processes) for root in roots)) | self._ever_ours
+        self._ever_ours = ours & set(processes)
         now = time.time()
         first = not self._times
         current: dict[int, float] = {}
@@ -93,6 +99,12 @@ class ForeignCpuMonitor:
             self._total += added
             self._times.append(now)
             self._totals.append(self._total)
+
+    def adopt(self, pid: int) -> None:
+        """Count ``pid`` and its descendants as ours: a process this benchmark started that is not
+        its descendant (PyFlink's JVM, reparented when the launcher between them exits)."""
+        with self._lock:
+            self._roots.add(pid)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -163,8 +175,9 @@ def quiet_gate(spec: dict[str, Any]) -> tuple[ForeignCpuMonitor, Callable[[], fl
     return monitor, wait
 
 
-def tree_cpu_seconds(root: int | None = None) -> float | None:
-    """CPU seconds used so far by ``root`` (default: this process) and all its descendants, read now.
+def tree_cpu_seconds(root: int | None = None, also: tuple[int, ...] = ()) -> float | None:
+    """CPU seconds used so far by ``root`` (default: this process) and all its descendants, read now;
+    ``also``: more roots whose trees count too (each process once).
 
     For every live process of the tree: its own user and system time plus those of its children that
     have exited and been waited for (``cutime``/``cstime``), so a Python worker that ended inside the
@@ -174,4 +187,5 @@ def tree_cpu_seconds(root: int | None = None) -> float | None:
         return None
     root = os.getpid() if root is None else root
     totals = _read_processes(reaped_children=True)
-    return sum(totals[pid][1] for pid in _descendants(root, totals) if pid in totals)
+    pids = set().union(*(_descendants(r, totals) for r in (root, *also)))
+    return sum(totals[pid][1] for pid in pids if pid in totals)
