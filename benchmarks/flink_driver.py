@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cpu_monitor import quiet_gate
+from benchmarks.cpu_monitor import quiet_gate, tree_cpu_seconds
 from benchmarks.driver_main import driver_main
 
 CATALOG = "ice"
@@ -128,6 +128,17 @@ def job_net_runtime(job: Any) -> float | None:
         return None
 
 
+def cpu_delta(before: float | None, after: float | None) -> float | None:
+    return after - before if before is not None and after is not None else None
+
+
+def _tree_pids() -> set[int]:
+    """This process and its descendants, now (Linux /proc; empty elsewhere)."""
+    from benchmarks.cpu_monitor import _descendants, _read_processes
+
+    return _descendants(os.getpid(), _read_processes()) if Path("/proc/self/stat").exists() else set()
+
+
 def source_table(t_env: Any, name: str, path: Path) -> str:
     t_env.execute_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
     t_env.execute_sql(
@@ -170,6 +181,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         jvm = get_gateway().jvm
         result["java_version"] = str(jvm.java.lang.System.getProperty("java.version"))
+        # Flink's JVM (its gateway and the mini-cluster that runs every job) is not a descendant of
+        # this process: PyFlink's launcher between them exits. Its CPU is counted by its pid.
+        jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+        monitor.adopt(jvm_pid)
+        result["jvm_pid_in_tree"] = jvm_pid in _tree_pids()
+
+        def cpu() -> float | None:
+            return tree_cpu_seconds(also=(jvm_pid,))
+
         t_env.execute_sql(
             f"CREATE CATALOG {CATALOG} WITH ('type'='iceberg', 'catalog-type'='hadoop', "
             f"'warehouse'='{warehouse.as_uri()}', 'property-version'='1')"
@@ -181,10 +201,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         result["iceberg_version"] = str(jvm.org.apache.iceberg.IcebergBuild.version())
 
         result["load_waited_for_quiet_seconds"] = wait_quiet()
+        cpu_before = cpu()
         started = time.perf_counter()
         source_table(t_env, "initial_rows", initial_csv)
         t_env.execute_sql(f"INSERT INTO {TABLE} {LOAD_HINT} SELECT {SELECT_COLUMNS} FROM initial_rows").wait()
         result["load_seconds"] = time.perf_counter() - started
+        result["load_cpu_seconds"] = cpu_delta(cpu_before, cpu())
         snapshots = Metadata.snapshots(metadata.load())
         log(f"loaded the initial rows in {result['load_seconds']:.1f}s ({len(snapshots)} snapshot(s))")
 
@@ -194,15 +216,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         summaries: list[dict[str, str]] = []
         snapshot_ids: list[int] = []
         net_runtime: list[float | None] = []
+        batch_cpu: list[float | None] = []
         for index, path in enumerate(batch_csvs):
             before = len(snapshots)
             name = source_table(t_env, "changes", path)
             waited.append(wait_quiet())
+            cpu_before = cpu()
             wall = time.time()
             started = time.perf_counter()
             job = t_env.execute_sql(f"INSERT INTO {TABLE} SELECT {SELECT_COLUMNS} FROM {name}")
             job.wait()
             elapsed = time.perf_counter() - started
+            batch_cpu.append(cpu_delta(cpu_before, cpu()))
             seconds.append(elapsed)
             net_runtime.append(job_net_runtime(job))
             intervals.append((wall, wall + elapsed))
@@ -225,6 +250,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         result["batch_summaries"] = summaries
         result["batch_snapshot_ids"] = snapshot_ids
         result["batch_job_net_runtime_seconds"] = net_runtime
+        result["batch_cpu_seconds"] = batch_cpu
+        # Measured here, where the monitor counts Flink's JVM as ours (cdc.py's own monitor cannot).
+        result["batch_foreign_cpu_seconds"] = [monitor.between(a, b) for a, b in intervals]
         result["final_summary"] = summaries[-1] if summaries else {}
         result["metadata_location"] = str(metadata.location())
     finally:
