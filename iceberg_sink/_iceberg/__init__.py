@@ -23,6 +23,7 @@ check what it writes.
 - ``lineage``: format v3 row lineage: manifests read with their first row ids, the v3 manifest list
   that assigns them, a snapshot's first-row-id and added-rows.
 - ``v3_metadata``: writing v3 metadata files, which PyIceberg 0.12 refuses.
+- ``metadata_cache``: a SQL catalog that parses a table's metadata file only when its location moved.
 """
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)

@@ -64,6 +64,10 @@ def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tup
     with v3_metadata_writes():  # the sink built this commit (its v3 snapshots carry row lineage)
         response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
     delete_dropped_metadata(table.io, table.metadata, response.metadata)
+    from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
+
+    # The next load of this location reuses the metadata sent (a SQL catalog then reads no file).
+    metadata_cache.remember(table.catalog, table.name(), response.metadata_location, response.metadata)
     return Table(
         identifier=table.name(),
         metadata=response.metadata,

@@ -165,9 +165,12 @@ class CatalogConfig:
                 (not chained: the cause's text, from a driver's URL parser or an HTTP client, may hold
                 secrets).
         """
+        from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
+
         properties = dict(self.properties)
         try:
-            return load_catalog(self.name, **properties)
+            # A SQL catalog parses a table's metadata file only when its location moved (_iceberg/metadata_cache.py).
+            return metadata_cache.caching(load_catalog(self.name, **properties))
         except Exception as e:
             raise CatalogLoadError(
                 f"{describe_catalog(self.name, properties)} could not be loaded: "
