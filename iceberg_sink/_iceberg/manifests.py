@@ -35,6 +35,11 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 from iceberg_sink._iceberg.files import to_data_file, to_meta
 from iceberg_sink.writer.result import DataFileMeta
 
+# Entry schemas by (partition type as JSON, format version): built once per partition spec, not for
+# every manifest (a routed checkpoint writes two or three manifests per table). Schemas are immutable.
+_ENTRY_SCHEMAS: dict[tuple[str, int], Schema] = {}
+_ENTRY_SCHEMAS_MAX = 256
+
 
 def _spec_data_file_type(partition_type: StructType, format_version: TableVersion) -> Schema:
     """The manifest entry schema with ``equality_ids`` as ``list<int>``.
@@ -42,6 +47,17 @@ def _spec_data_file_type(partition_type: StructType, format_version: TableVersio
     PyIceberg 0.12 declares it ``list<long>``; the Iceberg spec (field 135, element 136) says int,
     and Iceberg Java fails to read equality delete entries written as longs.
     """
+    key = (partition_type.model_dump_json(), int(format_version))
+    schema = _ENTRY_SCHEMAS.get(key)
+    if schema is None:
+        schema = _entry_schema(partition_type, format_version)
+        if len(_ENTRY_SCHEMAS) >= _ENTRY_SCHEMAS_MAX:
+            _ENTRY_SCHEMAS.clear()
+        _ENTRY_SCHEMAS[key] = schema
+    return schema
+
+
+def _entry_schema(partition_type: StructType, format_version: TableVersion) -> Schema:
     data_file = data_file_with_partition(partition_type=partition_type, format_version=format_version)
     fields = [
         NestedField(
