@@ -246,7 +246,7 @@ class IcebergSink:
 
         Raises:
             WorkerEnvironmentError: Spark's Python workers lack a module the writers need (checked
-                once per SparkContext by a one-task job).
+                once per SparkContext: writer/workers.py).
         """
         if not streaming_df.isStreaming:
             raise InvalidSinkConfigError(

@@ -90,8 +90,9 @@ def _probe_function(modules: tuple[str, ...]) -> Any:
 def check_python_workers(spark: SparkSession, modules: tuple[str, ...] = REQUIRED_MODULES) -> None:
     """Raise :class:`WorkerEnvironmentError` unless a Python worker of ``spark`` imports ``modules``.
 
-    Runs one single-task job the first time per SparkContext and worker interpreter; later calls
-    return at once.
+    Checks once per SparkContext and worker interpreter (later calls return at once): on a ``local``
+    master with a subprocess of that interpreter, else (or if that misses a module) with one
+    single-task Spark job.
     """
     context = spark.sparkContext
     interpreter = str(getattr(context, "pythonExec", "python3"))
