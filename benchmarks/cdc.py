@@ -31,6 +31,10 @@ after the other, each in a fresh process of its own, on identical data (``benchm
   mode (``PRIMARY KEY (id)``, ``'write.upsert.enabled'='true'``: one equality delete per written
   row); the initial rows are appended (upsert off for that statement), then each batch is one
   bounded ``INSERT INTO`` job, whose sink commits one snapshot at its end.
+- **flink_stream** (opt-in): the same sink as one long-running streaming job over every batch in
+  order, committing at each checkpoint (``--flink-checkpoint-ms``, default 500): Flink as deployed
+  for CDC. Its "batches" in the result are its commits (seconds since the previous commit, the
+  commit's changes in ``batch_changes``), so its figures are per commit, not per input batch.
 
 Each system runs in a fresh process of its own, in the order ``--systems`` names them, and does the
 same before its timed work: start Spark, create the empty table (untimed), then the load and the
@@ -276,6 +280,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="before the load and before each batch, wait up to this many seconds until other processes used "
         "under 0.2 cores for 3 s (default 120; 0 disables)",
     )
+    parser.add_argument(
+        "--flink-checkpoint-ms",
+        type=int,
+        default=500,
+        help="flink_stream: Flink's checkpoint interval, so its commit interval (default 500)",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (tables, data) afterwards")
     args = parser.parse_args(argv)
@@ -374,6 +384,8 @@ def run_writers(
                 "work_dir": str(system_work),
                 "jars": [str(j) for j in env.jars],
                 "parallelism": args.cores,
+                "mode": "stream" if name == "flink_stream" else "batches",
+                "checkpoint_interval_ms": args.flink_checkpoint_ms,
             }
             raws[name] = run_driver(env.python, "benchmarks.flink_driver", spec, work_dir, True, name)
         timings[name] = time.perf_counter() - started
@@ -395,9 +407,14 @@ def engine_of(name: str, raw: dict[str, Any]) -> str:
             f"Spark {raw['spark_version']} + Apache Iceberg Java {raw['iceberg_version']}, format "
             f"v{system.format_version}, MERGE INTO merge-on-read ({deletes})"
         )
+    how = (
+        f"one streaming job committing every {raw['checkpoint_interval_ms']} ms checkpoint"
+        if raw.get("mode") == "stream"
+        else "one bounded job per batch"
+    )
     return (
         f"Apache Flink {raw['flink_version']} + Iceberg Java {raw['iceberg_version']} "
-        "(iceberg-flink-runtime), upsert mode with equality deletes, one bounded job per batch"
+        f"(iceberg-flink-runtime), upsert mode with equality deletes, {how}"
     )
 
 
@@ -439,6 +456,13 @@ def system_extras(name: str, raw: dict[str, Any], reader: dict[str, Any], jar: P
             input_csv_conversion_seconds=raw["csv_conversion_seconds"],
             batch_job_net_runtime_seconds=raw["batch_job_net_runtime_seconds"],
         )
+        if raw.get("mode") == "stream":
+            extras.update(
+                checkpoint_interval_ms=raw["checkpoint_interval_ms"],
+                stream_job_seconds=raw["stream_job_seconds"],
+                stream_snapshots=raw["stream_snapshots"],
+                commit_changes=raw["batch_changes"],
+            )
     return extras
 
 

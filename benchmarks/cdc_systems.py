@@ -7,7 +7,7 @@ Pure logic (no Spark, no I/O), shared by ``benchmarks/cdc.py`` and its unit test
   figures; ``iceberg_sink_v3`` (the sink's deletion vectors) and ``merge_into_v3`` (Iceberg Java's
   MERGE INTO merge-on-read on a v3 table, which writes DVs) are issue 22's comparison.
 - ``summarize``: median (p50), p90, p99 of the steady batches.
-- ``write_figures``: end to end (load and every batch) and steady state (the batches after the
+- ``write_figures``: (for a streaming driver, ``flink_stream``, one entry per commit, of its size) end to end (load and every batch) and steady state (the batches after the
   warm-up) apart, each with changes per second and CPU-seconds per million changes.
 - ``v3_goals``: issue 22's targets, write p50 <= 0.45 s per batch for ``iceberg_sink_v3`` and a
   full scan no slower than the ``merge_into_v3`` table's.
@@ -37,6 +37,7 @@ SYSTEMS: dict[str, CdcSystem] = {
         CdcSystem("merge_into", "merge", 2),
         CdcSystem("merge_into_v3", "merge", 3),
         CdcSystem("flink", "flink", 2),
+        CdcSystem("flink_stream", "flink", 2),
     )
 }
 # What runs without --systems: the two systems of the published figures (the others are opt-in).
@@ -108,10 +109,12 @@ def write_figures(raw: dict[str, Any], warmup: int, batch_size: int, initial_row
     ``summarize``). CPU-seconds are per million changes for the batches and per million rows for the
     load."""
     seconds: list[float] = raw["batch_seconds"]
+    # A streaming driver's entries are its commits, of varying size (``batch_changes``).
+    sizes: list[int] = raw.get("batch_changes") or [batch_size] * len(seconds)
     cpu: list[float | None] = raw.get("batch_cpu_seconds") or [None] * len(seconds)
     load_cpu = raw.get("load_cpu_seconds")
     batch_cpu = _total(cpu)
-    changes = batch_size * len(seconds)
+    changes = sum(sizes)
     end_to_end = {
         "seconds": raw["load_seconds"] + sum(seconds),
         "load_seconds": raw["load_seconds"],
@@ -123,9 +126,13 @@ def write_figures(raw: dict[str, Any], warmup: int, batch_size: int, initial_row
     }
     steady = summarize(seconds, warmup, batch_size)
     skipped = steady.get("skipped_warmup_batches", 0)
+    steady_changes = sum(sizes[skipped:])
+    if raw.get("batch_changes") and sum(seconds[skipped:]) > 0:
+        steady["changes_per_second"] = steady_changes / sum(seconds[skipped:])
+        steady["changes_per_commit_median"] = statistics.median(sizes[skipped:]) if sizes[skipped:] else None
     steady_cpu = _total(cpu[skipped:])
     steady["cpu_seconds"] = steady_cpu
-    steady["cpu_seconds_per_million_changes"] = _per_million(steady_cpu, batch_size * steady["batches"])
+    steady["cpu_seconds_per_million_changes"] = _per_million(steady_cpu, steady_changes)
     return {"end_to_end": end_to_end, "steady_state": steady}
 
 

@@ -24,6 +24,11 @@ and of each batch, and the parallelism. The driver, with Flink's Table API in a 
    job (``batch_job_net_runtime_seconds``: running to finished, without planning and submission)
    is recorded beside it, to tell the per-job start-up from the work.
 
+With ``"mode": "stream"`` in the spec (the ``flink_stream`` system of ``benchmarks/cdc.py``), step 3
+is one long-running streaming job instead, the way Flink is deployed for CDC: every batch, in order,
+through one job whose Iceberg committer commits a snapshot per completed checkpoint
+(``checkpoint_interval_ms``), see :func:`run_stream`.
+
 Input format: this PyFlink ships no Parquet format (``flink-sql-parquet`` is not on the Maven
 repository this project reaches), so before anything is timed the driver rewrites each Parquet file
 as CSV with PyArrow (``ts`` as ``yyyy-MM-dd HH:mm:ss.SSSSSS`` in UTC) and the jobs read those with
@@ -38,6 +43,7 @@ nothing of the project (it runs from the project root so that ``benchmarks`` is 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -210,6 +216,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         snapshots = Metadata.snapshots(metadata.load())
         log(f"loaded the initial rows in {result['load_seconds']:.1f}s ({len(snapshots)} snapshot(s))")
 
+        if spec.get("mode") == "stream":
+            result.update(run_stream(spec, batch_csvs, csv_dir, warehouse, metadata, monitor, wait_quiet, cpu))
+            return result
+
         seconds: list[float] = []
         waited: list[float] = []
         intervals: list[tuple[float, float]] = []
@@ -258,6 +268,118 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         monitor.stop()
     return result
+
+
+def run_stream(
+    spec: dict[str, Any],
+    batch_csvs: list[Path],
+    csv_dir: Path,
+    warehouse: Path,
+    metadata: Metadata,
+    monitor: Any,
+    wait_quiet: Any,
+    cpu: Any,
+) -> dict[str, Any]:
+    """Every batch through one long-running streaming job, committed by Flink's checkpoints.
+
+    The batches are concatenated, in order, into one CSV file (before the timed window): Flink's CSV
+    format does not split a file, so one source reader reads it front to back and the upsert sink,
+    keyed by ``id``, sees each key's changes in stream order. The job runs in streaming mode with
+    ``execution.checkpointing.interval`` from the spec; Flink's Iceberg committer commits one snapshot
+    per completed checkpoint, and one more for the rest at the end of the input. The driver polls the
+    table's ``version-hint.text`` (every 10 ms) while the job runs: each new snapshot ends one
+    "checkpoint" entry (its seconds since the previous one, or since the job's submission; its
+    changes: the snapshot's ``added-records``; the CPU of Flink's JVM and this process in between).
+    """
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    stream_csv = csv_dir / "stream"
+    stream_csv.mkdir()
+    with (stream_csv / "changes.csv").open("wb") as out:
+        for path in batch_csvs:
+            out.write(path.read_bytes())
+    interval_ms = int(spec.get("checkpoint_interval_ms", 500))
+    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    config = t_env.get_config()
+    config.set("parallelism.default", str(spec.get("parallelism", 2)))
+    config.set("table.local-time-zone", "UTC")
+    config.set("execution.checkpointing.interval", f"{interval_ms} ms")
+    for key, value in (spec.get("flink_conf") or {}).items():
+        config.set(str(key), str(value))
+    t_env.execute_sql(
+        f"CREATE CATALOG {CATALOG} WITH ('type'='iceberg', 'catalog-type'='hadoop', "
+        f"'warehouse'='{warehouse.as_uri()}', 'property-version'='1')"
+    )
+    source_table(t_env, "stream_changes", stream_csv)
+    before = len(Metadata.snapshots(metadata.load()))
+    version_hint = metadata.dir / "version-hint.text"
+    hint = version_hint.read_text(encoding="utf-8")
+
+    waited = wait_quiet()
+    cpu_before = cpu()
+    wall = time.time()
+    started = time.perf_counter()
+    job = t_env.execute_sql(f"INSERT INTO {TABLE} SELECT {SELECT_COLUMNS} FROM stream_changes")
+    client = job.get_job_client()
+    ends: list[tuple[float, float, float | None]] = [(started, wall, cpu_before)]  # (perf, wall, cpu) per commit
+    finished = False
+    while True:
+        now_hint = version_hint.read_text(encoding="utf-8")
+        if now_hint != hint:
+            hint = now_hint
+            ends.append((time.perf_counter(), time.time(), cpu()))
+        if finished:
+            break
+        try:
+            finished = str(client.get_job_status().result()) in ("FINISHED", "FAILED", "CANCELED")
+        except Exception:  # the local mini-cluster shuts down once its job ended
+            finished = True
+        if not finished:
+            time.sleep(0.01)
+    job_seconds = time.perf_counter() - started
+    try:
+        job.wait()  # raises if the job failed
+    except Exception as e:
+        if "MiniCluster is not yet running or has already been shut down" not in str(e):
+            raise
+    snapshots = Metadata.snapshots(metadata.load())[before:]
+    if len(ends) - 1 > len(snapshots):
+        raise RuntimeError(f"saw {len(ends) - 1} commits but the table has {len(snapshots)} new snapshots")
+    # Two commits between two polls show as one change of the hint: their snapshots share an entry.
+    summaries = [{str(k): str(v) for k, v in (s.get("summary") or {}).items()} for s in snapshots]
+    by_time = sorted(zip((int(s["timestamp-ms"]) for s in snapshots), summaries, strict=True), key=lambda x: x[0])
+    entries = len(ends) - 1
+    changes: list[int] = [0] * entries
+    entry_wall = [w for _, w, _ in ends[1:]]
+    for committed_ms, summary in by_time:
+        index = next((i for i, w in enumerate(entry_wall) if committed_ms / 1000.0 <= w + 0.05), entries - 1)
+        changes[index] += int(summary.get("added-records", 0))
+    seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
+    batch_cpu = [None if a[2] is None or b[2] is None else b[2] - a[2] for a, b in itertools.pairwise(ends)]
+    intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]
+    total_changes = sum(changes)
+    log(
+        f"stream: {total_changes} changes in {job_seconds:.1f}s, {len(snapshots)} snapshots "
+        f"(checkpoint interval {interval_ms} ms)"
+    )
+    return {
+        "mode": "stream",
+        "checkpoint_interval_ms": interval_ms,
+        "stream_job_seconds": job_seconds,
+        "stream_waited_for_quiet_seconds": waited,
+        "stream_snapshots": len(snapshots),
+        "batch_seconds": seconds,
+        "batch_changes": changes,
+        "batch_waited_for_quiet_seconds": [0.0] * len(seconds),
+        "batch_intervals": intervals,
+        "batch_summaries": summaries,
+        "batch_snapshot_ids": [int(s["snapshot-id"]) for s in snapshots],
+        "batch_job_net_runtime_seconds": [job_net_runtime(job)],
+        "batch_cpu_seconds": batch_cpu,
+        "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],
+        "final_summary": summaries[-1] if summaries else {},
+        "metadata_location": str(metadata.location()),
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -100,6 +100,24 @@ def test_write_figures_separates_end_to_end_from_steady_state() -> None:
     assert no_cpu["end_to_end"]["load_cpu_seconds_per_million_rows"] is None
 
 
+def test_write_figures_of_a_streaming_driver_count_each_commits_own_changes() -> None:
+    # flink_stream: one entry per commit, each of its own size (the commit's added records).
+    raw = {
+        "load_seconds": 2.0,
+        "batch_seconds": [3.0, 0.5, 0.5, 0.25],
+        "batch_changes": [100, 4000, 6000, 1000],
+        "batch_cpu_seconds": [4.0, 1.0, 1.5, 0.5],
+    }
+    out = write_figures(raw, warmup=1, batch_size=10_000, initial_rows=1_000)
+    e2e, steady = out["end_to_end"], out["steady_state"]
+    assert e2e["changes_per_second"] == pytest.approx(11_100 / 4.25)
+    assert e2e["batch_cpu_seconds_per_million_changes"] == pytest.approx(7.0 / 11_100 * 1e6)
+    assert steady["changes_per_second"] == pytest.approx(11_000 / 1.25)
+    assert steady["changes_per_commit_median"] == 4000
+    assert steady["cpu_seconds_per_million_changes"] == pytest.approx(3.0 / 11_000 * 1e6)
+    assert SYSTEMS["flink_stream"].driver == "flink" and SYSTEMS["flink_stream"].format_version == 2
+
+
 def test_v3_goals_compare_the_v3_sink_with_the_v3_merge_table() -> None:
     def system(median: float, scan: float) -> dict[str, Any]:
         return {"steady_state": {"median": median}, "full_scan_seconds": scan}
