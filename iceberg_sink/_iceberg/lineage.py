@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyiceberg.avro.codecs import AVRO_CODEC_KEY
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     MANIFEST_ENTRY_SCHEMAS,
@@ -52,6 +52,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import LongType, NestedField
 
+from iceberg_sink._iceberg.avro_read import CachedAvroFile, fetch_entries
 from iceberg_sink._iceberg.manifests import (
     DATA_FILE_FIRST_ROW_ID,
     MANIFEST_FILE_FIRST_ROW_ID,
@@ -135,7 +136,7 @@ def read_manifests(io: FileIO, snapshot: Snapshot, format_version: int) -> list[
     each keeps its ``first_row_id``; earlier versions read as PyIceberg does (cached)."""
     if format_version < ROW_LINEAGE_FORMAT_VERSION:
         return snapshot.manifests(io)
-    with AvroFile[ManifestFile](
+    with CachedAvroFile[ManifestFile](
         io.new_input(snapshot.manifest_list),
         MANIFEST_LIST_FILE_SCHEMAS[3],
         read_types={-1: ManifestFile, 508: PartitionFieldSummary},
@@ -175,8 +176,8 @@ def read_entries(
         and manifest.content == ManifestContent.DELETES
     )
     if len(manifest) <= MANIFEST_FILE_FIRST_ROW_ID and not v3_deletes:
-        return manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted)
-    with AvroFile[ManifestEntry](
+        return fetch_entries(io, manifest, discard_deleted=discard_deleted)
+    with CachedAvroFile[ManifestEntry](
         io.new_input(manifest.manifest_path),
         MANIFEST_ENTRY_SCHEMAS[3],
         read_types={-1: ManifestEntry, 2: DataFile},

@@ -32,6 +32,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
+from iceberg_sink._iceberg.avro_read import fetch_entries
 from iceberg_sink._iceberg.files import to_data_file, to_meta
 from iceberg_sink.writer.result import DataFileMeta
 
@@ -320,7 +321,7 @@ def read_staged_manifest(io: FileIO, staged: StagedManifest) -> list[DataFileMet
         min_sequence_number=0,
         added_snapshot_id=0,
     )
-    return [to_meta(e.data_file) for e in manifest.fetch_manifest_entry(io, discard_deleted=True)]
+    return [to_meta(e.data_file) for e in fetch_entries(io, manifest, discard_deleted=True)]
 
 
 def has_live_files(manifest: ManifestFile) -> bool:
@@ -349,7 +350,7 @@ def reachable_files(table: Table, without: Collection[int] = ()) -> set[str]:
                 continue
             seen_manifests.add(manifest.manifest_path)
             result.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            for entry in fetch_entries(io, manifest, discard_deleted=False):
                 result.add(entry.data_file.file_path)
     return result
 
@@ -390,12 +391,10 @@ def expiry_cleanup(
             current.setdefault(manifest.manifest_path, manifest)
     to_delete = [m for path, m in candidates.items() if path not in current]
     result.update(m.manifest_path for m in to_delete)
-    files = {e.data_file.file_path for m in to_delete for e in m.fetch_manifest_entry(io, discard_deleted=True)}
+    files = {e.data_file.file_path for m in to_delete for e in fetch_entries(io, m, discard_deleted=True)}
     if files:
         for manifest in current.values():
-            files.difference_update(
-                e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=True)
-            )
+            files.difference_update(e.data_file.file_path for e in fetch_entries(io, manifest, discard_deleted=True))
     result.update(files)
     result.update(s.statistics_path for s in before.statistics if s.statistics_path not in kept_statistics)
     return result

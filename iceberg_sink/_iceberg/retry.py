@@ -36,6 +36,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink import _faults
+from iceberg_sink._iceberg.avro_read import fetch_entries
 from iceberg_sink._iceberg.files import delete_quietly
 from iceberg_sink._iceberg.producer import PreparedCommit, commit_prepared
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, CommitStateUnknownError
@@ -356,7 +357,7 @@ def absent_from(table: Table, attempts: Iterable[PreparedCommit], paths: Iterabl
             seen.add(manifest.manifest_path)
             if manifest.manifest_path in wanted:
                 return False
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            for entry in fetch_entries(table.io, manifest, discard_deleted=False):
                 if entry.data_file.file_path in wanted:
                     return False
     return True

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntry, ManifestFile
 
+from iceberg_sink._iceberg.avro_read import fetch_entries
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink.errors import MaintenanceRefusedError
 from iceberg_sink.writer.result import DataFileMeta
@@ -81,7 +82,7 @@ def check_rewrite(
     puffins = set()  # a Puffin file holds the deletion vectors of many data files, one entry each
     for manifest in after:
         known = carried(manifest) if carried is not None else None
-        entries = known if known is not None else manifest.fetch_manifest_entry(io, discard_deleted=True)
+        entries = known if known is not None else fetch_entries(io, manifest, discard_deleted=True)
         for entry in entries:
             path = entry.data_file.file_path
             counts[path] += 1
