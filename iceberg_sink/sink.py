@@ -25,6 +25,7 @@ from iceberg_sink.job.routing import RoutedJob
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
 from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.table.key_bounds import KeyBoundsCache
 from iceberg_sink.table.versions import upgrade_format_version
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
@@ -61,6 +62,8 @@ class IcebergSink:
         # The v3 committers' key index, kept from job to job: each bounded write() is a job of its
         # own, and without it every write() would load or read every indexed file's keys again.
         self._committer_index: KeyIndex | None = None
+        # Key bounds per data manifest, for proving ids new: kept across this sink's jobs.
+        self._key_bounds = KeyBoundsCache()
 
     def metrics(self) -> MetricsSnapshot:
         """Counters of every job of this sink: writers, commits, hooks, compactions and conversions.
@@ -182,6 +185,7 @@ class IcebergSink:
             compaction=self._compaction,
             conversion=self._conversion,
         )
+        job.key_bounds = self._key_bounds
         job.committer.take_key_index(self._committer_index)
         self._committer_index = job.committer.key_index
         self._compaction = job.compaction

@@ -127,7 +127,7 @@ class SinkJob:
             key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
             key_index_persist=resolved.get(options.CONVERSION_KEY_INDEX_PERSIST),
         )
-        self._key_bounds: KeyBoundsCache | None = None
+        self.key_bounds = KeyBoundsCache()  # the sink gives its jobs one to share (each write() is a job)
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
         self.hooks = HookRunner(
             config.pre_commit_hooks,
@@ -358,8 +358,7 @@ class SinkJob:
             self.binding.use_key(table, named_keys)
             table = self.binding.check_input(table, self.binding.own_columns(struct, table, carried))
         if self.binding.key_changed:
-            self.binding.key_changed = False
-            self._key_bounds = None  # bounds of the old key's columns
+            self.binding.key_changed = False  # the bounds cache is per key: it starts over itself
         if self.binding.schema_changed:
             self.binding.schema_changed = False
             _faults.hit(_faults.AFTER_SCHEMA_CHANGE, checkpoint_id)
@@ -394,9 +393,8 @@ class SinkJob:
             return plan
         plan.resolved = options.resolve(self._config.options, table.properties)
         if self._config.changes is not None and plan.resolved.get(options.SKIP_DELETES_FOR_NEW_KEYS):
-            if self._key_bounds is None:
-                self._key_bounds = KeyBoundsCache(self.binding.equality_ids(table))
-            plan.proof = self._key_bounds.bounds(table, branch_head(table, self._config.branch))
+            head = branch_head(table, self._config.branch)
+            plan.proof = self.key_bounds.bounds(table, head, self.binding.equality_ids(table))
         plan.spec = self.writer_spec(table, checkpoint_id, plan.proof)
         plan.mode = self.binding.distribution_mode(table, plan.resolved)
         plan.sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]

@@ -24,6 +24,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import PrimitiveType
 
+from iceberg_sink._iceberg.avro_read import fetch_entries
+
 _UNBOUNDED = object()
 
 
@@ -41,18 +43,23 @@ class KeyBounds:
 
 
 class KeyBoundsCache:
-    """Per-manifest key bounds, reused across checkpoints of one job."""
+    """Per-manifest key bounds, reused across checkpoints of one job and across the jobs of one sink
+    (each bounded ``write()`` is a job of its own: without the cache it read every data manifest of
+    the table again). Manifests are immutable, so a path's bounds never change; they are kept per
+    key (``key_field_ids``, or the ids given to :meth:`bounds`), and only for manifests the last
+    snapshot asked about listed, so the cache holds at most the table's live data manifests."""
 
-    def __init__(self, key_field_ids: Sequence[int]) -> None:
+    def __init__(self, key_field_ids: Sequence[int] = ()) -> None:
         self._ids = tuple(key_field_ids)
         self._by_manifest: dict[str, dict[int, tuple[Any, Any]] | None] = {}
+        self._cached_ids = self._ids
 
     def _manifest_bounds(self, table: Table, manifest: Any) -> dict[int, tuple[Any, Any]] | None:
         """(lower, upper) per field as (value, serialized); None for a manifest without rows."""
         schema = table.schema()
         result: dict[int, tuple[Any, Any]] = {}
         rows = 0
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in fetch_entries(table.io, manifest, discard_deleted=True):
             file = entry.data_file
             rows += file.record_count
             for field_id in self._ids:
@@ -72,17 +79,28 @@ class KeyBoundsCache:
                     result[field_id] = (min((clo, clow), (lo, lower)), max((chi, chigh), (hi, upper)))
         return result if rows else None
 
-    def bounds(self, table: Table, snapshot: Snapshot | None) -> KeyBounds:
+    def bounds(self, table: Table, snapshot: Snapshot | None, key_field_ids: Sequence[int] | None = None) -> KeyBounds:
+        """The key bounds over ``snapshot``'s live data files, for ``key_field_ids`` (default: the
+        ids the cache was made with)."""
+        if key_field_ids is not None and tuple(key_field_ids) != self._ids:
+            self._ids = tuple(key_field_ids)
+        if self._ids != self._cached_ids:  # another key: bounds of other columns
+            self._by_manifest = {}
+            self._cached_ids = self._ids
         if snapshot is None:
             return KeyBounds(snapshot_id=-1, empty=True, fields=())
         merged: dict[int, Any] = {}
         any_rows = False
+        live: dict[str, dict[int, tuple[Any, Any]] | None] = {}
         for manifest in snapshot.manifests(table.io):
             if manifest.content != ManifestContent.DATA:
                 continue
-            if manifest.manifest_path not in self._by_manifest:
-                self._by_manifest[manifest.manifest_path] = self._manifest_bounds(table, manifest)
-            bounds = self._by_manifest[manifest.manifest_path]
+            path = manifest.manifest_path
+            if path not in live:
+                live[path] = (
+                    self._by_manifest[path] if path in self._by_manifest else self._manifest_bounds(table, manifest)
+                )
+            bounds = live[path]
             if bounds is None:
                 continue
             any_rows = True
@@ -94,6 +112,7 @@ class KeyBoundsCache:
                     merged[field_id] = value
                 else:
                     merged[field_id] = (min(current[0], value[0]), max(current[1], value[1]))
+        self._by_manifest = live
         fields = tuple(
             (f, None, None) if merged.get(f, (_UNBOUNDED,))[0] is _UNBOUNDED else (f, merged[f][0][1], merged[f][1][1])
             for f in self._ids

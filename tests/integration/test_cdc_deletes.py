@@ -18,6 +18,7 @@ from pyiceberg.transforms import BucketTransform
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink, _faults
+from iceberg_sink.table import key_bounds
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -106,12 +107,24 @@ def test_delete_only_checkpoint_of_a_key_proven_new_survives_a_concurrent_insert
     assert_table(sink.load_table(), [(1, "a", "old")])
 
 
-def test_conditional_deletes_are_dropped_when_the_proof_holds(spark: SparkSession, tmp_path: Path) -> None:
+def test_conditional_deletes_are_dropped_when_the_proof_holds(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without a race, keys proven new cost no delete file in the table, and their conditional
-    delete files are removed from storage."""
+    delete files are removed from storage. The proofs' key bounds are read from each data manifest
+    once per sink, not once per write() (each write is a job of its own)."""
+    reads: list[str] = []
+    real = key_bounds.fetch_entries
+
+    def counting(io: Any, manifest: Any, discard_deleted: bool = True) -> Any:
+        reads.append(manifest.manifest_path)
+        return real(io, manifest, discard_deleted=discard_deleted)
+
+    monkeypatch.setattr(key_bounds, "fetch_entries", counting)
     sink = cdc_sink(tmp_path, partition_by=[])
     sink.write(spark.createDataFrame([(1, "a", "old", "I")], DDL))
     sink.write(spark.createDataFrame([(50, "a", None, "D"), (60, "a", "x", "I")], DDL))
+    assert reads and len(reads) == len(set(reads)), reads
     table = sink.load_table()
     summary = table.current_snapshot().summary  # type: ignore[union-attr]
     assert summary is not None and summary.operation.value == "append"
@@ -122,6 +135,7 @@ def test_conditional_deletes_are_dropped_when_the_proof_holds(spark: SparkSessio
     # A checkpoint that only deletes keys that provably do not exist commits no snapshot at all.
     snapshots = len(table.snapshots())
     sink.write(spark.createDataFrame([(70, "a", None, "D")], DDL))
+    assert len(reads) == len(set(reads)), reads  # no manifest read twice across the three writes
     table = sink.load_table()
     assert len(table.snapshots()) == snapshots
     assert not list(data_dir.rglob("*-eq-deletes*.parquet"))

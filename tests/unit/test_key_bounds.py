@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
-from iceberg_sink.table.key_bounds import data_added_since
+from iceberg_sink.table import key_bounds
+from iceberg_sink.table.key_bounds import KeyBoundsCache, data_added_since
 
 
 def _table(tmp_path: Path) -> Table:
@@ -48,3 +51,53 @@ def test_the_tables_first_snapshot_is_the_end_of_its_chain(tmp_path: Path) -> No
     assert first is not None and first.sequence_number == 1
     assert data_added_since(table, first, -1)  # it added rows
     assert not data_added_since(table, first, first.snapshot_id)
+
+
+def _two_column_table(tmp_path: Path) -> Table:
+    (tmp_path / "wh").mkdir()
+    catalog = load_catalog(
+        "unit", type="sql", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=(tmp_path / "wh").as_uri()
+    )
+    catalog.create_namespace("db")
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int64())])
+    return catalog.create_table("db.t", schema=schema, properties={"format-version": "2"})
+
+
+def test_the_bounds_cache_reads_each_live_manifest_once_per_key_and_forgets_dead_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One cache serves every job of a sink (each bounded write() is a job): a manifest is read once
+    per key, only manifests the snapshot lists are kept, and another key reads them again."""
+    reads: list[str] = []
+    real = key_bounds.fetch_entries
+
+    def counting(io: Any, manifest: Any, discard_deleted: bool = True) -> Any:
+        reads.append(manifest.manifest_path)
+        return real(io, manifest, discard_deleted=discard_deleted)
+
+    monkeypatch.setattr(key_bounds, "fetch_entries", counting)
+    table = _two_column_table(tmp_path)
+    rows = pa.table({"id": pa.array([5, 9], pa.int64()), "k": pa.array([-3, 70], pa.int64())})
+    table.append(rows)
+    cache = KeyBoundsCache()
+    field_id, k_id = table.schema().find_field("id").field_id, table.schema().find_field("k").field_id
+    first = cache.bounds(table, table.current_snapshot(), [field_id])
+    assert len(reads) == 1 and not first.empty
+    assert cache.bounds(table, table.current_snapshot(), [field_id]) == first and len(reads) == 1
+    table.append(pa.table({"id": pa.array([100], pa.int64()), "k": pa.array([0], pa.int64())}))
+    table = table.refresh()
+    second = cache.bounds(table, table.current_snapshot(), [field_id])
+    assert len(reads) == 2  # only the new manifest
+    ((_, low, high),) = second.fields
+    assert (low, high) == ((5).to_bytes(8, "little"), (100).to_bytes(8, "little"))
+    # Another key: the same manifests hold other bounds, read again.
+    by_k = cache.bounds(table, table.current_snapshot(), [k_id])
+    ((_, low, high),) = by_k.fields
+    assert (low, high) == ((-3).to_bytes(8, "little", signed=True), (70).to_bytes(8, "little"))
+    assert len(reads) == 4
+    # Manifests no longer listed (an overwrite drops every file) are forgotten.
+    table.overwrite(pa.table({"id": pa.array([7], pa.int64()), "k": pa.array([1], pa.int64())}))
+    table = table.refresh()
+    listed = {m.manifest_path for m in table.current_snapshot().manifests(table.io)}  # type: ignore[union-attr]
+    cache.bounds(table, table.current_snapshot(), [k_id])
+    assert set(cache._by_manifest) <= listed
