@@ -235,6 +235,15 @@ JVM_PARQUET_WRITER = Option(
     "Appends: write data files with Spark's own Parquet writer where provably equivalent (measured slower when partitioned).",
     table_property=False,
 )
+SINGLE_TASK_MAX_BYTES = Option(
+    "iceberg-sink.changes.single-task-max-bytes",
+    int,
+    8 * 1024 * 1024,
+    "CDC: a micro-batch Spark estimates at most this large is reduced and written by one task, without a shuffle "
+    "(0: never; sources without a size estimate, such as Kafka, never are).",
+    table_property=False,
+    minimum=0,
+)
 SCHEMA_EVOLUTION = Option(
     "iceberg-sink.schema-evolution",
     str,
@@ -269,6 +278,7 @@ OPTIONS: tuple[Option, ...] = (
     CONVERSION_KEY_INDEX_MAX_BYTES,
     CONVERSION_KEY_INDEX_PERSIST,
     JVM_PARQUET_WRITER,
+    SINGLE_TASK_MAX_BYTES,
     SCHEMA_EVOLUTION,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}

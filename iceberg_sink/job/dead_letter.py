@@ -526,7 +526,11 @@ def process_single(job: SinkJob, dead: DeadLetterTable, df: DataFrame, checkpoin
         op_column = config.changes.op_column if config.changes is not None else None
         df = refuse_required_nulls(df, {config.table: plan.table.schema()}, op_column)
         if config.changes is not None:
-            df = reduce_changes(df, config.changes)
+            df = reduce_changes(
+                df,
+                config.changes,
+                single_task_max_bytes=options.resolve(config.options, {}).get(options.SINGLE_TASK_MAX_BYTES),
+            )
         df = toast.resolve(df, job.stored_tables(plan))
         df = enforce(df, dead_letter=True)
         specs: dict[str, WriterSpec] = {}

@@ -305,7 +305,9 @@ class SinkJob:
         spec = plan.spec
         assert spec is not None
         if self._config.changes is not None:
-            df = reduce_changes(df, self._config.changes)
+            df = reduce_changes(
+                df, self._config.changes, single_task_max_bytes=plan.resolved.get(options.SINGLE_TASK_MAX_BYTES)
+            )
         df = toast.resolve(df, self.stored_tables(plan))
         df = dead_letter.enforce(df, dead_letter=False)  # refused rows fail the batch (fail-fast)
         _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)

@@ -452,11 +452,18 @@ class RoutedJob:
         by_key: dict[tuple[str, ...], list[str]] = {}
         for table in sorted(tables):
             by_key.setdefault(self.jobs[table].key, []).append(table)
+        one_task = options.resolve(self._config.options, {}).get(options.SINGLE_TASK_MAX_BYTES)
         if len(by_key) == 1:
-            return reduce_changes(df, attrs.evolve(changes, key=next(iter(by_key))), scope=[ROUTE_COLUMN])
+            key = next(iter(by_key))
+            return reduce_changes(
+                df, attrs.evolve(changes, key=key), scope=[ROUTE_COLUMN], single_task_max_bytes=one_task
+            )
         parts = [
             reduce_changes(
-                df.where(F.col(ROUTE_COLUMN).isin(*group)), attrs.evolve(changes, key=key), scope=[ROUTE_COLUMN]
+                df.where(F.col(ROUTE_COLUMN).isin(*group)),
+                attrs.evolve(changes, key=key),
+                scope=[ROUTE_COLUMN],
+                single_task_max_bytes=one_task,
             )
             for key, group in sorted(by_key.items())
         ]

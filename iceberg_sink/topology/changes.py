@@ -161,11 +161,29 @@ def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[s
     return joined.where(kept).drop(_POSITION, _LAST_TRUNCATE)
 
 
-def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = ()) -> DataFrame:
+def fits_one_task(df: DataFrame, max_bytes: int) -> bool:
+    """Whether Spark's size estimate of ``df`` (its optimized plan's statistics: the files' sizes
+    for a file source) is at most ``max_bytes``. False when it has none (a source without
+    statistics reports the default, ``spark.sql.defaultSizeInBytes``, the largest long)."""
+    try:
+        size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # an estimate is an optimization only: without one, keep the shuffle
+        return False
+    return 0 <= size <= max_bytes
+
+
+def reduce_changes(
+    df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = (), single_task_max_bytes: int = 0
+) -> DataFrame:
     """Return one row per changed key: its last change, with the operation in :data:`OP_COLUMN`.
 
     The input's op column is dropped (it is not stored in the table). ``scope``: columns that
     qualify the key (a routed sink's table column: equal keys of two tables are different keys).
+    ``single_task_max_bytes``: when Spark estimates the input at most this large (and > 0), the
+    reduction runs in one task without a shuffle (the key's grouping needs none in one partition),
+    and so do the writers after it unless a distribution repartitions: a 10,000-change micro-batch
+    spent more on the shuffle's second stage than on its rows. The arrival order is numbered before
+    the rows are brought together, so it stays the source's order whatever order they come in.
     """
     from iceberg_sink.sources.rejects import REJECT_COLUMN, refusal_sql
     from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
@@ -189,6 +207,8 @@ def reduce_changes(df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = 
     # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
     # optimizer from pushing the filters below through it (the refusals would be computed for every row).
     with_seq = df.withColumn(_SEQ, F.expr("monotonically_increasing_id()"))
+    if single_task_max_bytes > 0 and fits_one_task(df, single_task_max_bytes):
+        with_seq = with_seq.coalesce(1)
     checked = with_seq.withColumn(REJECT_COLUMN, F.expr(refusal_sql(columns, checks, raw)))
     refused_sql = f"{ident(REJECT_COLUMN)} IS NOT NULL"
     with_op = checked.withColumn(

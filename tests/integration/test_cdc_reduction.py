@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.sources.rejects import REJECT_COLUMN
-from iceberg_sink.topology.changes import OP_COLUMN, reduce_changes
+from iceberg_sink.topology.changes import OP_COLUMN, fits_one_task, reduce_changes
 
 CODES = {
     "I": "I",
@@ -36,12 +37,29 @@ change_lists = st.lists(
 @settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-@given(change_lists)
-def test_reduction_keeps_the_last_change_of_each_key(spark: SparkSession, changes: list[tuple[int, str, int]]) -> None:
-    # lsn ties are broken by arrival order; value carries the arrival index to tell rows apart.
+@given(change_lists, st.sampled_from([0, 8 * 1024 * 1024]), st.integers(1, 3))
+def test_reduction_keeps_the_last_change_of_each_key(
+    spark: SparkSession, changes: list[tuple[int, str, int]], single_task_max_bytes: int, partitions: int
+) -> None:
+    # lsn ties are broken by arrival order; value carries the arrival index to tell rows apart. The
+    # rows arrive in ``partitions`` contiguous slices (partition order is arrival order); a small
+    # batch is reduced in one task without a shuffle unless single_task_max_bytes is 0.
     rows = [(key, op, lsn, i) for i, (key, op, lsn) in enumerate(changes)]
-    df = spark.createDataFrame(rows, "k long, op string, lsn long, arrival long").coalesce(1)
-    reduced = reduce_changes(df, ChangeConfig(key=("k",), op_column="op", order_by="lsn")).collect()
+    # Built on spark.range, whose slices are contiguous and in order and whose size Spark knows.
+    keys, ops, lsns = (",".join(v) for v in zip(*((str(k), f"'{o}'", str(n)) for k, o, n in changes), strict=True))
+    df = spark.range(0, len(rows), 1, min(partitions, len(rows))).selectExpr(
+        f"element_at(array({keys}), cast(id AS int) + 1) AS k",
+        f"element_at(array({ops}), cast(id AS int) + 1) AS op",
+        f"element_at(array({lsns}), cast(id AS int) + 1) AS lsn",
+        "id AS arrival",
+    )
+    config = ChangeConfig(key=("k",), op_column="op", order_by="lsn")
+    reduction = reduce_changes(df, config, single_task_max_bytes=single_task_max_bytes)
+    assert fits_one_task(df, single_task_max_bytes) == (single_task_max_bytes > 0)
+    plan = reduction._jdf.queryExecution().executedPlan().toString()
+    one_slice = min(partitions, len(rows)) == 1  # already one partition: no shuffle either way
+    assert plan.count("Exchange hashpartitioning") == (0 if single_task_max_bytes or one_slice else 1), plan
+    reduced = reduction.collect()
     model: dict[int, tuple[Any, ...]] = {}
     for key, op, lsn, arrival in sorted(rows, key=lambda r: (r[2], r[3])):
         if op not in ("UB", "-U"):
@@ -49,6 +67,19 @@ def test_reduction_keeps_the_last_change_of_each_key(spark: SparkSession, change
     got = {r["k"]: (r[OP_COLUMN], r["lsn"], r["arrival"]) for r in reduced}
     assert got == model
     assert "op" not in reduced[0].asDict() if reduced else True
+
+
+def test_only_a_batch_spark_knows_to_be_small_is_reduced_in_one_task(spark: SparkSession, tmp_path: Path) -> None:
+    """The size comes from Spark's statistics: a file source's files fit; a source without an
+    estimate (an RDD: Spark reports the largest size) never does, and keeps its shuffle."""
+    spark.range(0, 1000).selectExpr("id AS k", "'U' AS op").write.parquet(str(tmp_path / "batch"))
+    files = spark.read.parquet(str(tmp_path / "batch"))
+    assert fits_one_task(files, 8 * 1024 * 1024) and not fits_one_task(files, 10)
+    rdd = spark.createDataFrame(files.rdd, files.schema)
+    assert not fits_one_task(rdd, 8 * 1024 * 1024)
+    reduced = reduce_changes(rdd, ChangeConfig(key=("k",), op_column="op"), single_task_max_bytes=8 * 1024 * 1024)
+    assert "Exchange hashpartitioning" in reduced._jdf.queryExecution().executedPlan().toString()
+    assert reduced.count() == 1000
 
 
 def test_names_and_codes_that_need_quoting_in_sql_text(spark: SparkSession) -> None:

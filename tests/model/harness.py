@@ -375,6 +375,9 @@ class World:
         writer_rng = random.Random(f"max-open-files-{seed}")
         self.max_open_files = writer_rng.choice([1, 2, 3, 100])
         self.buffer_bytes = writer_rng.choice([1, 4096, 16 * 1024 * 1024])
+        # CDC batches reduced in one task without a shuffle (the default for small batches) or
+        # always through the shuffle (0): both ways must agree with the model.
+        self.single_task_max_bytes = random.Random(f"single-task-{seed}").choice([0, 8 * 1024 * 1024])
         # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
         self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
         self._locked_catalog_fails_fast = False
@@ -462,6 +465,7 @@ class World:
             .max_pending_checkpoints(self.max_pending)
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
+            .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
         )
 
     def _cdc_builder(self, compaction: bool, every: int, convert_every: int | None) -> IcebergSink:
@@ -484,6 +488,7 @@ class World:
             .cdc(op_column="op", key=["id"], order_by="lsn", key_column="pk")
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
+            .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
             .build()
         )
         return sink
@@ -1559,7 +1564,8 @@ class World:
         weights = [OPERATIONS[k] for k in kinds]
         self.log(
             f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, "
-            f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, operations {kinds}"
+            f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, "
+            f"single-task-max-bytes {self.single_task_max_bytes}, operations {kinds}"
         )
         for _ in range(steps):
             kind = self.rng.choices(kinds, weights)[0]
