@@ -55,3 +55,18 @@ class LosingCatalog(SqlCatalog):
             self.lose_next -= 1
             raise CommitStateUnknownException("connection reset after the commit was sent")
         return response
+
+
+def count_key_bounds_reads(monkeypatch: Any) -> list[str]:
+    """The manifest paths the key-bounds cache (table/key_bounds.py) reads from now on, in order."""
+    from iceberg_sink.table import key_bounds
+
+    reads: list[str] = []
+    real = key_bounds.fetch_entries
+
+    def counting(io: Any, manifest: Any, discard_deleted: bool = True) -> Any:
+        reads.append(manifest.manifest_path)
+        return real(io, manifest, discard_deleted=discard_deleted)
+
+    monkeypatch.setattr(key_bounds, "fetch_entries", counting)
+    return reads

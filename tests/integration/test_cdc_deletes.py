@@ -18,7 +18,7 @@ from pyiceberg.transforms import BucketTransform
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink, _faults
-from iceberg_sink.table import key_bounds
+from tests.helpers import count_key_bounds_reads
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -113,14 +113,7 @@ def test_conditional_deletes_are_dropped_when_the_proof_holds(
     """Without a race, keys proven new cost no delete file in the table, and their conditional
     delete files are removed from storage. The proofs' key bounds are read from each data manifest
     once per sink, not once per write() (each write is a job of its own)."""
-    reads: list[str] = []
-    real = key_bounds.fetch_entries
-
-    def counting(io: Any, manifest: Any, discard_deleted: bool = True) -> Any:
-        reads.append(manifest.manifest_path)
-        return real(io, manifest, discard_deleted=discard_deleted)
-
-    monkeypatch.setattr(key_bounds, "fetch_entries", counting)
+    reads = count_key_bounds_reads(monkeypatch)
     sink = cdc_sink(tmp_path, partition_by=[])
     sink.write(spark.createDataFrame([(1, "a", "old", "I")], DDL))
     sink.write(spark.createDataFrame([(50, "a", None, "D"), (60, "a", "x", "I")], DDL))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -11,8 +10,8 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
-from iceberg_sink.table import key_bounds
 from iceberg_sink.table.key_bounds import KeyBoundsCache, data_added_since
+from tests.helpers import count_key_bounds_reads
 
 
 def _table(tmp_path: Path) -> Table:
@@ -68,14 +67,7 @@ def test_the_bounds_cache_reads_each_live_manifest_once_per_key_and_forgets_dead
 ) -> None:
     """One cache serves every job of a sink (each bounded write() is a job): a manifest is read once
     per key, only manifests the snapshot lists are kept, and another key reads them again."""
-    reads: list[str] = []
-    real = key_bounds.fetch_entries
-
-    def counting(io: Any, manifest: Any, discard_deleted: bool = True) -> Any:
-        reads.append(manifest.manifest_path)
-        return real(io, manifest, discard_deleted=discard_deleted)
-
-    monkeypatch.setattr(key_bounds, "fetch_entries", counting)
+    reads = count_key_bounds_reads(monkeypatch)
     table = _two_column_table(tmp_path)
     rows = pa.table({"id": pa.array([5, 9], pa.int64()), "k": pa.array([-3, 70], pa.int64())})
     table.append(rows)
