@@ -7,8 +7,9 @@ Pure logic (no Spark, no I/O), shared by ``benchmarks/cdc.py`` and its unit test
   figures; ``iceberg_sink_v3`` (the sink's deletion vectors) and ``merge_into_v3`` (Iceberg Java's
   MERGE INTO merge-on-read on a v3 table, which writes DVs) are issue 22's comparison.
 - ``summarize``: median (p50), p90, p99 of the steady batches.
-- ``write_figures``: (for a streaming driver, ``flink_stream``, one entry per commit, of its size) end to end (load and every batch) and steady state (the batches after the
-  warm-up) apart, each with changes per second and CPU-seconds per million changes.
+- ``write_figures``: end to end (load and every batch) and steady state (the batches after the
+  warm-up) apart, each with changes per second and CPU-seconds per million changes; a streaming
+  driver's (``flink_stream``) entries are its commits, each of its own size (``batch_changes``).
 - ``v3_goals``: issue 22's targets, write p50 <= 0.45 s per batch for ``iceberg_sink_v3`` and a
   full scan no slower than the ``merge_into_v3`` table's.
 """

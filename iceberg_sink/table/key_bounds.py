@@ -52,7 +52,6 @@ class KeyBoundsCache:
     def __init__(self, key_field_ids: Sequence[int] = ()) -> None:
         self._ids = tuple(key_field_ids)
         self._by_manifest: dict[str, dict[int, tuple[Any, Any]] | None] = {}
-        self._cached_ids = self._ids
 
     def _manifest_bounds(self, table: Table, manifest: Any) -> dict[int, tuple[Any, Any]] | None:
         """(lower, upper) per field as (value, serialized); None for a manifest without rows."""
@@ -82,11 +81,8 @@ class KeyBoundsCache:
     def bounds(self, table: Table, snapshot: Snapshot | None, key_field_ids: Sequence[int] | None = None) -> KeyBounds:
         """The key bounds over ``snapshot``'s live data files, for ``key_field_ids`` (default: the
         ids the cache was made with)."""
-        if key_field_ids is not None and tuple(key_field_ids) != self._ids:
-            self._ids = tuple(key_field_ids)
-        if self._ids != self._cached_ids:  # another key: bounds of other columns
-            self._by_manifest = {}
-            self._cached_ids = self._ids
+        if key_field_ids is not None and tuple(key_field_ids) != self._ids:  # another key: other columns
+            self._ids, self._by_manifest = tuple(key_field_ids), {}
         if snapshot is None:
             return KeyBounds(snapshot_id=-1, empty=True, fields=())
         merged: dict[int, Any] = {}
