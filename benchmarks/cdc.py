@@ -35,6 +35,10 @@ after the other, each in a fresh process of its own, on identical data (``benchm
   order, committing at each checkpoint (``--flink-checkpoint-ms``, default 500): Flink as deployed
   for CDC. Its "batches" in the result are its commits (seconds since the previous commit, the
   commit's changes in ``batch_changes``), so its figures are per commit, not per input batch.
+- **iceberg_sink_stream** (opt-in): the v2 sink as one streaming query, like ``flink_stream``:
+  ``sink.start`` over the batch files (``maxFilesPerTrigger`` = ``--sink-files-per-trigger``,
+  default 1), each micro-batch starting as soon as the last one ended, timed from the start call; its
+  entries are its micro-batches' commits, as seen by polling the sink's progress records.
 
 Each system runs in a fresh process of its own, in the order ``--systems`` names them, and does the
 same before its timed work: start Spark, create the empty table (untimed), then the load and the
@@ -214,7 +218,7 @@ def source_state() -> dict[str, Any]:
 
 
 class _KeyValue(argparse.Action):
-    """``--write-option KEY=VALUE``, repeatable, collected into one dict."""
+    """``--write-option`` or ``--sink-spark-conf KEY=VALUE``, repeatable, collected into one dict."""
 
     def __call__(self, parser: Any, namespace: Any, value: Any, option: Any = None) -> None:
         key, sep, text = str(value).partition("=")
@@ -286,6 +290,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=500,
         help="flink_stream: Flink's checkpoint interval, so its commit interval (default 500)",
     )
+    parser.add_argument(
+        "--sink-files-per-trigger",
+        type=int,
+        default=1,
+        help="iceberg_sink_stream: input batches per micro-batch (maxFilesPerTrigger, default 1)",
+    )
+    parser.add_argument(
+        "--sink-spark-conf",
+        action=_KeyValue,
+        default={},
+        metavar="KEY=VALUE",
+        help="a Spark setting for the sink's session (repeatable), e.g. "
+        "spark.sql.streaming.checkpointFileManagerClass=...",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (tables, data) afterwards")
     args = parser.parse_args(argv)
@@ -297,6 +315,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--batches and --scans must be at least 1, --warmup at least 0")
     if args.convert < 0 or args.scan_every < 0:
         parser.error(f"--convert and --scan-every: expected >= 0, received {args.convert} and {args.scan_every}")
+    if args.sink_files_per_trigger < 1:
+        parser.error(f"--sink-files-per-trigger: expected >= 1, received {args.sink_files_per_trigger}")
     return args
 
 
@@ -366,6 +386,9 @@ def run_writers(
                 "convert_every": args.convert if system.format_version == 2 else 0,
                 "scan_every": args.scan_every if name == "iceberg_sink" else 0,
                 "write_options": args.write_option,
+                "mode": "stream" if name == "iceberg_sink_stream" else "batches",
+                "files_per_trigger": args.sink_files_per_trigger,
+                "spark_conf": args.sink_spark_conf,
             }
             raws[name] = run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
         elif system.driver == "merge":
@@ -397,9 +420,14 @@ def engine_of(name: str, raw: dict[str, Any]) -> str:
     system = SYSTEMS[name]
     if system.driver == "sink":
         deletes = "deletion vectors" if system.format_version >= 3 else "equality deletes"
+        how = (
+            f", one streaming query (sink.start) of {raw['files_per_trigger']} input batch(es) per micro-batch"
+            if raw.get("mode") == "stream"
+            else ""
+        )
         return (
             f"Spark {raw['spark_version']} + iceberg_sink (PyIceberg {raw['pyiceberg_version']}), "
-            f"format v{system.format_version}, upsert with {deletes}"
+            f"format v{system.format_version}, upsert with {deletes}{how}"
         )
     if system.driver == "merge":
         deletes = "deletion vectors" if system.format_version >= 3 else "position deletes"
@@ -437,6 +465,13 @@ def system_extras(name: str, raw: dict[str, Any], reader: dict[str, Any], jar: P
             conversion_metrics=raw["conversion_metrics"],
             scan_points=scan_point_results(raw["scan_points"], reader.get("scan_points") or []),
         )
+        if raw.get("mode") == "stream":
+            extras.update(
+                files_per_trigger=raw["files_per_trigger"],
+                stream_seconds=raw["stream_seconds"],
+                stream_snapshots=raw["stream_snapshots"],
+                commit_changes=raw["batch_changes"],
+            )
     elif system.driver == "merge":
         extras.update(
             spark_version=raw["spark_version"],
@@ -570,6 +605,9 @@ def main(argv: list[str] | None = None) -> int:
                 "scans": args.scans,
                 "convert": args.convert,
                 "write_options": args.write_option,
+                "sink_spark_conf": args.sink_spark_conf,
+                "sink_files_per_trigger": args.sink_files_per_trigger,
+                "flink_checkpoint_ms": args.flink_checkpoint_ms,
                 "scan_every": args.scan_every,
                 "systems": args.systems,
                 "wait_quiet": args.wait_quiet,

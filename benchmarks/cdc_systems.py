@@ -5,17 +5,21 @@ Pure logic (no Spark, no I/O), shared by ``benchmarks/cdc.py`` and its unit test
 - ``SYSTEMS``: each name the benchmark accepts, the driver that writes its table and the table's
   format version. ``iceberg_sink`` and ``merge_into`` are the format v2 systems of the published
   figures; ``iceberg_sink_v3`` (the sink's deletion vectors) and ``merge_into_v3`` (Iceberg Java's
-  MERGE INTO merge-on-read on a v3 table, which writes DVs) are issue 22's comparison.
+  MERGE INTO merge-on-read on a v3 table, which writes DVs) are issue 22's comparison;
+  ``iceberg_sink_stream`` is the v2 sink as one streaming query (``sink.start``), the like of
+  ``flink_stream``.
 - ``summarize``: median (p50), p90, p99 of the steady batches.
 - ``write_figures``: end to end (load and every batch) and steady state (the batches after the
   warm-up) apart, each with changes per second and CPU-seconds per million changes; a streaming
-  driver's (``flink_stream``) entries are its commits, each of its own size (``batch_changes``).
+  driver's (``flink_stream``, ``iceberg_sink_stream``) entries are its commits, each of its own size
+  (``batch_changes``).
 - ``v3_goals``: issue 22's targets, write p50 <= 0.45 s per batch for ``iceberg_sink_v3`` and a
   full scan no slower than the ``merge_into_v3`` table's.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +39,7 @@ SYSTEMS: dict[str, CdcSystem] = {
     for s in (
         CdcSystem("iceberg_sink", "sink", 2),
         CdcSystem("iceberg_sink_v3", "sink", 3),
+        CdcSystem("iceberg_sink_stream", "sink", 2),
         CdcSystem("merge_into", "merge", 2),
         CdcSystem("merge_into_v3", "merge", 3),
         CdcSystem("flink", "flink", 2),
@@ -89,6 +94,16 @@ def summarize(seconds: list[float], warmup: int, batch_size: int | None = None) 
     if batch_size is not None and sum(steady) > 0:
         out["changes_per_second"] = batch_size * len(steady) / sum(steady)
     return out
+
+
+def entry_changes(added: list[int], bounds: list[int]) -> list[int]:
+    """The changes of each entry of a streaming driver: entry i holds the commits
+    ``bounds[i]`` to ``bounds[i + 1] - 1`` (indexes into ``added``, the changes of each commit in
+    commit order), so a poll that saw two commits at once gives one entry of both. ValueError unless
+    ``bounds`` rises strictly from 0 to ``len(added)``: a commit no entry holds would vanish."""
+    if not bounds or bounds[0] != 0 or bounds[-1] != len(added) or any(b <= a for a, b in itertools.pairwise(bounds)):
+        raise ValueError(f"expected entry bounds rising strictly from 0 to {len(added)}, received {bounds}")
+    return [sum(added[low:high]) for low, high in itertools.pairwise(bounds)]
 
 
 def _total(values: list[float | None]) -> float | None:

@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cdc_systems import entry_changes
 from benchmarks.cpu_monitor import quiet_gate, tree_cpu_seconds
 from benchmarks.driver_main import driver_main
 
@@ -98,6 +99,11 @@ class Metadata:
 
     def load(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.location().read_text(encoding="utf-8"))
+        return data
+
+    def version(self, number: int) -> dict[str, Any]:
+        """The metadata of version ``number`` (the Hadoop catalog keeps every version's file)."""
+        data: dict[str, Any] = json.loads((self.dir / f"v{number}.metadata.json").read_text(encoding="utf-8"))
         return data
 
     @staticmethod
@@ -289,7 +295,8 @@ def run_stream(
     per completed checkpoint, and one more for the rest at the end of the input. The driver polls the
     table's ``version-hint.text`` (every 10 ms) while the job runs: each new snapshot ends one
     "checkpoint" entry (its seconds since the previous one, or since the job's submission; its
-    changes: the snapshot's ``added-records``; the CPU of Flink's JVM and this process in between).
+    changes: the ``added-records`` of the snapshots its metadata versions added, exactly, read from
+    each version's metadata.json after the job; the CPU of Flink's JVM and this process in between).
     """
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
@@ -322,12 +329,17 @@ def run_stream(
     job = t_env.execute_sql(f"INSERT INTO {TABLE} SELECT {SELECT_COLUMNS} FROM stream_changes")
     client = job.get_job_client()
     ends: list[tuple[float, float, float | None]] = [(started, wall, cpu_before)]  # (perf, wall, cpu) per commit
+    versions = [int(hint.strip())]  # the metadata version each entry ends at
     finished = False
     while True:
-        now_hint = version_hint.read_text(encoding="utf-8")
-        if now_hint != hint:
+        try:
+            now_hint = version_hint.read_text(encoding="utf-8")
+        except FileNotFoundError:  # the Hadoop catalog deletes the hint before renaming the new one in
+            now_hint = hint
+        if now_hint != hint and now_hint.strip().isdigit():
             hint = now_hint
             ends.append((time.perf_counter(), time.time(), cpu()))
+            versions.append(int(hint.strip()))
         if finished:
             break
         try:
@@ -342,18 +354,13 @@ def run_stream(
     except Exception as e:
         if "MiniCluster is not yet running or has already been shut down" not in str(e):
             raise
-    snapshots = Metadata.snapshots(metadata.load())[before:]
-    if len(ends) - 1 > len(snapshots):
-        raise RuntimeError(f"saw {len(ends) - 1} commits but the table has {len(snapshots)} new snapshots")
-    # Two commits between two polls show as one change of the hint: their snapshots share an entry.
+    all_snapshots = Metadata.snapshots(metadata.load())
+    snapshots = all_snapshots[before:]
+    # Each entry holds the snapshots its metadata versions added (two commits between two polls are
+    # one entry): the Hadoop catalog keeps every vN.metadata.json, read here after the timed window.
+    counts = [len(Metadata.snapshots(metadata.version(v))) - before for v in versions]
     summaries = [{str(k): str(v) for k, v in (s.get("summary") or {}).items()} for s in snapshots]
-    by_time = sorted(zip((int(s["timestamp-ms"]) for s in snapshots), summaries, strict=True), key=lambda x: x[0])
-    entries = len(ends) - 1
-    changes: list[int] = [0] * entries
-    entry_wall = [w for _, w, _ in ends[1:]]
-    for committed_ms, summary in by_time:
-        index = next((i for i, w in enumerate(entry_wall) if committed_ms / 1000.0 <= w + 0.05), entries - 1)
-        changes[index] += int(summary.get("added-records", 0))
+    changes = entry_changes([int(s.get("added-records", 0)) for s in summaries], counts)
     seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
     batch_cpu = [None if a[2] is None or b[2] is None else b[2] - a[2] for a, b in itertools.pairwise(ends)]
     intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]

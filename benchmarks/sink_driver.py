@@ -34,6 +34,7 @@ the ``result`` path of the spec. Progress goes to stderr.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cdc_data import SPARK_DDL
+from benchmarks.cdc_systems import entry_changes
 from benchmarks.cpu_monitor import quiet_gate, tree_cpu_seconds
 from benchmarks.driver_main import driver_main
 
@@ -114,7 +116,7 @@ def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{spec['cores']}]")
         .appName("cdc-benchmark-iceberg-sink")
         .config("spark.driver.memory", spec["driver_memory"])
@@ -126,8 +128,10 @@ def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
         .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
     )
+    for key, value in (spec.get("spark_conf") or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -175,6 +179,24 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         log(f"loaded the initial rows in {load_seconds:.1f}s")
 
         checkpoint = str(work_dir / "checkpoint")
+        if spec.get("mode") == "stream":
+            streamed = run_stream(spark, upsert_sink, spec, work_dir, checkpoint, monitor, wait_quiet)
+            return {
+                **streamed,
+                "format_version": format_version,
+                "convert_every": convert_every,
+                "scan_every": 0,
+                "scan_points": [],
+                "conversion_metrics": {},
+                "final_summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
+                "spark_version": spark.version,
+                "pyspark_version": pyspark.__version__,
+                "pyiceberg_version": pyiceberg.__version__,
+                "load_seconds": load_seconds,
+                "load_waited_for_quiet_seconds": load_waited,
+                "load_cpu_seconds": load_cpu,
+                "metadata_location": upsert_sink.load_table().metadata_location,
+            }
         seconds: list[float] = []
         waited: list[float] = []
         intervals: list[tuple[float, float]] = []
@@ -250,6 +272,91 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         spark.stop()
         monitor.stop()
+
+
+def run_stream(
+    spark: Any, sink: Any, spec: dict[str, Any], work_dir: Path, checkpoint: str, monitor: Any, wait_quiet: Any
+) -> dict[str, Any]:
+    """Every batch through one streaming query (``sink.start``), as a user deploys the sink for CDC.
+
+    The batch files are copied (before the timed window) into one directory with increasing
+    modification times, the order Spark's file source takes them in; the query reads them with
+    ``maxFilesPerTrigger`` = ``spec["files_per_trigger"]`` (so each micro-batch is that many input
+    batches) and the default trigger (the next micro-batch as soon as the last one ended). Timed from
+    the ``start`` call to the last micro-batch's commit. The driver polls the sink's progress records
+    every 10 ms: each newly seen record ends one entry (its seconds since the previous entry, or since
+    the start call; the CPU of this process tree in between); its changes are the ``added-records``
+    of the snapshots its micro-batches committed, exactly (each record names its snapshot).
+    """
+    import shutil
+
+    per_trigger = int(spec.get("files_per_trigger") or 1)
+    source_dir = work_dir / "stream-input"
+    source_dir.mkdir()
+    base = time.time() - 10 * len(spec["batch_files"])
+    for index, path in enumerate(spec["batch_files"]):
+        copy = source_dir / f"batch-{index:05d}.parquet"
+        shutil.copyfile(path, copy)
+        os.utime(copy, (base + index, base + index))
+    expected = -(-len(spec["batch_files"]) // per_trigger)
+    stream = spark.readStream.schema(SPARK_DDL).option("maxFilesPerTrigger", per_trigger).parquet(str(source_dir))
+
+    waited = wait_quiet()
+    cpu_before = tree_cpu_seconds()
+    wall = time.time()
+    started = time.perf_counter()
+    before = sink.last_progress()  # the table creation's record, of a job of its own
+    earlier_job = before["job_id"] if before is not None else None
+    query = sink.start(stream, checkpoint_location=checkpoint)
+    ends: list[tuple[float, float, float | None]] = [(started, wall, cpu_before)]  # (perf, wall, cpu) per entry
+    last_ids: list[int] = [-1]  # the newest checkpoint id each entry ends at
+    while True:
+        record = sink.last_progress()
+        if record is not None and record["job_id"] != earlier_job and int(record["checkpoint_id"]) != last_ids[-1]:
+            ends.append((time.perf_counter(), time.time(), tree_cpu_seconds()))
+            last_ids.append(int(record["checkpoint_id"]))
+            if record["status"] != "committed":
+                raise RuntimeError(
+                    f"micro-batch {record['checkpoint_id']} was {record['status']}: {record.get('error')}"
+                )
+            if last_ids[-1] >= expected - 1:
+                break
+        error = query.exception()
+        if error is not None or not query.isActive:
+            raise RuntimeError(f"the streaming query stopped before its last micro-batch: {error}")
+        time.sleep(0.01)
+    stream_seconds = time.perf_counter() - started
+    query.stop()
+    records = {int(r["checkpoint_id"]): r for r in sink.progress() if r["job_id"] != earlier_job}
+    missing = [i for i in range(expected) if i not in records or records[i]["status"] != "committed"]
+    if missing:  # the sink keeps its newest 100 records: more micro-batches than that are not measured
+        raise RuntimeError(f"expected {expected} committed micro-batches, not committed or not kept: {missing[:10]}")
+    table = sink.load_table()
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    snapshots = [by_id[int(records[i]["snapshot_id"])] for i in range(expected)]
+    added = [int(s.summary.additional_properties.get("added-records", 0)) if s.summary else 0 for s in snapshots]
+    changes = entry_changes(added, [i + 1 for i in last_ids])
+    seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
+    cpu = [cpu_delta(a[2], b[2]) for a, b in itertools.pairwise(ends)]
+    intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]
+    log(f"stream: {sum(changes)} changes in {stream_seconds:.1f}s, {expected} micro-batches of {per_trigger} file(s)")
+    return {
+        "mode": "stream",
+        "files_per_trigger": per_trigger,
+        "stream_seconds": stream_seconds,
+        "stream_waited_for_quiet_seconds": waited,
+        "stream_snapshots": expected,
+        "batch_seconds": seconds,
+        "batch_changes": changes,
+        "batch_waited_for_quiet_seconds": [0.0] * len(seconds),
+        "batch_intervals": intervals,
+        "batch_phases": [
+            {"write": records[i]["write_ms"] / 1000, "commit": records[i]["commit_ms"] / 1000} for i in range(expected)
+        ],
+        "batch_summaries": [dict(s.summary.additional_properties) if s.summary else {} for s in snapshots],
+        "batch_cpu_seconds": cpu,
+        "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],
+    }
 
 
 def cpu_delta(before: float | None, after: float | None) -> float | None:

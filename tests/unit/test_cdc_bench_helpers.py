@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.cdc import percentile, summarize
 from benchmarks.cdc_data import CHECKSUM_SQL, _digits, _rows, compare, generate
-from benchmarks.cdc_systems import SYSTEMS, parse_systems, v3_goals, write_figures
+from benchmarks.cdc_systems import SYSTEMS, entry_changes, parse_systems, v3_goals, write_figures
 from benchmarks.flink_driver import parquet_to_csv
 
 
@@ -157,3 +157,12 @@ def test_model_checksums_cover_every_row_and_a_wrong_row_fails_the_check(tmp_pat
     wrong = {**expected.checksums(), "amount_cents": expected.checksums()["amount_cents"] + 1}
     checks = compare(expected, {**observed, "checksums": wrong}, sample)
     assert not checks["ok"] and checks["checksums"]["equal"] is False
+
+
+def test_entry_changes_group_the_commits_each_poll_saw() -> None:
+    added = [10, 20, 30, 40]
+    assert entry_changes(added, [0, 1, 2, 3, 4]) == [10, 20, 30, 40]
+    assert entry_changes(added, [0, 1, 3, 4]) == [10, 50, 40]  # one poll saw the 2nd and 3rd commit
+    for bad in ([0, 1, 3], [1, 2, 4], [0, 2, 2, 4], []):  # a commit left out, or an empty entry
+        with pytest.raises(ValueError, match="rising strictly from 0 to 4"):
+            entry_changes(added, bad)
