@@ -390,7 +390,9 @@ class IcebergSinkBuilder:
             problems.append(str(e))
         return PrometheusConfig(port=port, addr=addr, job=job, max_tables=max_tables)
 
-    def upsert(self, key: Sequence[str] | None = None, *, key_column: str | None = None) -> IcebergSinkBuilder:
+    def upsert(
+        self, key: Sequence[str] | None = None, *, key_column: str | None = None, order_by: str | None = None
+    ) -> IcebergSinkBuilder:
         """Every row is the new state of its key: it replaces the row with the same key, or is inserted.
 
         Args:
@@ -400,8 +402,12 @@ class IcebergSinkBuilder:
                 tables get their key from ``key_column`` or their identifier fields.
             key_column: routed sinks: a column naming each row's key columns (``"a,b"`` or an array of
                 names), so each table has its own key; not stored. See iceberg_sink/table/keys.py.
+            order_by: the column ordering the rows of one key within a checkpoint (an update time, a
+                version, a log sequence number): the row that sorts last wins, as in :meth:`cdc`; by
+                default, arrival order within the source partition. Give it when a micro-batch reads
+                several files or partitions (Spark does not read a micro-batch's files in name order).
         """
-        self._changes.append(("upsert", {"key": key, "key_column": key_column}))
+        self._changes.append(("upsert", {"key": key, "key_column": key_column, "order_by": order_by}))
         return self
 
     def cdc(
@@ -458,10 +464,11 @@ class IcebergSinkBuilder:
                     f"key_column={key_column!r}"
                 )
                 return None
-        if mode == "upsert":
-            return ChangeConfig(key=key, key_column=key_column)
-        op_column, order_by = args["op_column"], args["order_by"]
-        if not isinstance(op_column, str) or not op_column or op_column in key or op_column == key_column:
+        order_by = args["order_by"]
+        op_column = args["op_column"] if mode == "cdc" else None
+        if mode == "cdc" and (
+            not isinstance(op_column, str) or not op_column or op_column in key or op_column == key_column
+        ):
             problems.append(
                 f"cdc(op_column): expected a column name that is not a key column or the key_column, "
                 f"received {op_column!r}"
@@ -470,9 +477,9 @@ class IcebergSinkBuilder:
         if order_by is not None and (
             not isinstance(order_by, str) or not order_by or order_by in (op_column, key_column)
         ):
+            others = "the op column and the key_column" if mode == "cdc" else "the key_column"
             problems.append(
-                "cdc(order_by): expected None or a column name other than the op column and the key_column, "
-                f"received {order_by!r}"
+                f"{mode}(order_by): expected None or a column name other than {others}, received {order_by!r}"
             )
             return None
         return ChangeConfig(key=key, op_column=op_column, order_by=order_by, key_column=key_column)

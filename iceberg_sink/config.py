@@ -39,8 +39,8 @@ class ChangeConfig:
             table (its identifier fields) or, for a routed sink, from ``key_column``.
         op_column: the column holding each row's operation; None in upsert mode (every row is the
             new state of its key).
-        order_by: the column ordering the changes of one key within a checkpoint; None for arrival
-            order within the source partition.
+        order_by: the column ordering the changes (upsert: the rows) of one key within a checkpoint;
+            None for arrival order within the source partition.
         key_column: routed sinks: the column naming each row's key columns (a string ``"a,b"`` or an
             array of names), giving each table its own key; not stored. See iceberg_sink/table/keys.py.
     """

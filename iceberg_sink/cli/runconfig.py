@@ -190,7 +190,7 @@ _SINK = mapping(
         "branch": STRING,
         "write_options": scalar_map,
         "max_pending_checkpoints": POSITIVE_INT,
-        "upsert": mapping({"key": string_list, "key_column": STRING}),
+        "upsert": mapping({"key": string_list, "key_column": STRING, "order_by": STRING}),
         "cdc": mapping(
             {"op_column": STRING, "key": string_list, "order_by": STRING, "key_column": STRING}, required=("op_column",)
         ),

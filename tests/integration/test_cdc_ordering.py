@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink import IcebergSink
 from iceberg_sink.config import ChangeConfig
+from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.topology.changes import OP_COLUMN, reduce_changes
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -74,3 +77,56 @@ def test_order_by_does_not_reorder_across_checkpoints(
     expected = [{"k": 1, "v": "late", "lsn": 5}, {"k": 2, "v": "keep", "lsn": 10}]
     assert normalize(java_reader.read(table.metadata_location), ["k"]) == expected
     assert normalize(duckdb_read(table.metadata_location), ["k"]) == expected
+
+
+@pytest.mark.interop
+def test_upsert_order_by_picks_the_newest_row_when_spark_reads_several_files_out_of_order(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Several files of one micro-batch (a stream's maxFilesPerTrigger > 1, or a folder) reach the
+    sink in Spark's order, not their names': Spark packs small files by size, largest first. Key 1
+    is in every file and its newest row (version 3) in the largest, so arrival order would keep an
+    older one; ``upsert(order_by="version")`` keeps the newest."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    files = {  # name -> (version of key 1, other keys in the file)
+        "a-newest.parquet": (3, range(100, 2100)),
+        "b-oldest.parquet": (1, range(3000, 3010)),
+        "c-middle.parquet": (2, range(0)),
+    }
+    for name, (version, others) in files.items():
+        ids = [1, *others]
+        pq.write_table(
+            pa.table({"k": pa.array(ids, pa.int64()), "version": pa.array([version] * len(ids), pa.int64())}),
+            folder / name,
+        )
+    df = spark.read.parquet(str(folder))
+    arrival = [r["version"] for r in df.where("k = 1").collect()]
+    assert sorted(arrival) == [1, 2, 3] and arrival[-1] != 3, f"the input must reach the sink out of order: {arrival}"
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.u")
+        .create_if_missing()
+        .upsert(key=["k"], order_by="version")
+        .build()
+    )
+    sink.write(df)
+    metadata = sink.load_table().metadata_location
+    others = [{"k": k, "version": v} for v, ks in files.values() for k in ks]
+    expected = sorted([{"k": 1, "version": 3}, *others], key=lambda r: r["k"])
+    assert normalize(java_reader.read(metadata), ["k"]) == expected
+    assert normalize(duckdb_read(metadata), ["k"]) == expected
+
+
+def test_upsert_order_by_is_checked_like_cdcs(tmp_path: Path) -> None:
+    for bad in ("", 7):
+        builder = IcebergSink.builder().embedded(tmp_path).table("db.t").create_if_missing()
+        with pytest.raises(InvalidSinkConfigError, match=r"upsert\(order_by\): expected None or a column name"):
+            builder.upsert(key=["k"], order_by=bad).validate()  # type: ignore[arg-type]
+    builder = IcebergSink.builder().embedded(tmp_path).table("db.t").create_if_missing()
+    with pytest.raises(
+        InvalidSinkConfigError, match=r"cdc\(order_by\): expected None or a column name other than the op"
+    ):
+        builder.cdc(op_column="op", key=["k"], order_by="op").validate()

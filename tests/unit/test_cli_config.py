@@ -260,3 +260,18 @@ def test_route_allow_is_accepted_and_checked(tmp_path: Path) -> None:
     )
     with pytest.raises(runconfig.InvalidSinkConfigError, match=r"route: expected namespace= .* or allow="):
         runconfig.build_sink(bad)
+
+
+def test_upsert_order_by_is_a_column_name_the_builder_gets(tmp_path: Path) -> None:
+    found = problems(
+        "source: {type: rate}\ncheckpoint_location: c\nsink: {table: db.t, upsert: {key: [id], order_by: 7}}\n"
+    )
+    assert any(p.startswith("sink.upsert.order_by: expected a non-empty string") for p in found), found
+    config = runconfig.parse(
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{table: db.t, embedded: {tmp_path}, "
+        "upsert: {key: [id], key_column: id, order_by: id}}\n",
+        str(tmp_path / "p.yaml"),
+    )
+    # The file's shape is right; the builder names what it refuses (here key_column before order_by).
+    with pytest.raises(runconfig.InvalidSinkConfigError, match=r"upsert\(key_column\)"):
+        runconfig.build_sink(config)
