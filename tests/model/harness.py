@@ -380,6 +380,7 @@ class World:
         self.single_task_max_bytes = random.Random(f"single-task-{seed}").choice([0, 8 * 1024 * 1024])
         # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
         self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
+        self.order_rng = random.Random(f"upsert-order-{seed}")  # stale upsert images (upsert_batch)
         self._locked_catalog_fails_fast = False
         # The CDC job's conversions keep a key index between runs: one too small for most files (those
         # are read at every run), the default, or none; by seed, so the short profile has all three.
@@ -398,7 +399,7 @@ class World:
                 "upsert",
                 lambda: (
                     self._builder("db.main")
-                    .upsert(key=["id"])
+                    .upsert(key=["id"], order_by="lsn")
                     .write_option("iceberg-sink.snapshot-property-prefix", "model-b")
                     .build()
                 ),
@@ -605,9 +606,29 @@ class World:
             elif op not in ("UB", "-U", "update_before"):
                 model[change["id"]] = {k: v for k, v in change.items() if k != "op"}
 
-    def upsert_batch(self, model: dict[int, Row]) -> list[Row]:
-        keys = self.rng.sample(range(KEYS), self.rng.randrange(1, 12))  # distinct: one image per key
-        return [self.main_row(k) for k in keys]
+    def upsert_batch(self, model: dict[int, Row], ordered: bool = False) -> list[Row]:
+        """Rows of distinct keys; ``ordered`` (job B, ``upsert(order_by="lsn")``): some keys get up
+        to three images, shuffled, the one of the highest lsn being the key's new state."""
+        keys = self.rng.sample(range(KEYS), self.rng.randrange(1, 12))
+        if not ordered:
+            return [self.main_row(k) for k in keys]  # one image per key: arrival order cannot matter
+        # The stale images draw from a generator of their own: seeds keep the operations they drew
+        # before upserts had an order (tests/model/test_model.py relies on some seeds' sequences).
+        out: list[Row] = []
+        for k in keys:
+            stale = []
+            for _ in range(self.order_rng.choice([0, 0, 1, 2])):
+                self.lsn += 1
+                stale.append(self.lsn)
+            row = self.main_row(k)  # the newest image: the highest lsn of its key
+            out += [row, *({**row, "s": f"stale-{lsn}", "lsn": lsn} for lsn in stale)]
+        self.order_rng.shuffle(out)  # arrival order is not lsn order: order_by must decide
+        return out
+
+    @staticmethod
+    def apply_upserts(model: dict[int, Row], rows: list[Row]) -> None:
+        for r in sorted(rows, key=lambda r: r["lsn"]):
+            model[r["id"]] = r
 
     # -- sink writes ------------------------------------------------------------------------------
 
@@ -713,7 +734,7 @@ class World:
         self.apply_cdc(self.main_model, changes)
 
     def op_upsert(self, crash_at: str | None = None) -> None:
-        rows = self.upsert_batch(self.main_model)
+        rows = self.upsert_batch(self.main_model, ordered=True)
         job = self.jobs["upsert"]
         self.log(
             f"upsert checkpoint {job.next_checkpoint} (job B): ids {sorted(r['id'] for r in rows)}"
@@ -722,8 +743,7 @@ class World:
         _, note = self._write(job, self.frame(self.main_cols, rows), crash_at)
         if note:
             self.trace[-1] += f" -> {note}"
-        for r in rows:
-            self.main_model[r["id"]] = r
+        self.apply_upserts(self.main_model, rows)
 
     def op_branch_upsert(self, crash_at: str | None = None) -> None:
         first = self.branch_model is None
@@ -777,11 +797,10 @@ class World:
 
             return self.frame(self.main_cols, changes, with_op=True), apply_changes, f"{len(changes)} changes"
         if which == "upsert":
-            rows = self.upsert_batch(self.main_model)
+            rows = self.upsert_batch(self.main_model, ordered=True)
 
             def apply_upserts() -> None:
-                for r in rows:
-                    self.main_model[r["id"]] = r
+                self.apply_upserts(self.main_model, rows)
 
             return self.frame(self.main_cols, rows), apply_upserts, f"ids {sorted(r['id'] for r in rows)}"
         appended = [self.app_row() for _ in range(self.rng.randrange(1, 8))]
