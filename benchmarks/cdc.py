@@ -38,7 +38,10 @@ after the other, each in a fresh process of its own, on identical data (``benchm
 - **iceberg_sink_stream** (opt-in): the v2 sink as one streaming query, like ``flink_stream``:
   ``sink.start`` over the batch files (``maxFilesPerTrigger`` = ``--sink-files-per-trigger``,
   default 1), each micro-batch starting as soon as the last one ended, timed from the start call; its
-  entries are its micro-batches' commits, as seen by polling the sink's progress records.
+  entries are its micro-batches' commits, as seen by polling the sink's progress records. With more
+  than one file per micro-batch the sink orders each key's changes by ``version`` (the batch number):
+  Spark reads a micro-batch's files in order of size, not of name, so arrival order across them is
+  not the stream's order (docs/cdc.md, "Ordering: ties and nulls").
 
 Each system runs in a fresh process of its own, in the order ``--systems`` names them, and does the
 same before its timed work: start Spark, create the empty table (untimed), then the load and the
@@ -388,6 +391,9 @@ def run_writers(
                 "write_options": args.write_option,
                 "mode": "stream" if name == "iceberg_sink_stream" else "batches",
                 "files_per_trigger": args.sink_files_per_trigger,
+                # Spark orders the files of one micro-batch by size, not by name: the changes of a key
+                # then need an order (the batch number, unique per key and batch) across files.
+                "order_by": "version" if name == "iceberg_sink_stream" and args.sink_files_per_trigger > 1 else None,
                 "spark_conf": args.sink_spark_conf,
             }
             raws[name] = run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
@@ -422,6 +428,7 @@ def engine_of(name: str, raw: dict[str, Any]) -> str:
         deletes = "deletion vectors" if system.format_version >= 3 else "equality deletes"
         how = (
             f", one streaming query (sink.start) of {raw['files_per_trigger']} input batch(es) per micro-batch"
+            + (f", ordered by {raw['order_by']}" if raw.get("order_by") else "")
             if raw.get("mode") == "stream"
             else ""
         )

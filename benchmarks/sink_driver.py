@@ -154,7 +154,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             .embedded(lake)
             .table(TABLE)
             .create_if_missing(format_version=format_version)
-            .upsert(key=["id"])
+            .upsert(key=["id"], order_by=spec.get("order_by"))
         )
         for key, value in (spec.get("write_options") or {}).items():
             builder = builder.write_option(key, value)
@@ -285,10 +285,12 @@ def run_stream(
     batches) and the default trigger (the next micro-batch as soon as the last one ended). Timed from
     the ``start`` call to the last micro-batch's commit. The driver polls the sink's progress records
     every 10 ms: each newly seen record ends one entry (its seconds since the previous entry, or since
-    the start call; the CPU of this process tree in between); its changes are the ``added-records``
-    of the snapshots its micro-batches committed, exactly (each record names its snapshot).
+    the start call; the CPU of this process tree in between); its changes are the input rows of the
+    micro-batches it committed, exactly (each micro-batch reads the next ``files_per_trigger`` files).
     """
     import shutil
+
+    import pyarrow.parquet as pq
 
     per_trigger = int(spec.get("files_per_trigger") or 1)
     source_dir = work_dir / "stream-input"
@@ -299,6 +301,10 @@ def run_stream(
         shutil.copyfile(path, copy)
         os.utime(copy, (base + index, base + index))
     expected = -(-len(spec["batch_files"]) // per_trigger)
+    # Each micro-batch's changes are the rows of its input files (the reduction may keep fewer when a
+    # key repeats across them; Flink's added-records count every input row, so this is the same count).
+    file_rows = [pq.ParquetFile(path).metadata.num_rows for path in spec["batch_files"]]
+    inputs = [sum(file_rows[i * per_trigger : (i + 1) * per_trigger]) for i in range(expected)]
     stream = spark.readStream.schema(SPARK_DDL).option("maxFilesPerTrigger", per_trigger).parquet(str(source_dir))
 
     waited = wait_quiet()
@@ -334,8 +340,7 @@ def run_stream(
     table = sink.load_table()
     by_id = {s.snapshot_id: s for s in table.snapshots()}
     snapshots = [by_id[int(records[i]["snapshot_id"])] for i in range(expected)]
-    added = [int(s.summary.additional_properties.get("added-records", 0)) if s.summary else 0 for s in snapshots]
-    changes = entry_changes(added, [i + 1 for i in last_ids])
+    changes = entry_changes(inputs, [i + 1 for i in last_ids])
     seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
     cpu = [cpu_delta(a[2], b[2]) for a, b in itertools.pairwise(ends)]
     intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]
@@ -343,6 +348,7 @@ def run_stream(
     return {
         "mode": "stream",
         "files_per_trigger": per_trigger,
+        "order_by": spec.get("order_by"),
         "stream_seconds": stream_seconds,
         "stream_waited_for_quiet_seconds": waited,
         "stream_snapshots": expected,
