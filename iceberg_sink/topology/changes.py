@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from iceberg_sink._sql import ident, path, string, strings
+from iceberg_sink.errors import InvalidSinkConfigError
 
 if TYPE_CHECKING:  # the writer tasks import this module's constants; config pulls in the catalogs
     from iceberg_sink.config import ChangeConfig
@@ -172,6 +173,50 @@ def fits_one_task(df: DataFrame, max_bytes: int) -> bool:
     return 0 <= size <= max_bytes
 
 
+def _order_type(schema: StructType, name: str) -> DataType | None:
+    """The type of ``name`` in ``schema`` as ``F.col`` resolves it (dots select nested fields); None
+    when there is no such field."""
+    current: DataType = schema
+    for part in name.split("."):
+        if not isinstance(current, StructType):
+            return None
+        found = next((f for f in current.fields if f.name == part), None)
+        if found is None:
+            return None
+        current = found.dataType
+    return current
+
+
+def _orderable(data_type: DataType) -> bool:
+    """Whether Spark sorts values of ``data_type`` (not maps, nor structs or arrays holding one)."""
+    if isinstance(data_type, MapType):
+        return False
+    if isinstance(data_type, StructType):
+        return all(_orderable(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _orderable(data_type.elementType)
+    return True
+
+
+def check_order_by(schema: StructType, changes: ChangeConfig) -> None:
+    """Refuse an ``order_by`` the input lacks or Spark cannot sort, naming both, before any plan is
+    built (Spark's own error would name the sink's internal columns instead)."""
+    if changes.order_by is None:
+        return
+    mode = "upsert" if changes.is_upsert else "cdc"
+    found = _order_type(schema, changes.order_by)
+    if found is None:
+        raise InvalidSinkConfigError(
+            f"{mode}(order_by): expected a column of the input (dots select nested fields), received "
+            f"{changes.order_by!r}; the input's columns: {', '.join(schema.fieldNames()) or 'none'}"
+        )
+    if not _orderable(found):
+        raise InvalidSinkConfigError(
+            f"{mode}(order_by): expected a column Spark can sort (numbers, strings, dates, timestamps, ...; "
+            f"no maps), received {changes.order_by!r} of type {found.simpleString()}"
+        )
+
+
 def reduce_changes(
     df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = (), single_task_max_bytes: int = 0
 ) -> DataFrame:
@@ -192,6 +237,7 @@ def reduce_changes(
     # The plan is built from SQL text (iceberg_sink/_sql.py): one Py4J call per expression instead of
     # one per Column operation, and the input's schema is asked for once.
     schema = df.schema
+    check_order_by(schema, changes)
     columns = schema.fieldNames()
     # A batch of truncates only has no row columns (table/schema.py lets a CDC key be missing): its
     # key columns are null, so any other row of it is refused for its null key.

@@ -130,3 +130,35 @@ def test_upsert_order_by_is_checked_like_cdcs(tmp_path: Path) -> None:
         InvalidSinkConfigError, match=r"cdc\(order_by\): expected None or a column name other than the op"
     ):
         builder.cdc(op_column="op", key=["k"], order_by="op").validate()
+
+
+def test_an_order_by_the_input_lacks_or_spark_cannot_sort_is_named_before_anything_is_committed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    ddl = "k long, src struct<lsn: long>, m map<string, int>"
+    rows = [(1, (2,), {"a": 1}), (1, (1,), {"a": 2})]
+
+    def sink(order_by: str, table: str) -> IcebergSink:
+        return (
+            IcebergSink.builder()
+            .embedded(tmp_path / "lake")
+            .table(f"db.{table}")
+            .create_if_missing()
+            .upsert(key=["k"], order_by=order_by)
+            .build()
+        )
+
+    for order_by, table, problem in (
+        ("lsn", "missing", r"expected a column of the input .* received 'lsn'; the input's columns: k, src, m"),
+        ("src.nope", "nested_missing", r"expected a column of the input .* received 'src.nope'"),
+        ("m", "map", r"expected a column Spark can sort .* received 'm' of type map<string,int>"),
+    ):
+        bad = sink(order_by, table)
+        with pytest.raises(InvalidSinkConfigError, match=rf"upsert\(order_by\): {problem}"):
+            bad.write(spark.createDataFrame(rows, ddl))
+        assert bad.load_table().current_snapshot() is None
+    nested = sink("src.lsn", "nested")  # dots select a nested field, as F.col reads them
+    nested.write(spark.createDataFrame(rows, ddl))
+    assert [(r["k"], r["src"]["lsn"], r["m"]) for r in nested.load_table().scan().to_arrow().to_pylist()] == [
+        (1, 2, [("a", 1)])
+    ]
