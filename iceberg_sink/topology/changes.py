@@ -174,16 +174,19 @@ def fits_one_task(df: DataFrame, max_bytes: int) -> bool:
 
 
 def _order_type(schema: StructType, name: str) -> DataType | None:
-    """The type of ``name`` in ``schema`` as ``F.col`` resolves it (dots select nested fields); None
-    when there is no such field."""
+    """The type of ``name`` in ``schema`` as ``F.col`` resolves it (dots select nested fields; a
+    field of another case only when it is the one such field, as Spark's default resolution finds
+    it); None when there is no such field."""
     current: DataType = schema
     for part in name.split("."):
         if not isinstance(current, StructType):
             return None
-        found = next((f for f in current.fields if f.name == part), None)
-        if found is None:
+        exact = [f for f in current.fields if f.name == part]
+        folded = [f for f in current.fields if f.name.lower() == part.lower()]
+        found = exact or (folded if len(folded) == 1 else [])
+        if not found:
             return None
-        current = found.dataType
+        current = found[0].dataType
     return current
 
 

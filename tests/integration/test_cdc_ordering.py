@@ -157,7 +157,7 @@ def test_an_order_by_the_input_lacks_or_spark_cannot_sort_is_named_before_anythi
         with pytest.raises(InvalidSinkConfigError, match=rf"upsert\(order_by\): {problem}"):
             bad.write(spark.createDataFrame(rows, ddl))
         assert bad.load_table().current_snapshot() is None
-    nested = sink("src.lsn", "nested")  # dots select a nested field, as F.col reads them
+    nested = sink("SRC.lsn", "nested")  # dots select a nested field, as F.col reads them (any case)
     nested.write(spark.createDataFrame(rows, ddl))
     assert [(r["k"], r["src"]["lsn"], r["m"]) for r in nested.load_table().scan().to_arrow().to_pylist()] == [
         (1, 2, [("a", 1)])
