@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig
+from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig, change_config
 from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.job.dead_letter import check_target
 from iceberg_sink.observe.prometheus import (
@@ -432,58 +432,6 @@ class IcebergSinkBuilder:
         )
         return self
 
-    def _change_config(self, problems: list[str]) -> ChangeConfig | None:
-        if not self._changes:
-            return None
-        if len(self._changes) > 1:
-            problems.append(
-                f"upsert()/cdc(): expected one of them, once; received {', '.join(m + '()' for m, _ in self._changes)}"
-            )
-            return None
-        mode, args = self._changes[0]
-        raw_key, key_column = args["key"], args["key_column"]
-        key: tuple[str, ...] | None = ()
-        if raw_key is not None:
-            key = (raw_key,) if isinstance(raw_key, str) else tuple(raw_key) if isinstance(raw_key, Sequence) else None
-            if not key or not all(isinstance(k, str) and k for k in key) or len(set(key)) != len(key):
-                problems.append(
-                    f"{mode}(key): expected a non-empty list of distinct column names, received {raw_key!r}"
-                )
-                return None
-        assert key is not None
-        if key_column is not None:
-            if not isinstance(key_column, str) or not key_column or key_column in key:
-                problems.append(
-                    f"{mode}(key_column): expected a column name that is not a key column, received {key_column!r}"
-                )
-                return None
-            if not self._routes:
-                problems.append(
-                    f"{mode}(key_column): a per-row key needs .route(...) (each routed table gets its own key); a "
-                    f"single-table sink's key is key=[...] or the table's identifier fields, received "
-                    f"key_column={key_column!r}"
-                )
-                return None
-        order_by = args["order_by"]
-        op_column = args["op_column"] if mode == "cdc" else None
-        if mode == "cdc" and (
-            not isinstance(op_column, str) or not op_column or op_column in key or op_column == key_column
-        ):
-            problems.append(
-                f"cdc(op_column): expected a column name that is not a key column or the key_column, "
-                f"received {op_column!r}"
-            )
-            return None
-        if order_by is not None and (
-            not isinstance(order_by, str) or not order_by or order_by in (op_column, key_column)
-        ):
-            others = "the op column and the key_column" if mode == "cdc" else "the key_column"
-            problems.append(
-                f"{mode}(order_by): expected None or a column name other than {others}, received {order_by!r}"
-            )
-            return None
-        return ChangeConfig(key=key, op_column=op_column, order_by=order_by, key_column=key_column)
-
     def validate(self) -> None:
         """Run every check of :meth:`build` that needs neither the catalog nor Spark, and create nothing.
 
@@ -545,7 +493,7 @@ class IcebergSinkBuilder:
             ("map_batches", self._map_batches),
         ):
             problems.extend(f"{kind}: expected a callable, received {h!r}" for h in hooks if not callable(h))
-        changes = self._change_config(problems)
+        changes = change_config(self._changes, bool(self._routes), problems)
         compaction = None
         if self._compaction is not None:
             try:

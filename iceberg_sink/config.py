@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -143,3 +143,53 @@ class SinkConfig:
             # table is created or evolved) fails on a refused row, so nothing is created for it.
             df = fail_on_reject(df)
         return df
+
+
+def change_config(
+    changes: Sequence[tuple[str, Mapping[str, Any]]], routed: bool, problems: list[str]
+) -> ChangeConfig | None:
+    """The builder's ``upsert()``/``cdc()`` call checked (``routed``: the sink has ``.route(...)``): the
+    mode, or None with each problem appended to ``problems``."""
+    if not changes:
+        return None
+    if len(changes) > 1:
+        problems.append(
+            f"upsert()/cdc(): expected one of them, once; received {', '.join(m + '()' for m, _ in changes)}"
+        )
+        return None
+    mode, args = changes[0]
+    raw_key, key_column = args["key"], args["key_column"]
+    key: tuple[str, ...] | None = ()
+    if raw_key is not None:
+        key = (raw_key,) if isinstance(raw_key, str) else tuple(raw_key) if isinstance(raw_key, Sequence) else None
+        if not key or not all(isinstance(k, str) and k for k in key) or len(set(key)) != len(key):
+            problems.append(f"{mode}(key): expected a non-empty list of distinct column names, received {raw_key!r}")
+            return None
+    assert key is not None
+    if key_column is not None:
+        if not isinstance(key_column, str) or not key_column or key_column in key:
+            problems.append(
+                f"{mode}(key_column): expected a column name that is not a key column, received {key_column!r}"
+            )
+            return None
+        if not routed:
+            problems.append(
+                f"{mode}(key_column): a per-row key needs .route(...) (each routed table gets its own key); a "
+                f"single-table sink's key is key=[...] or the table's identifier fields, received "
+                f"key_column={key_column!r}"
+            )
+            return None
+    order_by = args["order_by"]
+    op_column = args["op_column"] if mode == "cdc" else None
+    if mode == "cdc" and (
+        not isinstance(op_column, str) or not op_column or op_column in key or op_column == key_column
+    ):
+        problems.append(
+            f"cdc(op_column): expected a column name that is not a key column or the key_column, received {op_column!r}"
+        )
+        return None
+    if order_by is not None and (not isinstance(order_by, str) or not order_by or order_by in (op_column, key_column)):
+        others = "the op column and the key_column" if mode == "cdc" else "the key_column"
+        problems.append(f"{mode}(order_by): expected None or a column name other than {others}, received {order_by!r}")
+        return None
+    return ChangeConfig(key=key, op_column=op_column, order_by=order_by, key_column=key_column)
