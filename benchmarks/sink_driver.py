@@ -179,24 +179,26 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         log(f"loaded the initial rows in {load_seconds:.1f}s")
 
         checkpoint = str(work_dir / "checkpoint")
-        if spec.get("mode") == "stream":
-            streamed = run_stream(spark, upsert_sink, spec, work_dir, checkpoint, monitor, wait_quiet)
+
+        def common() -> dict[str, Any]:
+            """What every mode reports, read when the writes are done."""
+            table = upsert_sink.load_table()
             return {
-                **streamed,
                 "format_version": format_version,
                 "convert_every": convert_every,
-                "scan_every": 0,
-                "scan_points": [],
-                "conversion_metrics": {},
-                "final_summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
+                "final_summary": dict(table.current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
                 "spark_version": spark.version,
                 "pyspark_version": pyspark.__version__,
                 "pyiceberg_version": pyiceberg.__version__,
                 "load_seconds": load_seconds,
                 "load_waited_for_quiet_seconds": load_waited,
                 "load_cpu_seconds": load_cpu,
-                "metadata_location": upsert_sink.load_table().metadata_location,
+                "metadata_location": table.metadata_location,
             }
+
+        if spec.get("mode") == "stream":
+            streamed = run_stream(spark, upsert_sink, spec, work_dir, checkpoint, monitor, wait_quiet)
+            return {**streamed, **common(), "scan_every": 0, "scan_points": [], "conversion_metrics": {}}
         seconds: list[float] = []
         waited: list[float] = []
         intervals: list[tuple[float, float]] = []
@@ -238,8 +240,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         upsert_sink.await_conversions()
         metrics = upsert_sink.metrics()
         return {
-            "format_version": format_version,
-            "convert_every": convert_every,
+            **common(),
             "scan_every": scan_every,
             "scan_points": scan_points,
             "conversion_metrics": {
@@ -254,20 +255,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 "key_index_bytes": metrics.conversion_key_index_bytes,
                 "last_error": metrics.last_conversion_error,
             },
-            "final_summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
-            "spark_version": spark.version,
-            "pyspark_version": pyspark.__version__,
-            "pyiceberg_version": pyiceberg.__version__,
-            "load_seconds": load_seconds,
-            "load_waited_for_quiet_seconds": load_waited,
-            "load_cpu_seconds": load_cpu,
             "batch_cpu_seconds": cpu,
             "batch_seconds": seconds,
             "batch_waited_for_quiet_seconds": waited,
             "batch_intervals": intervals,
             "batch_phases": phases,
             "batch_summaries": summaries,
-            "metadata_location": upsert_sink.load_table().metadata_location,
         }
     finally:
         spark.stop()
