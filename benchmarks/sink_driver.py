@@ -300,12 +300,13 @@ def run_stream(
     inputs = [sum(file_rows[i * per_trigger : (i + 1) * per_trigger]) for i in range(expected)]
     stream = spark.readStream.schema(SPARK_DDL).option("maxFilesPerTrigger", per_trigger).parquet(str(source_dir))
 
+    before = sink.last_progress()  # the table creation's record, of a job of its own
+    earlier_job = before["job_id"] if before is not None else None
+
     waited = wait_quiet()
     cpu_before = tree_cpu_seconds()
     wall = time.time()
     started = time.perf_counter()
-    before = sink.last_progress()  # the table creation's record, of a job of its own
-    earlier_job = before["job_id"] if before is not None else None
     query = sink.start(stream, checkpoint_location=checkpoint)
     ends: list[tuple[float, float, float | None]] = [(started, wall, cpu_before)]  # (perf, wall, cpu) per entry
     last_ids: list[int] = [-1]  # the newest checkpoint id each entry ends at
