@@ -5,7 +5,7 @@ Tables (one SQLite catalog, one local warehouse):
 
 - ``db.main`` (format v2, key ``id``, partitioned by ``bucket(4, id)``): written by a CDC sink (job A,
   ``cdc(op_column="op", key=["id"], order_by="lsn")``) and an upsert sink (job B, a second writer with a
-  custom snapshot-property prefix). Model: ``dict id -> row``.
+  custom snapshot-property prefix, ``upsert(key=["id"], order_by="lsn")``). Model: ``dict id -> row``.
 - branch ``b`` of ``db.main``: an upsert sink with ``.branch("b")`` (job C). Model: a copy of the main
   model taken at the branch's first commit, then its own.
 - ``db.app`` (format v2, no key, ``bucket(2, id)``): an append sink (job D, custom snapshot-property
@@ -607,8 +607,9 @@ class World:
                 model[change["id"]] = {k: v for k, v in change.items() if k != "op"}
 
     def upsert_batch(self, model: dict[int, Row], ordered: bool = False) -> list[Row]:
-        """Rows of distinct keys; ``ordered`` (job B, ``upsert(order_by="lsn")``): some keys get up
-        to three images, shuffled, the one of the highest lsn being the key's new state."""
+        """One image per key of a random set; ``ordered`` (job B, ``upsert(order_by="lsn")``): some
+        keys get up to two older images too, shuffled, the one of the highest lsn being the key's new
+        state."""
         keys = self.rng.sample(range(KEYS), self.rng.randrange(1, 12))
         if not ordered:
             return [self.main_row(k) for k in keys]  # one image per key: arrival order cannot matter
