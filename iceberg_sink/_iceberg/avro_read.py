@@ -11,10 +11,19 @@ read types, read enums), at most :data:`MAX_READERS` entries, least recently use
 reader trees hold no state of a read (each ``read`` takes the decoder and builds a new struct), so
 one tree serves every file and thread. :func:`fetch_entries` is PyIceberg 0.12's
 ``ManifestFile.fetch_manifest_entry`` on it; every manifest whose entries this package reads goes
-through it or through :class:`CachedAvroFile` (v2 manifest lists are read by PyIceberg's
-``Snapshot.manifests``, which caches each list by path). Leans on ``AvroFile``'s internals (``_read_header``, its attributes,
+through it or through :class:`CachedAvroFile`, and so does every manifest list a commit reads
+(``lineage.read_manifests``; PyIceberg's ``Snapshot.manifests`` reads a list with a new reader on
+every call). Leans on ``AvroFile``'s internals (``_read_header``, its attributes,
 ``_inherit_from_manifest``): PyIceberg is pinned, and tests/unit/test_avro_read.py compares the
 entries with PyIceberg's own reading.
+
+The trees read a ``double`` exactly. PyIceberg 0.12's Cython decoder (the one ``new_decoder`` gives
+when its extension is built, as in the wheels) returns ``read_double`` as a C ``float``: every double
+it reads is rounded to single precision (apache/iceberg-python#3808, fixed after 0.12). In a
+manifest that is an identity partition value of a ``double`` column: read back and written again
+(a committed checkpoint, a compaction carrying entries over) it would change 0.1 into
+0.10000000149011612, and a reader filtering on 0.1 would skip the file. :class:`ExactDoubleReader`
+unpacks the eight bytes itself.
 """
 
 from __future__ import annotations
@@ -23,9 +32,11 @@ import threading
 from collections import OrderedDict
 from typing import Any, TypeVar
 
-from pyiceberg.avro.decoder import new_decoder
+from pyiceberg.avro import STRUCT_DOUBLE
+from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
 from pyiceberg.avro.file import AvroFile
-from pyiceberg.avro.resolver import resolve_reader
+from pyiceberg.avro.reader import Reader
+from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
@@ -38,7 +49,9 @@ from pyiceberg.manifest import (
     ManifestFile,
     _inherit_from_manifest,
 )
-from pyiceberg.typedef import StructProtocol
+from pyiceberg.schema import Schema, visit_with_partner
+from pyiceberg.typedef import EMPTY_DICT, StructProtocol
+from pyiceberg.types import DoubleType, IcebergType
 
 # Distinct (header schema, read schema, types, enums) combinations kept: one per partition spec,
 # content and format version a table has, times the tables a driver commits to.
@@ -49,6 +62,36 @@ D = TypeVar("D", bound=StructProtocol)
 
 _readers: OrderedDict[tuple[Any, ...], tuple[Any, Any, Any, Any]] = OrderedDict()
 _lock = threading.Lock()
+
+
+class ExactDoubleReader(Reader):
+    """A ``double`` as the eight little-endian bytes say (see the module doc)."""
+
+    def read(self, decoder: BinaryDecoder) -> float:
+        value: float = STRUCT_DOUBLE.unpack(decoder.read(8))[0]
+        return value
+
+    def skip(self, decoder: BinaryDecoder) -> None:
+        decoder.skip(8)
+
+
+class _Resolver(ReadSchemaResolver):
+    """PyIceberg's read-schema resolution, with :class:`ExactDoubleReader` for doubles."""
+
+    def visit_double(self, double_type: DoubleType, partner: IcebergType | None) -> Reader:
+        return ExactDoubleReader()  # type: ignore[no-untyped-call]  # PyIceberg's Singleton
+
+
+def resolve_reader(
+    file_schema: Schema | IcebergType,
+    read_schema: Schema | IcebergType,
+    read_types: Any = EMPTY_DICT,
+    read_enums: Any = EMPTY_DICT,
+) -> Reader:
+    """PyIceberg's ``resolve_reader``, reading doubles exactly."""
+    resolver = _Resolver(read_types, read_enums)
+    reader: Reader = visit_with_partner(file_schema, read_schema, resolver, SchemaPartnerAccessor())  # type: ignore[arg-type,misc]
+    return reader
 
 
 class CachedAvroFile(AvroFile[D]):
