@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyiceberg.avro.codecs import AVRO_CODEC_KEY
-from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
     MANIFEST_ENTRY_SCHEMAS,
     MANIFEST_LIST_FILE_SCHEMAS,
     UNASSIGNED_SEQ,
@@ -43,16 +43,19 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     ManifestListWriter,
+    ManifestListWriterV1,
+    ManifestListWriterV2,
     PartitionFieldSummary,
     _inherit_from_manifest,
-    write_manifest_list,
 )
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.typedef import TableVersion
 from pyiceberg.types import LongType, NestedField
 
 from iceberg_sink._iceberg.avro_read import CachedAvroFile, fetch_entries
+from iceberg_sink._iceberg.avro_write import ReusingAvroOutputFile
 from iceberg_sink._iceberg.manifests import (
     DATA_FILE_FIRST_ROW_ID,
     MANIFEST_FILE_FIRST_ROW_ID,
@@ -133,12 +136,13 @@ def table_next_row_id(metadata: TableMetadata) -> int:
 
 def read_manifests(io: FileIO, snapshot: Snapshot, format_version: int) -> list[ManifestFile]:
     """The manifests ``snapshot`` lists. For a v3 table, read with the v3 manifest-list schema, so
-    each keeps its ``first_row_id``; earlier versions read as PyIceberg does (cached)."""
-    if format_version < ROW_LINEAGE_FORMAT_VERSION:
-        return snapshot.manifests(io)
+    each keeps its ``first_row_id``; earlier versions with the schema PyIceberg reads them with
+    (``Snapshot.manifests``, which reads the list again on every call and resolves its reader for
+    every file: here the reader is shared, ``_iceberg/avro_read.py``)."""
+    version = 3 if format_version >= ROW_LINEAGE_FORMAT_VERSION else DEFAULT_READ_VERSION
     with CachedAvroFile[ManifestFile](
         io.new_input(snapshot.manifest_list),
-        MANIFEST_LIST_FILE_SCHEMAS[3],
+        MANIFEST_LIST_FILE_SCHEMAS[version],
         read_types={-1: ManifestFile, 508: PartitionFieldSummary},
         read_enums={517: ManifestContent},
     ) as reader:
@@ -222,7 +226,7 @@ class ManifestListWriterV3(ManifestListWriter):
         self.next_row_id = first_row_id
 
     def __enter__(self) -> ManifestListWriterV3:
-        self._writer = AvroOutputFile[ManifestFile](
+        self._writer = ReusingAvroOutputFile[ManifestFile](
             output_file=self._output_file,
             record_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
             file_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
@@ -251,6 +255,34 @@ class ManifestListWriterV3(ManifestListWriter):
         return prepared
 
 
+class _Reusing:
+    """Makes PyIceberg's v1 or v2 manifest list writer open a :class:`ReusingAvroOutputFile`."""
+
+    _output_file: OutputFile
+    _format_version: TableVersion
+    _meta: dict[str, str]
+    _writer: Any
+
+    def __enter__(self) -> Any:
+        self._writer = ReusingAvroOutputFile[ManifestFile](
+            output_file=self._output_file,
+            record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
+            file_schema=MANIFEST_LIST_FILE_SCHEMAS[self._format_version],
+            schema_name="manifest_file",
+            metadata=self._meta,
+        )
+        self._writer.__enter__()
+        return self
+
+
+class _ManifestListWriterV1(_Reusing, ManifestListWriterV1):
+    """PyIceberg's v1 manifest list writer (same bytes), its Avro writer reused."""
+
+
+class _ManifestListWriterV2(_Reusing, ManifestListWriterV2):
+    """PyIceberg's v2 manifest list writer (same bytes), its Avro writer reused."""
+
+
 def new_manifest_list_writer(
     format_version: int,
     output_file: OutputFile,
@@ -261,15 +293,10 @@ def new_manifest_list_writer(
 ) -> ManifestListWriter:
     """The manifest list writer for a table of ``format_version`` (``first_row_id``: the table's
     ``next-row-id``, for v3)."""
-    if format_version < ROW_LINEAGE_FORMAT_VERSION:
-        return write_manifest_list(
-            format_version=format_version,  # type: ignore[arg-type]
-            output_file=output_file,
-            snapshot_id=snapshot_id,
-            parent_snapshot_id=parent_snapshot_id,
-            sequence_number=sequence_number,
-            avro_compression="deflate",
-        )
+    if format_version == 1:
+        return _ManifestListWriterV1(output_file, snapshot_id, parent_snapshot_id, "deflate")
+    if format_version == 2:
+        return _ManifestListWriterV2(output_file, snapshot_id, parent_snapshot_id, sequence_number, "deflate")
     if format_version > ROW_LINEAGE_FORMAT_VERSION:
         raise ValueError(f"format version {format_version} is not supported (expected 1, 2 or 3)")
     if first_row_id is None:
