@@ -3,6 +3,8 @@ checkpoints, and the files a table's metadata references."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -30,9 +32,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record, TableVersion
-from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+from pyiceberg.types import FloatType, IntegerType, ListType, NestedField, StructType
 
 from iceberg_sink._iceberg.avro_read import fetch_entries
+from iceberg_sink._iceberg.avro_write import ReusingAvroOutputFile
 from iceberg_sink._iceberg.files import to_data_file, to_meta
 from iceberg_sink.writer.result import DataFileMeta
 
@@ -79,12 +82,13 @@ BLOCK_ENTRIES = 100
 """Manifest entries per Avro block (Iceberg Java's writers cut blocks at ~64 KB, about as many)."""
 
 
-class _BlockedAvroOutputFile(AvroOutputFile[ManifestEntry]):
+class _BlockedAvroOutputFile(ReusingAvroOutputFile[ManifestEntry]):
     """An Avro output file that writes entries in blocks of up to :data:`BLOCK_ENTRIES`.
 
     PyIceberg 0.12's manifest writers write one block per entry, each compressed on its own: the
     manifests come out many times larger (a 2,000-entry manifest: 316 KB instead of 9 KB) and are
-    slower to write and, for every reader, to read.
+    slower to write and, for every reader, to read. Its writer and header schema are built once per
+    entry schema (``_iceberg/avro_write.py``).
     """
 
     _pending: list[ManifestEntry]
@@ -281,6 +285,34 @@ class StagedManifest:
         return cls(path=obj["path"], length=obj["length"], spec_id=obj["spec_id"], content=obj["content"])
 
 
+# Staged manifests this process wrote, by path: the files as the committer reads them back
+# (``read_staged_manifest``), so a checkpoint committed by the process that staged it reads nothing.
+# A staged manifest never changes (a new checkpoint attempt writes another path); bounded by files.
+_WRITTEN: OrderedDict[str, tuple[DataFileMeta, ...]] = OrderedDict()
+_WRITTEN_MAX_FILES = 100_000
+_written_files = 0
+_written_lock = threading.Lock()
+
+
+def _remember_written(path: str, files: tuple[DataFileMeta, ...]) -> None:
+    global _written_files
+    with _written_lock:
+        _WRITTEN[path] = files
+        _written_files += len(files)
+        while _written_files > _WRITTEN_MAX_FILES and _WRITTEN:
+            _written_files -= len(_WRITTEN.popitem(last=False)[1])
+
+
+def forget_staged(paths: Collection[str]) -> None:
+    """Drop what this process remembers of staged manifests ``paths`` (committed or discarded)."""
+    global _written_files
+    with _written_lock:
+        for path in paths:
+            files = _WRITTEN.pop(path, None)
+            if files is not None:
+                _written_files -= len(files)
+
+
 def write_staged_manifest(
     io: FileIO,
     path: str,
@@ -292,26 +324,38 @@ def write_staged_manifest(
     """Write ``files`` as a v2 manifest whose entries inherit snapshot id and sequence numbers.
 
     Staged manifests are private to the sink (read back by the committer), so they are always v2,
-    whatever the table's format version.
+    whatever the table's format version. What its entries hold is remembered (as a read would
+    return it: the fields a v2 manifest keeps), so the committer of this process reads nothing.
     """
     writer_cls = _DeleteManifestWriterV2 if deletes else _ManifestWriterV2
     writer = writer_cls(spec, schema, io.new_output(path), snapshot_id=-1, avro_compression="deflate")
+    data_files = [to_data_file(meta, 2) for meta in files]
+    for data_file in data_files:
+        data_file.spec_id = spec.spec_id  # what a read gives each entry (the staged manifest's spec)
     with writer:
-        for meta in files:
+        for data_file in data_files:
             writer.add_entry(
                 ManifestEntry.from_args(
                     status=ManifestEntryStatus.ADDED,
                     snapshot_id=None,
                     sequence_number=None,
                     file_sequence_number=None,
-                    data_file=to_data_file(meta, 2),
+                    data_file=data_file,
                 )
             )
     manifest = writer.to_manifest_file()
+    if not any(isinstance(f.field_type, FloatType) for f in spec.partition_type(schema).fields):
+        # (A float partition value is stored in single precision: a read gives another number.)
+        _remember_written(path, tuple(to_meta(data_file) for data_file in data_files))
     return StagedManifest(path=path, length=manifest.manifest_length, spec_id=spec.spec_id, content=1 if deletes else 0)
 
 
 def read_staged_manifest(io: FileIO, staged: StagedManifest) -> list[DataFileMeta]:
+    """The files ``staged`` lists: as this process wrote them, else read from the file."""
+    with _written_lock:
+        written = _WRITTEN.get(staged.path)
+    if written is not None:
+        return list(written)
     manifest = ManifestFile.from_args(
         manifest_path=staged.path,
         manifest_length=staged.length,
