@@ -47,24 +47,33 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
         CommitStateUnknownException: the commit may or may not have landed.
     """
     try:
-        return commit_metadata(table, prepared.requirements, prepared.updates)
+        return commit_metadata(table, prepared.requirements, prepared.updates, on_base=True)
     except ValueError as e:
         if is_stale_sequence_number(e):
             raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
         raise
 
 
-def commit_metadata(table: Table, requirements: tuple[object, ...], updates: tuple[object, ...]) -> Table:
+def commit_metadata(
+    table: Table, requirements: tuple[object, ...], updates: tuple[object, ...], on_base: bool = False
+) -> Table:
     """One metadata commit through the table's catalog; returns the table as of the new metadata.
+
+    ``on_base``: the updates were prepared on ``table`` as loaded and must land on exactly that
+    metadata (a snapshot, whose requirements name the branch head it was built on): a SQL catalog
+    then commits without loading the table again (``metadata_cache.commit_on_base``).
 
     The catalog trims the metadata log to ``write.metadata.previous-versions-max``; with
     ``write.metadata.delete-after-commit.enabled`` the metadata files it dropped are deleted here,
     as Iceberg Java's catalogs and PyIceberg's own transactions do after a commit.
     """
-    with v3_metadata_writes():  # the sink built this commit (its v3 snapshots carry row lineage)
-        response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
-    delete_dropped_metadata(table.io, table.metadata, response.metadata)
     from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
+
+    with v3_metadata_writes():  # the sink built this commit (its v3 snapshots carry row lineage)
+        response = metadata_cache.commit_on_base(table, requirements, updates) if on_base else None
+        if response is None:
+            response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
+    delete_dropped_metadata(table.io, table.metadata, response.metadata)
 
     # The next load of this location reuses the metadata sent (a SQL catalog then reads no file).
     metadata_cache.remember(table.catalog, table.name(), response.metadata_location, response.metadata)

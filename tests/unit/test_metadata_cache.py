@@ -1,16 +1,20 @@
 """The SQL catalog's parsed-metadata reuse (_iceberg/metadata_cache.py): a load parses the metadata
 file only when the table's metadata location moved; another writer's commit is seen by the next
-load; what the sink commits is reused without a parse. Real SQLite catalogs, two processes' worth
-of catalog objects on one database."""
+load; what the sink commits is reused without a parse; a snapshot the sink prepared is committed as
+a compare-and-swap on the location it was prepared on, without another load. Real SQLite catalogs,
+two processes' worth of catalog objects on one database."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
-from iceberg_sink._iceberg import metadata_cache
+from iceberg_sink._iceberg import metadata_cache, producer
 from iceberg_sink._iceberg.commit import commit_metadata
 from iceberg_sink.table.catalog import CatalogConfig
 
@@ -64,3 +68,60 @@ def test_other_catalogs_are_left_alone(tmp_path: Path) -> None:
     table = plain.create_table("db.events", schema=ROWS.schema)
     metadata_cache.remember(plain, table.name(), table.metadata_location, table.metadata)
     assert metadata_cache.lookup(plain, table.name(), table.metadata_location) is None
+
+
+def _snapshot_commit(table: Any, rows: pa.Table) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A real snapshot of ``rows`` prepared on ``table`` by the sink's producer (its requirements
+    name the branch head)."""
+    from tests.helpers import write_batches, writer_spec
+
+    result = write_batches(writer_spec(table), rows)
+    prepared = producer.RowDelta(table, "main", producer.SnapshotChanges(result.data_files, ()), {}).prepare()
+    return prepared.requirements, prepared.updates
+
+
+def test_a_snapshot_commit_is_a_compare_and_swap_on_the_location_it_was_prepared_on(tmp_path: Path) -> None:
+    config = CatalogConfig.embedded(tmp_path / "lake")
+    ours = config.load()
+    ours.create_namespace("db")
+    ours.create_table("db.events", schema=ROWS.schema, properties={"format-version": "2"})
+    base = ours.load_table("db.events")
+    requirements, updates = _snapshot_commit(base, ROWS)
+    committed = commit_metadata(base, requirements, updates, on_base=True)
+    assert committed.metadata_location != base.metadata_location
+    assert ours.load_table("db.events").metadata_location == committed.metadata_location
+    assert ours.load_table("db.events").scan().to_arrow().to_pydict() == ROWS.to_pydict()
+
+    # Another writer moves the table after our load: ours fails as a conflict, theirs stays.
+    stale = ours.load_table("db.events")
+    other = SqlCatalog(config.name, **{k: v for k, v in dict(config.properties).items() if k != "type"})
+    with other.load_table("db.events").transaction() as tx:
+        tx.set_properties({"owner": "someone"})  # not a snapshot: PyIceberg's own commit would rebase ours
+    theirs = ours.load_table("db.events").metadata_location
+    requirements, updates = _snapshot_commit(stale, ROWS)
+    with pytest.raises(CommitFailedException, match="updated by another process"):
+        commit_metadata(stale, requirements, updates, on_base=True)
+    now = ours.load_table("db.events")
+    assert now.metadata_location == theirs and now.properties["owner"] == "someone"
+    assert len(now.metadata.snapshots) == 1
+
+    # Prepared again on the table as it is now, it lands; both changes are in the table.
+    requirements, updates = _snapshot_commit(now, ROWS)
+    commit_metadata(now, requirements, updates, on_base=True)
+    final = other.load_table("db.events")
+    assert final.properties["owner"] == "someone" and len(final.metadata.snapshots) == 2
+    assert final.scan().to_arrow().num_rows == 2 * ROWS.num_rows
+
+
+def test_a_snapshot_commit_on_another_catalog_goes_through_its_commit_table(tmp_path: Path) -> None:
+    from tests.helpers import LosingCatalog
+
+    catalog = LosingCatalog("losing", uri=f"sqlite:///{tmp_path}/c.db", warehouse=(tmp_path / "w").as_uri())
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.events", schema=ROWS.schema, properties={"format-version": "2"})
+    requirements, updates = _snapshot_commit(table, ROWS)
+    assert metadata_cache.commit_on_base(table, requirements, updates) is None
+    catalog.lose_next = 1  # its own commit_table runs: the commit lands and answers "unknown"
+    with pytest.raises(CommitStateUnknownException):
+        commit_metadata(table, requirements, updates, on_base=True)
+    assert catalog.load_table("db.events").current_snapshot() is not None
