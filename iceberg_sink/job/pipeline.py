@@ -115,7 +115,7 @@ class SinkJob:
             total_timeout_ms=resolved.get(options.COMMIT_TOTAL_TIMEOUT_MS),
         )
         self.binding = TableBinding(
-            config, catalog, store, retry, resolved.get(options.SCHEMA_EVOLUTION), pin_table_uuid=pin_table_uuid
+            config, catalog, store, retry, resolved.get(options.SCHEMA_EVOLUTION), pin_table_uuid, loaded=existing
         )
         self.committer = IcebergCommitter(
             load_table=self.binding.refresh,

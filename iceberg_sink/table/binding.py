@@ -68,6 +68,7 @@ class TableBinding:
         retry: RetryPolicy,
         evolution_mode: str,
         pin_table_uuid: bool = False,
+        loaded: Table | None = None,
     ) -> None:
         self.config = config
         self._catalog = catalog
@@ -82,6 +83,10 @@ class TableBinding:
         self._default_key = config.changes.key if config.changes is not None else ()
         #: The table as this job loaded it last (None before the first load).
         self.table: Table | None = None
+        # ``loaded``: the table as the job building this binding just loaded it. The first ensure()
+        # uses it instead of loading the table again, unless a refresh() came first (a routed
+        # checkpoint builds a table's job right before ensuring it: one catalog load, not two).
+        self._handed = loaded
         #: Set when this binding's schema evolution changed the table (cleared by the job).
         self.schema_changed = False
         #: A null in a required column is refused per row (a dead-letter table takes it) instead of
@@ -99,6 +104,7 @@ class TableBinding:
         return self.config.table
 
     def refresh(self) -> Table:
+        self._handed = None
         table = catalogs.load_table(self._catalog, self.config.table)
         if table is None:
             raise InvalidSinkConfigError(f"table {self.config.table} does not exist (was it dropped?)")
@@ -119,7 +125,9 @@ class TableBinding:
         ``named_keys`` (routed tables): the keys its rows name in the sink's key column (see
         :meth:`use_key`)."""
         names.check_columns(self.config.table, struct)  # before anything is created or evolved
-        table = catalogs.load_table(self._catalog, self.config.table)
+        table, self._handed = self._handed, None
+        if table is None:
+            table = catalogs.load_table(self._catalog, self.config.table)
         self.use_key(table, named_keys)
         struct = self.own_columns(struct, table, carried)
         if table is None and self._pin_table_uuid and self._store.table_uuid() is not None:
