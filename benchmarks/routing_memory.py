@@ -26,7 +26,10 @@ open at once, over all its tables; the maximum over the checkpoints), the high-w
 of the driver's Python, its JVM (which in local mode also runs the executors) and the largest Python
 worker, each after a one-row warm-up write (``base``) and after the measured checkpoints (``peak``),
 and the wall time of each checkpoint with its write stage (``last_flush_duration_ms``; the rest is
-the driver's per-table work: table loads and creation, committable persistence, commits). Memory is
+the driver's per-table work: table loads and creation, committable persistence, commits, but also
+the checkpoint's fixed work, such as the Spark job that finds the batch's tables, which reads every
+row), and ``table_work_ms_per_table``: the wall time of the driver's per-table phases alone
+(:data:`TABLE_PHASES`, timed by wrapping them), per table. Memory is
 sampled as benchmarks/memory.py describes (``ProcessTree``).
 
 The JSON result goes to stdout and to ``--out``; progress goes to stderr.
@@ -56,11 +59,47 @@ def log(message: str) -> None:
     print(f"[routing-memory {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+TABLE_PHASES = ("job", "begin", "stage", "commit_planned")
+"""The driver's work for one routed table in a checkpoint: building its job (``RoutedJob.job``, once
+per table and ``write()``), then ``SinkJob.begin`` (create or check the table, plan), ``stage``
+(the staged manifest and the committable) and ``commit_planned`` (the snapshot)."""
+
+
+def time_table_phases() -> dict[str, float]:
+    """Wrap the per-table phases of a routed checkpoint (:data:`TABLE_PHASES`) to add their wall time,
+    in seconds by phase, to the returned dict (the caller clears it per checkpoint). The methods are
+    the same in every version of the sink since routing, so a run of an older checkout measures the
+    same work. With one commit thread the sum is the driver's time in per-table work; with more,
+    concurrent commits add up beyond the wall time."""
+    from iceberg_sink.job.pipeline import SinkJob
+    from iceberg_sink.job.routing import RoutedJob
+
+    totals: dict[str, float] = {}
+
+    def timed(cls: Any, name: str) -> None:
+        real = getattr(cls, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                totals[name] = totals.get(name, 0.0) + time.perf_counter() - started
+
+        setattr(cls, name, wrapper)
+
+    timed(RoutedJob, "job")
+    for phase in TABLE_PHASES[1:]:
+        timed(SinkJob, phase)
+    return totals
+
+
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from iceberg_sink import IcebergSink
 
+    phases = time_table_phases()
     tree = ProcessTree()
     tree.start()
     scratch = Path(tempfile.mkdtemp(prefix="bench-routing-memory-"))
@@ -102,6 +141,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         peak_open = 0
         for checkpoint in range(case["checkpoints"]):
             name = F.concat(F.lit("t"), (F.col("id") % tables).cast("string"))
+            phases.clear()
             started = time.monotonic()
             sink.write(
                 frame(case["rows"], checkpoint * case["rows"], name),
@@ -117,6 +157,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
                     "seconds": round(seconds, 2),
                     "write_seconds": round(metrics.last_flush_duration_ms / 1000, 2),
                     "driver_ms_per_table": round((seconds - metrics.last_flush_duration_ms / 1000) * 1000 / tables, 1),
+                    "table_work_ms_per_table": round(sum(phases.values()) * 1000 / tables, 2),
+                    "table_work_ms": {k: round(v * 1000, 1) for k, v in sorted(phases.items())},
                     "writer_peak_open_files": metrics.writer_peak_open_files,
                     "tables_committed": len(sink.last_write_outcomes()),
                 }
@@ -156,19 +198,21 @@ def markdown_table(report: dict[str, Any]) -> str:
     """The results table of docs/benchmarks-routing-memory.md, in MiB."""
     rows = [
         "| tables | commit threads | max open files | peak open files per task | data files | worker peak (base) | driver Python "
-        "peak (base) | driver JVM peak (base) | checkpoint s (write s) | driver ms per table per checkpoint |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "peak (base) | driver JVM peak (base) | checkpoint s (write s) | driver ms per table per checkpoint "
+        "| table work ms per table |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in report["cases"]:
         peak, base = c["peak_bytes"], c["base_bytes"]
         limit = "unlimited" if c["max_open_files"] == UNLIMITED_OPEN_FILES else str(c["max_open_files"])
         times = ", ".join(f"{k['seconds']} ({k['write_seconds']})" for k in c["checkpoints_run"])
         per_table = ", ".join(str(k["driver_ms_per_table"]) for k in c["checkpoints_run"])
+        work = ", ".join(str(k.get("table_work_ms_per_table", "")) for k in c["checkpoints_run"])
         rows.append(
             f"| {c['tables']:,} | {c.get('commit_threads', 1)} | {limit} | {c['writer_peak_open_files']} | {c['flushed_data_files']:,} "
             f"| {peak['worker_max'] / MIB:.0f} ({base['worker_max'] / MIB:.0f}) "
             f"| {peak['driver_python'] / MIB:.0f} ({base['driver_python'] / MIB:.0f}) "
-            f"| {peak['driver_jvm'] / MIB:.0f} ({base['driver_jvm'] / MIB:.0f}) | {times} | {per_table} |"
+            f"| {peak['driver_jvm'] / MIB:.0f} ({base['driver_jvm'] / MIB:.0f}) | {times} | {per_table} | {work} |"
         )
     return "\n".join(rows) + "\n"
 
