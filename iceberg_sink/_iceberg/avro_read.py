@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 
 from pyiceberg.avro import STRUCT_DOUBLE
 from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
-from pyiceberg.avro.file import AvroFile
+from pyiceberg.avro.file import META_SCHEMA, AvroFile, AvroFileHeader
 from pyiceberg.avro.reader import Reader
-from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor
+from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor, construct_reader
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
@@ -94,13 +94,16 @@ def resolve_reader(
     return reader
 
 
+_HEADER_READER = construct_reader(META_SCHEMA, {-1: AvroFileHeader})
+
+
 class CachedAvroFile(AvroFile[D]):
     """``AvroFile`` whose schema conversion and reader resolution are shared between files."""
 
     def __enter__(self) -> CachedAvroFile[D]:
         with self.input_file.open() as f:
             self.decoder = new_decoder(f.read())
-        self.header = self._read_header()
+        self.header = _HEADER_READER.read(self.decoder)  # AvroFile._read_header builds this reader per file
         text = self.header.meta.get(_SCHEMA_KEY)
         key = (
             text,
