@@ -27,6 +27,7 @@ from iceberg_sink.observe.prometheus import MetricsServer
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.key_bounds import KeyBoundsCache
 from iceberg_sink.table.versions import upgrade_format_version
+from iceberg_sink.topology.changes import check_order_by
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
@@ -265,6 +266,10 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         check_python_workers(streaming_df.sparkSession)
+        if self._config.changes is not None and not self._config.map_batches:
+            # The stream's rows are the batches' rows: a missing or unsortable order_by is named now,
+            # not by the first micro-batch (with map_batches, per batch).
+            check_order_by(streaming_df.schema, self._config.changes)
         # A stopped query's idle retry may still be committing this job's pending checkpoints: it
         # finishes before this query starts, and the two share one lock (job/idle.py).
         idle.end_stopped(checkpoint_location)

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from iceberg_sink import IcebergSink
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.table.catalog import CatalogConfig
 from iceberg_sink.topology.changes import OP_COLUMN, reduce_changes
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -162,3 +163,18 @@ def test_an_order_by_the_input_lacks_or_spark_cannot_sort_is_named_before_anythi
     assert [(r["k"], r["src"]["lsn"], r["m"]) for r in nested.load_table().scan().to_arrow().to_pylist()] == [
         (1, 2, [("a", 1)])
     ]
+
+
+def test_start_names_an_order_by_the_stream_lacks_before_the_query_starts(spark: SparkSession, tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    stream = spark.readStream.schema("k long, v string").parquet(str(source))
+    for routed in (False, True):
+        builder = IcebergSink.builder().embedded(tmp_path / "lake")
+        builder = builder.route(table_column="v", namespace="db") if routed else builder.table("db.t")
+        sink = builder.create_if_missing().upsert(key=["k"], order_by="lsn").build()
+        active = len(spark.streams.active)
+        with pytest.raises(InvalidSinkConfigError, match=r"upsert\(order_by\): expected a column of the input .*'lsn'"):
+            sink.start(stream, checkpoint_location=str(tmp_path / f"ck-{routed}"))
+        assert len(spark.streams.active) == active
+    assert not CatalogConfig.embedded(tmp_path / "lake").load().table_exists("db.t")  # checked before creating it
