@@ -3,8 +3,6 @@ checkpoints, and the files a table's metadata references."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -270,12 +268,18 @@ def new_manifest_writer(
 
 @attrs.frozen
 class StagedManifest:
-    """A manifest written before its commit: entries carry no snapshot id or sequence numbers."""
+    """A manifest written before its commit: entries carry no snapshot id or sequence numbers.
+
+    ``files``: what its entries hold, as a read of it returns them, kept by the object that
+    :func:`write_staged_manifest` returned (never stored: a committable read back from the
+    checkpoint location, after a failure or restart, reads the manifest itself).
+    """
 
     path: str
     length: int
     spec_id: int
     content: int  # 0 data, 1 deletes
+    files: tuple[DataFileMeta, ...] | None = attrs.field(default=None, eq=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "length": self.length, "spec_id": self.spec_id, "content": self.content}
@@ -283,34 +287,6 @@ class StagedManifest:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> StagedManifest:
         return cls(path=obj["path"], length=obj["length"], spec_id=obj["spec_id"], content=obj["content"])
-
-
-# Staged manifests this process wrote, by path: the files as the committer reads them back
-# (``read_staged_manifest``), so a checkpoint committed by the process that staged it reads nothing.
-# A staged manifest never changes (a new checkpoint attempt writes another path); bounded by files.
-_WRITTEN: OrderedDict[str, tuple[DataFileMeta, ...]] = OrderedDict()
-_WRITTEN_MAX_FILES = 100_000
-_written_files = 0
-_written_lock = threading.Lock()
-
-
-def _remember_written(path: str, files: tuple[DataFileMeta, ...]) -> None:
-    global _written_files
-    with _written_lock:
-        _WRITTEN[path] = files
-        _written_files += len(files)
-        while _written_files > _WRITTEN_MAX_FILES and _WRITTEN:
-            _written_files -= len(_WRITTEN.popitem(last=False)[1])
-
-
-def forget_staged(paths: Collection[str]) -> None:
-    """Drop what this process remembers of staged manifests ``paths`` (committed or discarded)."""
-    global _written_files
-    with _written_lock:
-        for path in paths:
-            files = _WRITTEN.pop(path, None)
-            if files is not None:
-                _written_files -= len(files)
 
 
 def write_staged_manifest(
@@ -324,8 +300,10 @@ def write_staged_manifest(
     """Write ``files`` as a v2 manifest whose entries inherit snapshot id and sequence numbers.
 
     Staged manifests are private to the sink (read back by the committer), so they are always v2,
-    whatever the table's format version. What its entries hold is remembered (as a read would
-    return it: the fields a v2 manifest keeps), so the committer of this process reads nothing.
+    whatever the table's format version. The returned object keeps what the entries hold (as a
+    read returns it: the fields a v2 manifest keeps), so committing the committable just staged
+    reads nothing back; not for a float partition value, which the manifest stores in single
+    precision (a read gives another number).
     """
     writer_cls = _DeleteManifestWriterV2 if deletes else _ManifestWriterV2
     writer = writer_cls(spec, schema, io.new_output(path), snapshot_id=-1, avro_compression="deflate")
@@ -344,18 +322,20 @@ def write_staged_manifest(
                 )
             )
     manifest = writer.to_manifest_file()
-    if not any(isinstance(f.field_type, FloatType) for f in spec.partition_type(schema).fields):
-        # (A float partition value is stored in single precision: a read gives another number.)
-        _remember_written(path, tuple(to_meta(data_file) for data_file in data_files))
-    return StagedManifest(path=path, length=manifest.manifest_length, spec_id=spec.spec_id, content=1 if deletes else 0)
+    exact = not any(isinstance(f.field_type, FloatType) for f in spec.partition_type(schema).fields)
+    return StagedManifest(
+        path=path,
+        length=manifest.manifest_length,
+        spec_id=spec.spec_id,
+        content=1 if deletes else 0,
+        files=tuple(to_meta(data_file) for data_file in data_files) if exact else None,
+    )
 
 
 def read_staged_manifest(io: FileIO, staged: StagedManifest) -> list[DataFileMeta]:
-    """The files ``staged`` lists: as this process wrote them, else read from the file."""
-    with _written_lock:
-        written = _WRITTEN.get(staged.path)
-    if written is not None:
-        return list(written)
+    """The files ``staged`` lists: as kept by the object that wrote it, else read from the file."""
+    if staged.files is not None:
+        return list(staged.files)
     manifest = ManifestFile.from_args(
         manifest_path=staged.path,
         manifest_length=staged.length,

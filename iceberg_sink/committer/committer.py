@@ -334,7 +334,6 @@ class IcebergCommitter:
 
             def cleanup() -> None:
                 attempt.discard(io, paths, result.table)
-                manifests.forget_staged(paths)
 
             return CommitOutcome(
                 committable.checkpoint_id,
@@ -571,4 +570,3 @@ class IcebergCommitter:
 
     def _cleanup_staged(self, io: FileIO, committable: Committable) -> None:
         delete_quietly(io, committable.manifests.paths)
-        manifests.forget_staged(committable.manifests.paths)

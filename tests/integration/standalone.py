@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -101,8 +102,22 @@ class StandaloneCluster:
             subprocess.Popen(args, env=env, cwd=self.base, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         )
 
+    def _ports_from_master_log(self) -> None:
+        """The ports the master bound, as its log says: a port chosen free may be taken by another
+        process before the master binds it, and Spark then moves to the next one (seen in CI: the UI
+        on port+1 while this harness polled the port it had chosen)."""
+        log = (self.base / "master.log").read_text(errors="replace")
+        ui = re.search(r"Successfully started service 'MasterUI' on port (\d+)", log)
+        if ui is not None:
+            self.ui_port = int(ui.group(1))
+        master = re.search(r"Starting Spark master at spark://127\.0\.0\.1:(\d+)", log)
+        if master is not None:
+            self.port = int(master.group(1))
+            self.url = f"spark://127.0.0.1:{self.port}"
+
     def alive_workers(self) -> int:
         """Workers the master's status page lists as ALIVE."""
+        self._ports_from_master_log()
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as response:
             state = json.load(response)
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
