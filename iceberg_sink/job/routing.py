@@ -107,10 +107,11 @@ def route_column(df: DataFrame, route: RouteConfig) -> DataFrame:
     A row whose name breaks the table-name rule or is outside what the route may write (its
     namespace, or ``allow``: table/names.py) is refused (sources/rejects.py), naming its table.
     ``df`` is returned as is when it already has the column (SinkConfig.read_batch added it)."""
-    if ROUTE_COLUMN in df.columns:
+    columns = df.columns  # asked once: each df.columns is a round trip to the JVM and a schema parse
+    if ROUTE_COLUMN in columns:
         return df
     if route.table_column is not None:
-        if route.table_column not in df.columns:
+        if route.table_column not in columns:
             raise SchemaMismatchError(
                 route_marker(route),
                 [f"{route.table_column}: the column given to .route(table_column=...) is missing from the DataFrame"],
@@ -118,20 +119,21 @@ def route_column(df: DataFrame, route: RouteConfig) -> DataFrame:
         name = F.col(f"`{route.table_column}`").cast("string")
     else:
         assert route.fn is not None
-        name = _route_udf(route.fn)(F.struct(*[F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]))
+        name = _route_udf(route.fn)(F.struct(*[F.col(f"`{c}`") for c in columns if c != REJECT_COLUMN]))
     if route.namespace is not None:
         name = F.when(name.contains("."), name).otherwise(F.concat(F.lit(route.namespace + "."), name))
     routed = df.withColumn(ROUTE_COLUMN, name)
     column = F.col(ROUTE_COLUMN)
     # The event as received: a Kafka record's value, else the row as JSON (for a dead-letter table).
-    inputs = [F.col(f"`{c}`") for c in df.columns if c != REJECT_COLUMN]
-    raw = F.col("value") if "value" in df.columns else F.to_json(F.struct(*inputs))
+    inputs = [F.col(f"`{c}`") for c in columns if c != REJECT_COLUMN]
+    raw = F.col("value") if "value" in columns else F.to_json(F.struct(*inputs))
     routed = reject_where(
         routed,
         table_name_refusal(column, route.namespace, route.allow),
         InvalidInputError.__name__,
         raw,
         source_table=column,
+        columns=[*columns, ROUTE_COLUMN],
     )
     return routed.drop(route.table_column) if route.table_column is not None else routed
 

@@ -44,10 +44,12 @@ KAFKA_COLUMNS = ("topic", "partition", "offset")
 _RAW_LIMIT = 200
 
 
-def event_label(df: DataFrame, raw: Column) -> Column:
+def event_label(df: DataFrame, raw: Column, columns: Sequence[str] | None = None) -> Column:
     """How a message names an event: ``topic T partition P offset O`` when ``df`` has Kafka's
-    columns, else the raw value's first 200 characters (quoted)."""
-    if all(c in df.columns for c in KAFKA_COLUMNS):
+    columns, else the raw value's first 200 characters (quoted). ``columns``: ``df.columns`` when
+    the caller knows them."""
+    names = df.columns if columns is None else columns
+    if all(c in names for c in KAFKA_COLUMNS):
         return F.concat(
             F.lit("topic "),
             F.col("topic").cast("string"),
@@ -84,7 +86,7 @@ def reject_where(
     refusal = F.struct(
         reason.cast("string").alias("reason"),
         F.lit(error_class).alias("error_class"),
-        event_label(df, raw).alias("event"),
+        event_label(df, raw, names).alias("event"),
         raw.cast("string").alias("raw"),
         (source_table.cast("string") if source_table is not None else F.lit(None).cast("string")).alias("source_table"),
         (F.col("topic").cast("string") if kafka else F.lit(None).cast("string")).alias("topic"),
