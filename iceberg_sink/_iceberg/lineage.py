@@ -196,10 +196,34 @@ def read_entries(
     return entries
 
 
-class ManifestListWriterV3(ManifestListWriter):
+class _Reusing:
+    """Makes a manifest list writer open a :class:`ReusingAvroOutputFile` (records read as
+    ``_record_version``'s schema: PyIceberg's v1/v2 writers take v2 records, the v3 one v3)."""
+
+    _record_version: int = DEFAULT_READ_VERSION
+    _output_file: OutputFile
+    _format_version: TableVersion
+    _meta: dict[str, str]
+    _writer: Any
+
+    def __enter__(self) -> Any:
+        self._writer = ReusingAvroOutputFile[ManifestFile](
+            output_file=self._output_file,
+            record_schema=MANIFEST_LIST_FILE_SCHEMAS[self._record_version],
+            file_schema=MANIFEST_LIST_FILE_SCHEMAS[self._format_version],
+            schema_name="manifest_file",
+            metadata=self._meta,
+        )
+        self._writer.__enter__()
+        return self
+
+
+class ManifestListWriterV3(_Reusing, ManifestListWriter):
     """The format v3 manifest list: the v2 list's sequence-number rules plus ``first_row_id``
     (field 520), assigned as Iceberg Java's ``ManifestListWriter.V3Writer`` does (module doc).
     :attr:`next_row_id` is the table's next row id once every manifest was added."""
+
+    _record_version = 3
 
     def __init__(
         self,
@@ -225,17 +249,6 @@ class ManifestListWriterV3(ManifestListWriter):
         self._sequence_number = sequence_number
         self.next_row_id = first_row_id
 
-    def __enter__(self) -> ManifestListWriterV3:
-        self._writer = ReusingAvroOutputFile[ManifestFile](
-            output_file=self._output_file,
-            record_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
-            file_schema=MANIFEST_LIST_FILE_SCHEMAS[3],
-            schema_name="manifest_file",
-            metadata=self._meta,
-        )
-        self._writer.__enter__()
-        return self
-
     def prepare_manifest(self, manifest_file: ManifestFile) -> ManifestFile:
         # A fresh record: PyIceberg's v2 writer mutates a shallow copy that shares its fields.
         prepared = as_v3_manifest(manifest_file, manifest_first_row_id(manifest_file))
@@ -253,26 +266,6 @@ class ManifestListWriterV3(ManifestListWriter):
             # Room for existing rows too: files of a pre-v3 manifest have no first_row_id.
             self.next_row_id += (prepared.existing_rows_count or 0) + (prepared.added_rows_count or 0)
         return prepared
-
-
-class _Reusing:
-    """Makes PyIceberg's v1 or v2 manifest list writer open a :class:`ReusingAvroOutputFile`."""
-
-    _output_file: OutputFile
-    _format_version: TableVersion
-    _meta: dict[str, str]
-    _writer: Any
-
-    def __enter__(self) -> Any:
-        self._writer = ReusingAvroOutputFile[ManifestFile](
-            output_file=self._output_file,
-            record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
-            file_schema=MANIFEST_LIST_FILE_SCHEMAS[self._format_version],
-            schema_name="manifest_file",
-            metadata=self._meta,
-        )
-        self._writer.__enter__()
-        return self
 
 
 class _ManifestListWriterV1(_Reusing, ManifestListWriterV1):
