@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
 
 from iceberg_sink._iceberg import metadata_cache, producer
 from iceberg_sink._iceberg.commit import commit_metadata
@@ -125,3 +125,78 @@ def test_a_snapshot_commit_on_another_catalog_goes_through_its_commit_table(tmp_
     with pytest.raises(CommitStateUnknownException):
         commit_metadata(table, requirements, updates, on_base=True)
     assert catalog.load_table("db.events").current_snapshot() is not None
+
+
+# Names data can choose: quotes, SQL and URL specials, a control character, non-ASCII, a long one.
+ODD_NAMES = ("o'brien; drop table iceberg_tables --", 'q"u%25?#&=', "tab\tline", "ünï ✓", "n" * 200)
+
+
+@pytest.mark.parametrize("name", ODD_NAMES, ids=range(len(ODD_NAMES)))
+def test_a_load_finds_what_pyiceberg_finds_and_refuses_what_it_refuses(tmp_path: Path, name: str) -> None:
+    config = CatalogConfig.embedded(tmp_path / "lake")
+    ours = config.load()
+    plain = SqlCatalog(config.name, **{k: v for k, v in dict(config.properties).items() if k != "type"})
+    ours.create_namespace("db")
+    created = ours.create_table(("db", name), schema=ROWS.schema)
+    assert ours.load_table(("db", name)).metadata_location == created.metadata_location
+    assert ours.load_table(("db", name)).name() == plain.load_table(("db", name)).name() == ("db", name)
+    # A name differing by its case, its last character or a LIKE wildcard is another table.
+    for missing in (name.upper() if name.upper() != name else name + "x", name[:-1], name[:-1] + "_", "%"):
+        with pytest.raises(NoSuchTableError) as theirs:
+            plain.load_table(("db", missing))
+        with pytest.raises(NoSuchTableError) as raised:
+            ours.load_table(("db", missing))
+        assert str(raised.value) == str(theirs.value) == f"Table does not exist: db.{missing}"
+
+
+def test_a_load_does_not_take_a_view_for_a_table(tmp_path: Path) -> None:
+    """A view row (iceberg_type VIEW, written by Iceberg Java or Rust into the same catalog table) of
+    the same name is not a table, as in PyIceberg's own lookup."""
+    from pyiceberg.catalog.sql import IcebergTables
+    from sqlalchemy import insert
+
+    ours = CatalogConfig.embedded(tmp_path / "lake").load()
+    assert isinstance(ours, metadata_cache._CachingSqlCatalog)
+    ours.create_namespace("db")
+    table = ours.create_table("db.events", schema=ROWS.schema)
+    with ours.engine.begin() as connection:
+        connection.execute(
+            insert(IcebergTables).values(
+                catalog_name=ours.name,
+                table_namespace="db",
+                table_name="view",
+                metadata_location=table.metadata_location,
+                iceberg_type="VIEW",
+            )
+        )
+    with pytest.raises(NoSuchTableError, match=r"Table does not exist: db\.view"):
+        ours.load_table("db.view")
+    assert ours.load_table("db.events").metadata_location == table.metadata_location
+
+
+def test_a_commit_on_base_writes_what_pyiceberg_would_have_written(tmp_path: Path) -> None:
+    """The same metadata as PyIceberg's commit_table (its update_table_metadata, the metadata log,
+    the next version's file name), written as its serializer writes it, read back equal."""
+    from pyiceberg.catalog import MetastoreCatalog
+    from pyiceberg.serializers import FromInputFile
+
+    config = CatalogConfig.embedded(tmp_path / "lake")
+    ours = config.load()
+    ours.create_namespace("db")
+    ours.create_table("db.events", schema=ROWS.schema, properties={"format-version": "2"})
+    base = ours.load_table("db.events")
+    requirements, updates = _snapshot_commit(base, ROWS)
+    theirs = MetastoreCatalog._update_and_stage_table(ours, base, base.name(), requirements, updates)  # type: ignore[arg-type]
+    committed = commit_metadata(base, requirements, updates, on_base=True)
+
+    assert committed.metadata.model_copy(update={"last_updated_ms": 0}) == theirs.metadata.model_copy(
+        update={"last_updated_ms": 0}
+    )
+    assert committed.metadata.metadata_log[-1].metadata_file == base.metadata_location
+    version = int(Path(committed.metadata_location).name.split("-")[0])
+    assert version == int(Path(base.metadata_location).name.split("-")[0]) + 1
+    assert Path(committed.metadata_location).parent == Path(theirs.metadata_location).parent
+    read_back = FromInputFile.table_metadata(base.io.new_input(committed.metadata_location))
+    assert read_back == committed.metadata
+    # The base the commit was prepared on is left as it was (nothing changed in place).
+    assert base.metadata.current_snapshot_id is None and len(base.metadata.snapshots) == 0
