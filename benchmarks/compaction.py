@@ -37,16 +37,19 @@ uncompacted table) is registered once per compaction run under a new name: in th
 (``bench.ours_1``, ...) for iceberg_sink, and copied into a Hadoop-catalog warehouse
 (``<ns>/<table>/metadata/v1.metadata.json`` + ``version-hint.text``) for Iceberg Java. Every copy
 reads the very same manifests and data files; each compactor only adds files, so sharing is safe.
-Then, one after the other:
+Then, one after the other, each compactor in a fresh process of its own that did nothing before
+(issue 20's method; until 2026-11-27 the sink compacted in this process, warm from part A):
 
-- iceberg_sink: ``sink.compact(spark, config=CompactionConfig())`` in this process's Spark session
-  (PySpark 4.x, ``local[2]``, already warm from part A);
+- iceberg_sink: ``benchmarks/compaction_sink_driver.py`` (PySpark 4.x, ``local[2]``): the sink's
+  import (first run only), its builder and ``sink.compact(spark, config=CompactionConfig())``;
 - Iceberg Java: ``CALL hc.system.rewrite_data_files(table => ..., options => map(...))`` in
   ``benchmarks/compaction_java_driver.py`` (PySpark 3.5.7 + Iceberg 1.9.2, ``local[2]``, one JVM for
   all of its runs).
 
-Each compactor does one warm-up run first (timed, but reported apart: for Java it is the run that
-pays class loading and JIT), then ``--compaction-runs`` measured runs, each on a fresh copy. The Java options make it do the same job as iceberg_sink: rewrite every data file
+Each driver reports its SparkSession's start (``startup_seconds``), then does one cold run first (the
+first compaction in a fresh process: the sink's imports, Java's class loading and JIT; reported apart as
+``warmup``), then ``--compaction-runs`` measured runs (the steady state), each on a fresh copy. This
+process's SparkSession and the Java reader's JVM stay resident, idle, while either driver runs. The Java options make it do the same job as iceberg_sink: rewrite every data file
 that has a delete applying to it or is small, applying the deletes (``delete-file-threshold=1``,
 ``min-input-files=2``, the table's default target file size), and drop the delete files that no
 longer apply (``remove-dangling-deletes=true``, which costs Java an extra Spark job over the
@@ -83,8 +86,11 @@ import attrs
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.compaction_sink_driver import start_spark
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 JAVA_DRIVER = Path(__file__).resolve().with_name("compaction_java_driver.py")
+SINK_DRIVER = Path(__file__).resolve().with_name("compaction_sink_driver.py")
 NAMESPACE = "bench"
 PARTITION_BY = ["bucket(4, id)"]
 KEY = ["id"]
@@ -199,32 +205,6 @@ def generate(
 
 
 # -- Spark and the sinks ---------------------------------------------------------------------------
-
-
-def start_spark(cores: int, driver_memory: str, work_dir: Path) -> Any:
-    from pyspark.sql import SparkSession
-
-    # Python workers (the mapInArrow writers and the compaction tasks) must run this interpreter.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("compaction-benchmark-iceberg-sink")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cores * 2))
-        .config("spark.default.parallelism", str(cores))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def read_batch(spark: Any, path: Path) -> Any:
@@ -405,32 +385,37 @@ def hadoop_copy(metadata_location: str, warehouse: Path, table: str) -> Path:
     return metadata / "v1.metadata.json"
 
 
-def run_java_driver(java_env: Any, spec: dict[str, Any], work: Path) -> dict[str, Any]:
-    spec_path = work / "java-spec.json"
+def run_driver(python: str, driver: Path, spec: dict[str, Any], spec_path: Path, work: Path) -> dict[str, Any]:
+    """Run one compactor's driver (``driver``, a script of this folder) in a fresh process of
+    ``python`` on ``spec``; its result."""
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
-    # The driver imports benchmarks.java_spark, shared with the CDC benchmark's MERGE driver.
+    # The drivers import benchmarks.* (the Java one benchmarks.java_spark, shared with the CDC benchmark).
     env["PYTHONPATH"] = str(PROJECT_ROOT)
     proc = subprocess.run(
-        [str(java_env.python), str(JAVA_DRIVER), str(spec_path)],
+        [python, str(driver), str(spec_path)],
         cwd=str(work),
         env=env,
         stdin=subprocess.DEVNULL,
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"the Java driver failed (exit {proc.returncode}); see its output above")
+        raise RuntimeError(f"{driver.name} failed (exit {proc.returncode}); see its output above")
     return dict(json.loads(Path(spec["result"]).read_text(encoding="utf-8")))
 
 
-def throughput(input_stats: dict[str, int], seconds: float) -> dict[str, float]:
+def throughput(input_stats: dict[str, int], seconds: float, cpu_seconds: float | None = None) -> dict[str, Any]:
     read_bytes = input_stats["data_bytes"] + input_stats["delete_bytes"]
     read_rows = input_stats["data_records"] + input_stats["delete_records"]
-    return {"mb_per_s": read_bytes / 1e6 / seconds, "input_rows_per_s": read_rows / seconds}
+    cpu = cpu_seconds / read_rows * 1e6 if cpu_seconds is not None and read_rows else None
+    return {
+        "mb_per_s": read_bytes / 1e6 / seconds,
+        "input_rows_per_s": read_rows / seconds,
+        "cpu_s_per_m_input_rows": cpu,
+    }
 
 
 def part_b(
-    spark: Any,
     lake: Path,
     work: Path,
     plain_metadata: str,
@@ -443,7 +428,7 @@ def part_b(
 ) -> dict[str, Any]:
     from pyiceberg.catalog import Catalog
 
-    from iceberg_sink import CompactionConfig, IcebergSink
+    from iceberg_sink import CompactionConfig
     from iceberg_sink.table.catalog import CatalogConfig
 
     catalog: Catalog = CatalogConfig.embedded(lake).load()
@@ -471,27 +456,31 @@ def part_b(
             "checksum": checksum,
             "same_content": checksum == reference,
             "duckdb": duckdb_check(duck, location),
-            **throughput(input_stats, run["seconds"]),
+            **throughput(input_stats, run["seconds"], run.get("cpu_seconds")),
         }
 
-    ours: list[dict[str, Any]] = []
-    for run in ["warmup", *range(1, runs + 1)]:
-        name = f"{NAMESPACE}.ours_{run}"
+    # iceberg_sink: a fresh process (compaction_sink_driver.py) compacts its copies one after the other,
+    # each registered here first (the counterpart of the Java side's Hadoop-catalog copies below).
+    names = [f"{NAMESPACE}.ours_{run}" for run in ["warmup", *range(1, runs + 1)]]
+    for name in names:
         catalog.register_table(name, plain_metadata)
-        sink = IcebergSink.builder().embedded(lake).table(name).build()
-        started = time.perf_counter()
-        result = sink.compact(spark, config=config)
-        seconds = time.perf_counter() - started
-        ours.append(
-            check(
-                {"table": name, "variant": "warmup" if run == "warmup" else "default", "seconds": seconds},
-                sink.load_table().metadata_location,
-            )
-        )
-        ours[-1]["result"] = attrs.asdict(result)
-        log(f"iceberg_sink compaction {run}: {seconds:.2f}s, {ours[-1]['result']}, same {ours[-1]['same_content']}")
+    sink_spec = {
+        "lake": str(lake),
+        "tables": names,
+        "cores": cores,
+        "driver_memory": driver_memory,
+        "result": str(work / "sink-result.json"),
+    }
+    log("starting the iceberg_sink compaction driver")
+    sink_driver = run_driver(sys.executable, SINK_DRIVER, sink_spec, work / "sink-spec.json", work)
+    ours: list[dict[str, Any]] = []
+    for name, run in zip(names, sink_driver.pop("runs"), strict=True):
+        variant = "warmup" if name.endswith("_warmup") else "default"
+        ours.append(check({**run, "variant": variant}, run["metadata_location"]))
+        log(f"iceberg_sink {name}: {run['seconds']:.2f}s, same content {ours[-1]['same_content']}")
     out["iceberg_sink_warmup"] = ours[0]
     out["iceberg_sink"] = ours[1:]
+    out["iceberg_sink_driver"] = sink_driver
 
     # Java: one warm-up run (a fresh JVM: class loading, JIT), then the like-for-like runs
     # (remove-dangling-deletes=true) alternating with runs that keep the dangling delete files.
@@ -513,7 +502,7 @@ def part_b(
         "result": str(work / "java-result.json"),
     }
     log("starting the Iceberg Java rewrite_data_files driver")
-    driver = run_java_driver(java_env, spec, work)
+    driver = run_driver(str(java_env.python), JAVA_DRIVER, spec, work / "java-spec.json", work)
     java_runs = []
     for (_, variant, _), run in zip(tables, driver.pop("runs"), strict=True):
         java_runs.append(
@@ -668,7 +657,6 @@ def main(argv: list[str] | None = None) -> int:
 
         started = time.perf_counter()
         b = part_b(
-            spark,
             lake,
             work,
             a["plain"]["metadata_location"],

@@ -12,14 +12,15 @@ of the table iceberg_sink wrote, so the manifests and data files are the very sa
 ``version-hint.text``. For each table, in order, the driver:
 
 1. times ``CALL hc.system.rewrite_data_files(table => ..., options => map(...))`` (planning, the
-   rewrite and the commit; a fresh JVM, so the first table also pays class loading and JIT);
+   rewrite and the commit; a fresh JVM, so the first table also pays class loading and JIT), with the
+   CPU seconds of the driver's process tree (its JVM) meanwhile;
 2. records the procedure's output row and the summary of the new current snapshot, and the path of
    the newest ``vN.metadata.json`` so compaction.py can read the result back.
 
 The driver only adds files (new data files next to the old ones, new metadata in its own folder);
 it never deletes any, so sharing the data files with the original table is safe. The result is
 written as JSON to the ``result`` path of the spec. Progress goes to stderr. This module imports
-nothing from the project, so it runs with any PySpark 3.5 interpreter.
+nothing from the project but two of these benchmark modules (standard library only), so it runs with any PySpark 3.5 interpreter.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cpu_monitor import tree_cpu_seconds
 from benchmarks.java_spark import start_java_spark
 
 CATALOG = "hc"
@@ -71,9 +73,11 @@ def options_sql(options: dict[str, str]) -> str:
 def rewrite(spark: Any, spec: dict[str, Any], table: str, options: dict[str, str]) -> dict[str, Any]:
     identifier = f"{spec['namespace']}.{table}"
     call = f"CALL {CATALOG}.system.rewrite_data_files(table => '{identifier}', options => {options_sql(options)})"
+    cpu = tree_cpu_seconds()
     started = time.perf_counter()
     rows = spark.sql(call).collect()
     seconds = time.perf_counter() - started
+    cpu_after = tree_cpu_seconds()
     output = {str(k): v for k, v in rows[0].asDict().items()} if rows else {}
     summary_rows = spark.sql(
         f"SELECT summary FROM {CATALOG}.{identifier}.snapshots ORDER BY committed_at DESC LIMIT 1"
@@ -85,6 +89,7 @@ def rewrite(spark: Any, spec: dict[str, Any], table: str, options: dict[str, str
         "table": identifier,
         "call": call,
         "seconds": seconds,
+        "cpu_seconds": cpu_after - cpu if cpu is not None and cpu_after is not None else None,
         "output": output,
         "summary": summary,
         "metadata_location": newest_metadata(table_dir),

@@ -1,0 +1,117 @@
+"""The iceberg_sink side of the compaction benchmark: ``sink.compact`` in a fresh process.
+
+Started by ``benchmarks/compaction.py`` with this project's interpreter, as the Iceberg Java side
+(``compaction_java_driver.py``) is started with the Java venv's, so neither compactor runs in a
+process that did anything before (issue 20's method: each system in a fresh process, nothing before
+its timed window the other does not also do)::
+
+    .venv/bin/python -m benchmarks.compaction_sink_driver SPEC.json
+
+``SPEC.json`` (written by compaction.py) names the embedded catalog's folder, the tables to compact
+(registered there by compaction.py on the metadata.json of the uncompacted table, so every copy reads
+the very same manifests and data files: the counterpart of the Java side's Hadoop-catalog copies),
+and the Spark settings. The driver starts its SparkSession (``startup_seconds``, as the Java driver
+reports its own), then for each table, in order, times what a user runs: the sink's import (paid
+by the first table only, as the Java side's first ``CALL`` pays its class loading), the builder and
+``sink.compact(spark, config=CompactionConfig())``, and records the result, the CPU seconds of the
+driver's process tree (its JVM and Python workers) in that window and the new metadata location so compaction.py can read the table back. The result is written as JSON to the spec's
+``result`` path; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cpu_monitor import tree_cpu_seconds
+
+
+def log(message: str) -> None:
+    print(f"[sink compact {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def start_spark(cores: int, driver_memory: str, work_dir: Path) -> Any:
+    """The benchmark's SparkSession (compaction.py's part A uses the same)."""
+    from pyspark.sql import SparkSession
+
+    # Python workers (the mapInArrow writers and the compaction tasks) must run this interpreter.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("compaction-benchmark-iceberg-sink")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores * 2))
+        .config("spark.default.parallelism", str(cores))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def compact(spark: Any, lake: str, table: str) -> dict[str, Any]:
+    cpu = tree_cpu_seconds()
+    started = time.perf_counter()
+    from iceberg_sink import CompactionConfig, IcebergSink
+
+    sink = IcebergSink.builder().embedded(lake).table(table).build()
+    result = sink.compact(spark, config=CompactionConfig())
+    seconds = time.perf_counter() - started
+    cpu_after = tree_cpu_seconds()
+    log(f"{table}: {seconds:.2f}s, {result}")
+    import attrs  # after the window (the sink imports it too: only a first import would cost here)
+
+    return {
+        "table": table,
+        "seconds": seconds,
+        "cpu_seconds": cpu_after - cpu if cpu is not None and cpu_after is not None else None,
+        "result": attrs.asdict(result),
+        "metadata_location": sink.load_table().metadata_location,
+    }
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import pyspark
+
+    with tempfile.TemporaryDirectory(prefix="compaction-sink-") as work:
+        started = time.perf_counter()
+        spark = start_spark(spec["cores"], spec["driver_memory"], Path(work))
+        result: dict[str, Any] = {
+            "spark_version": spark.version,
+            "pyspark_version": pyspark.__version__,
+            "startup_seconds": time.perf_counter() - started,
+            "runs": [],
+        }
+        try:
+            for table in spec["tables"]:
+                result["runs"].append(compact(spark, spec["lake"], table))
+        finally:
+            spark.stop()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    result = run(spec)
+    Path(spec["result"]).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
