@@ -283,7 +283,7 @@ class IcebergSink:
 
             def process_routed(batch: DataFrame, batch_id: int) -> None:
                 with routed_lock:
-                    routed.process(read_batch(batch), batch_id)
+                    routed.process(read_batch(batch, routed.known_tables()), batch_id)
 
             query = self._start(streaming_df, process_routed, checkpoint_location, trigger, query_name)
             self._retry_while_idle(
@@ -406,7 +406,7 @@ class IcebergSink:
         self, df: DataFrame, location: str, temporary: bool, checkpoint_id: int | None
     ) -> RoutedOutcome | None:
         routed = RoutedJob(self._config, location, metrics=self._metrics, ephemeral=temporary)
-        df = self._config.read_batch(df)
+        df = self._config.read_batch(df, routed.known_tables())
         routed.input_struct(df.schema)
         if checkpoint_id is None:
             routed.commit_pending()

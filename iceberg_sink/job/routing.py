@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from typing import Any, TypeVar
@@ -70,7 +70,7 @@ from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
-from iceberg_sink.table.names import allowed, table_name_problem, table_name_refusal
+from iceberg_sink.table.names import allowed, known_names, table_name_problem, table_name_refusal
 from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import carries_truncates, is_truncate, reduce_changes
 from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
@@ -100,13 +100,15 @@ def _route_udf(fn: Callable[[Any], Any]) -> Callable[[Column], Column]:
     return F.udf(call, "string", useArrow=True)  # type: ignore[return-value]
 
 
-def route_column(df: DataFrame, route: RouteConfig) -> DataFrame:
+def route_column(df: DataFrame, route: RouteConfig, known: Iterable[str] = ()) -> DataFrame:
     """``df`` with :data:`ROUTE_COLUMN` holding each row's table name, namespace added where missing;
     the input's table column (if routed by one) is dropped: it is not written to the tables.
 
     A row whose name breaks the table-name rule or is outside what the route may write (its
-    namespace, or ``allow``: table/names.py) is refused (sources/rejects.py), naming its table.
-    ``df`` is returned as is when it already has the column (SinkConfig.read_batch added it)."""
+    namespace, or ``allow``: table/names.py) is refused (sources/rejects.py), naming its table;
+    ``known``: names already accepted for this route (:meth:`RoutedJob.known_tables`), checked by a
+    set lookup instead of the rule. ``df`` is returned as is when it already has the column
+    (SinkConfig.read_batch added it)."""
     columns = df.columns  # asked once: each df.columns is a round trip to the JVM and a schema parse
     if ROUTE_COLUMN in columns:
         return df
@@ -129,7 +131,7 @@ def route_column(df: DataFrame, route: RouteConfig) -> DataFrame:
     raw = F.col("value") if "value" in columns else F.to_json(F.struct(*inputs))
     routed = reject_where(
         routed,
-        table_name_refusal(column, route.namespace, route.allow),
+        table_name_refusal(column, route.namespace, route.allow, known),
         InvalidInputError.__name__,
         raw,
         source_table=column,
@@ -200,6 +202,7 @@ class RoutedJob:
         self._ephemeral = ephemeral
         self._streaming = streaming
         self.jobs: dict[str, SinkJob] = {}
+        self._known: tuple[int, frozenset[str]] = (-1, frozenset())  # (len(jobs) when computed, names)
         # Tables of a checkpoint commit on several threads; their hooks and maintenance triggers
         # (user code, inline compactions) run one at a time under this lock.
         self._serial = threading.Lock()
@@ -245,6 +248,15 @@ class RoutedJob:
             )
             self.jobs[table] = job
         return job
+
+    def known_tables(self) -> frozenset[str]:
+        """The routed tables this job knows (a batch routed rows to them, or they have checkpoint
+        state) that the route may write, by the Python twin of the name rule (table/names.py): a
+        batch's rows naming one skip the rule's per-row check (``route_column``)."""
+        if self._known[0] != len(self.jobs):
+            names = (t for t in self.jobs if t != self._config.dead_letter)
+            self._known = (len(self.jobs), known_names(names, self._route.namespace, self._route.allow))
+        return self._known[1]
 
     def input_struct(self, struct: StructType) -> StructType:
         """The part of the input each table receives (the route's table column is not written)."""
@@ -309,7 +321,7 @@ class RoutedJob:
         """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         struct = self.input_struct(df.schema)
-        routed = route_column(df, self._route)
+        routed = route_column(df, self._route, self.known_tables())
         if self.dead_letter is not None:
             routed = refuse_routed_to(routed, ROUTE_COLUMN, self.dead_letter.name)
         routed = routed.persist()

@@ -78,9 +78,15 @@ def test_longest_name_fits_a_file_name() -> None:
     assert len(longest.encode()) <= 255
 
 
-def _refusals(spark: SparkSession, values: list[str | None], namespace: str | None, allow: tuple[str, ...]) -> list:
+def _refusals(
+    spark: SparkSession,
+    values: list[str | None],
+    namespace: str | None,
+    allow: tuple[str, ...],
+    known: frozenset[str] = frozenset(),
+) -> list:
     df = spark.createDataFrame([(v,) for v in values], "n string")
-    rows = df.select(names.table_name_refusal(F.col("n"), namespace, allow).alias("r")).collect()
+    rows = df.select(names.table_name_refusal(F.col("n"), namespace, allow, known).alias("r")).collect()
     return [r["r"] for r in rows]
 
 
@@ -101,6 +107,23 @@ def test_spark_twin_agrees_on_random_names(spark: SparkSession, values: list[str
     for value, reason in zip(values, reasons, strict=True):
         python = names.table_name_problem(value) is None and names.allowed(value, None, ("*.*", "*.*.*", "*.*.*.*"))
         assert (reason is None) == python, (value, reason)
+
+
+def test_known_names_never_admit_a_name_the_rule_refuses(spark: SparkSession) -> None:
+    """Names a routed job already accepted skip the per-row rule (a set lookup): only names the
+    Python twin accepts for the route get in, so every row is still accepted or refused as without
+    them, hostile names, names outside the namespace, nulls and near-misses of known names included."""
+    candidates = [*HOSTILE, *GOOD, "cdc.orders", "prod.payments", "cdc.orders.v2"]
+    for namespace, allow in (("cdc", ()), (None, ("*.*", "a.b.*", "n*.*")), ("cdc", ("orders", "audit.*"))):
+        known = names.known_names(candidates, namespace, allow)
+        assert known == {
+            c for c in candidates if names.table_name_problem(c) is None and names.allowed(c, namespace, allow)
+        }
+        values: list[str | None] = [*candidates, None, "cdc.orders ", "CDC.ORDERS", "cdc.orders\n", "cdc.x\x00"]
+        assert _refusals(spark, values, namespace, allow, known) == _refusals(spark, values, namespace, allow)
+    # The set given to Spark is bounded; names beyond it are checked by the rule.
+    many = [f"cdc.t{i}" for i in range(names.KNOWN_NAMES_MAX + 10)]
+    assert len(names.known_names(many, "cdc", ())) == names.KNOWN_NAMES_MAX
 
 
 def test_confinement_to_the_namespace_and_allow_lists(spark: SparkSession) -> None:
