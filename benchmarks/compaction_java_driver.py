@@ -25,7 +25,6 @@ nothing from the project but two of these benchmark modules (standard library on
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu_monitor import tree_cpu_seconds
+from benchmarks.driver_main import driver_main
 from benchmarks.java_spark import start_java_spark
 
 CATALOG = "hc"
@@ -119,13 +119,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    result = run(spec)
-    Path(spec["result"]).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    return 0
+    return driver_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ driver's process tree (its JVM and Python workers) in that window and the new me
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu_monitor import tree_cpu_seconds
+from benchmarks.driver_main import driver_main
 
 
 def log(message: str) -> None:
@@ -104,13 +104,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    result = run(spec)
-    Path(spec["result"]).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    return 0
+    return driver_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":
