@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import ICEBERG_TABLE_TYPE, IcebergTables, SqlCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
@@ -71,16 +71,15 @@ def lookup(catalog: Catalog, identifier: tuple[str, ...], location: str) -> Tabl
     return found[1] if found is not None and found[0] == location else None
 
 
-# PyIceberg's table lookup (``SqlCatalog.load_table``) as Core statements, built once: the row of
-# (catalog, namespace, name), without views on a v1 catalog schema (its ``_iceberg_type_filter``).
+# PyIceberg's table lookup (``SqlCatalog.load_table``) as a Core statement: the row of (catalog,
+# namespace, name), with PyIceberg's own ``_iceberg_type_filter`` (no views on a v1 catalog schema)
+# added once per catalog schema version (:func:`_load_statement`).
 _LOAD = select(IcebergTables.metadata_location, IcebergTables.table_namespace, IcebergTables.table_name).where(
     IcebergTables.catalog_name == bindparam("b_catalog"),
     IcebergTables.table_namespace == bindparam("b_namespace"),
     IcebergTables.table_name == bindparam("b_name"),
 )
-_LOAD_TABLES_ONLY = _LOAD.where(
-    (IcebergTables.iceberg_type == ICEBERG_TABLE_TYPE) | (IcebergTables.iceberg_type.is_(None))
-)
+_LOADS: dict[str, Any] = {}  # catalog schema version -> the lookup statement
 # The compare-and-swap of a table's metadata location (PyIceberg's commit_table UPDATE).
 _SWAP = (
     update(IcebergTables)
@@ -101,7 +100,7 @@ class _CachingSqlCatalog(SqlCatalog):
         """PyIceberg's ``load_table`` (same lookup, same errors) without its ORM session."""
         namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
         name = Catalog.table_name_from(identifier)
-        statement = _LOAD if self._iceberg_type_filter() is None else _LOAD_TABLES_ONLY
+        statement = _load_statement(self)
         with self.engine.connect() as connection:
             row = connection.execute(
                 statement, {"b_catalog": self.name, "b_namespace": namespace, "b_name": name}
@@ -128,6 +127,17 @@ class _CachingSqlCatalog(SqlCatalog):
             io=self._load_file_io(metadata.properties, location),
             catalog=self,
         )
+
+
+def _load_statement(catalog: _CachingSqlCatalog) -> Any:
+    """The lookup statement for ``catalog``'s schema version, built on first use (statements are
+    immutable; SQLAlchemy compiles and caches one per statement shape)."""
+    version = str(catalog._schema_version)
+    statement = _LOADS.get(version)
+    if statement is None:
+        type_filter = catalog._iceberg_type_filter()
+        statement = _LOADS[version] = _LOAD if type_filter is None else _LOAD.where(type_filter)
+    return statement
 
 
 def commit_on_base(table: Table, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> CommitTableResponse | None:
