@@ -20,7 +20,8 @@ of the table iceberg_sink wrote, so the manifests and data files are the very sa
 The driver only adds files (new data files next to the old ones, new metadata in its own folder);
 it never deletes any, so sharing the data files with the original table is safe. The result is
 written as JSON to the ``result`` path of the spec. Progress goes to stderr. This module imports
-nothing from the project but two of these benchmark modules (standard library only), so it runs with any PySpark 3.5 interpreter.
+nothing from the project but this folder's standard-library-only helpers (``cpu_monitor``,
+``driver_main``, ``java_spark``), so it runs with any PySpark 3.5 interpreter.
 """
 
 from __future__ import annotations

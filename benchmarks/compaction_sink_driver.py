@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks.cpu_monitor import tree_cpu_seconds
 from benchmarks.driver_main import driver_main
+from benchmarks.java_spark import local_builder
 
 
 def log(message: str) -> None:
@@ -36,28 +37,15 @@ def log(message: str) -> None:
 
 
 def start_spark(cores: int, driver_memory: str, work_dir: Path) -> Any:
-    """The benchmark's SparkSession (compaction.py's part A uses the same)."""
-    from pyspark.sql import SparkSession
-
+    """The benchmark's SparkSession (compaction.py's part A uses the same): ``local[cores]``, its
+    Python workers on this interpreter (the compaction tasks), ``cores * 2`` shuffle partitions."""
     # Python workers (the mapInArrow writers and the compaction tasks) must run this interpreter.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("compaction-benchmark-iceberg-sink")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cores * 2))
-        .config("spark.default.parallelism", str(cores))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+    spec = {"cores": cores, "driver_memory": driver_memory, "shuffle_partitions": cores * 2}
+    spark = local_builder(spec, work_dir, "compaction-benchmark-iceberg-sink").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -47,6 +47,7 @@ from benchmarks.cdc_data import SPARK_DDL
 from benchmarks.cdc_systems import entry_changes
 from benchmarks.cpu_monitor import quiet_gate, tree_cpu_seconds
 from benchmarks.driver_main import driver_main
+from benchmarks.java_spark import local_builder
 
 TABLE = "bench.cdc"
 
@@ -109,26 +110,12 @@ class PhaseTimer:
 
 
 def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
-    from pyspark.sql import SparkSession
-
     # Python workers (the mapInArrow writers) must run this interpreter, the one with iceberg_sink.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
-    builder = (
-        SparkSession.builder.master(f"local[{spec['cores']}]")
-        .appName("cdc-benchmark-iceberg-sink")
-        .config("spark.driver.memory", spec["driver_memory"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(spec["shuffle_partitions"]))
-        .config("spark.default.parallelism", str(spec["cores"]))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(work_dir / "spark-warehouse"))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-    )
+    builder = local_builder(spec, work_dir, "cdc-benchmark-iceberg-sink")
     for key, value in (spec.get("spark_conf") or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
