@@ -80,12 +80,17 @@ def _snapshot_commit(table: Any, rows: pa.Table) -> tuple[tuple[Any, ...], tuple
     return prepared.requirements, prepared.updates
 
 
-def test_a_snapshot_commit_is_a_compare_and_swap_on_the_location_it_was_prepared_on(tmp_path: Path) -> None:
+def _v2_events_table(tmp_path: Path) -> tuple[CatalogConfig, Any, Any]:
+    """An embedded catalog (its config, the caching catalog) and its new v2 table ``db.events``, loaded."""
     config = CatalogConfig.embedded(tmp_path / "lake")
     ours = config.load()
     ours.create_namespace("db")
     ours.create_table("db.events", schema=ROWS.schema, properties={"format-version": "2"})
-    base = ours.load_table("db.events")
+    return config, ours, ours.load_table("db.events")
+
+
+def test_a_snapshot_commit_is_a_compare_and_swap_on_the_location_it_was_prepared_on(tmp_path: Path) -> None:
+    config, ours, base = _v2_events_table(tmp_path)
     requirements, updates = _snapshot_commit(base, ROWS)
     committed = commit_metadata(base, requirements, updates, on_base=True)
     assert committed.metadata_location != base.metadata_location
@@ -180,11 +185,7 @@ def test_a_commit_on_base_writes_what_pyiceberg_would_have_written(tmp_path: Pat
     from pyiceberg.catalog import MetastoreCatalog
     from pyiceberg.serializers import FromInputFile
 
-    config = CatalogConfig.embedded(tmp_path / "lake")
-    ours = config.load()
-    ours.create_namespace("db")
-    ours.create_table("db.events", schema=ROWS.schema, properties={"format-version": "2"})
-    base = ours.load_table("db.events")
+    _, ours, base = _v2_events_table(tmp_path)
     requirements, updates = _snapshot_commit(base, ROWS)
     theirs = MetastoreCatalog._update_and_stage_table(ours, base, base.name(), requirements, updates)  # type: ignore[arg-type]
     committed = commit_metadata(base, requirements, updates, on_base=True)
