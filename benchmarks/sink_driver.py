@@ -152,7 +152,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         scan_every = int(spec.get("scan_every") or 0)
         scan_points: list[dict[str, Any]] = []
         upsert_sink.write(spark.createDataFrame([], SPARK_DDL))  # creates the table, commits nothing
-        append_sink = IcebergSink.builder().embedded(lake).table(TABLE).build()
+        append_builder = IcebergSink.builder().embedded(lake).table(TABLE)
+        for key, value in (spec.get("write_options") or {}).items():
+            append_builder = append_builder.write_option(key, value)
+        append_sink = append_builder.build()
 
         load_waited = wait_quiet()
         cpu_before = tree_cpu_seconds()
