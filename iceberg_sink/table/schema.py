@@ -219,9 +219,12 @@ def _struct_problems(
             )
         _type_problem(f.field_type, t.field_type, path, problems)
     for t in target.fields:
-        if t.name not in source_by_name and t.required:
+        # A missing field with a write-default gets it (format v3 default values: writer/conform.py).
+        if t.name not in source_by_name and t.required and t.write_default is None:
             path = f"{prefix}.{t.name}" if prefix else t.name
-            problems.append(f"{path}: column is required in the table but missing from the DataFrame")
+            problems.append(
+                f"{path}: column is required in the table but missing from the DataFrame (no write-default)"
+            )
 
 
 def storable_struct(struct: T.StructType) -> StructType:

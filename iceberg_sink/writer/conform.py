@@ -1,8 +1,16 @@
 """Bring an Arrow batch from Spark to the exact Arrow schema of the Iceberg table.
 
 The driver already checked the DataFrame schema against the table; here each batch is cast by
-name (allowed promotions, time zone normalisation, Spark's large string types), missing optional
-columns are filled with nulls, and nulls arriving in required columns are refused.
+name (allowed promotions, time zone normalisation, Spark's large string types), missing columns
+are filled with their write-default (format v3 default values) or else nulls, and nulls arriving in
+required columns are refused.
+
+A column the input lacks, at any depth (a struct field, one inside list elements or map values),
+gets the field's ``write-default`` when the table's schema has one: the spec says "the write default
+for a field must be written if a field is not supplied to a write", as Iceberg Java's writers do. A
+null the input holds is a supplied value and stays null. This is the one place rows get their
+defaults: every Arrow writer (appends, upserts, CDC, routed tables) conforms its batches here, and
+Spark's own Parquet writer is not used for a write that would need one (writer/jvm.py).
 
 A null struct holds no value for its required children, but Parquet writers refuse a required
 column with a null in any row, so under a null struct (or a missing optional struct column) a
@@ -11,10 +19,53 @@ required child gets a placeholder value that no reader sees.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.schema import Schema, index_by_id
 
 from iceberg_sink.errors import InvalidInputError
+
+#: Field id -> the field's write-default (only fields that have one).
+WriteDefaults = Mapping[int, Any]
+_NO_DEFAULTS: WriteDefaults = MappingProxyType({})
+
+
+def write_defaults(schema: Schema) -> dict[int, Any]:
+    """The write-default of every field of ``schema`` that has one, by field id."""
+    return {field_id: f.write_default for field_id, f in index_by_id(schema).items() if f.write_default is not None}
+
+
+def _field_id(field: pa.Field) -> int | None:
+    value = (field.metadata or {}).get(b"PARQUET:field_id")
+    return int(value) if value is not None else None
+
+
+def _defaults_below(t: pa.DataType, defaults: WriteDefaults) -> bool:
+    """Whether a field inside ``t`` (at any depth) has a write-default."""
+    if pa.types.is_struct(t):
+        return any(_field_id(f) in defaults or _defaults_below(f.type, defaults) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _field_id(t.value_field) in defaults or _defaults_below(t.value_type, defaults)
+    if pa.types.is_map(t):
+        return _defaults_below(t.item_type, defaults)
+    return False
+
+
+def _missing(length: int, target: pa.Field, defaults: WriteDefaults) -> pa.Array | None:
+    """``length`` rows of ``target``'s write-default; None when it has none (a missing required
+    field without one is the caller's error)."""
+    field_id = _field_id(target)
+    if field_id is None or field_id not in defaults:
+        return None
+    value = defaults[field_id]
+    if isinstance(value, uuid.UUID) and pa.types.is_fixed_size_binary(target.type):
+        value = value.bytes
+    return pa.repeat(pa.scalar(value, type=target.type), length)
 
 
 def _placeholder(length: int, t: pa.DataType) -> pa.Array:
@@ -50,9 +101,12 @@ def _all_null(length: int, t: pa.DataType) -> pa.Array:
     )
 
 
-def _conform_array(array: pa.Array, target: pa.Field, path: str, valid: pa.Array | None = None) -> pa.Array:
+def _conform_array(
+    array: pa.Array, target: pa.Field, path: str, valid: pa.Array | None = None, defaults: WriteDefaults = _NO_DEFAULTS
+) -> pa.Array:
     """``array`` cast to ``target``; ``valid``: the rows whose enclosing structs are all set
-    (None: every row), the only rows where a null in a required field is an error."""
+    (None: every row), the only rows where a null in a required field is an error; ``defaults``:
+    the write-defaults of fields the input may lack."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if not target.nullable and array.null_count:
@@ -76,28 +130,83 @@ def _conform_array(array: pa.Array, target: pa.Field, path: str, valid: pa.Array
             if child_target.name in names:
                 # struct_field does not carry the parent's nulls into the child: child_valid does.
                 child = pc.struct_field(array, [names[child_target.name]])
-                child = _conform_array(child, child_target, f"{path}.{child_target.name}", child_valid)
+                child = _conform_array(child, child_target, f"{path}.{child_target.name}", child_valid, defaults)
             else:
-                child = _all_null(len(array), child_target.type)
+                filled = _missing(len(array), child_target, defaults)
+                child = _all_null(len(array), child_target.type) if filled is None else filled
             if not child_target.nullable and child.null_count:
                 # Nulls left here are under null structs only (checked above).
                 child = pc.if_else(child.is_null(), _placeholder(len(array), child_target.type), child)
             children.append(child)
         return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+    if defaults and _defaults_below(t, defaults) and _inside_type(array.type) is not None:
+        return _conform_nested(array, target, path, valid, defaults)
     if array.type == t:
         return array
     return array.cast(t)
 
 
-def conform_batch(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> pa.Table:
-    """Return ``batch`` as a table with exactly ``schema`` (names, order, types, field ids)."""
+def _inside_type(t: pa.DataType) -> str | None:
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list"
+    if pa.types.is_map(t):
+        return "map"
+    return None
+
+
+def _conform_nested(
+    array: pa.Array, target: pa.Field, path: str, valid: pa.Array | None, defaults: WriteDefaults
+) -> pa.Array:
+    """A list (map) whose elements (values) hold structs with write-defaults: the elements are
+    conformed one level down, so a struct field they lack gets its default (a plain cast would
+    leave it null)."""
+    t = target.type
+    mask = array.is_null() if array.null_count else None
+    # A required element is only an error where the list itself is set (and its structs above).
+    row_set = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
+    kind = _inside_type(t)
+    if kind == "map" and _inside_type(array.type) == "map":
+        plain = pa.ListArray.from_arrays(array.offsets, array.items)
+        element_valid = pc.take(row_set, pc.list_parent_indices(plain))
+        keys = pc.list_flatten(pa.ListArray.from_arrays(array.offsets, array.keys)).cast(t.key_type)
+        items = _conform_array(pc.list_flatten(plain), t.item_field, f"{path}.value", element_valid, defaults)
+        return pa.MapArray.from_arrays(_zero_based(array.offsets), keys, items, type=t, mask=mask)
+    if kind == "list" and _inside_type(array.type) == "list":
+        list_kind = pa.LargeListArray if pa.types.is_large_list(array.type) else pa.ListArray
+        plain = list_kind.from_arrays(array.offsets, array.values)
+        element_valid = pc.take(row_set, pc.list_parent_indices(plain))
+        values = _conform_array(pc.list_flatten(plain), t.value_field, f"{path}.element", element_valid, defaults)
+        out_kind = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        return out_kind.from_arrays(_zero_based(array.offsets), values, type=t, mask=mask)
+    return array.cast(t)
+
+
+def _zero_based(offsets: pa.Array) -> pa.Array:
+    """List offsets rebased to start at 0 (the flattened values start at the first list's first element)."""
+    first = offsets[0].as_py()
+    return pc.subtract(offsets, pa.scalar(first, offsets.type)) if first else offsets
+
+
+def conform_batch(
+    batch: pa.RecordBatch | pa.Table, schema: pa.Schema, defaults: WriteDefaults | None = None
+) -> pa.Table:
+    """Return ``batch`` as a table with exactly ``schema`` (names, order, types, field ids), a
+    column (or nested field) it lacks filled with ``defaults`` (:func:`write_defaults` of the
+    table's schema) where the field has one, else with nulls."""
+    defaults = defaults or _NO_DEFAULTS
     columns = []
     names = set(batch.schema.names)
     for target in schema:
         if target.name in names:
-            columns.append(_conform_array(batch.column(target.name), target, target.name))
+            columns.append(_conform_array(batch.column(target.name), target, target.name, None, defaults))
+            continue
+        filled = _missing(batch.num_rows, target, defaults)
+        if filled is not None:
+            columns.append(filled)
         elif target.nullable:
             columns.append(_all_null(batch.num_rows, target.type))
         else:
-            raise InvalidInputError(f"column {target.name!r} is required in the table but missing from the input")
+            raise InvalidInputError(
+                f"column {target.name!r} is required in the table but missing from the input (no write-default)"
+            )
     return pa.Table.from_arrays(columns, schema=schema)

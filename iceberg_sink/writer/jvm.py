@@ -163,6 +163,11 @@ def unsupported(spec: WriterSpec, input_schema: StructType, mode: DistributionMo
             return f"input column {f.name} is not a table column"
         if source != target and (source, target) not in _WIDENINGS:
             return f"input column {f.name} is {source}, the table's is {target}"
+    present = set(input_schema.fieldNames())
+    for field in schema.fields:
+        if field.name not in present and field.write_default is not None:
+            # Defaults are filled in one place, the Arrow writers' conform step (writer/conform.py).
+            return f"column {field.name} is not in the input and takes its write-default"
     for partition_field in spec.partition_spec.fields:
         if _partition_expression(partition_field, schema) is None:
             return f"partition field {partition_field.name} ({partition_field.transform})"

@@ -39,7 +39,7 @@ from pyiceberg.types import PrimitiveType
 from iceberg_sink._iceberg import files
 from iceberg_sink._iceberg.metrics import ColumnValueStats, parquet_metrics
 from iceberg_sink.topology.changes import TRUNCATE_OP
-from iceberg_sink.writer.conform import conform_batch
+from iceberg_sink.writer.conform import conform_batch, write_defaults
 from iceberg_sink.writer.encoding import dictionary_columns
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -249,6 +249,7 @@ class TaskWriter:
         self._schema = spec.schema
         self._partition_spec = spec.partition_spec
         self._arrow_schema = files.arrow_schema(self._schema)
+        self._defaults = write_defaults(self._schema)
         # Live writers (an open file, buffered rows or both), least recently written to first.
         # Writers closed early leave their files in _written.
         self._writers: OrderedDict[tuple[_Output, tuple[Any, ...]], RollingParquetWriter] = OrderedDict()
@@ -349,7 +350,7 @@ class TaskWriter:
             return
         op_column = self._spec.op_column
         if op_column is None:
-            self._write_rows(_Output.DATA, conform_batch(batch, self._arrow_schema))
+            self._write_rows(_Output.DATA, conform_batch(batch, self._arrow_schema, self._defaults))
         else:
             ops = batch.column(op_column)
             truncate = pc.fill_null(pc.equal(ops, TRUNCATE_OP), False)
@@ -363,7 +364,7 @@ class TaskWriter:
             assert self._delete_input_schema is not None and self._delete_schema is not None
             # Every row's key is deleted first (an equality delete only removes rows of earlier
             # checkpoints), then the rows that are not deletes are inserted.
-            deletes = conform_batch(batch, self._delete_input_schema)
+            deletes = conform_batch(batch, self._delete_input_schema, self._defaults)
             key_names = self._delete_schema.column_names
             new = self._provably_new(deletes)
             if new is not None:
@@ -380,7 +381,7 @@ class TaskWriter:
                 self._write_rows(_Output.DELETES, deletes, project=key_names)
             inserts = batch.filter(pc.not_equal(ops, "D"))
             if inserts.num_rows:
-                self._write_rows(_Output.DATA, conform_batch(inserts, self._arrow_schema))
+                self._write_rows(_Output.DATA, conform_batch(inserts, self._arrow_schema, self._defaults))
         self._bound_memory()
 
     def _provably_new(self, rows: pa.Table) -> pa.ChunkedArray | pa.Array | None:

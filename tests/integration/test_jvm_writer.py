@@ -275,6 +275,25 @@ def test_nested_structs_fall_back_to_the_arrow_writer(spark: SparkSession, tmp_p
     assert normalize(duckdb_read(location), ["id"]) == normalize(rows, ["id"])
 
 
+def test_a_column_taking_its_write_default_falls_back_to_the_arrow_writer() -> None:
+    """Format v3 default values are filled in one place, the Arrow writers' conform step: Spark's
+    Parquet writer would write the missing column as nulls, so it is not used for such a write."""
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyspark.sql import types as T
+
+    from iceberg_sink.topology.distribution import DistributionMode
+
+    schema = Schema(
+        NestedField(1, "id", LongType()), NestedField(2, "c", IntegerType(), initial_default=7, write_default=9)
+    )
+    spec = _spec_for(schema, UNPARTITIONED_PARTITION_SPEC)
+    only_id = T.StructType([T.StructField("id", T.LongType())])
+    both = T.StructType([*only_id.fields, T.StructField("c", T.IntegerType())])
+    reason = jvm.unsupported(spec, only_id, DistributionMode.NONE)
+    assert reason == "column c is not in the input and takes its write-default"
+    assert jvm.unsupported(spec, both, DistributionMode.NONE) is None
+
+
 def test_renamed_column_is_written_by_field_id(
     spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:

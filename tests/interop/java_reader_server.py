@@ -22,6 +22,8 @@ Requests (an optional ``"id"`` is echoed back in the reply)::
     {"op": "row_lineage", "metadata": M, "out": P}            (every column, _row_id, _last_updated_sequence_number)
     {"op": "lineage", "metadata": M}                          -> {"ok": true, "lineage": {...}} (local tables)
     {"op": "s3", "props": {...}}                              -> {"ok": true, "catalog": C}
+    {"op": "column_default", "table": T, "name": N, "type": Y, "default": J, "required": B, "change": B}
+                                                              -> {"ok": true}
     {"op": "shutdown"}                                        -> {"ok": true}, then exits
     failures                                                  -> {"ok": false, "error": "..."}
 
@@ -283,12 +285,35 @@ class Server:
             return self._finish(df, {**req, "where": None})
         if op == "lineage":
             return {"ok": True, "lineage": self._lineage(str(req.get("metadata", "")))}
+        if op == "column_default":
+            return self._column_default(req)
         if op == "s3":
             props = req.get("props")
             if not isinstance(props, dict):
                 raise ValueError("'props' (the S3 FileIO properties) is required")
             return self._use_s3(props)
         raise ValueError(f"unknown op {op!r}")
+
+    def _column_default(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Iceberg Java's ``UpdateSchema`` on catalog table ``T`` (Spark SQL cannot set default
+        values): add column ``N`` of primitive type ``Y`` whose initial- and write-default is ``J``
+        (the spec's JSON single-value form), required if ``B``; or with ``change``, set the existing
+        column's write-default to ``J`` (its initial-default stays)."""
+        jvm = self.spark._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, req["table"])
+        column_type = jvm.org.apache.iceberg.types.Types.fromPrimitiveString(req["type"])
+        value = jvm.org.apache.iceberg.SingleValueParser.fromJson(column_type, json.dumps(req["default"]))
+        literal = jvm.org.apache.iceberg.expressions.Expressions.lit(value).to(column_type)
+        update = table.updateSchema()
+        if req.get("change"):
+            update = update.updateColumnDefault(req["name"], literal)
+        elif req.get("required"):
+            update = update.allowIncompatibleChanges().addRequiredColumn(req["name"], column_type, "", literal)
+        else:
+            update = update.addColumn(req["name"], column_type, "", literal)
+        update.commit()
+        self.spark.sql(f"REFRESH TABLE {req['table']}")
+        return {"ok": True}
 
     def _lineage(self, metadata: str) -> dict[str, Any]:
         """Iceberg Java's own reading of a local table's row lineage (``TableMetadataParser``, and

@@ -336,6 +336,16 @@ class JavaIcebergReader:
             self.sql(statement)
         return name
 
+    def column_default(
+        self, table: str, name: str, iceberg_type: str, default: Any, *, required: bool = False, change: bool = False
+    ) -> None:
+        """Add column ``name`` (a primitive ``iceberg_type``) to catalog table ``table`` with
+        ``default`` (JSON single-value form) as its initial- and write-default, through Iceberg Java's
+        ``UpdateSchema`` (Spark SQL cannot set defaults); with ``change``, set the write-default of
+        the existing column instead."""
+        req = {"op": "column_default", "table": table, "name": name, "type": iceberg_type, "default": default}
+        self._request({**req, "required": required, "change": change})
+
     def row_lineage(self, metadata_location: str | os.PathLike[str]) -> pa.Table:
         """Every row with the row lineage metadata columns ``_row_id`` and ``_last_updated_sequence_number``."""
         return self._table_request({"op": "row_lineage", "metadata": os.fspath(metadata_location)})

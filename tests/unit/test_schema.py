@@ -96,6 +96,32 @@ def test_required_column_missing_from_dataframe() -> None:
         check_compatible("db.t", TABLE, T.StructType([T.StructField("note", T.StringType())]))
 
 
+def test_a_missing_required_column_with_a_write_default_is_accepted_and_one_without_is_refused() -> None:
+    """Format v3 default values: the writer fills a missing field's write-default (writer/conform.py),
+    so only a required field without one must be supplied, at the top level and inside structs."""
+    table = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "r", StringType(), required=True, initial_default="d", write_default="d"),
+        NestedField(
+            3,
+            "s",
+            StructType(
+                NestedField(4, "x", IntegerType(), required=True, initial_default=0, write_default=0),
+                NestedField(5, "y", IntegerType(), required=True),
+            ),
+        ),
+    )
+    present = [T.StructField("id", T.LongType(), nullable=False)]
+    check_compatible("db.t", table, T.StructType(present))  # r and the whole struct s missing: fine
+    inner = T.StructType([T.StructField("y", T.IntegerType(), nullable=False)])
+    check_compatible("db.t", table, T.StructType([*present, T.StructField("s", inner)]))  # s.x has a default
+    with pytest.raises(
+        SchemaMismatchError, match=r"s\.y: column is required in the table but missing .*no write-default"
+    ):
+        inner = T.StructType([T.StructField("x", T.IntegerType(), nullable=False)])
+        check_compatible("db.t", table, T.StructType([*present, T.StructField("s", inner)]))
+
+
 def test_a_table_is_not_made_of_columns_readers_cannot_tell_apart_or_store() -> None:
     struct = T.StructType(
         [
