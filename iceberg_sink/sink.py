@@ -25,6 +25,7 @@ from iceberg_sink.job.routing import RoutedJob
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
 from iceberg_sink.table import catalog as catalogs
+from iceberg_sink.table.binding import NoRowsNoTable
 from iceberg_sink.table.key_bounds import KeyBoundsCache
 from iceberg_sink.table.versions import upgrade_format_version
 from iceberg_sink.topology.changes import check_order_by
@@ -386,7 +387,10 @@ class IcebergSink:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
             df = self._config.read_batch(df)
-            job.ensure_table(without_reject(df.schema), batch=df)
+            try:
+                job.ensure_table(without_reject(df.schema), batch=df)
+            except NoRowsNoTable:
+                return None  # nothing to create the table for, nothing to commit
             if checkpoint_id is None:
                 job.commit_pending()
                 checkpoint_id = job.next_checkpoint_id()

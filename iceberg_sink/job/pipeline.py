@@ -58,10 +58,10 @@ from iceberg_sink.job.plan import CheckpointPlan
 from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
-from iceberg_sink.table.binding import TableBinding
+from iceberg_sink.table.binding import NoRowsNoTable, TableBinding
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
 from iceberg_sink.topology import toast
-from iceberg_sink.topology.changes import only_truncates, reduce_changes
+from iceberg_sink.topology.changes import no_rows, reduce_changes
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.distribution import distribute
@@ -212,16 +212,16 @@ class SinkJob:
         batch: DataFrame | None = None,
     ) -> Table:
         """Create or check the table for input ``struct`` (see :meth:`TableBinding.ensure`); ``batch``:
-        the micro-batch itself, which is asked whether it holds only truncates if it does not fit."""
+        the micro-batch itself, which is asked whether it holds no row to write if it does not fit."""
         if batch is not None:
             self.use_batch(batch)
         return self.binding.ensure(struct, carried, named_keys)
 
     def use_batch(self, batch: DataFrame) -> None:
-        """The micro-batch about to be checked and written: a batch of truncates only (no row columns)
-        passes the check of its columns (TableBinding.only_truncates)."""
+        """The micro-batch about to be checked and written: a batch without rows (truncates only, or
+        nothing: it may lack the row columns) passes the check of its columns (TableBinding.no_rows)."""
         if self._config.changes is not None:
-            self.binding.only_truncates = only_truncates(batch, self._config.changes)
+            self.binding.no_rows = no_rows(batch, self._config.changes)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -297,9 +297,17 @@ class SinkJob:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
         self.use_batch(df)
-        if self.dead_letter is not None:
-            return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
-        plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)
+        try:
+            if self.dead_letter is not None:
+                return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
+            plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)
+        except NoRowsNoTable:
+            logger.info(
+                "checkpoint %s has no rows and table %s does not exist: nothing to do",
+                checkpoint_id,
+                self._config.table,
+            )
+            return None
         if plan.done is not None or plan.stored is not None:
             return self.commit_planned(plan)
         spec = plan.spec

@@ -363,7 +363,7 @@ class RoutedJob:
         for table in names:
             job = self.job(table)
             job._spark = routed.sparkSession
-            job.binding.only_truncates = (lambda: True) if table in rowless else None
+            job.binding.no_rows = (lambda: True) if table in rowless else None
             # Each table sees its own columns only (TableBinding.own_columns): creation and schema
             # evolution never take another table's columns; its writer ignores the others (all null).
             plans[table] = job.begin(struct, checkpoint_id, carried=carried[table], named_keys=named.get(table, ()))

@@ -53,6 +53,10 @@ from iceberg_sink.writer.spec import WriterSpec
 logger = logging.getLogger("iceberg_sink")
 
 
+class NoRowsNoTable(Exception):
+    """The table does not exist and the batch has no row to create it for: nothing to do."""
+
+
 class TableBinding:
     """The table of one job: what it is now, and whether a given input may be written to it.
 
@@ -94,10 +98,10 @@ class TableBinding:
         self.required_nulls_per_row = False
         #: Set when :meth:`use_key` changed the key (the job drops what it derived from the old one).
         self.key_changed = False
-        #: Whether the micro-batch being written holds no row for this table, only truncates (set by
-        #: the job, asked only when the input does not fit the table: a batch of truncates has no row
-        #: columns, and no row to check).
-        self.only_truncates: Callable[[], bool] | None = None
+        #: Whether the micro-batch being written holds no row for this table, at most truncates (set
+        #: by the job, asked only when the input does not fit the table: such a batch may have no row
+        #: columns, and has no row to check).
+        self.no_rows: Callable[[], bool] | None = None
 
     @property
     def name(self) -> str:
@@ -133,7 +137,14 @@ class TableBinding:
         if table is None and self._pin_table_uuid and self._store.table_uuid() is not None:
             raise UncommittableCheckpointError(self._store.replaced_message(self.config.table, "no longer exists"))
         if table is None:
-            table = self._create(struct)
+            try:
+                table = self._create(struct)
+            except SchemaMismatchError:
+                # A batch without rows (a Debezium batch of message events and tombstones) may lack
+                # the columns to create the table from: there is nothing to create it for.
+                if self.no_rows is not None and self.no_rows():
+                    raise NoRowsNoTable(self.config.table) from None
+                raise
         if table.metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
             raise UnsupportedTableError(
                 f"table {self.config.table} has format version {table.metadata.format_version}; "
@@ -234,7 +245,7 @@ class TableBinding:
             try:
                 table = self._check(table, struct, runtime_checked)
             except SchemaMismatchError:
-                if self.only_truncates is not None and self.only_truncates():
+                if self.no_rows is not None and self.no_rows():
                     return table  # not remembered as checked: the next batch with rows is checked
                 raise
             self._checked_schemas.update({key, checked_key(struct, table)})

@@ -131,10 +131,11 @@ def is_truncate(changes: ChangeConfig) -> Column:
     return F.coalesce(_q(changes.op_column).cast("string").isin(*TRUNCATE_CODES), F.lit(False))
 
 
-def only_truncates(df: DataFrame, changes: ChangeConfig) -> Callable[[], bool]:
-    """Asks (one small Spark job, when called) whether ``df`` holds truncates and nothing else."""
+def no_rows(df: DataFrame, changes: ChangeConfig) -> Callable[[], bool]:
+    """Asks (one small Spark job, when called) whether ``df`` holds no row to write: nothing at all
+    (a Debezium batch of message events, tombstones and skipped truncates), or truncates only."""
     if not carries_truncates(df, changes):
-        return lambda: False
+        return lambda: df.limit(1).count() == 0
     return lambda: df.where(~is_truncate(changes)).limit(1).count() == 0
 
 
