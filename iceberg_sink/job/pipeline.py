@@ -204,18 +204,12 @@ class SinkJob:
     def refresh(self) -> Table:
         return self.binding.refresh()
 
-    def ensure_table(
-        self,
-        struct: StructType,
-        carried: Collection[str | tuple[str, ...]] | None = None,
-        named_keys: Collection[tuple[str, ...]] = (),
-        batch: DataFrame | None = None,
-    ) -> Table:
+    def ensure_table(self, struct: StructType, batch: DataFrame | None = None) -> Table:
         """Create or check the table for input ``struct`` (see :meth:`TableBinding.ensure`); ``batch``:
         the micro-batch itself, which is asked whether it holds no row to write if it does not fit."""
         if batch is not None:
             self.use_batch(batch)
-        return self.binding.ensure(struct, carried, named_keys)
+        return self.binding.ensure(struct)
 
     def use_batch(self, batch: DataFrame) -> None:
         """The micro-batch about to be checked and written: a batch without rows (truncates only, or
@@ -302,12 +296,7 @@ class SinkJob:
                 return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
             plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)
         except NoRowsNoTable:
-            logger.info(
-                "checkpoint %s has no rows and table %s does not exist: nothing to do",
-                checkpoint_id,
-                self._config.table,
-            )
-            return None
+            return None  # no rows, no table: nothing to create or commit
         if plan.done is not None or plan.stored is not None:
             return self.commit_planned(plan)
         spec = plan.spec
@@ -352,7 +341,7 @@ class SinkJob:
         """Prepare checkpoint ``checkpoint_id`` of input ``struct``: the table is created or checked,
         older committables are committed, and the plan says whether the checkpoint is already
         committed (``done``), was stored before a crash (``stored``), or must be written.
-        ``carried``, ``named_keys``: for a routed table, as for :meth:`ensure_table`."""
+        ``carried``, ``named_keys``: for a routed table, as for :meth:`TableBinding.ensure`."""
         # Set while the catalog is unreachable: the batch is written with the table metadata this job
         # loaded last and its commit is deferred. That metadata can only be older than the table's, so
         # the checks below stay sound: a checkpoint it holds is held, and checkpoints after the
