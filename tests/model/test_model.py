@@ -158,7 +158,8 @@ def test_model_v3_tables(
     few keys (so DVs merge), one dying after its commit was sent and replayed, Iceberg Java's DELETE
     writing its own DV that the next checkpoint merges, the sink's compaction, and db.v2up taking
     equality deletes on v2, converted into position delete files on v2, upgraded to v3, then DVs
-    (which take over and remove those files), then its equality deletes converted into DVs."""
+    (which take over and remove those files), then its equality deletes converted into DVs; Iceberg
+    Java adding columns with default values to db.v3 under its running sink."""
     world = World(spark, java_reader, tmp_path, seed=13, java_newest=java_newest_reader)
     v3 = v3_steps.tables(world)
     v3.op_cdc(v3_steps.V3)
@@ -187,12 +188,16 @@ def test_model_v3_tables(
         if v3.stats["position_files_retired"]:
             break
     v3.op_conversion()  # ... the equality deletes become DVs, merged with those
+    v3.op_java_default()  # Java adds a column with a default value: later checkpoints write its write-default
+    v3.op_cdc(v3_steps.V3)
     v3.op_compaction()  # of db.v3 or db.v2up, drawn
     v3.op_cdc(v3_steps.V2UP)
+    v3.op_java_default()
     v3.op_cdc(v3_steps.V3)
     trace = "\n".join(world.trace)
     assert v3.stats["crashes"] >= 1 and v3.stats["upgrades"] == 1, trace
     assert v3.stats["dv_merges"] >= 1 and v3.stats["java_dv_merges"] >= 1, (v3.stats, trace)
     assert v3.stats["compactions"] >= 1 and v3.stats["conversions"] == 1, trace
+    assert v3.stats["java_defaults"] == 2, trace
     assert v3.stats["v2_position_files"] >= 1 and v3.stats["position_files_retired"] >= 1, (v3.stats, trace)
     sys.stderr.write(f"model check v3 tables: {dict(v3.stats)}, checks took {v3.seconds['checks']:.1f}s\n")

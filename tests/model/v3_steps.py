@@ -21,6 +21,10 @@ their own, so a seed's other draws do not depend on them):
   ``DELETE`` (merge-on-read: its own DV, merged with the sink's), committed into the model's catalog
   (a compare-and-swap of the catalog row, as a JDBC catalog sharing the database would do). The
   sink's next checkpoint must merge that DV, never lose it.
+  A quarter of these steps instead add an int column with a default value to ``db.v3`` through Java's
+  ``UpdateSchema`` (sometimes changing its write-default after): rows already there read the
+  initial-default; the sink's later checkpoints (the same sink object), whose batches never supply the
+  column, must write the write-default (at most two such columns).
 - ``v3_compaction``: ``sink.compact()`` of ``db.v3`` or ``db.v2up`` (DVs applied, row lineage carried).
 - ``v3_upgrade``: ``upgrade_format_version(3)`` of ``db.v2up`` once it has equality deletes (before:
   a checkpoint of it; after: a checkpoint too).
@@ -63,6 +67,7 @@ OPERATIONS: dict[str, int] = {"v3_cdc": 3, "v3_java_delete": 1, "v3_compaction":
 V3, V2UP = "db.v3", "db.v2up"
 KEYS = 12  # few keys: checkpoints keep deleting rows of the same data files (DV merges)
 CRASH_SHARE = 0.3
+JAVA_DEFAULT_SHARE = 0.25
 DDL = "id bigint, v string, n bigint, lsn bigint, op string"
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.int64()), ("lsn", pa.int64())])
 PREFIX = "iceberg-sink"
@@ -90,6 +95,8 @@ class V3Tables:
         self.seconds: collections.Counter[str] = collections.Counter()  # time spent checking
         self.java_catalog: str | None = None  # declared on first use (the Java session is shared)
         self.java_tables = 0
+        # db.v3's columns added by Iceberg Java with default values: name -> (initial-default, write-default)
+        self.defaults: dict[str, tuple[int, int]] = {}
 
     # -- sinks and batches --------------------------------------------------------------------------
 
@@ -175,6 +182,11 @@ class V3Tables:
             self.sink(table).write(frame, checkpoint_location=location, checkpoint_id=checkpoint)
         self.next_checkpoint[table] += 1
         self.world.apply_cdc(self.models[table], changes)
+        if table == V3:
+            # The batch does not supply the columns Java added with defaults: its rows take the write-default.
+            for row in self.models[V3].values():
+                for column, (_, write) in self.defaults.items():
+                    row.setdefault(column, write)
         self.touched[table] |= {c["id"] for c in changes}
         self.check(table)
 
@@ -186,41 +198,13 @@ class V3Tables:
             return
         keys = self.rng.sample(live, min(len(live), self.rng.randrange(1, 4)))
         self.world.log(f"v3: Iceberg Java deletes ids {sorted(keys)} of {V3} (merge-on-read)")
-        root = Path(self.world.root)
-        java = self.world.java_newest
-        if self.java_catalog is None:
-            self.java_catalog = java.catalog(
-                f"{root}/java-warehouse", jdbc_uri=f"jdbc:sqlite:file:{root}/java-catalog.db"
-            )
-        cat = self.java_catalog
         table = self.world.table(V3)
         before = {dv.path for dv, _ in delete_files(table)}
         statements = []
-        if self.java_tables == 0:
-            statements = [f"CREATE NAMESPACE IF NOT EXISTS {cat}.db"]
-        self.java_tables += 1
-        name = f"{cat}.db.t{self.java_tables}"
-        statements.append(
-            f"CALL {cat}.system.register_table(table => 'db.t{self.java_tables}', metadata_file => '{table.metadata_location}')"
-        )
         if table.properties.get("write.delete.mode") != "merge-on-read":
-            statements.append(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
-        statements.append(f"DELETE FROM {name} WHERE id IN ({', '.join(map(str, keys))})")
-        for statement in statements:
-            java.sql(statement)
-        with sqlite3.connect(root / "java-catalog.db") as con:
-            [(written,)] = con.execute(
-                "select metadata_location from iceberg_tables where table_name = ?", (f"t{self.java_tables}",)
-            ).fetchall()
-        # Java's commit lands in the model's catalog: a compare-and-swap of the table's catalog row.
-        with sqlite3.connect(root / "catalog.db") as con:
-            swapped = con.execute(
-                "update iceberg_tables set metadata_location = ?, previous_metadata_location = ? "
-                "where table_namespace = 'db' and table_name = 'v3' and metadata_location = ?",
-                (written, table.metadata_location, table.metadata_location),
-            ).rowcount
-        if swapped != 1:
-            raise self.world.fail(f"v3: Java's commit of {V3} could not be swapped into the catalog")
+            statements.append("ALTER TABLE {t} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
+        statements.append(f"DELETE FROM {{t}} WHERE id IN ({', '.join(map(str, keys))})")
+        self.java_commit(lambda name: [self.world.java_newest.sql(st.format(t=name)) for st in statements])
         java_dvs = [dv for dv, _ in delete_files(self.world.table(V3)) if dv.path not in before]
         self.java_dvs |= {(dv.path, dv.content_offset) for dv in java_dvs}
         for key in keys:
@@ -229,6 +213,66 @@ class V3Tables:
         # No DV when every row of the files it matched goes: Java then drops the files.
         self.world.trace[-1] += f" -> {len(java_dvs)} DV(s) of Java"
         self.stats["java_deletes"] += 1
+        self.check(V3)
+
+    def java_commit(self, change: Any) -> None:
+        """The newest Iceberg Java changes db.v3: its current metadata is registered in Java's JDBC
+        catalog under a new name, ``change(name)`` commits there, and Java's commit lands in the
+        model's catalog by a compare-and-swap of the table's catalog row (as a JDBC catalog sharing
+        the database would commit)."""
+        root = Path(self.world.root)
+        java = self.world.java_newest
+        if self.java_catalog is None:
+            self.java_catalog = java.catalog(
+                f"{root}/java-warehouse", jdbc_uri=f"jdbc:sqlite:file:{root}/java-catalog.db"
+            )
+        cat = self.java_catalog
+        table = self.world.table(V3)
+        if self.java_tables == 0:
+            java.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.db")
+        self.java_tables += 1
+        java.sql(
+            f"CALL {cat}.system.register_table(table => 'db.t{self.java_tables}', metadata_file => '{table.metadata_location}')"
+        )
+        change(f"{cat}.db.t{self.java_tables}")
+        with sqlite3.connect(root / "java-catalog.db") as con:
+            [(written,)] = con.execute(
+                "select metadata_location from iceberg_tables where table_name = ?", (f"t{self.java_tables}",)
+            ).fetchall()
+        with sqlite3.connect(root / "catalog.db") as con:
+            swapped = con.execute(
+                "update iceberg_tables set metadata_location = ?, previous_metadata_location = ? "
+                "where table_namespace = 'db' and table_name = 'v3' and metadata_location = ?",
+                (written, table.metadata_location, table.metadata_location),
+            ).rowcount
+        if swapped != 1:
+            raise self.world.fail(f"v3: Java's commit of {V3} could not be swapped into the catalog")
+
+    def op_java_default(self) -> None:
+        """The newest Iceberg Java adds an int column with a default value to db.v3 (its
+        ``UpdateSchema``; sometimes the write-default is then changed): the rows already there read
+        the initial-default, and the sink's later checkpoints, whose batches never supply the column,
+        write the write-default (writer/conform.py): the sink object that wrote before the change
+        goes on writing after it. At most two such columns."""
+        if not self.world.catalog.table_exists(V3) or len(self.defaults) >= 2:
+            self.op_cdc(V3)
+            return
+        column = f"d{len(self.defaults)}"
+        initial = self.rng.randrange(-(2**31), 2**31)
+        write = initial if self.rng.random() < 0.5 else self.rng.randrange(-(2**31), 2**31)
+        self.world.log(f"v3: Iceberg Java adds {column} int to {V3}, initial-default {initial}, write-default {write}")
+        java = self.world.java_newest
+
+        def add(name: str) -> None:
+            java.column_default(name, column, "int", initial)
+            if write != initial:
+                java.column_default(name, column, "int", write, change=True)
+
+        self.java_commit(add)
+        self.defaults[column] = (initial, write)
+        for row in self.models[V3].values():
+            row[column] = initial
+        self.stats["java_defaults"] += 1
         self.check(V3)
 
     def op_compaction(self) -> None:
@@ -317,7 +361,11 @@ class V3Tables:
             return
         self.remember_checkpoints(name)
         model = [dict(r) for r in self.models[name].values()]
-        want = normalize(pa.Table.from_pylist(model, schema=SCHEMA), ["id"])
+        schema = SCHEMA
+        if name == V3:
+            for column in self.defaults:
+                schema = schema.append(pa.field(column, pa.int32()))
+        want = normalize(pa.Table.from_pylist(model, schema=schema), ["id"])
         head = table.current_snapshot()
         equality_live = (
             head is not None and head.summary is not None and head.summary.get("total-equality-deletes", "0") != "0"
@@ -329,10 +377,10 @@ class V3Tables:
         try:
             assert_readers_agree((w.java,) if lineage is not None else (w.java, w.java_newest), location, want, ["id"])
             if lineage is not None:
-                got = normalize(lineage.select(SCHEMA.names), ["id"])
+                got = normalize(lineage.select(schema.names), ["id"])
                 assert got == want, f"the newest Iceberg Java read {got}"
             if not equality_live:  # PyIceberg reads DVs and position deletes, not equality deletes
-                got = normalize(pyiceberg_read(location).select(SCHEMA.names), ["id"])
+                got = normalize(pyiceberg_read(location).select(schema.names), ["id"])
                 assert got == want, f"PyIceberg read {len(got)} rows, the model has {len(want)}"
         except AssertionError as exc:
             raise w.fail(f"v3: {name} differs from its model: {exc}") from exc
@@ -430,7 +478,9 @@ def step(world: Any, kind: str) -> None:
     job = tables(world)
     {
         "v3_cdc": job.op_cdc,
-        "v3_java_delete": job.op_java_delete,
+        # A quarter of Java's steps add a column with a default instead (a draw of the v3 generator:
+        # every seed keeps its sequence of operations).
+        "v3_java_delete": job.op_java_default if job.rng.random() < JAVA_DEFAULT_SHARE else job.op_java_delete,
         "v3_compaction": job.op_compaction,
         "v3_upgrade": job.op_upgrade,
         "v3_convert": job.op_conversion,
