@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyiceberg.types import IntegerType
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -99,3 +100,33 @@ def test_missing_columns_take_their_write_default_and_old_rows_their_initial_def
     after = {t.file.file_path for t in table.scan().plan_files()}
     assert after.isdisjoint(before), "every file was rewritten"
     _readers_agree(java_readers, table.metadata_location, list(want.values()))
+
+
+def test_routed_tables_take_their_own_write_defaults(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """A routed sink writes each table through its own schema: the table with a defaulted column
+    gets the default in the rows the DataFrame sends it, the other table is unchanged. (The default
+    is added with PyIceberg's UpdateSchema, committed through the sink's v3 metadata writer.)"""
+    from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
+
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db", "warehouse": (tmp_path / "wh").as_uri()}
+    sink = (
+        IcebergSink.builder()
+        .catalog("t", **props)
+        .route(table_column="tbl", namespace="rd")
+        .create_if_missing(format_version=3)
+        .build()
+    )
+    ddl = "tbl string, id long, s string"
+    sink.write(spark.createDataFrame([("a", 1, "x"), ("b", 2, "y")], ddl), str(tmp_path / "ck"))
+    catalog = load_catalog("t", **props)
+    with v3_metadata_writes():
+        catalog.load_table("rd.a").update_schema().add_column("c", IntegerType(), default_value=5).commit()
+    sink.write(spark.createDataFrame([("a", 3, "z"), ("b", 4, "w")], ddl), str(tmp_path / "ck"))
+    a = catalog.load_table("rd.a")
+    assert [f.name for f in a.schema().fields] == ["id", "s", "c"]
+    want_a = [{"id": 1, "s": "x", "c": 5}, {"id": 3, "s": "z", "c": 5}]
+    _readers_agree(java_readers, a.metadata_location, want_a)
+    want_b = [{"id": 2, "s": "y"}, {"id": 4, "s": "w"}]
+    _readers_agree(java_readers, catalog.load_table("rd.b").metadata_location, want_b)
