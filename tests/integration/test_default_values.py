@@ -4,8 +4,9 @@ Java's writers do; a null the input holds stays null; rows written before a colu
 its ``initial-default``, also after the sink's compaction rewrote their files.
 
 The defaults are set by the newest Iceberg Java's ``UpdateSchema`` (Spark SQL cannot set them, and
-PyIceberg 0.12 cannot commit to a v3 table); every stage is read back by Iceberg Java 1.9.2, the
-newest Iceberg Java, DuckDB and PyIceberg.
+PyIceberg 0.12 cannot commit to a v3 table by itself), or for the routed tables by PyIceberg's
+``UpdateSchema`` committed through the sink's v3 metadata writer; every stage is read back by Iceberg
+Java 1.9.2, the newest Iceberg Java, DuckDB and PyIceberg.
 """
 
 from __future__ import annotations
