@@ -255,3 +255,34 @@ def _row_lineage_of(table: Table, ids: range) -> list[dict[str, Any]]:
             if r["id"] in wanted
         )
     return rows
+
+
+def test_a_table_with_a_variant_column_is_refused_at_build_naming_the_type(
+    java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """The newest Iceberg Java creates v3 tables with a ``variant`` column, a type PyIceberg 0.12
+    cannot parse: the sink cannot load such a table, and says so at build(), naming the table and the
+    type, before anything is written."""
+    import sqlite3
+
+    from iceberg_sink import InvalidSinkConfigError
+
+    java = java_readers[-1]
+    warehouse = tmp_path / "java-warehouse"
+    jw = java.catalog(warehouse)
+    java.sql(f"CREATE TABLE {jw}.db.v (id bigint, j variant) USING iceberg TBLPROPERTIES ('format-version'='3')")
+    metadata = max((warehouse / "db" / "v" / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:-14]))
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db", "warehouse": (tmp_path / "wh").as_uri()}
+    load_catalog("t", **props).create_namespace("db")
+    # PyIceberg's register_table would parse the metadata (and fail): the catalog row is written as
+    # another engine sharing the catalog database would.
+    with sqlite3.connect(tmp_path / "cat.db") as con:
+        con.execute(
+            "insert into iceberg_tables (catalog_name, table_namespace, table_name, metadata_location) "
+            "values ('t', 'db', 'v', ?)",
+            (metadata.as_uri(),),
+        )
+    with pytest.raises(
+        InvalidSinkConfigError, match=r"(?s)table 'db.v': could not be loaded .*Unsupported field type: 'variant'"
+    ):
+        IcebergSink.builder().catalog("t", **props).table("db.v").build()
