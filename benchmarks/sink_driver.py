@@ -123,6 +123,13 @@ def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
     return spark
 
 
+def with_write_options(builder: Any, spec: dict[str, Any]) -> Any:
+    """``builder`` with the spec's ``write_options`` (``--write-option``): both sinks take them."""
+    for key, value in (spec.get("write_options") or {}).items():
+        builder = builder.write_option(key, value)
+    return builder
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import pyiceberg
     import pyspark
@@ -143,8 +150,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             .create_if_missing(format_version=format_version)
             .upsert(key=["id"], order_by=spec.get("order_by"))
         )
-        for key, value in (spec.get("write_options") or {}).items():
-            builder = builder.write_option(key, value)
+        builder = with_write_options(builder, spec)
         convert_every = int(spec.get("convert_every") or 0)
         if convert_every > 0:
             builder = builder.convert_equality_deletes(every_n_commits=convert_every, background=True)
@@ -152,10 +158,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         scan_every = int(spec.get("scan_every") or 0)
         scan_points: list[dict[str, Any]] = []
         upsert_sink.write(spark.createDataFrame([], SPARK_DDL))  # creates the table, commits nothing
-        append_builder = IcebergSink.builder().embedded(lake).table(TABLE)
-        for key, value in (spec.get("write_options") or {}).items():
-            append_builder = append_builder.write_option(key, value)
-        append_sink = append_builder.build()
+        append_sink = with_write_options(IcebergSink.builder().embedded(lake).table(TABLE), spec).build()
 
         load_waited = wait_quiet()
         cpu_before = tree_cpu_seconds()

@@ -42,6 +42,12 @@ def arrow_schema(schema: Schema) -> pa.Schema:
     return schema_to_pyarrow(schema, include_field_ids=True)
 
 
+def field_id(field: pa.Field) -> int | None:
+    """The Iceberg field id an Arrow field carries in its Parquet metadata (None: none)."""
+    value = (field.metadata or {}).get(b"PARQUET:field_id")
+    return int(value) if value is not None else None
+
+
 def column_by_path(table: pa.Table, path: str) -> pa.Array:
     """A column of ``table`` by Iceberg column name (``a.b`` reaches into structs)."""
     if path in table.column_names:

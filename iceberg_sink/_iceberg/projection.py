@@ -18,6 +18,8 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import _to_requested_schema, pyarrow_to_schema, schema_to_pyarrow
 from pyiceberg.schema import Accessor, Schema, prune_columns
 
+from iceberg_sink._iceberg.files import field_id
+
 
 def key_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
     """``schema`` cut down to the fields ``field_ids`` (and the structs that hold them)."""
@@ -27,11 +29,6 @@ def key_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
 def columns_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
     """``schema`` cut down to the whole top-level fields ``field_ids`` (lists, maps and structs included)."""
     return prune_columns(schema, set(field_ids), select_full_types=True)
-
-
-def _field_id(field: pa.Field) -> int | None:
-    value = (field.metadata or {}).get(b"PARQUET:field_id")
-    return int(value) if value is not None else None
 
 
 def read_projected(io: FileIO, path: str, schema: Schema, only_needed_columns: bool = False) -> pa.Table:
@@ -48,7 +45,7 @@ def read_projected(io: FileIO, path: str, schema: Schema, only_needed_columns: b
         names = None
         if only_needed_columns:
             wanted = {f.field_id for f in schema.fields}
-            names = [f.name for f in parquet.schema_arrow if _field_id(f) in wanted]
+            names = [f.name for f in parquet.schema_arrow if field_id(f) in wanted]
             # Without one of them the row count would be lost: read everything instead.
             names = names or None
         table = parquet.read(columns=names)

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.schema import Schema, index_by_id
 
+from iceberg_sink._iceberg.files import field_id
 from iceberg_sink.errors import InvalidInputError
 
 #: Field id -> the field's write-default (only fields that have one).
@@ -40,29 +41,34 @@ def write_defaults(schema: Schema) -> dict[int, Any]:
     return {field_id: f.write_default for field_id, f in index_by_id(schema).items() if f.write_default is not None}
 
 
-def _field_id(field: pa.Field) -> int | None:
-    value = (field.metadata or {}).get(b"PARQUET:field_id")
-    return int(value) if value is not None else None
-
-
 def _defaults_below(t: pa.DataType, defaults: WriteDefaults) -> bool:
-    """Whether a field inside ``t`` (at any depth) has a write-default."""
+    """Whether a struct field inside ``t`` (at any depth) has a write-default (only struct fields
+    can: a list element or map value is never missing on its own)."""
     if pa.types.is_struct(t):
-        return any(_field_id(f) in defaults or _defaults_below(f.type, defaults) for f in t)
+        return any(field_id(f) in defaults or _defaults_below(f.type, defaults) for f in t)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _field_id(t.value_field) in defaults or _defaults_below(t.value_type, defaults)
+        return _defaults_below(t.value_type, defaults)
     if pa.types.is_map(t):
         return _defaults_below(t.item_type, defaults)
     return False
 
 
+def list_elements(array: pa.Array, set_here: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The elements (values) of a list (map) array, and per element whether its row is set."""
+    values = array.items if pa.types.is_map(array.type) else array.values
+    # Without the array's own nulls (set_here has them), so both kernels see the same elements.
+    kind = pa.LargeListArray if pa.types.is_large_list(array.type) else pa.ListArray
+    plain = kind.from_arrays(array.offsets, values)
+    return pc.list_flatten(plain), pc.take(set_here, pc.list_parent_indices(plain))
+
+
 def _missing(length: int, target: pa.Field, defaults: WriteDefaults) -> pa.Array | None:
     """``length`` rows of ``target``'s write-default; None when it has none (a missing required
     field without one is the caller's error)."""
-    field_id = _field_id(target)
-    if field_id is None or field_id not in defaults:
+    target_id = field_id(target)
+    if target_id is None or target_id not in defaults:
         return None
-    value = defaults[field_id]
+    value = defaults[target_id]
     if isinstance(value, uuid.UUID) and pa.types.is_fixed_size_binary(target.type):
         value = value.bytes
     return pa.repeat(pa.scalar(value, type=target.type), length)
@@ -139,19 +145,20 @@ def _conform_array(
                 child = pc.if_else(child.is_null(), _placeholder(len(array), child_target.type), child)
             children.append(child)
         return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
-    if defaults and _defaults_below(t, defaults) and _inside_type(array.type) is not None:
-        return _conform_nested(array, target, path, valid, defaults)
+    if defaults:  # tables without defaults never pay for this
+        nesting = _nesting(t)
+        if nesting is not None and _nesting(array.type) == nesting and _defaults_below(t, defaults):
+            return _conform_nested(array, target, path, valid, defaults)
     if array.type == t:
         return array
     return array.cast(t)
 
 
-def _inside_type(t: pa.DataType) -> str | None:
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return "list"
+def _nesting(t: pa.DataType) -> str | None:
+    """``map``, ``list`` (either offset width) or None."""
     if pa.types.is_map(t):
         return "map"
-    return None
+    return "list" if pa.types.is_list(t) or pa.types.is_large_list(t) else None
 
 
 def _conform_nested(
@@ -164,21 +171,15 @@ def _conform_nested(
     mask = array.is_null() if array.null_count else None
     # A required element is only an error where the list itself is set (and its structs above).
     row_set = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
-    kind = _inside_type(t)
-    if kind == "map" and _inside_type(array.type) == "map":
-        plain = pa.ListArray.from_arrays(array.offsets, array.items)
-        element_valid = pc.take(row_set, pc.list_parent_indices(plain))
+    elements, element_valid = list_elements(array, row_set)
+    offsets = _zero_based(array.offsets)
+    if pa.types.is_map(t):
         keys = pc.list_flatten(pa.ListArray.from_arrays(array.offsets, array.keys)).cast(t.key_type)
-        items = _conform_array(pc.list_flatten(plain), t.item_field, f"{path}.value", element_valid, defaults)
-        return pa.MapArray.from_arrays(_zero_based(array.offsets), keys, items, type=t, mask=mask)
-    if kind == "list" and _inside_type(array.type) == "list":
-        list_kind = pa.LargeListArray if pa.types.is_large_list(array.type) else pa.ListArray
-        plain = list_kind.from_arrays(array.offsets, array.values)
-        element_valid = pc.take(row_set, pc.list_parent_indices(plain))
-        values = _conform_array(pc.list_flatten(plain), t.value_field, f"{path}.element", element_valid, defaults)
-        out_kind = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
-        return out_kind.from_arrays(_zero_based(array.offsets), values, type=t, mask=mask)
-    return array.cast(t)
+        items = _conform_array(elements, t.item_field, f"{path}.value", element_valid, defaults)
+        return pa.MapArray.from_arrays(offsets, keys, items, type=t, mask=mask)
+    values = _conform_array(elements, t.value_field, f"{path}.element", element_valid, defaults)
+    kind = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+    return kind.from_arrays(offsets, values, type=t, mask=mask)
 
 
 def _zero_based(offsets: pa.Array) -> pa.Array:

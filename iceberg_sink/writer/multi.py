@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iceberg_sink.table.carried import ELEMENT, VALUE, FieldTree, Path, display, table_tree
+from iceberg_sink.writer.conform import list_elements
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_writer import _TOTAL_BUFFER_FACTOR, TaskWriter
@@ -72,15 +73,6 @@ def _covers(own: FieldTree, name: str, arrow_type: pa.DataType) -> bool:
     return inside is None or _covers(inner, *inside)
 
 
-def _elements(array: pa.Array, set_here: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """The element (value) structs of a list (map) array, and per element whether its row is set."""
-    values = array.items if pa.types.is_map(array.type) else array.values
-    # Without the array's own nulls (set_here has them), so both kernels see the same elements.
-    kind = pa.LargeListArray if pa.types.is_large_list(array.type) else pa.ListArray
-    plain = kind.from_arrays(array.offsets, values)
-    return pc.list_flatten(plain), pc.take(set_here, pc.list_parent_indices(plain))
-
-
 def _values_outside(
     array: pa.Array, name: str, own: FieldTree, valid: pa.Array | None, path: Path = ()
 ) -> Iterator[Path]:
@@ -104,7 +96,7 @@ def _values_outside(
         return
     inside = _inside(array.type)
     if inside is not None:
-        elements, elements_set = _elements(array, set_here)
+        elements, elements_set = list_elements(array, set_here)
         yield from _values_outside(elements, inside[0], inner, elements_set, path)
 
 
@@ -115,7 +107,7 @@ def _holds_value(array: pa.Array, valid: pa.Array | None) -> bool:
     if pa.types.is_struct(array.type) and array.type.num_fields:
         return any(_holds_value(pc.struct_field(array, [i]), set_here) for i in range(array.type.num_fields))
     if _inside(array.type) is not None:
-        return _holds_value(*_elements(array, set_here))
+        return _holds_value(*list_elements(array, set_here))
     return bool(pc.any(set_here).as_py())
 
 
