@@ -48,6 +48,7 @@ import collections
 import random
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,12 @@ class V3Tables:
         if table.properties.get("write.delete.mode") != "merge-on-read":
             statements.append("ALTER TABLE {t} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
         statements.append(f"DELETE FROM {{t}} WHERE id IN ({', '.join(map(str, keys))})")
-        self.java_commit(lambda name: [self.world.java_newest.sql(st.format(t=name)) for st in statements])
+
+        def delete(name: str) -> None:
+            for statement in statements:
+                self.world.java_newest.sql(statement.format(t=name))
+
+        self.java_commit(delete)
         java_dvs = [dv for dv, _ in delete_files(self.world.table(V3)) if dv.path not in before]
         self.java_dvs |= {(dv.path, dv.content_offset) for dv in java_dvs}
         for key in keys:
@@ -215,7 +221,7 @@ class V3Tables:
         self.stats["java_deletes"] += 1
         self.check(V3)
 
-    def java_commit(self, change: Any) -> None:
+    def java_commit(self, change: Callable[[str], None]) -> None:
         """The newest Iceberg Java changes db.v3: its current metadata is registered in Java's JDBC
         catalog under a new name, ``change(name)`` commits there, and Java's commit lands in the
         model's catalog by a compare-and-swap of the table's catalog row (as a JDBC catalog sharing
