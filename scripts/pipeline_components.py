@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The real components of a PostgreSQL -> Debezium -> Kafka -> Spark -> Iceberg pipeline, on loopback.
+"""The real components of a PostgreSQL (or MariaDB) -> Debezium -> Kafka -> Spark -> Iceberg pipeline, on loopback.
 
 Standard library only (it runs with any Python 3.11+, before the project's venv exists). Jars come
 from Maven Central through scripts/maven_fetch.py, the project's one fetcher (the Java readers of the
@@ -11,9 +11,10 @@ Bundles:
 
 - ``kafka``: an Apache Kafka broker (``org.apache.kafka:kafka_2.13``) and its tools (console
   producer, topics), run as a one-node KRaft broker (``kafka.Kafka``);
-- ``connect``: Kafka Connect (``connect-runtime``, ``connect-json``) with Debezium's PostgreSQL
-  connector as a plugin (``plugins/debezium-connector-postgres``, isolated by Connect's
-  ``plugin.path``), run standalone (``ConnectStandalone``);
+- ``connect``: Kafka Connect (``connect-runtime``, ``connect-json``) with Debezium's PostgreSQL and
+  MariaDB connectors as plugins (``plugins/debezium-connector-postgres``,
+  ``plugins/debezium-connector-mariadb``, each isolated by Connect's ``plugin.path``), run
+  standalone (``ConnectStandalone``);
 - ``spark-kafka``: Spark's Kafka source (``spark-sql-kafka-0-10_2.13``, ``_2.12`` for Spark 3.x)
   for a Spark version, for ``spark.jars`` (:func:`spark_kafka_jars`).
 
@@ -52,6 +53,9 @@ from types import ModuleType
 KAFKA_VERSION = os.environ.get("ICEBERG_SINK_KAFKA_VERSION", "4.3.0")
 """Kafka broker and Connect version: the one Debezium DEBEZIUM_VERSION is built against."""
 DEBEZIUM_VERSION = os.environ.get("ICEBERG_SINK_DEBEZIUM_VERSION", "3.6.1.Final")
+MARIADB_CONNECTOR_VERSION = os.environ.get("ICEBERG_SINK_DEBEZIUM_MARIADB_VERSION", "3.5.0.Final")
+"""Debezium's MariaDB connector: the newest release Maven Central serves here (3.6.x is not), a plugin
+of its own (its own Debezium core, isolated by Connect's class loaders from the PostgreSQL one's)."""
 SCALA = "2.13"
 CENTRAL = "https://repo.maven.apache.org/maven2"
 START_TIMEOUT_S = 90.0
@@ -125,11 +129,13 @@ def kafka_home(version: str = KAFKA_VERSION) -> Path:
     )
 
 
-def connect_home(version: str = KAFKA_VERSION, debezium: str = DEBEZIUM_VERSION) -> Path:
-    """Kafka Connect's jars under ``lib/``, with Debezium's PostgreSQL connector under ``plugins/``
-    (its own class loader through ``plugin.path``; Kafka's own jars are left to the worker's
-    classpath). Both are links to the fetched sets: Connect wants a plugin folder inside the folder
-    ``plugin.path`` names."""
+def connect_home(
+    version: str = KAFKA_VERSION, debezium: str = DEBEZIUM_VERSION, mariadb: str = MARIADB_CONNECTOR_VERSION
+) -> Path:
+    """Kafka Connect's jars under ``lib/``, with Debezium's PostgreSQL and MariaDB connectors under
+    ``plugins/`` (each its own class loader through ``plugin.path``; Kafka's own jars are left to the
+    worker's classpath). All are links to the fetched sets: Connect wants a plugin folder inside the
+    folder ``plugin.path`` names."""
     lib = _jar_dir(
         f"kafka-connect-{version}",
         [f"org.apache.kafka:connect-runtime:{version}", f"org.apache.kafka:connect-json:{version}", LOG_BINDING],
@@ -139,9 +145,15 @@ def connect_home(version: str = KAFKA_VERSION, debezium: str = DEBEZIUM_VERSION)
         [f"io.debezium:debezium-connector-postgres:{debezium}"],
         exclude_groups=["org.apache.kafka"],
     )
-    home = cache_root() / "connect-homes" / f"connect-{version}-debezium-{debezium}"
+    mariadb_plugin = _jar_dir(
+        f"debezium-connector-mariadb-{mariadb}",
+        [f"io.debezium:debezium-connector-mariadb:{mariadb}"],
+        exclude_groups=["org.apache.kafka"],
+    )
+    home = cache_root() / "connect-homes" / f"connect-{version}-debezium-{debezium}-mariadb-{mariadb}"
     _link(home / "lib", lib)
     _link(home / "plugins" / "debezium-connector-postgres", plugin)
+    _link(home / "plugins" / "debezium-connector-mariadb", mariadb_plugin)
     return home
 
 
@@ -494,7 +506,7 @@ class KafkaBroker:
 
 
 class KafkaConnect:
-    """A standalone Kafka Connect worker with Debezium's PostgreSQL connector, JsonConverter for
+    """A standalone Kafka Connect worker with one Debezium connector (PostgreSQL or MariaDB), JsonConverter for
     keys and values (``schemas_enable``: with or without the ``schema`` part), offsets in a file
     under ``root`` (kept across restarts: a restart resumes from the last flushed offset and
     re-sends what came after it, as Connect does)."""
@@ -605,6 +617,38 @@ def debezium_postgres_connector(
         "slot.name": f"{name.replace('-', '_')}_slot",
         "publication.name": f"{name.replace('-', '_')}_pub",
         "publication.autocreate.mode": "all_tables",
+        "snapshot.mode": "initial",
+    }
+    config.update(settings)
+    return config
+
+
+def debezium_mariadb_connector(
+    name: str,
+    port: int,
+    database: str,
+    user: str,
+    password: str,
+    topic_prefix: str,
+    history_file: Path,
+    server_id: int = 5400,
+    **settings: str,
+) -> dict[str, str]:
+    """Debezium MariaDB connector settings for a server on 127.0.0.1 (binary log in row format), its
+    schema history (the DDL it has seen, which a binlog connector needs to decode rows) in a file."""
+    config = {
+        "name": name,
+        "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+        "tasks.max": "1",
+        "database.hostname": "127.0.0.1",
+        "database.port": str(port),
+        "database.user": user,
+        "database.password": password,
+        "database.server.id": str(server_id),
+        "database.include.list": database,
+        "topic.prefix": topic_prefix,
+        "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+        "schema.history.internal.file.filename": str(history_file),
         "snapshot.mode": "initial",
     }
     config.update(settings)

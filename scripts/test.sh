@@ -6,6 +6,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 ensure_venv test
 # PostgreSQL server binaries for the SQL-catalog tests (they start their own server on loopback).
 scripts/ensure_postgres.sh
+# MariaDB server binaries for the Debezium MariaDB connector tests (their own server on loopback).
+scripts/ensure_mariadb.sh
 # The interop readers: the Java reader venvs (PySpark 3.5.7 for Iceberg Java 1.9.2, PySpark 4.1 for
 # the newest Iceberg Java) and their jars from Maven Central (needs mvn), built or fetched once
 # into .venv-java*, ${ICEBERG_SINK_CACHE:-~/.cache/iceberg-sink}/maven; fails loudly.
