@@ -20,7 +20,9 @@ Kafka-style DataFrame (one string or binary ``value`` column per event) into one
   names of Debezium's message key (the source row's primary key), for ``.cdc(key_column=...)``.
 
 Tombstones (a null value: the Kafka delete marker Debezium sends after a ``d`` event for log
-compaction) and empty values are skipped.
+compaction) and empty values are skipped, as are message events (op ``m``) and the events a
+connector sends beside its change events, on topics a subscription to its topic prefix also reads:
+schema changes, transaction boundaries and heartbeats (:func:`_connector_event`).
 
 Column types come from the envelopes' ``schema`` part when they carry one (Kafka Connect types: int8,
 int16, int32 to int; int64 to long; float32 to float; float64 to double; boolean; string; bytes to
@@ -48,6 +50,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql import ident
 from iceberg_sink.errors import InvalidInputError
 from iceberg_sink.sources import toast
 from iceberg_sink.sources.connect_types import (
@@ -96,6 +99,27 @@ TRUNCATE_POLICIES = ("apply", "skip", "fail")
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
 _KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
+
+
+def _connector_event(value: str, payload: str) -> str:
+    """SQL text, true for an event Debezium's connectors send beside the change events, on topics a
+    pattern subscription to the connector's prefix also reads (none has an op): a schema change (the
+    prefix topic itself: ``ddl`` and ``tableChanges``), a transaction boundary
+    (``provide.transaction.metadata``: ``status`` BEGIN or END and ``id``) or a heartbeat
+    (``heartbeat.interval.ms``: ``ts_ms`` alone). Recognised by the schema part's name when the
+    event has one, else by those fields. ``value``, ``payload``: the columns holding the event and
+    its payload."""
+    name = f"get_json_object({ident(value)}, '$.schema.name')"
+    field = f"get_json_object({ident(payload)}, '$.{{}}')"
+    return (
+        f"coalesce({field.format('op')} IS NULL AND ("
+        f"{name} IN ('io.debezium.connector.common.Heartbeat', 'io.debezium.connector.common.TransactionMetadataValue')"
+        f" OR endswith({name}, '.SchemaChangeValue')"
+        f" OR ({field.format('ddl')} IS NOT NULL AND {field.format('tableChanges')} IS NOT NULL)"
+        f" OR ({field.format('status')} IN ('BEGIN', 'END') AND {field.format('id')} IS NOT NULL)"
+        f" OR to_json(json_object_keys({ident(payload)})) = '[\"ts_ms\"]'"
+        "), false)"
+    )
 
 
 def _refusal(
@@ -345,9 +369,10 @@ def read_envelope(
         *[F.get_json_object(payload, _json_path(p)).alias(f"{_ORDER}{i}") for i, p in enumerate(paths)],
     )
     op, after, before, schema_part = F.col(_OP), F.col(_AFTER), F.col(_BEFORE), F.col(_SCHEMA)
-    # Message events carry no row; a skipped truncate is dropped too (before any check of its row).
+    # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
+    # so are the connector's schema changes, transaction boundaries and heartbeats.
     dropped = ["m"] + (["t"] if truncate == "skip" else [])
-    events = events.where(op.isNull() | ~op.isin(*dropped))
+    events = events.where((op.isNull() | ~op.isin(*dropped)) & ~F.expr(_connector_event(value_column, _PAYLOAD)))
     events = events.withColumn(_IMAGE, F.when(op == F.lit("d"), before).otherwise(after))
     image = F.col(_IMAGE)
     # Under "apply" the op column says it holds truncates: the change reduction applies them.

@@ -432,3 +432,39 @@ def test_a_filter_on_refusals_keeps_the_plan_the_size_it_was_written(spark: Spar
         analyzed, optimized = sizes(df)
         assert optimized < 2 * analyzed, (analyzed, optimized)
         assert sorted((r["id"], r["price"]) for r in df.collect()) == [(1, Decimal("1.25")), (2, Decimal("2.50"))]
+
+
+def test_the_connectors_schema_changes_transactions_and_heartbeats_are_skipped(spark: SparkSession) -> None:
+    """What Debezium's connectors send beside change events (the shapes of Debezium 3.5's MariaDB
+    connector; tests/integration/test_debezium_mariadb.py has the real ones), with and without the
+    schema part: skipped, never refused. An event without op that is none of them is still refused."""
+    source = {"connector": "mariadb", "name": "maria", "db": "shop", "table": "items", "file": "binlog.000001"}
+    schema_change = {
+        "source": source,
+        "ts_ms": 1,
+        "databaseName": "shop",
+        "schemaName": None,
+        "ddl": "ALTER TABLE items ADD COLUMN note varchar(10)",
+        "tableChanges": [{"type": "ALTER", "id": '"shop"."items"', "table": {"columns": []}}],
+    }
+    begin = {"status": "BEGIN", "id": "0-1-27", "event_count": None, "data_collections": None, "ts_ms": 1}
+    end = {**begin, "status": "END", "event_count": 2, "data_collections": [{"data_collection": "shop.items"}]}
+    heartbeat = {"ts_ms": 1795819156451}
+    names = {
+        "schema_change": "io.debezium.connector.mariadb.SchemaChangeValue",
+        "begin": "io.debezium.connector.common.TransactionMetadataValue",
+        "end": "io.debezium.connector.common.TransactionMetadataValue",
+        "heartbeat": "io.debezium.connector.common.Heartbeat",
+    }
+    payloads = {"schema_change": schema_change, "begin": begin, "end": end, "heartbeat": heartbeat}
+    values = [json.dumps(p) for p in payloads.values()]
+    values += [
+        json.dumps({"schema": {"type": "struct", "fields": [], "name": names[k]}, "payload": p})
+        for k, p in payloads.items()
+    ]
+    values += [envelope("c", 1, None, {"id": 1, "v": "kept"})]
+    values += [json.dumps({"ts_ms": 1, "other": 2}), json.dumps({"status": "BEGIN"})]  # not Debezium's: refused
+    out = read_envelope(frame(spark, values), rejects="mark")
+    assert [r["id"] for r in out.where(out[REJECT_COLUMN].isNull()).collect()] == [1]
+    refused = refusals(out)
+    assert sorted(refused) == [9, 10] and all(r.startswith("event has no op") for r in refused.values()), refused

@@ -7,7 +7,8 @@ ranges (unsigned 64-bit integers, 38-digit decimals, negative and over-24-hour T
 limit, control characters and emoji in text), is snapshotted, then changed by transactions that
 change one key several times (their events share a GTID and differ by binlog position and row), a
 multi-row update, a delete and re-insert of one key in one transaction, and, in a second micro-batch,
-an ``ALTER TABLE ... ADD COLUMN``. The records are read back with Kafka's console consumer and
+an ``ALTER TABLE ... ADD COLUMN``; the connector's schema changes, transaction boundaries and
+heartbeats (on their own topics, which a subscription to the prefix reads too) go into the batches. The records are read back with Kafka's console consumer and
 written with ``IcebergSink.write`` through ``.debezium(order_by=[file, pos, row])`` + ``.cdc(...)``
 into a format v2 table (equality deletes) and a v3 one (deletion vectors); Iceberg Java and DuckDB
 must read each equal to MariaDB's ``SELECT *``.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +35,7 @@ from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 TOPIC = "maria.shop.items"
+SCHEMA_CHANGES, TRANSACTIONS, HEARTBEATS = "maria", "maria.transaction", "__debezium-heartbeat.maria"
 DDL = """CREATE TABLE items (
   id bigint PRIMARY KEY, name varchar(64) CHARACTER SET utf8mb4, qty tinyint, flag tinyint(1),
   small smallint unsigned, u int unsigned, ub bigint unsigned, price decimal(10, 2), big decimal(38, 10),
@@ -86,9 +89,15 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                     PASSWORD,
                     "maria",
                     root / "schema-history.dat",
-                    # Unsigned 64-bit values above 2^63 - 1 as decimal(20, 0): Debezium's default
-                    # ("long") wraps them to negative numbers.
-                    **{"bigint.unsigned.handling.mode": "precise"},
+                    **{
+                        # Unsigned 64-bit values above 2^63 - 1 as decimal(20, 0): Debezium's default
+                        # ("long") wraps them to negative numbers.
+                        "bigint.unsigned.handling.mode": "precise",
+                        # Transaction boundaries (topic maria.transaction) and heartbeats
+                        # (__debezium-heartbeat.maria), beside the schema changes (topic maria).
+                        "provide.transaction.metadata": "true",
+                        "heartbeat.interval.ms": "200",
+                    },
                 ),
             )
             started.append(connect)
@@ -109,11 +118,16 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             cur.execute("UPDATE items SET note = 'n' WHERE id = 3")
             cur.execute("DELETE FROM items WHERE id = 4")
             cur.execute("INSERT INTO items (id, note) VALUES (6, 'six')")
-            records = broker.consume(TOPIC, first + 4, timeout_s=120)
+            records = [(TOPIC, k, v) for k, v in broker.consume(TOPIC, first + 4, timeout_s=120)]
+            # What a subscription to the prefix ("maria.*") reads beside the table's changes.
+            side = {}
+            for topic in (SCHEMA_CHANGES, TRANSACTIONS, HEARTBEATS):
+                count = sum(broker.end_offsets(topic).get(topic, {}).values())
+                side[topic] = [(topic, k, v) for k, v in broker.consume(topic, count, timeout_s=60)]
             cur.execute("SELECT * FROM items")
             names = [d[0] for d in cur.description]
             want = [_as_iceberg(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
-        yield {"records": records, "first": first, "want": sorted(want, key=lambda r: r["id"])}
+        yield {"records": records, "side": side, "first": first, "want": sorted(want, key=lambda r: r["id"])}
     except pc.ComponentError as e:
         pytest.fail(str(e), pytrace=False)
     finally:
@@ -138,10 +152,11 @@ def _as_iceberg(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def batch(spark: SparkSession, records: list[tuple[str, str]], first_offset: int) -> DataFrame:
+def batch(spark: SparkSession, records: list[tuple[str, str, str]], first_offset: int) -> DataFrame:
+    """Kafka rows of (topic, key, value) records (offsets made up: the sink does not read them here)."""
     rows = [
-        (None if k == "null" else k, None if v == "null" else v, TOPIC, 0, first_offset + i)
-        for i, (k, v) in enumerate(records)
+        (None if k == "null" else k, None if v == "null" else v, topic, 0, first_offset + i)
+        for i, (topic, k, v) in enumerate(records)
     ]
     return spark.createDataFrame(rows, "key string, value string, topic string, partition int, offset long")
 
@@ -155,8 +170,12 @@ def test_real_mariadb_events_ordered_by_binlog_position(
     tmp_path: Path,
     format_version: int,
 ) -> None:
-    records, first = captured["records"], captured["first"]
+    records, first, side = captured["records"], captured["first"], captured["side"]
     assert len(records) == first + 4, records
+    # The schema changes include the ALTER; the transaction has its BEGIN and END; heartbeats came.
+    assert any("ADD COLUMN note" in v for _, _, v in side[SCHEMA_CHANGES]), side[SCHEMA_CHANGES]
+    assert {json.loads(v)["payload"]["status"] for _, _, v in side[TRANSACTIONS]} == {"BEGIN", "END"}
+    assert side[HEARTBEATS], "no heartbeat"
     sink = (
         IcebergSink.builder()
         .catalog("test", **catalog_props)
@@ -174,8 +193,11 @@ def test_real_mariadb_events_ordered_by_binlog_position(
         .build()
     )
     checkpoint = str(tmp_path / "writes")
-    sink.write(batch(spark, records[:first], 0), checkpoint_location=checkpoint)
-    sink.write(batch(spark, records[first:], first), checkpoint_location=checkpoint)  # after the ALTER
+    # Each micro-batch also holds the connector's other events, as a subscription to "maria.*" reads them.
+    one = side[TRANSACTIONS] + records[:first] + side[HEARTBEATS]
+    sink.write(batch(spark, one, 0), checkpoint_location=checkpoint)
+    two = side[SCHEMA_CHANGES] + records[first:]  # after the ALTER
+    sink.write(batch(spark, two, len(one)), checkpoint_location=checkpoint)
     table = sink.load_table()
     types = {f.name: str(f.field_type) for f in table.schema().fields}
     assert types["ub"] == "decimal(20, 0)" and types["big"] == "decimal(38, 10)", types

@@ -7,7 +7,8 @@ with a generator of its own (so every seed's sequence of the other operations is
 Each step writes one batch of Debezium envelopes (with or without the ``schema`` part) to ``db.dbz``
 through ``.debezium(table_column=None, truncate="fail" | "skip" | "apply")``: creates, updates and deletes,
 key-only deletes whose ``before`` holds JSON nulls, a NUMERIC(10,2) as Connect's Decimal and a
-Debezium Date, message events (skipped), truncates (under ``"apply"`` the model table is emptied at
+Debezium Date, message events and the connector's schema changes, transaction boundaries and
+heartbeats (skipped), truncates (under ``"apply"`` the model table is emptied at
 that point of the batch's change order; under ``"skip"`` ignored), updates whose note is Debezium's
 unavailable-value placeholder without a before value (an unchanged TOASTed column: the key keeps its
 note, from an earlier change of the batch or the table), and sometimes one hostile event: a value that does not fit
@@ -137,6 +138,28 @@ class DebeziumJob:
         envelope = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
         return json.dumps({"schema": envelope, "payload": payload})
 
+    def skipped_event(self, schema: bool) -> str:
+        """An event the sink skips: a message event, or one the connector sends on topics of its own
+        that a subscription to its prefix reads too (a schema change, a transaction boundary, a
+        heartbeat). Picked from the lsn, not the generator, so that seeds keep their sequences."""
+        kind = (self.lsn + 1) % 4
+        if kind == 0:
+            return self.envelope("m", None, None, schema)  # a message event
+        self.lsn += 1
+        if kind == 1:
+            name = "io.debezium.connector.mariadb.SchemaChangeValue"
+            source = {"db": "shop", "table": "items", "lsn": self.lsn}
+            payload: dict[str, Any] = {"source": source, "ts_ms": self.lsn, "databaseName": "shop", "ddl": "ALTER"}
+            payload["tableChanges"] = [{"type": "ALTER", "id": '"shop"."items"'}]
+        elif kind == 2:
+            name = "io.debezium.connector.common.TransactionMetadataValue"
+            payload = {"status": "BEGIN" if self.lsn % 8 < 4 else "END", "id": str(self.lsn), "ts_ms": self.lsn}
+        else:
+            name, payload = "io.debezium.connector.common.Heartbeat", {"ts_ms": self.lsn}
+        if not schema:
+            return json.dumps(payload)
+        return json.dumps({"schema": {"type": "struct", "fields": [], "name": name}, "payload": payload})
+
     @staticmethod
     def inferred(row: dict[str, Any]) -> dict[str, Any]:
         """A row as a table created from schemaless events holds it: the wire values, types inferred
@@ -182,7 +205,7 @@ class DebeziumJob:
                 values.append(self.envelope("d", before, None, schema))
                 live.pop(key)
             elif r < 0.35:
-                values.append(self.envelope("m", None, None, schema))  # a message event: skipped
+                values.append(self.skipped_event(schema))
             else:
                 row = self.row(key)
                 # The before image is the source row: without the sink's order column (lsn).
