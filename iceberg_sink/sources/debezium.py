@@ -43,10 +43,13 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Sequence
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -480,10 +483,15 @@ def read_envelope(
     if unavailable_value is not None:
         # Marked only in a batch that may hold one: a batch without any costs the sink nothing more.
         staged = _unavailable(staged, schema, unavailable_value, mark=marks is not None and counts.placeholders > 0)
+    fields = _built(
+        events.sparkSession,
+        ("fields", schema.json()),
+        lambda: [F.col(_ROW).getField(f.name).alias(f.name) for f in schema.fields],
+    )
     rows = staged.select(
         *[F.col(c) for c in carried],
         v,
-        *[F.col(_ROW).getField(f.name).alias(f.name) for f in schema.fields],
+        *fields,
         *added,
         *([toast.UNAVAILABLE_COLUMN] if toast.UNAVAILABLE_COLUMN in staged.columns else []),
         *([_IDENTITY] if helpers else []),
@@ -549,13 +557,55 @@ def _warn_unordered(counts: _Counts, paths: list[str]) -> None:
         )
 
 
+_BUILT: OrderedDict[tuple[Any, ...], tuple[weakref.ref[SparkSession], Any]] = OrderedDict()
+_BUILT_LIMIT = 32
+_BUILT_LOCK = threading.Lock()
+
+
+def _built(spark: SparkSession, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """``build()`` (Columns), made once per Spark session and ``key`` and reused by later batches.
+
+    A row image's conversions and checks are Column expressions built through Py4J, tens of round
+    trips per column and more per nested field (PySpark 4 also records each call's Python call site):
+    about 48,000 for a batch of an 80-column table, which took 10 s of the driver's time whatever
+    the batch's size. Columns are unresolved expressions naming columns, so the same ones serve every
+    batch with the same schema parts. The most recent 32 keys are kept; an entry of a stopped session
+    is not used (its Py4J objects belong to a gone JVM)."""
+    full = (id(spark), *key)
+    with _BUILT_LOCK:
+        entry = _BUILT.get(full)
+        if entry is not None and entry[0]() is spark:
+            _BUILT.move_to_end(full)
+            return entry[1]
+    value = build()
+    with _BUILT_LOCK:
+        _BUILT[full] = (weakref.ref(spark), value)
+        while len(_BUILT) > _BUILT_LIMIT:
+            _BUILT.popitem(last=False)
+    return value
+
+
 def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> DataFrame:
     """``staged`` with each event's row image as ``target`` in column ``_ROW`` (read with its own schema
     part's types, logical types converted) and in ``_ROW_REASON`` the reason it is refused (a value
     that does not fit its declared type), or null. Built in steps of columns, so no expression repeats another."""
+    texts, parsed, converted, row, reason, parts = _built(
+        staged.sparkSession, ("rows", tuple(declared), target.json()), lambda: _row_columns(declared, target)
+    )
+    staged = staged.withColumn(_TEXTS, texts)
+    staged = staged.select("*", *parsed)
+    staged = staged.select("*", *converted)
+    return staged.select("*", row.alias(_ROW), reason.alias(_ROW_REASON)).drop(*parts, _TEXTS)
+
+
+def _row_columns(
+    declared: list[str], target: T.StructType
+) -> tuple[Column, list[Column], list[Column], Column, Column, list[str]]:
+    """The columns of :func:`_read_rows`: the row image as a map of texts, each schema part's parse and
+    conversion, the row, its refusal reason, and the helper columns to drop."""
     image, schema_part = F.col(_IMAGE), F.col(_SCHEMA)
     texts = F.col(_TEXTS)
-    staged = staged.withColumn(_TEXTS, F.from_json(image, T.MapType(T.StringType(), T.StringType())))
+    texts_column = F.from_json(image, T.MapType(T.StringType(), T.StringType()))
     connects = [_row_schema(text) for text in declared]
     parsed = []
     for i, (text, connect) in enumerate(zip(declared, connects, strict=True)):
@@ -564,12 +614,10 @@ def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> 
         parsed.append(F.when(schema_part == F.lit(text), F.from_json(image, physical)).alias(f"{_PARSED}{i}"))
     known = schema_part.isin(*declared) if declared else F.lit(False)
     parsed.append(F.when(~known | schema_part.isNull(), F.from_json(image, target)).alias(f"{_PARSED}b"))
-    staged = staged.select("*", *parsed)
     converted = [
         convert_value(F.col(f"{_PARSED}{i}"), connect, "").alias(f"{_CONVERTED}{i}")
         for i, connect in enumerate(connects)
     ]
-    staged = staged.select("*", *converted)
     row: Column = F.lit(None).cast(target)
     reason: Column = F.lit(None).cast("string")
     bare = F.col(f"{_PARSED}b")
@@ -582,7 +630,7 @@ def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> 
         reason = reason.when(value.isNotNull(), _refusal(value, image, own, connect, "", texts))
     parts = [f"{_PARSED}{i}" for i in range(len(connects))] + [f"{_PARSED}b"]
     parts += [f"{_CONVERTED}{i}" for i in range(len(connects))]
-    return staged.select("*", row.alias(_ROW), reason.alias(_ROW_REASON)).drop(*parts, _TEXTS)
+    return texts_column, parsed, converted, row, reason, parts
 
 
 def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark: bool) -> DataFrame:
@@ -592,8 +640,13 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark
     holders = [f for f in schema.fields if toast.can_hold(f.dataType)]
     if not holders:
         return staged
-    staged = staged.withColumn(_OLD, F.from_json(F.col(_BEFORE), T.StructType(holders)))
-    row, marker, reason = toast.unavailable(F.col(_ROW), F.col(_OLD), F.col(_OP), schema, placeholder, mark)
+
+    def build() -> tuple[Column, Column, Column | None, Column | None]:
+        old = F.from_json(F.col(_BEFORE), T.StructType(holders))
+        return old, *toast.unavailable(F.col(_ROW), F.col(_OLD), F.col(_OP), schema, placeholder, mark)
+
+    old, row, marker, reason = _built(staged.sparkSession, ("toast", schema.json(), placeholder, mark), build)
+    staged = staged.withColumn(_OLD, old)
     return staged.select(
         *[c for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
         row.alias(_ROW),
