@@ -475,7 +475,8 @@ def test_a_batch_of_known_schemas_reuses_the_conversions_built_for_an_earlier_on
 ) -> None:
     """The conversions and checks of a row image are built through Py4J once per schema, not per
     batch: tens of round trips per column made a wide table's every batch slow whatever its size
-    (80 columns: 118,000 round trips, about 10 s of driver time per batch). Counted, not timed."""
+    (80 columns: 118,000 round trips, about 10 s of driver time per batch), also when each batch comes
+    in a session object of its own, as ``foreachBatch`` hands micro-batches over. Counted, not timed."""
     from py4j.java_gateway import GatewayClient
 
     columns = [field("id", "int64")] + [
@@ -505,6 +506,8 @@ def test_a_batch_of_known_schemas_reuses_the_conversions_built_for_an_earlier_on
         calls += 1
         return send(client, *args, **kwargs)
 
+    # As foreachBatch hands it over: the micro-batch in a session object of its own, the same JVM session.
+    two = DataFrame(two._jdf, SparkSession(spark.sparkContext, spark._jsparkSession))
     monkeypatch.setattr(GatewayClient, "send_command", counted)
     second = read_envelope(two, table_column=None)
     built = calls
