@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from pyspark.sql import DataFrame
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig, change_config
-from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.job.dead_letter import check_target
 from iceberg_sink.observe.prometheus import (
     DEFAULT_ADDR,
@@ -255,11 +256,27 @@ class IcebergSinkBuilder:
         docs/cdc.md).
         """
         from iceberg_sink.sources.debezium import TRUNCATE_POLICIES, read_envelope
+        from iceberg_sink.sources.event_order import order_paths
 
         if truncate not in TRUNCATE_POLICIES:
             raise InvalidSinkConfigError(
                 f"debezium(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
             )
+        # Checked now, not at the first batch: an unknown argument, an order that is not a path or a list.
+        accepted = [
+            name
+            for name, parameter in inspect.signature(read_envelope).parameters.items()
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "rejects"
+        ]
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown:
+            raise InvalidSinkConfigError(
+                f"debezium(...): expected arguments among value_column, {', '.join(accepted)}; received {unknown}"
+            )
+        try:
+            order_paths(kwargs.get("order_by", "source.lsn"), kwargs.get("order_type", "long"), "debezium")
+        except InvalidInputError as e:
+            raise InvalidSinkConfigError(str(e)) from e
 
         def read(batch: DataFrame) -> DataFrame:
             # Marked, not failed here: the job fails the batch on a refused event or dead-letters it.

@@ -100,6 +100,16 @@ def string_list(value: Any, path: str, problems: list[str]) -> Any:
     return value
 
 
+def string_or_list(value: Any, path: str, problems: list[str]) -> Any:
+    """A non-empty string, kept as is, or a non-empty list of them (``debezium.order_by``: one payload
+    path or several, and ``order_type``: one type for all or one per path)."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        problems.append(_problem(path, "a non-empty string or a non-empty list of them", value))
+    return value
+
+
 def scalar_map(value: Any, path: str, problems: list[str]) -> Any:
     if not isinstance(value, dict):
         problems.append(_problem(path, "a mapping of names to strings, numbers or booleans", value))
@@ -206,9 +216,9 @@ _SINK = mapping(
                 {
                     "value_column": STRING,
                     "op_column": STRING,
-                    "order_by": STRING,
+                    "order_by": string_or_list,
                     "order_column": STRING,
-                    "order_type": STRING,
+                    "order_type": string_or_list,
                     "table_column": STRING,
                     "table_fields": string_list,
                     "keep": string_list,

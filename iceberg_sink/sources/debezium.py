@@ -67,6 +67,7 @@ from iceberg_sink.sources.connect_types import (
     sub_path,
     type_label,
 )
+from iceberg_sink.sources.event_order import order_expected, order_paths, order_value
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
 from iceberg_sink.topology.changes import TRUNCATES_METADATA
@@ -301,11 +302,14 @@ def read_envelope(
         value_column: the event value (string or binary JSON); null values (tombstones) are skipped.
         op_column: name of the operation column in the result (Debezium's c, u, d, r; t with ``truncate="apply"``).
         order_by: payload path of the order value (``source.lsn``, ``ts_ms``, ``source.ts_ms``, ...), or
-            a list of paths ordered lexicographically (MySQL: ``["source.file", "source.pos", "source.row"]``,
+            a list of paths ordered lexicographically (MySQL: ``["source.file", "source.pos", "source.row"]``
+            with ``order_type=["binlog", "long", "long"]``,
             the order column is then a struct of them, null when any is missing); None for no order column.
         order_column: name of the order column in the result.
-        order_type: Spark type the order value is cast to (``long``, ``string``, ...); one per path for
-            a list of paths (a single type applies to all of them).
+        order_type: Spark type the order value is cast to (``long``, ``string``, ...), or ``"binlog"``
+            for a binlog file name (``source.file``), ordered by its sequence number (a long: names do
+            not sort as text past ``binlog.999999``); one per path for a list of paths (a single type
+            applies to all of them).
         table_column: name of the source table column in the result; None for none.
         table_fields: ``source`` fields forming the source table name (see :func:`table_name`); by
             default database, schema and table, so same-named tables of two schemas never merge.
@@ -339,15 +343,7 @@ def read_envelope(
         )
     if rejects not in REJECT_POLICIES:
         raise InvalidInputError(f"read_envelope(rejects=...): expected one of {REJECT_POLICIES}, received {rejects!r}")
-    paths = [order_by] if isinstance(order_by, str) else list(order_by) if order_by is not None else []
-    types = [order_type] * len(paths) if isinstance(order_type, str) else list(order_type)
-    if order_by is not None and (
-        not paths or len(types) != len(paths) or not all(isinstance(p, str) and p for p in paths)
-    ):
-        raise InvalidInputError(
-            "read_envelope(order_by=..., order_type=...): expected a payload path or a non-empty list of them, and "
-            f"one order type or one per path; received order_by={order_by!r}, order_type={order_type!r}"
-        )
+    paths, types = order_paths(order_by, order_type)
     missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in df.columns]
     if missing:
         raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {df.columns}")
@@ -411,12 +407,13 @@ def read_envelope(
         )
     raw_orders = [F.col(f"{_ORDER}{i}") for i in range(len(paths))]
     if paths:
-        orders = [r.try_cast(t) for r, t in zip(raw_orders, types, strict=True)]
+        orders = [order_value(r, t) for r, t in zip(raw_orders, types, strict=True)]
         for path, raw_order, order, kind in zip(paths, raw_orders, orders, types, strict=True):
+            expected = order_expected(kind)
             reasons.append(
                 F.when(
                     raw_order.isNotNull() & order.isNull(),
-                    F.concat(F.lit("order value '"), raw_order, F.lit(f"' at {path} is not a {kind}")),
+                    F.concat(F.lit("order value '"), raw_order, F.lit(f"' at {path} is not {expected}")),
                 )
             )
         if len(paths) == 1:

@@ -406,6 +406,56 @@ def test_order_by_several_paths_orders_lexicographically_and_warns_of_unordered_
     assert out.schema["pos"].dataType.simpleString() == "struct<source_file:string,source_pos:bigint,source_row:bigint>"
 
 
+def test_binlog_file_names_order_by_their_sequence_number_past_six_digits(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """After ``mysql-bin.999999`` MySQL and MariaDB write ``mysql-bin.1000000``, which sorts first as
+    text: a key changed on both sides of the rollover in one batch kept its older value. The binlog
+    order type orders by the number; a file name without one is refused, naming it."""
+
+    def mysql(op: str, file: str, pos: int, row: int, before: Any, after: Any) -> str:
+        return envelope(op, None, before, after, source={"file": file, "pos": pos, "row": row})
+
+    values = [
+        mysql("c", "mysql-bin.999999", 900, 0, None, {"id": 1, "v": "older"}),
+        mysql("u", "mysql-bin.1000000", 4, 0, {"id": 1, "v": "older"}, {"id": 1, "v": "newest"}),
+        mysql("c", "mysql-bin.1000000", 4, 1, None, {"id": 2, "v": "kept"}),
+        mysql("d", "mysql-bin.1000001", 4, 0, {"id": 3, "v": None}, None),
+        mysql("c", "mysql-bin.999998", 4, 0, None, {"id": 3, "v": "deleted later"}),
+    ]
+    paths = ["source.file", "source.pos", "source.row"]
+    out = read_envelope(frame(spark, values), order_by=paths, order_type=["binlog", "long", "long"])
+    assert out.schema["lsn"].dataType.simpleString() == "struct<source_file:bigint,source_pos:bigint,source_row:bigint>"
+    ordered = [(r["id"], r["op"]) for r in out.orderBy("lsn").collect()]
+    assert ordered == [(3, "c"), (1, "c"), (1, "u"), (2, "c"), (3, "d")]
+
+    s = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("cdc.binlog")
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None, order_by=paths, order_type=["binlog", "long", "long"])
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+    s.write(frame(spark, values), checkpoint_location=str(tmp_path / "ckpt"))
+    assert read_back(java_reader, s, ["id", "v"]) == [{"id": 1, "v": "newest"}, {"id": 2, "v": "kept"}]
+
+    bad = [mysql("c", name, 4, 0, None, {"id": 1, "v": "x"}) for name in ("mysql-bin", "mysql-bin.", "bin.12a")]
+    marked = read_envelope(
+        frame(spark, bad), order_by=paths, order_type=["binlog", "long", "long"], rejects="mark", table_column=None
+    )
+    assert sorted(refusals(marked).values()) == [
+        f"order value '{name}' at source.file is not a binlog file name (a name, a dot and its sequence number: "
+        "mysql-bin.000042)"
+        for name in ("bin.12a", "mysql-bin", "mysql-bin.")
+    ]
+    for order_type in ("lnog", ["binlog", "long"], ["binlog", 5, "long"]):
+        with pytest.raises(InvalidInputError, match=r"order_type") as raised:
+            read_envelope(frame(spark, values), order_by=paths, order_type=order_type)  # type: ignore[arg-type]
+        assert repr(order_type) in str(raised.value)
+
+
 def test_a_filter_on_refusals_keeps_the_plan_the_size_it_was_written(spark: SparkSession) -> None:
     """A filter on the refusal mark (fail-fast, dead letters) must not be pushed down through the
     conversions: Spark would copy every check and conversion into it, level by level (a real 22-column

@@ -186,7 +186,7 @@ def test_real_mariadb_events_ordered_by_binlog_position(
             value_column="value",
             table_column=None,
             order_by=["source.file", "source.pos", "source.row"],
-            order_type=["string", "long", "long"],
+            order_type=["binlog", "long", "long"],
             order_column="binlog",
         )
         .cdc(op_column="op", order_by="binlog", key=["id"])

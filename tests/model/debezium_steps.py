@@ -14,7 +14,10 @@ unavailable-value placeholder without a before value (an unchanged TOASTed colum
 note, from an earlier change of the batch or the table), and sometimes one hostile event: a value that does not fit
 its declared type (int32 3000000000, boolean "yes", bad base64 for a decimal, float32 1e40), a
 truncate under ``truncate="fail"``, an update without ``after``, a value that is not JSON, an order
-value that is not a long. A batch with a hostile event must fail with InvalidInputError naming the
+value that is not a long. Some jobs order by binlog position as MariaDB's and MySQL's connectors do
+(``source.file``, ``pos``, ``row`` with ``order_type=["binlog", "long", "long"]``): every batch's file
+number passes a power of ten after its third event (``mysql-bin.999999`` -> ``mysql-bin.1000000``, which
+sorts first as text); their hostile order value is a file name without a number. A batch with a hostile event must fail with InvalidInputError naming the
 reason and change nothing; any other batch must leave the table equal to the model, read back by
 Iceberg Java and DuckDB.
 """
@@ -67,6 +70,7 @@ HOSTILE = [
     ("not_json", "value is not JSON"),
     ("order", "order value 'abc' at source.lsn is not a long"),
 ]
+BINLOG_HOSTILE = "order value 'abc' at source.file is not a binlog file name"
 
 
 def _decimal(value: Decimal) -> str:
@@ -89,6 +93,11 @@ class DebeziumJob:
         # Per job, as per connector: with the schema part (types declared, logical types mapped) or
         # without it (schemas.enable=false: types inferred, a key-only delete's nulls say nothing).
         self.schema = self.rng.random() < 0.6
+        # Per job, as per connector: PostgreSQL's lsn or a binlog position (MariaDB, MySQL). From a
+        # generator of its own, so that seeds keep their sequences.
+        self.binlog = random.Random(f"debezium-binlog-{seed}").random() < 0.5
+        self.batches = 0
+        self.batch_start = 0  # the lsn before the batch's first event
 
     def sink(self) -> IcebergSink:
         return (
@@ -96,11 +105,40 @@ class DebeziumJob:
             .catalog("model", **self.catalog_props)
             .table(TABLE)
             .create_if_missing()
-            .debezium(table_column=None, truncate=self.truncate)
+            .debezium(table_column=None, truncate=self.truncate, **self.order())
             .cdc(op_column="op", key=["id"], order_by="lsn")
             .schema_evolution("add-columns")
             .build()
         )
+
+    def order(self) -> dict[str, Any]:
+        """The reader's order arguments: the lsn, or the binlog position, into the column ``lsn``."""
+        if not self.binlog:
+            return {}
+        return {"order_by": ["source.file", "source.pos", "source.row"], "order_type": ["binlog", "long", "long"]}
+
+    def binlog_position(self) -> tuple[int, int, int]:
+        """The current event's binlog file number, position and row: in batch b the file number goes
+        from 10**d - 1 to 10**d after the third event (d = 6 + b, up to 17; later batches keep 18
+        digits), so it grows over the stream and every batch of four events or more crosses a power
+        of ten; two rows per position."""
+        offset = self.lsn - self.batch_start - 1
+        digits = 6 + self.batches
+        low = 10**digits - 1 if digits < 18 else 10**17 + 2 * self.batches
+        return low + (offset >= 3), 4 + 100 * (offset // 2), offset % 2
+
+    def source(self) -> dict[str, Any]:
+        """The event's source position: the lsn, or a binlog position (:meth:`binlog_position`)."""
+        if not self.binlog:
+            return {"lsn": self.lsn}
+        file, pos, row = self.binlog_position()
+        return {"file": f"mysql-bin.{file:06d}", "pos": pos, "row": row}
+
+    def stored_order(self) -> Any:
+        """What the table's order column holds for the current event."""
+        if not self.binlog:
+            return self.lsn
+        return dict(zip(("source_file", "source_pos", "source_row"), self.binlog_position(), strict=True))
 
     def row(self, key: int) -> dict[str, Any]:
         rng = self.rng
@@ -130,7 +168,7 @@ class DebeziumJob:
             "before": wire(before),
             "after": wire(after),
             "op": op,
-            "source": {"db": "shop", "schema": "public", "table": "items", "lsn": self.lsn},
+            "source": {"db": "shop", "schema": "public", "table": "items", **self.source()},
         }
         if not schema:
             return json.dumps(payload)
@@ -148,7 +186,7 @@ class DebeziumJob:
         self.lsn += 1
         if kind == 1:
             name = "io.debezium.connector.mariadb.SchemaChangeValue"
-            source = {"db": "shop", "table": "items", "lsn": self.lsn}
+            source = {"db": "shop", "table": "items", **self.source()}
             payload: dict[str, Any] = {"source": source, "ts_ms": self.lsn, "databaseName": "shop", "ddl": "ALTER"}
             payload["tableChanges"] = [{"type": "ALTER", "id": '"shop"."items"'}]
         elif kind == 2:
@@ -187,7 +225,7 @@ class DebeziumJob:
         if kind == "not_json":
             return '{"payload": {"op": "c", "after": {"id": 1'
         doc = json.loads(self.envelope("c", None, good, schema=False))
-        doc["source"]["lsn"] = "abc"
+        doc["source"]["file" if self.binlog else "lsn"] = "abc"
         return json.dumps(doc)
 
     def step(self, world: Any) -> None:
@@ -195,6 +233,8 @@ class DebeziumJob:
         rng = self.rng
         schema = self.schema
         live = dict(self.model)
+        self.batches += 1
+        self.batch_start = self.lsn
         values: list[str | None] = []
         for _ in range(rng.randrange(1, 10)):
             key = rng.randrange(KEYS)
@@ -217,7 +257,7 @@ class DebeziumJob:
                     row["note"], before = UNAVAILABLE_VALUE, {"id": key}
                 values.append(self.envelope("u" if key in live else "c", before, row, schema))
                 kept = live[key].get("note") if toasted else None
-                live[key] = {**(row if schema else self.inferred(row)), "lsn": self.lsn}
+                live[key] = {**(row if schema else self.inferred(row)), "lsn": self.stored_order()}
                 if toasted:
                     live[key]["note"] = kept
             if rng.random() < 0.2:
@@ -239,7 +279,12 @@ class DebeziumJob:
                 ]
             )
             values.insert(rng.randrange(len(values) + 1), self.hostile(bad[0]))
-        world.log(f"debezium_cdc: {len(values)} events, schema part {schema}, truncate={self.truncate}, hostile {bad}")
+            if bad[0] == "order" and self.binlog:
+                bad = (bad[0], BINLOG_HOSTILE)
+        world.log(
+            f"debezium_cdc: {len(values)} events, schema part {schema}, truncate={self.truncate}, "
+            f"{'binlog' if self.binlog else 'lsn'} order, hostile {bad}"
+        )
         df = world.spark.createDataFrame([(v,) for v in values], "value string").repartition(rng.choice([1, 2]))
         sink = self.sink()
         if bad is not None:

@@ -141,9 +141,15 @@ def test_debezium_hostile_events(
     """The short profile may draw ``debezium_cdc`` rarely: its job alone, both with and without the
     schema part and every truncate policy, for a few batches each (tests/model/debezium_steps.py)."""
     world = World(spark, java_reader, tmp_path, seed=model_job_seed)
-    for schema, truncate in ((True, "fail"), (False, "skip"), (True, "apply"), (False, "apply")):
+    # Ordered by the lsn (PostgreSQL) or by binlog position (MariaDB, MySQL), files past 999999.
+    for schema, truncate, binlog in (
+        (True, "fail", True),
+        (False, "skip", False),
+        (True, "apply", False),
+        (False, "apply", True),
+    ):
         job = debezium_steps.DebeziumJob(world.seed, world.catalog_props, tmp_path / f"dbz-{schema}-{truncate}")
-        job.schema, job.truncate = schema, truncate
+        job.schema, job.truncate, job.binlog = schema, truncate, binlog
         job.truncate_every = 0.4  # a truncate within the few batches
         for _ in range(2):
             job.step(world)

@@ -275,3 +275,29 @@ def test_upsert_order_by_is_a_column_name_the_builder_gets(tmp_path: Path) -> No
     # The file's shape is right; the builder names what it refuses (here key_column before order_by).
     with pytest.raises(runconfig.InvalidSinkConfigError, match=r"upsert\(key_column\)"):
         runconfig.build_sink(config)
+
+
+def test_debezium_order_takes_one_path_or_several_with_their_types(tmp_path: Path) -> None:
+    """MariaDB and MySQL order by binlog file, position and row: ``order_by`` and ``order_type``
+    take lists (a single string stays one path, or one type for every path)."""
+    text = (
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{table: db.t, embedded: {tmp_path}, "
+        "debezium: {order_by: [source.file, source.pos, source.row], order_type: [binlog, long, long], "
+        "order_column: binlog}, cdc: {op_column: op, key: [id], order_by: binlog}}\n"
+    )
+    config = runconfig.parse(text, str(tmp_path / "p.yaml"))
+    assert config.sink["debezium"]["order_by"] == ["source.file", "source.pos", "source.row"]
+    assert config.sink["debezium"]["order_type"] == ["binlog", "long", "long"]
+    runconfig.validate_sink(config)
+    single = runconfig.parse(text.replace("order_type: [binlog, long, long]", "order_type: long"), "p.yaml")
+    assert single.sink["debezium"]["order_type"] == "long"
+    runconfig.validate_sink(single)
+    found = problems(
+        text.replace("[source.file, source.pos, source.row]", "[]").replace("[binlog, long, long]", "[long, 5]")
+    )
+    assert [p.split(":")[0] for p in found] == ["sink.debezium.order_by", "sink.debezium.order_type"], found
+    assert all("expected a non-empty string or a non-empty list of them" in p for p in found), found
+    # The shape is right, the counts are not: the builder names both.
+    wrong = runconfig.parse(text.replace("[binlog, long, long]", "[binlog, long]"), "p.yaml")
+    with pytest.raises(runconfig.InvalidSinkConfigError, match=r"one order type or one per path"):
+        runconfig.validate_sink(wrong)

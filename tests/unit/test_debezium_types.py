@@ -67,3 +67,23 @@ def test_builder_checks_the_truncate_policy_up_front() -> None:
     with pytest.raises(InvalidSinkConfigError, match=r"expected one of \('apply', 'skip', 'fail'\), received 'drop'"):
         IcebergSink.builder().debezium(truncate="drop")
     IcebergSink.builder().debezium(truncate="apply")  # accepted: the table is emptied at a truncate
+
+
+def test_builder_checks_its_reader_arguments_up_front() -> None:
+    """An unknown argument or an order that is not a path (or one type per path) is refused when
+    ``.debezium(...)`` is called, not by the first batch of a running stream."""
+    with pytest.raises(
+        InvalidSinkConfigError, match=r"debezium\(\.\.\.\): expected arguments among .*order_type.*\['orderby'\]"
+    ):
+        IcebergSink.builder().debezium(orderby="source.lsn")
+    paths = ["source.file", "source.pos", "source.row"]
+    for order_by, order_type in (
+        (paths, ["binlog", "long"]),
+        ([], "long"),
+        (paths, ["binlog", 5, "long"]),
+        ("", "long"),
+    ):
+        with pytest.raises(InvalidSinkConfigError, match=r"debezium\(order_by=\.\.\., order_type=\.\.\.\): expected"):
+            IcebergSink.builder().debezium(order_by=order_by, order_type=order_type)
+    IcebergSink.builder().debezium(order_by=paths, order_type=["binlog", "long", "long"], order_column="binlog")
+    IcebergSink.builder().debezium(order_by=None)
