@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql_expr import Expr
+from iceberg_sink._sql_expr import functions as F
 from iceberg_sink.errors import InvalidInputError
 
 _CONNECT_PRIMITIVES: dict[str, T.DataType] = {
@@ -163,24 +163,24 @@ def type_label(schema: dict[str, Any] | None, dtype: T.DataType) -> str:
     return kind
 
 
-def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+def _let(value: Expr, body: Callable[[Expr], Expr]) -> Expr:
     """``body(value)`` with ``value`` computed once: a lambda variable, so an expression used several
     times in ``body`` is not copied into the plan each time (copies grow the plan past the driver's memory)."""
     return F.get(F.transform(F.array(value), body), 0)
 
 
-def _unscaled(data: Column) -> Column:
+def _unscaled(data: Expr) -> Expr:
     """The two's-complement big-endian integer in binary ``data`` (Connect's Decimal), as decimal(38, 0);
     null when it does not fit 38 digits."""
 
-    def from_hex(hexed: Column) -> Column:
+    def from_hex(hexed: Expr) -> Expr:
         n = F.length(hexed) / 2
 
-        def byte(i: Column) -> Column:
+        def byte(i: Expr) -> Expr:
             return F.conv(hexed.substr(i * 2 + 1, F.lit(2)), 16, 10).cast("int")
 
-        def rest(signed: Column) -> Column:
-            def step(acc: Column, i: Column) -> Column:
+        def rest(signed: Expr) -> Expr:
+            def step(acc: Expr, i: Expr) -> Expr:
                 # try_*: a value past 38 digits is null (then refused), also under ANSI mode.
                 return F.try_add(F.try_multiply(acc, F.lit(256)), byte(i)).try_cast("decimal(38,0)")
 
@@ -193,11 +193,11 @@ def _unscaled(data: Column) -> Column:
     return _let(F.hex(data), from_hex)
 
 
-def _scaled_text(unscaled: Column, scale: Column) -> Column:
+def _scaled_text(unscaled: Expr, scale: Expr) -> Expr:
     """The exact decimal text of ``unscaled`` * 10^-``scale`` (scale >= 0), for a cast to decimal or as is."""
 
-    def text(u: Column, k: Column) -> Column:
-        def with_digits(digits: Column) -> Column:
+    def text(u: Expr, k: Expr) -> Expr:
+        def with_digits(digits: Expr) -> Expr:
             width = F.greatest(F.length(digits), k + 1)
             padded = F.concat(F.lit("0" * 40), digits)
             whole = padded.substr(F.length(padded) - width + 1, width)
@@ -214,7 +214,7 @@ def _scaled_text(unscaled: Column, scale: Column) -> Column:
     return _let(pair, lambda p: text(p.getField("u"), p.getField("k")))
 
 
-def _micros(value: Column, unit: tuple[int, int]) -> Column:
+def _micros(value: Expr, unit: tuple[int, int]) -> Expr:
     multiplier, divisor = unit
     micros = value.cast("long")
     if multiplier != 1:
@@ -224,7 +224,7 @@ def _micros(value: Column, unit: tuple[int, int]) -> Column:
     return micros
 
 
-def _timestamp_ntz(micros: Column) -> Column:
+def _timestamp_ntz(micros: Expr) -> Expr:
     days = F.floor(micros.cast("decimal(38,0)") / F.lit(_MICROS_PER_DAY)).try_cast("long")
     rest = micros - days * F.lit(_MICROS_PER_DAY)
     seconds = (rest.cast("decimal(20,0)") / F.lit(1_000_000)).cast("decimal(18,6)")
@@ -245,7 +245,7 @@ def _needs_conversion(schema: dict[str, Any]) -> bool:
     return connect_to_spark(schema) != physical_type(schema, "")
 
 
-def convert_value(value: Column, schema: dict[str, Any], path: str) -> Column:
+def convert_value(value: Expr, schema: dict[str, Any], path: str) -> Expr:
     """``value`` (as ``from_json`` read it with :func:`physical_type`) in the type :func:`connect_to_spark` gives."""
     if not _needs_conversion(schema):
         return value
@@ -279,7 +279,7 @@ def convert_value(value: Column, schema: dict[str, Any], path: str) -> Column:
     return F.transform_values(value, lambda _k, v: convert_value(v, values, f"{path}.value"))
 
 
-def fit_value(value: Column, source: T.DataType, target: T.DataType) -> Column:
+def fit_value(value: Expr, source: T.DataType, target: T.DataType) -> Expr:
     """``value`` of type ``source`` as ``target``, a union of it (extra struct fields null, promotions cast)."""
     if source == target:
         return value

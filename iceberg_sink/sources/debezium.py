@@ -55,6 +55,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink._sql import ident
+from iceberg_sink._sql_expr import Expr
+from iceberg_sink._sql_expr import functions as SF
 from iceberg_sink.errors import InvalidInputError
 from iceberg_sink.sources import toast
 from iceberg_sink.sources.connect_types import (
@@ -128,52 +130,52 @@ def _connector_event(value: str, payload: str) -> str:
 
 
 def _refusal(
-    value: Column, raw: Column, dtype: T.DataType, schema: dict[str, Any] | None, path: str, texts: Column | None = None
-) -> Column:
-    """The reason (a string Column, null when none) a value read from JSON text ``raw`` is refused:
+    value: Expr, raw: Expr, dtype: T.DataType, schema: dict[str, Any] | None, path: str, texts: Expr | None = None
+) -> Expr:
+    """The reason (a string Expr, null when none) a value read from JSON text ``raw`` is refused:
     a non-null JSON value that reads as null (it does not fit its declared type: an int32 holding
     3000000000, a boolean "yes", bad base64, a decimal wider than its precision), or a float that
     became infinite from a finite number; checked for every field, nested ones too."""
     name = f"field '{path}'" if path else "the row image"
-    message = F.concat(
-        F.lit(f"{name} holds '"),
-        F.substring(raw, 1, 100),
-        F.lit(f"', which does not fit its declared type {type_label(schema, dtype)}"),
+    message = SF.concat(
+        SF.lit(f"{name} holds '"),
+        SF.substring(raw, 1, 100),
+        SF.lit(f"', which does not fit its declared type {type_label(schema, dtype)}"),
     )
     lost = raw.isNotNull() & value.isNull()
     if isinstance(dtype, T.FloatType | T.DoubleType):
-        lost = lost | (raw.isNotNull() & value.isin(float("inf"), float("-inf")) & ~F.lower(raw).contains("inf"))
-    here = F.when(lost, message)
+        lost = lost | (raw.isNotNull() & value.isin(float("inf"), float("-inf")) & ~SF.lower(raw).contains("inf"))
+    here = SF.when(lost, message)
     fields = (schema or {}).get("fields") if schema is not None else None
     by_name = {f.get("field"): f for f in fields or [] if isinstance(f, dict)}
     if isinstance(dtype, T.StructType):
         if schema is not None and logical_name(schema) == VARIABLE_SCALE_DECIMAL:
             return here
         if texts is None:
-            texts = F.from_json(raw, T.MapType(T.StringType(), T.StringType()))
+            texts = SF.from_json(raw, T.MapType(T.StringType(), T.StringType()))
         children = [
             _refusal(
                 value.getField(f.name),
-                F.try_element_at(texts, F.lit(f.name)),
+                SF.try_element_at(texts, SF.lit(f.name)),
                 f.dataType,
                 by_name.get(f.name) if schema is not None else None,
                 sub_path(path, f.name),
             )
             for f in dtype.fields
         ]
-        return F.coalesce(here, *children) if children else here
+        return SF.coalesce(here, *children) if children else here
     if isinstance(dtype, T.ArrayType):
         items = (schema or {}).get("items") if schema is not None else None
-        texts = F.from_json(raw, T.ArrayType(T.StringType()))
-        inner = F.zip_with(value, texts, lambda v, r: _refusal(v, r, dtype.elementType, items, f"{path}.element"))
-        return F.coalesce(here, F.get(F.filter(inner, lambda x: x.isNotNull()), 0))
+        texts = SF.from_json(raw, T.ArrayType(T.StringType()))
+        inner = SF.zip_with(value, texts, lambda v, r: _refusal(v, r, dtype.elementType, items, f"{path}.element"))
+        return SF.coalesce(here, SF.get(SF.filter(inner, lambda x: x.isNotNull()), 0))
     if isinstance(dtype, T.MapType) and isinstance(dtype.keyType, T.StringType):
         values = (schema or {}).get("values") if schema is not None else None
-        entries = F.from_json(raw, T.MapType(T.StringType(), T.StringType()))
-        inner = F.map_zip_with(
+        entries = SF.from_json(raw, T.MapType(T.StringType(), T.StringType()))
+        inner = SF.map_zip_with(
             value, entries, lambda _k, v, r: _refusal(v, r, dtype.valueType, values, f"{path}.value")
         )
-        return F.coalesce(here, F.get(F.filter(F.map_values(inner), lambda x: x.isNotNull()), 0))
+        return SF.coalesce(here, SF.get(SF.filter(SF.map_values(inner), lambda x: x.isNotNull()), 0))
     return here
 
 
@@ -484,7 +486,7 @@ def read_envelope(
     fields = _built(
         events.sparkSession,
         ("fields", schema.json()),
-        lambda: [F.col(_ROW).getField(f.name).alias(f.name) for f in schema.fields],
+        lambda: [SF.col(_ROW).getField(f.name).alias(f.name).column() for f in schema.fields],
     )
     rows = staged.select(
         *[F.col(c) for c in carried],
@@ -602,35 +604,41 @@ def _row_columns(
     declared: list[str], target: T.StructType
 ) -> tuple[Column, list[Column], list[Column], Column, Column, list[str]]:
     """The columns of :func:`_read_rows`: the row image as a map of texts, each schema part's parse and
-    conversion, the row, its refusal reason, and the helper columns to drop."""
-    image, schema_part = F.col(_IMAGE), F.col(_SCHEMA)
-    texts = F.col(_TEXTS)
-    texts_column = F.from_json(image, T.MapType(T.StringType(), T.StringType()))
+    conversion, the row, its refusal reason, and the helper columns to drop. Built as SQL text
+    (iceberg_sink/_sql_expr.py): one Py4J call per column returned, whatever the schema's width."""
+    image, schema_part = SF.col(_IMAGE), SF.col(_SCHEMA)
+    texts = SF.col(_TEXTS)
+    texts_column = SF.from_json(image, T.MapType(T.StringType(), T.StringType()))
     connects = [_row_schema(text) for text in declared]
     parsed = []
     for i, (text, connect) in enumerate(zip(declared, connects, strict=True)):
         physical = physical_type(connect, "")
         assert isinstance(physical, T.StructType)
-        parsed.append(F.when(schema_part == F.lit(text), F.from_json(image, physical)).alias(f"{_PARSED}{i}"))
-    known = schema_part.isin(*declared) if declared else F.lit(False)
-    parsed.append(F.when(~known | schema_part.isNull(), F.from_json(image, target)).alias(f"{_PARSED}b"))
+        parsed.append(SF.when(schema_part == SF.lit(text), SF.from_json(image, physical)).alias(f"{_PARSED}{i}"))
+    known = schema_part.isin(*declared) if declared else SF.lit(False)
+    parsed.append(SF.when(~known | schema_part.isNull(), SF.from_json(image, target)).alias(f"{_PARSED}b"))
     converted = [
-        convert_value(F.col(f"{_PARSED}{i}"), connect, "").alias(f"{_CONVERTED}{i}")
+        convert_value(SF.col(f"{_PARSED}{i}"), connect, "").alias(f"{_CONVERTED}{i}")
         for i, connect in enumerate(connects)
     ]
-    row: Column = F.lit(None).cast(target)
-    reason: Column = F.lit(None).cast("string")
-    bare = F.col(f"{_PARSED}b")
-    row = F.when(bare.isNotNull(), bare)
-    reason = F.when(bare.isNotNull(), _refusal(bare, image, target, None, "", texts))
+    bare = SF.col(f"{_PARSED}b")
+    row = SF.when(bare.isNotNull(), bare)
+    reason = SF.when(bare.isNotNull(), _refusal(bare, image, target, None, "", texts))
     for i, connect in enumerate(connects):
-        value = F.col(f"{_CONVERTED}{i}")
+        value = SF.col(f"{_CONVERTED}{i}")
         own = connect_to_spark(connect)
         row = row.when(value.isNotNull(), fit_value(value, own, target))
         reason = reason.when(value.isNotNull(), _refusal(value, image, own, connect, "", texts))
     parts = [f"{_PARSED}{i}" for i in range(len(connects))] + [f"{_PARSED}b"]
     parts += [f"{_CONVERTED}{i}" for i in range(len(connects))]
-    return texts_column, parsed, converted, row, reason, parts
+    return (
+        texts_column.column(),
+        [p.column() for p in parsed],
+        [c.column() for c in converted],
+        row.column(),
+        reason.column(),
+        parts,
+    )
 
 
 def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark: bool) -> DataFrame:
@@ -642,8 +650,14 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark
         return staged
 
     def build() -> tuple[Column, Column, Column | None, Column | None]:
-        old = F.from_json(F.col(_BEFORE), T.StructType(holders))
-        return old, *toast.unavailable(F.col(_ROW), F.col(_OLD), F.col(_OP), schema, placeholder, mark)
+        old = SF.from_json(SF.col(_BEFORE), T.StructType(holders))
+        row, marker, reason = toast.unavailable(SF.col(_ROW), SF.col(_OLD), SF.col(_OP), schema, placeholder, mark)
+        return (
+            old.column(),
+            row.column(),
+            marker.column() if marker is not None else None,
+            reason.column() if reason is not None else None,
+        )
 
     old, row, marker, reason = _built(staged.sparkSession, ("toast", schema.json(), placeholder, mark), build)
     staged = staged.withColumn(_OLD, old)

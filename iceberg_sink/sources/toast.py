@@ -23,6 +23,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql_expr import Expr
+from iceberg_sink._sql_expr import functions as SF
+
 #: Columns of a row still holding the placeholder (array of names; null when none). Never stored.
 UNAVAILABLE_COLUMN = "__iceberg_sink_unavailable"
 
@@ -34,15 +37,15 @@ def can_hold(dtype: T.DataType) -> bool:
     return isinstance(dtype, T.StringType | T.BinaryType)
 
 
-def holds(value: Column, dtype: T.DataType, placeholder: str) -> Column:
+def holds(value: Expr, dtype: T.DataType, placeholder: str) -> Expr:
     """Whether ``value`` (of ``dtype``, see :func:`can_hold`) is the placeholder (false for null)."""
     if isinstance(dtype, T.ArrayType):
-        found = (F.size(value) == F.lit(1)) & (F.get(value, 0) == F.lit(placeholder))
+        found = (SF.size(value) == SF.lit(1)) & (SF.get(value, 0) == SF.lit(placeholder))
     elif isinstance(dtype, T.BinaryType):
-        found = value == F.lit(placeholder).cast("binary")
+        found = value == SF.lit(placeholder).cast("binary")
     else:
-        found = value == F.lit(placeholder)
-    return F.coalesce(found, F.lit(False))
+        found = value == SF.lit(placeholder)
+    return SF.coalesce(found, SF.lit(False))
 
 
 def _message(name: str, placeholder: str, why: str) -> str:
@@ -53,14 +56,14 @@ def _message(name: str, placeholder: str, why: str) -> str:
 
 
 def unavailable(
-    row: Column, old: Column, op: Column, schema: T.StructType, placeholder: str, mark: bool
-) -> tuple[Column, Column | None, Column | None]:
+    row: Expr, old: Expr, op: Expr, schema: T.StructType, placeholder: str, mark: bool
+) -> tuple[Expr, Expr | None, Expr | None]:
     """The row image with placeholders replaced by the ``before`` image ``old`` where it holds a
     value; then either (``mark``) the :data:`UNAVAILABLE_COLUMN` value for the rest, or (not
     ``mark``) the refusal reason naming the first of them. Returns (row, marker, reason)."""
-    fields: list[Column] = []
-    missing: list[Column] = []
-    reasons: list[Column] = []
+    fields: list[Expr] = []
+    missing: list[Expr] = []
+    reasons: list[Expr] = []
     for f in schema.fields:
         current = row.getField(f.name)
         if not can_hold(f.dataType):
@@ -69,20 +72,20 @@ def unavailable(
         unchanged = op.isin("u", "c", "r") & holds(current, f.dataType, placeholder)
         previous = old.getField(f.name)
         known = previous.isNotNull() & ~holds(previous, f.dataType, placeholder)
-        fields.append(F.when(unchanged & known, previous).otherwise(current).alias(f.name))
-        missing.append(F.when(unchanged & ~known, F.lit(f.name)))
+        fields.append(SF.when(unchanged & known, previous).otherwise(current).alias(f.name))
+        missing.append(SF.when(unchanged & ~known, SF.lit(f.name)))
         reasons.append(
-            F.when(
-                unchanged & ~known, F.lit(_message(f.name, placeholder, "the event's before does not hold its value"))
+            SF.when(
+                unchanged & ~known, SF.lit(_message(f.name, placeholder, "the event's before does not hold its value"))
             )
         )
-    carried = F.when(row.isNull(), F.lit(None).cast(schema)).otherwise(F.struct(*fields))
+    carried = SF.when(row.isNull(), SF.lit(None).cast(schema)).otherwise(SF.struct(*fields))
     if not missing:
         return carried, None, None
     if mark:
-        names = F.filter(F.array(*missing), lambda n: n.isNotNull())
-        return carried, F.when(F.size(names) > F.lit(0), names), None
-    return carried, None, F.coalesce(*reasons)
+        names = SF.filter(SF.array(*missing), lambda n: n.isNotNull())
+        return carried, SF.when(SF.size(names) > SF.lit(0), names), None
+    return carried, None, SF.coalesce(*reasons)
 
 
 def placeholder_reason(column: Column, why: str) -> Column:
