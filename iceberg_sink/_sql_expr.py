@@ -215,6 +215,11 @@ def _call(name: str, *args: Any) -> Expr:
     return Expr(f"{name}({', '.join(lit(a).sql for a in args)})")
 
 
+def _function(name: str) -> Callable[..., Expr]:
+    """``name(arguments...)``, as a static method of :class:`functions`."""
+    return staticmethod(lambda *args: _call(name, *args))  # type: ignore[return-value]
+
+
 def _lambda(fn: Callable[..., Expr], arity: int) -> str:
     names = [f"__x{next(_VARIABLES)}" for _ in range(arity)]
     body = fn(*[Expr(n) for n in names])
@@ -226,6 +231,15 @@ class functions:
     """The part of ``pyspark.sql.functions`` the builders use, as SQL text."""
 
     lit = staticmethod(lit)
+    # Functions whose SQL form is the call itself, their arguments literals or expressions.
+    coalesce, concat, array, get, map_values, sequence = map(
+        _function, ("coalesce", "concat", "array", "get", "map_values", "sequence")
+    )
+    size, length, lower, hex, abs, floor, greatest = map(
+        _function, ("size", "length", "lower", "hex", "abs", "floor", "greatest")
+    )
+    conv, substring, try_add, try_multiply = map(_function, ("conv", "substring", "try_add", "try_multiply"))
+    try_element_at, date_add, make_dt_interval = map(_function, ("try_element_at", "date_add", "make_dt_interval"))
 
     @staticmethod
     def col(name: str) -> Expr:
@@ -237,26 +251,10 @@ class functions:
         return _Case(((condition, lit(value)),))
 
     @staticmethod
-    def coalesce(*values: Expr) -> Expr:
-        return _call("coalesce", *values)
-
-    @staticmethod
-    def concat(*values: Expr) -> Expr:
-        return _call("concat", *values)
-
-    @staticmethod
     def struct(*fields: Expr) -> Expr:
         if any(f.name is None for f in fields):
             raise ValueError("struct() fields must be aliased (their names)")
         return Expr("named_struct(" + ", ".join(f"{string(str(f.name))}, {f.sql}" for f in fields) + ")")
-
-    @staticmethod
-    def array(*values: Expr) -> Expr:
-        return _call("array", *values)
-
-    @staticmethod
-    def get(array: Expr, index: int) -> Expr:
-        return _call("get", array, index)
 
     @staticmethod
     def from_json(value: Expr, schema: T.DataType) -> Expr:
@@ -285,67 +283,3 @@ class functions:
     @staticmethod
     def aggregate(array: Expr, zero: Expr, fn: Callable[[Expr, Expr], Expr]) -> Expr:
         return Expr(f"aggregate({array.sql}, {zero.sql}, {_lambda(fn, 2)})")
-
-    @staticmethod
-    def map_values(value: Expr) -> Expr:
-        return _call("map_values", value)
-
-    @staticmethod
-    def sequence(start: Any, stop: Any) -> Expr:
-        return _call("sequence", start, stop)
-
-    @staticmethod
-    def size(value: Expr) -> Expr:
-        return _call("size", value)
-
-    @staticmethod
-    def length(value: Expr) -> Expr:
-        return _call("length", value)
-
-    @staticmethod
-    def lower(value: Expr) -> Expr:
-        return _call("lower", value)
-
-    @staticmethod
-    def hex(value: Expr) -> Expr:
-        return _call("hex", value)
-
-    @staticmethod
-    def abs(value: Expr) -> Expr:
-        return _call("abs", value)
-
-    @staticmethod
-    def floor(value: Expr) -> Expr:
-        return _call("floor", value)
-
-    @staticmethod
-    def greatest(*values: Any) -> Expr:
-        return _call("greatest", *values)
-
-    @staticmethod
-    def conv(value: Expr, from_base: int, to_base: int) -> Expr:
-        return _call("conv", value, from_base, to_base)
-
-    @staticmethod
-    def substring(value: Expr, pos: int, length: int) -> Expr:
-        return _call("substring", value, pos, length)
-
-    @staticmethod
-    def try_add(left: Any, right: Any) -> Expr:
-        return _call("try_add", left, right)
-
-    @staticmethod
-    def try_multiply(left: Any, right: Any) -> Expr:
-        return _call("try_multiply", left, right)
-
-    @staticmethod
-    def try_element_at(value: Expr, key: Any) -> Expr:
-        return _call("try_element_at", value, key)
-
-    @staticmethod
-    def date_add(start: Expr, days: Any) -> Expr:
-        return _call("date_add", start, days)
-
-    @staticmethod
-    def make_dt_interval(days: Any, hours: Any, mins: Any, secs: Any) -> Expr:
-        return _call("make_dt_interval", days, hours, mins, secs)
