@@ -108,18 +108,18 @@ UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 _KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
 
 
-def _connector_event(value: str, payload: str) -> str:
+def _connector_event(value: str, payload: str, op: str) -> str:
     """SQL text, true for an event Debezium's connectors send beside the change events, on topics a
     pattern subscription to the connector's prefix also reads (none has an op): a schema change (the
     prefix topic itself: ``ddl`` and ``tableChanges``), a transaction boundary
     (``provide.transaction.metadata``: ``status`` BEGIN or END and ``id``) or a heartbeat
     (``heartbeat.interval.ms``: ``ts_ms`` alone). Recognised by the schema part's name when the
-    event has one, else by those fields. ``value``, ``payload``: the columns holding the event and
-    its payload."""
+    event has one, else by those fields. ``value``, ``payload``, ``op``: the columns holding the
+    event, its payload and its op."""
     name = f"get_json_object({ident(value)}, '$.schema.name')"
     field = f"get_json_object({ident(payload)}, '$.{{}}')"
     return (
-        f"coalesce({field.format('op')} IS NULL AND ("
+        f"coalesce({ident(op)} IS NULL AND ("
         f"{name} IN ('io.debezium.connector.common.Heartbeat', 'io.debezium.connector.common.TransactionMetadataValue')"
         f" OR endswith({name}, '.SchemaChangeValue')"
         f" OR ({field.format('ddl')} IS NOT NULL AND {field.format('tableChanges')} IS NOT NULL)"
@@ -374,7 +374,7 @@ def read_envelope(
     # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
     # so are the connector's schema changes, transaction boundaries and heartbeats.
     dropped = ["m"] + (["t"] if truncate == "skip" else [])
-    events = events.where((op.isNull() | ~op.isin(*dropped)) & ~F.expr(_connector_event(value_column, _PAYLOAD)))
+    events = events.where((op.isNull() | ~op.isin(*dropped)) & ~F.expr(_connector_event(value_column, _PAYLOAD, _OP)))
     events = events.withColumn(_IMAGE, F.when(op == F.lit("d"), before).otherwise(after))
     image = F.col(_IMAGE)
     # Under "apply" the op column says it holds truncates: the change reduction applies them.

@@ -46,7 +46,7 @@ from pyiceberg.catalog import load_catalog
 
 from iceberg_sink.sources.kafka_offsets import parse_summary
 from tests.e2e.pipeline_driver import NAMESPACE, pipeline_yaml
-from tests.integration.kafka import components, spark_kafka_conf
+from tests.integration.kafka import components, spark_kafka_conf, started_components
 from tests.integration.postgres import USER, PostgresServer
 from tests.interop.readers import JavaIcebergReader, duckdb_read
 
@@ -436,8 +436,7 @@ def run_cli_drain(config: Path, checkpoint: Path, end: dict[str, dict[int, int]]
 def pipeline(tmp_path: Path) -> Iterator[dict[str, Any]]:
     pc = components()
     pg = PostgresServer({"wal_level": "logical", "max_wal_senders": "4", "max_replication_slots": "4"})
-    started: list[Any] = []
-    try:
+    with started_components(pg) as started:
         pg.start()
         pg.create_database("shop")
         broker = pc.KafkaBroker(tmp_path / "kafka")
@@ -450,13 +449,6 @@ def pipeline(tmp_path: Path) -> Iterator[dict[str, Any]]:
         connect = pc.KafkaConnect(tmp_path / "connect", broker.bootstrap, connector, offset_flush_ms=5000)
         started.append(connect)
         yield {"pg": pg, "broker": broker, "connect": connect}
-    except pc.ComponentError as e:
-        pytest.fail(str(e), pytrace=False)
-    finally:
-        for component in reversed(started):
-            with contextlib.suppress(Exception):
-                component.stop()
-        pg.close()
 
 
 def test_postgres_to_iceberg_through_debezium_and_kafka(

@@ -12,9 +12,11 @@ for the installed PySpark or another Spark version (tests/integration/test_spark
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,23 @@ from tests import scripts
 def components() -> ModuleType:
     """scripts/pipeline_components.py as a module (scripts/ is not a package)."""
     return scripts.load("pipeline_components.py")
+
+
+@contextlib.contextmanager
+def started_components(database: Any) -> Iterator[list[Any]]:
+    """A list to append each component to before starting it; at exit they are stopped, last first,
+    and ``database`` (the source database server) closed. A component that cannot be fetched or
+    started fails the test with its message."""
+    started: list[Any] = []
+    try:
+        yield started
+    except components().ComponentError as e:
+        pytest.fail(str(e), pytrace=False)
+    finally:
+        for component in reversed(started):
+            with contextlib.suppress(Exception):
+                component.stop()
+        database.close()
 
 
 def _fail(e: Exception) -> None:

@@ -11,7 +11,6 @@ Iceberg Java and DuckDB, must equal PostgreSQL's ``SELECT *``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
-from tests.integration.kafka import components
+from tests.integration.kafka import components, started_components
 from tests.integration.postgres import USER, PostgresServer
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -39,8 +38,7 @@ def captured(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[st
 
     pc = components()
     pg = PostgresServer({"wal_level": "logical", "max_wal_senders": "4", "max_replication_slots": "4"})
-    started: list[Any] = []
-    try:
+    with started_components(pg) as started:
         pg.start()
         pg.create_database("shop")
         conn = psycopg2.connect(host="127.0.0.1", port=pg.port, user=USER, dbname="shop")
@@ -69,13 +67,6 @@ def captured(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[st
         want = sorted((dict(zip(names, r, strict=True)) for r in cur.fetchall()), key=lambda r: r["id"])
         conn.close()
         yield {"records": records, "first": first, "want": want}
-    except pc.ComponentError as e:
-        pytest.fail(str(e), pytrace=False)
-    finally:
-        for component in reversed(started):
-            with contextlib.suppress(Exception):
-                component.stop()
-        pg.close()
 
 
 def batch(spark: SparkSession, records: list[tuple[str, str]], first_offset: int) -> Any:

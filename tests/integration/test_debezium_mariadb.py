@@ -28,7 +28,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink import IcebergSink
-from tests.integration.kafka import components
+from tests.integration.kafka import components, started_components
 from tests.integration.mariadb import PASSWORD, USER, MariaDBServer
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -66,8 +66,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     root = tmp_path_factory.mktemp("mariadb-capture")
     pc = components()
     db = MariaDBServer()
-    started: list[Any] = []
-    try:
+    with started_components(db) as started:
         db.start()
         with contextlib.closing(db.connect()) as conn:
             cur = conn.cursor()
@@ -128,13 +127,6 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             names = [d[0] for d in cur.description]
             want = [_as_iceberg(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
         yield {"records": records, "side": side, "first": first, "want": sorted(want, key=lambda r: r["id"])}
-    except pc.ComponentError as e:
-        pytest.fail(str(e), pytrace=False)
-    finally:
-        for component in reversed(started):
-            with contextlib.suppress(Exception):
-                component.stop()
-        db.close()
 
 
 def _as_iceberg(row: dict[str, Any]) -> dict[str, Any]:
