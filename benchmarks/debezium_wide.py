@@ -1,0 +1,211 @@
+"""What a Debezium micro-batch costs as its table gets wider: the first batch and the later ones.
+
+For each width in ``--columns`` (one ``id`` and N-1 columns cycling through Connect's int32, int64,
+string, Decimal, Date, MicroTimestamp, boolean and float64), a fresh Python process starts a
+``local[2]`` SparkSession, builds an upsert sink (``.debezium(table_column=None)`` + ``.cdc(...)``,
+embedded SQLite catalog, the table created by the first write) and writes ``--batches`` bounded
+micro-batches of ``--events`` Debezium envelopes with the schema part, each a checkpoint.
+
+Per width it reports the SparkSession's start, then per batch: the ``write()`` wall time, the Py4J
+round trips it made (``GatewayClient.send_command`` counted; a count does not depend on the
+machine's load), the driver's Python CPU seconds and the whole process tree's (driver, JVM, Python
+workers), and the CPU other processes used meanwhile (benchmarks/cpu_monitor.py: the machine was
+shared when it is large). ``end_to_end_s`` is from before the SparkSession's start to the end of the
+first write; ``steady_s`` the median of the batches after the first.
+
+    python -m benchmarks.debezium_wide --columns 4 80 160 --out benchmarks/results/debezium-wide.json
+
+Results: docs/benchmarks-debezium-wide.md (``--table`` prints result files as its table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+KINDS: list[tuple[dict[str, Any], Callable[[int], Any]]] = [
+    ({"type": "int32"}, lambda i: i),
+    ({"type": "int64"}, lambda i: i * 1000),
+    ({"type": "string"}, lambda i: f"s{i}"),
+    (
+        {
+            "type": "bytes",
+            "name": "org.apache.kafka.connect.data.Decimal",
+            "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+        },
+        lambda i: base64.b64encode((i * 125).to_bytes(4, "big", signed=True)).decode(),
+    ),
+    ({"type": "int32", "name": "io.debezium.time.Date"}, lambda i: 19000 + i),
+    ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, lambda i: 1_700_000_000_000_000 + i),
+    ({"type": "boolean"}, lambda i: i % 2 == 0),
+    ({"type": "double"}, lambda i: i / 3),
+]
+
+
+def envelopes(columns: int, batch: int, events: int) -> list[str]:
+    """``events`` Debezium envelopes of batch ``batch``: creates in the first batch, updates of the
+    same keys later, each with a growing lsn."""
+    fields: list[dict[str, Any]] = [{"type": "int64", "optional": False, "field": "id"}]
+    values = []
+    for c in range(columns - 1):
+        kind, value = KINDS[c % len(KINDS)]
+        fields.append({**kind, "optional": True, "field": f"c{c}"})
+        values.append((f"c{c}", value))
+    row = {"type": "struct", "fields": fields, "optional": True}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
+    out = []
+    for i in range(events):
+        lsn = batch * events + i + 1
+        after = {"id": i, **{name: value(i + lsn) for name, value in values}}
+        payload = {
+            "before": None,
+            "after": after,
+            "op": "c" if batch == 0 else "u",
+            "source": {"db": "d", "schema": "s", "table": "t", "lsn": lsn},
+        }
+        out.append(json.dumps({"schema": schema, "payload": payload}))
+    return out
+
+
+def one(columns: int, batches: int, events: int) -> dict[str, Any]:
+    """One width in this process (a fresh one: ``--one``)."""
+    from py4j.java_gateway import GatewayClient
+
+    from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
+
+    monitor = ForeignCpuMonitor(interval=0.5).start()
+    calls = 0
+    send = GatewayClient.send_command
+
+    def counted(client: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return send(client, *args, **kwargs)
+
+    GatewayClient.send_command = counted  # type: ignore[method-assign]
+    started = time.time()
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark_start = time.time() - started
+    from iceberg_sink import IcebergSink
+
+    lake = Path(tempfile.mkdtemp(prefix="debezium-wide-"))
+    sink = (
+        IcebergSink.builder()
+        .embedded(lake)
+        .table("db.wide")
+        .create_if_missing()
+        .debezium(table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+    rows = []
+    for b in range(batches):
+        df = spark.createDataFrame([(v,) for v in envelopes(columns, b, events)], "value string")
+        calls, cpu, tree, begin = 0, time.process_time(), tree_cpu_seconds(), time.time()
+        sink.write(df, checkpoint_location=str(lake / "checkpoint"))
+        end = time.time()
+        after = tree_cpu_seconds()
+        rows.append(
+            {
+                "batch": b,
+                "write_s": round(end - begin, 3),
+                "py4j_calls": calls,
+                "driver_python_cpu_s": round(time.process_time() - cpu, 3),
+                "process_tree_cpu_s": round(after - tree, 3) if after is not None and tree is not None else None,
+                "foreign_cpu_s": monitor.between(begin, end),
+            }
+        )
+    snapshots = len(sink.load_table().snapshots())  # one per checkpoint: each batch was committed
+    monitor.stop()
+    spark.stop()
+    later = [r["write_s"] for r in rows[1:]]
+    return {
+        "columns": columns,
+        "events_per_batch": events,
+        "spark_start_s": round(spark_start, 3),
+        "end_to_end_s": round(spark_start + rows[0]["write_s"], 3),
+        "first_write_s": rows[0]["write_s"],
+        "steady_s": round(statistics.median(later), 3) if later else None,
+        "batches": rows,
+        "snapshots": snapshots,
+    }
+
+
+def table(paths: list[str]) -> str:
+    """A Markdown table of result files (the rows of docs/benchmarks-debezium-wide.md)."""
+    lines = [
+        "| run | columns | Spark start (s) | first write (s) | end to end (s) | steady write, median (s) "
+        "| Py4J calls, first / later | process tree CPU-s, first / later median | others' CPU-s per batch (max) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        for w in report["widths"]:
+            later = w["batches"][1:]
+            cpu = statistics.median(b["process_tree_cpu_s"] for b in later) if later else None
+            foreign = max((b["foreign_cpu_s"] or 0.0) for b in w["batches"])
+            lines.append(
+                f"| {Path(path).stem} | {w['columns']} | {w['spark_start_s']:.1f} | {w['first_write_s']:.1f} | "
+                f"{w['end_to_end_s']:.1f} | {w['steady_s']:.2f} | {w['batches'][0]['py4j_calls']:,} / "
+                f"{statistics.median(b['py4j_calls'] for b in later):,.0f} | "
+                f"{w['batches'][0]['process_tree_cpu_s']:.1f} / {cpu:.1f} | {foreign:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--columns", type=int, nargs="+", default=[4, 80, 160])
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--events", type=int, default=20)
+    parser.add_argument("--one", type=int, help="run one width in this process (used by the orchestration)")
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--table", nargs="+", metavar="JSON", help="print result files as a Markdown table")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
+    if args.one is not None:
+        print(json.dumps(one(args.one, args.batches, args.events)))
+        return 0
+    results = []
+    for columns in args.columns:
+        command = [sys.executable, "-m", "benchmarks.debezium_wide", "--one", str(columns)]
+        command += ["--batches", str(args.batches), "--events", str(args.events)]
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr[-4000:])
+            raise SystemExit(f"width {columns} failed (exit {done.returncode})")
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    report = {
+        "benchmark": "debezium_wide",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "widths": results,
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
