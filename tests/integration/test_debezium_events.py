@@ -29,7 +29,7 @@ from pyiceberg.types import (
 )
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg_sink import IcebergSink, InvalidInputError
+from iceberg_sink import IcebergSink, InvalidInputError, SchemaMismatchError
 from iceberg_sink.sources.debezium import read_envelope
 from iceberg_sink.sources.rejects import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
@@ -454,6 +454,52 @@ def test_binlog_file_names_order_by_their_sequence_number_past_six_digits(
         with pytest.raises(InvalidInputError, match=r"order_type") as raised:
             read_envelope(frame(spark, values), order_by=paths, order_type=order_type)  # type: ignore[arg-type]
         assert repr(order_type) in str(raised.value)
+
+
+def test_a_table_ordered_by_binlog_file_text_switches_to_the_binlog_type_under_a_new_column(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """docs/cdc.md "MariaDB and MySQL": a table written with the file name as text refuses the binlog
+    type's long in the same column, naming it, before anything is committed; a new order column
+    (add-columns) takes it, the old one null for new rows."""
+
+    def mysql(op: str, file: str, pos: int, before: Any, after: Any) -> str:
+        return envelope(op, None, before, after, source={"file": file, "pos": pos, "row": 0})
+
+    paths = ["source.file", "source.pos", "source.row"]
+
+    def binlog_sink(order_type: str, order_column: str) -> IcebergSink:
+        return (
+            IcebergSink.builder()
+            .embedded(tmp_path / "lake")
+            .table("cdc.switch")
+            .create_if_missing()
+            .debezium(
+                table_column=None, order_by=paths, order_type=[order_type, "long", "long"], order_column=order_column
+            )
+            .cdc(op_column="op", key=["id"], order_by=order_column)
+            .schema_evolution("add-columns")
+            .build()
+        )
+
+    checkpoint = str(tmp_path / "ckpt")
+    binlog_sink("string", "binlog").write(
+        frame(spark, [mysql("c", "b.000001", 4, None, {"id": 1, "v": "a"})]), checkpoint
+    )
+    second = frame(spark, [mysql("u", "b.000002", 4, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})])
+    switched = binlog_sink("binlog", "binlog")
+    snapshots = len(switched.load_table().snapshots())
+    with pytest.raises(
+        SchemaMismatchError, match=r"binlog\.source_file: table type string cannot take DataFrame type long"
+    ):
+        switched.write(second, checkpoint)
+    assert len(switched.load_table().snapshots()) == snapshots
+    renamed = binlog_sink("binlog", "binlog_position")
+    renamed.write(second, checkpoint)
+    got = read_back(java_reader, renamed, ["id", "v", "binlog", "binlog_position"])
+    assert got == [
+        {"id": 1, "v": "b", "binlog": None, "binlog_position": {"source_file": 2, "source_pos": 4, "source_row": 0}}
+    ]
 
 
 def test_a_filter_on_refusals_keeps_the_plan_the_size_it_was_written(spark: SparkSession) -> None:
