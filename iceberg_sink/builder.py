@@ -263,9 +263,10 @@ class IcebergSinkBuilder:
                 f"debezium(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
             )
         # Checked now, not at the first batch: an unknown argument, an order that is not a path or a list.
+        parameters = inspect.signature(read_envelope).parameters
         accepted = [
             name
-            for name, parameter in inspect.signature(read_envelope).parameters.items()
+            for name, parameter in parameters.items()
             if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "rejects"
         ]
         unknown = sorted(set(kwargs) - set(accepted))
@@ -274,7 +275,8 @@ class IcebergSinkBuilder:
                 f"debezium(...): expected arguments among value_column, {', '.join(accepted)}; received {unknown}"
             )
         try:
-            order_paths(kwargs.get("order_by", "source.lsn"), kwargs.get("order_type", "long"), "debezium")
+            order = {name: kwargs.get(name, parameters[name].default) for name in ("order_by", "order_type")}
+            order_paths(order["order_by"], order["order_type"], "debezium")
         except InvalidInputError as e:
             raise InvalidSinkConfigError(str(e)) from e
 

@@ -53,7 +53,8 @@ def order_value(raw: Column, kind: str) -> Column:
     and go on past 999999 (``binlog.999999`` is followed by ``binlog.1000000``), so the names do
     not sort as text."""
     if kind == BINLOG_ORDER:
-        return F.when(raw.rlike(_BINLOG_NUMBER), F.regexp_extract(raw, _BINLOG_NUMBER, 1).cast("long"))
+        # No match extracts "", which casts to null: one regular expression per value.
+        return F.regexp_extract(raw, _BINLOG_NUMBER, 1).try_cast("long")
     try:
         return raw.try_cast(kind)
     except Exception as e:  # Spark's parser: an unknown type name
