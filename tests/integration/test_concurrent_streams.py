@@ -99,20 +99,26 @@ def history(table: Table) -> dict[int, dict[str, str]]:
 
 class ForcedConflicts:
     """A fault handler that makes the first few checkpoint commits lose a race for real: before the
-    commit is sent it waits until another writer (the other stream or a compaction) moves the head."""
+    commit is sent it waits until another writer (the other stream or a compaction) moves the head.
+
+    Each checkpoint id is forced once at most: a commit retried within its backoff reaches the handler
+    again before the other writer does, and forcing all of them onto one commit (with the expiry's and
+    the compactions' own commits) could use up its retries (CommitRetriesExhaustedError)."""
 
     def __init__(self, load_table: Callable[[], Table], times: int) -> None:
         self._load = load_table
         self._left = times
         self._lock = threading.Lock()
+        self._forced: set[int] = set()
         self.waited: list[str] = []
 
     def __call__(self, point: str, checkpoint_id: int) -> None:
         if point != _faults.BEFORE_COMMIT_SEND or self._left <= 0 or not self._lock.acquire(blocking=False):
             return
         try:
-            if self._left <= 0:
+            if self._left <= 0 or checkpoint_id in self._forced:
                 return
+            self._forced.add(checkpoint_id)
             self._left -= 1
             head = self._load().metadata.current_snapshot_id
             deadline = time.monotonic() + 120
@@ -213,7 +219,8 @@ def test_two_streams_compaction_and_expiry_commit_everything_once(
         committed_b = find_max_committed_checkpoint(load(), "main", job_b, "iceberg-sink")
         deadline = time.monotonic() + 300
         while find_max_committed_checkpoint(load(), "main", job_b, "iceberg-sink") < committed_b + 3:
-            assert query_b.isActive and time.monotonic() < deadline, "job B stopped before job A's restart"
+            assert query_b.isActive, f"job B stopped before job A's restart: {query_b.exception()}"
+            assert time.monotonic() < deadline, "job B did not commit three more checkpoints in 300 s"
             time.sleep(0.1)
         b_moved_on = time.monotonic()
         while not any(started > b_moved_on for started, _ in expired):
