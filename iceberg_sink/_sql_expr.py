@@ -6,10 +6,10 @@ Python call site): the Debezium reader's conversions and checks took tens of the
 the part of ``Column``'s interface those builders use, and :data:`functions` (imported as ``F``) the
 part of ``pyspark.sql.functions``; each renders its SQL text, fully parenthesised, and
 :meth:`Expr.column` parses it once (``F.expr``) into the same Catalyst expression the Column calls
-would have built: ``x.getField(n)`` is ``x['n']`` (Spark's ``UnresolvedExtractValue``, as
+would have built: ``x.getField(n)`` is ``(x).`n``` (Spark's ``UnresolvedExtractValue``, as
 ``getField`` builds), a lambda is ``(x1, x2) -> body`` with variables named apart. Names and string
-literals are quoted by :mod:`iceberg_sink._sql`, so names chosen by data (dots, backticks, quotes,
-control characters) go through unchanged.
+literals are written by :mod:`iceberg_sink._sql`, so names chosen by data (dots, backticks, quotes,
+backslashes, ``${...}``, control characters) go through unchanged.
 """
 
 from __future__ import annotations
@@ -20,27 +20,38 @@ from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import Column
-from pyspark.sql import functions as SparkF
 from pyspark.sql import types as T
 
-from iceberg_sink._sql import ident, string
+from iceberg_sink._sql import SUBSTITUTED, UnsafeSqlText, column, field, ident, parse, string
 
 _VARIABLES = itertools.count()
 
 
-def sql_type(dtype: T.DataType | str) -> str:
+def sql_type(dtype: T.DataType | str, quote: Callable[[str], str] = ident) -> str:
     """``dtype`` as SQL type text: field names quoted, a struct field's NOT NULL kept (a type name
-    given as text is used as is)."""
+    given as text is used as is). A field name holding ``${`` cannot be written in SQL text (raises
+    :class:`UnsafeSqlText`); inside a string (``from_json``'s schema) ``quote`` takes any name."""
     if isinstance(dtype, str):
         return dtype
     if isinstance(dtype, T.StructType):
-        fields = [f"{ident(f.name)}: {sql_type(f.dataType)}{'' if f.nullable else ' NOT NULL'}" for f in dtype.fields]
+        fields = [
+            f"{quote(f.name)}: {sql_type(f.dataType, quote)}{'' if f.nullable else ' NOT NULL'}" for f in dtype.fields
+        ]
         return "struct<" + ", ".join(fields) + ">"
     if isinstance(dtype, T.ArrayType):
-        return f"array<{sql_type(dtype.elementType)}>"
+        return f"array<{sql_type(dtype.elementType, quote)}>"
     if isinstance(dtype, T.MapType):
-        return f"map<{sql_type(dtype.keyType)}, {sql_type(dtype.valueType)}>"
+        return f"map<{sql_type(dtype.keyType, quote)}, {sql_type(dtype.valueType, quote)}>"
     return dtype.simpleString()
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _schema_string(dtype: T.DataType) -> Expr:
+    """``dtype`` as a DDL string (parsed by Spark's type parser, which substitutes nothing)."""
+    return Expr(string(sql_type(dtype, _quoted)))
 
 
 def lit(value: Any) -> Expr:
@@ -81,9 +92,13 @@ class Expr:
         return self._sql
 
     def column(self) -> Column:
-        """The expression as a Column (one Py4J call), named when it was aliased."""
-        text = self.sql if self.name is None else f"{self.sql} AS {ident(self.name)}"
-        return SparkF.expr(text)
+        """The expression as a Column (one Py4J call), named when it was aliased (a name holding ``${``,
+        which SQL text cannot declare, by ``Column.alias``: a second call)."""
+        if self.name is None:
+            return parse(self.sql)
+        if SUBSTITUTED in self.name:
+            return parse(self.sql).alias(self.name)
+        return parse(f"{self.sql} AS {ident(self.name)}")
 
     def _op(self, op: str, other: Any) -> Expr:
         return Expr(f"({self.sql} {op} {lit(other).sql})")
@@ -160,13 +175,28 @@ class Expr:
         return Expr(f"({self.sql} IN ({', '.join(lit(v).sql for v in values)}))")
 
     def getField(self, name: str) -> Expr:
-        return Expr(f"{self.sql}[{string(name)}]")
+        """A struct's field by name."""
+        return Expr(field(self.sql, name))
+
+    def getItem(self, key: str) -> Expr:
+        """A map's value by its string key."""
+        return Expr(f"{self.sql}[{string(key)}]")
 
     def cast(self, dtype: T.DataType | str) -> Expr:
-        return Expr(f"CAST({self.sql} AS {sql_type(dtype)})")
+        return self._cast("CAST", dtype)
 
     def try_cast(self, dtype: T.DataType | str) -> Expr:
-        return Expr(f"TRY_CAST({self.sql} AS {sql_type(dtype)})")
+        return self._cast("TRY_CAST", dtype)
+
+    def _cast(self, kind: str, dtype: T.DataType | str) -> Expr:
+        try:
+            return Expr(f"{kind}({self.sql} AS {sql_type(dtype)})")
+        except UnsafeSqlText:
+            if self.sql != "NULL" or isinstance(dtype, str):
+                raise
+            # A null of a type whose text cannot be written (a field name holding ${): from_json of a
+            # null string, its schema given as a string.
+            return Expr(f"from_json(CAST(NULL AS STRING), {_schema_string(dtype).sql})")
 
     def alias(self, name: str) -> Expr:
         return Expr(self.sql, name)
@@ -244,7 +274,7 @@ class functions:
     @staticmethod
     def col(name: str) -> Expr:
         """One column by its exact name (no dots selecting fields)."""
-        return Expr(ident(name))
+        return Expr(column(name))
 
     @staticmethod
     def when(condition: Expr, value: Any) -> Expr:
@@ -258,7 +288,7 @@ class functions:
 
     @staticmethod
     def from_json(value: Expr, schema: T.DataType) -> Expr:
-        return _call("from_json", value, lit(sql_type(schema)))
+        return _call("from_json", value, _schema_string(schema))
 
     @staticmethod
     def transform(array: Expr, fn: Callable[[Expr], Expr]) -> Expr:

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,6 +81,17 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(params=[False, True], ids=["escapes", "escaped-literals"])
+def literal_mode(request: pytest.FixtureRequest, spark: Any) -> Iterator[bool]:
+    """Both of Spark's ways to read a string literal in SQL text: backslash escapes (the default), and
+    ``spark.sql.parser.escapedStringLiterals=true`` (a legacy setting: backslashes kept as written)."""
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", str(request.param).lower())
+    try:
+        yield request.param
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
 
 
 @pytest.fixture

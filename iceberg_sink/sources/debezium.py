@@ -54,7 +54,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from iceberg_sink._sql import ident
+from iceberg_sink._sql import column, parse
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
 from iceberg_sink.errors import InvalidInputError
@@ -116,15 +116,15 @@ def _connector_event(value: str, payload: str, op: str) -> str:
     (``heartbeat.interval.ms``: ``ts_ms`` alone). Recognised by the schema part's name when the
     event has one, else by those fields. ``value``, ``payload``, ``op``: the columns holding the
     event, its payload and its op."""
-    name = f"get_json_object({ident(value)}, '$.schema.name')"
-    field = f"get_json_object({ident(payload)}, '$.{{}}')"
+    name = f"get_json_object({column(value)}, '$.schema.name')"
+    field = f"get_json_object({column(payload)}, '$.{{}}')"
     return (
-        f"coalesce({ident(op)} IS NULL AND ("
+        f"coalesce({column(op)} IS NULL AND ("
         f"{name} IN ('io.debezium.connector.common.Heartbeat', 'io.debezium.connector.common.TransactionMetadataValue')"
         f" OR endswith({name}, '.SchemaChangeValue')"
         f" OR ({field.format('ddl')} IS NOT NULL AND {field.format('tableChanges')} IS NOT NULL)"
         f" OR ({field.format('status')} IN ('BEGIN', 'END') AND {field.format('id')} IS NOT NULL)"
-        f" OR to_json(json_object_keys({ident(payload)})) = '[\"ts_ms\"]'"
+        f" OR to_json(json_object_keys({column(payload)})) = '[\"ts_ms\"]'"
         "), false)"
     )
 
@@ -374,7 +374,7 @@ def read_envelope(
     # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
     # so are the connector's schema changes, transaction boundaries and heartbeats.
     dropped = ["m"] + (["t"] if truncate == "skip" else [])
-    events = events.where((op.isNull() | ~op.isin(*dropped)) & ~F.expr(_connector_event(value_column, _PAYLOAD, _OP)))
+    events = events.where((op.isNull() | ~op.isin(*dropped)) & ~parse(_connector_event(value_column, _PAYLOAD, _OP)))
     events = events.withColumn(_IMAGE, F.when(op == F.lit("d"), before).otherwise(after))
     image = F.col(_IMAGE)
     # Under "apply" the op column says it holds truncates: the change reduction applies them.

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from iceberg_sink._sql import ident, string, struct_type
+from iceberg_sink._sql import column, parse, string, struct_type, where
 from iceberg_sink.topology.changes import ERROR_MARKER
 
 #: The column that carries a row's refusal (null for a good row). Never stored in a table.
@@ -90,7 +90,7 @@ def reject_where(
     """
     names = df.columns if columns is None else columns
     if isinstance(reason, str) and isinstance(raw, str) and (source_table is None or isinstance(source_table, str)):
-        return df.withColumn(REJECT_COLUMN, F.expr(refusal_sql(names, [(reason, error_class)], raw, source_table)))
+        return df.withColumn(REJECT_COLUMN, parse(refusal_sql(names, [(reason, error_class)], raw, source_table)))
     assert not isinstance(reason, str) and not isinstance(raw, str) and not isinstance(source_table, str)
     kafka = all(c in names for c in KAFKA_COLUMNS)
     refusal = F.struct(
@@ -106,7 +106,7 @@ def reject_where(
     mark = F.when(reason.isNotNull(), refusal)
     if REJECT_COLUMN in names:
         mark = F.coalesce(F.col(REJECT_COLUMN), mark)
-    return df.withColumn(REJECT_COLUMN, F.when(F.expr(_OPTIMIZER_BARRIER), mark.cast(REJECT_TYPE)))
+    return df.withColumn(REJECT_COLUMN, F.when(parse(_OPTIMIZER_BARRIER), mark.cast(REJECT_TYPE)))
 
 
 def refusal_sql(
@@ -124,7 +124,7 @@ def refusal_sql(
         text = f"coalesce(CAST(({raw}) AS STRING), 'null')"
         opening, closing = string("value '"), string("'")
         event = f"concat({opening}, substring({text}, 1, {_RAW_LIMIT}), {closing})"
-    mark = ident(REJECT_COLUMN) if REJECT_COLUMN in columns else None
+    mark = column(REJECT_COLUMN) if REJECT_COLUMN in columns else None
     for reason, error_class in checks:
         fields = {
             "reason": f"CAST(({reason}) AS STRING)",
@@ -154,10 +154,10 @@ def fail_on_reject(df: DataFrame) -> DataFrame:
     Costs no extra Spark job: the check runs as the rows are written."""
     if REJECT_COLUMN not in df.columns:
         return df
-    r = ident(REJECT_COLUMN)
+    r = column(REJECT_COLUMN)
     message = (
         f"concat({string(ERROR_MARKER + ' ')}, coalesce({r}.`reason`, 'refused'), ' (event: ', "
         f"coalesce({r}.`event`, 'unknown'), ')')"
     )
     # raise_error is typed null; the filter keeps every row that was not refused (all of them, or the job failed).
-    return df.where(f"(CASE WHEN {r} IS NOT NULL THEN raise_error({message}) END) IS NULL").drop(REJECT_COLUMN)
+    return where(df, f"(CASE WHEN {r} IS NOT NULL THEN raise_error({message}) END) IS NULL").drop(REJECT_COLUMN)

@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from iceberg_sink._sql import ident, path, string, strings
+from iceberg_sink._sql import column, parse, path, string, strings, where
 from iceberg_sink.errors import InvalidSinkConfigError
 
 if TYPE_CHECKING:  # the writer tasks import this module's constants; config pulls in the catalogs
@@ -66,7 +66,7 @@ ERROR_MARKER = "iceberg_sink invalid input:"
 
 
 def _q(name: str) -> Column:
-    return F.col(".".join(f"`{p}`" for p in name.split(".")))
+    return F.col(".".join("`" + p.replace("`", "``") + "`" for p in name.split(".")))
 
 
 def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
@@ -249,41 +249,44 @@ def reduce_changes(
     if absent:
         df = df.select("*", *[F.lit(None).alias(k) for k in absent])
         columns = [*columns, *absent]
-    raw = "to_json(struct({}), map('ignoreNullFields', 'false'))".format(
-        ", ".join(ident(c) for c in columns if c != REJECT_COLUMN)
+    raw = "to_json(named_struct({}), map('ignoreNullFields', 'false'))".format(
+        ", ".join(f"{string(c)}, {column(c)}" for c in columns if c != REJECT_COLUMN)
     )
     truncates = _truncates_marked(schema, changes)
     checks = _refusals(changes, truncates)
     # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
     # optimizer from pushing the filters below through it (the refusals would be computed for every row).
-    with_seq = df.withColumn(_SEQ, F.expr("monotonically_increasing_id()"))
+    with_seq = df.withColumn(_SEQ, parse("monotonically_increasing_id()"))
     if single_task_max_bytes > 0 and fits_one_task(df, single_task_max_bytes):
         with_seq = with_seq.coalesce(1)
-    checked = with_seq.withColumn(REJECT_COLUMN, F.expr(refusal_sql(columns, checks, raw)))
-    refused_sql = f"{ident(REJECT_COLUMN)} IS NOT NULL"
-    with_op = checked.withColumn(
-        OP_COLUMN, F.expr(f"CASE WHEN NOT ({refused_sql}) THEN {_normalised_op(changes, truncates)} END")
-    ).where(f"{refused_sql} OR {ident(OP_COLUMN)} <> 'B'")
+    checked = with_seq.withColumn(REJECT_COLUMN, parse(refusal_sql(columns, checks, raw)))
+    refused_sql = f"{column(REJECT_COLUMN)} IS NOT NULL"
+    with_op = where(
+        checked.withColumn(
+            OP_COLUMN, parse(f"CASE WHEN NOT ({refused_sql}) THEN {_normalised_op(changes, truncates)} END")
+        ),
+        f"{refused_sql} OR {column(OP_COLUMN)} <> 'B'",
+    )
     if truncates:
         with_op = _after_last_truncate(with_op, changes, scope, F.col(REJECT_COLUMN).isNotNull())
     # A refused row is not a change of its key: it is its own group (kept whole, never reduced away);
     # so is the truncate marker (it has no key).
-    alone = f"CASE WHEN {refused_sql} OR {ident(OP_COLUMN)} = {string(TRUNCATE_OP)} THEN {ident(_SEQ)} END"
+    alone = f"CASE WHEN {refused_sql} OR {column(OP_COLUMN)} = {string(TRUNCATE_OP)} THEN {column(_SEQ)} END"
     partition = [*[path(c) for c in scope], *[path(k) for k in changes.key], alone]
     ordering = ([f"{path(changes.order_by)} DESC NULLS LAST"] if changes.order_by is not None else []) + [
-        f"{ident(_SEQ)} DESC"
+        f"{column(_SEQ)} DESC"
     ]
     window = f"PARTITION BY {', '.join(partition)} ORDER BY {', '.join(ordering)}"
     toasted = UNAVAILABLE_COLUMN in columns
     if toasted:
         # Unchanged TOASTed columns (sources/toast.py) take the key's previous value in this batch.
         skip = [*changes.key, *(c for c in (changes.op_column, changes.order_by) if c is not None)]
-        by_key = Window.partitionBy(*[F.expr(p) for p in partition]).orderBy(
+        by_key = Window.partitionBy(*[parse(p) for p in partition]).orderBy(
             *([_q(changes.order_by).desc_nulls_last()] if changes.order_by is not None else []), F.col(_SEQ).desc()
         )
         with_op = carry_forward(with_op, by_key, OP_COLUMN, skip)
-    last = with_op.withColumn(_RANK, F.expr(f"row_number() OVER ({window})")).where(f"{ident(_RANK)} = 1")
+    last = where(with_op.withColumn(_RANK, parse(f"row_number() OVER ({window})")), f"{column(_RANK)} = 1")
     if toasted:
-        last = refuse_after_delete(last, F.expr(raw))
+        last = refuse_after_delete(last, parse(raw))
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)

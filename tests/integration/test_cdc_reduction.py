@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -82,22 +83,29 @@ def test_only_a_batch_spark_knows_to_be_small_is_reduced_in_one_task(spark: Spar
     assert reduced.count() == 1000
 
 
-def test_names_and_codes_that_need_quoting_in_sql_text(spark: SparkSession) -> None:
+def test_names_and_codes_that_need_quoting_in_sql_text(spark: SparkSession, literal_mode: bool) -> None:
     """The reduction is built from SQL text (iceberg_sink/_sql.py): column names holding a backtick, a
-    quote or a space (a dot too, outside the key and order_by, where it selects a nested field), and op
-    codes holding quotes or a backslash, are read as given; the refusal's message quotes them unchanged."""
-    key, op, order, value = "k`ey 1", "o'p \\x", 'l s"n', "v.1 `x'"
+    quote, a space or ``${...}`` (a dot too, outside the key and order_by, where it selects a nested
+    field), and op codes holding quotes, a backslash or ``${...}``, are read as given under either
+    literal-parsing mode; the refusal's message quotes them unchanged. Spark substitutes ``${...}`` in
+    SQL text: each such name has a decoy column named as the substituted text, holding other values."""
+    key, op, order, value = "k`ey ${x}", "o'p \\x${env:HOME}", 'l s"n${y}', "v.1 `x'"
+    decoys = ["k`ey ", f"o'p \\x{os.environ['HOME']}", 'l s"n']
+    columns = [key, op, order, value, *decoys]
+    rows = [(1, "U", 1, "a"), (1, "D", 2, "b"), (2, "I", 1, "c"), (2, "U", 3, "d"), (3, "I", 1, "e")]
+    # Decoys: key 9 everywhere, op I, order descending: read instead, they give one row (9, I, "e"...).
     df = spark.createDataFrame(
-        [(1, "U", 1, "a"), (1, "D", 2, "b"), (2, "I", 1, "c"), (2, "U", 3, "d"), (3, "I", 1, "e")],
-        ["k", "o", "l", "v"],
-    ).toDF(key, op, order, value)
+        [(*r, 9, "I", -i) for i, r in enumerate(rows)], "k int, o string, l int, v string, dk int, do string, dl int"
+    ).toDF(*columns)
     reduced = reduce_changes(df, ChangeConfig(key=(key,), op_column=op, order_by=order)).collect()
     assert {r[key]: (r[OP_COLUMN], r[value]) for r in reduced} == {1: ("D", "b"), 2: ("U", "d"), 3: ("I", "e")}
     assert op not in reduced[0].asDict()
 
-    bad = spark.createDataFrame([(4, "x'\\y", 1, "f")], ["k", "o", "l", "v"]).toDF(key, op, order, value)
+    code = "x'\\y${env:HOME}"
+    bad = spark.createDataFrame([(4, code, 1, "f", 9, "I", 0)], df.schema)
     refused = reduce_changes(bad, ChangeConfig(key=(key,), op_column=op, order_by=order)).collect()
     reason = refused[0][REJECT_COLUMN]["reason"]
-    assert reason.startswith(f"unknown operation code 'x'\\y' in column {op!r}; expected one of I, insert")
-    assert reason.endswith(f"row key: {key}=4")
+    assert reason.startswith(f"unknown operation code '{code}' in column {op!r}; expected one of I, insert"), reason
+    assert reason.endswith(f"row key: {key}=4"), reason
     assert refused[0][REJECT_COLUMN]["error_class"] == "UnknownOperationError"
+    assert f'"{key}":4' in refused[0][REJECT_COLUMN]["raw"], refused[0][REJECT_COLUMN]["raw"]

@@ -14,6 +14,7 @@ import base64
 import datetime as dt
 import json
 import logging
+import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,62 @@ def test_values_that_do_not_fit_their_declared_type_are_refused_never_written_as
         s.write(frame(spark, values[:2]), checkpoint_location=str(tmp_path / "ckpt"))
     table = s.load_table()
     assert table.current_snapshot() is None
+
+
+def test_names_spark_would_substitute_are_read_and_written_as_given(
+    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """Spark replaces ``${...}`` in SQL text (``${x}``: "", ``${env:HOME}``: the home directory), and
+    the reader's expressions are SQL text: columns and nested fields named with it, beside decoys named
+    as the substitution, are read and written under their own names; a refusal names its field as
+    given, never the driver's environment."""
+    home = os.environ["HOME"]
+    row = [
+        field("id", "int64"),
+        field("price_${currency}", "int32"),
+        field("price_", "int32"),
+        field(f"h{home}", "string"),
+        field("h${env:HOME}", "string"),
+        {
+            "type": "struct",
+            "field": "geo${x}",
+            "optional": True,
+            "fields": [field("a${y}", "int32"), field("a", "int32")],
+        },
+        {"type": "struct", "field": "geo", "optional": True, "fields": [field("a", "int32")]},
+    ]
+    images = [
+        {
+            "id": i,
+            "price_${currency}": i,
+            "price_": -i,
+            f"h{home}": "decoy",
+            "h${env:HOME}": f"v{i}",
+            "geo${x}": {"a${y}": 10 * i, "a": -1},
+            "geo": {"a": -2},
+        }
+        for i in range(1, 4)
+    ]
+    values = [envelope("c", i, None, image, row) for i, image in enumerate(images, start=1)]
+    values.append(envelope("u", 9, None, {**images[0], "price_${currency}": 3_000_000_000}, row))
+    refused = refusals(read_envelope(frame(spark, values), rejects="mark"))
+    assert refused == {3: "field 'price_${currency}' holds '3000000000', which does not fit its declared type int32"}
+
+    s = sink(tmp_path / "lake")
+    s.write(frame(spark, values[:3]), checkpoint_location=str(tmp_path / "ckpt"))
+    columns = ["id", "price_${currency}", "price_", "h${env:HOME}", f"h{home}", "geo${x}"]
+    got = read_back(java_reader, s, columns)
+    assert got == [
+        {
+            "id": i,
+            "price_${currency}": i,
+            "price_": -i,
+            "h${env:HOME}": f"v{i}",
+            f"h{home}": "decoy",
+            "geo${x}": {"a${y}": 10 * i, "a": -1},
+        }
+        for i in range(1, 4)
+    ]
 
 
 LOGICAL = [

@@ -1,24 +1,48 @@
 """iceberg_sink/_sql_expr.py against PySpark's own Column calls: the same expression built both ways
 reads the same values, over names and literals data chooses (dots, backticks, quotes, backslashes,
-control characters, emoji), nested lambdas, and literals at the edges of their types."""
+``${...}``, control characters, emoji), nested lambdas, and literals at the edges of their types,
+under both of Spark's literal-parsing modes.
+
+Spark substitutes ``${...}`` in SQL text (``spark.sql.variable.substitute``): ``${x}`` reads as "",
+``${env:HOME}`` as the driver's home directory; the top-level columns have decoys named as those
+substitutions, holding other values."""
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pyspark.sql import Column, SparkSession
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink._sql_expr import Expr, sql_type
 from iceberg_sink._sql_expr import functions as SF
 
-NAMES = ["a.b", "we`ird", "it's", "back\\slash", "tab\there", "new\nline", "nul\x00x", "ü 😀", "select", " "]
+NAMES = [
+    "a.b",
+    "we`ird",
+    "it's",
+    "back\\slash",
+    "tab\there",
+    "new\nline",
+    "nul\x00x",
+    "ü 😀",
+    "select",
+    " ",
+    "$",
+    "a$b{c}",
+]
+SUBSTITUTED = ["price_${currency}", "${env:HOME}", "it's ${x}\\"]  # names Spark would substitute in SQL text
 
-FIELDS = T.StructType([T.StructField(n, T.StringType()) for n in NAMES] + [T.StructField("n", T.LongType())])
+FIELDS = T.StructType(
+    [T.StructField(n, T.StringType()) for n in NAMES + SUBSTITUTED] + [T.StructField("n", T.LongType())]
+)
+TOP = ["price_${currency}", "price_", "h${env:HOME}", f"h{os.environ['HOME']}"]  # each ${} name, then its decoy
 ROW_TYPE = T.StructType(
     [
         T.StructField("s", FIELDS),
@@ -31,11 +55,14 @@ ROW_TYPE = T.StructType(
 
 
 def _rows() -> list[tuple[Any, ...]]:
-    strings = {n: f"v-{n}-'\\`" for n in NAMES}
+    strings = {n: f"v-{n}-'\\`${{x}}" for n in NAMES + SUBSTITUTED}
     return [
-        ({**strings, "n": 2**40}, [1, -2, 3], {"k'1": 5, "": -7}, '{"it\'s": "1", "a.b": [1,2]}', 1e308),
-        ({**{n: None for n in NAMES}, "n": None}, [], {}, "not json", float("nan")),
-        (None, None, None, None, None),
+        (
+            ({**strings, "n": 2**40}, [1, -2, 3], {"k'1": 5, "": -7, "${x}": 3}, '{"it\'s": "1", "a.b": [1,2]}', 1e308),
+            *range(len(TOP)),
+        ),
+        (({**{n: None for n in NAMES + SUBSTITUTED}, "n": None}, [], {}, "not json", float("nan")), *range(10, 14)),
+        ((None, None, None, None, None), None, None, None, None),
     ]
 
 
@@ -44,6 +71,13 @@ def _cases() -> list[tuple[str, Callable[[Any], Any]]]:
     def fields(f: Any) -> Any:
         row = f.col("r")
         return f.struct(*[row.getField("s").getField(n).alias(n + "!") for n in NAMES])
+
+    def substituted_fields(f: Any) -> Any:
+        row = f.col("r")
+        return f.struct(*[row.getField("s").getField(n).alias(n + "${y}") for n in SUBSTITUTED])
+
+    def columns(f: Any) -> Any:
+        return f.array(*[f.col(n).cast("string") for n in TOP], f.col("r").getField("m").getItem("${x}").cast("string"))
 
     def literals(f: Any) -> Any:
         values = [
@@ -87,7 +121,14 @@ def _cases() -> list[tuple[str, Callable[[Any], Any]]]:
     def json(f: Any) -> Any:
         j = f.col("r").getField("j")
         parsed = f.from_json(
-            j, T.StructType([T.StructField("it's", T.IntegerType()), T.StructField("a.b", T.ArrayType(T.LongType()))])
+            j,
+            T.StructType(
+                [
+                    T.StructField("it's", T.IntegerType()),
+                    T.StructField("a.b", T.ArrayType(T.LongType())),
+                    T.StructField("${x}", T.StringType()),
+                ]
+            ),
         )
         texts = f.from_json(j, T.MapType(T.StringType(), T.StringType()))
         return f.struct(
@@ -123,7 +164,8 @@ def _cases() -> list[tuple[str, Callable[[Any], Any]]]:
 
     def casts(f: Any) -> Any:
         return f.struct(
-            f.lit(None).cast(FIELDS).alias("null_struct"),
+            f.lit(None).cast(FIELDS).alias("null_struct"),  # ${} names: a typed null from from_json
+            f.lit("${x}").alias("${x}"),
             f.lit("12").try_cast("int").alias("ok"),
             f.lit("x").try_cast("int").alias("bad"),
             f.lit("1").cast(T.DecimalType(10, 2)).alias("dec"),
@@ -131,6 +173,8 @@ def _cases() -> list[tuple[str, Callable[[Any], Any]]]:
 
     return [
         ("fields", fields),
+        ("substituted_fields", substituted_fields),
+        ("columns", columns),
         ("literals", literals),
         ("lambdas", lambdas),
         ("maps", maps),
@@ -153,10 +197,23 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def _frame(spark: SparkSession) -> DataFrame:
+    top = [T.StructField(n, T.LongType()) for n in TOP]
+    return spark.createDataFrame(_rows(), T.StructType([T.StructField("r", ROW_TYPE), *top]))
+
+
 @pytest.mark.parametrize("case", _cases(), ids=[c[0] for c in _cases()])
-def test_sql_text_reads_what_the_column_calls_read(spark: SparkSession, case: tuple[str, Callable[[Any], Any]]) -> None:
-    df = spark.createDataFrame([(r,) for r in _rows()], T.StructType([T.StructField("r", ROW_TYPE)]))
+def test_sql_text_reads_what_the_column_calls_read(
+    spark: SparkSession, literal_mode: bool, case: tuple[str, Callable[[Any], Any]]
+) -> None:
+    df = _frame(spark)
     build = case[1]
+    if literal_mode and case[0] == "substituted_fields":
+        # A struct field lookup needs a literal, and under escapedStringLiterals no literal can hold
+        # "${" without Spark substituting it: the name is not found, and the batch fails loudly.
+        with pytest.raises(AnalysisException):
+            df.select(build(SF).alias("v").column()).collect()
+        return
     want_column = build(F)
     got_expr = build(SF)
     assert isinstance(want_column, Column) and isinstance(got_expr, Expr)

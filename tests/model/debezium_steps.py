@@ -41,7 +41,9 @@ DEBEZIUM_EVERY = 0.15
 TABLE = "db.dbz"
 KEYS = 12
 TOAST_SHARE = 0.3  # of updates: the note is an unchanged TOASTed value (docs/cdc.md)
-COLUMNS = ["id", "qty", "price", "day", "ok", "ratio", "note", "lsn"]
+# A name Spark would substitute in SQL text (``${x}`` reads as ""), and a decoy named as that reads.
+NOTE, DECOY = "note ${x}'", "note '"
+COLUMNS = ["id", "qty", "price", "day", "ok", "ratio", NOTE, DECOY, "lsn"]
 
 _ROW = [
     {"type": "int64", "optional": False, "field": "id"},
@@ -56,7 +58,8 @@ _ROW = [
     {"type": "int32", "optional": True, "field": "day", "name": "io.debezium.time.Date"},
     {"type": "boolean", "optional": True, "field": "ok"},
     {"type": "float", "optional": True, "field": "ratio"},
-    {"type": "string", "optional": True, "field": "note"},
+    {"type": "string", "optional": True, "field": NOTE},
+    {"type": "string", "optional": True, "field": DECOY},
 ]
 
 # (what the hostile event is, the refusal's text)
@@ -149,7 +152,8 @@ class DebeziumJob:
             "day": None if rng.random() < 0.2 else dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(-800, 800)),
             "ok": None if rng.random() < 0.2 else rng.random() < 0.5,
             "ratio": None if rng.random() < 0.2 else rng.randrange(-400, 400) / 4,
-            "note": None if rng.random() < 0.2 else rng.choice(["a", "b_c", "日本", "x" * 40]),
+            NOTE: None if rng.random() < 0.2 else rng.choice(["a", "b_c", "日本", "x" * 40, "${env:HOME}"]),
+            DECOY: f"decoy {key}",
         }
 
     def envelope(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, schema: bool) -> str:
@@ -254,12 +258,12 @@ class DebeziumJob:
                 # value; the key keeps its note (from this batch or the table).
                 toasted = key in live and rng.random() < TOAST_SHARE
                 if toasted:
-                    row["note"], before = UNAVAILABLE_VALUE, {"id": key}
+                    row[NOTE], before = UNAVAILABLE_VALUE, {"id": key}
                 values.append(self.envelope("u" if key in live else "c", before, row, schema))
-                kept = live[key].get("note") if toasted else None
+                kept = live[key].get(NOTE) if toasted else None
                 live[key] = {**(row if schema else self.inferred(row)), "lsn": self.stored_order()}
                 if toasted:
-                    live[key]["note"] = kept
+                    live[key][NOTE] = kept
             if rng.random() < 0.2:
                 values.append(None)  # a tombstone
             if self.truncate == "apply" and rng.random() < self.truncate_every:
