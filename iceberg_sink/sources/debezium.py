@@ -72,6 +72,7 @@ from iceberg_sink.sources.connect_types import (
 from iceberg_sink.sources.event_order import order_expected, order_paths, order_value
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
+from iceberg_sink.table.schema import case_clashes
 from iceberg_sink.topology.changes import TRUNCATES_METADATA
 
 logger = logging.getLogger("iceberg_sink")
@@ -470,11 +471,18 @@ def read_envelope(
             )
             inferred = infer_json_schema(images, _ROW, what="Debezium row images ('after'/'before')")
             schema = inferred if schema is None else _merge_row_schemas(schema, inferred)
-    clash = [c for c in schema.fieldNames() if c in added or c in carried]
+    ours = {c.lower() for c in [*added, *carried]}  # names that differ only in case clash too
+    clash = [c for c in schema.fieldNames() if c.lower() in ours]
     if clash:
         raise InvalidInputError(
             f"read_envelope: source columns {clash} clash with the columns it adds ({added}) or keeps "
             f"({list(keep)}); pass other names (op_column=, order_column=, table_column=, key_column=)"
+        )
+    cased = case_clashes(schema)
+    if cased:
+        raise InvalidInputError(
+            "Debezium row images of this batch: " + "; ".join(cased) + " (leave one out with the connector's "
+            "column.exclude.list, or rename it at the source)"
         )
     staged = events.select(
         *[F.col(c) for c in carried], v, op, before, image, schema_part, *extra, *helpers, reason.alias(_REASON)

@@ -110,6 +110,14 @@ def _fields(fields: Iterable[T.StructField], ids: _Ids, prefix: str) -> list[Nes
     return result
 
 
+def case_clashes(struct: T.StructType) -> list[str]:
+    """Each pair of columns (or fields of one struct) whose names differ only in case, described: no
+    table can hold both (readers that ignore case could not tell them apart)."""
+    problems: list[str] = []
+    _case_clashes(struct, "", problems)
+    return problems
+
+
 def _case_clashes(struct: T.StructType, prefix: str, problems: list[str]) -> None:
     seen: dict[str, str] = {}
     for f in struct.fields:

@@ -30,7 +30,7 @@ from pyiceberg.types import (
 )
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg_sink import IcebergSink, InvalidInputError, SchemaMismatchError
+from iceberg_sink import IcebergSink, InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.sources.debezium import read_envelope
 from iceberg_sink.sources.rejects import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
@@ -228,6 +228,28 @@ def test_names_spark_would_substitute_are_read_and_written_as_given(
         }
         for i in range(1, 4)
     ]
+
+
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema", "schemaless"])
+def test_columns_whose_names_differ_only_in_case_are_refused_naming_them(
+    spark: SparkSession, tmp_path: Path, with_schema: bool
+) -> None:
+    """PostgreSQL can hold columns "Name" and name; no table can (readers that ignore case, Spark by
+    default and DuckDB, could not tell them apart), nor beside a column the reader adds (op). The batch
+    fails naming them, before anything is committed (it was Spark's ambiguous-reference error)."""
+    cases = [
+        (["Name", "name"], "columns 'Name' and 'name' differ only in case"),
+        (["OP"], r"source columns \['OP'\] clash with the columns it adds"),
+    ]
+    for extra, message in cases:
+        row = [field("id", "int64"), *[field(c, "string") for c in extra]]
+        image = {"id": 1, **{c: c.lower() + c for c in extra}}
+        values = [envelope("c", 1, None, image, row if with_schema else None)]
+        s = sink(tmp_path / "lake", table=f"cdc.t{len(extra)}")
+        with pytest.raises(InvalidInputError, match=message):
+            s.write(frame(spark, values), checkpoint_location=str(tmp_path / f"ckpt{len(extra)}"))
+        with pytest.raises(InvalidSinkConfigError, match="does not exist yet"):
+            s.load_table()  # nothing was created, let alone committed
 
 
 LOGICAL = [
