@@ -164,11 +164,14 @@ def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[s
 
 
 def fits_one_task(df: DataFrame, max_bytes: int) -> bool:
-    """Whether Spark's size estimate of ``df`` (its optimized plan's statistics: the files' sizes
-    for a file source) is at most ``max_bytes``. False when it has none (a source without
-    statistics reports the default, ``spark.sql.defaultSizeInBytes``, the largest long)."""
+    """Whether Spark's size estimate of ``df`` (its analyzed plan's statistics: the files' sizes for a
+    file source, scaled by each projection's row width) is at most ``max_bytes``. False when it has
+    none (a source without statistics reports the default, ``spark.sql.defaultSizeInBytes``, the
+    largest long). The analyzed plan, not the optimized one: ``df`` is the input of the reduction,
+    whose own plan the write optimizes again, and optimizing a wide Debezium batch's plan only for
+    this estimate took 0.5-1 s per batch at 160 columns (benchmarks/debezium_wide.py)."""
     try:
-        size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        size = int(str(df._jdf.queryExecution().analyzed().stats().sizeInBytes()))
     except Exception:  # an estimate is an optimization only: without one, keep the shuffle
         return False
     return 0 <= size <= max_bytes
