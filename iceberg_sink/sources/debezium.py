@@ -22,7 +22,7 @@ Kafka-style DataFrame (one string or binary ``value`` column per event) into one
 Tombstones (a null value: the Kafka delete marker Debezium sends after a ``d`` event for log
 compaction) and empty values are skipped, as are message events (op ``m``) and the events a
 connector sends beside its change events, on topics a subscription to its topic prefix also reads:
-schema changes, transaction boundaries and heartbeats (:func:`_connector_event`).
+schema changes, transaction boundaries and heartbeats (:func:`iceberg_sink.sources.envelope.connector_event`).
 
 Column types come from the envelopes' ``schema`` part when they carry one (Kafka Connect types: int8,
 int16, int32 to int; int64 to long; float32 to float; float64 to double; boolean; string; bytes to
@@ -40,21 +40,15 @@ every new column.
 
 from __future__ import annotations
 
-import base64
 import json
-import logging
-import threading
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from pyspark import SparkContext
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from iceberg_sink._sql import column, parse
+from iceberg_sink._sql import column, path, string
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
 from iceberg_sink.errors import InvalidInputError
@@ -69,26 +63,28 @@ from iceberg_sink.sources.connect_types import (
     sub_path,
     type_label,
 )
-from iceberg_sink.sources.event_order import order_expected, order_paths, order_value
+from iceberg_sink.sources.envelope import (
+    AFTER,
+    BEFORE,
+    IDENTITY,
+    IMAGE,
+    OP,
+    PAYLOAD,
+    SCHEMA,
+    EnvelopeArgs,
+    batch_stats,
+    built,
+    envelope_columns,
+    warn_unordered,
+)
+from iceberg_sink.sources.event_order import order_paths
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
 from iceberg_sink.table.schema import case_clashes
-from iceberg_sink.topology.changes import TRUNCATES_METADATA
 
-logger = logging.getLogger("iceberg_sink")
-
-_PAYLOAD = "__iceberg_sink_payload"
 _ROW = "__iceberg_sink_row"
-_KEY = "__iceberg_sink_message_key"
 _REASON = "__iceberg_sink_dbz_reason"
 _ROW_REASON = "__iceberg_sink_dbz_row_reason"
-_IDENTITY = "__iceberg_sink_dbz_source"
-_OP = "__iceberg_sink_dbz_op"
-_AFTER = "__iceberg_sink_dbz_after"
-_BEFORE = "__iceberg_sink_dbz_before"
-_IMAGE = "__iceberg_sink_dbz_image"
-_SCHEMA = "__iceberg_sink_dbz_schema"
-_ORDER = "__iceberg_sink_dbz_order"
 _TEXTS = "__iceberg_sink_dbz_texts"
 _PARSED = "__iceberg_sink_dbz_parsed"
 _CONVERTED = "__iceberg_sink_dbz_converted"
@@ -105,29 +101,6 @@ TRUNCATE_POLICIES = ("apply", "skip", "fail")
 
 #: What PostgreSQL's connector sends for an unchanged TOASTed column (``unavailable.value.placeholder``).
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
-
-_KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
-
-
-def _connector_event(value: str, payload: str, op: str) -> str:
-    """SQL text, true for an event Debezium's connectors send beside the change events, on topics a
-    pattern subscription to the connector's prefix also reads (none has an op): a schema change (the
-    prefix topic itself: ``ddl`` and ``tableChanges``), a transaction boundary
-    (``provide.transaction.metadata``: ``status`` BEGIN or END and ``id``) or a heartbeat
-    (``heartbeat.interval.ms``: ``ts_ms`` alone). Recognised by the schema part's name when the
-    event has one, else by those fields. ``value``, ``payload``, ``op``: the columns holding the
-    event, its payload and its op."""
-    name = f"get_json_object({column(value)}, '$.schema.name')"
-    field = f"get_json_object({column(payload)}, '$.{{}}')"
-    return (
-        f"coalesce({column(op)} IS NULL AND ("
-        f"{name} IN ('io.debezium.connector.common.Heartbeat', 'io.debezium.connector.common.TransactionMetadataValue')"
-        f" OR endswith({name}, '.SchemaChangeValue')"
-        f" OR ({field.format('ddl')} IS NOT NULL AND {field.format('tableChanges')} IS NOT NULL)"
-        f" OR ({field.format('status')} IN ('BEGIN', 'END') AND {field.format('id')} IS NOT NULL)"
-        f" OR to_json(json_object_keys({column(payload)})) = '[\"ts_ms\"]'"
-        "), false)"
-    )
 
 
 def _refusal(
@@ -233,40 +206,16 @@ def _merge_row_schemas(declared: T.StructType, inferred: T.StructType) -> T.Stru
     return T.StructType(fields)
 
 
-def _json_path(path: str) -> str:
-    return "$." + path
-
-
-# -- routed table names
-
-
-def table_name(parts: Sequence[Column]) -> Column:
-    """The routed table name of ``source`` fields ``parts``: one part as is; several joined with
-    ``_s_`` after doubling every ``_`` in each part, so distinct sources never share a name
-    (``inventory``, ``public``, ``order_items`` give ``inventory_s_public_s_order__items``). Null parts
-    (MySQL's events have no ``schema``) are left out."""
-    if len(parts) == 1:
-        return parts[0]
-    escaped = [F.regexp_replace(p, "_", "__") for p in parts]
-    return F.concat_ws("_s_", *escaped)
-
-
-def _collisions(df: DataFrame, table_column: str, identity: Column) -> Column:
-    """A reason for the rows whose routed name another source of this batch also maps to."""
-    window = Window.partitionBy(F.col(table_column))
-    low, high = F.min(identity).over(window), F.max(identity).over(window)
-    other = F.when(identity == low, high).otherwise(low)
-    return F.when(
-        F.col(table_column).isNotNull() & (low != high),
-        F.concat(
-            F.lit("routed table name '"),
-            F.col(table_column),
-            F.lit("' is the name of two sources in this batch ("),
-            identity,
-            F.lit(" and "),
-            other,
-            F.lit("); table_fields must give each source its own name (see docs/cdc.md)"),
-        ),
+def _collisions(table_column: str) -> str:
+    """SQL text: a reason for the rows whose routed name another source of this batch also maps to."""
+    name, identity = path(table_column), column(IDENTITY)
+    low, high = (f"{f}({identity}) OVER (PARTITION BY {name})" for f in ("min", "max"))
+    other = f"CASE WHEN {identity} = {low} THEN {high} ELSE {low} END"
+    opening, middle = string("routed table name '"), string("' is the name of two sources in this batch (")
+    closing = string("); table_fields must give each source its own name (see docs/cdc.md)")
+    return (
+        f"CASE WHEN {name} IS NOT NULL AND {low} != {high} THEN "
+        f"concat({opening}, {name}, {middle}, {identity}, ' and ', {other}, {closing}) END"
     )
 
 
@@ -350,113 +299,37 @@ def read_envelope(
     missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in df.columns]
     if missing:
         raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {df.columns}")
-    value = F.col(value_column).cast("string")
-    message_key = [F.col(key_from).cast("string").alias(_KEY)] if key_from is not None else []
     kafka = [c for c in ("topic", "partition", "offset") if c in df.columns and c not in keep]
     carried = [*keep, *kafka]
-    events = df.where(value.isNotNull() & (F.trim(value) != F.lit(""))).select(
-        *[F.col(c) for c in carried], value.alias(value_column), *message_key
-    )
-    v = F.col(value_column)
-    # With the schema part, the payload is under "payload"; without it the value is the payload.
-    # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
-    payload_text = F.coalesce(F.get_json_object(v, "$.payload"), v)
-    events = events.withColumn(_PAYLOAD, payload_text)
-    payload = F.col(_PAYLOAD)
-    events = events.select(
-        "*",
-        F.get_json_object(payload, "$.op").alias(_OP),
-        F.get_json_object(payload, "$.after").alias(_AFTER),
-        F.get_json_object(payload, "$.before").alias(_BEFORE),
-        F.get_json_object(v, "$.schema").alias(_SCHEMA),
-        *[F.get_json_object(payload, _json_path(p)).alias(f"{_ORDER}{i}") for i, p in enumerate(paths)],
-    )
-    op, after, before, schema_part = F.col(_OP), F.col(_AFTER), F.col(_BEFORE), F.col(_SCHEMA)
-    # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
-    # so are the connector's schema changes, transaction boundaries and heartbeats.
-    dropped = ["m"] + (["t"] if truncate == "skip" else [])
-    events = events.where((op.isNull() | ~op.isin(*dropped)) & ~parse(_connector_event(value_column, _PAYLOAD, _OP)))
-    events = events.withColumn(_IMAGE, F.when(op == F.lit("d"), before).otherwise(after))
-    image = F.col(_IMAGE)
-    # Under "apply" the op column says it holds truncates: the change reduction applies them.
-    extra: list[Column] = [op.alias(op_column, metadata={TRUNCATES_METADATA: True} if truncate == "apply" else {})]
-    reasons: list[Column] = [
-        F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")),
-        F.when(F.json_object_keys(payload).isNull(), F.lit("value is not a JSON object")),
-        F.when(op.isNull(), F.lit(f"event has no op; expected one of {', '.join(_KNOWN_OPS)}")),
-        F.when(
-            ~op.isin(*_KNOWN_OPS),
-            F.concat(F.lit("unknown op '"), op, F.lit(f"'; expected one of {', '.join(_KNOWN_OPS)}")),
-        ),
-    ]
-    if truncate == "fail":
-        reasons.append(
-            F.when(
-                op == F.lit("t"),
-                F.lit(
-                    "truncate event (op 't') refused by truncate='fail'; pass truncate='apply' to empty the table "
-                    "at that point, or truncate='skip' to ignore truncates"
-                ),
-            )
-        )
-    for code, name, row_image in (("c", "create", after), ("r", "read", after), ("u", "update", after)):
-        reasons.append(F.when((op == F.lit(code)) & row_image.isNull(), F.lit(f"{name} without after")))
-    reasons.append(F.when((op == F.lit("d")) & before.isNull(), F.lit("delete without before")))
-    for row_image, name in ((after, "after"), (before, "before")):
-        reasons.append(
-            F.when(
-                row_image.isNotNull() & F.json_object_keys(row_image).isNull(), F.lit(f"{name} is not a JSON object")
-            )
-        )
-    raw_orders = [F.col(f"{_ORDER}{i}") for i in range(len(paths))]
-    if paths:
-        orders = [order_value(r, t) for r, t in zip(raw_orders, types, strict=True)]
-        for path, raw_order, order, kind in zip(paths, raw_orders, orders, types, strict=True):
-            expected = order_expected(kind)
-            reasons.append(
-                F.when(
-                    raw_order.isNotNull() & order.isNull(),
-                    F.concat(F.lit("order value '"), raw_order, F.lit(f"' at {path} is not {expected}")),
-                )
-            )
-        if len(paths) == 1:
-            extra.append(orders[0].alias(order_column))
-        else:
-            present = F.lit(True)
-            for order in orders:
-                present = present & order.isNotNull()
-            fields = [o.alias(p.replace(".", "_")) for o, p in zip(orders, paths, strict=True)]
-            extra.append(F.when(present, F.struct(*fields)).alias(order_column))
-    helpers: list[Column] = []
-    if table_column is not None:
-        parts = [F.get_json_object(payload, f"$.source.{f}") for f in table_fields]
-        extra.append(table_name(parts).alias(table_column))
-        identity = F.concat_ws(
-            ".",
-            *[F.coalesce(F.get_json_object(payload, f"$.source.{f}"), F.lit("")) for f in ("db", "schema", "table")],
-        )
-        helpers.append(identity.alias(_IDENTITY))
-    if key_from is not None:
-        k = F.col(_KEY)
-        # With the schema part the key's fields are under "payload"; without it the key is them.
-        key_fields = F.when(F.get_json_object(k, "$.schema").isNotNull(), F.get_json_object(k, "$.payload")).otherwise(
-            k
-        )
-        extra.append(F.json_object_keys(key_fields).alias(key_column))
-    added = [op_column] + ([order_column] if paths else []) + ([table_column] if table_column else [])
-    added += [key_column] if key_from is not None else []
-    clash = [c for c in keep if c in added]
-    if clash or len(set(added)) != len(added):
-        raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
-    reason = F.coalesce(*reasons)
     # Placeholders are looked for (one more aggregate of the same job) only where the sink marks them.
     marks = unavailable_value if rejects == "mark" and row_column is None else None
-    counts = _batch_stats(events, op, raw_orders, row_column is None and row_schema is None, v, marks)
-    _warn_unordered(counts, paths)
+    args = EnvelopeArgs(
+        value_column=value_column,
+        carried=tuple(carried),
+        key_from=key_from,
+        paths=tuple(paths),
+        types=tuple(types),
+        truncate=truncate,
+        op_column=op_column,
+        order_column=order_column,
+        table_column=table_column,
+        table_fields=tuple(table_fields),
+        key_column=key_column,
+        need_schemas=row_column is None and row_schema is None,
+        placeholder=marks,
+    )
+    c = envelope_columns(df.sparkSession, args)
+    added = c.added
+    clash = [name for name in keep if name in added]
+    if clash or len(set(added)) != len(added):
+        raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
+    events = df.where(c.present).select(*c.first).withColumn(PAYLOAD, c.payload).select("*", *c.parts)
+    events = events.where(c.kept).withColumn(IMAGE, c.image)
+    counts = batch_stats(events, c.stats)
+    warn_unordered(counts, paths)
+    reason = c.reason.alias(_REASON)
     if row_column is not None:
-        rows = events.select(
-            *[F.col(c) for c in carried], v, image.alias(row_column), *extra, *helpers, reason.alias(_REASON)
-        )
+        rows = events.select(*c.carried, c.value, F.col(IMAGE).alias(row_column), *c.extra, *c.helpers, reason)
         return _finish(rows, value_column, table_column, keep, rejects)
     schema = row_schema
     declared = sorted(s for s in counts.schemas if s is not None)
@@ -465,14 +338,14 @@ def read_envelope(
         if schema is None or None in counts.schemas:
             # Events without a schema part (schemas.enable=false, perhaps beside events with one: a
             # stream of several connectors): their documents' types, merged with the schema parts'.
-            bare = events.where(schema_part.isNull())
-            images = bare.select(F.explode(F.array(after, before)).alias(_ROW)).where(
+            bare = events.where(F.col(SCHEMA).isNull())
+            images = bare.select(F.explode(F.array(AFTER, BEFORE)).alias(_ROW)).where(
                 F.json_object_keys(F.col(_ROW)).isNotNull()
             )
             inferred = infer_json_schema(images, _ROW, what="Debezium row images ('after'/'before')")
             schema = inferred if schema is None else _merge_row_schemas(schema, inferred)
-    ours = {c.lower() for c in [*added, *carried]}  # names that differ only in case clash too
-    clash = [c for c in schema.fieldNames() if c.lower() in ours]
+    ours = {name.lower() for name in [*added, *carried]}  # names that differ only in case clash too
+    clash = [name for name in schema.fieldNames() if name.lower() in ours]
     if clash:
         raise InvalidInputError(
             f"read_envelope: source columns {clash} clash with the columns it adds ({added}) or keeps "
@@ -484,122 +357,33 @@ def read_envelope(
             "Debezium row images of this batch: " + "; ".join(cased) + " (leave one out with the connector's "
             "column.exclude.list, or rename it at the source)"
         )
-    staged = events.select(
-        *[F.col(c) for c in carried], v, op, before, image, schema_part, *extra, *helpers, reason.alias(_REASON)
-    )
+    staged = events.select(*c.carried, c.value, OP, BEFORE, IMAGE, SCHEMA, *c.extra, *c.helpers, reason)
     staged = _read_rows(staged, declared if row_schema is None else [], schema)
     if unavailable_value is not None:
         # Marked only in a batch that may hold one: a batch without any costs the sink nothing more.
         staged = _unavailable(staged, schema, unavailable_value, mark=marks is not None and counts.placeholders > 0)
-    fields = _built(
+    fields = built(
         events.sparkSession,
         ("fields", schema.json()),
         lambda: [SF.col(_ROW).getField(f.name).alias(f.name).column() for f in schema.fields],
     )
     rows = staged.select(
-        *[F.col(c) for c in carried],
-        v,
+        *c.carried,
+        c.value,
         *fields,
         *added,
         *([toast.UNAVAILABLE_COLUMN] if toast.UNAVAILABLE_COLUMN in staged.columns else []),
-        *([_IDENTITY] if helpers else []),
+        *([IDENTITY] if c.helpers else []),
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
     )
     return _finish(rows, value_column, table_column, keep, rejects)
-
-
-class _Counts:
-    def __init__(self, schemas: list[str | None], unordered: int, ordered: int, placeholders: int = 0) -> None:
-        self.schemas = schemas
-        self.unordered = unordered
-        self.ordered = ordered
-        self.placeholders = placeholders
-
-
-def _batch_stats(
-    events: DataFrame,
-    op: Column,
-    raw_orders: list[Column],
-    need_schemas: bool,
-    value: Column | None = None,
-    placeholder: str | None = None,
-) -> _Counts:
-    """One Spark job: the batch's distinct schema parts, how many row events have no order value,
-    and how many events' text holds ``placeholder`` (as is or base64, as bytes are written)."""
-    if not need_schemas and not raw_orders and placeholder is None:
-        return _Counts([], 0, 0)
-    found = F.lit(False)
-    if placeholder is not None and value is not None:
-        encoded = base64.b64encode(placeholder.encode()).decode().rstrip("=")
-        found = value.contains(placeholder) | value.contains(encoded)
-    row_event = op.isin("c", "r", "u", "d")
-    missing = F.lit(False)
-    for raw in raw_orders:
-        missing = missing | raw.isNull()
-    group = [F.col(_SCHEMA).alias("s")] if need_schemas else []
-    result = (
-        events.groupBy(*group)
-        .agg(
-            F.sum((row_event & missing).cast("long")).alias("unordered"),
-            F.sum((row_event & ~missing).cast("long")).alias("ordered"),
-            F.sum(found.cast("long")).alias("placeholders"),
-        )
-        .collect()
-    )
-    return _Counts(
-        [r["s"] for r in result] if need_schemas else [],
-        sum(r["unordered"] or 0 for r in result),
-        sum(r["ordered"] or 0 for r in result),
-        sum(r["placeholders"] or 0 for r in result),
-    )
-
-
-def _warn_unordered(counts: _Counts, paths: list[str]) -> None:
-    if paths and counts.unordered and counts.ordered:
-        logger.warning(
-            "%s of %s Debezium events of this batch have no order value at %s: within the batch each sorts "
-            "before every ordered change of its key (nulls are oldest), so it loses to older changes of the same key",
-            counts.unordered,
-            counts.unordered + counts.ordered,
-            ", ".join(paths),
-        )
-
-
-_BUILT: OrderedDict[tuple[Any, ...], tuple[weakref.ref[SparkContext], Any]] = OrderedDict()
-_BUILT_LIMIT = 32
-_BUILT_LOCK = threading.Lock()
-
-
-def _built(spark: SparkSession, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-    """``build()`` (Columns), made once per Spark context and ``key`` and reused by later batches.
-
-    A row image's conversions and checks are Column expressions built through Py4J, tens of round
-    trips per column and more per nested field (PySpark 4 also records each call's Python call site):
-    about 118,000 for a batch of an 80-column table, which took 10 s of the driver's time whatever
-    the batch's size. Columns are unresolved expressions naming columns, so the same ones serve every
-    batch with the same schema parts, in any session of the JVM: keyed by the Spark context, since
-    ``foreachBatch`` hands each micro-batch a session object of its own. The most recent 32 keys are
-    kept; an entry of a stopped context is not used (its Py4J objects belong to a gone JVM)."""
-    context = spark.sparkContext
-    full = (id(context), *key)
-    with _BUILT_LOCK:
-        entry = _BUILT.get(full)
-        if entry is not None and entry[0]() is context:
-            _BUILT.move_to_end(full)
-            return entry[1]
-    value = build()
-    with _BUILT_LOCK:
-        _BUILT[full] = (weakref.ref(context), value)
-        while len(_BUILT) > _BUILT_LIMIT:
-            _BUILT.popitem(last=False)
-    return value
 
 
 def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> DataFrame:
     """``staged`` with each event's row image as ``target`` in column ``_ROW`` (read with its own schema
     part's types, logical types converted) and in ``_ROW_REASON`` the reason it is refused (a value
     that does not fit its declared type), or null. Built in steps of columns, so no expression repeats another."""
-    texts, parsed, converted, row, reason, parts = _built(
+    texts, parsed, converted, row, reason, parts = built(
         staged.sparkSession, ("rows", tuple(declared), target.json()), lambda: _row_columns(declared, target)
     )
     staged = staged.withColumn(_TEXTS, texts)
@@ -614,7 +398,7 @@ def _row_columns(
     """The columns of :func:`_read_rows`: the row image as a map of texts, each schema part's parse and
     conversion, the row, its refusal reason, and the helper columns to drop. Built as SQL text
     (iceberg_sink/_sql_expr.py): one Py4J call per column returned, whatever the schema's width."""
-    image, schema_part = SF.col(_IMAGE), SF.col(_SCHEMA)
+    image, schema_part = SF.col(IMAGE), SF.col(SCHEMA)
     texts = SF.col(_TEXTS)
     texts_column = SF.from_json(image, T.MapType(T.StringType(), T.StringType()))
     connects = [_row_schema(text) for text in declared]
@@ -658,8 +442,8 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark
         return staged
 
     def build() -> tuple[Column, Column, Column | None, Column | None]:
-        old = SF.from_json(SF.col(_BEFORE), T.StructType(holders))
-        row, marker, reason = toast.unavailable(SF.col(_ROW), SF.col(_OLD), SF.col(_OP), schema, placeholder, mark)
+        old = SF.from_json(SF.col(BEFORE), T.StructType(holders))
+        row, marker, reason = toast.unavailable(SF.col(_ROW), SF.col(_OLD), SF.col(OP), schema, placeholder, mark)
         return (
             old.column(),
             row.column(),
@@ -667,7 +451,7 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark
             reason.column() if reason is not None else None,
         )
 
-    old, row, marker, reason = _built(staged.sparkSession, ("toast", schema.json(), placeholder, mark), build)
+    old, row, marker, reason = built(staged.sparkSession, ("toast", schema.json(), placeholder, mark), build)
     staged = staged.withColumn(_OLD, old)
     return staged.select(
         *[c for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
@@ -681,12 +465,13 @@ def _finish(
     rows: DataFrame, value_column: str, table_column: str | None, keep: Sequence[str], rejects: str
 ) -> DataFrame:
     """Mark refused events (sources/rejects.py), fail on them unless ``rejects="mark"``, and drop the helper columns."""
-    reason = F.col(_REASON)
+    # SQL text (iceberg_sink/_sql.py): one Py4J call for the refusal, where Column calls took 150.
+    reason = column(_REASON)
     source = None
     if table_column is not None:
-        reason = F.coalesce(reason, _collisions(rows, table_column, F.col(_IDENTITY)))
-        source = F.col(table_column)
-    marked = reject_where(rows, reason, REJECT_CLASS, F.col(value_column), source_table=source)
-    helpers = [_REASON, _IDENTITY] + [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
+        reason = f"coalesce({reason}, {_collisions(table_column)})"
+        source = path(table_column)
+    marked = reject_where(rows, reason, REJECT_CLASS, path(value_column), source_table=source)
+    helpers = [_REASON, IDENTITY] + [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
     out = marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])
     return out if rejects == "mark" else fail_on_reject(out)

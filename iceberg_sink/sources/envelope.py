@@ -1,0 +1,331 @@
+"""The parts of a Debezium envelope and the event-level checks, as Columns built once and reused.
+
+:func:`iceberg_sink.sources.debezium.read_envelope` splits each event into its payload, op, images,
+schema part and order values, and checks the event as a whole (JSON, an op it knows, an image its op
+needs). Those expressions depend on the reader's arguments only, never on a batch: built through
+PySpark's Column calls they took about 1,800 Py4J round trips per micro-batch (0.2 ms and more each),
+so :func:`envelope_columns` builds them once per Spark context and set of arguments (:func:`built`)
+and every later batch reuses them.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import SparkContext
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from iceberg_sink._sql import column, parse
+from iceberg_sink.sources.event_order import order_expected, order_value
+from iceberg_sink.topology.changes import TRUNCATES_METADATA
+
+logger = logging.getLogger("iceberg_sink")
+
+# The reader's helper columns (dropped before the rows leave it).
+PAYLOAD = "__iceberg_sink_payload"
+KEY = "__iceberg_sink_message_key"
+IDENTITY = "__iceberg_sink_dbz_source"
+OP = "__iceberg_sink_dbz_op"
+AFTER = "__iceberg_sink_dbz_after"
+BEFORE = "__iceberg_sink_dbz_before"
+IMAGE = "__iceberg_sink_dbz_image"
+SCHEMA = "__iceberg_sink_dbz_schema"
+ORDER = "__iceberg_sink_dbz_order"
+
+KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
+
+
+def connector_event(value: str, payload: str, op: str) -> str:
+    """SQL text, true for an event Debezium's connectors send beside the change events, on topics a
+    pattern subscription to the connector's prefix also reads (none has an op): a schema change (the
+    prefix topic itself: ``ddl`` and ``tableChanges``), a transaction boundary
+    (``provide.transaction.metadata``: ``status`` BEGIN or END and ``id``) or a heartbeat
+    (``heartbeat.interval.ms``: ``ts_ms`` alone). Recognised by the schema part's name when the
+    event has one, else by those fields. ``value``, ``payload``, ``op``: the columns holding the
+    event, its payload and its op."""
+    name = f"get_json_object({column(value)}, '$.schema.name')"
+    field = f"get_json_object({column(payload)}, '$.{{}}')"
+    return (
+        f"coalesce({column(op)} IS NULL AND ("
+        f"{name} IN ('io.debezium.connector.common.Heartbeat', 'io.debezium.connector.common.TransactionMetadataValue')"
+        f" OR endswith({name}, '.SchemaChangeValue')"
+        f" OR ({field.format('ddl')} IS NOT NULL AND {field.format('tableChanges')} IS NOT NULL)"
+        f" OR ({field.format('status')} IN ('BEGIN', 'END') AND {field.format('id')} IS NOT NULL)"
+        f" OR to_json(json_object_keys({column(payload)})) = '[\"ts_ms\"]'"
+        "), false)"
+    )
+
+
+def json_path(path: str) -> str:
+    return "$." + path
+
+
+def table_name(parts: Sequence[Column]) -> Column:
+    """The routed table name of ``source`` fields ``parts``: one part as is; several joined with
+    ``_s_`` after doubling every ``_`` in each part, so distinct sources never share a name
+    (``inventory``, ``public``, ``order_items`` give ``inventory_s_public_s_order__items``). Null parts
+    (MySQL's events have no ``schema``) are left out."""
+    if len(parts) == 1:
+        return parts[0]
+    escaped = [F.regexp_replace(p, "_", "__") for p in parts]
+    return F.concat_ws("_s_", *escaped)
+
+
+# -- Columns built once per Spark context
+
+_BUILT: OrderedDict[tuple[Any, ...], tuple[weakref.ref[SparkContext], Any]] = OrderedDict()
+_BUILT_LIMIT = 32
+_BUILT_LOCK = threading.Lock()
+
+
+def built(spark: SparkSession, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """``build()`` (Columns), made once per Spark context and ``key`` and reused by later batches.
+
+    A row image's conversions and checks are Column expressions built through Py4J, tens of round
+    trips per column and more per nested field (PySpark 4 also records each call's Python call site):
+    about 118,000 for a batch of an 80-column table, which took 10 s of the driver's time whatever
+    the batch's size. Columns are unresolved expressions naming columns, so the same ones serve every
+    batch with the same schema parts, in any session of the JVM: keyed by the Spark context, since
+    ``foreachBatch`` hands each micro-batch a session object of its own. The most recent 32 keys are
+    kept; an entry of a stopped context is not used (its Py4J objects belong to a gone JVM)."""
+    context = spark.sparkContext
+    full = (id(context), *key)
+    with _BUILT_LOCK:
+        entry = _BUILT.get(full)
+        if entry is not None and entry[0]() is context:
+            _BUILT.move_to_end(full)
+            return entry[1]
+    value = build()
+    with _BUILT_LOCK:
+        _BUILT[full] = (weakref.ref(context), value)
+        while len(_BUILT) > _BUILT_LIMIT:
+            _BUILT.popitem(last=False)
+    return value
+
+
+@dataclass(frozen=True)
+class EnvelopeColumns:
+    """The expressions :func:`iceberg_sink.sources.debezium.read_envelope` applies to every batch, in
+    its order: ``df.where(present).select(*first)``, then ``payload`` as :data:`PAYLOAD`, the ``parts``,
+    ``df.where(kept)``, ``image`` as :data:`IMAGE`; ``stats`` (group, aggregates) count the batch."""
+
+    present: Column  # a value that is not null or blank (a tombstone is null)
+    first: list[Column]  # the carried columns, the value as text, the message key
+    payload: Column
+    parts: list[Column]  # op, after, before, schema part, raw order values
+    kept: Column  # not a message, skipped truncate or connector event
+    image: Column  # after, or before for a delete
+    carried: list[Column]
+    value: Column  # the value column (text now)
+    extra: list[Column]  # op, order, source table, key names: the columns the reader adds
+    helpers: list[Column]
+    reason: Column  # why the event is refused, or null
+    stats: tuple[list[Column], list[Column]] | None
+    added: list[str]
+
+
+@dataclass(frozen=True)
+class EnvelopeArgs:
+    """The arguments of ``read_envelope`` the envelope's expressions depend on (and a cache key)."""
+
+    value_column: str
+    carried: tuple[str, ...]  # columns kept as they are (keep=, Kafka's)
+    key_from: str | None
+    paths: tuple[str, ...]  # order paths, each with its type
+    types: tuple[str, ...]
+    truncate: str
+    op_column: str
+    order_column: str
+    table_column: str | None
+    table_fields: tuple[str, ...]
+    key_column: str
+    need_schemas: bool  # the batch's schema parts are counted
+    placeholder: str | None  # events holding it are counted
+
+
+def envelope_columns(spark: SparkSession, args: EnvelopeArgs) -> EnvelopeColumns:
+    """:class:`EnvelopeColumns` for ``args``, built once per Spark context (:func:`built`)."""
+    return built(spark, ("envelope", args), lambda: _build(args))  # type: ignore[no-any-return]
+
+
+def _build(args: EnvelopeArgs) -> EnvelopeColumns:
+    value_column, carried, key_from, paths, types = (
+        args.value_column,
+        args.carried,
+        args.key_from,
+        args.paths,
+        args.types,
+    )
+    truncate, op_column, order_column, table_column = (
+        args.truncate,
+        args.op_column,
+        args.order_column,
+        args.table_column,
+    )
+    key_column, table_fields = args.key_column, args.table_fields
+    value = F.col(value_column).cast("string")
+    message_key = [F.col(key_from).cast("string").alias(KEY)] if key_from is not None else []
+    v = F.col(value_column)
+    # With the schema part, the payload is under "payload"; without it the value is the payload.
+    # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
+    payload = F.col(PAYLOAD)
+    parts = [
+        F.get_json_object(payload, "$.op").alias(OP),
+        F.get_json_object(payload, "$.after").alias(AFTER),
+        F.get_json_object(payload, "$.before").alias(BEFORE),
+        F.get_json_object(v, "$.schema").alias(SCHEMA),
+        *[F.get_json_object(payload, json_path(p)).alias(f"{ORDER}{i}") for i, p in enumerate(paths)],
+    ]
+    op, after, before = F.col(OP), F.col(AFTER), F.col(BEFORE)
+    # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
+    # so are the connector's schema changes, transaction boundaries and heartbeats.
+    dropped = ["m"] + (["t"] if truncate == "skip" else [])
+    kept = (op.isNull() | ~op.isin(*dropped)) & ~parse(connector_event(value_column, PAYLOAD, OP))
+    # Under "apply" the op column says it holds truncates: the change reduction applies them.
+    extra: list[Column] = [op.alias(op_column, metadata={TRUNCATES_METADATA: True} if truncate == "apply" else {})]
+    reasons: list[Column] = [
+        F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")),
+        F.when(F.json_object_keys(payload).isNull(), F.lit("value is not a JSON object")),
+        F.when(op.isNull(), F.lit(f"event has no op; expected one of {', '.join(KNOWN_OPS)}")),
+        F.when(
+            ~op.isin(*KNOWN_OPS),
+            F.concat(F.lit("unknown op '"), op, F.lit(f"'; expected one of {', '.join(KNOWN_OPS)}")),
+        ),
+    ]
+    if truncate == "fail":
+        reasons.append(
+            F.when(
+                op == F.lit("t"),
+                F.lit(
+                    "truncate event (op 't') refused by truncate='fail'; pass truncate='apply' to empty the table "
+                    "at that point, or truncate='skip' to ignore truncates"
+                ),
+            )
+        )
+    for code, name, row_image in (("c", "create", after), ("r", "read", after), ("u", "update", after)):
+        reasons.append(F.when((op == F.lit(code)) & row_image.isNull(), F.lit(f"{name} without after")))
+    reasons.append(F.when((op == F.lit("d")) & before.isNull(), F.lit("delete without before")))
+    for row_image, name in ((after, "after"), (before, "before")):
+        reasons.append(
+            F.when(
+                row_image.isNotNull() & F.json_object_keys(row_image).isNull(), F.lit(f"{name} is not a JSON object")
+            )
+        )
+    raw_orders = [F.col(f"{ORDER}{i}") for i in range(len(paths))]
+    if paths:
+        orders = [order_value(r, t) for r, t in zip(raw_orders, types, strict=True)]
+        for path, raw_order, order, kind in zip(paths, raw_orders, orders, types, strict=True):
+            reasons.append(
+                F.when(
+                    raw_order.isNotNull() & order.isNull(),
+                    F.concat(F.lit("order value '"), raw_order, F.lit(f"' at {path} is not {order_expected(kind)}")),
+                )
+            )
+        if len(paths) == 1:
+            extra.append(orders[0].alias(order_column))
+        else:
+            present = F.lit(True)
+            for order in orders:
+                present = present & order.isNotNull()
+            fields = [o.alias(p.replace(".", "_")) for o, p in zip(orders, paths, strict=True)]
+            extra.append(F.when(present, F.struct(*fields)).alias(order_column))
+    helpers: list[Column] = []
+    if table_column is not None:
+        extra.append(
+            table_name([F.get_json_object(payload, f"$.source.{f}") for f in table_fields]).alias(table_column)
+        )
+        identity = F.concat_ws(
+            ".",
+            *[F.coalesce(F.get_json_object(payload, f"$.source.{f}"), F.lit("")) for f in ("db", "schema", "table")],
+        )
+        helpers.append(identity.alias(IDENTITY))
+    if key_from is not None:
+        k = F.col(KEY)
+        # With the schema part the key's fields are under "payload"; without it the key is them.
+        key_fields = F.when(F.get_json_object(k, "$.schema").isNotNull(), F.get_json_object(k, "$.payload")).otherwise(
+            k
+        )
+        extra.append(F.json_object_keys(key_fields).alias(key_column))
+    added = [op_column] + ([order_column] if paths else []) + ([table_column] if table_column else [])
+    added += [key_column] if key_from is not None else []
+    return EnvelopeColumns(
+        present=value.isNotNull() & (F.trim(value) != F.lit("")),
+        first=[*[F.col(c) for c in carried], value.alias(value_column), *message_key],
+        payload=F.coalesce(F.get_json_object(v, "$.payload"), v),
+        parts=parts,
+        kept=kept,
+        image=F.when(op == F.lit("d"), before).otherwise(after),
+        carried=[F.col(c) for c in carried],
+        value=v,
+        extra=extra,
+        helpers=helpers,
+        reason=F.coalesce(*reasons),
+        stats=_stats(op, raw_orders, args.need_schemas, v, args.placeholder),
+        added=added,
+    )
+
+
+class Counts:
+    def __init__(self, schemas: list[str | None], unordered: int, ordered: int, placeholders: int = 0) -> None:
+        self.schemas = schemas
+        self.unordered = unordered
+        self.ordered = ordered
+        self.placeholders = placeholders
+
+
+def _stats(
+    op: Column, raw_orders: list[Column], need_schemas: bool, value: Column, placeholder: str | None
+) -> tuple[list[Column], list[Column]] | None:
+    """The grouping and aggregates of :func:`batch_stats`; None when there is nothing to count."""
+    if not need_schemas and not raw_orders and placeholder is None:
+        return None
+    found = F.lit(False)
+    if placeholder is not None:
+        encoded = base64.b64encode(placeholder.encode()).decode().rstrip("=")
+        found = value.contains(placeholder) | value.contains(encoded)
+    row_event = op.isin("c", "r", "u", "d")
+    missing = F.lit(False)
+    for raw in raw_orders:
+        missing = missing | raw.isNull()
+    group = [F.col(SCHEMA).alias("s")] if need_schemas else []
+    aggregates = [
+        F.sum((row_event & missing).cast("long")).alias("unordered"),
+        F.sum((row_event & ~missing).cast("long")).alias("ordered"),
+        F.sum(found.cast("long")).alias("placeholders"),
+    ]
+    return group, aggregates
+
+
+def batch_stats(events: DataFrame, stats: tuple[list[Column], list[Column]] | None) -> Counts:
+    """One Spark job: the batch's distinct schema parts (when grouped by them), how many row events
+    have no order value, and how many events' text holds the placeholder (as is or base64, as bytes
+    are written)."""
+    if stats is None:
+        return Counts([], 0, 0)
+    group, aggregates = stats
+    result = events.groupBy(*group).agg(*aggregates).collect()
+    return Counts(
+        [r["s"] for r in result] if group else [],
+        sum(r["unordered"] or 0 for r in result),
+        sum(r["ordered"] or 0 for r in result),
+        sum(r["placeholders"] or 0 for r in result),
+    )
+
+
+def warn_unordered(counts: Counts, paths: Sequence[str]) -> None:
+    if paths and counts.unordered and counts.ordered:
+        logger.warning(
+            "%s of %s Debezium events of this batch have no order value at %s: within the batch each sorts "
+            "before every ordered change of its key (nulls are oldest), so it loses to older changes of the same key",
+            counts.unordered,
+            counts.unordered + counts.ordered,
+            ", ".join(paths),
+        )
