@@ -10,7 +10,7 @@ In ``WORK_DIR`` it creates a SQLite catalog and a warehouse, then:
     ``availableNow``) into ``db.streamed``, partitioned by ``day(ts)``;
 (c) with ``--kafka``: Spark's Kafka source (``--jars``: ``spark-sql-kafka-0-10_2.12`` of this Spark
     and its dependencies, on ``spark.jars``) over :data:`KAFKA_TOPIC`, whose JSON values the test
-    produced (:func:`kafka_records`), parsed and upserted by ``id`` into ``db.from_kafka`` (trigger
+    produced (:func:`kafka_records`), parsed and upserted by ``id${x}`` (:data:`KAFKA_KEY`) into ``db.from_kafka`` (trigger
     ``availableNow``); the commit records the Kafka offsets in its snapshot summary.
 
 The session time zone is Asia/Kolkata (UTC+5:30), so a transform or cast that uses local time
@@ -47,7 +47,10 @@ ROWS_PER_FILE = 30
 KAFKA_TABLE = "db.from_kafka"
 KAFKA_TOPIC = "spark35-orders"
 KAFKA_PARTITIONS = 2
-KAFKA_VALUE_DDL = "id long, item string, qty int"
+# The key's name holds ${x}, which Spark would substitute in SQL text (reading it as "id"): a decoy
+# column "id" holds 0 in every record, so a key read from it would leave one row.
+KAFKA_KEY = "id${x}"
+KAFKA_VALUE_DDL = "`id${x}` long, id long, item string, qty int"
 CHECKPOINT_KEY = "iceberg-sink.checkpoint-id"
 RESULT_FILE = "result.json"
 STREAM_TIMEOUT_S = 600
@@ -107,14 +110,14 @@ def kafka_records() -> list[tuple[str, str]]:
     """The ``(key, JSON value)`` records the test produces to :data:`KAFKA_TOPIC`: ids 0-15, then new
     values for ids 4-11. Keyed by id, so a key's records share a partition and arrive in order, and
     the one micro-batch holds several records of a key (the last one wins)."""
-    first = [{"id": i, "item": f"item-{i}", "qty": i * 10} for i in range(16)]
-    second = [{"id": i, "item": f"item-{i}-v2", "qty": -i} for i in range(4, 12)]
-    return [(str(r["id"]), json.dumps(r)) for r in first + second]
+    first = [{KAFKA_KEY: i, "id": 0, "item": f"item-{i}", "qty": i * 10} for i in range(16)]
+    second = [{KAFKA_KEY: i, "id": 0, "item": f"item-{i}-v2", "qty": -i} for i in range(4, 12)]
+    return [(str(r[KAFKA_KEY]), json.dumps(r)) for r in first + second]
 
 
 def kafka_expected_rows() -> list[dict[str, Any]]:
     """The table after the upsert: the last value of each id, by id."""
-    last = {r["id"]: r for r in (json.loads(value) for _, value in kafka_records())}
+    last = {r[KAFKA_KEY]: r for r in (json.loads(value) for _, value in kafka_records())}
     return [last[i] for i in sorted(last)]
 
 
@@ -287,7 +290,7 @@ def main(argv: list[str]) -> int:
             .catalog("spark35", **catalog)
             .table(KAFKA_TABLE)
             .create_if_missing()
-            .upsert(key=["id"])
+            .upsert(key=[KAFKA_KEY])
             .build()
         )
         records = (

@@ -273,8 +273,8 @@ def test_kafka_source_on_spark_35(spark35_run: DriverRun) -> None:
     location = step["metadata_location"]
     want = driver.kafka_expected_rows()
     assert step["rows_in_table"] == len(want)
-    assert normalize(pyiceberg_read(location), ["id"]) == want
-    assert normalize(duckdb_read(location), ["id"]) == want
+    assert normalize(pyiceberg_read(location), [driver.KAFKA_KEY]) == want
+    assert normalize(duckdb_read(location), [driver.KAFKA_KEY]) == want
 
     end = spark35_run.kafka_end_offsets
     assert len(end) == driver.KAFKA_PARTITIONS and sum(end.values()) == len(driver.kafka_records()), end
