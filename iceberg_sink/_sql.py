@@ -72,6 +72,12 @@ def ident(name: str) -> str:
     its callers declare it otherwise (``named_struct``, ``Column.alias``)."""
     if SUBSTITUTED in name:
         raise UnsafeSqlText(f"the name {name!r} holds '{SUBSTITUTED}': it cannot be written as SQL text")
+    return quoted(name)
+
+
+def quoted(name: str) -> str:
+    """``name`` in backticks, a backtick doubled; no check for ``${`` (for text Spark's substituting
+    parser never reads: a DDL string, ``F.col``'s attribute name, inside :func:`string`)."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -86,8 +92,8 @@ def path(name: str) -> str:
 
 
 def _reference(parts: list[str]) -> str:
-    quoted = ".".join("`" + p.replace("`", "``") + "`" for p in parts)
-    return f"IDENTIFIER({string(quoted)})" if SUBSTITUTED in quoted else quoted
+    text = ".".join(quoted(p) for p in parts)
+    return f"IDENTIFIER({string(text)})" if SUBSTITUTED in text else text
 
 
 def field(sql: str, name: str) -> str:

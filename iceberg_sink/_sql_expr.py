@@ -22,7 +22,7 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import types as T
 
-from iceberg_sink._sql import SUBSTITUTED, UnsafeSqlText, column, field, ident, parse, string
+from iceberg_sink._sql import SUBSTITUTED, UnsafeSqlText, column, field, ident, parse, quoted, string
 
 _VARIABLES = itertools.count()
 
@@ -45,13 +45,9 @@ def sql_type(dtype: T.DataType | str, quote: Callable[[str], str] = ident) -> st
     return dtype.simpleString()
 
 
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _schema_string(dtype: T.DataType) -> Expr:
     """``dtype`` as a DDL string (parsed by Spark's type parser, which substitutes nothing)."""
-    return Expr(string(sql_type(dtype, _quoted)))
+    return Expr(string(sql_type(dtype, quoted)))
 
 
 def lit(value: Any) -> Expr:

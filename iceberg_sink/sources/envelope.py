@@ -173,6 +173,7 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     key_column, table_fields = args.key_column, args.table_fields
     value = F.col(value_column).cast("string")
     message_key = [F.col(key_from).cast("string").alias(KEY)] if key_from is not None else []
+    kept_columns = [F.col(c) for c in carried]
     v = F.col(value_column)
     # With the schema part, the payload is under "payload"; without it the value is the payload.
     # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
@@ -258,12 +259,12 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     added += [key_column] if key_from is not None else []
     return EnvelopeColumns(
         present=value.isNotNull() & (F.trim(value) != F.lit("")),
-        first=[*[F.col(c) for c in carried], value.alias(value_column), *message_key],
+        first=[*kept_columns, value.alias(value_column), *message_key],
         payload=F.coalesce(F.get_json_object(v, "$.payload"), v),
         parts=parts,
         kept=kept,
         image=F.when(op == F.lit("d"), before).otherwise(after),
-        carried=[F.col(c) for c in carried],
+        carried=kept_columns,
         value=v,
         extra=extra,
         helpers=helpers,

@@ -33,6 +33,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql import quoted
+
 #: A field's path from its top-level column down.
 Path = tuple[str, ...]
 #: The path segment of a list's element and of a map's value (``payload.items[].sku``).
@@ -71,7 +73,7 @@ def leaf_paths(struct: T.StructType) -> Iterator[Path]:
 
 def column_ref(path: Path) -> str:
     """``path`` (through structs only) as a Spark column reference, each name quoted."""
-    return ".".join("`" + name.replace("`", "``") + "`" for name in path)
+    return ".".join(quoted(name) for name in path)
 
 
 def display(path: Path) -> str:

@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from iceberg_sink._sql import column, parse, path, string, strings, where
+from iceberg_sink._sql import column, parse, path, quoted, string, strings, where
 from iceberg_sink.errors import InvalidSinkConfigError
 
 if TYPE_CHECKING:  # the writer tasks import this module's constants; config pulls in the catalogs
@@ -66,7 +66,7 @@ ERROR_MARKER = "iceberg_sink invalid input:"
 
 
 def _q(name: str) -> Column:
-    return F.col(".".join("`" + p.replace("`", "``") + "`" for p in name.split(".")))
+    return F.col(".".join(quoted(p) for p in name.split(".")))
 
 
 def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
