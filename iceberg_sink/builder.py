@@ -205,7 +205,8 @@ class IcebergSinkBuilder:
 
     def max_pending_checkpoints(self, limit: int) -> IcebergSinkBuilder:
         """Streams: how many checkpoints may be written and kept pending while the catalog is
-        unreachable before the stream fails (``iceberg-sink.commit.max-pending-checkpoints``)."""
+        unreachable, or after other writers won every attempt of their commits, before the stream
+        fails (``iceberg-sink.commit.max-pending-checkpoints``)."""
         return self.write_option("iceberg-sink.commit.max-pending-checkpoints", limit)
 
     def schema_evolution(self, mode: str) -> IcebergSinkBuilder:

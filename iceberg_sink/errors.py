@@ -96,6 +96,14 @@ class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):
     the checkpoint location, and a restart with the catalog reachable commits them in order."""
 
 
+def pending_because(error: BaseException) -> str:
+    """Why a stream keeps a checkpoint pending after ``error`` (committer/pending.py ``defers``), for
+    messages: races lost to other writers on every attempt, or an unreachable catalog."""
+    if isinstance(error, CommitRetriesExhaustedError):
+        return "other writers won every commit attempt"
+    return "the catalog is unreachable"
+
+
 class WriteFailedError(IcebergSinkError, RuntimeError):
     """A writer task failed on every attempt Spark gave it (for example a full or failing disk, or
     storage that refused the write). Nothing of the checkpoint was committed and the table is

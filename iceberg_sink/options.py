@@ -149,7 +149,7 @@ MAX_PENDING_CHECKPOINTS = Option(
     "iceberg-sink.commit.max-pending-checkpoints",
     int,
     100,
-    "Streams: checkpoints written and kept pending while the catalog is unreachable before the stream fails (0: fail at once).",
+    "Streams: checkpoints written and kept pending while the catalog is unreachable (or other writers win every commit attempt) before the stream fails (0: fail at once).",
     table_property=False,
     minimum=0,
 )
@@ -157,7 +157,7 @@ PENDING_RETRY_INTERVAL_MS = Option(
     "iceberg-sink.commit.pending-retry-interval-ms",
     int,
     30_000,
-    "Streams: how often checkpoints left pending by a catalog outage are retried while no micro-batch runs (0: only by the next micro-batch).",
+    "Streams: how often checkpoints left pending (a catalog outage, lost races) are retried while no micro-batch runs (0: only by the next micro-batch).",
     table_property=False,
     minimum=0,
 )

@@ -1,17 +1,19 @@
-"""Committing a job's persisted committables, or keeping them pending through a catalog outage.
+"""Committing a job's persisted committables, or keeping them pending when a commit cannot land now.
 
     committable (persisted) ─▶ PendingCommits.commit_or_defer ─▶ IcebergCommitter ─▶ snapshot
-                                         │ catalog unreachable / outcome unknown (streams)
+                                         │ catalog unreachable / outcome unknown /
+                                         │ other writers won every attempt (streams)
                                          ▼
                                stays stored; commit_pending() commits it, in order, later
 
 :class:`PendingCommits` owns one job's commit step: the pre-commit hooks, the idempotent commit,
 deleting the committable once its checkpoint is in the table, the commit metrics, the post-commit
-hooks and the maintenance triggers. A stream rides out a catalog outage by leaving committables
-stored (up to ``iceberg-sink.commit.max-pending-checkpoints``); each is committed, oldest first,
-one snapshot each, by the next micro-batch or the idle retry (job/idle.py). It never calls back
-into the job: what it committed is kept in :attr:`PendingCommits.committed` for the job's progress
-record.
+hooks and the maintenance triggers. A stream rides out a catalog outage, or a burst of other
+writers' commits that wins every attempt of one of its commits, by leaving committables stored (up
+to ``iceberg-sink.commit.max-pending-checkpoints``); each is committed, oldest first, one snapshot
+each, by the next micro-batch or the idle retry (job/idle.py). :meth:`PendingCommits.defers` is the
+one rule for which failures a stream rides out. It never calls back into the job: what it committed
+is kept in :attr:`PendingCommits.committed` for the job's progress record.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from iceberg_sink._iceberg.retry import catalog_unreachable
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
 from iceberg_sink.committer.store import CheckpointStore
-from iceberg_sink.errors import CatalogUnavailableError, CommitStateUnknownError, PendingCheckpointsLimitError
+from iceberg_sink.errors import (
+    CatalogUnavailableError,
+    CommitRetriesExhaustedError,
+    CommitStateUnknownError,
+    PendingCheckpointsLimitError,
+    pending_because,
+)
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources import kafka_offsets
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
@@ -40,11 +48,12 @@ from iceberg_sink.topology.hooks import CommitResult, HookRunner
 logger = logging.getLogger("iceberg_sink")
 
 
-class CatalogOutage(Exception):
-    """A stream's commit did not land (or its outcome is unknown) because the catalog is unreachable.
+class CommitDeferred(Exception):
+    """A stream's commit did not land and is kept pending (:meth:`PendingCommits.defers`): the catalog
+    is unreachable, the commit's outcome is unknown, or other writers won every attempt.
 
     Raised only around the committer's commit, so a failure after a commit landed (a post-commit
-    hook, a compaction) is never taken for an outage.
+    hook, a compaction) is never taken for one.
     """
 
     def __init__(self, error: BaseException) -> None:
@@ -61,7 +70,7 @@ class PendingCommits:
         store: where the job's committables are persisted.
         hooks, metrics: the job's hooks and metrics.
         job_properties: snapshot properties every commit of the job adds.
-        streaming: only a stream keeps checkpoints pending through an outage.
+        streaming: only a stream keeps checkpoints pending (through an outage or lost races).
         max_pending: the most pending checkpoints a stream keeps before it stops.
         has_table: whether the job has loaded its table once (an outage before that is an error).
         compaction, conversion: maintenance triggers told of each commit.
@@ -108,8 +117,8 @@ class PendingCommits:
         self.committed = []
 
     def commit(self, committable: Committable, table: Table | None = None) -> CommitOutcome:
-        """Commit ``committable`` (idempotently) and forget it; raises :class:`CatalogOutage` when a
-        stream's catalog is unreachable (the committable stays stored)."""
+        """Commit ``committable`` (idempotently) and forget it; raises :class:`CommitDeferred` when a
+        stream's commit cannot land now (:meth:`defers`; the committable stays stored)."""
         started = time.monotonic()
         properties = dict(self._job_properties)
         if self._streaming:  # how far each Kafka partition is (sources/kafka_offsets.py)
@@ -119,8 +128,8 @@ class PendingCommits:
         try:
             outcome = self._committer.commit(committable, extra_properties=properties, table=table)
         except Exception as e:
-            if self.is_outage(e):
-                raise CatalogOutage(e) from e
+            if self.defers(e):
+                raise CommitDeferred(e) from e
             raise
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
@@ -207,7 +216,7 @@ class PendingCommits:
         self._metrics.set(pending_checkpoints=len(self._store.pending_ids()))
         return outcomes
 
-    # -- catalog outages -------------------------------------------------------------------
+    # -- commits a stream keeps pending ------------------------------------------------------
 
     def is_outage(self, error: BaseException) -> bool:
         """Whether ``error`` is a catalog outage a stream rides out by keeping checkpoints pending."""
@@ -215,22 +224,34 @@ class PendingCommits:
             return False
         return isinstance(error, (CatalogUnavailableError, CommitStateUnknownError)) or catalog_unreachable(error)
 
+    def defers(self, error: BaseException) -> bool:
+        """Whether a stream keeps a checkpoint whose commit failed with ``error`` pending: a catalog
+        outage, or other writers that won every attempt of the commit (CommitRetriesExhaustedError;
+        the next micro-batch or the idle retry tries again with a fresh retry budget, as a Flink job
+        restarted after a failed commit would). Anything else (a refused request, a changed table,
+        a vetoing hook) fails the stream."""
+        if self.is_outage(error):
+            return True
+        return self._streaming and self._has_table() and isinstance(error, CommitRetriesExhaustedError)
+
     def defer(self, checkpoint_id: int, error: BaseException) -> CommitOutcome:
         """Keep checkpoint ``checkpoint_id`` (already stored) pending; fail past the limit."""
         pending = self._store.pending_ids()
         self._metrics.add(deferred_commits=1)
         self._metrics.set(pending_checkpoints=len(pending))
+        why = pending_because(error)
         if len(pending) > self._max_pending:
             raise PendingCheckpointsLimitError(
                 f"{len(pending)} checkpoints of table {self._table_name} are pending (oldest: checkpoint "
-                f"{pending[0]}, newest: {pending[-1]}) because the catalog is unreachable, more than the limit "
+                f"{pending[0]}, newest: {pending[-1]}) because {why}, more than the limit "
                 f"of {self._max_pending} set by {options.MAX_PENDING_CHECKPOINTS.key}; the stream stops. "
                 f"Nothing is lost: their committables are kept under {self._store.root} and are committed "
-                f"in order, one snapshot each, when the stream restarts with the catalog reachable. "
-                f"Last catalog error: {one_line(error)}"
+                f"in order, one snapshot each, when the stream restarts and its commits can land. "
+                f"Last error: {one_line(error)}"
             ) from error
         logger.warning(
-            "catalog unreachable: checkpoint %s of table %s stays pending (%s pending, oldest %s; limit %s): %s",
+            "%s: checkpoint %s of table %s stays pending (%s pending, oldest %s; limit %s): %s",
+            why,
             checkpoint_id,
             self._table_name,
             len(pending),
@@ -241,12 +262,13 @@ class PendingCommits:
         return CommitOutcome(checkpoint_id, None, already_committed=False, attempts=0, pending=True)
 
     def commit_or_defer(self, committable: Committable, table: Table, error: BaseException | None) -> CommitOutcome:
-        """Commit ``committable`` now, or keep it pending when the catalog is (or becomes) unreachable."""
+        """Commit ``committable`` now, or keep it pending when it cannot land now (``error``: an
+        earlier commit of this batch could not, so this one waits behind it)."""
         if error is not None:
             return self.defer(committable.checkpoint_id, error)
         try:
             return self.commit(committable, table)
-        except CatalogOutage as e:
+        except CommitDeferred as e:
             return self.defer(committable.checkpoint_id, e.error)
 
 

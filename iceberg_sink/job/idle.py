@@ -1,13 +1,14 @@
-"""Idle streams: commit checkpoints a catalog outage left pending without waiting for new data.
+"""Idle streams: commit checkpoints left pending without waiting for new data.
 
-A stream keeps a micro-batch's committable pending while the catalog is unreachable and commits it,
+A stream keeps a micro-batch's committable pending while the catalog is unreachable (or after other
+writers won every attempt of its commit: committer/pending.py ``defers``) and commits it,
 in order, at the start of the next micro-batch (pipeline.py). A stream whose source then goes quiet
 would keep its last checkpoints invisible until data arrives again; so while a query runs, one
 daemon thread tries every ``iceberg-sink.commit.pending-retry-interval-ms`` (default 30 s; 0: never)
 to commit them, between micro-batches only: it shares a lock with the query's batch function and
 skips its turn while a micro-batch runs. It commits exactly as the next micro-batch would
 (``commit_pending``: oldest first, one snapshot each, idempotently), so the two cannot disagree. A
-catalog still unreachable leaves them pending; any other error is logged and left for the next
+catalog still unreachable (or races lost again) leaves them pending; any other error is logged and left for the next
 micro-batch, which raises it as the stream's error. The thread ends with the query.
 
 A stopped query's thread may be in the middle of a commit when a new query starts on the same
@@ -83,7 +84,8 @@ def retry_while_idle(
 ) -> threading.Thread:
     """Start the thread that commits pending checkpoints of ``query``'s sink between micro-batches
     (registered under ``checkpoint_location`` for :func:`end_stopped`)."""
-    from iceberg_sink.job.pipeline import CatalogOutage
+    from iceberg_sink.committer.pending import CommitDeferred
+    from iceberg_sink.errors import pending_because
 
     stopped = threading.Event()
 
@@ -99,8 +101,8 @@ def retry_while_idle(
                 if has_pending():
                     logger.info("%s: committing pending checkpoints while the stream is idle", what)
                     commit_pending()
-            except CatalogOutage as e:
-                logger.info("%s: pending checkpoints stay pending, the catalog is still unreachable: %s", what, e)
+            except CommitDeferred as e:
+                logger.info("%s: pending checkpoints stay pending (%s): %s", what, pending_because(e.error), e)
             except Exception:
                 logger.exception("%s: pending checkpoints could not be committed; the next micro-batch retries", what)
             finally:

@@ -21,10 +21,11 @@ written with the new schema. It is idempotent (planned against the table as load
 replayed after a crash finds it done; committables stored with an older schema still commit, since
 columns are only added or widened (the committer checks it).
 
-Catalog outages (streams only): when the catalog cannot be reached, or a commit's outcome is unknown,
-past the commit retry budget, the batch is still written with the table metadata last loaded by this
+Catalog outages and lost races (streams only; committer/pending.py ``defers``): when the catalog
+cannot be reached, a commit's outcome is unknown, or other writers win every attempt, past the commit
+retry budget, the batch is still written with the table metadata last loaded by this
 job, its committable is persisted, and it stays pending; step 1 of a later batch commits it, in order,
-once the catalog answers again. A pending checkpoint whose commit had landed is found in the table by
+once its commits land again. A pending checkpoint whose commit had landed is found in the table by
 the committer's history check and not committed twice. More pending checkpoints than
 ``iceberg-sink.commit.max-pending-checkpoints`` fail the stream (they stay stored for the restart).
 """
@@ -48,7 +49,7 @@ from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
-from iceberg_sink.committer.pending import CatalogOutage, PendingCommits
+from iceberg_sink.committer.pending import CommitDeferred, PendingCommits
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.committer.summary_keys import EPHEMERAL_JOB_KEY
 from iceberg_sink.config import SinkConfig
@@ -71,7 +72,7 @@ from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spark import refused_input, write_dataframe, write_error
 from iceberg_sink.writer.spec import WriterSpec
 
-__all__ = ["CatalogOutage", "CheckpointPlan", "SinkJob"]
+__all__ = ["CheckpointPlan", "CommitDeferred", "SinkJob"]
 
 if TYPE_CHECKING:
     from iceberg_sink.job.dead_letter import DeadLetterTable
@@ -85,7 +86,7 @@ class SinkJob:
     It composes the job's collaborators and runs its checkpoints through them: the table binding
     (table/binding.py: create or check the table, schema evolution, the key, a routed table's own
     columns, writer specs), the writers (writer/), the CommitAggregator and the pending-commit keeper
-    (committer/pending.py: commit, or keep pending through a catalog outage, in order).
+    (committer/pending.py: commit, or keep pending through a catalog outage or lost races, in order).
     """
 
     def __init__(
@@ -365,7 +366,7 @@ class SinkJob:
             committed_pending = []
             try:
                 committed_pending = self.commit_pending(before=checkpoint_id)
-            except CatalogOutage as e:
+            except CommitDeferred as e:
                 outage = e.error
             if committed_pending and outage is None:
                 try:

@@ -63,7 +63,7 @@ from iceberg_sink.job.dead_letter import (
     refuse_routed_to,
     write_split,
 )
-from iceberg_sink.job.pipeline import CatalogOutage, CheckpointPlan, SinkJob
+from iceberg_sink.job.pipeline import CheckpointPlan, CommitDeferred, SinkJob
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
 from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
@@ -284,9 +284,10 @@ class RoutedJob:
         tables = [t for t in sorted(self._maybe_pending - skip) if self._still_pending(t, before)]
         failures = []
         for table, _, error in each_table(tables, lambda t: self.jobs[t].commit_pending(before=before), self._threads):
-            if isinstance(error, CatalogOutage):
-                # The catalog is unreachable: the table's checkpoints stay pending, committed in
-                # order by a later micro-batch (as a single-table stream's are).
+            if isinstance(error, CommitDeferred):
+                # The catalog is unreachable or other writers won every attempt: the table's
+                # checkpoints stay pending, committed in order by a later micro-batch (as a
+                # single-table stream's are).
                 logger.warning("table %s: pending checkpoints stay pending: %s", table, error.error)
             elif error is not None:
                 failures.append((table, error))

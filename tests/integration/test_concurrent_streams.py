@@ -103,7 +103,8 @@ class ForcedConflicts:
 
     Each checkpoint id is forced once at most: a commit retried within its backoff reaches the handler
     again before the other writer does, and forcing all of them onto one commit (with the expiry's and
-    the compactions' own commits) could use up its retries (CommitRetriesExhaustedError)."""
+    the compactions' own commits) could use up its retries (the checkpoint would then stay pending
+    until the stream's next batch: tests/integration/test_commit_contention.py)."""
 
     def __init__(self, load_table: Callable[[], Table], times: int) -> None:
         self._load = load_table
