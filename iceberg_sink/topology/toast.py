@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from iceberg_sink.errors import CatalogUnavailableError
+from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, pending_because
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
 from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, placeholder_reason, refuse_unavailable
 from iceberg_sink.table.lookup import stored_rows
@@ -92,8 +92,8 @@ def refuse_after_delete(df: DataFrame, raw: Column) -> DataFrame:
 @attrs.frozen
 class StoredTable:
     """Where one table's stored rows are read: the table as loaded for the checkpoint, its branch, its
-    key, and the catalog outage the checkpoint is written through (its metadata may then miss
-    pending checkpoints: stored values would be stale)."""
+    key, and the catalog outage or lost races the checkpoint is written through (the table then
+    misses pending checkpoints: stored values would be stale)."""
 
     table: Table
     branch: str
@@ -144,10 +144,11 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     for name, by_key in wanted.items():
         target = names[name]
         if target.outage is not None:
-            raise CatalogUnavailableError(
+            lost = isinstance(target.outage, CommitRetriesExhaustedError)
+            raise (CommitRetriesExhaustedError if lost else CatalogUnavailableError)(
                 f"table {'.'.join(target.table.name())}: {len(by_key)} keys need their stored values for unchanged "
-                "TOASTed columns, but the catalog is unreachable and checkpoints may be pending, so the table as "
-                "last loaded may be stale; restart the stream once the catalog answers (nothing is lost)"
+                f"TOASTed columns, but {pending_because(target.outage)} and checkpoints may be pending, so the "
+                "table as last loaded may be stale; restart the stream once its commits land (nothing is lost)"
             ) from target.outage
         try:
             rows, read = stored_rows(target.table, target.branch, target.key, list(by_key), columns)

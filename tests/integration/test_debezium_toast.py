@@ -225,3 +225,84 @@ def test_a_refused_event_beside_placeholders_fails_the_batch_as_invalid_input(
         s.write(frame(spark, [toasted(1, 10, 1), bad]), checkpoint_location=ckpt)
     assert [snap.summary["iceberg-sink.checkpoint-id"] for snap in s.load_table().snapshots()] == ["0"]  # type: ignore[index]
     assert read_back(java_reader, s) == [expected(1, 0), expected(2, 0)]
+
+
+def test_stored_values_are_not_read_while_an_earlier_checkpoint_is_pending_after_lost_races(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """A stream whose checkpoint 1 (a new doc for key 1) lost every commit attempt to another writer
+    keeps it pending; checkpoint 2 needs key 1's stored doc, which the table does not hold yet (it is
+    in the pending checkpoint): the batch must fail naming why, never take the stale doc, and a
+    restart commits checkpoint 1, then 2 with the doc of 1."""
+    import os
+
+    from pyspark.errors import StreamingQueryException
+
+    from iceberg_sink import _faults
+
+    source = tmp_path / "src"
+    source.mkdir()
+
+    def add(n: int, events: list[str]) -> None:
+        hidden = source / f".{n}.tmp"
+        hidden.write_text("\n".join(events) + "\n")
+        os.utime(hidden, (1_700_000_000 + n, 1_700_000_000 + n))  # the file stream's order
+        hidden.rename(source / f"{n:03d}.json")
+
+    def start(s: IcebergSink) -> Any:
+        return s.start(spark.readStream.option("maxFilesPerTrigger", 1).text(str(source)), str(tmp_path / "ckpt"))
+
+    s = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("cdc.docs")
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .write_option("commit.retry.num-retries", 1)
+        .write_option("commit.retry.min-wait-ms", 10)
+        .write_option("iceberg-sink.commit.pending-retry-interval-ms", 0)
+        .build()
+    )
+    others: list[int] = []
+
+    def other_writer(point: str, checkpoint_id: int) -> None:
+        if point == _faults.BEFORE_COMMIT_SEND and checkpoint_id == 1:
+            table = s.load_table()
+            table.append(table.schema().as_arrow().empty_table())
+            others.append(checkpoint_id)
+
+    query = start(s)
+    try:
+        add(0, [insert(i, i) for i in range(1, 4)])
+        query.processAllAvailable()
+        _faults.install(other_writer)
+        add(1, [insert(1, 10, version=1).replace('"op": "c"', '"op": "u"')])
+        query.processAllAvailable()
+        assert s.metrics().pending_checkpoints == 1 and query.isActive
+        add(2, [toasted(1, 20, 5), toasted(2, 21, 5)])
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+        _faults.clear()
+    message = str(failure.value)
+    assert "CommitRetriesExhaustedError" in message and "other writers won every commit attempt" in message, message
+    assert "TOASTed" in message, message
+    assert others, "the other writer never committed"
+    history = [
+        snap.summary["iceberg-sink.checkpoint-id"]
+        for snap in s.load_table().snapshots()
+        if snap.summary and "iceberg-sink.checkpoint-id" in snap.summary.additional_properties
+    ]
+    assert history == ["0"], history
+
+    s = build(tmp_path / "lake")
+    query = start(s)
+    try:
+        query.processAllAvailable()  # Spark runs batch 2 again: checkpoint 1 is committed first
+    finally:
+        query.stop()
+    assert query.exception() is None
+    model = {1: expected(1, 5, version=1), 2: expected(2, 5), 3: expected(3, 0)}
+    assert read_back(java_reader, s) == [model[i] for i in sorted(model)]
