@@ -23,15 +23,27 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.table import Table
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from iceberg_sink import _faults, options
 from tests.integration.sources import event_batch
 from tests.integration.test_catalog_outage import Feed
-from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
+from tests.integration.test_v3_cdc import delete_files
+from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize, pyiceberg_read
 
 pytestmark = pytest.mark.interop
 
 ATTEMPTS = 3  # Feed.builder: commit.retry.num-retries = 2
+# The other writer's rows of a keyed CDC table (its key columns are required).
+OTHER_ROWS = StructType(
+    [
+        StructField("id", LongType(), nullable=False),
+        StructField("region", StringType(), nullable=False),
+        StructField("v", StringType()),
+        StructField("n", LongType()),
+        StructField("lsn", LongType()),
+    ]
+)
 CHECKPOINT_ID = "iceberg-sink.checkpoint-id"
 
 
@@ -262,3 +274,82 @@ def test_routed_stream_keeps_only_the_table_whose_races_were_lost_pending(
     rows = [r for batch in batches for r in batch]
     for name in ("a", "b"):
         check_readers(java_reader, catalog.load_table(f"db.{name}"), expected_events(rows, name), "id")
+
+
+def test_v3_cdc_checkpoints_pending_after_lost_races_commit_in_order_as_deletion_vectors(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Format v3: checkpoints 1 and 2 of a CDC stream lose every attempt to another writer (another
+    sink appending rows of keys the stream never uses: v3 snapshots with row lineage), so checkpoint 2
+    is written while 1 is pending, its keys' proof made on a table without 1's rows. Checkpoint 3
+    commits both first, in order; every delete must become a deletion vector that reaches the rows of
+    the pending checkpoints (no key twice, none lost), and no equality delete may be committed."""
+    from iceberg_sink import IcebergSink
+
+    props = catalog_props(tmp_path)
+    feed = Feed(tmp_path / "src", cdc=True, seed=11)
+
+    def builder() -> Any:
+        return (
+            IcebergSink.builder()
+            .catalog("pg", **props)
+            .table("db.t")
+            .create_if_missing(partition_by=["region"], format_version=3)
+            .cdc(op_column="op", key=["id", "region"], order_by="lsn")
+            .write_option("commit.retry.num-retries", 2)
+            .write_option("commit.retry.min-wait-ms", 20)
+            .write_option(options.PENDING_RETRY_INTERVAL_MS.key, 0)
+        )
+
+    sink = builder().build()
+    others: list[IcebergSink] = []  # built once the stream has created the table
+    inside = threading.local()
+    theirs: list[int] = []
+
+    def other_writer(point: str, checkpoint_id: int) -> None:
+        """Before each attempt of checkpoints 1 and 2 (while armed), the other sink appends a row."""
+        if point != _faults.BEFORE_COMMIT_SEND or checkpoint_id not in (1, 2) or getattr(inside, "busy", False):
+            return
+        inside.busy = True
+        try:
+            n = len(theirs)
+            row = {"id": 1000 + n, "region": "zz", "v": "other writer", "n": n, "lsn": 0}
+            if not others:
+                others.append(
+                    IcebergSink.builder()
+                    .catalog("pg", **props)
+                    .table("db.t")
+                    .write_option(options.SNAPSHOT_PROPERTY_PREFIX.key, "other")  # its own checkpoint ids
+                    .build()
+                )
+            others[0].write(spark.createDataFrame([tuple(row.values())], OTHER_ROWS))
+            feed.model[1000 + n] = row
+            theirs.append(n)
+        finally:
+            inside.busy = False
+
+    query = feed.start(spark, sink, tmp_path / "ckpt")
+    try:
+        feed.add()
+        query.processAllAvailable()  # 0
+        _faults.install(other_writer)
+        for _ in range(2):  # 1, 2: pending (2 is deferred behind 1 without an attempt of its own)
+            feed.add()
+            query.processAllAvailable()
+        assert query.exception() is None and sink.metrics().pending_checkpoints == 2, sink.metrics()
+        _faults.clear()
+        feed.add()
+        query.processAllAvailable()  # 3: commits 1, 2, then itself
+        assert query.exception() is None
+    finally:
+        query.stop()
+        _faults.clear()
+    assert len(theirs) == 2 * ATTEMPTS, theirs  # 1 lost every attempt twice (at 1 and again at 2)
+    table = load_catalog("pg", **props).load_table("db.t")
+    assert table.format_version == 3
+    check_table(props, feed, java_reader, 4, [])
+    deletes = delete_files(table)
+    assert deletes, "the checkpoints deleted rows: deletion vectors expected"
+    for meta, _ in deletes:  # deletion vectors only, each naming its data file; no equality delete
+        assert meta.file_format == "PUFFIN" and meta.referenced_data_file is not None, meta.path
+    assert normalize(pyiceberg_read(table.metadata_location), [feed.key]) == feed.expected()
