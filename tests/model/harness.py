@@ -26,6 +26,7 @@ total may be negative.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import json
 import os
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,8 @@ OPERATIONS: dict[str, int] = {
     "schema_evolution": 4,
     "sink_schema_evolution": 3,  # the sink itself adds a column (and widens) for a batch that needs it
     "commit_properties": 2,
-    "catalog_outage": 3,  # the catalog unreachable for a few checkpoints of a stream; pending, then committed
+    "catalog_outage": 3,  # a stream's commits cannot land for a few checkpoints (catalog unreachable, or races
+    # lost to another writer on every attempt): pending, then committed in order
     "sigkill": 2,  # a real SIGKILL of a subprocess driver; long profile only (a Spark start-up per kill)
     **v3_steps.OPERATIONS,  # format v3 tables db.v3 and db.v2up: tests/model/v3_steps.py
 }
@@ -451,6 +453,8 @@ class World:
         self.hostile_rng = random.Random(f"hostile-{seed}")  # op_hostile_routed_names
         # Other writers under a running stream (op_other_writers): their own generator.
         self.other_rng = random.Random(f"other-writers-{seed}")
+        # op_catalog_outage: an unreachable catalog or races lost to another writer (its own generator).
+        self.outage_rng = random.Random(f"outage-kind-{seed}")
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -808,21 +812,26 @@ class World:
         return self.frame(self.app_cols, appended), lambda: self.app_model.extend(appended), f"{len(appended)} rows"
 
     def op_catalog_outage(self) -> None:
-        """A stream's catalog is unreachable for a few checkpoints: the SQLite catalog file is locked by
-        another connection's exclusive transaction (as a backup or another tool can hold it). Each
-        checkpoint is written and stays pending; one past ``max_pending`` fails the stream naming the
-        limit. Then the lock is released and the stream (or a restarted driver) commits them in order,
-        one snapshot each: the check after the step compares every table with the model."""
+        """A stream's commits cannot land for a few checkpoints, for one of two reasons (drawn from
+        ``outage_rng``, so every seed's operation sequence is kept): the catalog is unreachable (the
+        SQLite catalog file locked by another connection's exclusive transaction, as a backup or
+        another tool can hold it), or another writer wins every attempt of each commit (it commits to
+        the same table before each attempt is sent). Each checkpoint is written and stays pending; one
+        past ``max_pending`` fails the stream naming the limit and the reason. Then the window ends and
+        the stream (or a restarted driver) commits them in order, one snapshot each: the check after
+        the step compares every table with the model."""
         which = self.rng.choice(["cdc", "upsert", "append"])
         job = self.jobs[which]
         batches = self.rng.randrange(1, self.max_pending + 2)
         restart = self.rng.random() < 0.5
+        lost_races = self.outage_rng.random() < 0.5
+        why = "another writer wins every commit attempt" if lost_races else "the catalog file is locked"
         self.log(
-            f"catalog outage: {which} stream, {batches} checkpoints from {job.next_checkpoint} while the catalog "
-            f"file is locked (limit {self.max_pending}), then {'a restarted driver' if restart else 'the stream'} "
-            "commits them"
+            f"{'lost races' if lost_races else 'catalog outage'}: {which} stream, {batches} checkpoints from "
+            f"{job.next_checkpoint} while {why} (limit {self.max_pending}), then "
+            f"{'a restarted driver' if restart else 'the stream'} commits them"
         )
-        self._locked_catalog_fails_fast = True
+        self._locked_catalog_fails_fast = not lost_races
         try:
             stream_sink = job.build()
         finally:
@@ -832,11 +841,14 @@ class World:
         stream = stream_sink._job(job.location, ephemeral=False, streaming=True)
         first, apply_first, desc = self._outage_batch(which)
         stream.ensure_table(first.schema)
-        lock = sqlite3.connect(self.root / "catalog.db", isolation_level=None)
         limited = False
         notes = []
-        try:
-            lock.execute("BEGIN EXCLUSIVE")
+        window = (
+            self._races_lost("db.app" if which == "append" else "db.main", job.next_checkpoint)
+            if lost_races
+            else self._catalog_locked()
+        )
+        with window as other_commits:
             frame, apply, desc = first, apply_first, desc
             for i in range(batches):
                 if i:
@@ -850,6 +862,7 @@ class World:
                         f"limit of {self.max_pending}",
                         options.MAX_PENDING_CHECKPOINTS.key,
                         "oldest: checkpoint",
+                        "other writers won every commit attempt" if lost_races else "the catalog is unreachable",
                     )
                     if i != self.max_pending or not all(part in text for part in expected):
                         raise self.fail(
@@ -867,10 +880,11 @@ class World:
             pending = stream_sink.metrics().pending_checkpoints
             if pending != batches:
                 raise self.fail(f"metrics count {pending} pending checkpoints, expected {batches}")
-        finally:
-            lock.execute("ROLLBACK")
-            lock.close()
-        self.trace[-1] += f" -> pending {', '.join(notes)}" + (" -> stream failed at the limit" if limited else "")
+        self.trace[-1] += (
+            f" -> pending {', '.join(notes)}"
+            + (f" ({len(other_commits)} commits of the other writer)" if lost_races else "")
+            + (" -> stream failed at the limit" if limited else "")
+        )
         frame, apply, desc = self._outage_batch(which)
         checkpoint = job.next_checkpoint
         if restart or limited:
@@ -881,10 +895,43 @@ class World:
         job.next_checkpoint += 1
         stream_sink.await_compactions()
         stream_sink.await_conversions()
-        self.trace[-1] += f" -> catalog back, checkpoint {checkpoint} ({desc}) committed after them"
+        self.trace[-1] += f" -> commits land again, checkpoint {checkpoint} ({desc}) committed after them"
         left = CheckpointStore(job.location).pending_ids()
         if outcome is None or outcome.pending or left:
             raise self.fail(f"checkpoint {checkpoint} after the outage: {outcome!r}; still pending: {left}")
+
+    @contextlib.contextmanager
+    def _catalog_locked(self) -> Iterator[list[int]]:
+        """The SQLite catalog file locked by another connection's exclusive transaction."""
+        lock = sqlite3.connect(self.root / "catalog.db", isolation_level=None)
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            yield []
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+
+    @contextlib.contextmanager
+    def _races_lost(self, name: str, first: int) -> Iterator[list[int]]:
+        """Another writer commits to table ``name`` before every attempt of the sink's commits of
+        checkpoints from ``first`` is sent, so each attempt loses its compare-and-swap for real. Its
+        commits are PyIceberg appends of no rows (snapshots that change no row of the model); the
+        snapshot ids are collected in the yielded list."""
+        commits: list[int] = []
+
+        def other_writer(point: str, checkpoint: int) -> None:
+            if point != _faults.BEFORE_COMMIT_SEND or checkpoint < first:
+                return
+            table = self.table(name)
+            table.append(table.schema().as_arrow().empty_table())
+            snapshot = self.table(name).current_snapshot()
+            commits.append(snapshot.snapshot_id if snapshot else -1)
+
+        _faults.install(other_writer)
+        try:
+            yield commits
+        finally:
+            _faults.clear()
 
     def op_crash(self) -> None:
         point = self.rng.choice(FAULT_POINTS)

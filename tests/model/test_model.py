@@ -35,13 +35,17 @@ def test_model_catalog_outages(
     spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The short profile may draw ``catalog_outage`` rarely: one seed where it dominates, between the
-    writes of every job, so pending checkpoints, both recovery paths and the limit always run."""
+    writes of every job, so pending checkpoints, both recovery paths, the limit and both reasons (an
+    unreachable catalog, races lost to another writer on every attempt) always run."""
     monkeypatch.setattr(harness, "OPERATIONS", {"cdc": 2, "upsert": 1, "append": 1, "catalog_outage": 4})
     world = harness.World(spark, java_reader, tmp_path, seed=5)
     seconds = world.run(8)
-    outages = [line for line in world.trace if "catalog outage" in line]
-    assert len(outages) >= 3, world.trace
-    sys.stderr.write(f"model check catalog outages: {len(outages)} in {seconds:.1f}s\n")
+    outages = [line for line in world.trace if ": catalog outage: " in line]
+    lost = [line for line in world.trace if ": lost races: " in line]
+    assert outages and lost and len(outages) + len(lost) >= 3, world.trace
+    sys.stderr.write(
+        f"model check: {len(outages)} catalog outages, {len(lost)} windows of lost races in {seconds:.1f}s\n"
+    )
 
 
 def test_compaction_racing_the_conversion_both_ways(
