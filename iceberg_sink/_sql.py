@@ -86,6 +86,14 @@ def column(name: str) -> str:
     return _reference([name])
 
 
+def named(name: str) -> Column:
+    """The top-level column named exactly ``name``, as a Column: ``F.col(name)`` reads dots as nested
+    fields (``my.value``: field ``value`` of a struct ``my``, or an error) and backticks as quoting.
+    Every column the caller names as a column of the DataFrame (checked against ``df.columns``) is
+    referenced through this or :func:`column`."""
+    return F.col(quoted(name))
+
+
 def path(name: str) -> str:
     """A column reference as ``F.col(name)`` reads it: dots select nested fields."""
     return _reference(name.split("."))

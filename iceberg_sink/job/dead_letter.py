@@ -64,6 +64,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink import _faults, _task_faults
+from iceberg_sink._sql import named
 from iceberg_sink.config import CreateOptions, SinkConfig
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, fail_on_reject
@@ -157,7 +158,7 @@ def refuse_required_nulls(
     reason: Column | None = None
     for required, names in groups.items():
         for column in required:
-            found = F.col(f"`{column}`").isNull()
+            found = named(column).isNull()
             if route_column is not None:
                 found = found & F.col(route_column).isin(*names)
             text = F.concat(F.lit(f"column {column!r} is required (not null) in table "), table, F.lit(" but is null"))
@@ -165,10 +166,10 @@ def refuse_required_nulls(
             reason = here if reason is None else F.coalesce(reason, here)
     assert reason is not None
     if op_column is not None and op_column in df.columns:
-        op = F.col(f"`{op_column}`").cast("string")
+        op = named(op_column).cast("string")
         reason = F.when(~F.coalesce(op.isin(*DELETE_CODES, *TRUNCATE_CODES), F.lit(False)), reason)
     raw = F.to_json(
-        F.struct(*[F.col(f"`{c}`") for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
+        F.struct(*[named(c) for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, REQUIRED_NULL_CLASS, raw)
@@ -578,7 +579,7 @@ def refuse_routed_to(df: DataFrame, route_column: str, dead_letter: str) -> Data
         F.lit(f"rows may not be routed to the dead-letter table {dead_letter}"),
     )
     raw = F.to_json(
-        F.struct(*[F.col(f"`{c}`") for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
+        F.struct(*[named(c) for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, "DeadLetterRouteError", raw, source_table=name)

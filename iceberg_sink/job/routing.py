@@ -52,6 +52,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from iceberg_sink import _faults, options
+from iceberg_sink._sql import named
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
@@ -118,16 +119,16 @@ def route_column(df: DataFrame, route: RouteConfig, known: Iterable[str] = ()) -
                 route_marker(route),
                 [f"{route.table_column}: the column given to .route(table_column=...) is missing from the DataFrame"],
             )
-        name = F.col(f"`{route.table_column}`").cast("string")
+        name = named(route.table_column).cast("string")
     else:
         assert route.fn is not None
-        name = _route_udf(route.fn)(F.struct(*[F.col(f"`{c}`") for c in columns if c != REJECT_COLUMN]))
+        name = _route_udf(route.fn)(F.struct(*[named(c) for c in columns if c != REJECT_COLUMN]))
     if route.namespace is not None:
         name = F.when(name.contains("."), name).otherwise(F.concat(F.lit(route.namespace + "."), name))
     routed = df.withColumn(ROUTE_COLUMN, name)
     column = F.col(ROUTE_COLUMN)
     # The event as received: a Kafka record's value, else the row as JSON (for a dead-letter table).
-    inputs = [F.col(f"`{c}`") for c in columns if c != REJECT_COLUMN]
+    inputs = [named(c) for c in columns if c != REJECT_COLUMN]
     raw = F.col("value") if "value" in columns else F.to_json(F.struct(*inputs))
     routed = reject_where(
         routed,

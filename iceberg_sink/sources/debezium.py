@@ -48,7 +48,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from iceberg_sink._sql import column, path, string
+from iceberg_sink._sql import column, named, string
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
 from iceberg_sink.errors import InvalidInputError
@@ -208,7 +208,7 @@ def _merge_row_schemas(declared: T.StructType, inferred: T.StructType) -> T.Stru
 
 def _collisions(table_column: str) -> str:
     """SQL text: a reason for the rows whose routed name another source of this batch also maps to."""
-    name, identity = path(table_column), column(IDENTITY)
+    name, identity = column(table_column), column(IDENTITY)
     low, high = (f"{f}({identity}) OVER (PARTITION BY {name})" for f in ("min", "max"))
     other = f"CASE WHEN {identity} = {low} THEN {high} ELSE {low} END"
     opening, middle = string("routed table name '"), string("' is the name of two sources in this batch (")
@@ -371,7 +371,7 @@ def read_envelope(
         *c.carried,
         c.value,
         *fields,
-        *added,
+        *[named(a) for a in added],
         *([toast.UNAVAILABLE_COLUMN] if toast.UNAVAILABLE_COLUMN in staged.columns else []),
         *([IDENTITY] if c.helpers else []),
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
@@ -454,7 +454,7 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark
     old, row, marker, reason = built(staged.sparkSession, ("toast", schema.json(), placeholder, mark), build)
     staged = staged.withColumn(_OLD, old)
     return staged.select(
-        *[c for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
+        *[named(c) for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
         row.alias(_ROW),
         F.coalesce(F.col(_ROW_REASON), *([reason] if reason is not None else [])).alias(_ROW_REASON),
         *([marker.alias(toast.UNAVAILABLE_COLUMN)] if marker is not None else []),
@@ -470,8 +470,8 @@ def _finish(
     source = None
     if table_column is not None:
         reason = f"coalesce({reason}, {_collisions(table_column)})"
-        source = path(table_column)
-    marked = reject_where(rows, reason, REJECT_CLASS, path(value_column), source_table=source)
+        source = column(table_column)
+    marked = reject_where(rows, reason, REJECT_CLASS, column(value_column), source_table=source)
     helpers = [_REASON, IDENTITY] + [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
     out = marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])
     return out if rejects == "mark" else fail_on_reject(out)

@@ -23,7 +23,7 @@ from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg_sink._sql import column, parse
+from iceberg_sink._sql import column, named, parse
 from iceberg_sink.sources.event_order import order_expected, order_value
 from iceberg_sink.topology.changes import TRUNCATES_METADATA
 
@@ -171,10 +171,11 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
         args.table_column,
     )
     key_column, table_fields = args.key_column, args.table_fields
-    value = F.col(value_column).cast("string")
-    message_key = [F.col(key_from).cast("string").alias(KEY)] if key_from is not None else []
-    kept_columns = [F.col(c) for c in carried]
-    v = F.col(value_column)
+    # Named columns of the input (value_column, key_from, keep=) are top-level names: named(), not F.col.
+    value = named(value_column).cast("string")
+    message_key = [named(key_from).cast("string").alias(KEY)] if key_from is not None else []
+    kept_columns = [named(c) for c in carried]
+    v = named(value_column)
     # With the schema part, the payload is under "payload"; without it the value is the payload.
     # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
     payload = F.col(PAYLOAD)

@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql import named
 from iceberg_sink.errors import InvalidInputError
 
 # A JSON value's inferred kind, hashable: ("long",), ("double",), ("decimal",), ("string",),
@@ -157,7 +158,7 @@ def infer_json_schema(df: DataFrame, column: str, what: str = "") -> T.StructTyp
     Raises:
         InvalidInputError: a document is not a JSON object, or a field's kinds conflict (naming it).
     """
-    parts = df.select(F.col(column).cast("string")).rdd.mapPartitions(_partition_kind).collect()
+    parts = df.select(named(column).cast("string")).rdd.mapPartitions(_partition_kind).collect()
     merged: Kind = ("struct", ())
     bad = [b for _, b in parts if b is not None]
     for kind, _ in parts:
@@ -195,14 +196,14 @@ def read_json(df: DataFrame, column: str, keep: Sequence[str] = (), schema: T.St
     missing = [c for c in (column, *keep) if c not in names]
     if missing:
         raise InvalidInputError(f"read_json: expected columns {missing} in the DataFrame; it has {names}")
-    rows = df.where(F.col(column).isNotNull())
+    rows = df.where(named(column).isNotNull())
     parsed_schema = schema if schema is not None else infer_json_schema(rows, column)
     clash = [c for c in keep if c in parsed_schema.fieldNames()]
     if clash:
         raise InvalidInputError(f"read_json: kept columns {clash} are also fields of the JSON documents")
     parsed = "__iceberg_sink_json"
-    out = rows.select(*[F.col(c) for c in keep], F.from_json(F.col(column).cast("string"), parsed_schema).alias(parsed))
-    return out.select(*[F.col(c) for c in keep], *[_field(parsed, f.name) for f in parsed_schema.fields])
+    out = rows.select(*[named(c) for c in keep], F.from_json(named(column).cast("string"), parsed_schema).alias(parsed))
+    return out.select(*[named(c) for c in keep], *[_field(parsed, f.name) for f in parsed_schema.fields])
 
 
 def _field(struct: str, name: str) -> Column:

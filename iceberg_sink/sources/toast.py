@@ -23,6 +23,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql import named
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
 
@@ -111,7 +112,7 @@ def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
         f"{why}; set REPLICA IDENTITY FULL on the source table so updates carry it (see docs/cdc.md)",
     )
     raw = F.to_json(
-        F.struct(*[F.col(f"`{c}`") for c in df.columns if not c.startswith("__iceberg_sink")]),
+        F.struct(*[named(c) for c in df.columns if not c.startswith("__iceberg_sink")]),
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, "InvalidInputError", raw).drop(UNAVAILABLE_COLUMN)

@@ -123,7 +123,8 @@ def partition_expressions(spec: PartitionSpec, schema: Schema, present: Collecti
 
 
 def _quote(name: str) -> str:
-    return ".".join(f"`{part}`" for part in name.split("."))
+    # _sql.quoted's rule (a backtick doubled), written here: this module imports no pyspark at load.
+    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
 
 
 def distribute(

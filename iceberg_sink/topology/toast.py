@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from iceberg_sink._sql import named
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, pending_because
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
 from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, placeholder_reason, refuse_unavailable
@@ -39,7 +40,7 @@ _KEY = "__iceberg_sink_stored_key_"
 
 
 def _q(name: str) -> Column:
-    return F.col(f"`{name}`")
+    return named(name)
 
 
 def _marked(name: str) -> Column:
@@ -210,7 +211,7 @@ def _key_part(names: Mapping[str, StoredTable], route: Column, i: int) -> Column
     keys differ in type, and text compares the same on both sides of the join."""
     part: Column | None = None
     for name, target in names.items():
-        value = F.col(f"`{target.key[i]}`").cast("string") if i < len(target.key) else F.lit("")
+        value = named(target.key[i]).cast("string") if i < len(target.key) else F.lit("")
         part = F.when(route == F.lit(name), value) if part is None else part.when(route == F.lit(name), value)
     assert part is not None
     return part

@@ -67,6 +67,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from iceberg_sink._iceberg.metrics import footer_metrics
+from iceberg_sink._sql import named
 from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -245,7 +246,7 @@ def _partition_expression(field: PartitionField, schema: Schema) -> Any:
     name = source.name
 
     def col() -> Column:
-        return F.col(f"`{name}`")
+        return named(name)
 
     is_ts = isinstance(t, TimestamptzType)
     is_date = isinstance(t, DateType)
@@ -323,7 +324,7 @@ def _project(df: DataFrame, schema: Schema) -> DataFrame:
     for field in schema.fields:
         spark_type = _spark_type(field.field_type)
         assert spark_type is not None
-        value = F.col(f"`{field.name}`").cast(spark_type) if field.name in present else F.lit(None).cast(spark_type)
+        value = named(field.name).cast(spark_type) if field.name in present else F.lit(None).cast(spark_type)
         columns.append(value.alias(field.name, metadata={FIELD_ID_KEY: field.field_id}))
     return df.select(*columns)
 

@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink import IcebergSink, InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.sources.debezium import read_envelope
+from iceberg_sink.sources.readers import read_json
 from iceberg_sink.sources.rejects import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -228,6 +229,60 @@ def test_names_spark_would_substitute_are_read_and_written_as_given(
         }
         for i in range(1, 4)
     ]
+
+
+def test_input_columns_named_with_dots_are_those_columns_not_nested_fields(
+    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """``value_column=``, ``keep=`` and ``key_from=`` name columns of the DataFrame (checked against
+    ``df.columns``), and a dot is part of such a name. Beside struct columns ``my`` and ``kafka`` whose
+    nested fields those names would select as paths (decoys holding other events and keys), the
+    named columns are read: by read_envelope (and its ``table_column=``, ``op_column=`` outputs
+    named with dots), by read_json, and by the sink."""
+    row = [field("id", "int64"), field("name", "string")]
+    real = [envelope("c", i, None, {"id": i, "name": f"n{i}"}, row) for i in range(1, 4)]
+    decoy = [envelope("c", i, None, {"id": 100 + i, "name": "decoy"}, row) for i in range(1, 4)]
+    ddl = (
+        "`my.value` string, `kafka.key` string, `off.set` int, "
+        "my struct<value: string>, kafka struct<key: string>, topic string, partition int, offset long"
+    )
+    records = [
+        (v, json.dumps({"id": i}), i, (d,), (json.dumps({"name": i}),), "t", 0, i)
+        for i, (v, d) in enumerate(zip(real, decoy, strict=True), start=1)
+    ]
+    df = spark.createDataFrame(records, ddl)
+    out = read_envelope(
+        df,
+        value_column="my.value",
+        keep=["kafka.key", "off.set"],
+        key_from="kafka.key",
+        table_column="src.table",
+        op_column="op.code",
+    )
+    plain = read_envelope(frame(spark, real)).select("source_table").first()
+    assert plain is not None
+    got = sorted(
+        (r["id"], r["name"], r["kafka.key"], r["off.set"], r["op.code"], r["src.table"], list(r["key_columns"]))
+        for r in out.collect()
+    )
+    assert got == [(i, f"n{i}", json.dumps({"id": i}), i, "c", plain["source_table"], ["id"]) for i in range(1, 4)]
+
+    texts = spark.createDataFrame(
+        [('{"a": 1}', 5, ('{"a": 2}',), (99,))], "`j.s` string, `k.k` int, j struct<s: string>, k struct<k: int>"
+    )
+    assert [r.asDict() for r in read_json(texts, "j.s", keep=["k.k"]).collect()] == [{"k.k": 5, "a": 1}]
+
+    s = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("cdc.items")
+        .create_if_missing()
+        .debezium(value_column="my.value", table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+    s.write(df, checkpoint_location=str(tmp_path / "ckpt"))
+    assert read_back(java_reader, s, ["id", "name"]) == [{"id": i, "name": f"n{i}"} for i in range(1, 4)]
 
 
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema", "schemaless"])

@@ -571,3 +571,28 @@ def test_routed_cdc_on_format_v3_commits_deletion_vectors_per_table(
         assert_readers_agree_many(
             java_readers, {table.metadata_location: normalize(apply_changes(per_table[name]), ["id"])}, ["id"]
         )
+
+
+def test_route_column_named_with_a_dot_and_a_backtick_is_that_column(
+    spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """``.route(table_column=...)`` names a column of the batch: a dot and a backtick are part of the
+    name (it was quoted without doubling the backtick), beside a struct ``to`` whose field ``t`` the
+    name would select as a path (a decoy naming another table)."""
+    name = "to.`t`"
+    sink = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(table_column=name, namespace="db")
+        .create_if_missing()
+        .build()
+    )
+    rows = [("a", ("decoy",), i, f"n{i}", 1.0) for i in range(3)]
+    df = spark.createDataFrame(rows, "r string, to struct<t: string>, id long, name string, score double")
+    sink.write(df.withColumnRenamed("r", name), checkpoint_location=str(tmp_path / "ck"))
+    assert set(sink.last_write_outcomes()) == {"db.a"}
+    assert not catalog.table_exists("db.decoy")  # type: ignore[attr-defined]
+    location = catalog.load_table("db.a").metadata_location  # type: ignore[attr-defined]
+    want = [{"id": i, "name": f"n{i}", "to": {"t": "decoy"}} for i in range(3)]
+    assert normalize(java_reader.read(location).select(["id", "name", "to"]), ["id"]) == want
+    assert normalize(duckdb_read(location).select(["id", "name", "to"]), ["id"]) == want

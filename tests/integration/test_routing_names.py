@@ -217,3 +217,15 @@ def test_bad_column_names_commit_no_schema_change_and_fail_routed_batches(
     with pytest.raises(SchemaMismatchError, match=r"'a\.b': a column or field name may not hold"):
         routed.write(spark.createDataFrame([("t", 1, "x")], "tbl string, id long, `a.b` string"))
     assert not catalog.namespace_exists("cdc") or not catalog.list_tables("cdc")
+    # Routed by a function, every column goes into the function's row: a backtick in a name must be
+    # the column rule's clear refusal, not Spark's syntax error on a badly quoted reference.
+    by_fn = (
+        IcebergSink.builder()
+        .catalog("test", **catalog_props)
+        .route(lambda r: "f", namespace="cdc")
+        .create_if_missing()
+        .build()
+    )
+    with pytest.raises(SchemaMismatchError, match=r"'a`b': a column or field name may not hold"):
+        by_fn.write(spark.createDataFrame([(1, "x")], "id long, `a``b` string"))
+    assert not catalog.namespace_exists("cdc") or not catalog.list_tables("cdc")
