@@ -44,6 +44,10 @@ TOAST_SHARE = 0.3  # of updates: the note is an unchanged TOASTed value (docs/cd
 # A name Spark would substitute in SQL text (``${x}`` reads as ""), and a decoy named as that reads.
 NOTE, DECOY = "note ${x}'", "note '"
 COLUMNS = ["id", "qty", "price", "day", "ok", "ratio", NOTE, DECOY, "lsn"]
+# The events' column is named with a dot, beside a struct whose field that name would select as a
+# path: the decoy holds a value that is no event (read, it fails the batch as "value is not JSON").
+VALUE = "kafka.value"
+FRAME_DDL = "`kafka.value` string, kafka struct<value: string>"
 
 _ROW = [
     {"type": "int64", "optional": False, "field": "id"},
@@ -108,7 +112,7 @@ class DebeziumJob:
             .catalog("model", **self.catalog_props)
             .table(TABLE)
             .create_if_missing()
-            .debezium(table_column=None, truncate=self.truncate, **self.order())
+            .debezium(value_column=VALUE, table_column=None, truncate=self.truncate, **self.order())
             .cdc(op_column="op", key=["id"], order_by="lsn")
             .schema_evolution("add-columns")
             .build()
@@ -289,7 +293,8 @@ class DebeziumJob:
             f"debezium_cdc: {len(values)} events, schema part {schema}, truncate={self.truncate}, "
             f"{'binlog' if self.binlog else 'lsn'} order, hostile {bad}"
         )
-        df = world.spark.createDataFrame([(v,) for v in values], "value string").repartition(rng.choice([1, 2]))
+        decoy = ("decoy: not an event",)
+        df = world.spark.createDataFrame([(v, decoy) for v in values], FRAME_DDL).repartition(rng.choice([1, 2]))
         sink = self.sink()
         if bad is not None:
             try:
