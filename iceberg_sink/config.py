@@ -126,16 +126,21 @@ class SinkConfig:
         return dict(self.write_options)
 
     def read_batch(self, df: Any, known_tables: Iterable[str] = ()) -> Any:
-        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes). A routed sink's
+        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes), its collated
+        strings made binary (table/collation.py). A routed sink's
         rows get their table name here (job/routing.py), marked refused when the route may not write
         it. Rows a source or the route refused (sources/rejects.py) keep their mark: the job decides,
         right before the writers (iceberg_sink/job/dead_letter.py ``enforce``), to fail the batch or
         dead-letter them. ``known_tables``: routed names already accepted (RoutedJob.known_tables)."""
         from iceberg_sink.job.routing import route_column
         from iceberg_sink.sources.rejects import fail_on_reject
+        from iceberg_sink.table.collation import binary_strings
 
         for fn in self.map_batches:
             df = fn(df)
+        # Strings compared as the table compares them (table/collation.py): before any key, op code
+        # or route value is compared.
+        df = binary_strings(df)
         if self.route is not None:
             df = route_column(df, self.route, known_tables)
         if self.dead_letter is None:
