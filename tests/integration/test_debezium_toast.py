@@ -55,7 +55,7 @@ def expected(i: int, n: int, version: int = 0) -> dict[str, Any]:
     return {"id": i, "doc": text(i, version), "n": n, "blob": b"b%d" % i, "tags": [f"t{i}"]}
 
 
-def build(lake: Path, table: str = "cdc.docs") -> IcebergSink:
+def builder(lake: Path, table: str = "cdc.docs") -> Any:
     return (
         IcebergSink.builder()
         .embedded(lake)
@@ -63,8 +63,12 @@ def build(lake: Path, table: str = "cdc.docs") -> IcebergSink:
         .create_if_missing()
         .debezium(value_column="value", table_column=None)
         .cdc(op_column="op", key=["id"], order_by="lsn")
-        .build()
     )
+
+
+def build(lake: Path, table: str = "cdc.docs") -> IcebergSink:
+    sink: IcebergSink = builder(lake, table).build()
+    return sink
 
 
 def read_back(java_reader: JavaIcebergReader, s: IcebergSink, columns: list[str] = COLUMNS) -> list[dict[str, Any]]:
@@ -253,12 +257,7 @@ def test_stored_values_are_not_read_while_an_earlier_checkpoint_is_pending_after
         return s.start(spark.readStream.option("maxFilesPerTrigger", 1).text(str(source)), str(tmp_path / "ckpt"))
 
     s = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .table("cdc.docs")
-        .create_if_missing()
-        .debezium(value_column="value", table_column=None)
-        .cdc(op_column="op", key=["id"], order_by="lsn")
+        builder(tmp_path / "lake")
         .write_option("commit.retry.num-retries", 1)
         .write_option("commit.retry.min-wait-ms", 10)
         .write_option("iceberg-sink.commit.pending-retry-interval-ms", 0)
