@@ -52,7 +52,7 @@ loading, Python workers) apart (``benchmarks/cdc_systems.py``). After every syst
 more fresh process (Spark 3.5 + Iceberg Java 1.9.2) reads every table back from its metadata.json
 and compares it with the generator's expected state: row count, distinct ids, the sum of
 ``version``, exact per-column checksums over all rows and a few hundred sampled rows; then it times
-full aggregate scans of each, alternating between the tables.
+full aggregate scans of each, alternating between the tables, the order rotated every round (a fixed order favours the later table).
 
 ``--convert N`` runs the sink with the equality-delete conversion every N commits, in the background
 beside the batches (topology/conversion). ``--scan-every K`` records the sink's table right after

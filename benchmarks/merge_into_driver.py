@@ -24,7 +24,7 @@ For every table of ``read_tables`` (iceberg_sink's, Flink's, the MERGE tables) i
 table back from its metadata.json (row count, distinct ids, sum of ``version``, exact per-column
 checksums over every row, sample rows): Iceberg Java is the reader of record for every system, and
 times ``scans`` full aggregate scans of each (``count(*)``, ``count(DISTINCT id)``,
-``sum(version)``), alternating between the tables: the read cost of each table's deletes. With
+``sum(version)``), alternating between the tables (the order rotated every round): the read cost of each table's deletes. With
 ``scan_points`` (the sink's metadata files after some batches) and ``scan_reference`` (a MERGE
 table's metadata file and per-batch snapshot ids) it times both tables as of those batches.
 
@@ -130,6 +130,27 @@ def metadata_location(spark: Any) -> str:
     return str(rows[0]["file"])
 
 
+def scan_order(names: list[str], round_index: int) -> list[str]:
+    """The tables of one round of timed scans, rotated by the round: each table is scanned in each
+    position equally often. A fixed order favours the later tables: scanning byte-identical copies
+    of one table in a fixed order, the later copy was 1-3 % faster (docs/benchmarks-cdc.md)."""
+    shift = round_index % len(names) if names else 0
+    return names[shift:] + names[:shift]
+
+
+def timed_scans(
+    spark: Any, tables: dict[str, Any], rounds: int, wait_quiet: Callable[[], float]
+) -> dict[str, list[float]]:
+    """``rounds`` timed full scans of each table, the order rotated per round (:func:`scan_order`);
+    each table's runs in round order."""
+    runs: dict[str, list[float]] = {name: [] for name in tables}
+    for r in range(rounds):
+        for name in scan_order(list(tables), r):
+            wait_quiet()
+            runs[name].append(observe(spark, tables[name], [])["scan_seconds"])
+    return runs
+
+
 def scan_points(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_quiet: Callable[[], float]) -> None:
     """Full scans of both tables as they were after the same batches (``spec["scan_points"]``): the
     sink's table at the metadata file it recorded then, the MERGE table (``spec["scan_reference"]``:
@@ -147,11 +168,7 @@ def scan_points(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_q
             tables["merge"] = (
                 spark.read.format("iceberg").option("snapshot-id", str(snapshot)).load(reference["metadata_location"])
             )
-        runs: dict[str, list[float]] = {name: [] for name in tables}
-        for _ in range(spec.get("scans", 3)):
-            for name, df in tables.items():
-                wait_quiet()
-                runs[name].append(observe(spark, df, [])["scan_seconds"])
+        runs = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet)
         out.append({"batch": batch, "sink_runs": runs["sink"], "merge_runs": runs.get("merge")})
         log(f"scan point after batch {batch}: {runs}")
     result["scan_points"] = out
@@ -221,11 +238,7 @@ def read_back(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_qui
     for name, df in tables.items():
         observed[name] = observe(spark, df, spec["sample_ids"], spec.get("checksum_sql"))
         log(f"{name} table read back with Iceberg Java: {observed[name]['rows']} rows")
-    scans: dict[str, list[float]] = {name: [] for name in tables}
-    for _ in range(spec.get("scans", 3)):
-        for name, df in tables.items():
-            wait_quiet()
-            scans[name].append(observe(spark, df, [])["scan_seconds"])
+    scans = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet)
     log(f"full scans (seconds): {scans}")
     result["observed"] = observed
     result["scan_runs"] = scans

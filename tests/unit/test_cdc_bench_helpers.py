@@ -17,6 +17,7 @@ from benchmarks.cdc import percentile, summarize
 from benchmarks.cdc_data import CHECKSUM_SQL, _digits, _rows, compare, generate
 from benchmarks.cdc_systems import SYSTEMS, entry_changes, parse_systems, v3_goals, write_figures
 from benchmarks.flink_driver import parquet_to_csv
+from benchmarks.merge_into_driver import scan_order
 
 
 def test_percentile_interpolates_between_ranks() -> None:
@@ -166,3 +167,13 @@ def test_entry_changes_group_the_commits_each_poll_saw() -> None:
     for bad in ([0, 1, 3], [1, 2, 4], [0, 2, 2, 4], []):  # a commit left out, or an empty entry
         with pytest.raises(ValueError, match="rising strictly from 0 to 4"):
             entry_changes(added, bad)
+
+
+def test_timed_scans_rotate_the_order_so_each_table_takes_each_position_equally() -> None:
+    names = ["iceberg_sink_v3", "merge_into_v3", "third"]
+    rounds = [scan_order(names, r) for r in range(6)]
+    assert all(sorted(r) == sorted(names) for r in rounds)
+    for position in range(3):
+        firsts = [r[position] for r in rounds]
+        assert {n: firsts.count(n) for n in names} == {n: 2 for n in names}
+    assert scan_order([], 3) == []
