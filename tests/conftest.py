@@ -94,6 +94,18 @@ def literal_mode(request: pytest.FixtureRequest, spark: Any) -> Iterator[bool]:
         spark.conf.unset("spark.sql.parser.escapedStringLiterals")
 
 
+@pytest.fixture(params=[True, False], ids=["ansi", "no-ansi"])
+def ansi_mode(request: pytest.FixtureRequest, spark: Any) -> Iterator[bool]:
+    """Both of Spark's ways to meet a value that does not fit (a bad cast, an overflow): an error
+    under ANSI mode (Spark 4's default) and a null without it (Spark 3.5's default, a setting users
+    keep). The sink's refusals must not depend on it."""
+    spark.conf.set("spark.sql.ansi.enabled", str(request.param).lower())
+    try:
+        yield request.param
+    finally:
+        spark.conf.unset("spark.sql.ansi.enabled")
+
+
 @pytest.fixture
 def catalog_props(tmp_path: Path) -> dict[str, str]:
     """Properties of a fresh SQLite catalog with a local warehouse."""

@@ -149,7 +149,7 @@ ROW = [
 
 
 def test_values_that_do_not_fit_their_declared_type_are_refused_never_written_as_null(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, ansi_mode: bool
 ) -> None:
     good = {"id": 1, "qty": 1, "big": 1, "ok": True, "blob": "AQI=", "ratio": 0.5, "dims": {"w": 1}}
     bad = [
@@ -417,7 +417,7 @@ def test_logical_types_become_the_iceberg_types_a_user_expects(
 
 
 def test_truncate_message_and_garbage_events_are_refused_naming_the_reason_and_the_event(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, ansi_mode: bool
 ) -> None:
     values = [
         envelope("c", 1, None, {"id": 1, "name": "a"}),
