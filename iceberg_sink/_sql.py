@@ -99,6 +99,11 @@ def path(name: str) -> str:
     return _reference(name.split("."))
 
 
+def path_column(name: str) -> Column:
+    """:func:`path` as a Column (dots select nested fields; each part quoted as written)."""
+    return F.col(".".join(quoted(p) for p in name.split(".")))
+
+
 def _reference(parts: list[str]) -> str:
     text = ".".join(quoted(p) for p in parts)
     return f"IDENTIFIER({string(text)})" if SUBSTITUTED in text else text

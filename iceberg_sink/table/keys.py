@@ -26,6 +26,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._sql import named
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError
 
 
@@ -44,7 +45,7 @@ def key_names(df_schema: T.StructType, key_column: str) -> Column:
             f"the key column {key_column!r} given to .cdc/.upsert(key_column=...) is missing from the DataFrame "
             f"(columns: {', '.join(df_schema.fieldNames())})"
         )
-    column = F.col("`" + key_column.replace("`", "``") + "`")
+    column = named(key_column)
     if isinstance(field.dataType, T.StringType):
         return F.when(column.isNull(), F.lit(None)).otherwise(
             F.transform(F.split(column, ","), lambda name: F.trim(name))

@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from iceberg_sink._sql import column, parse, path, quoted, string, strings, where
+from iceberg_sink._sql import column, parse, path, path_column, string, strings, where
 from iceberg_sink.errors import InvalidSinkConfigError
 
 if TYPE_CHECKING:  # the writer tasks import this module's constants; config pulls in the catalogs
@@ -63,10 +63,6 @@ _POSITION = "__iceberg_sink_position"
 _LAST_TRUNCATE = "__iceberg_sink_last_truncate"
 #: Marks errors raised inside Spark so the driver can report them as InvalidInputError.
 ERROR_MARKER = "iceberg_sink invalid input:"
-
-
-def _q(name: str) -> Column:
-    return F.col(".".join(quoted(p) for p in name.split(".")))
 
 
 def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
@@ -128,7 +124,7 @@ def is_truncate(changes: ChangeConfig) -> Column:
     """True for the rows of a change DataFrame whose operation is a truncate (never null)."""
     if changes.op_column is None:
         return F.lit(False)
-    return F.coalesce(_q(changes.op_column).cast("string").isin(*TRUNCATE_CODES), F.lit(False))
+    return F.coalesce(path_column(changes.op_column).cast("string").isin(*TRUNCATE_CODES), F.lit(False))
 
 
 def no_rows(df: DataFrame, changes: ChangeConfig) -> Callable[[], bool]:
@@ -148,7 +144,7 @@ def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[s
     aggregation, joined back by the scope columns (a broadcast: one row per truncated table)."""
     parts = [F.col(_SEQ)]
     if changes.order_by is not None:
-        parts = [_q(changes.order_by).isNotNull(), _q(changes.order_by), *parts]
+        parts = [path_column(changes.order_by).isNotNull(), path_column(changes.order_by), *parts]
     position = F.struct(*[p.alias(f"p{i}") for i, p in enumerate(parts)])
     with_position = df.withColumn(_POSITION, position)
     truncates = (
@@ -285,7 +281,8 @@ def reduce_changes(
         # Unchanged TOASTed columns (sources/toast.py) take the key's previous value in this batch.
         skip = [*changes.key, *(c for c in (changes.op_column, changes.order_by) if c is not None)]
         by_key = Window.partitionBy(*[parse(p) for p in partition]).orderBy(
-            *([_q(changes.order_by).desc_nulls_last()] if changes.order_by is not None else []), F.col(_SEQ).desc()
+            *([path_column(changes.order_by).desc_nulls_last()] if changes.order_by is not None else []),
+            F.col(_SEQ).desc(),
         )
         with_op = carry_forward(with_op, by_key, OP_COLUMN, skip)
     last = where(with_op.withColumn(_RANK, parse(f"row_number() OVER ({window})")), f"{column(_RANK)} = 1")

@@ -42,6 +42,8 @@ from pyiceberg.types import (
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from iceberg_sink._sql import path_column
+
 
 class DistributionMode(StrEnum):
     """Distribution of rows to writers (Iceberg's ``write.distribution-mode``)."""
@@ -118,13 +120,8 @@ def partition_expressions(spec: PartitionSpec, schema: Schema, present: Collecti
         assert name is not None
         if present is not None and name.split(".")[0] not in present:
             continue
-        exprs.append(transform_expression(field.transform, F.col(_quote(name)), source.field_type))
+        exprs.append(transform_expression(field.transform, path_column(name), source.field_type))
     return exprs
-
-
-def _quote(name: str) -> str:
-    # _sql.quoted's rule (a backtick doubled), written here: this module imports no pyspark at load.
-    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
 
 
 def distribute(
@@ -142,13 +139,13 @@ def distribute(
         extra_keys: columns every change of one key must share a writer by (CDC keys).
     """
     present = set(df.columns)
-    keys = partition_expressions(spec, schema, present) + [F.col(_quote(k)) for k in extra_keys]
+    keys = partition_expressions(spec, schema, present) + [path_column(k) for k in extra_keys]
     sort_columns = [c for c in sort_columns if c.split(".")[0] in present]
     if mode is DistributionMode.NONE:
         return df
     if mode is DistributionMode.HASH:
         return df.repartition(*keys) if keys else df
-    ordering = keys + [F.col(_quote(c)) for c in sort_columns]
+    ordering = keys + [path_column(c) for c in sort_columns]
     if not ordering:
         return df
     return df.repartitionByRange(*ordering).sortWithinPartitions(*ordering)

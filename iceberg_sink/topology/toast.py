@@ -39,10 +39,6 @@ _STORED = "__iceberg_sink_stored_"
 _KEY = "__iceberg_sink_stored_key_"
 
 
-def _q(name: str) -> Column:
-    return named(name)
-
-
 def _marked(name: str) -> Column:
     return F.coalesce(F.array_contains(F.col(UNAVAILABLE_COLUMN), F.lit(name)), F.lit(False))
 
@@ -63,10 +59,10 @@ def carry_forward(df: DataFrame, window: WindowSpec, op_column: str, skip: Seque
     deleted: list[Column] = []
     for name in names:
         marked = _marked(name)
-        source = F.when(~marked, F.struct((F.col(op_column) == F.lit("D")).alias("d"), _q(name).alias("v")))
+        source = F.when(~marked, F.struct((F.col(op_column) == F.lit("D")).alias("d"), named(name).alias("v")))
         previous = F.first(source, ignorenulls=True).over(earlier)
         known = previous.isNotNull() & ~previous.getField("d")
-        columns.append(F.when(marked & known, previous.getField("v")).otherwise(_q(name)).alias(name))
+        columns.append(F.when(marked & known, previous.getField("v")).otherwise(named(name)).alias(name))
         still.append(F.when(marked & ~known, F.lit(name)))
         deleted.append(F.when(marked & previous.isNotNull() & previous.getField("d"), F.lit(name)))
     if not names:
@@ -74,7 +70,7 @@ def carry_forward(df: DataFrame, window: WindowSpec, op_column: str, skip: Seque
     by_name = dict(zip(names, columns, strict=True))
     left = F.filter(F.array(*still), lambda n: n.isNotNull())
     return df.select(
-        *[by_name.get(c, _q(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
+        *[by_name.get(c, named(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
         F.when(F.size(left) > F.lit(0), left).alias(UNAVAILABLE_COLUMN),
         F.coalesce(*deleted).alias(AFTER_DELETE),
     )
@@ -195,12 +191,12 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     for i, c in enumerate(columns):
         value = F.col(f"{_STORED}{i}")
         # A stored placeholder (never written by this sink, but by another writer) is not a value.
-        usable = _marked(c) & value.isNotNull() & ~value.getField("v").eqNullSafe(_q(c))
-        replaced[c] = F.when(usable, value.getField("v")).otherwise(_q(c)).alias(c)
+        usable = _marked(c) & value.isNotNull() & ~value.getField("v").eqNullSafe(named(c))
+        replaced[c] = F.when(usable, value.getField("v")).otherwise(named(c)).alias(c)
         left.append(F.when(_marked(c) & ~usable, F.lit(c)))
     rest = F.filter(F.array(*left), lambda n: n.isNotNull()) if left else F.array().cast("array<string>")
     out = joined.select(
-        *[replaced.get(c, _q(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
+        *[replaced.get(c, named(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
         F.when(marker.isNotNull() & (F.size(rest) > F.lit(0)), rest).alias(UNAVAILABLE_COLUMN),
     )
     return refuse_unavailable(out, "the table holds no row of its key (or only the placeholder)")
