@@ -343,18 +343,19 @@ class SinkJob:
         older committables are committed, and the plan says whether the checkpoint is already
         committed (``done``), was stored before a crash (``stored``), or must be written.
         ``carried``, ``named_keys``: for a routed table, as for :meth:`TableBinding.ensure`."""
-        # Set while the catalog is unreachable: the batch is written with the table metadata this job
-        # loaded last and its commit is deferred. That metadata can only be older than the table's, so
+        # Set while the catalog is unreachable, or an earlier checkpoint's commit is pending after lost
+        # races: the batch is written with the table metadata this job loaded last (refreshed when it
+        # could be) and its commit is deferred. That metadata can only be older than the table's, so
         # the checks below stay sound: a checkpoint it holds is held, and checkpoints after the
         # last one it holds have their committables stored until committed.
-        outage: BaseException | None = None
+        deferred: BaseException | None = None
         try:
             table = self.binding.ensure(struct, carried, named_keys)
         except Exception as e:
             if not self.commits.is_outage(e):
                 raise
             assert self.binding.table is not None
-            outage, table = e, self.binding.table
+            deferred, table = e, self.binding.table
             self.binding.use_key(table, named_keys)
             table = self.binding.check_input(table, self.binding.own_columns(struct, table, carried))
         if self.binding.key_changed:
@@ -362,20 +363,20 @@ class SinkJob:
         if self.binding.schema_changed:
             self.binding.schema_changed = False
             _faults.hit(_faults.AFTER_SCHEMA_CHANGE, checkpoint_id)
-        if outage is None:
+        if deferred is None:
             committed_pending = []
             try:
                 committed_pending = self.commit_pending(before=checkpoint_id)
             except CommitDeferred as e:
-                outage = e.error
-            if committed_pending and outage is None:
+                deferred = e.error
+            if committed_pending and deferred is None:
                 try:
                     table = self.refresh()
                 except Exception as e:
                     if not self.commits.is_outage(e):
                         raise
-                    outage = e
-        plan = CheckpointPlan(checkpoint_id=checkpoint_id, table=table, outage=outage)
+                    deferred = e
+        plan = CheckpointPlan(checkpoint_id=checkpoint_id, table=table, deferred=deferred)
         committed = self.committer.max_committed(table)
         if checkpoint_id < committed:
             raise CheckpointRewoundError(
@@ -425,13 +426,13 @@ class SinkJob:
         return committable
 
     def commit_planned(self, plan: CheckpointPlan, committable: Committable | None = None) -> CommitOutcome | None:
-        """Commit the checkpoint of ``plan`` (or keep it pending through a catalog outage)."""
+        """Commit the checkpoint of ``plan`` (or keep it pending: committer/pending.py ``defers``)."""
         if plan.done is not None:
             return plan.done
         committable = committable or plan.stored
         if committable is None:
             return None
-        return self.commits.commit_or_defer(committable, plan.table, plan.outage)
+        return self.commits.commit_or_defer(committable, plan.table, plan.deferred)
 
     def flushed(self, results: list[WriteResult], duration_ms: float) -> None:
         """Writer metrics of one checkpoint, from its tasks' results (observe/metrics.py)."""
@@ -441,7 +442,7 @@ class SinkJob:
         """Where unchanged TOASTed columns find their stored values (topology/toast.py); None without a key."""
         if self._config.changes is None:
             return None
-        return {None: toast.StoredTable(plan.table, self._config.branch, self.key, plan.outage)}
+        return {None: toast.StoredTable(plan.table, self._config.branch, self.key, plan.deferred)}
 
     def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         return self.binding.writer_spec(table, self.job_id, checkpoint_id, proof)

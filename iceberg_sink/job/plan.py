@@ -22,8 +22,9 @@ class CheckpointPlan:
 
     Attributes:
         checkpoint_id: the checkpoint.
-        table: the table as loaded for it (maybe stale while ``outage`` is set).
-        outage: the catalog error a stream rides out, or None.
+        table: the table as loaded for it (maybe stale while ``deferred`` is set).
+        deferred: why this checkpoint's commit waits (committer/pending.py ``defers``: the catalog
+            is unreachable, or an earlier checkpoint lost every commit race), or None.
         done: set when the table already holds the checkpoint: nothing to write or commit.
         stored: the persisted committable to commit (stored before a crash, or by :meth:`SinkJob.stage`).
         resolved, proof, spec, mode, sort_columns: how to write it (set when it must be written).
@@ -31,7 +32,7 @@ class CheckpointPlan:
 
     checkpoint_id: int
     table: Table
-    outage: BaseException | None = None
+    deferred: BaseException | None = None
     done: CommitOutcome | None = None
     stored: Committable | None = None
     resolved: options.ResolvedOptions = attrs.field(factory=lambda: options.resolve({}, {}))

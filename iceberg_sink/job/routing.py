@@ -455,7 +455,8 @@ class RoutedJob:
         if self._config.changes is None:
             return None
         return {
-            t: toast.StoredTable(plans[t].table, self._config.branch, self.jobs[t].key, plans[t].outage) for t in tables
+            t: toast.StoredTable(plans[t].table, self._config.branch, self.jobs[t].key, plans[t].deferred)
+            for t in tables
         }
 
     def _reduce(self, df: DataFrame, tables: Collection[str], others: bool = False) -> DataFrame:

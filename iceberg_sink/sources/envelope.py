@@ -157,24 +157,11 @@ def envelope_columns(spark: SparkSession, args: EnvelopeArgs) -> EnvelopeColumns
 
 
 def _build(args: EnvelopeArgs) -> EnvelopeColumns:
-    value_column, carried, key_from, paths, types = (
-        args.value_column,
-        args.carried,
-        args.key_from,
-        args.paths,
-        args.types,
-    )
-    truncate, op_column, order_column, table_column = (
-        args.truncate,
-        args.op_column,
-        args.order_column,
-        args.table_column,
-    )
-    key_column, table_fields = args.key_column, args.table_fields
+    value_column, key_from, paths, table_column = args.value_column, args.key_from, args.paths, args.table_column
     # Named columns of the input (value_column, key_from, keep=) are top-level names: named(), not F.col.
     value = named(value_column).cast("string")
     message_key = [named(key_from).cast("string").alias(KEY)] if key_from is not None else []
-    kept_columns = [named(c) for c in carried]
+    kept_columns = [named(c) for c in args.carried]
     v = named(value_column)
     # With the schema part, the payload is under "payload"; without it the value is the payload.
     # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
@@ -189,10 +176,12 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     op, after, before = F.col(OP), F.col(AFTER), F.col(BEFORE)
     # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
     # so are the connector's schema changes, transaction boundaries and heartbeats.
-    dropped = ["m"] + (["t"] if truncate == "skip" else [])
+    dropped = ["m"] + (["t"] if args.truncate == "skip" else [])
     kept = (op.isNull() | ~op.isin(*dropped)) & ~parse(connector_event(value_column, PAYLOAD, OP))
     # Under "apply" the op column says it holds truncates: the change reduction applies them.
-    extra: list[Column] = [op.alias(op_column, metadata={TRUNCATES_METADATA: True} if truncate == "apply" else {})]
+    extra: list[Column] = [
+        op.alias(args.op_column, metadata={TRUNCATES_METADATA: True} if args.truncate == "apply" else {})
+    ]
     reasons: list[Column] = [
         F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")),
         F.when(F.json_object_keys(payload).isNull(), F.lit("value is not a JSON object")),
@@ -202,7 +191,7 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
             F.concat(F.lit("unknown op '"), op, F.lit(f"'; expected one of {', '.join(KNOWN_OPS)}")),
         ),
     ]
-    if truncate == "fail":
+    if args.truncate == "fail":
         reasons.append(
             F.when(
                 op == F.lit("t"),
@@ -223,8 +212,8 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
         )
     raw_orders = [F.col(f"{ORDER}{i}") for i in range(len(paths))]
     if paths:
-        orders = [order_value(r, t) for r, t in zip(raw_orders, types, strict=True)]
-        for path, raw_order, order, kind in zip(paths, raw_orders, orders, types, strict=True):
+        orders = [order_value(r, t) for r, t in zip(raw_orders, args.types, strict=True)]
+        for path, raw_order, order, kind in zip(paths, raw_orders, orders, args.types, strict=True):
             reasons.append(
                 F.when(
                     raw_order.isNotNull() & order.isNull(),
@@ -232,17 +221,17 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
                 )
             )
         if len(paths) == 1:
-            extra.append(orders[0].alias(order_column))
+            extra.append(orders[0].alias(args.order_column))
         else:
             present = F.lit(True)
             for order in orders:
                 present = present & order.isNotNull()
             fields = [o.alias(p.replace(".", "_")) for o, p in zip(orders, paths, strict=True)]
-            extra.append(F.when(present, F.struct(*fields)).alias(order_column))
+            extra.append(F.when(present, F.struct(*fields)).alias(args.order_column))
     helpers: list[Column] = []
     if table_column is not None:
         extra.append(
-            table_name([F.get_json_object(payload, f"$.source.{f}") for f in table_fields]).alias(table_column)
+            table_name([F.get_json_object(payload, f"$.source.{f}") for f in args.table_fields]).alias(table_column)
         )
         identity = F.concat_ws(
             ".",
@@ -255,9 +244,9 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
         key_fields = F.when(F.get_json_object(k, "$.schema").isNotNull(), F.get_json_object(k, "$.payload")).otherwise(
             k
         )
-        extra.append(F.json_object_keys(key_fields).alias(key_column))
-    added = [op_column] + ([order_column] if paths else []) + ([table_column] if table_column else [])
-    added += [key_column] if key_from is not None else []
+        extra.append(F.json_object_keys(key_fields).alias(args.key_column))
+    added = [args.op_column] + ([args.order_column] if paths else []) + ([table_column] if table_column else [])
+    added += [args.key_column] if key_from is not None else []
     return EnvelopeColumns(
         present=value.isNotNull() & (F.trim(value) != F.lit("")),
         first=[*kept_columns, value.alias(value_column), *message_key],

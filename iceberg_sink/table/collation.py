@@ -60,14 +60,12 @@ def binary_strings(df: DataFrame) -> DataFrame:
     ``df`` itself when it has none (no new projection to analyse)."""
     if not COLLATIONS:
         return df
-    fields = df.schema.fields
-    if not any(collated(f.dataType) for f in fields):
+    fields = [(f, collated(f.dataType)) for f in df.schema.fields]
+    if not any(c for _, c in fields):
         return df
     return df.select(
         *[
-            named(f.name).cast(binary(f.dataType)).alias(f.name, metadata=f.metadata)
-            if collated(f.dataType)
-            else named(f.name)
-            for f in fields
+            named(f.name).cast(binary(f.dataType)).alias(f.name, metadata=f.metadata) if c else named(f.name)
+            for f, c in fields
         ]
     )

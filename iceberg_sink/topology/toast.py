@@ -89,13 +89,13 @@ def refuse_after_delete(df: DataFrame, raw: Column) -> DataFrame:
 @attrs.frozen
 class StoredTable:
     """Where one table's stored rows are read: the table as loaded for the checkpoint, its branch, its
-    key, and the catalog outage or lost races the checkpoint is written through (the table then
-    misses pending checkpoints: stored values would be stale)."""
+    key, and why the checkpoint's commit is deferred (a catalog outage or lost races: the table then
+    misses pending checkpoints, so stored values would be stale)."""
 
     table: Table
     branch: str
     key: tuple[str, ...]
-    outage: BaseException | None = None
+    deferred: BaseException | None = None
 
 
 def resolve(
@@ -140,13 +140,13 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     parts: list[DataFrame] = []
     for name, by_key in wanted.items():
         target = names[name]
-        if target.outage is not None:
-            lost = isinstance(target.outage, CommitRetriesExhaustedError)
+        if target.deferred is not None:
+            lost = isinstance(target.deferred, CommitRetriesExhaustedError)
             raise (CommitRetriesExhaustedError if lost else CatalogUnavailableError)(
                 f"table {'.'.join(target.table.name())}: {len(by_key)} keys need their stored values for unchanged "
-                f"TOASTed columns, but {pending_because(target.outage)} and checkpoints may be pending, so the "
+                f"TOASTed columns, but {pending_because(target.deferred)} and checkpoints may be pending, so the "
                 "table as last loaded may be stale; restart the stream once its commits land (nothing is lost)"
-            ) from target.outage
+            ) from target.deferred
         try:
             rows, read = stored_rows(target.table, target.branch, target.key, list(by_key), columns)
         except ValueError as e:  # a nested key: its rows stay marked and are refused
