@@ -27,7 +27,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from iceberg_sink import _faults, options
 from tests.integration.sources import event_batch
-from tests.integration.test_catalog_outage import Feed
+from tests.integration.test_catalog_outage import Feed, step
 from tests.integration.test_v3_cdc import delete_files
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize, pyiceberg_read
 
@@ -132,18 +132,15 @@ def test_checkpoint_whose_every_attempt_lost_stays_pending_and_commits_in_order_
     other = OtherWriter(props, "db.t", feed, target=1, times=ATTEMPTS)
     _faults.install(other)
     try:
-        feed.add()
-        query.processAllAvailable()  # checkpoint 0: committed
-        feed.add()
-        query.processAllAvailable()  # checkpoint 1: every attempt lost, pending; the query runs on
+        step(query, feed)  # checkpoint 0: committed
+        step(query, feed)  # checkpoint 1: every attempt lost, pending; the query runs on
         assert query.exception() is None and query.isActive
         assert other.left == 0 and len(other.snapshots) == ATTEMPTS
         assert [p.name for p in pending_dir.glob("*.json")] == [f"{1:020d}.json"]
         metrics = sink.metrics()
         assert metrics.pending_checkpoints == 1 and metrics.deferred_commits == 1, metrics
         assert metrics.commits == 1 and metrics.commit_conflict_retries == ATTEMPTS, metrics
-        feed.add()
-        query.processAllAvailable()  # checkpoint 2: commits 1 first, then itself
+        step(query, feed)  # checkpoint 2: commits 1 first, then itself
         assert query.exception() is None
     finally:
         query.stop()
@@ -165,10 +162,8 @@ def test_idle_stream_commits_a_checkpoint_whose_races_were_lost(
     other = OtherWriter(props, "db.t", feed, target=1, times=ATTEMPTS + 2)
     _faults.install(other)
     try:
-        feed.add()
-        query.processAllAvailable()
-        feed.add()
-        query.processAllAvailable()
+        step(query, feed)
+        step(query, feed)
         deadline = time.monotonic() + 60
         while sink.metrics().pending_checkpoints and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -191,8 +186,7 @@ def test_no_pending_allowed_fails_the_stream_naming_the_lost_races_and_a_restart
     other = OtherWriter(props, "db.t", feed, target=1, times=ATTEMPTS)
     _faults.install(other)
     try:
-        feed.add()
-        query.processAllAvailable()
+        step(query, feed)
         feed.add()
         with pytest.raises(StreamingQueryException) as failure:
             query.processAllAvailable()
@@ -207,8 +201,7 @@ def test_no_pending_allowed_fails_the_stream_naming_the_lost_races_and_a_restart
     query = feed.start(spark, sink, tmp_path / "ckpt")
     try:
         query.processAllAvailable()  # Spark runs batch 1 again: the stored committable is committed
-        feed.add()
-        query.processAllAvailable()
+        step(query, feed)
     finally:
         query.stop()
     assert query.exception() is None
@@ -330,16 +323,13 @@ def test_v3_cdc_checkpoints_pending_after_lost_races_commit_in_order_as_deletion
 
     query = feed.start(spark, sink, tmp_path / "ckpt")
     try:
-        feed.add()
-        query.processAllAvailable()  # 0
+        step(query, feed)  # 0
         _faults.install(other_writer)
         for _ in range(2):  # 1, 2: pending (2 is deferred behind 1 without an attempt of its own)
-            feed.add()
-            query.processAllAvailable()
+            step(query, feed)
         assert query.exception() is None and sink.metrics().pending_checkpoints == 2, sink.metrics()
         _faults.clear()
-        feed.add()
-        query.processAllAvailable()  # 3: commits 1, 2, then itself
+        step(query, feed)  # 3: commits 1, 2, then itself
         assert query.exception() is None
     finally:
         query.stop()
