@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from iceberg_sink import options
+from iceberg_sink._session import classic_frame, classic_session
 from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
@@ -164,11 +165,11 @@ class IcebergSink:
             progress: called with (phase, done, total).
         """
         self._single_table("compact()")
-        session = spark or SparkSession.getActiveSession()
+        session = spark if spark is not None else SparkSession.getActiveSession()
         if session is None:
             raise InvalidSinkConfigError("compact() needs a SparkSession; pass spark= or start one")
         return compact(
-            session,
+            classic_session(session, "compact(spark)"),
             self.load_table,
             config or self._config.compaction or CompactionConfig(),
             branch=self._config.branch,
@@ -254,6 +255,7 @@ class IcebergSink:
             WorkerEnvironmentError: Spark's Python workers lack a module the writers need (checked
                 once per SparkContext: writer/workers.py).
         """
+        streaming_df = classic_frame(streaming_df, "start(streaming_df)")
         if not streaming_df.isStreaming:
             raise InvalidSinkConfigError(
                 "start() expects a streaming DataFrame (spark.readStream...); received a bounded one: use write()"
@@ -377,6 +379,7 @@ class IcebergSink:
             WorkerEnvironmentError: Spark's Python workers lack a module the writers need.
             WriteFailedError: a writer task failed on every attempt; nothing was committed.
         """
+        df = classic_frame(df, "write(df)")
         if df.isStreaming:
             raise InvalidSinkConfigError("write() expects a bounded DataFrame; received a streaming one: use start()")
         check_python_workers(df.sparkSession)

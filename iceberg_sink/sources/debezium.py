@@ -48,6 +48,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._session import classic_frame
 from iceberg_sink._sql import column, named, string
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
@@ -289,6 +290,7 @@ def read_envelope(
     Raises:
         InvalidInputError: a bad argument, a column name clash, an unknown Connect type, or conflicting column types.
     """
+    df = classic_frame(df, "read_envelope(df)")
     if truncate not in TRUNCATE_POLICIES:
         raise InvalidInputError(
             f"read_envelope(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"

@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._session import classic_frame
 from iceberg_sink._sql import named
 from iceberg_sink.errors import InvalidInputError
 
@@ -158,7 +159,12 @@ def infer_json_schema(df: DataFrame, column: str, what: str = "") -> T.StructTyp
     Raises:
         InvalidInputError: a document is not a JSON object, or a field's kinds conflict (naming it).
     """
-    parts = df.select(named(column).cast("string")).rdd.mapPartitions(_partition_kind).collect()
+    parts = (
+        classic_frame(df, "infer_json_schema(df)")
+        .select(named(column).cast("string"))
+        .rdd.mapPartitions(_partition_kind)
+        .collect()
+    )
     merged: Kind = ("struct", ())
     bad = [b for _, b in parts if b is not None]
     for kind, _ in parts:
@@ -192,7 +198,7 @@ def read_json(df: DataFrame, column: str, keep: Sequence[str] = (), schema: T.St
     Raises:
         InvalidInputError: see :func:`infer_json_schema`; a kept column also in the documents.
     """
-    names = df.columns
+    names = classic_frame(df, "read_json(df)").columns
     missing = [c for c in (column, *keep) if c not in names]
     if missing:
         raise InvalidInputError(f"read_json: expected columns {missing} in the DataFrame; it has {names}")
