@@ -121,6 +121,26 @@ def _sorted_items(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in dict(value).items()))
 
 
+# Characters an embedded root may not hold: a table location cuts at '?' and '#' (URL parsing), and
+# control characters are refused in every name (table/names.py).
+_EMBEDDED_ROOT_REFUSED = re.compile(r"[?#\x00-\x1f\x7f]")
+
+
+def embedded_catalog_uri(base: Path) -> str:
+    """The SQLAlchemy URL of the embedded catalog file under ``base``. SQLAlchemy decodes
+    percent-escapes in the path (and cuts it at ``?``), so the path is escaped: a folder named
+    ``50%41`` holds the catalog, not a file ``50A`` beside it."""
+    return "sqlite:///" + quote(str(base / EMBEDDED_CATALOG_FILE), safe="/")
+
+
+def embedded_warehouse(base: Path) -> str:
+    """The embedded warehouse under ``base``: ``file://`` and the path as it is, not escaped
+    (``Path.as_uri()`` escapes). PyIceberg's and Hadoop's file IO read a location's path literally,
+    so an escaped ``My%20Lake`` put every table in a sibling folder named ``My%20Lake``, not in
+    ``My Lake``. Roots holding '?' or '#' are refused (:meth:`CatalogConfig.embedded`)."""
+    return "file://" + (base / "warehouse").as_posix()
+
+
 @attrs.frozen(repr=False)
 class CatalogConfig:
     """Name and properties of a PyIceberg catalog. Its repr never shows secrets."""
@@ -140,17 +160,18 @@ class CatalogConfig:
             FileNotFoundError: ``create=False`` and ``root`` holds no embedded catalog (naming the folder).
         """
         base = Path(root if root is not None else DEFAULT_EMBEDDED_ROOT).absolute()
+        problem = _EMBEDDED_ROOT_REFUSED.search(str(base))
+        if problem is not None:
+            raise InvalidSinkConfigError(
+                f"embedded(root): expected a folder whose path holds no {problem.group()!r} (a table's location is a "
+                f"URL, which cuts at '?' and '#'; control characters are refused in every name); received {str(base)!r}"
+            )
         if not create and not (base / EMBEDDED_CATALOG_FILE).is_file():
             raise FileNotFoundError(f"no embedded catalog at {base} (expected its {EMBEDDED_CATALOG_FILE} there)")
         if create:
             (base / "warehouse").mkdir(parents=True, exist_ok=True)
         return cls(
-            "iceberg_sink",
-            {
-                "type": "sql",
-                "uri": f"sqlite:///{base / EMBEDDED_CATALOG_FILE}",
-                "warehouse": (base / "warehouse").as_uri(),
-            },
+            "iceberg_sink", {"type": "sql", "uri": embedded_catalog_uri(base), "warehouse": embedded_warehouse(base)}
         )
 
     def __repr__(self) -> str:
