@@ -15,7 +15,6 @@ nothing is written.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +25,7 @@ from pyiceberg.table import Table
 from iceberg_sink import options
 from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, live_files
 from iceberg_sink.committer import summary_keys
-from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.committer.store import CheckpointStore, checkpoint_filesystem
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
@@ -99,10 +98,7 @@ def _committed_checkpoints(table: Table, job_id: str) -> set[int]:
 
 
 def _has_state(location: str) -> bool:
-    if "://" in location:
-        fs, root = pafs.FileSystem.from_uri(location)
-    else:
-        fs, root = pafs.LocalFileSystem(), os.path.abspath(location)
+    fs, root = checkpoint_filesystem(location)
     return bool(fs.get_file_info(root.rstrip("/") + "/iceberg_sink").type != pafs.FileType.NotFound)
 
 

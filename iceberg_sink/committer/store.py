@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import uuid
 
 import pyarrow.fs as pafs
@@ -25,6 +26,63 @@ import pyarrow.fs as pafs
 from iceberg_sink._codec import CodecError
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointError
+
+# A location with a scheme, as Hadoop's Path reads it: ``scheme:`` then ``//authority`` (optional)
+# and the path, taken literally (no query, fragment or percent-decoding).
+_URI = re.compile(r"\A(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/]*))?(?P<path>/.*)?\Z", re.S)
+
+
+def location_parts(checkpoint_location: str) -> tuple[str, str, str]:
+    """``(scheme, authority, path)`` of a checkpoint location, read as Spark reads it.
+
+    Spark keeps its own state there through Hadoop's ``Path``, which takes a location's path
+    literally: ``file:///ck/a%20b`` is a folder named ``a%20b``, ``file:/ck`` is ``/ck``, a path
+    without a scheme is local (made absolute here, scheme ``file``). PyArrow's ``FileSystem.from_uri``
+    decodes ``%20`` instead (and refuses a raw space, cuts at ``?`` and ``#``), and ``file:/ck`` was
+    once taken as the relative path ``./file:/ck``: the sink's state then lived in another folder than
+    Spark's offsets, which the sink reads (Kafka offsets in snapshot summaries) and which are restored,
+    copied and deleted together with it. Every reader of a checkpoint location goes through this.
+
+    Raises:
+        InvalidSinkConfigError: a ``file:`` URI naming a host other than ``localhost``.
+    """
+    match = _URI.match(checkpoint_location)
+    if match is None or (match.group("path") is None and match.group("authority") is None):
+        return "file", "", os.path.normpath(os.path.abspath(checkpoint_location))
+    scheme, authority, path = match.group("scheme").lower(), match.group("authority") or "", match.group("path") or ""
+    if scheme == "file":
+        if authority not in ("", "localhost"):
+            raise InvalidSinkConfigError(
+                f"checkpoint_location: expected a local file URI (file:/path or file:///path), received "
+                f"{checkpoint_location!r}, which names the host {authority!r}"
+            )
+        return "file", "", os.path.normpath(path or "/")
+    return scheme, authority, path
+
+
+def location_key(checkpoint_location: str) -> str:
+    """One spelling per checkpoint location (see :func:`location_parts`), without a final slash."""
+    scheme, authority, path = location_parts(checkpoint_location)
+    return f"{scheme}://{authority}{path}".rstrip("/")
+
+
+def checkpoint_filesystem(checkpoint_location: str) -> tuple[pafs.FileSystem, str]:
+    """The file system and root folder of a checkpoint location (see :func:`location_parts`): only
+    the scheme and authority go to PyArrow; the path is appended as it is.
+
+    Raises:
+        InvalidSinkConfigError: PyArrow has no file system for the scheme, or it cannot be reached.
+    """
+    scheme, authority, path = location_parts(checkpoint_location)
+    if scheme == "file":
+        return pafs.LocalFileSystem(), path
+    try:
+        fs, base = pafs.FileSystem.from_uri(f"{scheme}://{authority}/")
+    except Exception as e:
+        raise InvalidSinkConfigError(
+            f"checkpoint_location: expected a local path or a file system URI, received {checkpoint_location!r} ({e})"
+        ) from e
+    return fs, base.rstrip("/") + path
 
 
 def committable_name(checkpoint_id: int) -> str:
@@ -37,22 +95,7 @@ class CheckpointStore:
 
     def __init__(self, checkpoint_location: str, _subdir: str = "iceberg_sink", create: bool = True) -> None:
         """``create=False`` opens the state read-only as it is (no folder made): for tools that only look."""
-        location = checkpoint_location
-        if "://" not in location:
-            location = os.path.abspath(location)
-        try:
-            self._fs, root = (
-                pafs.FileSystem.from_uri(location)
-                if "://" in location
-                else (
-                    pafs.LocalFileSystem(),
-                    location,
-                )
-            )
-        except Exception as e:
-            raise InvalidSinkConfigError(
-                f"checkpoint_location: expected a local path or a file system URI, received {checkpoint_location!r} ({e})"
-            ) from e
+        self._fs, root = checkpoint_filesystem(checkpoint_location)
         self._location = root.rstrip("/")
         self.root = self._location + "/" + _subdir
         self._committables = self.root + "/committables"

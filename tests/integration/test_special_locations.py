@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
+from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.topology import maintenance
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize, pyiceberg_read
@@ -94,3 +95,37 @@ def test_an_embedded_root_holding_a_character_a_location_cuts_at_is_refused(tmp_
     with pytest.raises(InvalidSinkConfigError, match=r"embedded\(root\): expected a folder whose path holds no"):
         IcebergSink.builder().embedded(lake).table("db.t").create_if_missing().build()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("spelling", "folder"),
+    [
+        ("file://{base}/ck%20b%41", "ck%20b%41"),  # Spark (Hadoop) reads the path literally
+        ("file://{base}/ck a%20b", "ck a%20b"),  # PyArrow refused the raw space; Spark takes it
+        ("file:{base}/ck-hadoop-style", "ck-hadoop-style"),  # how Spark prints a local location
+        ("{base}/ck é %41 #1 ?q", "ck é %41 #1 ?q"),
+    ],
+    ids=["escaped-uri", "uri-with-space", "file-colon-path", "raw-path"],
+)
+def test_the_sinks_checkpoint_state_is_where_spark_keeps_its_own(
+    spark: SparkSession, tmp_path: Path, spelling: str, folder: str
+) -> None:
+    """The sink read ``file:///ck/a%20b`` as ``a b`` (PyArrow decodes) and ``file:/ck`` as the relative
+    ``./file:/ck``, while Spark keeps its offsets in ``a%20b`` and ``/ck``: the sink's committables
+    lived apart from Spark's state and the sink could not read Spark's offset log (the Kafka offsets
+    of snapshot summaries come from it)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "a.json").write_text('{"id": 1}\n{"id": 2}\n', encoding="utf-8")
+    base = tmp_path / "checkpoints"
+    base.mkdir()
+    location = spelling.format(base=base)
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.s").create_if_missing().build()
+    query = sink.start(spark.readStream.schema("id long").json(str(source)), location, {"availableNow": True})
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert sorted(sink.load_table().scan().to_arrow()["id"].to_pylist()) == [1, 2]
+    assert [p.name for p in base.iterdir()] == [folder]
+    assert {"offsets", "commits", "iceberg_sink"} <= {p.name for p in (base / folder).iterdir()}
+    assert CheckpointStore(location, create=False).spark_offset_log(0) is not None
+    assert not Path("file:").exists()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from iceberg_sink.committer import store as store_module
 from iceberg_sink.committer.committable import CommitSummary, Committable, DeltaManifests
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointError
@@ -92,3 +93,47 @@ def test_a_store_opened_without_create_makes_no_folder(tmp_path: Path) -> None:
     other = CheckpointStore.for_table(str(tmp_path), "db.t", create=False)
     assert other.pending_ids() == [] and other.table_uuid() is None
     assert not (tmp_path / "iceberg_sink").exists()
+
+
+@pytest.mark.parametrize(
+    ("location", "parts"),
+    [
+        ("file:///ck/a%20b", ("file", "", "/ck/a%20b")),  # literal, as Hadoop's Path: no decoding
+        ("file:/ck", ("file", "", "/ck")),  # Spark's own spelling of a local location
+        ("file://localhost/ck/", ("file", "", "/ck")),
+        ("/ck/x?y#z", ("file", "", "/ck/x?y#z")),
+        ("hdfs://nn:8020/ck/a%20b?x", ("hdfs", "nn:8020", "/ck/a%20b?x")),
+        ("s3a://bucket/ck", ("s3a", "bucket", "/ck")),
+    ],
+)
+def test_checkpoint_locations_are_read_as_spark_reads_them(location: str, parts: tuple[str, str, str]) -> None:
+    assert store_module.location_parts(location) == parts
+
+
+def test_a_relative_location_is_local_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert store_module.location_parts("ck") == ("file", "", str(tmp_path / "ck"))
+    assert store_module.location_parts("ck:1") == ("file", "", str(tmp_path / "ck:1"))  # no slash: not a scheme
+
+
+def test_spellings_of_one_location_share_one_key(tmp_path: Path) -> None:
+    spellings = [
+        str(tmp_path / "ck"),
+        f"file:{tmp_path}/ck",
+        f"file://{tmp_path}/ck/",
+        f"file://localhost{tmp_path}/ck",
+    ]
+    assert len({store_module.location_key(s) for s in spellings}) == 1
+    assert store_module.location_key(f"file://{tmp_path}/ck%20x") != store_module.location_key(f"{tmp_path}/ck x")
+
+
+def test_a_file_uri_naming_another_host_is_refused() -> None:
+    with pytest.raises(InvalidSinkConfigError, match="names the host 'otherhost'"):
+        CheckpointStore("file://otherhost/ck")
+
+
+def test_an_escaped_file_uri_keeps_its_state_in_the_literal_folder(tmp_path: Path) -> None:
+    store = CheckpointStore(f"file://{tmp_path}/a%20b")
+    store.job_id("db.t")
+    assert (tmp_path / "a%20b" / "iceberg_sink" / "job.json").is_file()
+    assert not (tmp_path / "a b").exists()
