@@ -295,7 +295,12 @@ class TaskWriter:
             f"{self._task_id:05d}-{self._attempt_id}-{self._spec.job_id}-{self._spec.checkpoint_id:06d}-"
             f"{self._attempt_uuid}-{self._file_seq:05d}{kind}.parquet"
         )
-        path = self._locations.new_data_location(data_file_name=name, partition_key=key)  # type: ignore[arg-type]
+        # Delete files go outside the partition folders (``data/<name>``; Iceberg names every file by
+        # its full path, so any folder is valid). DuckDB (1.5.5) reads a folder's ``key=value`` as a
+        # column of an equality delete file, decoded as Hive does, not as Iceberg (and Java) encode
+        # it: ``p=a+b`` gave 'a+b' for the value 'a b', so DuckDB applied none of those deletes.
+        folder = key if output is _Output.DATA else None
+        path = self._locations.new_data_location(data_file_name=name, partition_key=folder)  # type: ignore[arg-type]
         self._created_paths.append(path)
         return path
 

@@ -227,3 +227,44 @@ def test_s3_secret_stays_out_of_logs_and_config_repr(
         sink_builder(wrong, "secret").build()
     assert secret[::-1] not in str(failure.value)
     assert secret not in str(failure.value)
+
+
+def special_partition_values_round_trip(
+    spark: SparkSession,
+    props: dict[str, str],
+    java_readers: Sequence[JavaIcebergReader],
+    builder: IcebergSinkBuilder,
+    identifier: str,
+) -> None:
+    """Identity partition values a URL escapes or reads (``%``, ``?``, ``#``, ``/``, ``+``, a space,
+    non-ASCII) make object keys holding ``%25``, ``%3F``, ``+``...: the sink's upserts and compaction,
+    Iceberg Java's S3FileIO and DuckDB's httpfs must all name the same objects and rows. ``builder``
+    creates the table partitioned by ``p`` with the key ``id, p``."""
+    values = ["a b", "50%", "q?r#s", "c/d", "é=1&x+y", "%41"]
+    schema = "id long, p string, v string"
+    sink = builder.build()
+    model = {(i, p): "a" for i, p in enumerate(values)}
+    sink.write(spark.createDataFrame([(i, p, v) for (i, p), v in model.items()], schema))
+    updates = {(i, p): "b" for i, p in enumerate(values) if i % 2 == 0}
+    sink.write(spark.createDataFrame([(i, p, v) for (i, p), v in updates.items()], schema))
+    model.update(updates)
+    expected = pa.Table.from_pylist([{"id": i, "p": p, "v": v} for (i, p), v in model.items()])
+    table = read_back(props, identifier)
+    check_s3_table(props, java_readers, table.metadata_location, expected, ["id"])
+    sink.compact(spark)
+    table = read_back(props, identifier)
+    assert table.inspect.delete_files().num_rows == 0
+    assert normalize(table.scan().to_arrow(), ["id"]) == normalize(expected, ["id"])
+    check_s3_table(props, java_readers, table.metadata_location, expected, ["id"])
+
+
+def test_partition_values_with_url_special_characters_on_s3(
+    spark: SparkSession,
+    seaweed: dict[str, str],  # noqa: F811
+    java_readers: tuple[JavaIcebergReader, ...],
+) -> None:
+    """Format v2 (equality deletes); v3 is in test_v3_rest.py (its Puffin files need another bucket).
+    DuckDB 1.5.5 read the value 'a b' of an equality delete file in the folder ``p=a+b`` as 'a+b'
+    and applied none of its deletes, until the sink wrote delete files outside partition folders."""
+    builder = sink_builder(seaweed, "special").create_if_missing(partition_by=["p"]).upsert(key=["id", "p"])
+    special_partition_values_round_trip(spark, seaweed, java_readers, builder, f"{NAMESPACE}.special")

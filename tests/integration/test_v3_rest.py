@@ -30,6 +30,7 @@ from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.writer.result import DataFileMeta
 from tests.integration.seaweed import seaweed  # noqa: F401
 from tests.integration.test_cdc import expected, frame
+from tests.integration.test_s3_rest import special_partition_values_round_trip
 from tests.integration.test_v3_cdc import delete_files
 from tests.interop.duckdb_rest import CATALOG_ALIAS, duckdb_rest_execute
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, normalize
@@ -232,3 +233,23 @@ def test_a_v2_rest_table_upgraded_to_v3_takes_dvs_and_compacts(
     table = reread(seaweed, identifier)
     assert delete_files(table) == []
     assert_every_reader_reads(seaweed, java_readers, table, model)
+
+
+def test_partition_values_with_url_special_characters_on_s3_v3(
+    spark: SparkSession,
+    seaweed: dict[str, str],  # noqa: F811
+    data_bucket: str,
+    java_readers: tuple[JavaIcebergReader, ...],
+) -> None:
+    builder = (
+        IcebergSink.builder()
+        .catalog("rest", **seaweed)
+        .table(f"{NAMESPACE}.special")
+        .create_if_missing(
+            partition_by=["p"],
+            properties={"write.data.path": f"s3://{data_bucket}/{NAMESPACE}/special/data"},
+            format_version=3,
+        )
+        .upsert(key=["id", "p"])
+    )
+    special_partition_values_round_trip(spark, seaweed, java_readers, builder, f"{NAMESPACE}.special")
