@@ -21,8 +21,8 @@ name (``<checkpoint>/iceberg_sink/tables/<namespace>.<table>``, committer/store.
 **Locations** (:func:`check_location`, when the sink creates a table): the location the catalog
 resolves must be a plain URL or path (no query, fragment or control character), inside its
 namespace's location when the catalog says where that is, and neither equal to, inside, nor a parent
-of another table's location in the catalog (compared case-insensitively, as case-insensitive file
-systems would). The other tables looked at are those of the namespace, its parent namespaces and its
+of another table's location in the catalog (compared as one spelling each, :func:`normalise_location`,
+which orphan removal uses too, and case-insensitively, as case-insensitive file systems would). The other tables looked at are those of the namespace, its parent namespaces and its
 child namespaces; their locations are cached per catalog object, so creating many routed tables
 loads each existing table once.
 
@@ -39,7 +39,7 @@ import logging
 import re
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -238,8 +238,43 @@ def known_names(names: Iterable[str], namespace: str | None, allow: Sequence[str
 # -- locations of new tables ----------------------------------------------------------------------
 
 
+_EQUAL_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+"""Schemes naming the same store (Iceberg Java's DeleteOrphanFiles default: s3a and s3n are s3)."""
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
+
+
+def location_parts(location: str) -> tuple[str, str, str]:
+    """``(scheme, authority, path)`` of a file location, normalised so that spellings of one file agree.
+
+    ``s3a://`` and ``s3n://`` are ``s3://``; ``/x``, ``file:/x``, ``file:///x`` and
+    ``file://localhost/x`` are all ``file`` with path ``/x``; percent-escapes in the path are decoded
+    (``a%20b`` is ``a b``). ``?`` and ``#`` stay part of the path: object keys may hold them.
+    """
+    match = _SCHEME.match(location)
+    if match is None:
+        return "file", "", unquote(location)
+    scheme, rest = match.group(1).lower(), match.group(2)
+    scheme = _EQUAL_SCHEMES.get(scheme, scheme)
+    authority = ""
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        rest = slash + path
+    if scheme == "file" and authority.lower() == "localhost":
+        authority = ""
+    return scheme, authority, unquote(rest)
+
+
+def normalise_location(location: str) -> str:
+    """One spelling per file location (see :func:`location_parts`), for comparing locations."""
+    scheme, authority, path = location_parts(location)
+    return f"{scheme}://{authority}{path}"
+
+
 def _normal(location: str) -> str:
-    return location.rstrip("/").casefold()
+    """A location compared with others: one spelling per location (:func:`normalise_location`: a
+    table that another tool created at ``file:/wh/cdc`` is the folder of ``file:///wh/cdc/x``), case
+    ignored (as case-insensitive file systems do), without a final slash."""
+    return normalise_location(location).rstrip("/").casefold()
 
 
 def location_problem(location: str) -> str | None:

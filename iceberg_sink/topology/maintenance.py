@@ -24,7 +24,6 @@ import contextlib
 import datetime as dt
 import logging
 import re
-import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
@@ -39,7 +38,7 @@ from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError, UnsupportedTableError
-from iceberg_sink.table.names import walk_tables
+from iceberg_sink.table.names import location_parts, normalise_location, walk_tables
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.conversion.job import ConversionResult
 from iceberg_sink.topology.conversion.job import convert_equality_deletes as _convert
@@ -171,38 +170,6 @@ def _delete_index_entries(table: Table, deleted: Iterable[str]) -> None:
             pass
         except Exception as e:  # left behind, orphan removal takes it later
             logger.warning("cannot delete the key index entry %s/%s (%s: %s)", folder, name, type(e).__name__, e)
-
-
-_EQUAL_SCHEMES = {"s3a": "s3", "s3n": "s3"}
-"""Schemes naming the same store (Iceberg Java's DeleteOrphanFiles default: s3a and s3n are s3)."""
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
-
-
-def location_parts(location: str) -> tuple[str, str, str]:
-    """``(scheme, authority, path)`` of a file location, normalised so that spellings of one file agree.
-
-    ``s3a://`` and ``s3n://`` are ``s3://``; ``/x``, ``file:/x``, ``file:///x`` and
-    ``file://localhost/x`` are all ``file`` with path ``/x``; percent-escapes in the path are decoded
-    (``a%20b`` is ``a b``). ``?`` and ``#`` stay part of the path: object keys may hold them.
-    """
-    match = _SCHEME.match(location)
-    if match is None:
-        return "file", "", urllib.parse.unquote(location)
-    scheme, rest = match.group(1).lower(), match.group(2)
-    scheme = _EQUAL_SCHEMES.get(scheme, scheme)
-    authority = ""
-    if rest.startswith("//"):
-        authority, slash, path = rest[2:].partition("/")
-        rest = slash + path
-    if scheme == "file" and authority.lower() == "localhost":
-        authority = ""
-    return scheme, authority, urllib.parse.unquote(rest)
-
-
-def normalise_location(location: str) -> str:
-    """One spelling per file location (see :func:`location_parts`), for comparing locations."""
-    scheme, authority, path = location_parts(location)
-    return f"{scheme}://{authority}{path}"
 
 
 def _is_staged_manifest(location: str) -> bool:

@@ -255,3 +255,18 @@ def test_walk_tables_lists_nested_namespaces_and_descends_only_where_asked(tmp_p
     shallow = names.walk_tables(catalog, [("a",), ("a", "b")], descend=lambda ns: False, strict=True)
     assert sorted(shallow) == [("a", "b", "t2"), ("a", "t1")]
     assert names.walk_tables(catalog, [("gone",)], strict=True) == []  # a namespace not there holds no table
+
+
+@pytest.mark.parametrize("spelling", ["file:{path}", "{path}", "FILE://{path}"])
+def test_a_table_inside_another_is_refused_whatever_the_spelling_of_the_others_location(
+    tmp_path: Path, spelling: str
+) -> None:
+    """Another tool (Iceberg Java spells local locations ``file:/wh/...``) created a table at the
+    namespace's folder; the sink's new table would be ``file:///wh/cdc/orders``, inside it. Compared as
+    strings the two spellings never nest, and the table was created."""
+    catalog, warehouse = _catalog(tmp_path)
+    catalog.create_namespace("cdc")
+    catalog.create_table("cdc.everything", SCHEMA, location=spelling.format(path=warehouse / "cdc"))
+    with pytest.raises(InvalidSinkConfigError, match=r"inside the location .* of table cdc\.everything"):
+        _create(catalog, "cdc.orders")
+    assert not catalog.table_exists("cdc.orders")
