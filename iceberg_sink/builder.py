@@ -623,6 +623,8 @@ class IcebergSinkBuilder:
             existing = load_table(loaded, self._table)
         except NoSuchTableError:
             existing = None
+        except InvalidSinkConfigError:
+            raise  # the sink's own refusal (a name or location rule), already naming the table
         except Exception as e:
             raise InvalidSinkConfigError(
                 f"table {self._table!r}: could not be loaded from catalog {catalog.name!r}: "

@@ -213,13 +213,23 @@ def load_table(catalog: Catalog, identifier: str) -> Table | None:
     """The table, or None when it does not exist.
 
     Raises:
-        InvalidSinkConfigError: ``identifier`` breaks the table-name rule (table/names.py).
+        InvalidSinkConfigError: ``identifier`` breaks the table-name rule, or the table's location is
+            not one whose string names the folder its files land in (table/names.py).
     """
     names.check_table_name(identifier)
     try:
-        return catalog.load_table(identifier)
+        table = catalog.load_table(identifier)
     except NoSuchTableError:
         return None
+    problem = names.location_problem(table.location())
+    if problem is not None:
+        # Created by another tool: the sink's file IO (PyIceberg's) would not write where it says.
+        raise InvalidSinkConfigError(
+            f"table {identifier}: {problem}, so its files would not land in the folder it names (PyIceberg's file "
+            "IO cuts a path at '?' and '#' and reads a file URI's host as a folder); refused. Give the table a "
+            "location without them"
+        )
+    return table
 
 
 def create_table(

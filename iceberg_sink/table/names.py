@@ -282,6 +282,9 @@ def location_problem(location: str) -> str | None:
     parts = urlsplit(location)
     if _CONTROL.search(location) or parts.query or parts.fragment or "?" in location or "#" in location:
         return f"location {shown(location, 200)} holds a control character, '?' or '#'"
+    if parts.scheme.lower() == "file" and parts.netloc:
+        # PyIceberg's file IO joins a file URI's host and path into a relative path (localhost/x).
+        return f"location {shown(location, 200)} names a host ({parts.netloc!r}) in a file URI"
     return None
 
 

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink import IcebergSink
 from iceberg_sink.errors import InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table import names
@@ -270,3 +271,27 @@ def test_a_table_inside_another_is_refused_whatever_the_spelling_of_the_others_l
     with pytest.raises(InvalidSinkConfigError, match=r"inside the location .* of table cdc\.everything"):
         _create(catalog, "cdc.orders")
     assert not catalog.table_exists("cdc.orders")
+
+
+def test_a_file_location_naming_a_host_is_refused() -> None:
+    # PyIceberg writes file://localhost/wh/x to the relative folder localhost/wh/x.
+    assert "names a host ('localhost')" in str(names.location_problem("file://localhost/wh/cdc/x"))
+    assert names.location_problem("file:/wh/cdc/x") is None
+
+
+def test_an_existing_table_whose_location_is_cut_is_refused_when_loaded(tmp_path: Path) -> None:
+    """Another tool created a table at ``.../t#1``: PyIceberg writes its files under ``.../t``."""
+    catalog, warehouse = _catalog(tmp_path)
+    catalog.create_namespace("cdc")
+    catalog.create_table("cdc.t", SCHEMA, location=f"file://{warehouse}/t#1")
+    with pytest.raises(InvalidSinkConfigError, match=r"table cdc\.t: location .* holds a control character"):
+        catalogs.load_table(catalog, "cdc.t")
+
+
+def test_the_builder_refuses_such_a_table_before_anything_is_written(tmp_path: Path) -> None:
+    catalog, warehouse = _catalog(tmp_path)
+    catalog.create_namespace("cdc")
+    catalog.create_table("cdc.t", SCHEMA, location=f"file://{warehouse}/t?x=1")
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": warehouse.as_uri()}
+    with pytest.raises(InvalidSinkConfigError, match=r"^table cdc\.t: location .*'\?' or '#'.*; refused"):
+        IcebergSink.builder().catalog("t", **props).table("cdc.t").build()
