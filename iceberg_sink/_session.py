@@ -13,9 +13,13 @@ table) failed with an ``AttributeError``. Both are refused before anything is cr
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink.errors import InvalidSinkConfigError
+
+_T = TypeVar("_T")
 
 CONNECT_UNSUPPORTED = (
     "iceberg_sink needs a classic SparkSession (SparkSession.builder.master(...), spark-submit or the pyspark "
@@ -37,6 +41,16 @@ def _is_connect(value: object) -> bool:
     return _described(value).startswith("pyspark.sql.connect.")
 
 
+def _classic(value: object, cls: type[_T], caller: str, connect_kind: str, expected: str) -> _T:
+    if _is_connect(value):
+        raise InvalidSinkConfigError(
+            f"{caller}: received a Spark Connect {connect_kind} ({_described(value)}). " + CONNECT_UNSUPPORTED
+        )
+    if not isinstance(value, cls):
+        raise InvalidSinkConfigError(f"{caller}: expected {expected}, received {_described(value)}")
+    return value
+
+
 def classic_frame(df: object, caller: str) -> DataFrame:
     """``df`` if it is a DataFrame of a classic SparkSession.
 
@@ -44,13 +58,7 @@ def classic_frame(df: object, caller: str) -> DataFrame:
         InvalidSinkConfigError: a Spark Connect DataFrame, or not a PySpark DataFrame at all;
             ``caller`` names the call (``"write(df)"``).
     """
-    if _is_connect(df):
-        raise InvalidSinkConfigError(
-            f"{caller}: received a Spark Connect DataFrame ({_described(df)}). " + CONNECT_UNSUPPORTED
-        )
-    if not isinstance(df, DataFrame):
-        raise InvalidSinkConfigError(f"{caller}: expected a PySpark DataFrame, received {_described(df)}")
-    return df
+    return _classic(df, DataFrame, caller, "DataFrame", "a PySpark DataFrame")
 
 
 def classic_session(spark: object, caller: str) -> SparkSession:
@@ -59,10 +67,4 @@ def classic_session(spark: object, caller: str) -> SparkSession:
     Raises:
         InvalidSinkConfigError: a Spark Connect session, or not a SparkSession at all.
     """
-    if _is_connect(spark):
-        raise InvalidSinkConfigError(
-            f"{caller}: received a Spark Connect session ({_described(spark)}). " + CONNECT_UNSUPPORTED
-        )
-    if not isinstance(spark, SparkSession):
-        raise InvalidSinkConfigError(f"{caller}: expected a SparkSession, received {_described(spark)}")
-    return spark
+    return _classic(spark, SparkSession, caller, "session", "a SparkSession")

@@ -75,6 +75,7 @@ from iceberg_sink import (
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.table.catalog import embedded_catalog_uri, embedded_warehouse
 from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
@@ -220,6 +221,21 @@ class SinkJob:
         return self.sink
 
 
+WORLD_FOLDER = "lake é %41 a+b"
+"""The folder of a model world: a space, a literal ``%41``, ``+`` and a non-ASCII letter (the embedded
+catalog's spelling of it, table/catalog.py; locations must name the folder files land in)."""
+
+CHECKPOINT_SPELLINGS = ("file:{path}", "file://{path}", "{path}")
+"""How the jobs spell their checkpoint locations, by the folder's name: Spark reads each literally
+(committer/store.py ``location_parts``), and so must the sink."""
+
+
+def checkpoint_location(path: Path) -> str:
+    """``path`` spelled one of :data:`CHECKPOINT_SPELLINGS` (chosen by its name, so runs are reproducible)."""
+    spelling = CHECKPOINT_SPELLINGS[sum(path.name.encode()) % len(CHECKPOINT_SPELLINGS)]
+    return spelling.format(path=path)
+
+
 class ModelMismatch(AssertionError):
     pass
 
@@ -285,6 +301,11 @@ class World:
         self.spark = spark
         self.java = java
         self.java_newest = java_newest  # the newest Iceberg Java: v3 tables need it (v3_steps.py)
+        # Everything of the world (catalog, warehouse, checkpoints) lives in a folder whose path holds
+        # characters URLs escape or read, and the jobs spell their checkpoint locations three ways
+        # (Hadoop's file:/, a file:// URI, a plain path): see CHECKPOINT_SPELLINGS.
+        root = root / WORLD_FOLDER
+        root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.seed = seed
         self.rng = random.Random(seed)
@@ -296,8 +317,8 @@ class World:
         self.lsn = 0
         self.catalog_props = {
             "type": "sql",
-            "uri": f"sqlite:///{root / 'catalog.db'}",
-            "warehouse": (root / "warehouse").as_uri(),
+            "uri": embedded_catalog_uri(root),
+            "warehouse": embedded_warehouse(root),
         }
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         self.catalog: Catalog = load_catalog("model", **self.catalog_props)
@@ -394,7 +415,7 @@ class World:
             "cdc": SinkJob(
                 "cdc",
                 lambda: self._cdc_builder(compaction, every, convert_every),
-                str(root / "ckpt-cdc"),
+                checkpoint_location(root / "ckpt-cdc"),
                 "iceberg-sink",
             ),
             "upsert": SinkJob(
@@ -405,13 +426,13 @@ class World:
                     .write_option("iceberg-sink.snapshot-property-prefix", "model-b")
                     .build()
                 ),
-                str(root / "ckpt-upsert"),
+                checkpoint_location(root / "ckpt-upsert"),
                 "model-b",
             ),
             "branch": SinkJob(
                 "branch",
                 lambda: self._builder("db.main").upsert(key=["id"]).branch(BRANCH).build(),
-                str(root / "ckpt-branch"),
+                checkpoint_location(root / "ckpt-branch"),
                 "iceberg-sink",
             ),
             "append": SinkJob(
@@ -419,7 +440,7 @@ class World:
                 lambda: (
                     self._builder("db.app").write_option("iceberg-sink.snapshot-property-prefix", "model-d").build()
                 ),
-                str(root / "ckpt-append"),
+                checkpoint_location(root / "ckpt-append"),
                 "model-d",
             ),
             "evolve": SinkJob(
@@ -430,7 +451,7 @@ class World:
                     .schema_evolution("add-and-widen")
                     .build()
                 ),
-                str(root / "ckpt-evolve"),
+                checkpoint_location(root / "ckpt-evolve"),
                 "iceberg-sink",
             ),
         }
@@ -449,7 +470,9 @@ class World:
             names={c: c for c in ("g", "id", "v", "lsn")},
             types={"g": "bigint", "id": "bigint", "v": "string", "lsn": "bigint"},
         )
-        self.routed_job = SinkJob("routed", self._routed_builder, str(root / "ckpt-routed"), "iceberg-sink")
+        self.routed_job = SinkJob(
+            "routed", self._routed_builder, checkpoint_location(root / "ckpt-routed"), "iceberg-sink"
+        )
         self.hostile_rng = random.Random(f"hostile-{seed}")  # op_hostile_routed_names
         # Other writers under a running stream (op_other_writers): their own generator.
         self.other_rng = random.Random(f"other-writers-{seed}")

@@ -51,6 +51,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 from pyiceberg.table import Table
@@ -229,8 +230,10 @@ class V3Tables:
         root = Path(self.world.root)
         java = self.world.java_newest
         if self.java_catalog is None:
+            # A SQLite URI filename: its path is percent-decoded, so it is escaped (the world's folder
+            # holds a literal %41 and a space: harness.WORLD_FOLDER).
             self.java_catalog = java.catalog(
-                f"{root}/java-warehouse", jdbc_uri=f"jdbc:sqlite:file:{root}/java-catalog.db"
+                f"{root}/java-warehouse", jdbc_uri=f"jdbc:sqlite:file:{quote(f'{root}/java-catalog.db')}"
             )
         cat = self.java_catalog
         table = self.world.table(V3)
