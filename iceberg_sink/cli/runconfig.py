@@ -350,8 +350,13 @@ class RunConfig:
         return dict(self.data.get("stop") or {})
 
 
+# A location with a scheme (``file:/ck``, ``file:///ck``, ``hdfs://nn/ck``, ``s3a://b/k``): as Spark
+# reads it, not a path relative to the config file (``file:/ck`` is how Spark prints a local folder).
+_URI = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*:/")
+
+
 def _absolute(value: str, base: Path) -> str:
-    if "://" in value or os.path.isabs(value):
+    if _URI.match(value) or os.path.isabs(value):
         return value
     return str((base / value).resolve())
 

@@ -123,6 +123,7 @@ def _sorted_items(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 # Characters an embedded root may not hold: a table location cuts at '?' and '#' (URL parsing), and
 # control characters are refused in every name (table/names.py).
+_URI_SCHEME = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*:/")
 _EMBEDDED_ROOT_REFUSED = re.compile(r"[?#\x00-\x1f\x7f]")
 
 
@@ -159,7 +160,13 @@ class CatalogConfig:
         Raises:
             FileNotFoundError: ``create=False`` and ``root`` holds no embedded catalog (naming the folder).
         """
-        base = Path(root if root is not None else DEFAULT_EMBEDDED_ROOT).absolute()
+        given = os.fspath(root if root is not None else DEFAULT_EMBEDDED_ROOT)
+        if _URI_SCHEME.match(given):
+            raise InvalidSinkConfigError(
+                f"embedded(root): expected a local folder (the embedded catalog is a SQLite file there), received the "
+                f"URI {given!r}; give the folder's path"
+            )
+        base = Path(given).absolute()
         problem = _EMBEDDED_ROOT_REFUSED.search(str(base))
         if problem is not None:
             raise InvalidSinkConfigError(

@@ -301,3 +301,14 @@ def test_debezium_order_takes_one_path_or_several_with_their_types(tmp_path: Pat
     wrong = runconfig.parse(text.replace("[binlog, long, long]", "[binlog, long]"), "p.yaml")
     with pytest.raises(runconfig.InvalidSinkConfigError, match=r"one order type or one per path"):
         runconfig.validate_sink(wrong)
+
+
+@pytest.mark.parametrize(
+    "location", ["file:/data/ck", "file:///data/ck", "hdfs://nn:8020/ck", "s3a://b/ck", "/data/ck"]
+)
+def test_locations_with_a_scheme_or_absolute_are_kept_as_written(location: str) -> None:
+    # 'file:/data/ck' (Spark's spelling of a local folder) was joined to the config's folder.
+    text = f"source: {{type: files, path: '{location}', format: json}}\nsink: {{table: db.t}}\n"
+    config = runconfig.parse(text + f"checkpoint_location: '{location}'\n", "/etc/p.yaml")
+    assert config.checkpoint_location == location
+    assert config.source["path"] == location

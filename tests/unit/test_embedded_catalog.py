@@ -28,3 +28,11 @@ def test_a_root_a_location_would_cut_is_refused_and_nothing_is_created(tmp_path:
     with pytest.raises(InvalidSinkConfigError, match=r"embedded\(root\): expected a folder whose path holds no"):
         CatalogConfig.embedded(tmp_path / f"lake{bad}x")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("uri", ["file:/data/lake", "file:///data/lake", "s3://b/lake"])
+def test_a_uri_is_refused_as_an_embedded_root(tmp_path: Path, uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidSinkConfigError, match=r"embedded\(root\): expected a local folder .* received the URI"):
+        CatalogConfig.embedded(uri)
+    assert list(tmp_path.iterdir()) == []  # no folder 'file:' made here
