@@ -20,6 +20,10 @@ checkpoint passes them:
 
 The three commit-attempt points are hit from ``_iceberg/retry.py`` for checkpoint commits only.
 
+- :data:`BEFORE_LOOKUP`: a batch with unchanged TOASTed columns is about to read stored values from
+  the table as its checkpoint loaded it (topology/toast.py; tests let another writer replace and
+  expire that table's files here).
+
 Post-commit maintenance (topology/background.py) has one more, outside the checkpoint flow:
 
 - :data:`MAINTENANCE_START`: a compaction or equality-delete conversion holds its table's
@@ -44,6 +48,7 @@ BEFORE_COMMIT_PREPARE = "before-commit-prepare"
 BEFORE_COMMIT_SEND = "before-commit-send"
 COMMIT_SENT = "commit-sent"
 AFTER_COMMIT = "after-commit"
+BEFORE_LOOKUP = "before-lookup"
 MAINTENANCE_START = "maintenance-start"
 MAINTENANCE_COMMIT_SENT = "maintenance-commit-sent"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 from pyiceberg.table import Table
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from iceberg_sink import _faults
 from iceberg_sink._sql import named
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, pending_because
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
@@ -32,6 +34,9 @@ from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, placeholder
 from iceberg_sink.table.lookup import stored_rows
 
 logger = logging.getLogger("iceberg_sink")
+
+# How often a lookup reads again on a newer table when a file of the one it read is gone.
+_LOOKUP_RELOADS = 4
 
 #: Why :func:`carry_forward` refuses a change (a helper column, dropped by the reduction).
 AFTER_DELETE = "__iceberg_sink_toast_after_delete"
@@ -108,6 +113,30 @@ def resolve(
     return fill_stored(df, tables, route_column)
 
 
+def _stored_rows_now(
+    target: StoredTable, keys: list[tuple[object, ...]], columns: list[str]
+) -> tuple[list[tuple[Any, ...]], int]:
+    """:func:`stored_rows` of the table as the checkpoint loaded it, or, when a file of it is gone
+    (another writer moved the head and a snapshot expiry removed the old head's files), of the table
+    as the catalog has it now: the stored values are the newest either way. A file missing from the
+    current table is an error (the rule of ``_iceberg/retry.py`` for commits)."""
+    table = target.table
+    for reloads in range(_LOOKUP_RELOADS + 1):
+        try:
+            return stored_rows(table, target.branch, target.key, keys, columns)
+        except FileNotFoundError:
+            current = table.catalog.load_table(table.name())
+            if current.metadata_location == table.metadata_location or reloads == _LOOKUP_RELOADS:
+                raise
+            logger.info(
+                "unchanged TOASTed columns of table %s: a file of the table as loaded was removed meanwhile; "
+                "reading the table as it is now",
+                ".".join(table.name()),
+            )
+            table = current
+    raise AssertionError("unreachable")
+
+
 def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_column: str | None = None) -> DataFrame:
     """Give the marked columns of the reduced batch ``df`` their stored values, refuse what is still
     unknown, and drop :data:`UNAVAILABLE_COLUMN` (see the module docstring). ``tables``: by route
@@ -147,8 +176,9 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
                 f"TOASTed columns, but {pending_because(target.deferred)} and checkpoints may be pending, so the "
                 "table as last loaded may be stale; restart the stream once its commits land (nothing is lost)"
             ) from target.deferred
+        _faults.hit(_faults.BEFORE_LOOKUP, -1)
         try:
-            rows, read = stored_rows(target.table, target.branch, target.key, list(by_key), columns)
+            rows, read = _stored_rows_now(target, list(by_key), columns)
         except ValueError as e:  # a nested key: its rows stay marked and are refused
             logger.warning("unchanged TOASTed columns of table %s: %s", target.table.name(), e)
             rows, read = [], 0

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidInputError
+from iceberg_sink import IcebergSink, InvalidInputError, _faults
 from iceberg_sink.sources.debezium import UNAVAILABLE_VALUE
 from iceberg_sink.table.lookup import stored_rows
 from tests.integration.test_debezium_events import envelope, field, frame
@@ -303,5 +303,51 @@ def test_stored_values_are_not_read_while_an_earlier_checkpoint_is_pending_after
     finally:
         query.stop()
     assert query.exception() is None
+    model = {1: expected(1, 5, version=1), 2: expected(2, 5), 3: expected(3, 0)}
+    assert read_back(java_reader, s) == [model[i] for i in sorted(model)]
+
+
+def test_stored_values_are_read_again_when_another_writer_expired_the_files_the_batch_loaded(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Between the checkpoint's load of the table and its lookup of stored values, the table is
+    compacted and Iceberg Java expires every older snapshot (``retain_last => 1``), deleting the files
+    of the table as the batch loaded it. The lookup read those files and failed with FileNotFoundError
+    (the stream stopped); it now reads the table as the catalog has it (the same rule as commits)."""
+    s = build(tmp_path / "lake")
+    ckpt = str(tmp_path / "ckpt")
+    s.write(frame(spark, [insert(i, i) for i in range(1, 4)]), checkpoint_location=ckpt)
+    s.write(frame(spark, [insert(1, 10, version=1).replace('"op": "c"', '"op": "u"')]), checkpoint_location=ckpt)
+    other = build(tmp_path / "lake")
+    loaded: set[str] = set()
+
+    def other_writers(point: str, checkpoint_id: int) -> None:
+        if point != _faults.BEFORE_LOOKUP or loaded:
+            return
+        table = other.load_table()
+        loaded.update(f["file_path"] for f in table.inspect.files().to_pylist() if f["content"] == 0)
+        other.compact(spark)
+        # Iceberg Java's expiry, through a JDBC catalog of its own; the sink's catalog then points at
+        # Java's metadata, as if Java had committed to it.
+        jdbc = java_reader.catalog(f"{tmp_path}/java-wh", jdbc_uri=f"jdbc:sqlite:file:{tmp_path}/java-catalog.db")
+        java_reader.sql(f"CREATE NAMESPACE IF NOT EXISTS {jdbc}.cdc")
+        metadata = other.load_table().metadata_location
+        java_reader.sql(f"CALL {jdbc}.system.register_table(table => 'cdc.docs', metadata_file => '{metadata}')")
+        java_reader.sql(
+            f"CALL {jdbc}.system.expire_snapshots(table => 'cdc.docs', "
+            "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)"
+        )
+        folder = Path(table.location().removeprefix("file://")) / "metadata"
+        newest = max(folder.glob("*.metadata.json"), key=lambda p: p.stat().st_mtime_ns)
+        catalog = table.catalog
+        catalog.drop_table("cdc.docs")
+        catalog.register_table("cdc.docs", newest.as_uri())
+
+    _faults.install(other_writers)
+    try:
+        s.write(frame(spark, [toasted(1, 20, 5), toasted(2, 21, 5)]), checkpoint_location=ckpt)
+    finally:
+        _faults.clear()
+    assert loaded and not [p for p in loaded if Path(p.removeprefix("file://")).exists()]  # Java deleted them
     model = {1: expected(1, 5, version=1), 2: expected(2, 5), 3: expected(3, 0)}
     assert read_back(java_reader, s) == [model[i] for i in sorted(model)]
