@@ -85,6 +85,18 @@ class KeyBoundsCache:
             self._ids, self._by_manifest = tuple(key_field_ids), {}
         if snapshot is None:
             return KeyBounds(snapshot_id=-1, empty=True, fields=())
+        try:
+            return self._bounds(table, snapshot)
+        except FileNotFoundError:
+            # A manifest list or manifest of the snapshot as loaded is gone: another writer moved the
+            # head and a snapshot expiry deleted the old head's metadata. No proof then: every key of
+            # the checkpoint gets its equality delete (always right; the proof only saves deletes).
+            self._by_manifest = {}
+            return KeyBounds(
+                snapshot_id=snapshot.snapshot_id, empty=False, fields=tuple((f, None, None) for f in self._ids)
+            )
+
+    def _bounds(self, table: Table, snapshot: Snapshot) -> KeyBounds:
         merged: dict[int, Any] = {}
         any_rows = False
         live: dict[str, dict[int, tuple[Any, Any]] | None] = {}

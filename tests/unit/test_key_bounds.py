@@ -10,7 +10,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
-from iceberg_sink.table.key_bounds import KeyBoundsCache, data_added_since
+from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache, data_added_since
 from tests.helpers import count_key_bounds_reads
 
 
@@ -93,3 +93,19 @@ def test_the_bounds_cache_reads_each_live_manifest_once_per_key_and_forgets_dead
     listed = {m.manifest_path for m in table.current_snapshot().manifests(table.io)}  # type: ignore[union-attr]
     cache.bounds(table, table.current_snapshot(), [k_id])
     assert set(cache._by_manifest) <= listed
+
+
+def test_a_snapshot_whose_metadata_an_expiry_deleted_proves_nothing(tmp_path: Path) -> None:
+    """The snapshot a checkpoint loaded lost its manifest list and manifests (another writer moved the
+    head, an expiry deleted them): the bounds read failed with FileNotFoundError and the batch with
+    it. Now no key is proven new: every key gets its equality delete."""
+    table = _table(tmp_path)
+    table.append(pa.table({"id": pa.array([5, 9], pa.int64())}))
+    loaded = table.current_snapshot()
+    assert loaded is not None
+    field_id = table.schema().find_field("id").field_id
+    for manifest in loaded.manifests(table.io):
+        Path(manifest.manifest_path.removeprefix("file://")).unlink()
+    Path(loaded.manifest_list.removeprefix("file://")).unlink()
+    proof = KeyBoundsCache().bounds(table, loaded, [field_id])
+    assert proof == KeyBounds(snapshot_id=loaded.snapshot_id, empty=False, fields=((field_id, None, None),))
