@@ -32,7 +32,7 @@ from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointE
 _URI = re.compile(r"\A(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/]*))?(?P<path>/.*)?\Z", re.S)
 
 
-def location_parts(checkpoint_location: str) -> tuple[str, str, str]:
+def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
     """``(scheme, authority, path)`` of a checkpoint location, read as Spark reads it.
 
     Spark keeps its own state there through Hadoop's ``Path``, which takes a location's path
@@ -60,20 +60,20 @@ def location_parts(checkpoint_location: str) -> tuple[str, str, str]:
     return scheme, authority, path
 
 
-def location_key(checkpoint_location: str) -> str:
-    """One spelling per checkpoint location (see :func:`location_parts`), without a final slash."""
-    scheme, authority, path = location_parts(checkpoint_location)
+def checkpoint_key(checkpoint_location: str) -> str:
+    """One spelling per checkpoint location (see :func:`checkpoint_parts`), without a final slash."""
+    scheme, authority, path = checkpoint_parts(checkpoint_location)
     return f"{scheme}://{authority}{path}".rstrip("/")
 
 
 def checkpoint_filesystem(checkpoint_location: str) -> tuple[pafs.FileSystem, str]:
-    """The file system and root folder of a checkpoint location (see :func:`location_parts`): only
+    """The file system and root folder of a checkpoint location (see :func:`checkpoint_parts`): only
     the scheme and authority go to PyArrow; the path is appended as it is.
 
     Raises:
         InvalidSinkConfigError: PyArrow has no file system for the scheme, or it cannot be reached.
     """
-    scheme, authority, path = location_parts(checkpoint_location)
+    scheme, authority, path = checkpoint_parts(checkpoint_location)
     if scheme == "file":
         return pafs.LocalFileSystem(), path
     try:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from iceberg_sink.committer.store import location_key
+from iceberg_sink.committer.store import checkpoint_key
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -38,7 +38,7 @@ _threads: dict[str, tuple[Any, threading.Event, threading.Thread]] = {}
 def batch_lock(checkpoint_location: str) -> threading.Lock:
     """The one lock of a checkpoint location in this driver, held by its queries' micro-batches and
     their idle-retry threads: one job's commits never interleave, whichever query makes them."""
-    key = location_key(checkpoint_location)
+    key = checkpoint_key(checkpoint_location)
     with _registry_lock:
         return _locks.setdefault(key, threading.Lock())
 
@@ -47,7 +47,7 @@ def end_stopped(checkpoint_location: str, timeout_s: float | None = None) -> Non
     """Stop and join the idle-retry thread of a query on ``checkpoint_location`` that is no longer
     active (a commit it is making finishes first). Called before a query starts there."""
     with _registry_lock:
-        entry = _threads.get(location_key(checkpoint_location))
+        entry = _threads.get(checkpoint_key(checkpoint_location))
     if entry is None:
         return
     query, stopped, thread = entry
@@ -56,8 +56,8 @@ def end_stopped(checkpoint_location: str, timeout_s: float | None = None) -> Non
     stopped.set()
     thread.join(timeout_s)
     with _registry_lock:
-        if _threads.get(location_key(checkpoint_location)) is entry:
-            del _threads[location_key(checkpoint_location)]
+        if _threads.get(checkpoint_key(checkpoint_location)) is entry:
+            del _threads[checkpoint_key(checkpoint_location)]
 
 
 def _active(query: Any) -> bool:
@@ -106,5 +106,5 @@ def retry_while_idle(
     thread.start()
     if checkpoint_location is not None:
         with _registry_lock:
-            _threads[location_key(checkpoint_location)] = (query, stopped, thread)
+            _threads[checkpoint_key(checkpoint_location)] = (query, stopped, thread)
     return thread

@@ -121,9 +121,10 @@ def _sorted_items(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in dict(value).items()))
 
 
+# A URI (a scheme, a colon and a slash), which an embedded root, a local folder, may not be.
+_URI_SCHEME = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*:/")
 # Characters an embedded root may not hold: a table location cuts at '?' and '#' (URL parsing), and
 # control characters are refused in every name (table/names.py).
-_URI_SCHEME = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*:/")
 _EMBEDDED_ROOT_REFUSED = re.compile(r"[?#\x00-\x1f\x7f]")
 
 

@@ -22,9 +22,11 @@ name (``<checkpoint>/iceberg_sink/tables/<namespace>.<table>``, committer/store.
 resolves must be a plain URL or path (no query, fragment or control character), inside its
 namespace's location when the catalog says where that is, and neither equal to, inside, nor a parent
 of another table's location in the catalog (compared as one spelling each, :func:`normalise_location`,
-which orphan removal uses too, and case-insensitively, as case-insensitive file systems would). The other tables looked at are those of the namespace, its parent namespaces and its
-child namespaces; their locations are cached per catalog object, so creating many routed tables
-loads each existing table once.
+which orphan removal uses too, and case-insensitively, as case-insensitive file systems would). The
+other tables looked at are those of the namespace, its parent namespaces and its child namespaces;
+their locations are cached per catalog object, so creating many routed tables loads each existing
+table once. A table the sink loads (:func:`iceberg_sink.table.catalog.load_table`) must have such a
+plain location too.
 
 **Columns** (:func:`column_problems`, on the input of every write before anything is created or
 committed): a column or nested field name holding ``.`` or a backtick is refused (Spark reads ``a.b``
@@ -248,7 +250,10 @@ def location_parts(location: str) -> tuple[str, str, str]:
 
     ``s3a://`` and ``s3n://`` are ``s3://``; ``/x``, ``file:/x``, ``file:///x`` and
     ``file://localhost/x`` are all ``file`` with path ``/x``; percent-escapes in the path are decoded
-    (``a%20b`` is ``a b``). ``?`` and ``#`` stay part of the path: object keys may hold them.
+    (``a%20b`` compares equal to ``a b``: PyIceberg and Hadoop read a path literally, but other tools
+    decode, and an equality that merges two files only ever keeps or refuses more). ``?`` and ``#``
+    stay part of the path: object keys may hold them. Checkpoint locations follow Spark's literal
+    reading instead (``committer/store.checkpoint_parts``).
     """
     match = _SCHEME.match(location)
     if match is None:

@@ -227,7 +227,7 @@ catalog's spelling of it, table/catalog.py; locations must name the folder files
 
 CHECKPOINT_SPELLINGS = ("file:{path}", "file://{path}", "{path}")
 """How the jobs spell their checkpoint locations, by the folder's name: Spark reads each literally
-(committer/store.py ``location_parts``), and so must the sink."""
+(committer/store.py ``checkpoint_parts``), and so must the sink."""
 
 
 def checkpoint_location(path: Path) -> str:

@@ -107,13 +107,13 @@ def test_a_store_opened_without_create_makes_no_folder(tmp_path: Path) -> None:
     ],
 )
 def test_checkpoint_locations_are_read_as_spark_reads_them(location: str, parts: tuple[str, str, str]) -> None:
-    assert store_module.location_parts(location) == parts
+    assert store_module.checkpoint_parts(location) == parts
 
 
 def test_a_relative_location_is_local_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert store_module.location_parts("ck") == ("file", "", str(tmp_path / "ck"))
-    assert store_module.location_parts("ck:1") == ("file", "", str(tmp_path / "ck:1"))  # no slash: not a scheme
+    assert store_module.checkpoint_parts("ck") == ("file", "", str(tmp_path / "ck"))
+    assert store_module.checkpoint_parts("ck:1") == ("file", "", str(tmp_path / "ck:1"))  # no slash: not a scheme
 
 
 def test_spellings_of_one_location_share_one_key(tmp_path: Path) -> None:
@@ -123,8 +123,8 @@ def test_spellings_of_one_location_share_one_key(tmp_path: Path) -> None:
         f"file://{tmp_path}/ck/",
         f"file://localhost{tmp_path}/ck",
     ]
-    assert len({store_module.location_key(s) for s in spellings}) == 1
-    assert store_module.location_key(f"file://{tmp_path}/ck%20x") != store_module.location_key(f"{tmp_path}/ck x")
+    assert len({store_module.checkpoint_key(s) for s in spellings}) == 1
+    assert store_module.checkpoint_key(f"file://{tmp_path}/ck%20x") != store_module.checkpoint_key(f"{tmp_path}/ck x")
 
 
 def test_a_file_uri_naming_another_host_is_refused() -> None:
