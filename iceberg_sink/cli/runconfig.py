@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from iceberg_sink.committer.store import is_uri
 from iceberg_sink.errors import InvalidSinkConfigError
 
 if TYPE_CHECKING:
@@ -350,13 +351,9 @@ class RunConfig:
         return dict(self.data.get("stop") or {})
 
 
-# A location with a scheme (``file:/ck``, ``file:///ck``, ``hdfs://nn/ck``, ``s3a://b/k``): as Spark
-# reads it, not a path relative to the config file (``file:/ck`` is how Spark prints a local folder).
-_URI = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*:/")
-
-
 def _absolute(value: str, base: Path) -> str:
-    if _URI.match(value) or os.path.isabs(value):
+    # A location with a scheme (file:/ck, Spark's spelling of a local folder) is read as Spark reads it.
+    if is_uri(value) or os.path.isabs(value):
         return value
     return str((base / value).resolve())
 

@@ -32,6 +32,14 @@ from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointE
 _URI = re.compile(r"\A(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/]*))?(?P<path>/.*)?\Z", re.S)
 
 
+def is_uri(location: str) -> bool:
+    """Whether ``location`` has a scheme (``file:/ck``, ``file:///ck``, ``hdfs://nn/ck``), as Hadoop's
+    ``Path`` decides it: a scheme, a colon, then an authority or an absolute path. Otherwise it is a
+    local path (``ck``, ``ck:1``, ``/ck``)."""
+    match = _URI.match(location)
+    return match is not None and (match.group("path") is not None or match.group("authority") is not None)
+
+
 def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
     """``(scheme, authority, path)`` of a checkpoint location, read as Spark reads it.
 
@@ -47,7 +55,7 @@ def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
         InvalidSinkConfigError: a ``file:`` URI naming a host other than ``localhost``.
     """
     match = _URI.match(checkpoint_location)
-    if match is None or (match.group("path") is None and match.group("authority") is None):
+    if match is None or not is_uri(checkpoint_location):  # a local path
         return "file", "", os.path.normpath(os.path.abspath(checkpoint_location))
     scheme, authority, path = match.group("scheme").lower(), match.group("authority") or "", match.group("path") or ""
     if scheme == "file":

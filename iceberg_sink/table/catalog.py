@@ -21,6 +21,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
+from iceberg_sink.committer.store import is_uri
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.table import names
 
@@ -121,8 +122,6 @@ def _sorted_items(value: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in dict(value).items()))
 
 
-# A URI (a scheme, a colon and a slash), which an embedded root, a local folder, may not be.
-_URI_SCHEME = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*:/")
 # Characters an embedded root may not hold: a table location cuts at '?' and '#' (URL parsing), and
 # control characters are refused in every name (table/names.py).
 _EMBEDDED_ROOT_REFUSED = re.compile(r"[?#\x00-\x1f\x7f]")
@@ -162,7 +161,7 @@ class CatalogConfig:
             FileNotFoundError: ``create=False`` and ``root`` holds no embedded catalog (naming the folder).
         """
         given = os.fspath(root if root is not None else DEFAULT_EMBEDDED_ROOT)
-        if _URI_SCHEME.match(given):
+        if is_uri(given):  # the root is a local folder
             raise InvalidSinkConfigError(
                 f"embedded(root): expected a local folder (the embedded catalog is a SQLite file there), received the "
                 f"URI {given!r}; give the folder's path"
