@@ -586,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
                 **system_extras(name, raw, reader, jar),
                 "full_scan_seconds": statistics.median(reader["scan_runs"][name]),
                 "full_scan_runs": reader["scan_runs"][name],
+                "full_scan_cpu_runs": (reader.get("scan_cpu_runs") or {}).get(name),
                 **write_figures(raw, args.warmup, args.batch_size, args.rows),
                 # A driver whose engine runs outside its process tree (Flink's JVM) measures it itself.
                 "batch_foreign_cpu_seconds": raw.get("batch_foreign_cpu_seconds")

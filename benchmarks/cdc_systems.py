@@ -15,11 +15,14 @@ Pure logic (no Spark, no I/O), shared by ``benchmarks/cdc.py`` and its unit test
   (``batch_changes``).
 - ``v3_goals``: issue 22's targets, write p50 <= 0.45 s per batch for ``iceberg_sink_v3`` and a
   full scan no slower than the ``merge_into_v3`` table's.
+- ``paired_ratio``: the per-round ratio of two tables' scans (each round scans both), its median and a
+  bootstrap 95 % interval of that median: what separates a real difference from this machine's noise.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +164,13 @@ def v3_goals(systems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         return None
     write = sink["steady_state"]["median"]
     ratio = sink["full_scan_seconds"] / merge["full_scan_seconds"] if merge["full_scan_seconds"] else None
+    paired = None
+    if sink.get("full_scan_runs") and merge.get("full_scan_runs"):
+        paired = paired_ratio(sink["full_scan_runs"], merge["full_scan_runs"])
+    paired_cpu = None
+    cpu_runs = (sink.get("full_scan_cpu_runs") or [None], merge.get("full_scan_cpu_runs") or [None])
+    if all(x is not None for runs in cpu_runs for x in runs):
+        paired_cpu = paired_ratio(sink["full_scan_cpu_runs"], merge["full_scan_cpu_runs"])
     return {
         "write_p50_seconds": write,
         "write_target_seconds": V3_WRITE_TARGET_SECONDS,
@@ -169,4 +179,34 @@ def v3_goals(systems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         "scan_ratio_to_merge_into_v3": ratio,
         "scan_target_ratio": V3_SCAN_TARGET_RATIO,
         "scan_met": ratio is not None and ratio <= V3_SCAN_TARGET_RATIO,
+        "scan_paired_wall": paired,
+        "scan_paired_cpu": paired_cpu,
+    }
+
+
+def paired_ratio(
+    runs: list[float], reference_runs: list[float], resamples: int = 4000, seed: int = 22
+) -> dict[str, Any]:
+    """Round ``i``'s ratio ``runs[i] / reference_runs[i]`` (both tables scanned in the same round, the
+    order rotated), the median and mean of those ratios, and a percentile bootstrap 95 % interval of
+    the median (``resamples`` resamples of the rounds, seeded: the same runs give the same interval).
+    ``slower`` / ``faster``: the interval lies wholly above / below 1.0, i.e. the difference is more than
+    the rounds' spread; neither means the two tables scan alike within what the runs can separate."""
+    if len(runs) != len(reference_runs) or not runs:
+        raise ValueError(
+            f"paired runs need the same number of rounds, at least one; got {len(runs)} and {len(reference_runs)}"
+        )
+    if min(reference_runs) <= 0:
+        raise ValueError(f"reference runs must be positive, got {min(reference_runs)}")
+    ratios = [a / b for a, b in zip(runs, reference_runs, strict=True)]
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    low, high = medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+    return {
+        "rounds": len(ratios),
+        "median": statistics.median(ratios),
+        "mean": statistics.fmean(ratios),
+        "ci95": [low, high],
+        "slower": low > 1.0,
+        "faster": high < 1.0,
     }

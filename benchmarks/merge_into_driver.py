@@ -88,6 +88,7 @@ def observe(spark: Any, df: Any, sample_ids: list[int], checksum_sql: dict[str, 
     scan; with ``checksum_sql`` (name -> aggregate expression) those sums too, in a second, untimed scan."""
     from pyspark.sql import functions as F
 
+    cpu_before = tree_cpu_seconds()
     started = time.perf_counter()
     agg = df.agg(
         F.count(F.lit(1)).alias("rows"),
@@ -95,6 +96,7 @@ def observe(spark: Any, df: Any, sample_ids: list[int], checksum_sql: dict[str, 
         F.sum("version").alias("version_sum"),
     ).collect()[0]
     scan_seconds = time.perf_counter() - started
+    scan_cpu_seconds = cpu_delta(cpu_before, tree_cpu_seconds())
     sample = (
         df.where(F.col("id").isin(sample_ids))
         .select("id", "name", "version", "amount", F.unix_micros("ts").alias("ts_micros"))
@@ -110,6 +112,7 @@ def observe(spark: Any, df: Any, sample_ids: list[int], checksum_sql: dict[str, 
         "distinct_ids": int(agg["distinct_ids"]),
         "version_sum": int(agg["version_sum"] or 0),
         "scan_seconds": scan_seconds,
+        "scan_cpu_seconds": scan_cpu_seconds,
         "sample": [row.asDict() for row in sample],
     }
 
@@ -139,15 +142,23 @@ def scan_order(names: list[str], round_index: int) -> list[str]:
 
 
 def timed_scans(
-    spark: Any, tables: dict[str, Any], rounds: int, wait_quiet: Callable[[], float]
+    spark: Any,
+    tables: dict[str, Any],
+    rounds: int,
+    wait_quiet: Callable[[], float],
+    cpu_runs: dict[str, list[float | None]] | None = None,
 ) -> dict[str, list[float]]:
     """``rounds`` timed full scans of each table, the order rotated per round (:func:`scan_order`);
-    each table's runs in round order."""
+    each table's runs in round order. With ``cpu_runs``, each scan's CPU-seconds (this process tree:
+    the driver, its JVM, timed like the scan) are appended there per table."""
     runs: dict[str, list[float]] = {name: [] for name in tables}
     for r in range(rounds):
         for name in scan_order(list(tables), r):
             wait_quiet()
-            runs[name].append(observe(spark, tables[name], [])["scan_seconds"])
+            scan = observe(spark, tables[name], [])
+            runs[name].append(scan["scan_seconds"])
+            if cpu_runs is not None:
+                cpu_runs.setdefault(name, []).append(scan["scan_cpu_seconds"])
     return runs
 
 
@@ -238,10 +249,12 @@ def read_back(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_qui
     for name, df in tables.items():
         observed[name] = observe(spark, df, spec["sample_ids"], spec.get("checksum_sql"))
         log(f"{name} table read back with Iceberg Java: {observed[name]['rows']} rows")
-    scans = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet)
+    cpu_runs: dict[str, list[float | None]] = {}
+    scans = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet, cpu_runs)
     log(f"full scans (seconds): {scans}")
     result["observed"] = observed
     result["scan_runs"] = scans
+    result["scan_cpu_runs"] = cpu_runs
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.cdc import percentile, summarize
 from benchmarks.cdc_data import CHECKSUM_SQL, _digits, _rows, compare, generate
-from benchmarks.cdc_systems import SYSTEMS, entry_changes, parse_systems, v3_goals, write_figures
+from benchmarks.cdc_systems import SYSTEMS, entry_changes, paired_ratio, parse_systems, v3_goals, write_figures
 from benchmarks.flink_driver import parquet_to_csv
 from benchmarks.merge_into_driver import scan_order
 
@@ -129,6 +129,36 @@ def test_v3_goals_compare_the_v3_sink_with_the_v3_merge_table() -> None:
     assert met["scan_ratio_to_merge_into_v3"] == pytest.approx(0.8)
     missed = v3_goals({"iceberg_sink_v3": system(0.46, 1.3), "merge_into_v3": system(2.0, 1.25)})
     assert missed is not None and not missed["write_met"] and not missed["scan_met"]
+    assert missed["scan_paired_wall"] is None and missed["scan_paired_cpu"] is None  # no per-round runs
+    runs = {
+        "iceberg_sink_v3": {**system(0.4, 1.1), "full_scan_runs": [1.1, 1.2], "full_scan_cpu_runs": [2.0, None]},
+        "merge_into_v3": {**system(2.0, 1.0), "full_scan_runs": [1.0, 1.0], "full_scan_cpu_runs": [2.0, 2.0]},
+    }
+    paired = v3_goals(runs)
+    assert paired is not None and paired["scan_paired_wall"]["median"] == pytest.approx(1.15)
+    assert paired["scan_paired_cpu"] is None  # a CPU reading missing: no CPU ratio at all
+
+
+def test_paired_ratio_tells_a_real_difference_from_the_rounds_spread() -> None:
+    import random
+
+    rng = random.Random(1)
+    reference = [1.0 + rng.uniform(-0.1, 0.1) for _ in range(31)]
+    # The same table scanned twice: each round's ratio scatters around 1.0 by the machine's noise.
+    alike = paired_ratio([r * (1.0 + rng.uniform(-0.05, 0.05)) for r in reference], reference)
+    assert alike["rounds"] == 31 and not alike["slower"] and not alike["faster"]
+    low, high = alike["ci95"]
+    assert low <= alike["median"] <= high and low < 1.0 < high
+    # 10 % slower every round, same noise: the interval lies wholly above 1.0.
+    slower = paired_ratio([r * (1.1 + rng.uniform(-0.05, 0.05)) for r in reference], reference)
+    assert slower["slower"] and not slower["faster"] and slower["ci95"][0] > 1.0
+    faster = paired_ratio([r * 0.9 for r in reference], reference)
+    assert faster["faster"] and faster["median"] == pytest.approx(0.9)
+    # Seeded: the same runs give the same interval.
+    assert paired_ratio([1.1, 0.9, 1.0], [1.0, 1.0, 1.0]) == paired_ratio([1.1, 0.9, 1.0], [1.0, 1.0, 1.0])
+    for bad in (([1.0], [1.0, 1.0]), ([], []), ([1.0], [0.0])):
+        with pytest.raises(ValueError, match=r"paired runs|must be positive"):
+            paired_ratio(*bad)
 
 
 def test_model_checksums_cover_every_row_and_a_wrong_row_fails_the_check(tmp_path: Path) -> None:
