@@ -35,7 +35,7 @@ _URI = re.compile(r"\A(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/
 def is_uri(location: str) -> bool:
     """Whether ``location`` has a scheme (``file:/ck``, ``file:///ck``, ``hdfs://nn/ck``), as Hadoop's
     ``Path`` decides it: a scheme, a colon, then an authority or an absolute path. Otherwise it is a
-    local path (``ck``, ``ck:1``, ``/ck``)."""
+    local path (``ck``, ``/ck``); :func:`checkpoint_parts` refuses ``ck:1``, which Spark cannot use."""
     match = _URI.match(location)
     return match is not None and (match.group("path") is not None or match.group("authority") is not None)
 
@@ -52,10 +52,20 @@ def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
     copied and deleted together with it. Every reader of a checkpoint location goes through this.
 
     Raises:
-        InvalidSinkConfigError: a ``file:`` URI naming a host other than ``localhost``.
+        InvalidSinkConfigError: a ``file:`` URI naming a host other than ``localhost``; a location with
+            a colon before its first slash that is not a URI (``ck:1``, ``file:ck``): Hadoop reads what
+            precedes the colon as a scheme and Spark refuses the relative path after it.
     """
     match = _URI.match(checkpoint_location)
     if match is None or not is_uri(checkpoint_location):  # a local path
+        head = checkpoint_location.split("/", 1)[0]
+        if ":" in head:
+            raise InvalidSinkConfigError(
+                f"checkpoint_location: expected a path or a URI with an absolute path (/data/ck, file:/data/ck, "
+                f"s3://bucket/ck), received {checkpoint_location!r}: Spark (Hadoop's Path) reads "
+                f"{head.split(':', 1)[0]!r} as a scheme and refuses the relative path after it; write "
+                f"'./{checkpoint_location}' for a local folder of that name"
+            )
         return "file", "", os.path.normpath(os.path.abspath(checkpoint_location))
     scheme, authority, path = match.group("scheme").lower(), match.group("authority") or "", match.group("path") or ""
     if scheme == "file":

@@ -131,3 +131,31 @@ def test_the_sinks_checkpoint_state_is_where_spark_keeps_its_own(
     assert {"offsets", "commits", "iceberg_sink"} <= {p.name for p in (base / folder).iterdir()}
     assert CheckpointStore(location, create=False).spark_offset_log(0) is not None
     assert not Path("file:").exists()
+
+
+@pytest.mark.parametrize("location", ["ck:1", "file:ck"])
+def test_a_location_spark_cannot_use_is_refused_before_anything_is_written(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, location: str
+) -> None:
+    """Spark fails a query whose checkpoint location has a colon before its first slash ("Relative path
+    in absolute URI": Hadoop takes ``ck`` or ``file`` as a scheme). The sink kept its state in
+    ``./ck:1`` anyway, so a bounded write used a location its stream could never use, and a stream
+    left a folder behind before Spark failed it. Both are refused now, before anything is created."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").create_if_missing().build()
+    df = spark.createDataFrame([(1,)], "id long")
+    with pytest.raises(InvalidSinkConfigError, match=r"expected a path or a URI with an absolute path.*refuses"):
+        sink.write(df, checkpoint_location=location)
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "a.json").write_text('{"id": 1}\n', encoding="utf-8")
+    with pytest.raises(InvalidSinkConfigError, match=r"expected a path or a URI with an absolute path"):
+        sink.start(spark.readStream.schema("id long").json(str(source)), location, {"availableNow": True})
+    assert list(work.iterdir()) == []
+    with pytest.raises(InvalidSinkConfigError, match="does not exist yet"):  # not even created
+        sink.load_table()
+    sink.write(df, checkpoint_location=f"./{location}")  # the folder of that name, as the message says
+    assert [p.name for p in work.iterdir()] == [location]
+    assert sink.load_table().scan().to_arrow()["id"].to_pylist() == [1]

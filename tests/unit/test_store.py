@@ -113,7 +113,21 @@ def test_checkpoint_locations_are_read_as_spark_reads_them(location: str, parts:
 def test_a_relative_location_is_local_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert store_module.checkpoint_parts("ck") == ("file", "", str(tmp_path / "ck"))
-    assert store_module.checkpoint_parts("ck:1") == ("file", "", str(tmp_path / "ck:1"))  # no slash: not a scheme
+    assert store_module.checkpoint_parts("./ck:1") == ("file", "", str(tmp_path / "ck:1"))
+    assert store_module.checkpoint_parts("ck/a:b") == ("file", "", str(tmp_path / "ck" / "a:b"))
+
+
+@pytest.mark.parametrize("location", ["ck:1", "file:ck", "a b:c/d", ":ck", "s3:bucket/ck"])
+def test_a_colon_before_the_first_slash_is_refused_as_spark_refuses_it(
+    location: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hadoop's Path takes what precedes such a colon as a scheme, and Spark fails the query ("Relative
+    path in absolute URI"); the sink refuses the location before creating anything, for bounded writes
+    too, so a location means the same to both."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidSinkConfigError, match=r"expected a path or a URI with an absolute path.*received"):
+        store_module.checkpoint_parts(location)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_spellings_of_one_location_share_one_key(tmp_path: Path) -> None:
