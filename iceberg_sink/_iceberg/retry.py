@@ -44,6 +44,16 @@ from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedE
 logger = logging.getLogger(__name__)
 
 
+def moved_on(table: Table, load_table: Callable[[], Table]) -> Table | None:
+    """After a read of ``table`` (as some step loaded it) failed with FileNotFoundError: the table as
+    the catalog has it now when its head moved since (another writer committed and a snapshot expiry
+    removed the old head's files, so read that instead), or None when it did not (the file is missing
+    from the current table: an error, never skipped). The one rule for every read of a loaded table:
+    commits here, the TOAST lookup of stored values (topology/toast.py)."""
+    current = load_table()
+    return None if current.metadata_location == table.metadata_location else current
+
+
 def catalog_unreachable(error: BaseException) -> bool:
     """Whether ``error`` (or an exception it was raised from) says the catalog could not be reached.
 
@@ -276,8 +286,8 @@ class CommitAttempt:
                 # A file of the table as loaded is gone: snapshot expiry removed the old head's manifests
                 # after another writer moved the head. The table as the catalog has it now does not need
                 # them; prepare again on it. A file missing from the current table is an error.
-                current = load_table()
-                if current.metadata_location == table.metadata_location or stale_reloads >= policy.num_retries:
+                current = moved_on(table, load_table)
+                if current is None or stale_reloads >= policy.num_retries:
                     raise
                 stale_reloads += 1
                 logger.info("%s: a file of the table as loaded was removed meanwhile; preparing on the table now", what)

@@ -27,6 +27,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from iceberg_sink import _faults
+from iceberg_sink._iceberg.retry import moved_on
 from iceberg_sink._sql import named
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, pending_because
 from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
@@ -119,14 +120,15 @@ def _stored_rows_now(
     """:func:`stored_rows` of the table as the checkpoint loaded it, or, when a file of it is gone
     (another writer moved the head and a snapshot expiry removed the old head's files), of the table
     as the catalog has it now: the stored values are the newest either way. A file missing from the
-    current table is an error (the rule of ``_iceberg/retry.py`` for commits)."""
+    current table is an error (``_iceberg/retry.moved_on``, the rule commits follow too)."""
     table = target.table
+    load = target.table.catalog.load_table
     for reloads in range(_LOOKUP_RELOADS + 1):
         try:
             return stored_rows(table, target.branch, target.key, keys, columns)
         except FileNotFoundError:
-            current = table.catalog.load_table(table.name())
-            if current.metadata_location == table.metadata_location or reloads == _LOOKUP_RELOADS:
+            current = moved_on(table, lambda: load(target.table.name()))
+            if current is None or reloads == _LOOKUP_RELOADS:
                 raise
             logger.info(
                 "unchanged TOASTed columns of table %s: a file of the table as loaded was removed meanwhile; "
