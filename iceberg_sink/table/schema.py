@@ -98,6 +98,10 @@ class _Unstorable(Exception):
     def problem(self, target: IcebergType | None = None) -> str:
         what = "void (an untyped null)" if isinstance(self.spark_type, T.NullType) else self.spark_type.simpleString()
         fix = f"cast it to the table's type {target}" if target is not None else "cast it to a type Iceberg stores"
+        if isinstance(self.spark_type, T.VariantType):
+            # Iceberg format v3 has a variant type; the sink's writers (PyArrow) do not write it.
+            fix = "store its JSON text instead (to_json(column))" if target is None else fix
+            return f"{self.path}: column has Spark type variant, which iceberg_sink does not write yet; {fix}"
         return f"{self.path}: column has Spark type {what}, which Iceberg cannot store; {fix}"
 
 
