@@ -61,6 +61,11 @@ class Option:
                 f"option {self.key!r} from {source}: expected {self.type.__name__}, received {value!r} ({e})"
             ) from None
         if self.choices and parsed not in self.choices:
+            # Iceberg Java reads such names in any case (ZSTD, Hash: Parquet's codec names and
+            # DistributionMode are enums looked up upper-cased), so a table it writes may hold them.
+            folded = [c for c in self.choices if c.lower() == parsed.lower()]
+            if folded:
+                return folded[0]
             raise InvalidSinkConfigError(
                 f"option {self.key!r} from {source}: expected one of {self.choices_text()}; received {value!r}"
             )
@@ -96,8 +101,16 @@ PARQUET_COMPRESSION = Option(
     str,
     "zstd",
     "Parquet compression codec of data and delete files.",
-    choices=("zstd", "snappy", "gzip", "lz4", "brotli", "uncompressed", "none"),
+    choices=("zstd", "snappy", "gzip", "lz4", "lz4_raw", "brotli", "uncompressed", "none"),
 )
+
+
+def parquet_codec(name: str) -> str:
+    """PyArrow's name for the codec ``name`` (a :data:`PARQUET_COMPRESSION` value): every Parquet file the
+    sink writes (data, equality and position deletes, compaction output) takes its codec from here."""
+    return "none" if name in ("uncompressed", "none") else name
+
+
 PARQUET_COMPRESSION_LEVEL = Option(
     "write.parquet.compression-level", int, -1, "Codec level; -1 means the codec's default."
 )
@@ -365,7 +378,11 @@ def options_table_markdown(extra: Callable[[Option], str] | None = None) -> str:
     ]
     for o in OPTIONS:
         default = repr(o.default) if o.type is str else str(o.default)
-        allowed = f" One of: {', '.join(c or '(empty)' for c in o.choices)}." if o.choices else ""
+        allowed = (
+            f" One of (in any case, as Iceberg Java reads its own): {', '.join(c or '(empty)' for c in o.choices)}."
+            if o.choices
+            else ""
+        )
         rows.append(f"| `{o.key}` | {o.type.__name__} | `{default}` | {_source(o)} | {o.doc}{allowed} |")
     return "\n".join(rows) + "\n"
 

@@ -36,6 +36,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.locations import LocationProvider
 from pyiceberg.types import PrimitiveType
 
+from iceberg_sink import options
 from iceberg_sink._iceberg import files
 from iceberg_sink._iceberg.metrics import ColumnValueStats, parquet_metrics
 from iceberg_sink.topology.changes import TRUNCATE_OP
@@ -151,7 +152,7 @@ class RollingParquetWriter:
         self._writer = pq.ParquetWriter(
             cast(IO[Any], self._stream),
             schema=self._schema,
-            compression="none" if codec in ("uncompressed", "none") else codec,
+            compression=options.parquet_codec(codec),
             compression_level=None if self._spec.compression_level < 0 else self._spec.compression_level,
             store_decimal_as_integer=True,
             write_statistics=True,

@@ -159,3 +159,13 @@ def test_a_password_in_a_catalog_uri_is_never_shown(uri: str) -> None:
     assert "'pg'" in str(info.value) and "://***@" in str(info.value) and "//sink" not in str(info.value)
     assert "pw-9f3c1e7a" not in repr(CatalogConfig("pg", {"uri": uri}))
     assert "pw-9f3c1e7a" not in repr(IcebergSink.builder().embedded("/tmp/x").table("db.t")._catalog)
+
+
+def test_choices_are_read_in_any_case_as_iceberg_java_reads_them() -> None:
+    resolved = options.resolve({}, {"write.parquet.compression-codec": "LZ4_RAW", "write.distribution-mode": "RANGE"})
+    assert resolved.get(options.PARQUET_COMPRESSION) == "lz4_raw"
+    assert resolved.get(options.DISTRIBUTION_MODE) == "range"
+    assert options.parquet_codec("uncompressed") == options.parquet_codec("none") == "none"
+    assert options.parquet_codec("zstd") == "zstd"
+    with pytest.raises(InvalidSinkConfigError, match=r"received 'LZO'"):
+        options.resolve({}, {"write.parquet.compression-codec": "LZO"})

@@ -319,7 +319,7 @@ def write_conversion(
         retired = tuple(sorted(path for path, _ in resolved.retired))
         return ConversionFiles(resolved.vectors, retired, resolved.replaced, read)
     compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
-    codec = "none" if compression in ("uncompressed", "none") else compression
+    codec = options.parquet_codec(compression)
     run = uuid.uuid4().hex[:16]
     written: list[DataFileMeta] = []
     merged: list[str] = []
