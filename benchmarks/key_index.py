@@ -99,7 +99,7 @@ def _lookup_all(table: Table, files: list[DataFileMeta], index: KeyIndex, kind: 
     probe = pa.table({"k": pa.array([7]) if kind == "long" else pa.array([f"user-{7:012d}"])})
     deleted = key_columns(probe.cast(arrow_schema(wanted)), wanted, ids)
     index.bind(table)
-    found = sum(len(index.matching_positions(table.io, schema, f, ids, deleted)[0]) for f in files)
+    found = sum(len(index.matching_positions(table.io, schema, f, ids, deleted, None)[0]) for f in files)
     assert found == 1, f"key 7 is in exactly one file, found {found} rows"
 
 

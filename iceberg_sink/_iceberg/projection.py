@@ -5,11 +5,16 @@ keys and values): a renamed field keeps its id, a field added later is null in o
 dropped one is ignored, and a promoted type (int to long, float to double, decimal precision) is
 widened. PyIceberg's own scan does exactly this in ``_to_requested_schema``; it is wrapped here so
 the rest of the project does not lean on a private PyIceberg name.
+
+A file without field ids (added by ``add_files`` or a migration from Hive/Parquet) is read through the
+table's name mapping (``schema.name-mapping.default``), as the spec says and every engine does: its
+columns are matched by the names the mapping lists for each field id (old names after a rename too).
+Every read of a data or delete file's rows passes the table's mapping (:func:`name_mapping_of`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,6 +22,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import _to_requested_schema, pyarrow_to_schema, schema_to_pyarrow
 from pyiceberg.schema import Accessor, Schema, prune_columns
+from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
 from iceberg_sink._iceberg.files import field_id
 
@@ -31,26 +37,52 @@ def columns_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
     return prune_columns(schema, set(field_ids), select_full_types=True)
 
 
-def read_projected(io: FileIO, path: str, schema: Schema, only_needed_columns: bool = False) -> pa.Table:
-    """The Parquet file at ``path`` as rows of ``schema``, its columns matched by field id.
+NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+
+
+def name_mapping_of(properties: Mapping[str, str]) -> NameMapping | None:
+    """The name mapping of a table with ``properties`` (its ``schema.name-mapping.default``), or None."""
+    text = properties.get(NAME_MAPPING_PROPERTY)
+    return parse_mapping_from_json(text) if text else None
+
+
+def _mapped_id(mapping: NameMapping | None, name: str) -> int | None:
+    """The field id ``mapping`` gives a top-level column ``name`` (None: not listed, so ignored)."""
+    for field in mapping.root if mapping is not None else ():
+        if name in field.names:
+            return field.field_id
+    return None
+
+
+def read_projected(
+    io: FileIO, path: str, schema: Schema, only_needed_columns: bool = False, *, mapping: NameMapping | None
+) -> pa.Table:
+    """The Parquet file at ``path`` as rows of ``schema``, its columns matched by field id, or, in a file
+    without field ids, by the names ``mapping`` (the table's name mapping: :func:`name_mapping_of`)
+    gives them.
 
     ``only_needed_columns`` reads just the file's top-level columns whose field ids ``schema`` has
     (a key lookup reads the key column, not the whole file); every row is still returned, in order.
 
     Raises:
         pyiceberg.exceptions.ResolveError: a required field of ``schema`` is not in the file.
+        ValueError: the file has no field ids and the table no name mapping.
     """
     with io.new_input(path).open(seekable=True) as stream:
         parquet = pq.ParquetFile(stream)
         names = None
         if only_needed_columns:
             wanted = {f.field_id for f in schema.fields}
-            names = [f.name for f in parquet.schema_arrow if field_id(f) in wanted]
+            names = [
+                f.name
+                for f in parquet.schema_arrow
+                if (field_id(f) if field_id(f) is not None else _mapped_id(mapping, f.name)) in wanted
+            ]
             # Without one of them the row count would be lost: read everything instead.
             names = names or None
         table = parquet.read(columns=names)
     # Timestamps in nanoseconds only reach v1/v2 tables from foreign writers; Iceberg reads them as us.
-    file_schema = pyarrow_to_schema(table.schema, downcast_ns_timestamp_to_us=True)
+    file_schema = pyarrow_to_schema(table.schema, name_mapping=mapping, downcast_ns_timestamp_to_us=True)
     target = schema_to_pyarrow(schema, include_field_ids=False)
     batches = [
         _to_requested_schema(

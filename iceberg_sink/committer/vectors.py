@@ -46,7 +46,7 @@ from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, write_deletion_vectors
 from iceberg_sink._iceberg.files import LiveFile, live_files
 from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions
-from iceberg_sink._iceberg.projection import key_schema, read_projected
+from iceberg_sink._iceberg.projection import key_schema, name_mapping_of, read_projected
 from iceberg_sink.topology.compaction.rewriter import key_columns
 from iceberg_sink.topology.conversion.index import KeyIndex
 from iceberg_sink.writer.result import DataFileMeta, FileContent
@@ -231,6 +231,7 @@ def _match_keys(
     if not equality:
         return 0
     everywhere = _as_global(table, rules, equality, data)
+    mapping = name_mapping_of(table.properties)
     keys: dict[tuple[tuple[int, ...], tuple[str, ...]], pa.Table] = {}
     applying: dict[str, list[DataFileMeta]] = defaultdict(list)
     by_partition: dict[tuple[int, tuple[object, ...]], list[LiveFile]] = defaultdict(list)
@@ -252,11 +253,15 @@ def _match_keys(
             if key not in keys:
                 wanted = key_schema(schema, ids)
                 tables = [
-                    key_columns(read_projected(table.io, e.path, wanted, only_needed_columns=True), wanted, ids)
+                    key_columns(
+                        read_projected(table.io, e.path, wanted, only_needed_columns=True, mapping=mapping),
+                        wanted,
+                        ids,
+                    )
                     for e in group
                 ]
                 keys[key] = pa.concat_tables(tables).combine_chunks()
-            positions, was_read = index.matching_positions(table.io, schema, files[path].meta, ids, keys[key])
+            positions, was_read = index.matching_positions(table.io, schema, files[path].meta, ids, keys[key], mapping)
             read += was_read
             if len(positions):
                 found[path].append(np.asarray(positions, dtype=np.int64))

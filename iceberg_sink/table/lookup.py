@@ -8,12 +8,14 @@ placeholder keeps the key's stored value. The read is planned like a scan, file 
    keys clustered (ids growing over time, as sequences give) a key falls in the bounds of few files;
 3. each candidate file's key columns read, the rows its delete files remove dropped by the one rule
    of which delete applies to which file (``_iceberg/deletes.DeleteRules``, through the compaction
-   rewriter's ``apply_deletes``: position deletes, equality deletes of higher data sequence number),
-   equality delete files whose bounds hold none of the keys left out;
+   rewriter's ``apply_deletes``: a format v3 file's deletion vector, position deletes, equality
+   deletes of higher data sequence number), equality delete files whose bounds hold none of the keys
+   left out;
 4. only for files holding a live row of a wanted key, the wanted columns of those rows.
 
 Columns are resolved by field id against the table's current schema (a renamed column is found in
-files written before the rename; a column added later reads as null).
+files written before the rename; a column added later reads as null), or through the table's name
+mapping in files without field ids.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.deletes import DeleteRules, bounds_may_hold
+from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import arrow_schema, branch_head, live_files
-from iceberg_sink._iceberg.projection import columns_schema, key_schema, read_projected
+from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
+from iceberg_sink._iceberg.live_vectors import live_vectors
+from iceberg_sink._iceberg.projection import columns_schema, key_schema, name_mapping_of, read_projected
 from iceberg_sink.topology.compaction.rewriter import apply_deletes, delete_cache, matching_rows, row_numbers
 from iceberg_sink.writer.result import FileContent
 
@@ -66,21 +71,34 @@ def stored_rows(
     ]
     equality_ids = {i for d in deletes for i in d.meta.equality_ids or ()}
     projected = key_schema(schema, set(ids) | equality_ids)
-    cache = delete_cache(table.io, projected)
+    mapping = name_mapping_of(table.properties)
+    cache = delete_cache(table.io, projected, mapping)
+    # A v3 data file's deletion vector (PyIceberg's manifest reads lose where its blob is).
+    vectors = live_vectors(table.io, snapshot) if table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION else {}
     found: list[tuple[Any, ...]] = []
     read = 0
     for file in data:
         if file.meta.content != FileContent.DATA or not bounds_may_hold(file.meta, schema, keys, ids):
             continue
         read += 1
-        rows = read_projected(table.io, file.meta.path, projected, only_needed_columns=True)
+        rows = read_projected(table.io, file.meta.path, projected, only_needed_columns=True, mapping=mapping)
         rows = rows.append_column(_POSITION, row_numbers(rows.num_rows))
-        rows = apply_deletes(rows, file, deletes, cache, projected, rules)
+        ref = vectors.get(file.meta.path)
+        vector = (
+            None
+            if ref is None
+            else read_deletion_vector(
+                table.io, ref.path, ref.content_offset, ref.content_size_in_bytes, ref.cardinality
+            )
+        )
+        rows = apply_deletes(rows, file, deletes, cache, projected, rules, vector)
         hits = matching_rows(rows, projected, ids, wanted)
         if not len(hits):
             continue
         positions = rows.column(_POSITION).take(hits)
-        values = read_projected(table.io, file.meta.path, columns_schema(schema, set(ids) | wanted_ids), True)
+        values = read_projected(
+            table.io, file.meta.path, columns_schema(schema, set(ids) | wanted_ids), True, mapping=mapping
+        )
         picked = values.take(positions).to_pydict()
         key_names = [schema.find_column_name(i) or "" for i in ids]
         for n in range(len(positions)):

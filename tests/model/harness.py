@@ -357,6 +357,13 @@ class World:
         )
         # Merging on commit and metadata retention, drawn per table so merges happen during the run.
         main_props, app_props = self.commit_properties(), self.commit_properties()
+        # Codecs spelled as Iceberg Java accepts them (any case), drawn from a generator of their own
+        # so every seed keeps its operation sequence: each table's files in one, read by every reader.
+        codec_rng = random.Random(f"codec-{seed}")
+        for props in (main_props, app_props):
+            props["write.parquet.compression-codec"] = codec_rng.choice(
+                ["zstd", "ZSTD", "Snappy", "LZ4_RAW", "gzip", "UNCOMPRESSED"]
+            )
         self.catalog.create_table(
             "db.main",
             Schema(

@@ -57,7 +57,7 @@ def expected(columns: dict[str, list[Any]], keys: dict[str, list[Any]]) -> list[
 def lookup(
     index: KeyIndex, schema: Schema, meta: DataFileMeta, ids: tuple[int, ...], keys: dict[str, list[Any]]
 ) -> tuple[list[int], bool]:
-    positions, read = index.matching_positions(IO, schema, meta, ids, deleted(schema, ids, keys))
+    positions, read = index.matching_positions(IO, schema, meta, ids, deleted(schema, ids, keys), None)
     return positions.to_pylist(), read
 
 
@@ -147,7 +147,7 @@ def test_multi_column_and_nested_keys(tmp_path: Path) -> None:
     assert lookup(index, schema, meta, (1, 2), {**keys})[0] == expected(columns, keys)
     # s.a = null inside a set struct is not the key of a row whose struct s is null.
     nested = deleted(schema, (4,), {"s": [{"a": None}]})
-    positions, _ = index.matching_positions(IO, schema, meta, (4,), nested)
+    positions, _ = index.matching_positions(IO, schema, meta, (4,), nested, None)
     assert positions.to_pylist() == [3]
 
 

@@ -169,7 +169,9 @@ def test_compaction_leaves_the_ids_of_files_it_does_not_rewrite_alone(catalog: S
     row_ids = first_row_ids(table.io, snapshot, {f.manifest_path for f in small})
     rows = [
         with_row_lineage(
-            read_projected(table.io, f.meta.path, spec.schema), row_ids[f.meta.path], f.data_sequence_number
+            read_projected(table.io, f.meta.path, spec.schema, mapping=None),
+            row_ids[f.meta.path],
+            f.data_sequence_number,
         )
         for f in small
     ]
@@ -307,7 +309,9 @@ def test_compaction_applies_deletion_vectors_and_drops_only_those_of_the_files_i
     rows = []
     for f in group:
         read = with_row_lineage(
-            read_projected(table.io, f.meta.path, spec.schema), row_ids[f.meta.path], f.data_sequence_number
+            read_projected(table.io, f.meta.path, spec.schema, mapping=None),
+            row_ids[f.meta.path],
+            f.data_sequence_number,
         )
         ref = refs.get(f.meta.path)
         vector = (
@@ -316,7 +320,7 @@ def test_compaction_applies_deletion_vectors_and_drops_only_those_of_the_files_i
             else read_deletion_vector(table.io, ref.path, ref.content_offset, ref.content_size_in_bytes)
         )
         rows.append(
-            apply_deletes(read, f, [], delete_cache(table.io, spec.schema), spec.schema, DeleteRules([]), vector)
+            apply_deletes(read, f, [], delete_cache(table.io, spec.schema, None), spec.schema, DeleteRules([]), vector)
         )
     new = write_batches(spec, pa.concat_tables(rows)).data_files
     removed = frozenset(f.meta.path for f in group)

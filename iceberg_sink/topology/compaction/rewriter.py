@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
+from pyiceberg.table.name_mapping import NameMapping
 from pyiceberg.transforms import BucketTransform, IdentityTransform, TimeTransform, TruncateTransform, parse_transform
 from pyiceberg.types import PrimitiveType
 from pyspark import TaskContext
@@ -41,7 +42,13 @@ from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.lineage import LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID
 from iceberg_sink._iceberg.live_vectors import VectorRef
-from iceberg_sink._iceberg.projection import column_by_id, key_schema, null_struct_depth, read_projected
+from iceberg_sink._iceberg.projection import (
+    column_by_id,
+    key_schema,
+    name_mapping_of,
+    null_struct_depth,
+    read_projected,
+)
 from iceberg_sink.topology.compaction.planner import RewriteGroup
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -175,9 +182,10 @@ def sort_rows(rows: pa.Table, schema: Schema, sort: SortSpec) -> pa.Table:
 
 
 class _DeleteCache:
-    def __init__(self, io: FileIO, schema: Schema) -> None:
+    def __init__(self, io: FileIO, schema: Schema, mapping: NameMapping | None) -> None:
         self._io = io
         self._schema = schema
+        self._mapping = mapping
         self._tables: dict[str, pa.Table] = {}
 
     def get(self, delete: LiveFile) -> pa.Table:
@@ -188,13 +196,14 @@ class _DeleteCache:
                     self._tables[path] = pq.read_table(stream, columns=["file_path", "pos"])
             else:
                 keys = key_schema(self._schema, delete.meta.equality_ids or ())
-                self._tables[path] = read_projected(self._io, path, keys)
+                self._tables[path] = read_projected(self._io, path, keys, mapping=self._mapping)
         return self._tables[path]
 
 
-def delete_cache(io: FileIO, schema: Schema) -> _DeleteCache:
-    """A cache of delete files read for :func:`apply_deletes` (each file read once)."""
-    return _DeleteCache(io, schema)
+def delete_cache(io: FileIO, schema: Schema, mapping: NameMapping | None) -> _DeleteCache:
+    """A cache of delete files read for :func:`apply_deletes` (each file read once); ``mapping``: the
+    table's name mapping (``projection.name_mapping_of``)."""
+    return _DeleteCache(io, schema, mapping)
 
 
 def _null_safe_codes(data: pa.Array, keys: pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -300,12 +309,13 @@ def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: in
     data_files, delete_files, sort, rules, row_ids, vectors = _decode(payload)
     schema = spec.schema  # with the lineage columns when ``row_ids`` is given (compaction/job.py)
     io = spec.file_io()
-    cache = _DeleteCache(io, schema)
+    mapping = name_mapping_of(spec.properties)  # the compaction job ships the table's properties
+    cache = _DeleteCache(io, schema, mapping)
     writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
     kept: list[pa.Table] = []
     try:
         for data in data_files:
-            rows = read_projected(io, data.meta.path, schema)
+            rows = read_projected(io, data.meta.path, schema, mapping=mapping)
             if row_ids is not None:
                 # Before the deletes: a row's position is its place in the file it was read from.
                 rows = with_row_lineage(rows, row_ids.get(data.meta.path), data.data_sequence_number)

@@ -50,6 +50,7 @@ import pyarrow as pa
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.name_mapping import NameMapping
 
 from iceberg_sink._iceberg.files import ManifestEntries
 from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
@@ -155,10 +156,17 @@ class KeyIndex:
             self._bytes -= self._positions.pop(pkey).nbytes
 
     def matching_positions(
-        self, io: FileIO, schema: Schema, data: DataFileMeta, ids: tuple[int, ...], deleted: pa.Table
+        self,
+        io: FileIO,
+        schema: Schema,
+        data: DataFileMeta,
+        ids: tuple[int, ...],
+        deleted: pa.Table,
+        mapping: NameMapping | None,
     ) -> tuple[pa.Array, bool]:
         """Row positions (int64, ascending) of ``data`` whose key ``ids`` equals a key of ``deleted``
-        (built by ``key_columns``; a null matching a null), and whether ``data`` had to be read."""
+        (built by ``key_columns``; a null matching a null), and whether ``data`` had to be read
+        (through ``mapping``, the table's name mapping, when it has no field ids)."""
         key = (data.path, schema.schema_id, ids)
         entry = self._keys.get(key)
         if entry is not None and (entry.file_size, entry.record_count) != (data.file_size_in_bytes, data.record_count):
@@ -173,7 +181,7 @@ class KeyIndex:
             read = True
             self.data_files_read += 1
             wanted = key_schema(schema, ids)
-            rows = read_projected(io, data.path, wanted, only_needed_columns=True)
+            rows = read_projected(io, data.path, wanted, only_needed_columns=True, mapping=mapping)
             if rows.num_rows != data.record_count:
                 raise ValueError(
                     f"{data.path}: expected {data.record_count} rows (its manifest entry), read {rows.num_rows}; "

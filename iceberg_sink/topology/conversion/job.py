@@ -76,7 +76,7 @@ from iceberg_sink._iceberg.files import (
 )
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions, write_position_deletes
-from iceberg_sink._iceberg.projection import key_schema, read_projected
+from iceberg_sink._iceberg.projection import key_schema, name_mapping_of, read_projected
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import summary_keys, vectors
 from iceberg_sink.topology import arguments
@@ -264,7 +264,7 @@ def _found_positions(
 ) -> tuple[dict[str, list[np.ndarray]], int]:
     """The rows of each target that its planned equality deletes remove (path -> positions), and the
     number of data files read."""
-    io, schema = table.io, table.schema()
+    io, schema, mapping = table.io, table.schema(), name_mapping_of(table.properties)
     keys: dict[tuple[tuple[int, ...], tuple[str, ...]], pa.Table] = {}
     found: dict[str, list[np.ndarray]] = {}
     read = 0
@@ -275,7 +275,9 @@ def _found_positions(
         if key not in keys:
             wanted = key_schema(schema, ids)
             tables = [
-                key_columns(read_projected(io, d.meta.path, wanted, only_needed_columns=True), wanted, ids)
+                key_columns(
+                    read_projected(io, d.meta.path, wanted, only_needed_columns=True, mapping=mapping), wanted, ids
+                )
                 for d in deletes
             ]
             keys[key] = pa.concat_tables(tables).combine_chunks()
@@ -287,7 +289,9 @@ def _found_positions(
             by_ids[tuple(e.meta.equality_ids or ())].append(e)
         arrays = []
         for ids, es in by_ids.items():
-            positions, was_read = index.matching_positions(io, schema, target.data.meta, ids, delete_keys(ids, es))
+            positions, was_read = index.matching_positions(
+                io, schema, target.data.meta, ids, delete_keys(ids, es), mapping
+            )
             arrays.append(np.asarray(positions, dtype=np.int64))
             read += was_read
         found[target.data.meta.path] = arrays
