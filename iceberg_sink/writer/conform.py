@@ -210,4 +210,44 @@ def conform_batch(
             raise InvalidInputError(
                 f"column {target.name!r} is required in the table but missing from the input (no write-default)"
             )
-    return pa.Table.from_arrays(columns, schema=schema)
+    table = pa.Table.from_arrays(columns, schema=schema)
+    check_utf8(table)
+    return table
+
+
+def _has_strings(t: pa.DataType) -> bool:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_strings(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _has_strings(t.key_type) or _has_strings(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_strings(t.value_type)
+    return False
+
+
+def check_utf8(table: pa.Table) -> None:
+    """Refuse a batch holding a string that is not valid UTF-8, at any depth.
+
+    Spark strings may hold any bytes (``cast(unhex('C328') as string)``, a binary column cast, a
+    source that did not validate); Iceberg strings are UTF-8, and DuckDB refuses to read a table that
+    holds one that is not. The message carries ``ERROR_MARKER``, so the driver reports it as
+    InvalidInputError naming the column (nothing of the batch is committed).
+
+    Raises:
+        InvalidInputError: naming the first such column and where Arrow found the bytes.
+    """
+    from iceberg_sink.topology.changes import ERROR_MARKER  # the writers' one marker of refused input
+
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if not _has_strings(field.type):
+            continue
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise InvalidInputError(
+                f"{ERROR_MARKER} column {field.name!r} holds a string that is not valid UTF-8 ({e}; in a batch "
+                f"of {table.num_rows} rows); Iceberg strings are UTF-8: write such values as binary "
+                f"(cast the column to binary) or repair them (Spark 4: make_valid_utf8)"
+            ) from None

@@ -128,6 +128,12 @@ APPEND_CASES: list[tuple[str, Callable[[DataFrame], DataFrame], type[Exception],
         r"cast it to the table's type string",
     ),
     (
+        "invalid-utf8",  # Spark strings may hold any bytes; DuckDB cannot read a table holding them
+        replace("name", "case when id = 1 then cast(unhex('C328') as string) else 'ok' end"),
+        InvalidInputError,
+        r"table db\.t was not written: column 'name' holds a string that is not valid UTF-8 \(.*Invalid UTF8",
+    ),
+    (
         "zero-columns",
         lambda df: df.select(),
         SchemaMismatchError,
@@ -350,3 +356,37 @@ def test_missing_optional_partition_source_column_is_null(spark: SparkSession, t
     sink.write(spark.range(2, 4))
     rows = sorted(sink.load_table().scan().to_arrow().to_pylist(), key=lambda r: r["id"])
     assert rows == [{"id": 0, "name": "a"}, {"id": 1, "name": "a"}, {"id": 2, "name": None}, {"id": 3, "name": None}]
+
+
+@pytest.mark.parametrize("metrics", ["full", "none"])
+def test_invalid_utf8_at_any_depth_is_refused_even_without_column_metrics(
+    spark: SparkSession, tmp_path: Path, metrics: str
+) -> None:
+    """Before, a batch with such a string failed only by accident, decoding the column's bounds
+    (UnicodeDecodeError in a writer task, reported as a failed disk would be); with column metrics off
+    (``write.metadata.metrics.default=none``) it was committed, and DuckDB could no longer read the
+    table. Nested strings (list elements, map keys and values, struct fields) count too."""
+    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.n").create_if_missing().build()
+    catalog = sink.config.catalog.load()
+    catalog.create_namespace("db")
+    sink.write(
+        spark.createDataFrame(
+            [(0, ["a"], {"k": "v"}, ("x",))], "id long, tags array<string>, m map<string,string>, s struct<t: string>"
+        )
+    )
+    catalog.load_table("db.n").transaction().set_properties(
+        {"write.metadata.metrics.default": metrics}
+    ).commit_transaction()
+    bad = "cast(unhex('C328') as string)"
+    for column, expr in [
+        ("tags", f"array('ok', {bad})"),
+        ("m", f"map({bad}, 'v')"),
+        ("m", f"map('k', {bad})"),
+        ("s", f"named_struct('t', {bad})"),
+    ]:
+        df = spark.sql("select 1L as id, array('a') as tags, map('k', 'v') as m, named_struct('t', 'x') as s")
+        df = df.withColumn(column, F.expr(expr))
+        before = _unchanged(sink)
+        with pytest.raises(InvalidInputError, match=rf"column '{column}' holds a string that is not valid UTF-8"):
+            sink.write(df)
+        assert _unchanged(sink) == before
