@@ -227,6 +227,21 @@ def _has_strings(t: pa.DataType) -> bool:
     return False
 
 
+def repaired_utf8(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A string ``array`` whose values that are not valid UTF-8 have each bad byte sequence replaced by
+    U+FFFD (as Java decodes them); ``array`` itself when every value is valid. For text the sink
+    writes about refused input (a dead-letter row's ``raw`` event and ``event``), which must stay
+    readable whatever bytes the input held."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    try:
+        array.validate(full=True)
+        return array
+    except pa.ArrowInvalid:
+        raw = array.cast(pa.large_string()).view(pa.large_binary()).to_pylist()
+        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], array.type)
+
+
 def check_utf8(table: pa.Table) -> None:
     """Refuse a batch holding a string that is not valid UTF-8, at any depth.
 

@@ -237,6 +237,62 @@ def test_routed_refusals_share_one_dead_letter_table(
     assert not strict_catalog.namespace_exists("r") or strict_catalog.list_tables("r") == []
 
 
+def test_strings_that_are_not_utf8_are_dead_lettered_and_the_tables_stay_readable(
+    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """A row whose string holds bytes that are not UTF-8 is refused alone (the writers would fail the
+    batch on it), and the refused event is written as readable text (bad bytes as U+FFFD). Before, a
+    garbage Kafka message refused as "not JSON" failed its whole batch even with a dead-letter table
+    (the dead-letter writer choked on the raw bytes: WriteFailedError, the stream stopped), and with
+    column metrics off its bytes would have gone into the table, which DuckDB then cannot read."""
+    from tests.integration.test_debezium_events import envelope
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.t")
+        .create_if_missing()
+        .dead_letter("db.errors")
+        .build()
+    )
+    bad = "cast(unhex('C328') as string)"
+    df = spark.sql(f"select id, case when id = 3 then {bad} else concat('v', id) end as v from range(6)")
+    sink.write(df, checkpoint_location=str(tmp_path / "ck"))
+    assert read_both(java_reader, sink.load_table().metadata_location, ["id"]) == [
+        {"id": i, "v": f"v{i}"} for i in range(6) if i != 3
+    ]
+    (error,) = errors_of(java_reader, sink, "db.errors")
+    assert error["reason"] == "column 'v' holds a string that is not valid UTF-8"
+    assert error["error_class"] == "InvalidUtf8Error" and error["raw"] == '{"id":3,"v":"\ufffd("}'
+
+    cdc = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.items")
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .dead_letter("db.cdc_errors")
+        .build()
+    )
+    good = envelope(
+        "c",
+        1,
+        None,
+        {"id": 1, "v": "a"},
+        [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}],
+    )
+    garbage = b"\xff\xfe{not json \xc3\x28"
+    events = spark.createDataFrame(
+        [("items", 0, 0, good.encode()), ("items", 0, 1, garbage)],
+        "topic string, partition int, offset long, value binary",
+    )
+    cdc.write(events, checkpoint_location=str(tmp_path / "ck-cdc"))
+    assert read_both(java_reader, cdc.load_table().metadata_location, ["id"]) == [{"id": 1, "v": "a", "lsn": 1}]
+    (refused,) = errors_of(java_reader, cdc, "db.cdc_errors")
+    assert refused["kafka_offset"] == 1 and refused["raw"] == garbage.decode("utf-8", "replace")
+
+
 def test_no_extra_spark_job_when_no_row_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     """The split happens in the writer tasks: with .dead_letter and no refused row, a write runs
     as many Spark jobs as without it."""
