@@ -10,10 +10,12 @@ many data files, each its own manifest entry, so a DV is named by its Puffin pat
 from __future__ import annotations
 
 import attrs
+import numpy as np
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.table.snapshots import Snapshot
 
+from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION, read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import V3_DATA_FILE_FIELDS
 
@@ -43,6 +45,10 @@ class VectorRef:
     content_offset: int
     content_size_in_bytes: int
     cardinality: int
+
+    def read(self, io: FileIO) -> np.ndarray:
+        """The deleted positions this DV holds (its blob checked against ``cardinality``)."""
+        return read_deletion_vector(io, self.path, self.content_offset, self.content_size_in_bytes, self.cardinality)
 
     def to_json(self) -> list[object]:
         return [self.path, self.content_offset, self.content_size_in_bytes, self.cardinality]

@@ -28,7 +28,6 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.deletes import DeleteRules, bounds_may_hold
-from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import arrow_schema, branch_head, live_files
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.live_vectors import live_vectors
@@ -84,13 +83,7 @@ def stored_rows(
         rows = read_projected(table.io, file.meta.path, projected, only_needed_columns=True, mapping=mapping)
         rows = rows.append_column(_POSITION, row_numbers(rows.num_rows))
         ref = vectors.get(file.meta.path)
-        vector = (
-            None
-            if ref is None
-            else read_deletion_vector(
-                table.io, ref.path, ref.content_offset, ref.content_size_in_bytes, ref.cardinality
-            )
-        )
+        vector = None if ref is None else ref.read(table.io)
         rows = apply_deletes(rows, file, deletes, cache, projected, rules, vector)
         hits = matching_rows(rows, projected, ids, wanted)
         if not len(hits):

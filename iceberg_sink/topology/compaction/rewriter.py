@@ -38,7 +38,6 @@ from pyspark import TaskContext
 
 from iceberg_sink import _task_faults
 from iceberg_sink._iceberg.deletes import DeleteRules
-from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.lineage import LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID
 from iceberg_sink._iceberg.live_vectors import VectorRef
@@ -320,11 +319,7 @@ def rewrite_group(spec: WriterSpec, payload: bytes, task_id: int, attempt_id: in
                 # Before the deletes: a row's position is its place in the file it was read from.
                 rows = with_row_lineage(rows, row_ids.get(data.meta.path), data.data_sequence_number)
             ref = vectors.get(data.meta.path)
-            vector = (
-                None
-                if ref is None
-                else read_deletion_vector(io, ref.path, ref.content_offset, ref.content_size_in_bytes, ref.cardinality)
-            )
+            vector = None if ref is None else ref.read(io)
             rows = apply_deletes(rows, data, delete_files, cache, schema, rules, vector)
             if sort is not None:
                 kept.append(rows)
