@@ -123,3 +123,12 @@ def field(sql: str, name: str) -> str:
 def struct_type(struct: T.StructType) -> str:
     """A flat struct type as SQL text, field names quoted (``partition`` and ``offset`` are keywords)."""
     return "struct<" + ", ".join(f"{ident(f.name)}: {f.dataType.simpleString()}" for f in struct.fields) + ">"
+
+
+def valid_utf8(name: str, spark_version: str) -> Column:
+    """Whether the string column ``name`` holds valid UTF-8 (null for null): Spark strings may hold
+    any bytes, Iceberg strings may not. Spark 4 has ``is_valid_utf8``; on 3.5 a string is valid when
+    its bytes equal their re-encoding (each invalid sequence becomes U+FFFD there)."""
+    if int(spark_version.split(".")[0]) >= 4:
+        return parse(f"is_valid_utf8({column(name)})")
+    return parse(f"CAST({column(name)} AS BINARY) = encode({column(name)}, 'UTF-8')")

@@ -64,7 +64,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink import _faults, _task_faults
-from iceberg_sink._sql import column, named
+from iceberg_sink._sql import named, valid_utf8
 from iceberg_sink.config import CreateOptions, SinkConfig
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, fail_on_reject
@@ -163,13 +163,10 @@ def _refuse_invalid_utf8(df: DataFrame, route_column: str | None) -> DataFrame:
     ]
     if not strings:
         return df
-    spark4 = int(df.sparkSession.version.split(".")[0]) >= 4
+    version = df.sparkSession.version
     reason: Column | None = None
     for name in strings:
-        value = named(name)
-        # Spark 4 has is_valid_utf8; on 3.5 a string whose bytes differ from their UTF-8 re-encoding
-        # (invalid sequences become U+FFFD) is not valid.
-        valid = F.expr(f"is_valid_utf8({column(name)})") if spark4 else value.cast("binary") == F.encode(value, "UTF-8")
+        valid = valid_utf8(name, version)
         here = F.when(~valid, F.lit(f"column {name!r} holds a string that is not valid UTF-8"))
         reason = here if reason is None else F.coalesce(reason, here)
     assert reason is not None

@@ -67,7 +67,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from iceberg_sink._iceberg.metrics import footer_metrics
-from iceberg_sink._sql import named
+from iceberg_sink._sql import named, valid_utf8
+from iceberg_sink.topology.changes import ERROR_MARKER
 from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
 from iceberg_sink.writer.spec import WriterSpec
@@ -319,12 +320,19 @@ def _session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]
 
 
 def _project(df: DataFrame, schema: Schema) -> DataFrame:
+    """``df`` as the table's columns, in order, with their field ids; a string that is not valid
+    UTF-8 fails the job with an ERROR_MARKER message (reported as InvalidInputError naming the
+    column, as the Arrow writers' check does: writer/conform.check_utf8)."""
     present = set(df.columns)
+    version = df.sparkSession.version
     columns = []
     for field in schema.fields:
         spark_type = _spark_type(field.field_type)
         assert spark_type is not None
         value = named(field.name).cast(spark_type) if field.name in present else F.lit(None).cast(spark_type)
+        if spark_type == "string" and field.name in present:
+            message = f"{ERROR_MARKER} column {field.name!r} holds a string that is not valid UTF-8"
+            value = F.when(~valid_utf8(field.name, version), F.raise_error(F.lit(message))).otherwise(value)
         columns.append(value.alias(field.name, metadata={FIELD_ID_KEY: field.field_id}))
     return df.select(*columns)
 

@@ -358,3 +358,29 @@ def test_a_failed_write_commits_nothing_and_its_retry_commits_once(spark: SparkS
     assert got.num_rows == 2000
     assert sorted(got.column("id").to_pylist()) == list(range(2000))
     assert all(JVM_FOLDER in p for p in _data_paths(sink))
+
+
+def test_a_string_that_is_not_utf8_is_refused_by_the_jvm_writer_too(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark's Parquet writer writes a string's bytes as they are; the JVM path checks each string
+    column in the projection, as the Arrow writers do (writer/conform.check_utf8)."""
+    from iceberg_sink import InvalidInputError
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "data")
+        .table("db.text")
+        .create_if_missing()
+        .write_option("iceberg-sink.writer.jvm-parquet", True)
+        .build()
+    )
+    good = spark.createDataFrame([(i, f"v{i}") for i in range(20)], "id long, v string")
+    sink.write(good)
+    assert all(JVM_FOLDER in p for p in _data_paths(sink))  # the JVM path takes this table
+    before = sink.load_table().metadata_location
+    bad = good.selectExpr("id", "case when id = 7 then cast(unhex('FF') as string) else v end as v")
+    with pytest.raises(
+        InvalidInputError, match=r"table db\.text was not written: column 'v' holds a string that is not valid UTF-8"
+    ):
+        sink.write(bad)
+    assert sink.load_table().metadata_location == before
+    assert sorted(duckdb_read(before).column("id").to_pylist()) == list(range(20))
