@@ -64,7 +64,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink import _faults, _task_faults
-from iceberg_sink._sql import named, valid_utf8
+from iceberg_sink._sql import named
 from iceberg_sink.config import CreateOptions, SinkConfig
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import REJECT_COLUMN, fail_on_reject
@@ -110,8 +110,6 @@ DEAD_LETTER_STATE = "iceberg_sink/dead_letter"
 
 #: error_class of a row holding null in a column its table requires.
 REQUIRED_NULL_CLASS = "RequiredColumnNullError"
-#: error_class of a row holding a string that is not valid UTF-8.
-INVALID_UTF8_CLASS = "InvalidUtf8Error"
 
 
 def without_reject(struct: T.StructType) -> T.StructType:
@@ -132,56 +130,18 @@ def enforce(df: DataFrame, dead_letter: bool) -> DataFrame:
 
 def required_columns(table: Table) -> tuple[str, ...]:
     """The top-level columns ``table`` requires: with a dead-letter table a DataFrame column that may
-    be null can feed one (each null is refused per row by :func:`refuse_unstorable_rows`)."""
+    be null can feed one (each null is refused per row by :func:`refuse_required_nulls`)."""
     return tuple(f.name for f in table.schema().fields if f.required)
 
 
-def refuse_unstorable_rows(
+def refuse_required_nulls(
     df: DataFrame, tables: Mapping[str, Schema], op_column: str | None, route_column: str | None = None
 ) -> DataFrame:
-    """Mark, for a sink with a dead-letter table, the rows no table can store, so each is refused
-    alone instead of failing its whole batch in the writer (writer/conform.py):
-
-    - null in a top-level column their table requires (a delete needs its key only, a truncate
-      nothing; a null key is the change rules' refusal);
-    - a top-level string column holding bytes that are not valid UTF-8 (Iceberg strings are UTF-8;
-      nested strings are still refused by the writer, failing the batch).
-
-    Checked in Spark before changes are reduced, so an older change of the key in the batch still
-    applies. ``tables``: each table's schema by name; ``route_column``: a routed sink's table column."""
-    df = _refuse_invalid_utf8(df, route_column)
-    return _refuse_required_nulls(df, tables, op_column, route_column)
-
-
-def _refuse_invalid_utf8(df: DataFrame, route_column: str | None) -> DataFrame:
-    from iceberg_sink.sources.rejects import reject_where
-
-    strings = [
-        f.name
-        for f in df.schema.fields
-        if isinstance(f.dataType, T.StringType) and f.name not in (REJECT_COLUMN, route_column)
-    ]
-    if not strings:
-        return df
-    version = df.sparkSession.version
-    reason: Column | None = None
-    for name in strings:
-        valid = valid_utf8(name, version)
-        here = F.when(~valid, F.lit(f"column {name!r} holds a string that is not valid UTF-8"))
-        reason = here if reason is None else F.coalesce(reason, here)
-    assert reason is not None
-    raw = F.to_json(
-        F.struct(*[named(c) for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
-        {"ignoreNullFields": "false"},
-    )
-    return reject_where(df, reason, INVALID_UTF8_CLASS, raw)
-
-
-def _refuse_required_nulls(
-    df: DataFrame, tables: Mapping[str, Schema], op_column: str | None, route_column: str | None = None
-) -> DataFrame:
-    """Mark the rows holding null in a top-level column their table requires (see
-    :func:`refuse_unstorable_rows`)."""
+    """Mark the rows holding null in a top-level column their table requires (a delete needs its
+    key only, a truncate nothing; a null key is the change rules' refusal). With a dead-letter table such a row is
+    refused alone instead of failing its whole batch in the writer (writer/conform.py). Checked in
+    Spark before changes are reduced, so an older change of the key in the batch still applies.
+    ``tables``: each table's schema by name; ``route_column``: a routed sink's table column."""
     from iceberg_sink.sources.rejects import reject_where
     from iceberg_sink.topology.changes import DELETE_CODES, TRUNCATE_CODES
 
@@ -198,11 +158,11 @@ def _refuse_required_nulls(
     table = F.col(route_column) if route_column is not None else F.lit(next(iter(tables)))
     reason: Column | None = None
     for required, names in groups.items():
-        for name in required:
-            found = named(name).isNull()
+        for column in required:
+            found = named(column).isNull()
             if route_column is not None:
                 found = found & F.col(route_column).isin(*names)
-            text = F.concat(F.lit(f"column {name!r} is required (not null) in table "), table, F.lit(" but is null"))
+            text = F.concat(F.lit(f"column {column!r} is required (not null) in table "), table, F.lit(" but is null"))
             here = F.when(found, text)
             reason = here if reason is None else F.coalesce(reason, here)
     assert reason is not None
@@ -569,7 +529,7 @@ def process_single(job: SinkJob, dead: DeadLetterTable, df: DataFrame, checkpoin
     dplan = dead.begin(checkpoint_id)
     if needs_write(plan) or needs_write(dplan):
         op_column = config.changes.op_column if config.changes is not None else None
-        df = refuse_unstorable_rows(df, {config.table: plan.table.schema()}, op_column)
+        df = refuse_required_nulls(df, {config.table: plan.table.schema()}, op_column)
         if config.changes is not None:
             df = reduce_changes(
                 df,

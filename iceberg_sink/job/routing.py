@@ -60,8 +60,8 @@ from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, Schem
 from iceberg_sink.job.dead_letter import (
     DeadLetterTable,
     enforce,
+    refuse_required_nulls,
     refuse_routed_to,
-    refuse_unstorable_rows,
     write_split,
 )
 from iceberg_sink.job.pipeline import CheckpointPlan, CommitDeferred, SinkJob
@@ -381,7 +381,7 @@ class RoutedJob:
             if dead is not None:
                 schemas = {t: p.table.schema() for t, p in plans.items()}
                 op_column = self._config.changes.op_column if self._config.changes is not None else None
-                df = refuse_unstorable_rows(df, schemas, op_column, ROUTE_COLUMN)
+                df = refuse_required_nulls(df, schemas, op_column, ROUTE_COLUMN)
             df = self._reduce(df, tables, others=dead is not None)
             df = toast.resolve(df, self._stored(plans, tables), ROUTE_COLUMN)
             df = enforce(df, dead_letter=dead is not None)

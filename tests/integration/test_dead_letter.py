@@ -237,14 +237,15 @@ def test_routed_refusals_share_one_dead_letter_table(
     assert not strict_catalog.namespace_exists("r") or strict_catalog.list_tables("r") == []
 
 
-def test_strings_that_are_not_utf8_are_dead_lettered_and_the_tables_stay_readable(
+def test_text_that_is_not_utf8_keeps_both_tables_readable(
     spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:
-    """A row whose string holds bytes that are not UTF-8 is refused alone (the writers would fail the
-    batch on it), and the refused event is written as readable text (bad bytes as U+FFFD). Before, a
-    garbage Kafka message refused as "not JSON" failed its whole batch even with a dead-letter table
-    (the dead-letter writer choked on the raw bytes: WriteFailedError, the stream stopped), and with
-    column metrics off its bytes would have gone into the table, which DuckDB then cannot read."""
+    """A refused event is written as readable text (bad bytes as U+FFFD). Before, a garbage Kafka
+    message refused as "not JSON" failed its whole batch even with a dead-letter table (the
+    dead-letter writer choked on the raw bytes: WriteFailedError, the stream stopped), and with
+    column metrics off its bytes would have gone into the table, which DuckDB then cannot read. A row
+    whose own string is not UTF-8 is not dead-lettered (the writers' check, after the split): its
+    batch fails naming the column, and nothing is committed."""
     from tests.integration.test_debezium_events import envelope
 
     sink = (
@@ -257,13 +258,8 @@ def test_strings_that_are_not_utf8_are_dead_lettered_and_the_tables_stay_readabl
     )
     bad = "cast(unhex('C328') as string)"
     df = spark.sql(f"select id, case when id = 3 then {bad} else concat('v', id) end as v from range(6)")
-    sink.write(df, checkpoint_location=str(tmp_path / "ck"))
-    assert read_both(java_reader, sink.load_table().metadata_location, ["id"]) == [
-        {"id": i, "v": f"v{i}"} for i in range(6) if i != 3
-    ]
-    (error,) = errors_of(java_reader, sink, "db.errors")
-    assert error["reason"] == "column 'v' holds a string that is not valid UTF-8"
-    assert error["error_class"] == "InvalidUtf8Error" and error["raw"] == '{"id":3,"v":"\ufffd("}'
+    with pytest.raises(InvalidInputError, match=r"column 'v' holds a string that is not valid UTF-8"):
+        sink.write(df, checkpoint_location=str(tmp_path / "ck"))
 
     cdc = (
         IcebergSink.builder()
