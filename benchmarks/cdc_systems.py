@@ -164,13 +164,6 @@ def v3_goals(systems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         return None
     write = sink["steady_state"]["median"]
     ratio = sink["full_scan_seconds"] / merge["full_scan_seconds"] if merge["full_scan_seconds"] else None
-    paired = None
-    if sink.get("full_scan_runs") and merge.get("full_scan_runs"):
-        paired = paired_ratio(sink["full_scan_runs"], merge["full_scan_runs"])
-    paired_cpu = None
-    cpu_runs = (sink.get("full_scan_cpu_runs") or [None], merge.get("full_scan_cpu_runs") or [None])
-    if all(x is not None for runs in cpu_runs for x in runs):
-        paired_cpu = paired_ratio(sink["full_scan_cpu_runs"], merge["full_scan_cpu_runs"])
     return {
         "write_p50_seconds": write,
         "write_target_seconds": V3_WRITE_TARGET_SECONDS,
@@ -179,9 +172,17 @@ def v3_goals(systems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         "scan_ratio_to_merge_into_v3": ratio,
         "scan_target_ratio": V3_SCAN_TARGET_RATIO,
         "scan_met": ratio is not None and ratio <= V3_SCAN_TARGET_RATIO,
-        "scan_paired_wall": paired,
-        "scan_paired_cpu": paired_cpu,
+        "scan_paired_wall": _paired(sink.get("full_scan_runs"), merge.get("full_scan_runs")),
+        "scan_paired_cpu": _paired(sink.get("full_scan_cpu_runs"), merge.get("full_scan_cpu_runs")),
     }
+
+
+def _paired(runs: list[float | None] | None, reference: list[float | None] | None) -> dict[str, Any] | None:
+    """:func:`paired_ratio` of two tables' runs; None unless both have every run (a CPU reading is
+    None without /proc)."""
+    if not runs or not reference or None in runs or None in reference:
+        return None
+    return paired_ratio(runs, reference)  # type: ignore[arg-type]
 
 
 def paired_ratio(

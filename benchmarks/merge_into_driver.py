@@ -142,24 +142,20 @@ def scan_order(names: list[str], round_index: int) -> list[str]:
 
 
 def timed_scans(
-    spark: Any,
-    tables: dict[str, Any],
-    rounds: int,
-    wait_quiet: Callable[[], float],
-    cpu_runs: dict[str, list[float | None]] | None = None,
-) -> dict[str, list[float]]:
+    spark: Any, tables: dict[str, Any], rounds: int, wait_quiet: Callable[[], float]
+) -> tuple[dict[str, list[float]], dict[str, list[float | None]]]:
     """``rounds`` timed full scans of each table, the order rotated per round (:func:`scan_order`);
-    each table's runs in round order. With ``cpu_runs``, each scan's CPU-seconds (this process tree:
-    the driver, its JVM, timed like the scan) are appended there per table."""
+    each table's runs in round order, and each scan's CPU-seconds (this process tree: the driver, its
+    JVM, timed like the scan) in the same order."""
     runs: dict[str, list[float]] = {name: [] for name in tables}
+    cpu_runs: dict[str, list[float | None]] = {name: [] for name in tables}
     for r in range(rounds):
         for name in scan_order(list(tables), r):
             wait_quiet()
             scan = observe(spark, tables[name], [])
             runs[name].append(scan["scan_seconds"])
-            if cpu_runs is not None:
-                cpu_runs.setdefault(name, []).append(scan["scan_cpu_seconds"])
-    return runs
+            cpu_runs[name].append(scan["scan_cpu_seconds"])
+    return runs, cpu_runs
 
 
 def scan_points(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_quiet: Callable[[], float]) -> None:
@@ -179,7 +175,7 @@ def scan_points(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_q
             tables["merge"] = (
                 spark.read.format("iceberg").option("snapshot-id", str(snapshot)).load(reference["metadata_location"])
             )
-        runs = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet)
+        runs, _ = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet)
         out.append({"batch": batch, "sink_runs": runs["sink"], "merge_runs": runs.get("merge")})
         log(f"scan point after batch {batch}: {runs}")
     result["scan_points"] = out
@@ -249,8 +245,7 @@ def read_back(spark: Any, spec: dict[str, Any], result: dict[str, Any], wait_qui
     for name, df in tables.items():
         observed[name] = observe(spark, df, spec["sample_ids"], spec.get("checksum_sql"))
         log(f"{name} table read back with Iceberg Java: {observed[name]['rows']} rows")
-    cpu_runs: dict[str, list[float | None]] = {}
-    scans = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet, cpu_runs)
+    scans, cpu_runs = timed_scans(spark, tables, spec.get("scans", 3), wait_quiet)
     log(f"full scans (seconds): {scans}")
     result["observed"] = observed
     result["scan_runs"] = scans

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import _to_requested_schema, pyarrow_to_schema, schema_to_pyarrow
 from pyiceberg.schema import Accessor, Schema, prune_columns
+from pyiceberg.table import TableProperties
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
 from iceberg_sink._iceberg.files import field_id
@@ -37,12 +38,10 @@ def columns_schema(schema: Schema, field_ids: Iterable[int]) -> Schema:
     return prune_columns(schema, set(field_ids), select_full_types=True)
 
 
-NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
-
-
 def name_mapping_of(properties: Mapping[str, str]) -> NameMapping | None:
-    """The name mapping of a table with ``properties`` (its ``schema.name-mapping.default``), or None."""
-    text = properties.get(NAME_MAPPING_PROPERTY)
+    """The name mapping of a table with ``properties`` (its ``schema.name-mapping.default``), or None:
+    PyIceberg's ``Table.name_mapping()`` for the table properties a writer task receives too."""
+    text = properties.get(TableProperties.DEFAULT_NAME_MAPPING)
     return parse_mapping_from_json(text) if text else None
 
 

@@ -56,8 +56,7 @@ def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
             a colon before its first slash that is not a URI (``ck:1``, ``file:ck``): Hadoop reads what
             precedes the colon as a scheme and Spark refuses the relative path after it.
     """
-    match = _URI.match(checkpoint_location)
-    if match is None or not is_uri(checkpoint_location):  # a local path
+    if not is_uri(checkpoint_location):  # a local path
         head = checkpoint_location.split("/", 1)[0]
         if ":" in head:
             raise InvalidSinkConfigError(
@@ -67,6 +66,8 @@ def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
                 f"'./{checkpoint_location}' for a local folder of that name"
             )
         return "file", "", os.path.normpath(os.path.abspath(checkpoint_location))
+    match = _URI.match(checkpoint_location)
+    assert match is not None  # is_uri
     scheme, authority, path = match.group("scheme").lower(), match.group("authority") or "", match.group("path") or ""
     if scheme == "file":
         if authority not in ("", "localhost"):

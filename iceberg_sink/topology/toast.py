@@ -122,12 +122,11 @@ def _stored_rows_now(
     as the catalog has it now: the stored values are the newest either way. A file missing from the
     current table is an error (``_iceberg/retry.moved_on``, the rule commits follow too)."""
     table = target.table
-    load = target.table.catalog.load_table
     for reloads in range(_LOOKUP_RELOADS + 1):
         try:
             return stored_rows(table, target.branch, target.key, keys, columns)
         except FileNotFoundError:
-            current = moved_on(table, lambda: load(target.table.name()))
+            current = moved_on(table, lambda: target.table.catalog.load_table(target.table.name()))
             if current is None or reloads == _LOOKUP_RELOADS:
                 raise
             logger.info(

@@ -30,6 +30,7 @@ from pyiceberg.schema import Schema, index_by_id
 
 from iceberg_sink._iceberg.files import field_id
 from iceberg_sink.errors import InvalidInputError
+from iceberg_sink.topology.changes import ERROR_MARKER
 
 #: Field id -> the field's write-default (only fields that have one).
 WriteDefaults = Mapping[int, Any]
@@ -253,8 +254,6 @@ def check_utf8(table: pa.Table) -> None:
     Raises:
         InvalidInputError: naming the first such column and where Arrow found the bytes.
     """
-    from iceberg_sink.topology.changes import ERROR_MARKER  # the writers' one marker of refused input
-
     for field, column in zip(table.schema, table.columns, strict=True):
         if not _has_strings(field.type):
             continue
