@@ -89,7 +89,7 @@ class Counter:
         from iceberg_sink.committer.committer import IcebergCommitter
         from iceberg_sink.committer.store import CheckpointStore
         from iceberg_sink.job import dead_letter, pipeline
-        from iceberg_sink.table.binding import TableBinding
+        from iceberg_sink.job.binding import TableBinding
 
         send = GatewayClient.send_command
         counter = self

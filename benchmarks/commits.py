@@ -21,7 +21,7 @@ is ``sink.write(df, checkpoint_location=..., checkpoint_id=i)`` with ``--changes
 upserts of random keys, 30% deletes), one snapshot per checkpoint.
 
 Measured per checkpoint: the **commit latency**, the sink's own ``last_commit_duration_ms`` metric
-(``PendingCommits.commit``, committer/pending.py: the committer's idempotence check, manifests, manifest merge, manifest list and
+(``PendingCommits.commit``, job/pending.py: the committer's idempotence check, manifests, manifest merge, manifest list and
 the catalog commit, which parses and writes metadata.json), and the whole ``sink.write`` wall time.
 Every ``--sample-every`` checkpoints: metadata.json size, snapshot count, manifests listed by the
 current snapshot, and the metadata folder's file count and bytes. Reported: p50/p99 of the commit

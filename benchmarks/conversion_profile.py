@@ -37,14 +37,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import producer, row_delta
 from iceberg_sink._iceberg.files import arrow_schema
 from iceberg_sink._iceberg.metrics import footer_metrics
 from iceberg_sink._iceberg.projection import key_schema
+from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.table.catalog import CatalogConfig
 from iceberg_sink.topology.conversion import job
-from iceberg_sink.topology.conversion.index import KeyIndex
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 
 def _write(table: Table, rows: pa.Table, content: FileContent, equality_ids: tuple[int, ...] | None) -> DataFileMeta:
@@ -84,8 +84,8 @@ def commit_batch(table: Table, rng: np.random.Generator, keys: int, high: int, v
     )
     data = _write(table, rows, FileContent.DATA, None)
     delete = _write(table, pa.table({"id": ids}), FileContent.EQUALITY_DELETES, (1,))
-    prepared = producer.RowDelta(
-        table, "main", producer.SnapshotChanges(data_files=(data,), delete_files=(delete,)), {}
+    prepared = row_delta.RowDelta(
+        table, "main", row_delta.SnapshotChanges(data_files=(data,), delete_files=(delete,)), {}
     ).prepare()
     producer.commit_prepared(table, prepared)
 

@@ -41,12 +41,12 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from benchmarks.cpu_monitor import ForeignCpuMonitor
 from iceberg_sink._iceberg.files import arrow_schema
+from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.projection import key_schema
+from iceberg_sink.keyindex.index import KeyIndex
+from iceberg_sink.keyindex.persisted import index_location
 from iceberg_sink.table.catalog import create_table
-from iceberg_sink.topology.compaction.rewriter import key_columns
-from iceberg_sink.topology.conversion.index import KeyIndex
-from iceberg_sink.topology.conversion.persisted import index_location
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 KINDS = {"long": LongType(), "string": StringType()}
 

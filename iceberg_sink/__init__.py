@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from iceberg_sink.sink import IcebergSink
     from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult
     from iceberg_sink.topology.conversion import ConversionConfig, ConversionResult
-    from iceberg_sink.topology.distribution import DistributionMode
     from iceberg_sink.topology.hooks import CommitResult, PostCommitHookError
+    from iceberg_sink.vocab.distribution import DistributionMode
 
 # The public names are imported on first use (PEP 562), not with the package: Spark's Python
 # workers import ``iceberg_sink.writer...`` for every task process they start, and the package's
@@ -59,7 +59,7 @@ _LAZY = {
     "ConversionConfig": "iceberg_sink.topology.conversion",
     "ConversionResult": "iceberg_sink.topology.conversion",
     "CorruptFileError": "iceberg_sink.errors",
-    "DistributionMode": "iceberg_sink.topology.distribution",
+    "DistributionMode": "iceberg_sink.vocab.distribution",
     "IcebergSink": "iceberg_sink.sink",
     "IcebergSinkBuilder": "iceberg_sink.builder",
     "IcebergSinkError": "iceberg_sink.errors",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -124,30 +124,6 @@ class SinkConfig:
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.write_options)
-
-    def read_batch(self, df: Any, known_tables: Iterable[str] = ()) -> Any:
-        """``df`` after the ``map_batches`` functions (the DataFrame the sink writes), its collated
-        strings made binary (table/collation.py). A routed sink's
-        rows get their table name here (job/routing.py), marked refused when the route may not write
-        it. Rows a source or the route refused (sources/rejects.py) keep their mark: the job decides,
-        right before the writers (iceberg_sink/job/dead_letter.py ``enforce``), to fail the batch or
-        dead-letter them. ``known_tables``: routed names already accepted (RoutedJob.known_tables)."""
-        from iceberg_sink.job.routing import route_column
-        from iceberg_sink.sources.rejects import fail_on_reject
-        from iceberg_sink.table.collation import binary_strings
-
-        for fn in self.map_batches:
-            df = fn(df)
-        # Strings compared as the table compares them (table/collation.py): before any key, op code
-        # or route value is compared.
-        df = binary_strings(df)
-        if self.route is not None:
-            df = route_column(df, self.route, known_tables)
-        if self.dead_letter is None:
-            # Fail-fast: the first Spark job over the batch (a routed sink's column count, before any
-            # table is created or evolved) fails on a refused row, so nothing is created for it.
-            df = fail_on_reject(df)
-        return df
 
 
 def change_config(

@@ -97,7 +97,7 @@ class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):
 
 
 def pending_because(error: BaseException) -> str:
-    """Why a stream keeps a checkpoint pending after ``error`` (committer/pending.py ``defers``), for
+    """Why a stream keeps a checkpoint pending after ``error`` (job/pending.py ``defers``), for
     messages: races lost to other writers on every attempt, or an unreachable catalog."""
     if isinstance(error, CommitRetriesExhaustedError):
         return "other writers won every commit attempt"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
@@ -15,18 +16,21 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from iceberg_sink import options
 from iceberg_sink._session import classic_frame, classic_session
+from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.job import idle
-from iceberg_sink.job.dead_letter import DEAD_LETTER_STATE, DeadLetterTable, without_reject
-from iceberg_sink.job.pipeline import SinkJob
+from iceberg_sink.job import idle, reading
+from iceberg_sink.job.binding import NoRowsNoTable
+from iceberg_sink.job.dead_letter import DEAD_LETTER_STATE
+from iceberg_sink.job.pipeline import SinkJob, dead_letter_table
+from iceberg_sink.job.refusal import without_reject
 from iceberg_sink.job.routing import RoutedJob
+from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
 from iceberg_sink.table import catalog as catalogs
-from iceberg_sink.table.binding import NoRowsNoTable
 from iceberg_sink.table.key_bounds import KeyBoundsCache
 from iceberg_sink.table.versions import upgrade_format_version
 from iceberg_sink.topology.changes import check_order_by
@@ -34,12 +38,8 @@ from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult,
 from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion import ConversionResult, convert_equality_deletes
-from iceberg_sink.topology.conversion.index import KeyIndex
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.writer.workers import check_python_workers
-
-if TYPE_CHECKING:
-    from iceberg_sink.builder import IcebergSinkBuilder
 
 _TRIGGER_KEYS = ("processingTime", "once", "availableNow", "continuous")
 
@@ -101,18 +101,16 @@ class IcebergSink:
 
     def close(self) -> None:
         """Stop the Prometheus endpoint, if any, and wait for the key index entries being written to
-        table storage (topology/conversion/persisted.py). Running queries are not affected."""
+        table storage (keyindex/persisted.py). Running queries are not affected."""
         if self._prometheus is not None:
             self._prometheus.close()
         for index in list(self._key_indexes):
             index.flush()
 
-    @staticmethod
-    def builder() -> IcebergSinkBuilder:
+    @classmethod
+    def builder(cls) -> IcebergSinkBuilder[IcebergSink]:
         """Start configuring a sink."""
-        from iceberg_sink.builder import IcebergSinkBuilder
-
-        return IcebergSinkBuilder()
+        return IcebergSinkBuilder(cls)
 
     @property
     def config(self) -> SinkConfig:
@@ -197,7 +195,7 @@ class IcebergSink:
         if job.conversion is not None:
             self._key_indexes.add(job.conversion.index)
         if self._config.dead_letter is not None:
-            job.dead_letter = DeadLetterTable.for_job(
+            job.dead_letter = dead_letter_table(
                 self._config,
                 CheckpointStore(checkpoint_location, DEAD_LETTER_STATE),
                 job.job_id,
@@ -280,7 +278,7 @@ class IcebergSink:
             routed = RoutedJob(self._config, checkpoint_location, metrics=self._metrics, streaming=True)
             if not self._config.map_batches:
                 routed.input_struct(streaming_df.schema)  # the route's table column must be there
-            read_batch = self._config.read_batch
+            read_batch = functools.partial(reading.read_batch, self._config)
 
             routed_lock = idle.batch_lock(checkpoint_location)
 
@@ -308,7 +306,7 @@ class IcebergSink:
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
             with batch_lock:
-                job.process(config.read_batch(batch), batch_id)
+                job.process(reading.read_batch(config, batch), batch_id)
 
         query = self._start(streaming_df, process_batch, checkpoint_location, trigger, query_name)
         dead = job.dead_letter
@@ -389,7 +387,7 @@ class IcebergSink:
             if self._config.route is not None:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
-            df = self._config.read_batch(df)
+            df = reading.read_batch(self._config, df)
             try:
                 job.ensure_table(without_reject(df.schema), batch=df)
             except NoRowsNoTable:
@@ -413,7 +411,7 @@ class IcebergSink:
         self, df: DataFrame, location: str, temporary: bool, checkpoint_id: int | None
     ) -> RoutedOutcome | None:
         routed = RoutedJob(self._config, location, metrics=self._metrics, ephemeral=temporary)
-        df = self._config.read_batch(df, routed.known_tables())
+        df = reading.read_batch(self._config, df, routed.known_tables())
         routed.input_struct(df.schema)
         if checkpoint_id is None:
             routed.commit_pending()

@@ -31,6 +31,8 @@ echo "== ruff"
 .venv/bin/ruff format --check iceberg_sink tests benchmarks
 echo "== mypy"
 .venv/bin/mypy iceberg_sink
+echo "== layers (import-linter: the contract in pyproject.toml, docs/architecture.md)"
+.venv/bin/lint-imports --no-cache
 echo "== pytest"
 # Two workers by default (ICEBERG_SINK_TEST_WORKERS=0 runs in one process), each with its own
 # SparkSession and servers; a test file stays on one worker (module fixtures start once).

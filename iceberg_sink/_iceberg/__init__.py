@@ -9,9 +9,15 @@ check what it writes.
 - ``files``: the sink's file values <-> PyIceberg's DataFile, partition paths, live files of a snapshot.
 - ``metrics``: column metrics of written Parquet files.
 - ``manifests``: manifest writers (format-version dispatch in one place), staged manifests.
-- ``deletes``: the one rule for which delete file applies to which data file.
-- ``producer``: one snapshot-producer base that every commit kind subclasses (row delta, rewrite
-  files, rewrite manifests): sequence numbers, summaries, the branch update, requirements.
+- ``deletes``: the one rule for which delete file applies to which data file; ``live_rows`` applies it
+  to a data file's rows (compaction, the key index, v3 delete resolution, TOAST lookups).
+- ``entries``: a snapshot's live files, each manifest read once.
+- ``encoding``: which Parquet columns are dictionary-encoded.
+- ``producer``: one snapshot-producer base that every commit kind subclasses: sequence numbers,
+  summaries, the branch update, requirements.
+- ``row_delta``: the checkpoint's commit kind (``RowDelta``, with the ``SnapshotChanges`` it adds).
+- ``rewrites``: the ``replace`` commit kinds of upkeep (``RewriteFiles``, ``RewriteManifests``, and
+  ``ReplaceProducer``, their base, which ``delete_rewrite``'s ``RewriteDeletes`` also subclasses).
 - ``live_vectors``: the live deletion vectors of a v3 snapshot, by data file (rewrites apply them).
 - ``commit``: sending a prepared snapshot or metadata update to the catalog (stale ones retryable).
 - ``retry``: the one retry loop of every commit (checkpoints, compaction, manifest rewrites).

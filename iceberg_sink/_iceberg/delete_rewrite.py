@@ -16,13 +16,13 @@ from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg import V3_CHANGES_REFUSAL
-from iceberg_sink._iceberg.files import ManifestEntries
+from iceberg_sink._iceberg.entries import ManifestEntries
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.live_vectors import vector_target
 from iceberg_sink._iceberg.manifests import has_live_files
-from iceberg_sink._iceberg.producer import ReplaceProducer
+from iceberg_sink._iceberg.rewrites import ReplaceProducer
 from iceberg_sink.errors import UnsupportedTableError
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 
 class RewriteDeletes(ReplaceProducer):

@@ -49,7 +49,7 @@ from pyiceberg.types import (
 
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 
 def _spec_ids(value: Iterable[int]) -> frozenset[int]:

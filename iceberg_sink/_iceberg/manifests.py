@@ -35,7 +35,7 @@ from pyiceberg.types import FloatType, IntegerType, ListType, NestedField, Struc
 from iceberg_sink._iceberg.avro_read import fetch_entries
 from iceberg_sink._iceberg.avro_write import ReusingAvroOutputFile
 from iceberg_sink._iceberg.files import to_data_file, to_meta
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 
 # Entry schemas by (partition type as JSON, format version): built once per partition spec, not for
 # every manifest (a routed checkpoint writes two or three manifests per table). Schemas are immutable.

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 
-from iceberg_sink.writer.encoding import dictionary_columns
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink._iceberg.encoding import dictionary_columns
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -91,7 +91,7 @@ def write_position_deletes(
     rows = pa.table([paths, pa.array(pos)], schema=_DICTIONARY_SCHEMA)
     stream = io.new_output(path).create(overwrite=False)
     try:
-        # The writers' one dictionary rule (writer/encoding.py): the path gets a dictionary, the
+        # The writers' one dictionary rule (_iceberg/encoding.py): the path gets a dictionary, the
         # positions (distinct) are written plain; a dictionary for them doubled the write of a data
         # file's merged positions, which grow with every conversion.
         writer = pq.ParquetWriter(

@@ -1,11 +1,14 @@
-"""Snapshot producers: every commit the sink makes is one subclass of :class:`SnapshotProducer`.
+"""The snapshot-producer base: every commit the sink makes is one subclass of :class:`SnapshotProducer`.
 
     RowDelta          appends data files and delete files (a checkpoint of the stream); with
-                      ``truncate``, first removes every live file of the branch head
-    RewriteFiles      replaces data and delete files by new data files (compaction)
+                      ``truncate``, first removes every live file of the branch head; in
+                      ``_iceberg/row_delta.py``
+    RewriteFiles      replaces data and delete files by new data files (compaction); in
+                      ``_iceberg/rewrites.py``
     RewriteDeletes    replaces delete files by equivalent delete files (equality deletes -> position
                       deletes or DVs); in ``_iceberg/delete_rewrite.py``
-    RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep)
+    RewriteManifests  regroups the live entries of a branch into fewer manifests (upkeep); in
+                      ``_iceberg/rewrites.py``
 
 The base class owns what every commit must get right, so no commit kind can get it wrong on its
 own: the format-version dispatch of manifest writers, row lineage on v3 (the snapshot's first-row-id
@@ -15,7 +18,8 @@ merging producers do (``_iceberg/merge.py``; the manifest rewrite, which regroup
 opts out), the snapshot's sequence number and parent,
 summary totals (never negative, never made up when the parent has none), the branch update (which
 keeps the branch's retention settings), and the requirements that make the commit a
-compare-and-swap on the branch head. :func:`commit_prepared` (``_iceberg/commit.py``, re-exported
+compare-and-swap on the branch head. The commit kinds live in their own modules, which import this
+one (never the other way). :func:`commit_prepared` (``_iceberg/commit.py``, re-exported
 here) sends a prepared snapshot.
 """
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 from pyiceberg.io import FileIO
@@ -45,22 +49,13 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
 )
 
-from iceberg_sink._iceberg import (
-    SUPPORTED_FORMAT_VERSIONS,
-    V3_CHANGES_REFUSAL,
-)
+from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink._iceberg.commit import commit_metadata as commit_metadata
 from iceberg_sink._iceberg.commit import commit_prepared as commit_prepared
 from iceberg_sink._iceberg.commit import delete_dropped_metadata as delete_dropped_metadata
 from iceberg_sink._iceberg.commit import is_stale_sequence_number as is_stale_sequence_number
-from iceberg_sink._iceberg.files import (
-    ManifestEntries,
-    branch_head,
-    delete_quietly,
-    live_files,
-    to_data_file,
-    to_meta,
-)
+from iceberg_sink._iceberg.entries import ManifestEntries, live_files
+from iceberg_sink._iceberg.files import branch_head, delete_quietly, to_data_file, to_meta
 from iceberg_sink._iceberg.lineage import (
     ROW_LINEAGE_FORMAT_VERSION,
     new_manifest_list_writer,
@@ -69,36 +64,13 @@ from iceberg_sink._iceberg.lineage import (
     snapshot_row_range,
     table_next_row_id,
 )
-from iceberg_sink._iceberg.live_vectors import is_deletion_vector, vector_target
+from iceberg_sink._iceberg.live_vectors import is_deletion_vector
 from iceberg_sink._iceberg.manifests import has_live_files, new_manifest_writer
 from iceberg_sink._iceberg.merge import ManifestMerger, MergeSettings
-from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.rewrite_check import check_rewrite
 from iceberg_sink._iceberg.summary import summary_totals, with_dv_counts
 from iceberg_sink.errors import UnsupportedTableError
-from iceberg_sink.writer.result import DataFileMeta
-
-
-@attrs.frozen
-class SnapshotChanges:
-    """The files one checkpoint adds, grouped by content; ``truncate``: it also removes every data
-    and delete file live on the branch head it is committed on (a source table truncate)."""
-
-    data_files: tuple[DataFileMeta, ...] = ()
-    delete_files: tuple[DataFileMeta, ...] = ()
-    truncate: bool = False
-
-    @property
-    def operation(self) -> Operation:
-        # Iceberg Java's BaseRowDelta: deletes only is a delete, both an overwrite; removing files
-        # while adding rows is an overwrite, removing them alone a delete (Java's DeleteFiles).
-        if self.truncate:
-            return Operation.OVERWRITE if self.data_files else Operation.DELETE
-        if self.delete_files and self.data_files:
-            return Operation.OVERWRITE
-        if self.delete_files:
-            return Operation.DELETE
-        return Operation.APPEND
+from iceberg_sink.vocab.files import DataFileMeta
 
 
 @attrs.frozen
@@ -446,214 +418,3 @@ class SnapshotProducer(abc.ABC):
             written_files=tuple(self._written),
             table=self.table,
         )
-
-
-class RowDelta(SnapshotProducer):
-    """A checkpoint's snapshot: new data files and delete files on top of the branch head. On v3 the
-    delete files are DVs only (committer/vectors.py); the live delete files they take over,
-    ``replaced`` ((path, the one data file it applies to): the DVs they replace and the file-scoped
-    position delete files of an upgraded v2 table whose positions they hold), are marked deleted, so
-    each data file keeps at most one DV and nothing beside it."""
-
-    def __init__(
-        self,
-        table: Table,
-        branch: str,
-        changes: SnapshotChanges,
-        properties: Mapping[str, str],
-        replaced: frozenset[tuple[str, str]] = frozenset(),
-    ) -> None:
-        super().__init__(table, branch, properties)
-        if changes.delete_files and table.metadata.format_version < 2:
-            raise ValueError("delete files need format version 2; this table is version 1")
-        v3 = table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION
-        if v3 and any(
-            f.file_format.upper() != "PUFFIN" or f.referenced_data_file is None for f in changes.delete_files
-        ):
-            raise UnsupportedTableError(
-                f"a checkpoint with equality or position delete files on table {'.'.join(table.name())} of format "
-                f"version {table.metadata.format_version}: expected format version 1 or 2 ({V3_CHANGES_REFUSAL})"
-            )
-        if replaced and not v3:
-            raise ValueError("deletion vectors need format version 3")
-        self._changes = changes
-        self._replaced = replaced
-
-    def operation(self) -> Operation:
-        return self._changes.operation
-
-    def manifests(self) -> list[ManifestFile]:
-        new = self.write_manifests(self._changes.data_files, ManifestContent.DATA)
-        new += self.write_manifests(self._changes.delete_files, ManifestContent.DELETES)
-        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION and (
-            self._replaced or self._changes.truncate
-        ):
-            return new + self._v3_parent_manifests()
-        if not self._changes.truncate:
-            return new + self.parent_manifests()
-        # A truncate: every file live on the head this snapshot is built on is removed (the
-        # commit's compare-and-swap on that head makes "every" exact).
-        removed = [self.remove_manifest(m) for m in self.parent_manifests()]
-        return new + [m for m in removed if m is not None]
-
-    def _v3_parent_manifests(self) -> list[ManifestFile]:
-        """The parent's manifests with the replaced delete files (a truncate: every live file) marked deleted,
-        read as v3 so the entries kept keep their DV blob location and first row id."""
-        result, found, everything = [], set(), self._changes.truncate
-        for manifest in self.parent_manifests():
-            if manifest.content != ManifestContent.DELETES and not everything:
-                result.append(manifest)
-                continue
-            entries = read_entries(self.io, manifest)
-            keys = [(e.data_file.file_path, referenced_data_file(to_meta(e.data_file))) for e in entries]
-            if not everything and not self._replaced.intersection(keys):
-                result.append(manifest)
-                continue
-            writer = self._writer(manifest.content, manifest.partition_spec_id)
-            with writer:
-                for entry, key in zip(entries, keys, strict=True):
-                    if everything or key in self._replaced:
-                        writer.delete(entry)
-                        self._removed.append(to_meta(entry.data_file))
-                        found.add(key)
-                    else:
-                        writer.existing(entry)
-            result.append(writer.to_manifest_file())
-        missing = self._replaced - found
-        if missing:
-            raise ValueError(f"delete files to replace are not live on the branch head: {sorted(missing)[:1]}")
-        return result
-
-
-class ReplaceProducer(SnapshotProducer):
-    """A ``replace`` snapshot of a branch that has one: ``removed_paths`` out, ``added`` files in,
-    plus any Puffin file emptied by removing DVs entry by entry (``_emptied_puffins``, set by the
-    subclass's ``manifests``). ``entries`` holds the manifests the caller already read."""
-
-    rewrites = True
-
-    def __init__(
-        self,
-        table: Table,
-        branch: str,
-        added: Sequence[DataFileMeta],
-        removed_paths: frozenset[str],
-        properties: Mapping[str, str],
-        entries: ManifestEntries | None,
-    ) -> None:
-        super().__init__(table, branch, properties)
-        self._entries = entries or ManifestEntries()
-        if self.parent is None:
-            raise ValueError(f"cannot rewrite files of branch {branch!r}: it has no snapshot")
-        self._new = tuple(added)
-        self._removed_paths = removed_paths
-        self._emptied_puffins: frozenset[str] = frozenset()
-
-    def replaced_paths(self) -> frozenset[str]:
-        return self._removed_paths | self._emptied_puffins
-
-    def added_files(self) -> tuple[DataFileMeta, ...]:
-        return self._new
-
-    def parent_entries(self) -> ManifestEntries:
-        return self._entries
-
-    def operation(self) -> Operation:
-        return Operation.REPLACE
-
-
-class RewriteFiles(ReplaceProducer):
-    """A ``replace`` snapshot: ``removed_paths`` (data and delete files) out, ``added`` data files in.
-
-    Added files carry ``data_sequence_number``, the sequence number of the snapshot the rewrite read,
-    so equality deletes committed after that snapshot still apply to the rewritten rows. ``entries``
-    holds the manifests the caller already read (its plan and validation), so none is read twice.
-    """
-
-    def __init__(
-        self,
-        table: Table,
-        branch: str,
-        added: Sequence[DataFileMeta],
-        removed_paths: frozenset[str],
-        data_sequence_number: int,
-        properties: Mapping[str, str],
-        entries: ManifestEntries | None = None,
-    ) -> None:
-        super().__init__(table, branch, added, removed_paths, properties, entries)
-        # Format version 1 has no sequence numbers; entries inherit nothing there.
-        self._sequence_number = data_sequence_number if table.metadata.format_version >= 2 else None
-
-    def manifests(self) -> list[ManifestFile]:
-        result = self.write_manifests(self._new, ManifestContent.DATA, self._sequence_number)
-        # On v3 the carried-over manifests keep their first row ids; the new files' manifest and the
-        # rewritten ones get fresh ranges from the manifest list, as Iceberg Java's rewrite gives them
-        # (a v3 rewrite writes every row's _row_id into its new files: topology/compaction/rewriter.py).
-        parents = self.all_parent_manifests()
-        if self.table.metadata.format_version >= ROW_LINEAGE_FORMAT_VERSION:
-            return result + self._without_dangling_vectors(parents)
-        for manifest in parents:
-            rewritten = self.rewrite_manifest(manifest, self._removed_paths, self._entries)
-            if rewritten is not None:
-                result.append(rewritten)
-            elif has_live_files(manifest):
-                result.append(manifest)
-        return result
-
-    def _without_dangling_vectors(self, parents: list[ManifestFile]) -> list[ManifestFile]:
-        """v3: the parent's manifests without the removed files, nor the deletion vectors of removed
-        data files, which nothing could apply any more (Iceberg Java's ``MergingSnapshotProducer``
-        drops such dangling DVs in the same commit)."""
-        manifests, self._emptied_puffins = self.without_entries(
-            parents,
-            lambda f: f.file_path in self._removed_paths or vector_target(f) in self._removed_paths,
-            self._removed_paths,
-            self._entries,
-        )
-        return manifests
-
-
-class RewriteManifests(SnapshotProducer):
-    """A ``replace`` snapshot that only regroups the branch's live entries into fewer manifests.
-
-    Entries keep their identity (snapshot id, data and file sequence numbers) as ``EXISTING``; no
-    file is added or removed. It groups entries on its own terms, so commit-time merging is off.
-    """
-
-    merges_manifests = False
-    rewrites = True
-
-    def __init__(self, table: Table, branch: str, entries_per_manifest: int, properties: Mapping[str, str]) -> None:
-        super().__init__(table, branch, properties)
-        self._per_manifest = entries_per_manifest
-        # On a v3 table each entry comes with its first row id (inherited ones written out), so the
-        # regrouped manifests keep every row's id; the new manifests get fresh ones from the list.
-        self._old = self.all_parent_manifests()
-        self._groups: dict[tuple[int, int], list[ManifestEntry]] = {}
-        for manifest in self._old:
-            key = (int(manifest.content), manifest.partition_spec_id)
-            self._groups.setdefault(key, []).extend(read_entries(self.io, manifest, discard_deleted=True))
-        self._created = 0
-
-    def worthwhile(self) -> bool:
-        """Whether regrouping gives fewer manifests than the branch has now."""
-        planned = sum(max(1, -(-len(e) // self._per_manifest)) for e in self._groups.values() if e)
-        return self.parent is not None and planned < len(self._old)
-
-    def operation(self) -> Operation:
-        return Operation.REPLACE
-
-    def manifests(self) -> list[ManifestFile]:
-        result = []
-        for (content, spec_id), entries in sorted(self._groups.items()):
-            for start in range(0, len(entries), self._per_manifest):
-                writer = self._writer(ManifestContent(content), spec_id)
-                with writer:
-                    for entry in entries[start : start + self._per_manifest]:
-                        writer.existing(entry)
-                result.append(writer.to_manifest_file())
-        self._created = len(result)
-        return result
-
-    def extra_summary(self) -> dict[str, str]:
-        return {"manifests-created": str(self._created), "manifests-replaced": str(len(self._old))}

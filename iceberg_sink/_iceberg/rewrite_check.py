@@ -22,7 +22,7 @@ from pyiceberg.manifest import ManifestEntry, ManifestFile
 from iceberg_sink._iceberg.avro_read import fetch_entries
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink.errors import MaintenanceRefusedError
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 
 _SHOWN = 3
 

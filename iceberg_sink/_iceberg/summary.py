@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 
 # (total, added, removed) summary keys, as Iceberg Java's SnapshotSummary keeps them.
 _TOTALS = (

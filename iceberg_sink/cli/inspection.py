@@ -1,6 +1,6 @@
 """``iceberg-sink inspect TABLE``: what a table holds and what iceberg_sink jobs did to it, without Spark.
 
-- snapshots, newest first, with the job id and checkpoint id that wrote them (committer/summary_keys.py);
+- snapshots, newest first, with the job id and checkpoint id that wrote them (vocab/summary_keys.py);
 - pending checkpoints under checkpoint locations (committer/store.py): written, maybe not committed;
   a routed job's location (iceberg_sink/job/routing.py) holds them per table, under ``tables/<table>/``;
 - ``iceberg-sink inspect --checkpoint-location DIR`` without a table: every table of the job at DIR
@@ -23,13 +23,14 @@ import pyarrow.fs as pafs
 from pyiceberg.table import Table
 
 from iceberg_sink import options
-from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, live_files
-from iceberg_sink.committer import summary_keys
+from iceberg_sink._iceberg.entries import ManifestEntries, live_files
+from iceberg_sink._iceberg.files import LiveFile, branch_head
 from iceberg_sink.committer.store import CheckpointStore, checkpoint_filesystem
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
-from iceberg_sink.writer.result import FileContent
+from iceberg_sink.vocab import summary_keys
+from iceberg_sink.vocab.files import FileContent
 
 
 class CheckpointLocationNotFoundError(InvalidSinkConfigError):

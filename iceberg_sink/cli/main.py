@@ -20,31 +20,25 @@ Each subcommand is one block below: an arguments function and a run function reg
 ``@command``; the run function returns the JSON document's fields and prints its human output with
 ``out.say``.
 """
+# The docstring above is also `iceberg-sink --help`'s description (parser() below), kept word for
+# word: the blocks it speaks of are in commands.py (run, inspect, compact) and maintenance_commands.py.
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-import attrs
-from pyiceberg.table import Table
-
+# Imported for its @command registrations (it imports commands.py first, whose commands come first):
+# COMMANDS lists the subcommands in the order of `iceberg-sink --help`.
+from iceberg_sink.cli import maintenance_commands  # noqa: F401
+from iceberg_sink.cli.commands import COMMANDS, command
 from iceberg_sink.cli.output import Output, StdoutClosed, detach_stdout, emit
-from iceberg_sink.cli.where import (
-    NotFoundError,
-    UsageError,
-    catalog_lookup,
-    table_loader,
-    table_name,
-    table_options,
-)
+from iceberg_sink.cli.where import NotFoundError, UsageError
 from iceberg_sink.errors import (
     CatalogUnavailableError,
     IcebergSinkError,
@@ -54,10 +48,6 @@ from iceberg_sink.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
-from iceberg_sink.topology import arguments
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -78,424 +68,6 @@ exit codes:
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
   {EXIT_STDOUT_CLOSED}  stdout was closed by its reader (`... | head`): the command stopped quietly, as on SIGPIPE
 """
-
-
-Run = Callable[[argparse.Namespace, Output], dict[str, Any]]
-
-
-@attrs.frozen
-class Command:
-    name: str
-    help: str
-    arguments: Callable[[argparse.ArgumentParser], None]
-    run: Run
-
-
-COMMANDS: dict[str, Command] = {}
-
-
-def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]) -> Callable[[Run], Run]:
-    """Register a subcommand: ``arguments(parser)`` adds its options, the decorated function runs it."""
-
-    def register(run: Run) -> Run:
-        COMMANDS[name] = Command(name, help, arguments, run)
-        return run
-
-    return register
-
-
-# ---- shared helpers ------------------------------------------------------------------------------
-
-
-def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None, debug: bool = False) -> SparkSession:
-    """A SparkSession without UI or console progress (progress is ours) and, unless ``debug``,
-    without Spark's log (a failed query would print its JVM stack trace; the CLI prints one line)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR" if debug else "OFF")
-    return spark
-
-
-def _partition_filter(table: Table, items: Sequence[str]) -> Callable[[int, tuple[Any, ...]], bool] | None:
-    if not items:
-        return None
-    wanted = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--partition: expected FIELD=VALUE, received {item!r}")
-        wanted[name] = value
-    from iceberg_sink.cli.inspection import partition_label
-
-    def keep(spec_id: int, partition: tuple[Any, ...]) -> bool:
-        labels = dict(
-            part.split("=", 1) for part in partition_label(table, spec_id, partition).split("/") if "=" in part
-        )
-        return all(labels.get(k) == v for k, v in wanted.items())
-
-    return keep
-
-
-def _compaction_config(args: argparse.Namespace) -> Any:
-    from iceberg_sink.topology.compaction import CompactionConfig
-
-    return CompactionConfig(target_file_size_bytes=args.target_file_size_bytes, min_input_files=args.min_input_files)
-
-
-def _planning_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--target-file-size-bytes",
-        type=arguments.TARGET_FILE_SIZE_BYTES.parse,
-        metavar="BYTES",
-        help="default: the table's write.target-file-size-bytes",
-    )
-    p.add_argument(
-        "--min-input-files",
-        type=arguments.MIN_INPUT_FILES.parse,
-        default=2,
-        metavar="N",
-        help="files a group needs unless it applies deletes (2)",
-    )
-
-
-# ---- run -----------------------------------------------------------------------------------------
-
-
-def _run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="CONFIG.yaml", help="the pipeline (see docs/cli.md)")
-    stop = p.add_mutually_exclusive_group()
-    stop.add_argument(
-        "--available-now", action="store_true", help="process what the source holds now, then stop (trigger)"
-    )
-    stop.add_argument(
-        "--timeout", type=arguments.TIMEOUT.parse, metavar="SECONDS", help="stop the stream after SECONDS"
-    )
-    p.add_argument("--max-batches", type=arguments.MAX_BATCHES.parse, metavar="N", help="stop after N micro-batches")
-    p.add_argument("--master", help="Spark master (default: spark.master of the config, else local[2])")
-    p.add_argument("--validate-only", action="store_true", help="check the config file and stop")
-
-
-@command("run", "run a streaming pipeline from a YAML config file", _run_arguments)
-def _run(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink.cli import runconfig
-
-    if not os.path.isfile(args.config):
-        raise NotFoundError(f"config file {args.config} does not exist")
-    config = runconfig.load(args.config)
-    if args.validate_only:
-        runconfig.validate_sink(config)
-        out.say(f"{args.config}: valid")
-        return {"config": args.config, "valid": True}
-    spark_conf = dict(config.data.get("spark") or {})
-    spark = spark_session(
-        args.master or spark_conf.get("master", "local[2]"),
-        spark_conf.get("app_name", "iceberg-sink run"),
-        spark_conf.get("conf"),
-        debug=args.debug,
-    )
-
-    def on_batch(progress: dict[str, Any]) -> None:
-        if out.progress_on:
-            stream = sys.stderr if out.json else sys.stdout
-            emit(f"batch {progress['batchId']}: {progress['numInputRows']} rows\n", stream)
-
-    result = runconfig.run(
-        spark,
-        config,
-        available_now=args.available_now,
-        timeout_s=args.timeout,
-        max_batches=args.max_batches,
-        on_batch=on_batch,
-    )
-    out.say(
-        f"ran {result.batches} batches into {result.table}: {result.commits} commits, {result.committed_records} "
-        f"rows, {result.committed_data_files} data files, {result.committed_delete_files} delete files; "
-        f"stopped: {result.stopped_by}; snapshot {result.snapshot_id}"
-    )
-    return result.to_json()
-
-
-# ---- inspect -------------------------------------------------------------------------------------
-
-
-def _inspect_arguments(p: argparse.ArgumentParser) -> None:
-    table_options(p)
-    p.add_argument(
-        "--checkpoint-location",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="show the pending checkpoints of the job under DIR (repeatable); without TABLE: list every table "
-        "of the job (a routed job's many) with its pending checkpoints, UUID and last committed checkpoint",
-    )
-    p.add_argument(
-        "--limit",
-        type=arguments.LIMIT.parse,
-        default=20,
-        metavar="N",
-        help="newest snapshots shown (default 20; 0: all)",
-    )
-    _planning_options(p)
-
-
-@command(
-    "inspect", "snapshots, jobs, pending checkpoints, files per partition, what compaction would do", _inspect_arguments
-)
-def _inspect(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink.cli import inspection
-
-    if not (args.table or args.table_arg) and args.checkpoint_location:
-        return _inspect_jobs(args, out)
-    if not (args.table or args.table_arg):
-        raise UsageError(
-            "TABLE: required (positional, or --table namespace.name), or --checkpoint-location DIR alone to list "
-            "the tables of the job under DIR"
-        )
-    table = table_loader(args)()
-    try:
-        report = inspection.inspect_table(
-            table,
-            args.branch,
-            args.checkpoint_location,
-            _compaction_config(args),
-            args.limit or None,
-            table_name=table_name(args),
-        )
-    except inspection.CheckpointLocationNotFoundError as e:
-        raise NotFoundError(str(e)) from None
-    out.say(inspection.render(report))
-    return report
-
-
-def _inspect_jobs(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    """``inspect --checkpoint-location DIR`` without TABLE: the tables of the job under each DIR."""
-    from iceberg_sink.cli import inspection
-
-    lookup = catalog_lookup(args)
-    jobs = []
-    for location in args.checkpoint_location:
-        try:
-            jobs.append(inspection.job_tables(location, lookup))
-        except inspection.CheckpointLocationNotFoundError as e:
-            raise NotFoundError(str(e)) from None
-    out.say("\n\n".join(inspection.render_job_tables(job) for job in jobs))
-    return {"checkpoint_locations": jobs}
-
-
-# ---- compact -------------------------------------------------------------------------------------
-
-
-def _compact_arguments(p: argparse.ArgumentParser) -> None:
-    table_options(p)
-    p.add_argument(
-        "--partition", action="append", default=[], metavar="FIELD=VALUE", help="only this partition (repeatable)"
-    )
-    _planning_options(p)
-    p.add_argument("--master", default="local[2]", help="Spark master for the rewrite tasks (local[2])")
-    p.add_argument("--dry-run", action="store_true", help="show the plan; rewrite nothing (no Spark)")
-
-
-@command("compact", "rewrite small files and apply deletes", _compact_arguments)
-def _compact(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    load = table_loader(args)
-    table = load()
-    config = _compaction_config(args)
-    keep = _partition_filter(table, args.partition)
-    if args.dry_run:
-        from iceberg_sink import options
-        from iceberg_sink.cli import inspection
-        from iceberg_sink.topology.compaction.planner import plan
-
-        target = options.resolve({}, table.properties).get(options.TARGET_FILE_SIZE_BYTES)
-        dry = inspection.compaction_plan(table, plan(table, args.branch, config, target, keep), config)
-        out.say(
-            f"would compact {table_name(args)}: {dry['groups']} groups, {dry['data_files']} data files "
-            f"({dry['input_bytes']} bytes), applying {dry['delete_files']} delete files"
-        )
-        for p in dry["partitions"]:
-            out.say(f"  {p['partition']}: {p['groups']} groups, {p['data_files']} files, {p['input_bytes']} bytes")
-        return {"table": table_name(args), "dry_run": True, "plan": dry}
-    from iceberg_sink.topology.compaction import compact
-
-    spark = spark_session(args.master, "iceberg-sink compact", debug=args.debug)
-    result = compact(spark, load, config, branch=args.branch, partition_filter=keep, progress=out.progress())
-    out.say(
-        f"compacted {table_name(args)}: {result.rewritten_data_files} data files ({result.rewritten_bytes} bytes) "
-        f"-> {result.added_data_files} ({result.added_bytes} bytes), {result.removed_delete_files} delete files "
-        f"removed, {result.dropped_groups} groups dropped on conflict; snapshot {result.snapshot_id}"
-    )
-    return {"table": table_name(args), "dry_run": False, **attrs.asdict(result)}
-
-
-# ---- convert-equality-deletes --------------------------------------------------------------------
-
-
-def _convert_arguments(p: argparse.ArgumentParser) -> None:
-    table_options(p)
-    p.add_argument(
-        "--max-replans",
-        type=arguments.MAX_REPLANS.parse,
-        default=3,
-        metavar="N",
-        help="plans again when a concurrent commit conflicts (3)",
-    )
-
-
-@command(
-    "convert-equality-deletes",
-    "turn equality deletes into position deletes, on v3 deletion vectors (cheaper full reads)",
-    _convert_arguments,
-)
-def _convert(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink.topology import maintenance
-
-    converted = maintenance.convert_equality_deletes(
-        table_loader(args), branch=args.branch, max_replans=args.max_replans
-    )
-    out.say(
-        f"converted {table_name(args)}: {converted.removed_equality_delete_files} equality delete files "
-        f"({converted.removed_equality_deletes} rows) -> {converted.added_position_delete_files} position "
-        f"delete files ({converted.added_position_deletes} rows), {converted.removed_position_delete_files} "
-        f"older position delete files merged, {converted.added_dvs} deletion vectors ({converted.dv_positions} "
-        f"rows, {converted.replaced_dvs} replaced), {converted.data_files_read} data files read, "
-        f"{converted.replans} plans redone on conflict; snapshot {converted.snapshot_id}"
-    )
-    return {"table": table_name(args), **attrs.asdict(converted)}
-
-
-# ---- expire-snapshots ----------------------------------------------------------------------------
-
-
-def _expire_arguments(p: argparse.ArgumentParser) -> None:
-    table_options(p)
-    p.add_argument(
-        "--older-than-hours",
-        type=arguments.EXPIRE_OLDER_THAN_HOURS.parse,
-        default=24 * 5,
-        metavar="H",
-        help="expire snapshots older than H hours (120)",
-    )
-    p.add_argument(
-        "--retain-last",
-        type=arguments.RETAIN_LAST.parse,
-        default=1,
-        metavar="N",
-        help="keep the newest N of each branch (1)",
-    )
-    p.add_argument("--dry-run", action="store_true", help="list what would be expired and deleted; change nothing")
-
-
-@command("expire-snapshots", "expire old snapshots and delete files only they used", _expire_arguments)
-def _expire(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink.topology import maintenance
-
-    older = dt.datetime.now(dt.UTC) - dt.timedelta(hours=args.older_than_hours)
-    expired = maintenance.expire_snapshots(
-        table_loader(args), older, retain_last=args.retain_last, dry_run=args.dry_run
-    )
-    if args.dry_run:
-        for path in expired.deleted_files:
-            out.say("would delete " + path)
-    verb = "would expire" if args.dry_run else "expired"
-    deleted = "would delete" if args.dry_run else "deleted"
-    out.say(f"{verb} {len(expired.expired_snapshot_ids)} snapshots, {deleted} {len(expired.deleted_files)} files")
-    return {
-        "table": table_name(args),
-        "dry_run": args.dry_run,
-        "expired_snapshot_ids": list(expired.expired_snapshot_ids),
-        "deleted_files": list(expired.deleted_files),
-    }
-
-
-# ---- remove-orphans ------------------------------------------------------------------------------
-
-
-def _orphans_arguments(p: argparse.ArgumentParser) -> None:
-    table_options(p)
-    p.add_argument(
-        "--older-than-hours",
-        type=arguments.ORPHAN_OLDER_THAN_HOURS.parse,
-        default=72,
-        metavar="H",
-        help="only files older than H hours, at least 1 (72)",
-    )
-    p.add_argument("--dry-run", action="store_true", help="list the orphans; delete nothing")
-
-
-@command("remove-orphans", "delete files nothing references, older than a safety age", _orphans_arguments)
-def _orphans(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink.topology import maintenance
-
-    orphans = maintenance.remove_orphan_files(
-        table_loader(args), dt.timedelta(hours=args.older_than_hours), dry_run=args.dry_run
-    )
-    for path in orphans.orphan_files:
-        out.say(("would delete " if args.dry_run else "deleted ") + path)
-    out.say(f"{len(orphans.orphan_files)} orphan files")
-    return {"table": table_name(args), "dry_run": args.dry_run, "orphan_files": list(orphans.orphan_files)}
-
-
-# ---- rewrite-manifests ---------------------------------------------------------------------------
-
-
-def _manifests_arguments(p: argparse.ArgumentParser) -> None:
-    table_options(p)
-    p.add_argument(
-        "--entries-per-manifest",
-        type=arguments.ENTRIES_PER_MANIFEST.parse,
-        default=10_000,
-        metavar="N",
-        help="entries per merged manifest (10000)",
-    )
-
-
-@command("rewrite-manifests", "merge small manifests", _manifests_arguments)
-def _manifests(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink.topology import maintenance
-
-    snapshot = maintenance.rewrite_manifests(
-        table_loader(args), branch=args.branch, entries_per_manifest=args.entries_per_manifest
-    )
-    out.say("manifests already compact" if snapshot is None else f"rewrote manifests in snapshot {snapshot}")
-    return {"table": table_name(args), "snapshot_id": snapshot}
-
-
-# ---- upgrade-format-version ----------------------------------------------------------------------
-
-
-def _upgrade_arguments(p: argparse.ArgumentParser) -> None:
-    table_options(p)
-    p.add_argument(
-        "--format-version", type=int, choices=[3], default=3, help="the format version to upgrade to (3, from 2)"
-    )
-
-
-@command(
-    "upgrade-format-version", "upgrade a format v2 table to v3 (row lineage, deletion vectors)", _upgrade_arguments
-)
-def _upgrade(args: argparse.Namespace, out: Output) -> dict[str, Any]:
-    from iceberg_sink.table.versions import upgrade_format_version
-
-    load = table_loader(args)
-    before = load().metadata.format_version
-    table = upgrade_format_version(load, args.format_version)
-    after = table.metadata.format_version
-    out.say(
-        f"{table_name(args)} already has format version {after}"
-        if before == after
-        else f"upgraded {table_name(args)} from format version {before} to {after}"
-    )
-    return {"table": table_name(args), "format_version_before": before, "format_version": after}
 
 
 # ---- demo ----------------------------------------------------------------------------------------
@@ -545,7 +117,7 @@ def parser() -> argparse.ArgumentParser:
 
 def exit_code(error: BaseException) -> int:
     """The documented exit code of an error (see EXIT_CODES)."""
-    from iceberg_sink.cli import runconfig
+    from iceberg_sink.cli import runner
 
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
@@ -553,7 +125,7 @@ def exit_code(error: BaseException) -> int:
         return EXIT_NOT_FOUND
     if isinstance(error, MaintenanceRefusedError):
         return EXIT_REFUSED
-    if isinstance(error, runconfig.PipelineFailedError):
+    if isinstance(error, runner.PipelineFailedError):
         return EXIT_FAILED
     if isinstance(
         error, UsageError | InvalidSinkConfigError | SchemaMismatchError | UnsupportedTableError | InvalidInputError

@@ -19,7 +19,8 @@ from pyiceberg.table import Table
 
 from iceberg_sink._iceberg import manifests
 from iceberg_sink.committer.committable import CommitSummary, Committable, DeltaManifests
-from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
+from iceberg_sink.writer.result import WriteResult
 
 
 class CommitAggregator:

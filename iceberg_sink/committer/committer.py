@@ -23,18 +23,18 @@ from pyiceberg.schema import index_by_id, promote
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg_sink._iceberg import manifests, producer, specs
+from iceberg_sink._iceberg import manifests, producer, row_delta, specs
 from iceberg_sink._iceberg.files import branch_head, delete_quietly
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import vectors
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.store import committable_name
-from iceberg_sink.committer.summary_keys import DEFAULT_PREFIX, JobKeys
 from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
+from iceberg_sink.keyindex.index import DEFAULT_MAX_BYTES, KeyIndex
 from iceberg_sink.table.key_bounds import data_added_since
-from iceberg_sink.topology.conversion.index import DEFAULT_MAX_BYTES, KeyIndex
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
+from iceberg_sink.vocab.summary_keys import DEFAULT_PREFIX, JobKeys
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class IcebergCommitter:
             **(extra_properties or {}),
             **JobKeys(self._prefix).properties(self._job_id, committable.checkpoint_id),
         }
-        changes: producer.SnapshotChanges | None = None
+        changes: row_delta.SnapshotChanges | None = None
         read_before, loaded_before = self._key_index.data_files_read, self._key_index.persisted.loaded
         conditional: tuple[DataFileMeta, ...] = ()
         # The delete files each prepared snapshot commits, to know afterwards whether the
@@ -253,7 +253,7 @@ class IcebergCommitter:
                 # Read only once the checkpoint is known to be uncommitted: after a commit the
                 # staged manifests are deleted.
                 try:
-                    changes = producer.SnapshotChanges(
+                    changes = row_delta.SnapshotChanges(
                         data_files=tuple(self._read(current.io, committable, committable.manifests.data_manifest)),
                         delete_files=tuple(self._read(current.io, committable, committable.manifests.delete_manifest)),
                         truncate=committable.truncated,
@@ -287,7 +287,7 @@ class IcebergCommitter:
                 deletes_by_snapshot[v3.snapshot.snapshot_id] = v3.delete_files
                 return v3.prepared
             if committable.truncated:
-                # The snapshot removes every file live on ``current``'s head (producer.RowDelta), read
+                # The snapshot removes every file live on ``current``'s head (row_delta.RowDelta), read
                 # again by every attempt: a file another writer committed before ours lands is removed
                 # too, as a TRUNCATE does. Its equality deletes then reach no older row: conditional
                 # ones are never needed and the spec of the deletes does not matter.
@@ -307,7 +307,7 @@ class IcebergCommitter:
                 if not delete_files:
                     nothing_to_commit = True
                     return None
-            prepared = producer.RowDelta(
+            prepared = row_delta.RowDelta(
                 current, self._branch, attrs.evolve(changes, delete_files=delete_files), properties
             ).prepare()
             deletes_by_snapshot[prepared.snapshot.snapshot_id] = delete_files
@@ -374,7 +374,7 @@ class IcebergCommitter:
         self,
         table: Table,
         committable: Committable,
-        changes: producer.SnapshotChanges,
+        changes: row_delta.SnapshotChanges,
         conditional: tuple[DataFileMeta, ...],
         properties: Mapping[str, str],
     ) -> _PreparedV3 | None:
@@ -394,10 +394,10 @@ class IcebergCommitter:
         if not changes.data_files and not resolved.vectors and not committable.truncated:
             return None
         try:
-            prepared = producer.RowDelta(
+            prepared = row_delta.RowDelta(
                 table,
                 self._branch,
-                producer.SnapshotChanges(changes.data_files, resolved.vectors, truncate=committable.truncated),
+                row_delta.SnapshotChanges(changes.data_files, resolved.vectors, truncate=committable.truncated),
                 properties,
                 replaced=resolved.replaced | resolved.retired,
             ).prepare()

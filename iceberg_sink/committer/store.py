@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import uuid
 
 import pyarrow.fs as pafs
@@ -26,18 +25,7 @@ import pyarrow.fs as pafs
 from iceberg_sink._codec import CodecError
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.errors import InvalidSinkConfigError, UncommittableCheckpointError
-
-# A location with a scheme, as Hadoop's Path reads it: ``scheme:`` then ``//authority`` (optional)
-# and the path, taken literally (no query, fragment or percent-decoding).
-_URI = re.compile(r"\A(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/]*))?(?P<path>/.*)?\Z", re.S)
-
-
-def is_uri(location: str) -> bool:
-    """Whether ``location`` has a scheme (``file:/ck``, ``file:///ck``, ``hdfs://nn/ck``), as Hadoop's
-    ``Path`` decides it: a scheme, a colon, then an authority or an absolute path. Otherwise it is a
-    local path (``ck``, ``/ck``); :func:`checkpoint_parts` refuses ``ck:1``, which Spark cannot use."""
-    match = _URI.match(location)
-    return match is not None and (match.group("path") is not None or match.group("authority") is not None)
+from iceberg_sink.vocab.locations import URI, is_uri
 
 
 def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
@@ -66,7 +54,7 @@ def checkpoint_parts(checkpoint_location: str) -> tuple[str, str, str]:
                 f"'./{checkpoint_location}' for a local folder of that name"
             )
         return "file", "", os.path.normpath(os.path.abspath(checkpoint_location))
-    match = _URI.match(checkpoint_location)
+    match = URI.match(checkpoint_location)
     assert match is not None  # is_uri
     scheme, authority, path = match.group("scheme").lower(), match.group("authority") or "", match.group("path") or ""
     if scheme == "file":

@@ -44,12 +44,13 @@ from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, write_deletion_vectors
-from iceberg_sink._iceberg.files import LiveFile, live_files
+from iceberg_sink._iceberg.entries import live_files
+from iceberg_sink._iceberg.files import LiveFile
+from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, name_mapping_of, read_projected
-from iceberg_sink.topology.compaction.rewriter import key_columns
-from iceberg_sink.topology.conversion.index import KeyIndex
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.keyindex.index import KeyIndex
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 PUFFIN = "PUFFIN"
 

@@ -1,7 +1,7 @@
 """Idle streams: commit checkpoints left pending without waiting for new data.
 
 A stream keeps a micro-batch's committable pending while the catalog is unreachable (or after other
-writers won every attempt of its commit: committer/pending.py ``defers``) and commits it,
+writers won every attempt of its commit: job/pending.py ``defers``) and commits it,
 in order, at the start of the next micro-batch (pipeline.py). A stream whose source then goes quiet
 would keep its last checkpoints invisible until data arrives again; so while a query runs, one
 daemon thread tries every ``iceberg-sink.commit.pending-retry-interval-ms`` (default 30 s; 0: never)
@@ -26,6 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from iceberg_sink.committer.store import checkpoint_key
+from iceberg_sink.errors import pending_because
+from iceberg_sink.job.pending import CommitDeferred
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -78,9 +80,6 @@ def retry_while_idle(
 ) -> threading.Thread:
     """Start the thread that commits pending checkpoints of ``query``'s sink between micro-batches
     (registered under ``checkpoint_location`` for :func:`end_stopped`)."""
-    from iceberg_sink.committer.pending import CommitDeferred
-    from iceberg_sink.errors import pending_because
-
     stopped = threading.Event()
 
     def loop() -> None:

@@ -1,7 +1,5 @@
-"""One sink job: the per-checkpoint flow that drives every stage on the driver.
-
-    TableBinding.ensure ─▶ distribution ─▶ writer tasks ─▶ CommitAggregator ─▶ persist ─▶ PendingCommits
-    (table/binding.py)                                                                  (committer/pending.py)
+"""One table's sink job: it plans each micro-batch of its table (stage 2 of the road, road.py),
+through its binding (binding.py) and its pending commits (pending.py), and runs the road.
 
 Exactly-once argument, for a checkpoint (micro-batch) N of a job (one checkpoint location):
 
@@ -21,7 +19,7 @@ written with the new schema. It is idempotent (planned against the table as load
 replayed after a crash finds it done; committables stored with an older schema still commit, since
 columns are only added or widened (the committer checks it).
 
-Catalog outages and lost races (streams only; committer/pending.py ``defers``): when the catalog
+Catalog outages and lost races (streams only; job/pending.py ``defers``): when the catalog
 cannot be reached, a commit's outcome is unknown, or other writers win every attempt, past the commit
 retry budget, the batch is still written with the table metadata last loaded by this
 job, its committable is persisted, and it stays pending; step 1 of a later batch commits it, in order,
@@ -36,7 +34,7 @@ import logging
 import time
 from collections.abc import Collection
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -49,33 +47,30 @@ from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
-from iceberg_sink.committer.pending import CommitDeferred, PendingCommits
 from iceberg_sink.committer.store import CheckpointStore
-from iceberg_sink.committer.summary_keys import EPHEMERAL_JOB_KEY
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import CheckpointRewoundError
-from iceberg_sink.job import dead_letter
-from iceberg_sink.job.plan import CheckpointPlan
+from iceberg_sink.job import road
+from iceberg_sink.job.binding import NoRowsNoTable, TableBinding
+from iceberg_sink.job.committing import raise_first
+from iceberg_sink.job.dead_letter import DeadLetterTable, dead_letter_config
+from iceberg_sink.job.pending import CommitDeferred, PendingCommits
+from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
+from iceberg_sink.job.refusal import without_reject
 from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
-from iceberg_sink.table.binding import NoRowsNoTable, TableBinding
 from iceberg_sink.table.key_bounds import KeyBounds, KeyBoundsCache
-from iceberg_sink.topology import toast
-from iceberg_sink.topology.changes import no_rows, reduce_changes
+from iceberg_sink.topology.changes import no_rows
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
-from iceberg_sink.topology.distribution import distribute
 from iceberg_sink.topology.hooks import HookRunner
-from iceberg_sink.writer import jvm
+from iceberg_sink.vocab.summary_keys import EPHEMERAL_JOB_KEY
 from iceberg_sink.writer.result import WriteResult
-from iceberg_sink.writer.spark import refused_input, write_dataframe, write_error
+from iceberg_sink.writer.spark import refused_input
 from iceberg_sink.writer.spec import WriterSpec
 
-__all__ = ["CheckpointPlan", "CommitDeferred", "SinkJob"]
-
-if TYPE_CHECKING:
-    from iceberg_sink.job.dead_letter import DeadLetterTable
+__all__ = ["CheckpointPlan", "CommitDeferred", "SinkJob", "dead_letter_table"]
 
 logger = logging.getLogger("iceberg_sink")
 
@@ -84,9 +79,9 @@ class SinkJob:
     """The driver-side state of one job: one table, one checkpoint location, one job id.
 
     It composes the job's collaborators and runs its checkpoints through them: the table binding
-    (table/binding.py: create or check the table, schema evolution, the key, a routed table's own
+    (job/binding.py: create or check the table, schema evolution, the key, a routed table's own
     columns, writer specs), the writers (writer/), the CommitAggregator and the pending-commit keeper
-    (committer/pending.py: commit, or keep pending through a catalog outage or lost races, in order).
+    (job/pending.py: commit, or keep pending through a catalog outage or lost races, in order).
     """
 
     def __init__(
@@ -200,8 +195,6 @@ class SinkJob:
         """The job's configuration, with the key of the micro-batch being written."""
         return self.binding.config
 
-    # -- the table (table/binding.py) ------------------------------------------------------------
-
     def refresh(self) -> Table:
         return self.binding.refresh()
 
@@ -222,8 +215,6 @@ class SinkJob:
     def key(self) -> tuple[str, ...]:
         """The key the current micro-batch is written with (empty for appends)."""
         return self.binding.key
-
-    # -- checkpoints (committer/pending.py) ----------------------------------------------------
 
     def pending_ids(self) -> list[int]:
         """The checkpoint ids of this job's stored committables, oldest first."""
@@ -291,43 +282,39 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
-        self.use_batch(df)
-        try:
-            if self.dead_letter is not None:
-                return dead_letter.process_single(self, self.dead_letter, df, checkpoint_id)
-            plan = self.begin(dead_letter.without_reject(df.schema), checkpoint_id)
-        except NoRowsNoTable:
+        batch = self.plan(df, checkpoint_id)
+        if batch is None:
             return None  # no rows, no table: nothing to create or commit
-        if plan.done is not None or plan.stored is not None:
-            return self.commit_planned(plan)
-        spec = plan.spec
-        assert spec is not None
-        if self._config.changes is not None:
-            df = reduce_changes(
-                df, self._config.changes, single_task_max_bytes=plan.resolved.get(options.SINGLE_TASK_MAX_BYTES)
-            )
-        df = toast.resolve(df, self.stored_tables(plan))
-        df = dead_letter.enforce(df, dead_letter=False)  # refused rows fail the batch (fail-fast)
-        _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
-        write_started = time.monotonic()
+        done = road.run(df, batch)
+        raise_first([(table, error) for table, _, error in done if error is not None])
+        return next(outcome for table, outcome, _ in done if table == self._config.table)
+
+    def plan(self, df: DataFrame, checkpoint_id: int) -> BatchPlan | None:
+        """Stage 2 of the road (road.py): the plan of this job's table and of its dead-letter table
+        for checkpoint ``checkpoint_id`` of ``df``; None when ``df`` has no row to write and the table
+        does not exist."""
+        self.use_batch(df)
+        dead = self.dead_letter
         try:
-            results = None
-            if self._config.changes is None and plan.resolved.get(options.JVM_PARQUET_WRITER):
-                results = jvm.write_appends(df, spec, plan.mode)  # None: not provably equivalent here
-            if results is None:
-                table = plan.table
-                sort = [c for c in plan.sort_columns if c]
-                results = write_dataframe(
-                    distribute(df, plan.mode, table.spec(), table.schema(), sort_columns=sort), spec
-                )
-        except Exception as e:
-            raise self.write_error(e, checkpoint_id) from e
-        _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
-        self.flushed(results, (time.monotonic() - write_started) * 1000)
-        committable = self.stage(plan, results)
-        if committable is None:
+            plan = self.begin(without_reject(df.schema), checkpoint_id)
+            dead_plan = dead.begin(checkpoint_id) if dead is not None else None
+        except NoRowsNoTable:
             return None
-        return self.commit_planned(plan, committable)
+        # Without a dead-letter table the table's own properties count (as for every write option).
+        resolved = plan.resolved if dead is None else options.resolve(self._config.options, {})
+        table = self._config.table
+        return BatchPlan(
+            checkpoint_id=checkpoint_id,
+            job_id=self.job_id,
+            jobs={table: self},
+            plans={table: plan},
+            changes=self._config.changes,
+            describe=f"table {table}",
+            dead=dead,
+            dead_plan=dead_plan,
+            single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES),
+            progress=self._batch,
+        )
 
     # The phases of one checkpoint, also driven one table at a time by a routed sink (routing.py):
     # begin() for every table, one write for all, stage() for every table, then commit_planned().
@@ -401,10 +388,6 @@ class SinkJob:
         plan.sort_columns = [table.schema().find_column_name(f.source_id) or "" for f in table.sort_order().fields]
         return plan
 
-    def write_error(self, error: Exception, checkpoint_id: int) -> Exception:
-        """The error to raise for a failed write of ``checkpoint_id`` (``error`` itself if not a known kind)."""
-        return write_error(error, checkpoint_id, f"table {self._config.table}")
-
     def stage(self, plan: CheckpointPlan, results: list[WriteResult]) -> Committable | None:
         """Aggregate the written files of ``plan`` into a committable and persist it (None: no rows)."""
         checkpoint_id = plan.checkpoint_id
@@ -426,7 +409,7 @@ class SinkJob:
         return committable
 
     def commit_planned(self, plan: CheckpointPlan, committable: Committable | None = None) -> CommitOutcome | None:
-        """Commit the checkpoint of ``plan`` (or keep it pending: committer/pending.py ``defers``)."""
+        """Commit the checkpoint of ``plan`` (or keep it pending: job/pending.py ``defers``)."""
         if plan.done is not None:
             return plan.done
         committable = committable or plan.stored
@@ -438,11 +421,28 @@ class SinkJob:
         """Writer metrics of one checkpoint, from its tasks' results (observe/metrics.py)."""
         self._batch["write_ms"] = self.metrics.written(results, duration_ms)
 
-    def stored_tables(self, plan: CheckpointPlan) -> dict[str | None, toast.StoredTable] | None:
-        """Where unchanged TOASTed columns find their stored values (topology/toast.py); None without a key."""
-        if self._config.changes is None:
-            return None
-        return {None: toast.StoredTable(plan.table, self._config.branch, self.key, plan.deferred)}
-
     def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         return self.binding.writer_spec(table, self.job_id, checkpoint_id, proof)
+
+
+def dead_letter_table(
+    config: SinkConfig,
+    store: CheckpointStore,
+    job_id: str,
+    metrics: SinkMetrics,
+    catalog: Catalog | None = None,
+    ephemeral: bool = False,
+    streaming: bool = False,
+) -> DeadLetterTable:
+    """The dead-letter table of a sink's job (``config``: the sink's), driven by a SinkJob of its own
+    sharing the sink's job id; ``metrics``: the sink's, which count its refused rows."""
+    job = SinkJob(
+        dead_letter_config(config),
+        store,
+        catalog=catalog,
+        metrics=SinkMetrics(),  # its writes and commits are not the good table's
+        ephemeral=ephemeral,
+        streaming=streaming,
+        job_id=job_id,
+    )
+    return DeadLetterTable(job, metrics)

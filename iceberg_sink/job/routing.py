@@ -1,7 +1,7 @@
 """A routed sink's job: one stream, many tables, each with a single-table sink's guarantees.
 
-    DataFrame ─▶ route column ─▶ SinkJob.begin per table ─▶ ONE write pass (all tables) ─▶
-        SinkJob.stage per table (committable persisted) ─▶ SinkJob.commit_planned per table
+    DataFrame ─▶ route column ─▶ SinkJob.begin per table (the plan) ─▶ the road (road.py): ONE
+        write pass for all tables ─▶ every committable persisted ─▶ SinkJob.commit_planned per table
 
 Each row names its table in the route column (``.route(table_column=...)``, or ``.route(fn)``
 applied as an Arrow-optimized Python UDF); names without a namespace get the route's namespace.
@@ -39,11 +39,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Collection, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from functools import reduce
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 from pyiceberg.catalog import Catalog
@@ -57,31 +54,24 @@ from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
-from iceberg_sink.job.dead_letter import (
-    DeadLetterTable,
-    enforce,
-    refuse_required_nulls,
-    refuse_routed_to,
-    write_split,
-)
-from iceberg_sink.job.pipeline import CheckpointPlan, CommitDeferred, SinkJob
+from iceberg_sink.job import road
+from iceberg_sink.job.committing import Committed, each_table, raise_first
+from iceberg_sink.job.dead_letter import DeadLetterTable
+from iceberg_sink.job.pipeline import CommitDeferred, SinkJob, dead_letter_table
+from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
+from iceberg_sink.job.refusal import enforce, refuse_routed_to
+from iceberg_sink.job.writing import failure
 from iceberg_sink.observe.metrics import SinkMetrics
-from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
-from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
+from iceberg_sink.sources.rejects import reject_where
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.table.names import allowed, known_names, table_name_problem, table_name_refusal
-from iceberg_sink.topology import toast
-from iceberg_sink.topology.changes import carries_truncates, is_truncate, reduce_changes
-from iceberg_sink.topology.distribution import DistributionMode, partition_expressions
-from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
-from iceberg_sink.writer.spark import refused_input, write_error, write_routed_dataframe
+from iceberg_sink.topology.changes import carries_truncates, is_truncate
+from iceberg_sink.vocab.columns import REJECT_COLUMN, ROUTE_COLUMN, UNAVAILABLE_COLUMN
+from iceberg_sink.writer.spark import refused_input
 
 logger = logging.getLogger("iceberg_sink")
-
-#: The column holding each row's (namespace-qualified) table name between routing and the writers.
-ROUTE_COLUMN = "__iceberg_sink_table"
 
 
 def route_marker(route: RouteConfig) -> str:
@@ -109,7 +99,7 @@ def route_column(df: DataFrame, route: RouteConfig, known: Iterable[str] = ()) -
     namespace, or ``allow``: table/names.py) is refused (sources/rejects.py), naming its table;
     ``known``: names already accepted for this route (:meth:`RoutedJob.known_tables`), checked by a
     set lookup instead of the rule. ``df`` is returned as is when it already has the column
-    (SinkConfig.read_batch added it)."""
+    (job/reading.read_batch added it)."""
     columns = df.columns  # asked once: each df.columns is a round trip to the JVM and a schema parse
     if ROUTE_COLUMN in columns:
         return df
@@ -225,7 +215,7 @@ class RoutedJob:
         """The SinkJob of one routed table (created on first use)."""
         job = self.jobs.get(table)
         if job is None and table == self._config.dead_letter:
-            self.dead_letter = DeadLetterTable.for_job(
+            self.dead_letter = dead_letter_table(
                 self._config,
                 CheckpointStore.for_table(self._location, table),
                 self.job_id,
@@ -264,7 +254,7 @@ class RoutedJob:
         if (
             self._route.table_column is not None
             and self._route.table_column not in struct.fieldNames()
-            and ROUTE_COLUMN not in struct.fieldNames()  # routed by SinkConfig.read_batch
+            and ROUTE_COLUMN not in struct.fieldNames()  # routed by job/reading.read_batch
         ):
             raise SchemaMismatchError(
                 route_marker(self._route),
@@ -294,7 +284,7 @@ class RoutedJob:
                 failures.append((table, error))
             elif not self.jobs[table].has_pending():
                 self._maybe_pending.discard(table)
-        _raise_first(failures)
+        raise_first(failures)
 
     def _still_pending(self, table: str, before: int | None) -> bool:
         """Whether ``table`` has a stored committable (below ``before``); forgets tables with none."""
@@ -328,7 +318,8 @@ class RoutedJob:
             routed = refuse_routed_to(routed, ROUTE_COLUMN, self.dead_letter.name)
         routed = routed.persist()
         try:
-            return self._process(routed, struct, checkpoint_id)
+            batch, rows = self.plan(routed, struct, checkpoint_id)
+            return self._committed(road.run(rows, batch))
         except Exception as e:
             # As for one table (job/pipeline.py): a row refused inside any Spark action of the batch.
             refused = refused_input(e, checkpoint_id, self._route.describe())
@@ -338,7 +329,9 @@ class RoutedJob:
         finally:
             routed.unpersist()
 
-    def _process(self, routed: DataFrame, struct: StructType, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
+    def plan(self, routed: DataFrame, struct: StructType, checkpoint_id: int) -> tuple[BatchPlan, DataFrame]:
+        """Stage 2 of the road (road.py) for the tables ``routed``'s rows name (``struct``: the
+        columns they get) and the dead-letter table: each table's plan, and the rows to write."""
         # Per-table keys (table/keys.py): the keys each table's rows name in the key column.
         key_column = self._config.changes.key_column if self._config.changes is not None else None
         names_of_key = key_names(routed.schema, key_column) if key_column is not None else None
@@ -351,7 +344,7 @@ class RoutedJob:
             if not carried and self.dead_letter is None and good is not routed:
                 enforce(routed, dead_letter=False).count()  # every row was refused: the first fails the batch
         except Exception as e:
-            raise self._write_error(e, checkpoint_id) from e
+            raise failure(e, checkpoint_id, self._route.describe(), routed=True) from e
         names = check_table_names(list(carried), self._route)
         # A table the batch only truncates has nothing to write when it does not exist yet.
         absent = {t for t in rowless if t not in self.jobs and catalogs.load_table(self._catalog, t) is None}
@@ -369,72 +362,28 @@ class RoutedJob:
             # Each table sees its own columns only (TableBinding.own_columns): creation and schema
             # evolution never take another table's columns; its writer ignores the others (all null).
             plans[table] = job.begin(struct, checkpoint_id, carried=carried[table], named_keys=named.get(table, ()))
-        to_write = {t: p for t, p in plans.items() if p.done is None and p.stored is None}
-        dead, dplan = self.dead_letter, None
-        if dead is not None:
-            dplan = dead.begin(checkpoint_id)
-        dead_todo = dplan is not None and dplan.done is None and dplan.stored is None
-        if to_write or dead_todo:
-            # Refused rows of every table are rewritten when the dead-letter table's are not stored.
-            tables = plans if dead_todo else to_write
-            df = routed if len(tables) == len(plans) else routed.where(F.col(ROUTE_COLUMN).isin(*sorted(tables)))
-            if dead is not None:
-                schemas = {t: p.table.schema() for t, p in plans.items()}
-                op_column = self._config.changes.op_column if self._config.changes is not None else None
-                df = refuse_required_nulls(df, schemas, op_column, ROUTE_COLUMN)
-            df = self._reduce(df, tables, others=dead is not None)
-            df = toast.resolve(df, self._stored(plans, tables), ROUTE_COLUMN)
-            df = enforce(df, dead_letter=dead is not None)
-            specs = {t: p.spec for t, p in to_write.items() if p.spec is not None}
-            df = self._distribute(df, tables)
-            first = next(iter(to_write.values())) if to_write else dplan
-            _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
-            write_started = time.monotonic()
-            peaks: list[int] = []
-            assert first is not None
-            try:
-                if dead is not None and dplan is not None:
-                    only = frozenset(to_write) if len(to_write) != len(plans) else None
-                    task = dead.task(dplan, self.job_id, route_column=ROUTE_COLUMN, tables=only)
-                    out = write_split(
-                        df,
-                        specs,
-                        task,
-                        max_open_files=first.resolved.get(options.WRITER_MAX_OPEN_FILES),
-                        buffer_bytes=first.resolved.get(options.WRITER_BUFFER_BYTES),
-                    )
-                    results, peaks = out.tables, out.peaks
-                else:
-                    results = write_routed_dataframe(
-                        df,
-                        specs,
-                        ROUTE_COLUMN,
-                        max_open_files=first.resolved.get(options.WRITER_MAX_OPEN_FILES),
-                        buffer_bytes=first.resolved.get(options.WRITER_BUFFER_BYTES),
-                        peak_open_files=peaks,
-                    )
-            except Exception as e:
-                raise self._write_error(e, checkpoint_id) from e
-            _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
-            write_ms = (time.monotonic() - write_started) * 1000  # one Spark job for every table
-            self.metrics.set(writer_peak_open_files=max(peaks, default=0))
-            for table in to_write:
-                self.jobs[table].flushed(results.get(table, []), write_ms)
-            # Every table's committable is persisted before any table is committed.
-            for table in sorted(to_write):
-                self.jobs[table].stage(to_write[table], results.get(table, []))
-            if dead is not None and dplan is not None and dead_todo:
-                dead.staged(dplan, out, write_ms, {})
-        if dead is not None and dplan is not None:
-            plans[dead.name] = dplan
-            names = [*names, dead.name]
+        dead = self.dead_letter
+        batch = BatchPlan(
+            checkpoint_id=checkpoint_id,
+            job_id=self.job_id,
+            jobs=self.jobs,
+            plans=plans,
+            changes=changes,
+            describe=self._route.describe(),
+            route_column=ROUTE_COLUMN,
+            dead=dead,
+            dead_plan=dead.begin(checkpoint_id) if dead is not None else None,
+            distribution_mode=self._config.distribution_mode,
+            single_task_max_bytes=options.resolve(self._config.options, {}).get(options.SINGLE_TASK_MAX_BYTES),
+            commit_threads=self._threads,
+            metrics=self.metrics,
+        )
+        return batch, routed
+
+    def _committed(self, done: list[Committed]) -> dict[str, CommitOutcome | None]:
+        """Each table's outcome; tables whose commit failed or stays pending are looked at again later."""
         outcomes: dict[str, CommitOutcome | None] = {}
         failures = []
-        # The routed tables on several threads, then the dead-letter table (it holds the refused rows of all).
-        routed_names = [t for t in names if dead is None or t != dead.name]
-        last = [t for t in names if t not in routed_names]
-        done = each_table(routed_names, lambda t: self.jobs[t].commit_planned(plans[t]), self._threads)
-        done += each_table(last, lambda t: self.jobs[t].commit_planned(plans[t]), 1)
         for table, outcome, error in done:
             if error is not None:
                 failures.append((table, error))
@@ -445,137 +394,5 @@ class RoutedJob:
                 self._maybe_pending.add(table)
             else:
                 self._maybe_pending.discard(table)
-        _raise_first(failures)
+        raise_first(failures)
         return outcomes
-
-    def _stored(
-        self, plans: Mapping[str, CheckpointPlan], tables: Collection[str]
-    ) -> dict[str | None, toast.StoredTable] | None:
-        """Where each routed table's unchanged TOASTed columns find their stored values (topology/toast.py)."""
-        if self._config.changes is None:
-            return None
-        return {
-            t: toast.StoredTable(plans[t].table, self._config.branch, self.jobs[t].key, plans[t].deferred)
-            for t in tables
-        }
-
-    def _reduce(self, df: DataFrame, tables: Collection[str], others: bool = False) -> DataFrame:
-        """One row per changed key of each table (topology/changes.py), each table by its own key:
-        tables sharing a key are reduced together, so a stream with one key does it in one pass.
-        ``others``: keep the rows of no table in ``tables`` (refused rows, for the dead-letter table)."""
-        changes = self._config.changes
-        if changes is None:
-            return df
-        by_key: dict[tuple[str, ...], list[str]] = {}
-        for table in sorted(tables):
-            by_key.setdefault(self.jobs[table].key, []).append(table)
-        one_task = options.resolve(self._config.options, {}).get(options.SINGLE_TASK_MAX_BYTES)
-        if len(by_key) == 1:
-            key = next(iter(by_key))
-            return reduce_changes(
-                df, attrs.evolve(changes, key=key), scope=[ROUTE_COLUMN], single_task_max_bytes=one_task
-            )
-        parts = [
-            reduce_changes(
-                df.where(F.col(ROUTE_COLUMN).isin(*group)),
-                attrs.evolve(changes, key=key),
-                scope=[ROUTE_COLUMN],
-                single_task_max_bytes=one_task,
-            )
-            for key, group in sorted(by_key.items())
-        ]
-        if others:
-            rest = df.where(~F.coalesce(F.col(ROUTE_COLUMN).isin(*sorted(tables)), F.lit(False)))
-            parts.append(rest.drop(*[c for c in rest.columns if c not in parts[0].columns]))
-        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-
-    def _write_error(self, error: Exception, checkpoint_id: int) -> Exception:
-        text = str(error)
-        what = f"checkpoint {checkpoint_id} of {self._route.describe()} was not written"
-        # The route's own refusals; a refused row (ERROR_MARKER) and task failures as for one table.
-        for marker in (UNPLANNED_TABLE, UNPLANNED_COLUMN, "the route function returned"):
-            if marker in text:
-                detail = text[text.index(marker) :].splitlines()[0].strip()
-                return InvalidInputError(f"{what}: {detail}")
-        return write_error(error, checkpoint_id, self._route.describe())
-
-    def _distribute(self, df: DataFrame, plans: Mapping[str, CheckpointPlan]) -> DataFrame:
-        """Cluster rows by (table, partition): ``hash`` (the default for routed sinks) gives each
-        (table, partition) to one writer task; ``range`` also sorts by them; ``none`` leaves rows."""
-        mode = DistributionMode(self._config.distribution_mode) if self._config.distribution_mode else None
-        if mode is None:
-            mode = DistributionMode.HASH
-        if mode is DistributionMode.NONE:
-            return df
-        # Tables of one partition layout share one expression; layouts differ only by source
-        # columns and transforms, so a stream of many similar tables has one or a few.
-        layouts: dict[tuple[tuple[str, str], ...], tuple[list[str], list[Column]]] = {}
-        present = set(df.columns)
-        for table, plan in sorted(plans.items()):
-            spec, schema = plan.table.spec(), plan.table.schema()
-            shape = tuple((schema.find_column_name(f.source_id) or "", str(f.transform)) for f in spec.fields)
-            if shape not in layouts:
-                layouts[shape] = ([], partition_expressions(spec, schema, present))
-            layouts[shape][0].append(table)
-        keyed = [(tables, exprs) for tables, exprs in layouts.values() if exprs]
-        keys: list[Column] = [F.col(ROUTE_COLUMN)]
-        if len(keyed) == 1 and len(layouts) == 1:
-            keys += keyed[0][1]
-        elif keyed:
-            partition = reduce(
-                lambda acc, te: acc.when(F.col(ROUTE_COLUMN).isin(*te[0]), F.hash(*te[1])),
-                keyed[1:],
-                F.when(F.col(ROUTE_COLUMN).isin(*keyed[0][0]), F.hash(*keyed[0][1])),
-            ).otherwise(F.lit(0))
-            keys.append(partition)
-        if mode is DistributionMode.HASH:
-            return df.repartition(*keys)
-        return df.repartitionByRange(*keys).sortWithinPartitions(*keys)
-
-
-_T = TypeVar("_T")
-
-
-def each_table(
-    tables: list[str], commit: Callable[[str], _T], threads: int
-) -> list[tuple[str, _T | None, Exception | None]]:
-    """``commit`` of each table, on up to ``threads`` threads: (table, result, error) in ``tables`` order.
-
-    Each table's commit is independent (its own committable, snapshot and recovery), so a checkpoint
-    of many tables waits for the slowest few, not for their sum: on an object store or a REST
-    catalog a table's commit is mostly round trips. One table's failure does not stop the others. A
-    BaseException that is not an Exception (the process is being stopped) is raised once every
-    started commit has returned.
-    """
-    if threads <= 1 or len(tables) <= 1:
-        done: list[tuple[str, _T | None, Exception | None]] = []
-        for table in tables:
-            try:
-                done.append((table, commit(table), None))
-            except Exception as e:
-                done.append((table, None, e))
-        return done
-    with ThreadPoolExecutor(max_workers=min(threads, len(tables)), thread_name_prefix="iceberg-sink-commit") as pool:
-        futures = [(table, pool.submit(commit, table)) for table in tables]
-    done = []
-    for table, future in futures:
-        error = future.exception()
-        if error is None:
-            done.append((table, future.result(), None))
-        elif isinstance(error, Exception):
-            done.append((table, None, error))
-        else:
-            raise error
-    return done
-
-
-def _raise_first(failures: list[tuple[str, Exception]]) -> None:
-    """Log every table's failure; raise the first (the others' tables were still tried)."""
-    if not failures:
-        return
-    for table, error in failures:
-        logger.error("table %s: %s: %s", table, type(error).__name__, error)
-    if len(failures) > 1:
-        others = ", ".join(t for t, _ in failures[1:])
-        failures[0][1].add_note(f"iceberg_sink: the commits of tables {others} failed too (see the log)")
-    raise failures[0][1]

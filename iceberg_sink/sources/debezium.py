@@ -82,6 +82,7 @@ from iceberg_sink.sources.event_order import order_paths
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
 from iceberg_sink.table.schema import case_clashes
+from iceberg_sink.vocab.columns import UNAVAILABLE_COLUMN
 
 _ROW = "__iceberg_sink_row"
 _REASON = "__iceberg_sink_dbz_reason"
@@ -284,7 +285,7 @@ def read_envelope(
             (sources/toast.py, docs/cdc.md), else is refused. None: no placeholder.
         rejects: ``"fail"`` (default): a refused event fails the Spark job reading the result with an
             error naming the reason and the event; ``"mark"``: refused events stay as rows carrying
-            their refusal in :data:`iceberg_sink.sources.rejects.REJECT_COLUMN` (for the sink, which
+            their refusal in :data:`iceberg_sink.vocab.columns.REJECT_COLUMN` (for the sink, which
             fails the batch or dead-letters them).
 
     Raises:
@@ -374,7 +375,7 @@ def read_envelope(
         c.value,
         *fields,
         *[named(a) for a in added],
-        *([toast.UNAVAILABLE_COLUMN] if toast.UNAVAILABLE_COLUMN in staged.columns else []),
+        *([UNAVAILABLE_COLUMN] if UNAVAILABLE_COLUMN in staged.columns else []),
         *([IDENTITY] if c.helpers else []),
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
     )
@@ -459,7 +460,7 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark
         *[named(c) for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
         row.alias(_ROW),
         F.coalesce(F.col(_ROW_REASON), *([reason] if reason is not None else [])).alias(_ROW_REASON),
-        *([marker.alias(toast.UNAVAILABLE_COLUMN)] if marker is not None else []),
+        *([marker.alias(UNAVAILABLE_COLUMN)] if marker is not None else []),
     )
 
 

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from iceberg_sink._sql import column, named, parse
 from iceberg_sink.sources.event_order import order_expected, order_value
-from iceberg_sink.topology.changes import TRUNCATES_METADATA
+from iceberg_sink.vocab.columns import TRUNCATES_METADATA
 
 logger = logging.getLogger("iceberg_sink")
 

@@ -19,10 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink._sql import column, parse, string, struct_type, where
-from iceberg_sink.topology.changes import ERROR_MARKER
-
-#: The column that carries a row's refusal (null for a good row). Never stored in a table.
-REJECT_COLUMN = "__iceberg_sink_reject"
+from iceberg_sink.vocab.columns import ERROR_MARKER, REJECT_COLUMN
 
 #: What a refusal records: why, which check (an error class name), which event, and the raw value.
 REJECT_TYPE = T.StructType(

@@ -26,9 +26,8 @@ from pyspark.sql import types as T
 from iceberg_sink._sql import named
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
-
-#: Columns of a row still holding the placeholder (array of names; null when none). Never stored.
-UNAVAILABLE_COLUMN = "__iceberg_sink_unavailable"
+from iceberg_sink.sources.rejects import reject_where
+from iceberg_sink.vocab.columns import UNAVAILABLE_COLUMN
 
 
 def can_hold(dtype: T.DataType) -> bool:
@@ -103,8 +102,6 @@ def placeholder_reason(column: Column, why: str) -> Column:
 def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
     """Refuse the rows that still hold a placeholder (``why`` the value is not known), naming the
     first such column, and drop :data:`UNAVAILABLE_COLUMN`."""
-    from iceberg_sink.sources.rejects import reject_where
-
     if UNAVAILABLE_COLUMN not in df.columns:
         return df
     reason = placeholder_reason(

@@ -21,9 +21,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
-from iceberg_sink.committer.store import is_uri
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.table import names
+from iceberg_sink.vocab.locations import is_uri
 
 logger = logging.getLogger("iceberg_sink")
 

@@ -9,7 +9,7 @@ only the later was written, without a word) while the same two keys in two batch
 what the table holds would depend on where batches happen to end. (Op codes and routed table names
 were already compared as binary strings: their checks cast to ``string``, which drops the collation.)
 
-:func:`binary_strings` is the one rule: the sink's input (``SinkConfig.read_batch``, after the
+:func:`binary_strings` is the one rule: the sink's input (``job/reading.read_batch``, after the
 ``map_batches`` functions, before routing) has every collated string, nested ones included, cast to
 Spark's binary ``string``, so every comparison the sink makes is the table's.
 """

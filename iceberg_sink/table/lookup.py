@@ -3,7 +3,7 @@
 Used for unchanged TOASTed columns (topology/toast.py): an update whose column holds Debezium's
 placeholder keeps the key's stored value. The read is planned like a scan, file by file:
 
-1. the snapshot's live data and delete files (``_iceberg/files.live_files``);
+1. the snapshot's live data and delete files (``_iceberg/entries.live_files``);
 2. data files pruned by the key fields' column bounds (``_iceberg/deletes.bounds_may_hold``): with
    keys clustered (ids growing over time, as sequences give) a key falls in the bounds of few files;
 3. each candidate file's key columns read, the rows its delete files remove dropped by the one rule
@@ -28,12 +28,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.deletes import DeleteRules, bounds_may_hold
-from iceberg_sink._iceberg.files import arrow_schema, branch_head, live_files
+from iceberg_sink._iceberg.entries import live_files
+from iceberg_sink._iceberg.files import arrow_schema, branch_head
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
+from iceberg_sink._iceberg.live_rows import apply_deletes, delete_cache, matching_rows, row_numbers
 from iceberg_sink._iceberg.live_vectors import live_vectors
 from iceberg_sink._iceberg.projection import columns_schema, key_schema, name_mapping_of, read_projected
-from iceberg_sink.topology.compaction.rewriter import apply_deletes, delete_cache, matching_rows, row_numbers
-from iceberg_sink.writer.result import FileContent
+from iceberg_sink.vocab.files import FileContent
 
 _POSITION = "__iceberg_sink_position"
 

@@ -31,38 +31,33 @@ committer removes every file of the table in the checkpoint's snapshot (committe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from iceberg_sink._sql import column, parse, path, path_column, string, strings, where
+from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.sources.rejects import refusal_sql
+from iceberg_sink.topology.toast import carry_forward, refuse_after_delete
+from iceberg_sink.vocab.columns import (
+    DELETE_CODES,
+    INSERT_CODES,
+    OP_COLUMN,
+    REJECT_COLUMN,
+    TRUNCATE_CODES,
+    TRUNCATE_OP,
+    TRUNCATES_METADATA,
+    UNAVAILABLE_COLUMN,
+    UPDATE_BEFORE_CODES,
+    UPDATE_CODES,
+)
 
-if TYPE_CHECKING:  # the writer tasks import this module's constants; config pulls in the catalogs
-    from iceberg_sink.config import ChangeConfig
-
-INSERT_CODES = ("I", "insert", "c", "r", "+I")
-UPDATE_CODES = ("U", "update", "u", "+U")
-UPDATE_BEFORE_CODES = ("UB", "update_before", "-U")
-DELETE_CODES = ("D", "delete", "d", "-D")
-TRUNCATE_CODES = ("t", "truncate")
-
-#: The normalised operation column the writers receive: "I", "U", "D" or "T" (a truncate marker).
-OP_COLUMN = "__iceberg_sink_op"
-#: The operation of a truncate marker row (:data:`OP_COLUMN`).
-TRUNCATE_OP = "T"
-#: Metadata key of an op column that may hold truncates: set by the Debezium reader under
-#: ``truncate="apply"`` (:func:`carries_truncates`). Elsewhere ``t`` is an unknown code (refused), and
-#: a batch pays no search for truncates.
-TRUNCATES_METADATA = "iceberg_sink.truncates"
 _SEQ = "__iceberg_sink_seq"
 _RANK = "__iceberg_sink_rank"
 _POSITION = "__iceberg_sink_position"
 _LAST_TRUNCATE = "__iceberg_sink_last_truncate"
-#: Marks errors raised inside Spark so the driver can report them as InvalidInputError.
-ERROR_MARKER = "iceberg_sink invalid input:"
 
 
 def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
@@ -233,9 +228,6 @@ def reduce_changes(
     spent more on the shuffle's second stage than on its rows. The arrival order is numbered before
     the rows are brought together, so it stays the source's order whatever order they come in.
     """
-    from iceberg_sink.sources.rejects import REJECT_COLUMN, refusal_sql
-    from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN
-    from iceberg_sink.topology.toast import carry_forward, refuse_after_delete
 
     # The plan is built from SQL text (iceberg_sink/_sql.py): one Py4J call per expression instead of
     # one per Column operation, and the input's schema is asked for once.

@@ -12,8 +12,8 @@ Bucket uses Iceberg's murmur3 through a vectorised UDF, since Spark's ``hash`` d
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from enum import StrEnum
+from collections.abc import Collection, Mapping, Sequence
+from functools import reduce
 
 import pandas as pd
 import pyarrow as pa
@@ -43,15 +43,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from iceberg_sink._sql import path_column
-
-
-class DistributionMode(StrEnum):
-    """Distribution of rows to writers (Iceberg's ``write.distribution-mode``)."""
-
-    NONE = "none"
-    HASH = "hash"
-    RANGE = "range"
-
+from iceberg_sink.vocab.distribution import DistributionMode
 
 _EXACT_BUCKET_TYPES = (IntegerType, LongType, StringType, BinaryType, DecimalType, DateType)
 
@@ -149,3 +141,36 @@ def distribute(
     if not ordering:
         return df
     return df.repartitionByRange(*ordering).sortWithinPartitions(*ordering)
+
+
+def distribute_routed(
+    df: DataFrame, route_column: str, tables: Mapping[str, tuple[PartitionSpec, Schema]], mode: DistributionMode
+) -> DataFrame:
+    """Cluster a routed batch's rows by (table, partition): ``hash`` gives each (table, partition) to
+    one writer task; ``range`` also sorts by them; ``none`` leaves rows. ``tables``: each table's
+    spec and schema, by the name ``route_column`` holds."""
+    if mode is DistributionMode.NONE:
+        return df
+    # Tables of one partition layout share one expression; layouts differ only by source
+    # columns and transforms, so a stream of many similar tables has one or a few.
+    layouts: dict[tuple[tuple[str, str], ...], tuple[list[str], list[Column]]] = {}
+    present = set(df.columns)
+    for table, (spec, schema) in sorted(tables.items()):
+        shape = tuple((schema.find_column_name(f.source_id) or "", str(f.transform)) for f in spec.fields)
+        if shape not in layouts:
+            layouts[shape] = ([], partition_expressions(spec, schema, present))
+        layouts[shape][0].append(table)
+    keyed = [(names, exprs) for names, exprs in layouts.values() if exprs]
+    keys: list[Column] = [F.col(route_column)]
+    if len(keyed) == 1 and len(layouts) == 1:
+        keys += keyed[0][1]
+    elif keyed:
+        partition = reduce(
+            lambda acc, te: acc.when(F.col(route_column).isin(*te[0]), F.hash(*te[1])),
+            keyed[1:],
+            F.when(F.col(route_column).isin(*keyed[0][0]), F.hash(*keyed[0][1])),
+        ).otherwise(F.lit(0))
+        keys.append(partition)
+    if mode is DistributionMode.HASH:
+        return df.repartition(*keys)
+    return df.repartitionByRange(*keys).sortWithinPartitions(*keys)

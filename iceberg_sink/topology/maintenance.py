@@ -1,19 +1,19 @@
 """Upkeep a streaming table needs besides compaction: expire snapshots, remove orphan files, rewrite
 manifests, convert equality deletes into position deletes (topology/conversion). Each is a
-standalone job (API here, CLI in iceberg_sink/cli/main.py).
+standalone job (API here, CLI in iceberg_sink/cli/maintenance_commands.py).
 
 Expiring keeps, for every iceberg_sink job, its newest snapshot on each branch and the snapshot of its
 highest checkpoint wherever it is (an earlier expiry may have cut the parent chain above it): the
 committer finds a job's last checkpoint there, so expiring it would let a replayed micro-batch be
 committed twice. Jobs
-are recognised whatever snapshot-property-prefix they used (committer/summary_keys.py).
+are recognised whatever snapshot-property-prefix they used (vocab/summary_keys.py).
 Orphan removal lists the table location with the table's own FileIO settings, compares normalised
 locations (``s3a://`` is ``s3://``, ``/x`` is ``file:///x``), and never deletes files younger than a
 safety age, nor files a pending committable (a staged ``iceberg-sink-*.avro`` manifest) still lists.
 It refuses to delete anything when the listing and the table's references disagree.
 
 The key index entries the sink keeps in the table's metadata folder (``iceberg-sink-key-index/``,
-topology/conversion/persisted.py) are referenced by no metadata: orphan removal keeps the entry of
+keyindex/persisted.py) are referenced by no metadata: orphan removal keeps the entry of
 every data file the table references and treats the others as orphans (same safety age), and expiry
 deletes the entries of the data files it deletes.
 """
@@ -33,16 +33,16 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg_sink._iceberg import listing, manifests, producer
+from iceberg_sink._iceberg import listing, manifests, producer, rewrites
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
-from iceberg_sink.committer import summary_keys
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError, UnsupportedTableError
+from iceberg_sink.keyindex.persisted import entry_name, index_location
 from iceberg_sink.table.names import location_parts, normalise_location, walk_tables
 from iceberg_sink.topology import arguments
 from iceberg_sink.topology.conversion.job import ConversionResult
 from iceberg_sink.topology.conversion.job import convert_equality_deletes as _convert
-from iceberg_sink.topology.conversion.persisted import entry_name, index_location
+from iceberg_sink.vocab import summary_keys
 
 logger = logging.getLogger(__name__)
 
@@ -424,7 +424,7 @@ def rewrite_manifests(
     arguments.ENTRIES_PER_MANIFEST.check(entries_per_manifest)
 
     def prepare(table: Table) -> producer.PreparedCommit | None:
-        rewrite = producer.RewriteManifests(
+        rewrite = rewrites.RewriteManifests(
             table, branch, entries_per_manifest, {summary_keys.OPERATION_KEY: summary_keys.OPERATION_REWRITE_MANIFESTS}
         )
         return rewrite.prepare() if rewrite.worthwhile() else None

@@ -30,9 +30,10 @@ from iceberg_sink import _faults
 from iceberg_sink._iceberg.retry import moved_on
 from iceberg_sink._sql import named
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, pending_because
-from iceberg_sink.sources.rejects import REJECT_COLUMN, reject_where
-from iceberg_sink.sources.toast import UNAVAILABLE_COLUMN, can_hold, placeholder_reason, refuse_unavailable
+from iceberg_sink.sources.rejects import reject_where
+from iceberg_sink.sources.toast import can_hold, placeholder_reason, refuse_unavailable
 from iceberg_sink.table.lookup import stored_rows
+from iceberg_sink.vocab.columns import REJECT_COLUMN, UNAVAILABLE_COLUMN
 
 logger = logging.getLogger("iceberg_sink")
 

@@ -30,7 +30,7 @@ from pyiceberg.schema import Schema, index_by_id
 
 from iceberg_sink._iceberg.files import field_id
 from iceberg_sink.errors import InvalidInputError
-from iceberg_sink.topology.changes import ERROR_MARKER
+from iceberg_sink.vocab.columns import ERROR_MARKER
 
 #: Field id -> the field's write-default (only fields that have one).
 WriteDefaults = Mapping[int, Any]

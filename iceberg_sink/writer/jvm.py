@@ -68,9 +68,10 @@ from pyspark.sql.types import StructType
 
 from iceberg_sink._iceberg.metrics import footer_metrics
 from iceberg_sink._sql import named, valid_utf8
-from iceberg_sink.topology.changes import ERROR_MARKER
-from iceberg_sink.topology.distribution import DistributionMode
-from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
+from iceberg_sink.vocab.columns import ERROR_MARKER
+from iceberg_sink.vocab.distribution import DistributionMode
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
+from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
 from iceberg_sink.errors import IcebergSinkError, InvalidInputError, WriteFailedError
-from iceberg_sink.topology.changes import ERROR_MARKER
+from iceberg_sink.vocab.columns import ERROR_MARKER
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.read_ahead import read_ahead
 from iceberg_sink.writer.result import WriteResult

@@ -38,11 +38,12 @@ from pyiceberg.types import PrimitiveType
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import files
+from iceberg_sink._iceberg.encoding import dictionary_columns
 from iceberg_sink._iceberg.metrics import ColumnValueStats, parquet_metrics
-from iceberg_sink.topology.changes import TRUNCATE_OP
+from iceberg_sink.vocab.columns import TRUNCATE_OP
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 from iceberg_sink.writer.conform import conform_batch, write_defaults
-from iceberg_sink.writer.encoding import dictionary_columns
-from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
+from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
 
 logger = logging.getLogger(__name__)

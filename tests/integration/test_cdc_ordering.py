@@ -14,7 +14,8 @@ from iceberg_sink import IcebergSink
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.table.catalog import CatalogConfig
-from iceberg_sink.topology.changes import OP_COLUMN, reduce_changes
+from iceberg_sink.topology.changes import reduce_changes
+from iceberg_sink.vocab.columns import OP_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 DDL = "k long, v string, lsn long, op string"

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from iceberg_sink.config import ChangeConfig
-from iceberg_sink.sources.rejects import REJECT_COLUMN
-from iceberg_sink.topology.changes import OP_COLUMN, fits_one_task, reduce_changes
+from iceberg_sink.topology.changes import fits_one_task, reduce_changes
+from iceberg_sink.vocab.columns import OP_COLUMN, REJECT_COLUMN
 
 CODES = {
     "I": "I",

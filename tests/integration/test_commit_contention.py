@@ -2,7 +2,7 @@
 
 A stream's commit retries a lost compare-and-swap ``commit.retry.num-retries`` times; when another
 writer wins every attempt (CommitRetriesExhaustedError) the stream keeps the checkpoint pending, as
-it does through a catalog outage (committer/pending.py ``defers``), and the next micro-batch (or the
+it does through a catalog outage (job/pending.py ``defers``), and the next micro-batch (or the
 idle retry) commits it first, then its own: nothing lost or doubled, one snapshot per checkpoint, in
 checkpoint order. The races are lost for real: before each attempt of the chosen checkpoint is sent,
 another writer (PyIceberg, on the same SQLite catalog) appends a row of its own to the table.

@@ -35,13 +35,13 @@ from pyiceberg.types import (
 from pyspark.sql import SparkSession
 
 from iceberg_sink import CompactionConfig, IcebergSink
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import producer, row_delta
 from iceberg_sink._iceberg.files import arrow_schema
 from iceberg_sink._iceberg.projection import key_schema
 from iceberg_sink.committer.committer import RetryPolicy
 from iceberg_sink.errors import CommitRetriesExhaustedError
 from iceberg_sink.topology.compaction import compact
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 from tests.integration.test_cdc import apply, frame, random_changes
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize, pyiceberg_read
 
@@ -177,7 +177,7 @@ def commit_equality_deletes(
         file_size_in_bytes=len(table.io.new_input(path)),
         equality_ids=tuple(ids),
     )
-    prepared = producer.RowDelta(table, "main", producer.SnapshotChanges(delete_files=(meta,)), {}).prepare()
+    prepared = row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(delete_files=(meta,)), {}).prepare()
     return producer.commit_prepared(table, prepared)
 
 

@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink, InvalidInputError, _faults
 from iceberg_sink.sources.debezium import read_envelope
-from iceberg_sink.sources.rejects import REJECT_COLUMN
+from iceberg_sink.vocab.columns import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop

@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from iceberg_sink import IcebergSink, InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
 from iceberg_sink.sources.debezium import read_envelope
 from iceberg_sink.sources.readers import read_json
-from iceberg_sink.sources.rejects import REJECT_COLUMN
+from iceberg_sink.vocab.columns import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop

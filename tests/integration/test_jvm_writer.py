@@ -281,7 +281,7 @@ def test_a_column_taking_its_write_default_falls_back_to_the_arrow_writer() -> N
     from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
     from pyspark.sql import types as T
 
-    from iceberg_sink.topology.distribution import DistributionMode
+    from iceberg_sink.vocab.distribution import DistributionMode
 
     schema = Schema(
         NestedField(1, "id", LongType()), NestedField(2, "c", IntegerType(), initial_default=7, write_default=9)

@@ -1,4 +1,4 @@
-"""The key index survives a driver restart (topology/conversion/persisted.py): a v3 CDC stream, then
+"""The key index survives a driver restart (keyindex/persisted.py): a v3 CDC stream, then
 a new sink on the same checkpoint location resolves its first checkpoint's deletes to DVs without
 reading a data file; with the persisted entries deleted, the next new sink rebuilds them from the
 data files. Before the restart, after it and after the rebuild, Iceberg Java 1.9.2, the newest Iceberg Java and
@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
-from iceberg_sink.topology.conversion.persisted import index_location
+from iceberg_sink.keyindex.persisted import index_location
 from tests.integration.test_cdc import apply, expected, frame
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree
 

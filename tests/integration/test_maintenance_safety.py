@@ -22,9 +22,10 @@ from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink, InvalidSinkConfigError, MaintenanceRefusedError
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import rewrites
 from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
-from iceberg_sink._iceberg.files import branch_head, live_files
+from iceberg_sink._iceberg.entries import live_files
+from iceberg_sink._iceberg.files import branch_head
 from iceberg_sink.cli import EXIT_OK, EXIT_USAGE, main
 from iceberg_sink.cli.main import EXIT_REFUSED
 from iceberg_sink.topology import maintenance
@@ -148,12 +149,12 @@ def test_a_rewrite_that_would_change_the_live_files_is_refused_and_leaves_nothin
 
     # A manifest rewrite that would list no entry (what --entries-per-manifest -3 committed).
     with pytest.raises(MaintenanceRefusedError, match="3 live files would be dropped"):
-        producer.RewriteManifests(table, "main", -3, {}).prepare()
+        rewrites.RewriteManifests(table, "main", -3, {}).prepare()
     # A compaction replacing a file that is not live, or adding one that already is.
     with pytest.raises(MaintenanceRefusedError, match="files it replaces are not live"):
-        producer.RewriteFiles(table, "main", [], frozenset({"file:///nowhere/x.parquet"}), seq, {}).prepare()
+        rewrites.RewriteFiles(table, "main", [], frozenset({"file:///nowhere/x.parquet"}), seq, {}).prepare()
     with pytest.raises(MaintenanceRefusedError, match="files it adds are already live"):
-        producer.RewriteFiles(table, "main", [data[0].meta], frozenset({data[1].meta.path}), seq, {}).prepare()
+        rewrites.RewriteFiles(table, "main", [data[0].meta], frozenset({data[1].meta.path}), seq, {}).prepare()
     # A conversion asked to remove a data file (it rewrites delete manifests only: the file would stay).
     with pytest.raises(MaintenanceRefusedError, match="it neither keeps nor adds"):
         RewriteDeletes(table, "main", [], frozenset({data[0].meta.path}), {}).prepare()

@@ -21,8 +21,8 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from iceberg_sink._iceberg import manifests, producer
-from iceberg_sink._iceberg.files import live_files
+from iceberg_sink._iceberg import manifests, producer, rewrites, row_delta
+from iceberg_sink._iceberg.entries import live_files
 from iceberg_sink._iceberg.merge import pack_end
 from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
@@ -241,7 +241,7 @@ def test_v1_table_merges_appends_and_rewrites(tmp_path: Path, java_reader: JavaI
     new = write_batches(writer_spec(table, checkpoint_id=99), pa.Table.from_pylist(kept_rows, schema=SCHEMA.as_arrow()))
     before = entries(table)
     table = producer.commit_prepared(
-        table, producer.RewriteFiles(table, "main", new.data_files, removed_paths, 0, {}).prepare()
+        table, rewrites.RewriteFiles(table, "main", new.data_files, removed_paths, 0, {}).prepare()
     )
     record_new(table, before, expected)
     assert entries(table) == expected
@@ -273,7 +273,7 @@ def test_a_rewrite_that_merges_keeps_its_deleted_entries_and_data_sequence_numbe
     table = cat.load_table("db.t")
     table = producer.commit_prepared(
         table,
-        producer.RewriteFiles(
+        rewrites.RewriteFiles(
             table, "main", new.data_files, frozenset(f.meta.path for f in removed), read_seq - 1, {}
         ).prepare(),
     )
@@ -299,7 +299,7 @@ def test_a_malformed_merge_property_is_refused_naming_it(tmp_path: Path, value: 
         tx.set_properties({"commit.manifest.min-count-to-merge": value})
     table = cat.load_table("db.t")
     with pytest.raises(ValueError, match=r"commit\.manifest\.min-count-to-merge"):
-        producer.RowDelta(table, "main", producer.SnapshotChanges(), {})
+        row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(), {})
 
 
 def avro_blocks(table: Table, path: str) -> int:
@@ -320,13 +320,13 @@ def test_manifests_hold_many_entries_per_avro_block_and_read_everywhere(
         batch = pa.table({"id": pa.array([i], pa.int64()), "region": ["eu"], "v": [f"v{i}"]}, schema=SCHEMA.as_arrow())
         files.extend(write_batches(writer_spec(table, checkpoint_id=0), batch).data_files)
     table = producer.commit_prepared(
-        table, producer.RowDelta(table, "main", producer.SnapshotChanges(data_files=tuple(files)), {}).prepare()
+        table, row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(data_files=tuple(files)), {}).prepare()
     )
     one = pa.table({"id": pa.array([999], pa.int64()), "region": ["eu"], "v": ["x"]}, schema=SCHEMA.as_arrow())
     more = write_batches(writer_spec(table, checkpoint_id=1), one).data_files
     # The second commit merges both manifests into one of 251 entries (EXISTING and ADDED).
     table = producer.commit_prepared(
-        table, producer.RowDelta(table, "main", producer.SnapshotChanges(data_files=more), {}).prepare()
+        table, row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(data_files=more), {}).prepare()
     )
     [manifest] = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
     assert manifest.existing_files_count == 250 and manifest.added_files_count == 1

@@ -16,8 +16,8 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from iceberg_sink._iceberg import producer, specs
-from iceberg_sink._iceberg.files import live_files
+from iceberg_sink._iceberg import producer, rewrites, specs
+from iceberg_sink._iceberg.entries import live_files
 from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committer import IcebergCommitter
@@ -87,7 +87,7 @@ def every_commit_kind(cat: SqlCatalog, model: dict[int, str], check: object) -> 
     removed = frozenset(f.meta.path for f in data + deletes)
     read_seq = table.current_snapshot().sequence_number  # type: ignore[union-attr]
     table = producer.commit_prepared(
-        table, producer.RewriteFiles(table, "main", new.data_files, removed, read_seq, {}).prepare()
+        table, rewrites.RewriteFiles(table, "main", new.data_files, removed, read_seq, {}).prepare()
     )
     check(table)
     table = specs.with_unpartitioned_spec(table)

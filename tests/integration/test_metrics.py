@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from iceberg_sink import IcebergSink, InvalidSinkConfigError
-from iceberg_sink.committer.summary_keys import JobKeys
 from iceberg_sink.observe.metrics import HistogramStatistics
+from iceberg_sink.vocab.summary_keys import JobKeys
 
 BATCHES = 4
 ROWS = 40

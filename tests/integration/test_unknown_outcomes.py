@@ -21,9 +21,9 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import CommitStateUnknownError, CompactionConfig, IcebergSink
 from iceberg_sink._iceberg.retry import RetryPolicy
-from iceberg_sink.committer import summary_keys
 from iceberg_sink.topology.compaction import compact
 from iceberg_sink.topology.conversion import convert_equality_deletes
+from iceberg_sink.vocab import summary_keys
 from tests.integration.postgres import CommitCuttingProxy, PostgresServer, postgres, sql_catalog_properties  # noqa: F401
 from tests.integration.test_cdc import apply, expected, frame, random_changes
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize

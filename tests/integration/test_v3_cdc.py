@@ -22,7 +22,7 @@ from iceberg_sink import IcebergSink, _faults
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 from tests.integration.test_cdc import CHANGE_DDL, apply, expected, frame, random_changes
 from tests.integration.test_debezium_truncate import AFTER, AROUND, BEFORE, event, row
 from tests.integration.test_debezium_truncate import frame as debezium_frame

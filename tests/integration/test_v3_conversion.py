@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from iceberg_sink import IcebergSink
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink.topology.conversion import convert_equality_deletes
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 from tests.integration.test_v3_cdc import delete_files, java_commits
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, duckdb_read, normalize, pyiceberg_read
 

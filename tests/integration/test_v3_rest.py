@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 from iceberg_sink import IcebergSink
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink.builder import IcebergSinkBuilder
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 from tests.integration.seaweed import seaweed  # noqa: F401
 from tests.integration.test_cdc import expected, frame
 from tests.integration.test_s3_rest import special_partition_values_round_trip

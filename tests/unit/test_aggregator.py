@@ -16,7 +16,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink._iceberg import manifests
 from iceberg_sink.committer.aggregator import CommitAggregator
-from iceberg_sink.writer.result import FileContent
+from iceberg_sink.vocab.files import FileContent
 from tests.helpers import write_batches, writer_spec
 
 SCHEMA = Schema(

@@ -15,8 +15,9 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
 from iceberg_sink import CatalogUnavailableError, CommitStateUnknownError, IcebergSink, InvalidSinkConfigError, _faults
-from iceberg_sink._iceberg.producer import PreparedCommit, RewriteManifests
+from iceberg_sink._iceberg.producer import PreparedCommit
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy, catalog_unreachable, commit_with_retry
+from iceberg_sink._iceberg.rewrites import RewriteManifests
 
 
 def _sql_catalog(tmp_path: Path, busy_timeout_s: float | None = None) -> Catalog:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from iceberg_sink.cli import EXIT_NOT_FOUND, EXIT_USAGE, main, runconfig
+from iceberg_sink.cli import EXIT_NOT_FOUND, EXIT_USAGE, main, runconfig, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "pipeline.yaml"
@@ -123,7 +123,7 @@ def test_the_builder_checks_values_the_file_cannot(tmp_path: Path) -> None:
         str(tmp_path / "p.yaml"),
     )
     with pytest.raises(runconfig.InvalidSinkConfigError, match="country"):
-        runconfig.build_sink(config)
+        runner.build_sink(config)
 
 
 def test_cli_reports_config_errors_in_one_line_with_exit_code_2(
@@ -250,7 +250,7 @@ def test_route_allow_is_accepted_and_checked(tmp_path: Path) -> None:
         "route: {table_column: tbl, namespace: cdc, allow: ['orders_*', audit.log]}}\n",
         str(tmp_path / "p.yaml"),
     )
-    route = runconfig.build_sink(config).config.route
+    route = runner.build_sink(config).config.route
     assert route is not None and route.allow == ("orders_*", "audit.log") and route.namespace == "cdc"
     found = problems("source: {type: rate}\ncheckpoint_location: c\nsink: {route: {table_column: t, allow: [1]}}\n")
     assert [p.split(":")[0] for p in found] == ["sink.route.allow"], found
@@ -259,7 +259,7 @@ def test_route_allow_is_accepted_and_checked(tmp_path: Path) -> None:
         str(tmp_path / "p.yaml"),
     )
     with pytest.raises(runconfig.InvalidSinkConfigError, match=r"route: expected namespace= .* or allow="):
-        runconfig.build_sink(bad)
+        runner.build_sink(bad)
 
 
 def test_upsert_order_by_is_a_column_name_the_builder_gets(tmp_path: Path) -> None:
@@ -274,7 +274,7 @@ def test_upsert_order_by_is_a_column_name_the_builder_gets(tmp_path: Path) -> No
     )
     # The file's shape is right; the builder names what it refuses (here key_column before order_by).
     with pytest.raises(runconfig.InvalidSinkConfigError, match=r"upsert\(key_column\)"):
-        runconfig.build_sink(config)
+        runner.build_sink(config)
 
 
 def test_debezium_order_takes_one_path_or_several_with_their_types(tmp_path: Path) -> None:
@@ -288,10 +288,10 @@ def test_debezium_order_takes_one_path_or_several_with_their_types(tmp_path: Pat
     config = runconfig.parse(text, str(tmp_path / "p.yaml"))
     assert config.sink["debezium"]["order_by"] == ["source.file", "source.pos", "source.row"]
     assert config.sink["debezium"]["order_type"] == ["binlog", "long", "long"]
-    runconfig.validate_sink(config)
+    runner.validate_sink(config)
     single = runconfig.parse(text.replace("order_type: [binlog, long, long]", "order_type: long"), "p.yaml")
     assert single.sink["debezium"]["order_type"] == "long"
-    runconfig.validate_sink(single)
+    runner.validate_sink(single)
     found = problems(
         text.replace("[source.file, source.pos, source.row]", "[]").replace("[binlog, long, long]", "[long, 5]")
     )
@@ -300,7 +300,7 @@ def test_debezium_order_takes_one_path_or_several_with_their_types(tmp_path: Pat
     # The shape is right, the counts are not: the builder names both.
     wrong = runconfig.parse(text.replace("[binlog, long, long]", "[binlog, long]"), "p.yaml")
     with pytest.raises(runconfig.InvalidSinkConfigError, match=r"one order type or one per path"):
-        runconfig.validate_sink(wrong)
+        runner.validate_sink(wrong)
 
 
 @pytest.mark.parametrize(

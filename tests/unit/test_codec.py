@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from iceberg_sink._codec import CodecError
 from iceberg_sink._iceberg.manifests import StagedManifest
 from iceberg_sink.committer.committable import CommitSummary, Committable, DeltaManifests
-from iceberg_sink.writer.result import DataFileMeta, FileContent, WriteResult
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
+from iceberg_sink.writer.result import WriteResult
 
 partition_values = st.one_of(
     st.none(),

@@ -45,7 +45,7 @@ from iceberg_sink._iceberg.metrics import (
     truncate_string_max,
     truncate_string_min,
 )
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 from tests.helpers import write_batches, writer_spec
 
 UTC = dt.UTC

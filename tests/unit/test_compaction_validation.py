@@ -17,7 +17,7 @@ from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.job import CompactionResult, _validate
 from iceberg_sink.topology.compaction.planner import CompactionPlan, RewriteGroup
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 PLAN_SEQ = 5
 

@@ -17,7 +17,7 @@ from iceberg_sink import UncommittableCheckpointError
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committer import IcebergCommitter, RetryPolicy
 from iceberg_sink.table.key_bounds import KeyBoundsCache
-from iceberg_sink.writer.result import FileContent
+from iceberg_sink.vocab.files import FileContent
 from tests.helpers import write_batches, writer_spec
 
 SCHEMA = Schema(

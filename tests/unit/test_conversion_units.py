@@ -22,7 +22,7 @@ from iceberg_sink._iceberg.position_deletes import (
 )
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.topology.conversion import ConversionConfig
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False))
 

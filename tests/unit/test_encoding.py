@@ -11,7 +11,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, IntegerType, ListType, LongType, NestedField, StringType
 
-from iceberg_sink.writer.encoding import SAMPLE_ROWS, dictionary_columns
+from iceberg_sink._iceberg.encoding import SAMPLE_ROWS, dictionary_columns
 from tests.helpers import write_batches, writer_spec
 
 ROWS = 30_000

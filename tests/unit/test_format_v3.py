@@ -30,7 +30,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import IcebergSink, InvalidSinkConfigError, UnsupportedTableError
-from iceberg_sink._iceberg import producer, schema_update
+from iceberg_sink._iceberg import producer, row_delta, schema_update
 from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
 from iceberg_sink._iceberg.lineage import ManifestListWriterV3, assign_first_row_ids, read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import as_v3_data_file, data_file_first_row_id
@@ -61,8 +61,8 @@ def _append(table: Table, ids: list[int], checkpoint: int = 0, v: str = "x") -> 
     result = write_batches(
         writer_spec(table, checkpoint_id=checkpoint), pa.table({"id": pa.array(ids, pa.int64()), "v": [v] * len(ids)})
     )
-    changes = producer.SnapshotChanges(data_files=result.data_files)
-    return producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+    changes = row_delta.SnapshotChanges(data_files=result.data_files)
+    return producer.commit_prepared(table, row_delta.RowDelta(table, "main", changes, {}).prepare())
 
 
 def _file_row_ids(table: Table) -> dict[int, int | None]:
@@ -146,7 +146,7 @@ def test_partitioned_files_take_consecutive_ids_in_manifest_order(catalog: SqlCa
         writer_spec(table), pa.table({"id": pa.array([1, 2, 3, 4, 5], pa.int64()), "v": ["a", "b", "a", "b", "b"]})
     )
     table = producer.commit_prepared(
-        table, producer.RowDelta(table, "main", producer.SnapshotChanges(data_files=result.data_files), {}).prepare()
+        table, row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(data_files=result.data_files), {}).prepare()
     )
     snapshot = table.current_snapshot()
     assert snapshot is not None and (snapshot.first_row_id, snapshot.added_rows) == (0, 5)
@@ -258,8 +258,10 @@ def test_a_commit_whose_first_row_id_went_stale_is_a_retryable_conflict(catalog:
     table = _append(_v3(catalog), [1])
     # Two writers prepare on the same metadata, one on another branch: the second to land carries a
     # first row id below the table's next-row-id, which the catalog refuses; that is retried.
-    on_branch = producer.RowDelta(table, "other", producer.SnapshotChanges(data_files=_files(table, [2])), {}).prepare()
-    on_main = producer.RowDelta(table, "main", producer.SnapshotChanges(data_files=_files(table, [3])), {}).prepare()
+    on_branch = row_delta.RowDelta(
+        table, "other", row_delta.SnapshotChanges(data_files=_files(table, [2])), {}
+    ).prepare()
+    on_main = row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(data_files=_files(table, [3])), {}).prepare()
     producer.commit_prepared(table, on_branch)
     with pytest.raises(CommitFailedException, match=r"first row id"):
         producer.commit_prepared(table, on_main)
@@ -276,9 +278,9 @@ def test_every_commit_kind_v3_cannot_take_is_refused_before_anything_is_written(
         writer_spec(table, checkpoint_id=5, equality_field_ids=(1,), op_column="op"),
         pa.table({"id": pa.array([1], pa.int64()), "v": ["y"], "op": ["U"]}),
     )
-    changes = producer.SnapshotChanges(data_files=deletes.data_files, delete_files=deletes.delete_files)
+    changes = row_delta.SnapshotChanges(data_files=deletes.data_files, delete_files=deletes.delete_files)
     with pytest.raises(UnsupportedTableError, match=r"equality or position delete files.*deletion vectors only"):
-        producer.RowDelta(table, "main", changes, {})
+        row_delta.RowDelta(table, "main", changes, {})
     with pytest.raises(UnsupportedTableError, match=r"expected deletion vectors.*deletion vectors only"):
         RewriteDeletes(table, "main", deletes.delete_files, frozenset(), {})
     assert len(catalog.load_table("db.t").metadata.snapshots) == 1  # nothing was committed

@@ -15,10 +15,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DateType, LongType, NestedField, StringType, StructType, TimestampType
 
 from iceberg_sink._iceberg.files import arrow_schema
+from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.projection import key_schema
-from iceberg_sink.topology.compaction.rewriter import key_columns
-from iceberg_sink.topology.conversion.index import KeyIndex
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.keyindex.index import KeyIndex
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 IO = PyArrowFileIO()
 

@@ -23,11 +23,11 @@ from iceberg_sink.committer import vectors
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committer import IcebergCommitter
 from iceberg_sink.errors import CorruptFileError
+from iceberg_sink.keyindex.index import KeyIndex
+from iceberg_sink.keyindex.keys import ArrowKeys, IndexEntry, SortedKeys, index_rows
+from iceberg_sink.keyindex.persisted import EntryHeader, decode, encode, entry_name, index_location
 from iceberg_sink.topology import maintenance
-from iceberg_sink.topology.conversion.index import KeyIndex
-from iceberg_sink.topology.conversion.keys import ArrowKeys, IndexEntry, SortedKeys, index_rows
-from iceberg_sink.topology.conversion.persisted import EntryHeader, decode, encode, entry_name, index_location
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 from tests.helpers import LosingCatalog, write_batches, writer_spec
 from tests.unit.test_v3_upserts import NO_WAIT, catalog, committable, committer, model, rows_in
 

@@ -8,7 +8,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from iceberg_sink._iceberg.deletes import bounds_may_hold
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

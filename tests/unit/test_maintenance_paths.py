@@ -8,8 +8,8 @@ import pytest
 
 from iceberg_sink import MaintenanceRefusedError
 from iceberg_sink._iceberg.listing import ListedFile
-from iceberg_sink.committer.summary_keys import JobKeys, sink_job_of
 from iceberg_sink.topology.maintenance import location_parts, normalise_location, select_orphans
+from iceberg_sink.vocab.summary_keys import JobKeys, sink_job_of
 
 OLD = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 CUTOFF = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)

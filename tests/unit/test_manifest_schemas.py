@@ -14,7 +14,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, StructType
 
 from iceberg_sink._iceberg.manifests import read_staged_manifest, write_staged_manifest
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()))
 SPECS = {

@@ -14,7 +14,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
 
-from iceberg_sink._iceberg import metadata_cache, producer
+from iceberg_sink._iceberg import metadata_cache, row_delta
 from iceberg_sink._iceberg.commit import commit_metadata
 from iceberg_sink.table.catalog import CatalogConfig
 
@@ -76,7 +76,7 @@ def _snapshot_commit(table: Any, rows: pa.Table) -> tuple[tuple[Any, ...], tuple
     from tests.helpers import write_batches, writer_spec
 
     result = write_batches(writer_spec(table), rows)
-    prepared = producer.RowDelta(table, "main", producer.SnapshotChanges(result.data_files, ()), {}).prepare()
+    prepared = row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(result.data_files, ()), {}).prepare()
     return prepared.requirements, prepared.updates
 
 

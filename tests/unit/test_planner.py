@@ -10,7 +10,7 @@ from pyiceberg.transforms import IdentityTransform, VoidTransform
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink.topology.compaction.planner import _bin_pack
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 
 def live(

@@ -11,8 +11,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from iceberg_sink._iceberg import producer
-from iceberg_sink._iceberg.files import live_files
+from iceberg_sink._iceberg import producer, rewrites, row_delta
+from iceberg_sink._iceberg.entries import live_files
 from iceberg_sink._iceberg.summary import summary_totals
 from tests.helpers import write_batches, writer_spec
 
@@ -58,8 +58,8 @@ def test_every_commit_kind_writes_v1_manifests_into_a_v1_table(v1_catalog: SqlCa
             writer_spec(table, checkpoint_id=checkpoint),
             pa.table({"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids)}),
         )
-        changes = producer.SnapshotChanges(data_files=result.data_files)
-        table = producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+        changes = row_delta.SnapshotChanges(data_files=result.data_files)
+        table = producer.commit_prepared(table, row_delta.RowDelta(table, "main", changes, {}).prepare())
     data, _ = live_files(table, table.current_snapshot())
     # A rewrite of both files into one, then a manifest rewrite: each must stay format version 1.
     merged = write_batches(
@@ -67,11 +67,11 @@ def test_every_commit_kind_writes_v1_manifests_into_a_v1_table(v1_catalog: SqlCa
     )
     removed = frozenset(f.meta.path for f in data)
     table = producer.commit_prepared(
-        table, producer.RewriteFiles(table, "main", merged.data_files, removed, 1, {}).prepare()
+        table, rewrites.RewriteFiles(table, "main", merged.data_files, removed, 1, {}).prepare()
     )
     assert _manifest_format_versions(table, table.current_snapshot()) == {"1"}
     # Two appends and a rewrite left several manifests: the manifest rewrite merges them.
-    rewrite = producer.RewriteManifests(table, "main", 10_000, {})
+    rewrite = rewrites.RewriteManifests(table, "main", 10_000, {})
     assert rewrite.worthwhile()
     table = producer.commit_prepared(table, rewrite.prepare())
     assert _manifest_format_versions(table, table.current_snapshot()) == {"1"}
@@ -86,9 +86,9 @@ def test_delete_files_are_refused_for_a_v1_table(v1_catalog: SqlCatalog) -> None
         writer_spec(table, equality_field_ids=(1,), op_column="op"),
         pa.table({"id": pa.array([1], pa.int64()), "v": ["x"], "op": ["U"]}),
     )
-    changes = producer.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files)
+    changes = row_delta.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files)
     with pytest.raises(ValueError, match="format version 2"):
-        producer.RowDelta(table, "main", changes, {})
+        row_delta.RowDelta(table, "main", changes, {})
 
 
 def test_a_truncating_row_delta_removes_every_live_file_and_adds_its_own(tmp_path: Path) -> None:
@@ -101,18 +101,18 @@ def test_a_truncating_row_delta_removes_every_live_file_and_adds_its_own(tmp_pat
         result = write_batches(
             writer_spec(table, checkpoint_id=checkpoint, equality_field_ids=(1,), op_column="op"), upserts
         )
-        changes = producer.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files)
-        table = producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+        changes = row_delta.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files)
+        table = producer.commit_prepared(table, row_delta.RowDelta(table, "main", changes, {}).prepare())
     data, deletes = live_files(table, table.current_snapshot())
     assert len(data) == 2 and len(deletes) == 2
     # The rows after the truncate: one data file, and the marker row is reported, not written.
     after = pa.table({"id": pa.array([None, 7], pa.int64()), "v": [None, "y"], "op": ["T", "I"]})
     result = write_batches(writer_spec(table, checkpoint_id=2, equality_field_ids=(1,), op_column="op"), after)
     assert result.truncated and len(result.data_files) == 1
-    changes = producer.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files, truncate=True)
+    changes = row_delta.SnapshotChanges(data_files=result.data_files, delete_files=result.delete_files, truncate=True)
     assert changes.operation.value == "overwrite"
-    assert producer.SnapshotChanges(truncate=True).operation.value == "delete"
-    table = producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+    assert row_delta.SnapshotChanges(truncate=True).operation.value == "delete"
+    table = producer.commit_prepared(table, row_delta.RowDelta(table, "main", changes, {}).prepare())
     data, deletes = live_files(table, table.current_snapshot())
     assert [f.meta.path for f in data] == [f.path for f in result.data_files]
     assert {f.meta.path for f in deletes} == {f.path for f in result.delete_files}

@@ -1,4 +1,4 @@
-"""job/routing.py's each_table: tables' commits on several threads, results in the tables' order,
+"""job/committing.py's each_table: tables' commits on several threads, results in the tables' order,
 one table's failure kept beside the others' results, a process stop raised after all returned."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from iceberg_sink.job.routing import each_table
+from iceberg_sink.job.committing import each_table
 
 
 def test_commits_run_at_once_up_to_the_thread_count() -> None:

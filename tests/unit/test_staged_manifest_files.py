@@ -37,7 +37,7 @@ from pyiceberg.types import (
 )
 
 from iceberg_sink._iceberg import manifests
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 TYPES: list[tuple[Any, Any]] = [
     (BooleanType(), True),
@@ -113,7 +113,7 @@ def test_a_double_partition_value_survives_staging_and_commit_exactly(tmp_path: 
     """PyIceberg 0.12's Cython decoder reads doubles in single precision (``_iceberg/avro_read.py``):
     a staged double partition value read back, and the manifest a commit writes from it, keep every
     bit (checked in the manifest's bytes, not only through our reader)."""
-    from iceberg_sink._iceberg import producer
+    from iceberg_sink._iceberg import producer, row_delta
     from iceberg_sink._iceberg.avro_read import fetch_entries
     from iceberg_sink.table.catalog import CatalogConfig
 
@@ -127,8 +127,8 @@ def test_a_double_partition_value_survives_staging_and_commit_exactly(tmp_path: 
     staged = manifests.write_staged_manifest(table.io, staged_path, table.spec(), table.schema(), files, False)
     read = manifests.read_staged_manifest(table.io, manifests.StagedManifest.from_json(staged.to_json()))  # a restart
     assert struct.pack("<d", read[0].partition[0]) == struct.pack("<d", value)
-    changes = producer.SnapshotChanges(tuple(read), ())
-    committed = producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+    changes = row_delta.SnapshotChanges(tuple(read), ())
+    committed = producer.commit_prepared(table, row_delta.RowDelta(table, "main", changes, {}).prepare())
     snapshot = committed.current_snapshot()
     assert snapshot is not None
     (manifest,) = snapshot.manifests(committed.io)

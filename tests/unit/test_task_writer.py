@@ -36,7 +36,7 @@ from pyiceberg.types import (
 )
 
 from iceberg_sink import InvalidInputError
-from iceberg_sink.writer.result import FileContent
+from iceberg_sink.vocab.files import FileContent
 from tests.helpers import write_batches, writer_spec
 
 SCHEMA = Schema(

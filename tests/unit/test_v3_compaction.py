@@ -30,11 +30,12 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import UnsupportedTableError
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import producer, rewrites, row_delta
 from iceberg_sink._iceberg.deletes import DeleteRules
 from iceberg_sink._iceberg.deletion_vectors import DeletionVector, read_deletion_vector, write_deletion_vectors
-from iceberg_sink._iceberg.files import ManifestEntries, live_files
+from iceberg_sink._iceberg.entries import ManifestEntries, live_files
 from iceberg_sink._iceberg.lineage import first_row_ids, read_entries, read_manifests, with_lineage_columns
+from iceberg_sink._iceberg.live_rows import apply_deletes, delete_cache
 from iceberg_sink._iceberg.live_vectors import live_vectors
 from iceberg_sink._iceberg.manifests import as_v3_data_file, data_file_first_row_id
 from iceberg_sink._iceberg.projection import read_projected
@@ -42,13 +43,7 @@ from iceberg_sink.table.catalog import create_table
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.job import _validate, _writer_spec
 from iceberg_sink.topology.compaction.planner import plan
-from iceberg_sink.topology.compaction.rewriter import (
-    apply_deletes,
-    delete_cache,
-    encode_group,
-    rewrite_group,
-    with_row_lineage,
-)
+from iceberg_sink.topology.compaction.rewriter import encode_group, rewrite_group, with_row_lineage
 from tests.helpers import write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
@@ -65,8 +60,8 @@ def _append(table: Table, ids: list[int], checkpoint: int) -> Table:
     result = write_batches(
         writer_spec(table, checkpoint_id=checkpoint), pa.table({"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids)})
     )
-    changes = producer.SnapshotChanges(data_files=result.data_files)
-    return producer.commit_prepared(table, producer.RowDelta(table, "main", changes, {}).prepare())
+    changes = row_delta.SnapshotChanges(data_files=result.data_files)
+    return producer.commit_prepared(table, row_delta.RowDelta(table, "main", changes, {}).prepare())
 
 
 def _compact(table: Table) -> Table:
@@ -82,7 +77,7 @@ def _compact(table: Table) -> Table:
     for i, group in enumerate(the_plan.groups):
         added += rewrite_group(spec, encode_group(group, None, the_plan.rules, row_ids), i, 0).data_files
     removed = frozenset(f.meta.path for g in the_plan.groups for f in g.data_files)
-    rewrite = producer.RewriteFiles(table, "main", added, removed, the_plan.sequence_number, {}, entries)
+    rewrite = rewrites.RewriteFiles(table, "main", added, removed, the_plan.sequence_number, {}, entries)
     return producer.commit_prepared(table, rewrite.prepare())
 
 
@@ -177,7 +172,7 @@ def test_compaction_leaves_the_ids_of_files_it_does_not_rewrite_alone(catalog: S
     ]
     new = write_batches(spec, pa.concat_tables(rows)).data_files
     removed = frozenset(f.meta.path for f in small)
-    rewrite = producer.RewriteFiles(table, "main", new, removed, snapshot.sequence_number or 0, {}, entries)
+    rewrite = rewrites.RewriteFiles(table, "main", new, removed, snapshot.sequence_number or 0, {}, entries)
     table = producer.commit_prepared(table, rewrite.prepare())
     assert _lineage(table) == before
     # The big file's manifest was carried over with its first row id.
@@ -225,7 +220,7 @@ def test_a_compaction_that_lost_a_race_with_an_append_is_prepared_again_and_keep
     removed = frozenset(f.meta.path for f in the_plan.groups[0].data_files)
 
     def rewrite(on: Table) -> producer.PreparedCommit:
-        return producer.RewriteFiles(on, "main", added, removed, the_plan.sequence_number, {}, entries).prepare()
+        return rewrites.RewriteFiles(on, "main", added, removed, the_plan.sequence_number, {}, entries).prepare()
 
     stale = rewrite(table)
     appended = _append(table, [6, 7], 2)  # another writer wins the race
@@ -324,7 +319,7 @@ def test_compaction_applies_deletion_vectors_and_drops_only_those_of_the_files_i
         )
     new = write_batches(spec, pa.concat_tables(rows)).data_files
     removed = frozenset(f.meta.path for f in group)
-    rewrite = producer.RewriteFiles(table, "main", new, removed, snapshot.sequence_number or 0, {}, entries)
+    rewrite = rewrites.RewriteFiles(table, "main", new, removed, snapshot.sequence_number or 0, {}, entries)
     table = producer.commit_prepared(table, rewrite.prepare())
 
     after = table.current_snapshot()

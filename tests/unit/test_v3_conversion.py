@@ -27,7 +27,7 @@ from iceberg_sink._iceberg.position_deletes import read_positions
 from iceberg_sink.table.catalog import create_table
 from iceberg_sink.table.versions import upgrade_format_version
 from iceberg_sink.topology.conversion.job import convert_equality_deletes
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 from tests.helpers import LosingCatalog, write_batches, writer_spec
 from tests.unit.test_v3_upserts import SCHEMA, committable, committer, live_deletes, rows_in
 

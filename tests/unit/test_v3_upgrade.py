@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import IcebergSink, InvalidSinkConfigError, UnsupportedTableError
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import producer, row_delta
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import data_file_first_row_id
 from iceberg_sink.cli import EXIT_OK, EXIT_USAGE, main
@@ -44,7 +44,7 @@ def _table(catalog: SqlCatalog, version: int = 2) -> Table:
 def _prepare_append(table: Table, ids: list[int], checkpoint: int) -> producer.PreparedCommit:
     batch = pa.table({"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids)})
     result = write_batches(writer_spec(table, checkpoint_id=checkpoint), batch)
-    return producer.RowDelta(table, "main", producer.SnapshotChanges(data_files=result.data_files), {}).prepare()
+    return row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(data_files=result.data_files), {}).prepare()
 
 
 def _append(table: Table, ids: list[int], checkpoint: int) -> Table:

@@ -19,7 +19,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from iceberg_sink import UnsupportedTableError
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import producer, row_delta
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, serialize
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
@@ -30,9 +30,9 @@ from iceberg_sink.committer import vectors
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import IcebergCommitter
+from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.table.catalog import create_table
-from iceberg_sink.topology.conversion.index import KeyIndex
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 from tests.helpers import LosingCatalog, write_batches, writer_spec
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()))
@@ -198,7 +198,9 @@ def test_another_writers_dv_on_the_same_file_is_merged_on_retry(catalog: LosingC
     )
     producer.commit_prepared(
         other,
-        producer.RowDelta(other, "main", producer.SnapshotChanges(delete_files=(meta,)), {"writer": "other"}).prepare(),
+        row_delta.RowDelta(
+            other, "main", row_delta.SnapshotChanges(delete_files=(meta,)), {"writer": "other"}
+        ).prepare(),
     )
     # Our committer loads the table before the other commit landed: its first attempt conflicts.
     stale = other
@@ -306,7 +308,7 @@ def test_equality_and_position_delete_files_are_refused_on_v3(catalog: LosingCat
     position = write_position_deletes(table.io, table.location() + "/data/p.parquet", made.data_files[0], [[0]])
     for f in (*made.delete_files, position):
         with pytest.raises(UnsupportedTableError, match=r"equality or position delete files"):
-            producer.RowDelta(table, "main", producer.SnapshotChanges(made.data_files, (f,)), {})
+            row_delta.RowDelta(table, "main", row_delta.SnapshotChanges(made.data_files, (f,)), {})
     assert not catalog.load_table("db.t").snapshots()
 
 
@@ -380,8 +382,8 @@ def test_a_dv_written_as_a_bare_blob_as_duckdb_up_to_1_5_3_did_is_read_and_merge
     )
     producer.commit_prepared(
         table,
-        producer.RowDelta(
-            table, "main", producer.SnapshotChanges(delete_files=(meta,)), {"writer": "duckdb"}
+        row_delta.RowDelta(
+            table, "main", row_delta.SnapshotChanges(delete_files=(meta,)), {"writer": "duckdb"}
         ).prepare(),
     )
     with pytest.raises(ValueError, match="magic"):  # PyIceberg 0.12 parses the whole file: it refuses it

@@ -41,19 +41,21 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from iceberg_sink import options
-from iceberg_sink._iceberg import producer
+from iceberg_sink._iceberg import producer, rewrites
 from iceberg_sink._iceberg.deletes import DeleteRules
-from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, delete_quietly, live_files
+from iceberg_sink._iceberg.entries import ManifestEntries, live_files
+from iceberg_sink._iceberg.files import LiveFile, branch_head, delete_quietly
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION, first_row_ids, with_lineage_columns
 from iceberg_sink._iceberg.live_vectors import live_vectors
 from iceberg_sink._iceberg.position_deletes import referenced_data_file
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
-from iceberg_sink.committer import summary_keys
 from iceberg_sink.table.catalog import file_io_properties
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.planner import CompactionPlan, plan
 from iceberg_sink.topology.compaction.rewriter import SortField, SortSpec, encode_group, sortable, spark_rewrite
-from iceberg_sink.writer.result import FileContent, WriteResult
+from iceberg_sink.vocab import summary_keys
+from iceberg_sink.vocab.files import FileContent
+from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spark import shipped
 from iceberg_sink.writer.spec import WriterSpec
 
@@ -277,7 +279,7 @@ def _compact_once(
             return None
         replaced = [f for i in kept for f in the_plan.groups[i].data_files]
         removed_deletes = _still_removable(head_files, the_plan, {f.meta.path for f in replaced})
-        return producer.RewriteFiles(
+        return rewrites.RewriteFiles(
             current,
             branch,
             [f for i in kept for f in results[i].data_files],

@@ -19,7 +19,8 @@ import attrs
 from pyiceberg.table import Table
 
 from iceberg_sink._iceberg.deletes import DeleteRules
-from iceberg_sink._iceberg.files import LiveFile, ManifestEntries, branch_head, live_files
+from iceberg_sink._iceberg.entries import ManifestEntries, live_files
+from iceberg_sink._iceberg.files import LiveFile, branch_head
 from iceberg_sink.topology.compaction.config import CompactionConfig
 
 PartitionKey = tuple[int, tuple[Any, ...]]

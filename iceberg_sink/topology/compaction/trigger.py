@@ -20,7 +20,7 @@ from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.compaction.job import CompactionResult, compact
 from iceberg_sink.topology.hooks import CommitResult
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.vocab.files import DataFileMeta
 
 
 def _deletes_of(summary: Mapping[str, str]) -> tuple[int, int]:

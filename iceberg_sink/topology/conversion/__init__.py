@@ -12,11 +12,8 @@ close to a merge-on-read table's, as Iceberg's Flink maintenance ("convert equal
   by key bounds), write one position delete file per data file (merged with that file's existing
   file-scoped position deletes; on v3 one DV per data file, merged with its live DV), and commit a
   ``replace`` snapshot that swaps the delete files, validated against the branch head of every attempt.
-- index.py: the key index the trigger keeps between runs (data files' keys in memory, sorted for
-  integer keys), so a run reads only the files committed since the previous one.
-- keys.py: one data file's keys in the index's two forms (sorted int64 keys, or Arrow columns).
-- persisted.py: the index's entries in table storage (``<metadata>/iceberg-sink-key-index/``), so a
-  restarted driver loads them instead of reading the data files again (the v3 committer's index too).
+- the key index the trigger keeps between runs, so a run reads only the files committed since the
+  previous one, is iceberg_sink/keyindex/ (the v3 committer resolves its deletes with it too).
 - config.py: triggers (commits, live equality deletes, delete files) and where it runs.
 - trigger.py: the post-commit step, one conversion per table at a time, in the background.
 """

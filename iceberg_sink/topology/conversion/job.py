@@ -66,23 +66,18 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import producer
 from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
-from iceberg_sink._iceberg.files import (
-    LiveFile,
-    ManifestEntries,
-    PartitionPath,
-    branch_head,
-    delete_quietly,
-    live_files,
-)
+from iceberg_sink._iceberg.entries import ManifestEntries, live_files
+from iceberg_sink._iceberg.files import LiveFile, PartitionPath, branch_head, delete_quietly
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
+from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions, write_position_deletes
 from iceberg_sink._iceberg.projection import key_schema, name_mapping_of, read_projected
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
-from iceberg_sink.committer import summary_keys, vectors
+from iceberg_sink.committer import vectors
+from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.topology import arguments
-from iceberg_sink.topology.compaction.rewriter import key_columns
-from iceberg_sink.topology.conversion.index import KeyIndex
-from iceberg_sink.writer.result import DataFileMeta, FileContent
+from iceberg_sink.vocab import summary_keys
+from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from pyiceberg.table import Table
 
+from iceberg_sink.keyindex.index import DEFAULT_MAX_BYTES, KeyIndex
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.conversion.config import ConversionConfig
-from iceberg_sink.topology.conversion.index import DEFAULT_MAX_BYTES, KeyIndex
 from iceberg_sink.topology.conversion.job import ConversionResult, convert_equality_deletes
 from iceberg_sink.topology.hooks import CommitResult
 

@@ -5,56 +5,46 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 
-import attrs
-from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig, SinkConfig, change_config
-from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.builder import checks
+from iceberg_sink.config import CreateOptions, SinkConfig, change_config
+from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError
 from iceberg_sink.job.dead_letter import check_target
 from iceberg_sink.observe.prometheus import (
     DEFAULT_ADDR,
     DEFAULT_MAX_TABLES,
-    PrometheusConfig,
-    require_prometheus_client,
 )
-from iceberg_sink.sink import IcebergSink
 from iceberg_sink.table import names
-from iceberg_sink.table.catalog import CatalogConfig, load_table, scrub
-from iceberg_sink.table.keys import resolve_key
+from iceberg_sink.table.catalog import CatalogConfig
 from iceberg_sink.table.partitioning import field_name, parse_terms
-from iceberg_sink.table.schema import check_changes_table, partition_problem
+from iceberg_sink.table.schema import partition_problem
 from iceberg_sink.topology.compaction.config import CompactionConfig
 from iceberg_sink.topology.conversion.config import ConversionConfig
-from iceberg_sink.topology.distribution import DistributionMode
 from iceberg_sink.topology.hooks import PostCommitHook, PreCommitHook
+from iceberg_sink.vocab.distribution import DistributionMode
 
 _UNSET: Any = object()
 
 
-@attrs.frozen
-class _Checked:
-    """What :meth:`IcebergSinkBuilder.validate` checked: the options parsed, before any catalog."""
-
-    route: RouteConfig | None
-    distribution: str | None
-    write_options: dict[str, Any]
-    create: CreateOptions | None
-    changes: ChangeConfig | None
-    compaction: CompactionConfig | None
-    conversion: ConversionConfig | None
-    prometheus: PrometheusConfig | None
-    dead_letter: str | None = None
+#: What ``build()`` returns: ``IcebergSink.builder()`` passes the sink's class, which lives a layer up.
+SinkT = TypeVar("SinkT")
 
 
-class IcebergSinkBuilder:
-    """Fluent configuration of an :class:`IcebergSink`. Each method returns the builder."""
+class IcebergSinkBuilder(Generic[SinkT]):
+    """Fluent configuration of an :class:`IcebergSink`. Each method returns the builder.
 
-    def __init__(self) -> None:
+    Args:
+        make: what ``build()`` makes of the checked configuration (``IcebergSink.builder()`` passes the
+            sink's class; the builder never imports the sink it builds).
+    """
+
+    def __init__(self, make: Callable[[SinkConfig], SinkT]) -> None:
+        self._make = make
         self._catalog: CatalogConfig | None = None
         self._catalog_error: str | None = None
         self._embedded_root: str | None = None
@@ -73,7 +63,7 @@ class IcebergSinkBuilder:
         self._routes: list[dict[str, Any]] = []
         self._dead_letter: Any = None
 
-    def catalog(self, name: str, **properties: Any) -> IcebergSinkBuilder:
+    def catalog(self, name: str, **properties: Any) -> Self:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
         if not isinstance(name, str) or not name:
             self._catalog_error = f"catalog: expected a non-empty name, received {name!r}"
@@ -81,12 +71,12 @@ class IcebergSinkBuilder:
             self._catalog = CatalogConfig(name, {k: str(v) for k, v in properties.items()})
         return self
 
-    def embedded(self, root: str | os.PathLike[str]) -> IcebergSinkBuilder:
+    def embedded(self, root: str | os.PathLike[str]) -> Self:
         """Use the embedded default catalog (SQLite + local warehouse) under ``root``."""
         self._embedded_root = os.fspath(root)
         return self
 
-    def table(self, identifier: str) -> IcebergSinkBuilder:
+    def table(self, identifier: str) -> Self:
         """The target table, ``namespace.name``."""
         self._table = identifier
         return self
@@ -98,7 +88,7 @@ class IcebergSinkBuilder:
         table_column: str | None = None,
         namespace: str | None = None,
         allow: Sequence[str] | None = None,
-    ) -> IcebergSinkBuilder:
+    ) -> Self:
         """Write one stream to many tables: each row goes to the table its route names.
 
         Give either ``table_column`` (a string column naming each row's table; it is not written to
@@ -120,58 +110,12 @@ class IcebergSinkBuilder:
         self._routes.append({"fn": fn, "table_column": table_column, "namespace": namespace, "allow": allow})
         return self
 
-    def _route_config(self, problems: list[str]) -> RouteConfig | None:
-        if not self._routes:
-            return None
-        if len(self._routes) > 1:
-            problems.append(f"route: expected one call, received {len(self._routes)}")
-            return None
-        fn, column, namespace = (self._routes[0][k] for k in ("fn", "table_column", "namespace"))
-        if (fn is None) == (column is None):
-            problems.append(
-                "route: expected exactly one of fn (a function of a row) and table_column (a column name), "
-                f"received fn={fn!r}, table_column={column!r}"
-            )
-            return None
-        if fn is not None and not callable(fn):
-            problems.append(f"route(fn): expected a callable returning a table name, received {fn!r}")
-            return None
-        if column is not None and (not isinstance(column, str) or not column):
-            problems.append(f"route(table_column): expected a column name, received {column!r}")
-            return None
-        if namespace is not None:
-            problem = names.namespace_problem(namespace.strip(".") if isinstance(namespace, str) else namespace)
-            if problem is not None:
-                problems.append(f"route(namespace): {problem}")
-                return None
-            namespace = namespace.strip(".")
-        allow = self._routes[0]["allow"]
-        if allow is not None and (isinstance(allow, str) or not all(isinstance(a, str) for a in allow) or not allow):
-            problems.append(
-                f"route(allow): expected a non-empty list of table names or glob patterns, received {allow!r}"
-            )
-            return None
-        allowed = tuple(allow or ())
-        for entry in allowed:
-            try:
-                names.allow_pattern(entry, namespace)
-            except InvalidSinkConfigError as e:
-                problems.append(str(e))
-                return None
-        if namespace is None and not allowed:
-            problems.append(
-                "route: expected namespace= (the only namespace the route may write) or allow=[...] (the tables "
-                "or patterns it may write), received neither: a routed row could otherwise name any table"
-            )
-            return None
-        return RouteConfig(table_column=column, fn=fn, namespace=namespace, allow=allowed)
-
     def create_if_missing(
         self,
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         format_version: int = 2,
-    ) -> IcebergSinkBuilder:
+    ) -> Self:
         """Create the table from the DataFrame's schema when it does not exist.
 
         Args:
@@ -188,28 +132,28 @@ class IcebergSinkBuilder:
         }
         return self
 
-    def distribution_mode(self, mode: str) -> IcebergSinkBuilder:
+    def distribution_mode(self, mode: str) -> Self:
         """``"none"``, ``"hash"`` (by partition) or ``"range"`` (by partition and sort order)."""
         self._distribution = mode
         return self
 
-    def branch(self, name: str) -> IcebergSinkBuilder:
+    def branch(self, name: str) -> Self:
         """Commit to this branch (created from main's head on the first commit if missing)."""
         self._branch = name
         return self
 
-    def write_option(self, key: str, value: Any) -> IcebergSinkBuilder:
+    def write_option(self, key: str, value: Any) -> Self:
         """Set one option (see docs/options.md); overrides the table property of the same key."""
         self._write_options[key] = value
         return self
 
-    def max_pending_checkpoints(self, limit: int) -> IcebergSinkBuilder:
+    def max_pending_checkpoints(self, limit: int) -> Self:
         """Streams: how many checkpoints may be written and kept pending while the catalog is
         unreachable, or after other writers won every attempt of their commits, before the stream
         fails (``iceberg-sink.commit.max-pending-checkpoints``)."""
         return self.write_option("iceberg-sink.commit.max-pending-checkpoints", limit)
 
-    def schema_evolution(self, mode: str) -> IcebergSinkBuilder:
+    def schema_evolution(self, mode: str) -> Self:
         """Let the sink change the table's schema for a micro-batch that needs it (option
         ``iceberg-sink.schema-evolution``; see docs/schema-evolution.md).
 
@@ -220,7 +164,7 @@ class IcebergSinkBuilder:
         """
         return self.write_option("iceberg-sink.schema-evolution", mode)
 
-    def map_batches(self, fn: Callable[[DataFrame], DataFrame]) -> IcebergSinkBuilder:
+    def map_batches(self, fn: Callable[[DataFrame], DataFrame]) -> Self:
         """Apply ``fn`` to every micro-batch (and to ``write()``'s DataFrame) before anything else.
 
         For readers whose output schema is known only per batch, such as
@@ -230,7 +174,7 @@ class IcebergSinkBuilder:
         self._map_batches.append(fn)
         return self
 
-    def dead_letter(self, table: str) -> IcebergSinkBuilder:
+    def dead_letter(self, table: str) -> Self:
         """Write refused rows to the Iceberg table ``table`` (``namespace.name``, created when
         missing) instead of failing the batch: Kafka Connect's ``errors.tolerance=all`` with a
         dead-letter queue.
@@ -247,7 +191,7 @@ class IcebergSinkBuilder:
         self._dead_letter = table
         return self
 
-    def debezium(self, value_column: str = "value", *, truncate: str = "fail", **kwargs: Any) -> IcebergSinkBuilder:
+    def debezium(self, value_column: str = "value", *, truncate: str = "fail", **kwargs: Any) -> Self:
         """Read each micro-batch as Debezium JSON envelopes: shorthand for
         ``.map_batches(lambda b: read_envelope(b, value_column, truncate=truncate, **kwargs))`` (see
         iceberg_sink/sources/debezium.py and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``.
@@ -287,7 +231,7 @@ class IcebergSinkBuilder:
 
         return self.map_batches(read)
 
-    def pre_commit_hook(self, fn: PreCommitHook) -> IcebergSinkBuilder:
+    def pre_commit_hook(self, fn: PreCommitHook) -> Self:
         """Call ``fn(summary)`` on the driver before each commit (see topology/hooks.py).
 
         ``fn`` may return a mapping of snapshot properties to add, or raise to veto the commit (the
@@ -296,7 +240,7 @@ class IcebergSinkBuilder:
         self._pre_hooks.append(fn)
         return self
 
-    def post_commit_hook(self, fn: PostCommitHook) -> IcebergSinkBuilder:
+    def post_commit_hook(self, fn: PostCommitHook) -> Self:
         """Call ``fn(result)`` after each successful commit, in registration order.
 
         A failing hook is logged and counted (``sink.metrics().post_commit_hook_failures``) and never
@@ -315,7 +259,7 @@ class IcebergSinkBuilder:
         delete_files: int | None = None,
         delete_records: int | None = None,
         **planning: Any,
-    ) -> IcebergSinkBuilder:
+    ) -> Self:
         """Compact small files (and apply deletes) after commits; see topology/compaction.
 
         Any trigger starts a compaction: ``every_n_commits`` commits, a partition receiving more than
@@ -345,7 +289,7 @@ class IcebergSinkBuilder:
         delete_files: int | None = None,
         background: bool = True,
         max_replans: int = 3,
-    ) -> IcebergSinkBuilder:
+    ) -> Self:
         """Convert the stream's equality deletes into position deletes after commits, so that full
         reads cost about what a merge-on-read table's do; see topology/conversion and docs/cdc.md.
 
@@ -370,7 +314,7 @@ class IcebergSinkBuilder:
         addr: str = DEFAULT_ADDR,
         job: str | None = None,
         max_tables: int = DEFAULT_MAX_TABLES,
-    ) -> IcebergSinkBuilder:
+    ) -> Self:
         """Serve the sink's metrics to Prometheus over HTTP from ``build()`` on (docs/metrics.md).
 
         Args:
@@ -386,33 +330,9 @@ class IcebergSinkBuilder:
         self._prometheus = {"port": port, "addr": addr, "job": job, "max_tables": max_tables}
         return self
 
-    def _prometheus_config(self, problems: list[str]) -> PrometheusConfig | None:
-        if self._prometheus is None:
-            return None
-        port, addr, job = self._prometheus["port"], self._prometheus["addr"], self._prometheus["job"]
-        max_tables = self._prometheus["max_tables"]
-        if isinstance(max_tables, bool) or not isinstance(max_tables, int) or max_tables < 1:
-            problems.append(
-                f"prometheus(max_tables): expected a positive integer (tables with their own series), "
-                f"received {max_tables!r}"
-            )
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            problems.append(
-                f"prometheus(port): expected an integer from 0 to 65535 (0: any free port), received {port!r}"
-            )
-        if not isinstance(addr, str):
-            problems.append(f"prometheus(addr): expected an address string such as '127.0.0.1', received {addr!r}")
-        if job is not None and (not isinstance(job, str) or not job):
-            problems.append(f"prometheus(job): expected a non-empty string or None, received {job!r}")
-        try:
-            require_prometheus_client()
-        except InvalidSinkConfigError as e:
-            problems.append(str(e))
-        return PrometheusConfig(port=port, addr=addr, job=job, max_tables=max_tables)
-
     def upsert(
         self, key: Sequence[str] | None = None, *, key_column: str | None = None, order_by: str | None = None
-    ) -> IcebergSinkBuilder:
+    ) -> Self:
         """Every row is the new state of its key: it replaces the row with the same key, or is inserted.
 
         Args:
@@ -437,7 +357,7 @@ class IcebergSinkBuilder:
         order_by: str | None = None,
         *,
         key_column: str | None = None,
-    ) -> IcebergSinkBuilder:
+    ) -> Self:
         """Rows carry an operation (insert, update, update-before, delete) in ``op_column``.
 
         Args:
@@ -463,12 +383,12 @@ class IcebergSinkBuilder:
         """
         self._checked()
 
-    def _checked(self) -> _Checked:
+    def _checked(self) -> checks.Checked:
         """The options parsed and checked without a catalog; raises naming every problem at once."""
         problems: list[str] = []
         if self._catalog_error:
             problems.append(self._catalog_error)
-        route = self._route_config(problems)
+        route = checks.route_config(self._routes, problems)
         if self._routes and self._table is not _UNSET:
             problems.append(
                 f"table/route: a sink writes either one table (.table) or the tables its rows are routed to "
@@ -559,7 +479,7 @@ class IcebergSinkBuilder:
                     )
                 except InvalidSinkConfigError as e:
                     problems.append(str(e))
-        prometheus = self._prometheus_config(problems)
+        prometheus = checks.prometheus_config(self._prometheus, problems)
         dead_letter = None
         if self._dead_letter is not None:
             problem = check_target(self._dead_letter, self._table if isinstance(self._table, str) else "")
@@ -569,11 +489,11 @@ class IcebergSinkBuilder:
                 dead_letter = self._dead_letter.strip().strip(".")
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
-        return _Checked(
+        return checks.Checked(
             route, distribution, parsed_options, create, changes, compaction, conversion, prometheus, dead_letter
         )
 
-    def build(self) -> IcebergSink:
+    def build(self) -> SinkT:
         """Validate every option at once and return the sink.
 
         Raises:
@@ -616,57 +536,6 @@ class IcebergSinkBuilder:
 
         if route is not None:
             # The tables are known only from the rows; each is checked when first seen.
-            return IcebergSink(sink_config(""))
-        secret_props = dict(catalog.properties)
-        loaded = catalog.load()  # CatalogLoadError (an InvalidSinkConfigError) shows no secret
-        try:
-            existing = load_table(loaded, self._table)
-        except NoSuchTableError:
-            existing = None
-        except InvalidSinkConfigError:
-            raise  # the sink's own refusal (a name or location rule), already naming the table
-        except Exception as e:
-            raise InvalidSinkConfigError(
-                f"table {self._table!r}: could not be loaded from catalog {catalog.name!r}: "
-                f"{type(e).__name__}: {scrub(str(e), secret_props)}"
-            ) from None
-        if existing is None and create is None:
-            raise InvalidSinkConfigError(
-                f"table {self._table} does not exist in catalog {catalog.name!r}; create it first or call "
-                ".create_if_missing(partition_by=[...])"
-            )
-        if existing is not None and existing.metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
-            raise InvalidSinkConfigError(
-                f"table {self._table} has format version {existing.metadata.format_version}; "
-                f"this sink writes format versions {SUPPORTED_FORMAT_VERSIONS}"
-            )
-        if existing is not None:
-            # Table properties must parse too; raises naming the property.
-            options.resolve(parsed_options, existing.properties)
-            if changes is not None:
-                # No key=[...]: the table's identifier fields are the key (table/keys.py).
-                key = resolve_key(
-                    self._table,
-                    existing,
-                    (),
-                    changes.key,
-                    key_column=None,
-                    op_column=changes.op_column,
-                    prefer_table=False,
-                )
-                if changes.op_column in key:
-                    raise InvalidSinkConfigError(
-                        f"table {self._table}: its identifier fields {list(key)} include the op column "
-                        f"{changes.op_column!r} given to .cdc(op_column=...)"
-                    )
-                changes = attrs.evolve(changes, key=key)
-                try:
-                    check_changes_table(self._table, existing, changes.key)
-                except UnsupportedTableError as e:
-                    raise InvalidSinkConfigError(str(e)) from e
-        elif changes is not None and not changes.key:
-            raise InvalidSinkConfigError(
-                f"table {self._table} does not exist: .cdc/.upsert need key=[...] to create it (an existing "
-                "table's identifier fields would be its key)"
-            )
-        return IcebergSink(sink_config(self._table))
+            return self._make(sink_config(""))
+        changes = checks.against_catalog(catalog, self._table, create, parsed_options, changes)
+        return self._make(sink_config(self._table))

@@ -45,8 +45,8 @@ from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
 from iceberg_sink.errors import CorruptFileError
-from iceberg_sink.topology.conversion.keys import ArrowKeys, IndexEntry, SortedKeys
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.keyindex.keys import ArrowKeys, IndexEntry, SortedKeys
+from iceberg_sink.vocab.files import DataFileMeta
 
 logger = logging.getLogger("iceberg_sink")
 

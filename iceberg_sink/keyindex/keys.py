@@ -1,8 +1,8 @@
 """One data file's equality keys as the key index holds them: sorted int64 keys or Arrow columns.
 
 Both forms are immutable values, built once from the file's projected key columns
-(:func:`index_rows`), kept in memory by :class:`~iceberg_sink.topology.conversion.index.KeyIndex`
-and written to table storage by :mod:`~iceberg_sink.topology.conversion.persisted`.
+(:func:`index_rows`), kept in memory by :class:`~iceberg_sink.keyindex.index.KeyIndex`
+and written to table storage by :mod:`~iceberg_sink.keyindex.persisted`.
 """
 
 from __future__ import annotations

@@ -52,13 +52,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.name_mapping import NameMapping
 
-from iceberg_sink._iceberg.files import ManifestEntries
+from iceberg_sink._iceberg.entries import ManifestEntries
+from iceberg_sink._iceberg.live_rows import matching_rows
 from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
-from iceberg_sink.topology.compaction.rewriter import matching_rows
-from iceberg_sink.topology.conversion.keys import IndexEntry, SortedKeys, as_int64, index_rows
-from iceberg_sink.topology.conversion.persisted import PersistCounters, PersistedKeys, index_location
-from iceberg_sink.writer.result import DataFileMeta
+from iceberg_sink.keyindex.keys import IndexEntry, SortedKeys, as_int64, index_rows
+from iceberg_sink.keyindex.persisted import PersistCounters, PersistedKeys, index_location
+from iceberg_sink.vocab.files import DataFileMeta
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 

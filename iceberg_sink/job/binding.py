@@ -46,8 +46,8 @@ from iceberg_sink.table.schema import (
     partition_problem,
     spark_to_iceberg,
 )
-from iceberg_sink.topology.changes import OP_COLUMN
-from iceberg_sink.topology.distribution import DistributionMode
+from iceberg_sink.vocab.columns import OP_COLUMN
+from iceberg_sink.vocab.distribution import DistributionMode
 from iceberg_sink.writer.spec import WriterSpec
 
 logger = logging.getLogger("iceberg_sink")

@@ -1,0 +1,29 @@
+"""Stage 4 of a micro-batch's road (road.py): rows to writer tasks (the pre-write topology).
+
+One table: its distribution mode (``none`` / ``hash`` / ``range``, topology/distribution.py), by its
+partition and sort order. A routed batch: by (table, partition), ``hash`` unless the builder set
+another mode. Appends that Spark's own Parquet writer takes (writer/jvm.py) are left as they are:
+that writer distributes them itself.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from iceberg_sink.job.plan import BatchPlan
+from iceberg_sink.topology.distribution import distribute as distribute_table
+from iceberg_sink.topology.distribution import distribute_routed
+from iceberg_sink.vocab.distribution import DistributionMode
+
+
+def distribute(df: DataFrame, batch: BatchPlan) -> DataFrame:
+    """``df`` distributed to the writer tasks of ``batch``."""
+    if batch.route_column is not None:
+        mode = DistributionMode(batch.distribution_mode) if batch.distribution_mode else DistributionMode.HASH
+        tables = {t: (p.table.spec(), p.table.schema()) for t, p in batch.rows_of().items()}
+        return distribute_routed(df, batch.route_column, tables, mode)
+    plan = next(iter(batch.to_write().values()), None)
+    if plan is None or batch.jvm_appends(df.schema):
+        return df  # nothing of the table is written (the dead-letter table's rows are), or the JVM distributes
+    sort = [c for c in plan.sort_columns if c]
+    return distribute_table(df, plan.mode, plan.table.spec(), plan.table.schema(), sort_columns=sort)

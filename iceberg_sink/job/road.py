@@ -1,0 +1,41 @@
+"""The road of one micro-batch: every sink, single-table or routed, with or without a dead-letter
+table, takes it, stage by stage, each stage one module that takes the batch and gives the next.
+
+    1. read and conform    reading.py       map_batches, collated strings, a routed row's table
+    2. plan                pipeline.py      each table created or checked, its older checkpoints
+                           routing.py       committed, a replayed or stored checkpoint found (BatchPlan)
+    3. refuse              refusal.py       rows already stored dropped; required nulls refused
+    4. reduce changes      reduction.py     one row per changed key, TOASTed values filled in
+    5. enforce             refusal.py       refused rows fail the batch, or stay for the dead-letter split
+    6. distribute          distributing.py  rows to writer tasks (none / hash / range)
+    7. write               writing.py       one Spark job: data and delete files, refused rows split off
+    8. aggregate           staging.py       each table's committable persisted, before any commit
+    9. commit              committing.py    one snapshot per table (job/pending.py: now, or pending)
+   10. post-commit         job/pending.py   hooks, compaction, equality-delete conversion, per commit
+
+A single-table sink and a routed one differ only in their arguments: the plan's tables (one, or
+those the rows name in the route column) and the dead-letter table (or none). The caller reads the
+batch (stage 1) when it hands it over, since a bounded write plans its checkpoint id from the read
+batch; stage 2 is the job's own (:meth:`SinkJob.plan` / :meth:`RoutedJob.plan`). A batch whose
+checkpoint every table holds or has stored is not written again (stages 3-8 are skipped).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from iceberg_sink.job import committing, distributing, reduction, refusal, staging, writing
+from iceberg_sink.job.committing import Committed
+from iceberg_sink.job.plan import BatchPlan
+
+
+def run(df: DataFrame, batch: BatchPlan) -> list[Committed]:
+    """Stages 3 to 10 of the road for ``df``, planned as ``batch``: each table's commit outcome or error."""
+    if batch.to_write() or batch.dead_to_write:
+        df = refusal.refuse(df, batch)
+        df = reduction.reduce(df, batch)
+        df = refusal.enforce(df, dead_letter=batch.dead is not None)
+        df = distributing.distribute(df, batch)
+        written = writing.write(df, batch)
+        staging.stage(batch, written)
+    return committing.commit(batch)

@@ -1,0 +1,34 @@
+"""The names the stages agree on: the columns the sink adds to a batch (never stored in a table),
+the operation codes, the marker of refusals raised inside Spark, and the column metadata that lets an
+op column carry truncates.
+
+Every layer reads these (sources mark refusals and truncates, the change reduction writes the op
+column, writer tasks read it, the driver recognises refusals by the marker); they live here, below
+all of them.
+"""
+
+from __future__ import annotations
+
+INSERT_CODES = ("I", "insert", "c", "r", "+I")
+UPDATE_CODES = ("U", "update", "u", "+U")
+UPDATE_BEFORE_CODES = ("UB", "update_before", "-U")
+DELETE_CODES = ("D", "delete", "d", "-D")
+TRUNCATE_CODES = ("t", "truncate")
+
+#: The normalised operation column the writers receive: "I", "U", "D" or "T" (a truncate marker).
+OP_COLUMN = "__iceberg_sink_op"
+#: The operation of a truncate marker row (:data:`OP_COLUMN`).
+TRUNCATE_OP = "T"
+#: Metadata key of an op column that may hold truncates: set by the Debezium reader under
+#: ``truncate="apply"`` (:func:`carries_truncates`). Elsewhere ``t`` is an unknown code (refused), and
+#: a batch pays no search for truncates.
+TRUNCATES_METADATA = "iceberg_sink.truncates"
+#: Marks errors raised inside Spark so the driver can report them as InvalidInputError.
+ERROR_MARKER = "iceberg_sink invalid input:"
+
+#: The column that carries a row's refusal (null for a good row; sources/rejects.py).
+REJECT_COLUMN = "__iceberg_sink_reject"
+#: Columns of a row still holding a TOAST placeholder (array of names; null when none; sources/toast.py).
+UNAVAILABLE_COLUMN = "__iceberg_sink_unavailable"
+#: The column holding each row's (namespace-qualified) table name between routing and the writers.
+ROUTE_COLUMN = "__iceberg_sink_table"
