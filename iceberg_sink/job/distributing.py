@@ -23,7 +23,7 @@ def distribute(df: DataFrame, batch: BatchPlan) -> DataFrame:
         tables = {t: (p.table.spec(), p.table.schema()) for t, p in batch.rows_of().items()}
         return distribute_routed(df, batch.route_column, tables, mode)
     plan = next(iter(batch.to_write().values()), None)
-    if plan is None or batch.jvm_appends(df.schema):
+    if plan is None or batch.jvm_appends(df):
         return df  # nothing of the table is written (the dead-letter table's rows are), or the JVM distributes
     sort = [c for c in plan.sort_columns if c]
     return distribute_table(df, plan.mode, plan.table.spec(), plan.table.schema(), sort_columns=sort)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from pyiceberg.table import Table
-from pyspark.sql.types import StructType
+from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink.committer.committable import Committable
@@ -120,16 +120,17 @@ class BatchPlan:
         table is (their refused rows are rewritten; a stored table's good rows are dropped in the task)."""
         return self.plans if self.dead_to_write else self.to_write()
 
-    def jvm_appends(self, schema: StructType) -> bool:
-        """Whether Spark's own Parquet writer writes the batch (writer/jvm.py): one table, appends, no
-        dead-letter table, ``iceberg-sink.write.jvm-parquet-writer`` on, and rows of ``schema`` that
-        it provably writes as the Arrow writers would (``jvm.unsupported``)."""
+    def jvm_appends(self, df: DataFrame) -> bool:
+        """Whether Spark's own Parquet writer writes the batch ``df`` (writer/jvm.py): one table,
+        appends, no dead-letter table, ``iceberg-sink.write.jvm-parquet-writer`` on, and rows it
+        provably writes as the Arrow writers would (``jvm.unsupported``; only then is ``df``'s
+        schema asked for: a round trip to Spark's analyzer)."""
         if self.route_column is not None or self.changes is not None or self.dead is not None:
             return False
         plan = next(iter(self.to_write().values()), None)
         if plan is None or plan.spec is None or not plan.resolved.get(options.JVM_PARQUET_WRITER):
             return False
-        reason = jvm.unsupported(plan.spec, schema, plan.mode)
+        reason = jvm.unsupported(plan.spec, df.schema, plan.mode)
         if reason is not None:
             logger.debug("appends of %s use the Arrow writer: %s", plan.spec.table_name, reason)
         return reason is None

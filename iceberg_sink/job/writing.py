@@ -59,7 +59,7 @@ def _write(df: DataFrame, batch: BatchPlan, to_write: dict[str, CheckpointPlan])
         return Written(tables=tables, peaks=peaks)
     ((table, plan),) = to_write.items()
     assert plan.spec is not None
-    results = jvm.write_appends(df, plan.spec, plan.mode) if batch.jvm_appends(df.schema) else None
+    results = jvm.write_appends(df, plan.spec, plan.mode) if batch.jvm_appends(df) else None
     if results is None:
         results = write_dataframe(df, plan.spec)
     return Written(tables={table: results})
