@@ -39,6 +39,8 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
     by_key: dict[tuple[str, ...], list[str]] = {}
     for table in sorted(tables):
         by_key.setdefault(batch.jobs[table].key, []).append(table)
+    if not by_key:
+        return df  # no table's rows: every row was refused, for the dead-letter table as it is
     if len(by_key) == 1:
         key = next(iter(by_key))
         return reduce_changes(df, attrs.evolve(changes, key=key), scope=[route], single_task_max_bytes=one_task)

@@ -237,6 +237,38 @@ def test_routed_refusals_share_one_dead_letter_table(
     assert not strict_catalog.namespace_exists("r") or strict_catalog.list_tables("r") == []
 
 
+def test_a_routed_batch_whose_every_row_is_refused_lands_in_the_dead_letter_table(
+    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """Issue 42, item 1 (routed half): a micro-batch whose every row a source refused (a bad message
+    alone in its micro-batch, the common case at a low event rate) goes to the dead-letter table and
+    the stream goes on. It failed with IndexError in the change reduction: no table to reduce."""
+
+    def dash(batch: DataFrame) -> DataFrame:
+        reason = F.when(F.col("v") == "-", F.lit("v is a dash"))
+        return reject_where(batch, reason, "Dash", F.to_json(F.struct("*")), source_table=F.col("tbl"))
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .route(table_column="tbl", namespace="r")
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .create_if_missing()
+        .map_batches(dash)
+        .dead_letter("r.errors")
+        .build()
+    )
+    schema = "tbl string, id long, v string, lsn long, op string"
+    sink.write(spark.createDataFrame([("a", 1, "-", 1, "I"), ("b", 2, "-", 2, "I")], schema), str(tmp_path / "ck"))
+    catalog = sink.config.catalog.load()
+    assert sorted(t[1] for t in catalog.list_tables("r")) == ["errors"]  # no table for refused rows only
+    got = sorted((e["source_table"], e["error_class"]) for e in errors_of(java_reader, sink, "r.errors"))
+    assert got == [("a", "Dash"), ("b", "Dash")]
+    # The next batch, of good rows, is written as usual.
+    sink.write(spark.createDataFrame([("a", 1, "z", 3, "I")], schema), str(tmp_path / "ck"))
+    assert read_both(java_reader, sink.load_table("r.a").metadata_location, ["id"]) == [{"id": 1, "v": "z", "lsn": 3}]
+
+
 def test_text_that_is_not_utf8_keeps_both_tables_readable(
     spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:
