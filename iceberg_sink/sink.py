@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import shutil
 import tempfile
 import threading
@@ -278,13 +277,12 @@ class IcebergSink:
             routed = RoutedJob(self._config, checkpoint_location, metrics=self._metrics, streaming=True)
             if not self._config.map_batches:
                 routed.input_struct(streaming_df.schema)  # the route's table column must be there
-            read_batch = functools.partial(reading.read_batch, self._config)
 
             routed_lock = idle.batch_lock(checkpoint_location)
 
             def process_routed(batch: DataFrame, batch_id: int) -> None:
                 with routed_lock:
-                    routed.process(read_batch(batch, routed.known_tables()), batch_id)
+                    routed.process(reading.read_batch(self._config, batch, routed.known_tables()), batch_id)
 
             query = self._start(streaming_df, process_routed, checkpoint_location, trigger, query_name)
             self._retry_while_idle(

@@ -105,6 +105,8 @@ class BatchPlan:
     commit_threads: int = 1
     progress: dict[str, Any] = attrs.field(factory=dict)
     metrics: SinkMetrics | None = None
+    #: :meth:`jvm_appends`' answer, once asked (the distribution and the write both ask it).
+    _jvm_appends: bool | None = attrs.field(default=None, init=False)
 
     def to_write(self) -> dict[str, CheckpointPlan]:
         """The tables whose checkpoint is written by this batch (neither held nor stored)."""
@@ -124,7 +126,12 @@ class BatchPlan:
         """Whether Spark's own Parquet writer writes the batch ``df`` (writer/jvm.py): one table,
         appends, no dead-letter table, ``iceberg-sink.write.jvm-parquet-writer`` on, and rows it
         provably writes as the Arrow writers would (``jvm.unsupported``; only then is ``df``'s
-        schema asked for: a round trip to Spark's analyzer)."""
+        schema asked for: a round trip to Spark's analyzer). Decided once per batch."""
+        if self._jvm_appends is None:
+            self._jvm_appends = self._jvm_takes(df)
+        return self._jvm_appends
+
+    def _jvm_takes(self, df: DataFrame) -> bool:
         if self.route_column is not None or self.changes is not None or self.dead is not None:
             return False
         plan = next(iter(self.to_write().values()), None)

@@ -179,6 +179,12 @@ def test_cdc_null_keys_unknown_ops_and_required_nulls_are_dead_lettered(
     assert sink.metrics().dead_letter_records == 4
 
 
+def _dash(batch: DataFrame) -> DataFrame:
+    """A ``map_batches`` function refusing the rows whose ``v`` is a dash (a source's own refusal)."""
+    reason = F.when(F.col("v") == "-", F.lit("v is a dash"))
+    return reject_where(batch, reason, "Dash", F.to_json(F.struct("*")), source_table=F.col("tbl"))
+
+
 def test_routed_refusals_share_one_dead_letter_table(
     spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:
@@ -192,17 +198,13 @@ def test_routed_refusals_share_one_dead_letter_table(
     ]
     df = spark.createDataFrame(rows, "tbl string, id long, v string, lsn long, op string")
 
-    def dash(batch: DataFrame) -> DataFrame:
-        reason = F.when(F.col("v") == "-", F.lit("v is a dash"))
-        return reject_where(batch, reason, "Dash", F.to_json(F.struct("*")), source_table=F.col("tbl"))
-
     sink = (
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .route(table_column="tbl", namespace="r")
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .create_if_missing()
-        .map_batches(dash)
+        .map_batches(_dash)
         .dead_letter("r.errors")
         .build()
     )
@@ -227,7 +229,7 @@ def test_routed_refusals_share_one_dead_letter_table(
         .route(table_column="tbl", namespace="r")
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .create_if_missing()
-        .map_batches(dash)
+        .map_batches(_dash)
         .build()
     )
     with pytest.raises(InvalidInputError, match="was not written: "):
@@ -244,17 +246,13 @@ def test_a_routed_batch_whose_every_row_is_refused_lands_in_the_dead_letter_tabl
     alone in its micro-batch, the common case at a low event rate) goes to the dead-letter table and
     the stream goes on. It failed with IndexError in the change reduction: no table to reduce."""
 
-    def dash(batch: DataFrame) -> DataFrame:
-        reason = F.when(F.col("v") == "-", F.lit("v is a dash"))
-        return reject_where(batch, reason, "Dash", F.to_json(F.struct("*")), source_table=F.col("tbl"))
-
     sink = (
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .route(table_column="tbl", namespace="r")
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .create_if_missing()
-        .map_batches(dash)
+        .map_batches(_dash)
         .dead_letter("r.errors")
         .build()
     )
