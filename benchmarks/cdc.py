@@ -478,6 +478,8 @@ def system_extras(name: str, raw: dict[str, Any], reader: dict[str, Any], jar: P
                 stream_seconds=raw["stream_seconds"],
                 stream_snapshots=raw["stream_snapshots"],
                 commit_changes=raw["batch_changes"],
+                batch_sink_phases_ms=raw["batch_sink_phases_ms"],
+                batch_spark_duration_ms=raw["batch_spark_duration_ms"],
             )
     elif system.driver == "merge":
         extras.update(

@@ -319,6 +319,9 @@ def run_stream(
             raise RuntimeError(f"the streaming query stopped before its last micro-batch: {error}")
         time.sleep(0.01)
     stream_seconds = time.perf_counter() - started
+    # Spark's own breakdown of each micro-batch (addBatch is the sink's foreachBatch; walCommit,
+    # commitOffsets, latestOffset are its checkpoint and source work), by batch id.
+    spark_phases = {int(p.batchId): dict(p.durationMs) for p in query.recentProgress}
     query.stop()
     records = {int(r["checkpoint_id"]): r for r in sink.progress() if r["job_id"] != earlier_job}
     missing = [i for i in range(expected) if i not in records or records[i]["status"] != "committed"]
@@ -346,6 +349,8 @@ def run_stream(
         "batch_phases": [
             {"write": records[i]["write_ms"] / 1000, "commit": records[i]["commit_ms"] / 1000} for i in range(expected)
         ],
+        "batch_sink_phases_ms": [records[i].get("phases_ms", {}) for i in range(expected)],
+        "batch_spark_duration_ms": [spark_phases.get(i, {}) for i in range(expected)],
         "batch_summaries": [dict(s.summary.additional_properties) if s.summary else {} for s in snapshots],
         "batch_cpu_seconds": cpu,
         "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],

@@ -257,6 +257,17 @@ SINGLE_TASK_MAX_BYTES = Option(
     table_property=False,
     minimum=0,
 )
+SHUFFLE_PARTITIONS = Option(
+    "iceberg-sink.write.shuffle-partitions",
+    int,
+    0,
+    "Streams: partitions of the shuffles a micro-batch runs (change reduction, distribution, checks). 0: chosen "
+    "per micro-batch from its size (128 MiB each; up to the cores while each gets 4 MiB) or, when Spark cannot "
+    "size it (Kafka), the cluster's cores; never spark.sql.shuffle.partitions, which streams run without "
+    "adaptive execution. See job/parallelism.py.",
+    table_property=False,
+    minimum=0,
+)
 SCHEMA_EVOLUTION = Option(
     "iceberg-sink.schema-evolution",
     str,
@@ -292,6 +303,7 @@ OPTIONS: tuple[Option, ...] = (
     CONVERSION_KEY_INDEX_PERSIST,
     JVM_PARQUET_WRITER,
     SINGLE_TASK_MAX_BYTES,
+    SHUFFLE_PARTITIONS,
     SCHEMA_EVOLUTION,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}

@@ -20,7 +20,7 @@ from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.job import idle, reading
+from iceberg_sink.job import idle, parallelism, reading
 from iceberg_sink.job.binding import NoRowsNoTable
 from iceberg_sink.job.dead_letter import DEAD_LETTER_STATE
 from iceberg_sink.job.pipeline import SinkJob, dead_letter_table
@@ -284,7 +284,7 @@ class IcebergSink:
                 with routed_lock:
                     routed.process(reading.read_batch(self._config, batch, routed.known_tables()), batch_id)
 
-            query = self._start(streaming_df, process_routed, checkpoint_location, trigger, query_name)
+            query = self._start(streaming_df, process_routed, self._config, checkpoint_location, trigger, query_name)
             self._retry_while_idle(
                 query,
                 routed_lock,
@@ -306,7 +306,7 @@ class IcebergSink:
             with batch_lock:
                 job.process(reading.read_batch(config, batch), batch_id)
 
-        query = self._start(streaming_df, process_batch, checkpoint_location, trigger, query_name)
+        query = self._start(streaming_df, process_batch, self._config, checkpoint_location, trigger, query_name)
         dead = job.dead_letter
 
         def has_pending() -> bool:
@@ -342,11 +342,19 @@ class IcebergSink:
     def _start(
         streaming_df: DataFrame,
         process_batch: Callable[[DataFrame, int], None],
+        config: SinkConfig,
         checkpoint_location: str,
         trigger: Mapping[str, Any],
         query_name: str | None,
     ) -> StreamingQuery:
-        writer = streaming_df.writeStream.foreachBatch(process_batch).option("checkpointLocation", checkpoint_location)
+        configured = options.resolve(config.options, {}).get(options.SHUFFLE_PARTITIONS)
+
+        def micro_batch(batch: DataFrame, batch_id: int) -> None:
+            # Every shuffle of the micro-batch at the sink's parallelism, not the stream's 200 (job/parallelism.py).
+            with parallelism.micro_batch(batch, configured):
+                process_batch(batch, batch_id)
+
+        writer = streaming_df.writeStream.foreachBatch(micro_batch).option("checkpointLocation", checkpoint_location)
         if trigger:
             writer = writer.trigger(**trigger)
         if query_name:
@@ -386,13 +394,16 @@ class IcebergSink:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
             df = reading.read_batch(self._config, df)
+            has_table = True
             try:
                 job.ensure_table(without_reject(df.schema), batch=df)
             except NoRowsNoTable:
-                return None  # nothing to create the table for, nothing to commit
+                if job.dead_letter is None:
+                    return None  # nothing to create the table for, nothing to commit
+                has_table = False  # refused rows only: the dead-letter table's checkpoint alone
             if checkpoint_id is None:
                 job.commit_pending()
-                checkpoint_id = job.next_checkpoint_id()
+                checkpoint_id = job.next_checkpoint_id() if has_table else max([-1, *job.pending_ids()]) + 1
                 if job.dead_letter is not None:
                     # The dead-letter table may hold a checkpoint whose rows were all refused.
                     job.dead_letter.commit_pending()

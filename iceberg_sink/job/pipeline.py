@@ -19,12 +19,12 @@ written with the new schema. It is idempotent (planned against the table as load
 replayed after a crash finds it done; committables stored with an older schema still commit, since
 columns are only added or widened (the committer checks it).
 
-Catalog outages and lost races (streams only; job/pending.py ``defers``): when the catalog
-cannot be reached, a commit's outcome is unknown, or other writers win every attempt, past the commit
-retry budget, the batch is still written with the table metadata last loaded by this
-job, its committable is persisted, and it stays pending; step 1 of a later batch commits it, in order,
-once its commits land again. A pending checkpoint whose commit had landed is found in the table by
-the committer's history check and not committed twice. More pending checkpoints than
+Catalog outages and lost races (streams only; job/pending.py ``defers``): when the catalog cannot be
+reached, a commit's outcome is unknown, or other writers win every attempt, past the commit retry
+budget, the batch is still written with the table metadata last loaded by this job, its committable
+is persisted, and it stays pending; step 1 of a later batch commits it, in order, once its commits
+land again. A pending checkpoint whose commit had landed is found in the table by the committer's
+history check and not committed twice. More pending checkpoints than
 ``iceberg-sink.commit.max-pending-checkpoints`` fail the stream (they stay stored for the restart).
 """
 
@@ -195,9 +195,6 @@ class SinkJob:
         """The job's configuration, with the key of the micro-batch being written."""
         return self.binding.config
 
-    def refresh(self) -> Table:
-        return self.binding.refresh()
-
     def ensure_table(self, struct: StructType, batch: DataFrame | None = None) -> Table:
         """Create or check the table for input ``struct`` (see :meth:`TableBinding.ensure`); ``batch``:
         the micro-batch itself, which is asked whether it holds no row to write if it does not fit."""
@@ -229,7 +226,7 @@ class SinkJob:
         return self.commits.commit_pending(before)
 
     def next_checkpoint_id(self) -> int:
-        table = self.refresh()
+        table = self.binding.refresh()
         pending = [c.checkpoint_id for c in self._store.pending()]
         return max([self.committer.max_committed(table), *pending]) + 1
 
@@ -270,6 +267,7 @@ class SinkJob:
                 summary=self._batch.get("summary"),
                 write_ms=self._batch.get("write_ms"),
                 committed=self.commits.committed,
+                phases_ms=self._batch.get("phases_ms"),
                 dead_letter_records=self._batch.get("dead_letter_records", 0),
             )
 
@@ -282,12 +280,12 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
-        batch = self.plan(df, checkpoint_id)
+        batch = road.timed(self._batch, "plan", lambda: self.plan(df, checkpoint_id))
         if batch is None:
             return None  # no rows, no table: nothing to create or commit
         done = road.run(df, batch)
         raise_first([(table, error) for table, _, error in done if error is not None])
-        return next(outcome for table, outcome, _ in done if table == self._config.table)
+        return next((outcome for table, outcome, _ in done if table == self._config.table), None)
 
     def plan(self, df: DataFrame, checkpoint_id: int) -> BatchPlan | None:
         """Stage 2 of the road (road.py): the plan of this job's table and of its dead-letter table
@@ -296,18 +294,20 @@ class SinkJob:
         self.use_batch(df)
         dead = self.dead_letter
         try:
-            plan = self.begin(without_reject(df.schema), checkpoint_id)
-            dead_plan = dead.begin(checkpoint_id) if dead is not None else None
-        except NoRowsNoTable:
+            plan: CheckpointPlan | None = self.begin(without_reject(df.schema), checkpoint_id)
+        except NoRowsNoTable:  # no table yet, and refused rows only (for the dead-letter table) or none
+            plan = None
+        if plan is None and dead is None:
             return None
+        dead_plan = dead.begin(checkpoint_id) if dead is not None else None
         # Without a dead-letter table the table's own properties count (as for every write option).
-        resolved = plan.resolved if dead is None else options.resolve(self._config.options, {})
+        resolved = plan.resolved if plan is not None and dead is None else options.resolve(self._config.options, {})
         table = self._config.table
         return BatchPlan(
             checkpoint_id=checkpoint_id,
             job_id=self.job_id,
             jobs={table: self},
-            plans={table: plan},
+            plans={table: plan} if plan is not None else {},
             changes=self._config.changes,
             describe=f"table {table}",
             dead=dead,
@@ -358,7 +358,7 @@ class SinkJob:
                 deferred = e.error
             if committed_pending and deferred is None:
                 try:
-                    table = self.refresh()
+                    table = self.binding.refresh()
                 except Exception as e:
                     if not self.commits.is_outage(e):
                         raise

@@ -22,20 +22,45 @@ checkpoint every table holds or has stored is not written again (stages 3-8 are 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from pyspark.sql import DataFrame
 
 from iceberg_sink.job import committing, distributing, reduction, refusal, staging, writing
 from iceberg_sink.job.committing import Committed
 from iceberg_sink.job.plan import BatchPlan
 
+_T = TypeVar("_T")
+
 
 def run(df: DataFrame, batch: BatchPlan) -> list[Committed]:
-    """Stages 3 to 10 of the road for ``df``, planned as ``batch``: each table's commit outcome or error."""
+    """Stages 3 to 10 of the road for ``df``, planned as ``batch``: each table's commit outcome or error.
+
+    Each stage's wall time goes to ``batch.progress["phases_ms"]`` (the progress record's
+    ``phases_ms``, docs/metrics.md): ``build`` (stages 3-6 build the Spark plan; nothing runs),
+    ``write`` (the Spark job), ``stage`` and ``commit`` (post-commit work included)."""
+    progress = batch.progress
     if batch.to_write() or batch.dead_to_write:
-        df = refusal.refuse(df, batch)
-        df = reduction.reduce(df, batch)
-        df = refusal.enforce(df, dead_letter=batch.dead is not None)
-        df = distributing.distribute(df, batch)
-        written = writing.write(df, batch)
-        staging.stage(batch, written)
-    return committing.commit(batch)
+        built = timed(progress, "build", lambda: _build(df, batch))
+        written = timed(progress, "write", lambda: writing.write(built, batch))
+        timed(progress, "stage", lambda: staging.stage(batch, written))
+    return timed(progress, "commit", lambda: committing.commit(batch))
+
+
+def _build(df: DataFrame, batch: BatchPlan) -> DataFrame:
+    df = refusal.refuse(df, batch)
+    df = reduction.reduce(df, batch)
+    df = refusal.enforce(df, dead_letter=batch.dead is not None)
+    return distributing.distribute(df, batch)
+
+
+def timed(progress: dict[str, Any], phase: str, step: Callable[[], _T]) -> _T:
+    """``step()``, its wall milliseconds added to ``progress["phases_ms"][phase]``."""
+    started = time.monotonic()
+    try:
+        return step()
+    finally:
+        phases = progress.setdefault("phases_ms", {})
+        phases[phase] = round(phases.get(phase, 0.0) + (time.monotonic() - started) * 1000, 1)

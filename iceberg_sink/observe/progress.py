@@ -39,9 +39,11 @@ def record(
     write_ms: float | None,
     committed: list[dict[str, Any]],
     dead_letter_records: int = 0,
+    phases_ms: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The progress record of micro-batch ``checkpoint_id``; ``committed``: the commits it made
-    (its own and pending ones of earlier checkpoints), ``summary``: its CommitSummary or None."""
+    (its own and pending ones of earlier checkpoints), ``summary``: its CommitSummary or None;
+    ``phases_ms``: the wall milliseconds of each stage the batch went through (job/road.py)."""
     own = next((c for c in committed if c["checkpoint_id"] == checkpoint_id), None)
     return {
         "table": table,
@@ -61,6 +63,7 @@ def record(
         "checkpoint_ms": round(duration_ms, 1),
         "committed_pending": [c["checkpoint_id"] for c in committed if c["checkpoint_id"] != checkpoint_id],
         "dead_letter_records": dead_letter_records,
+        "phases_ms": dict(phases_ms or {}),
         "error": _one_line(error) if error is not None else None,
     }
 

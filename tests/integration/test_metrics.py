@@ -218,6 +218,10 @@ def test_progress_line_per_batch_and_listener(
         assert p["rows"] == ROWS and p["data_files"] >= 1 and p["snapshot_id"] == snapshots[p["checkpoint_id"]]
         assert p["commit_ms"] > 0 and p["write_ms"] > 0 and p["checkpoint_ms"] >= p["commit_ms"]
         assert p["committed_pending"] == [] and p["error"] is None
+        phases = p["phases_ms"]
+        assert set(phases) == {"plan", "build", "write", "stage", "commit"}, phases
+        assert phases["write"] >= p["write_ms"] - 1, (phases, p)
+        assert sum(phases.values()) <= p["checkpoint_ms"] + 1 and phases["commit"] >= p["commit_ms"] - 1
     assert len({p["job_id"] for p in lines}) == 1 and lines[0]["job_id"]
     assert sum(p["delete_files"] for p in lines) > 0
     assert sink.last_progress() == lines[-1]
