@@ -33,6 +33,8 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
     one_task = batch.single_task_max_bytes
     route = batch.route_column
     if route is None:  # one table
+        if not batch.plans:
+            return df  # no table yet and refused rows only: for the dead-letter table as they are
         (table,) = batch.plans
         key = batch.jobs[table].key
         return reduce_changes(df, attrs.evolve(changes, key=key), single_task_max_bytes=one_task)

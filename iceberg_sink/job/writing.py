@@ -49,7 +49,7 @@ def _write(df: DataFrame, batch: BatchPlan, to_write: dict[str, CheckpointPlan])
             only = frozenset(to_write) if len(to_write) != len(batch.plans) else None
             task = batch.dead.task(batch.dead_plan, batch.job_id, route_column=batch.route_column, tables=only)
         else:
-            task = batch.dead.task(batch.dead_plan, batch.job_id, source_table=next(iter(batch.plans)))
+            task = batch.dead.task(batch.dead_plan, batch.job_id, source_table=next(iter(batch.jobs)))
         return write_split(df, specs, task, max_open_files=max_open_files, buffer_bytes=buffer_bytes)
     if batch.route_column is not None:
         peaks: list[int] = []

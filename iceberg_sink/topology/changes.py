@@ -124,10 +124,17 @@ def is_truncate(changes: ChangeConfig) -> Column:
 
 def no_rows(df: DataFrame, changes: ChangeConfig) -> Callable[[], bool]:
     """Asks (one small Spark job, when called) whether ``df`` holds no row to write: nothing at all
-    (a Debezium batch of message events, tombstones and skipped truncates), or truncates only."""
-    if not carries_truncates(df, changes):
-        return lambda: df.limit(1).count() == 0
-    return lambda: df.where(~is_truncate(changes)).limit(1).count() == 0
+    (a Debezium batch of message events, tombstones and skipped truncates), truncates only, or only
+    rows a source refused (they go to the dead-letter table, and the batch may lack the table's
+    columns: a Debezium batch of events that are not JSON has no row image to read them from)."""
+
+    def asked() -> bool:
+        rows = df.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in df.columns else df
+        if carries_truncates(df, changes):
+            rows = rows.where(~is_truncate(changes))
+        return rows.limit(1).count() == 0
+
+    return asked
 
 
 def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[str], refused: Column) -> DataFrame:
