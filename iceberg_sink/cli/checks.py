@@ -16,7 +16,8 @@ Check = Callable[[Any, str, list[str]], Any]
 """Validates one value at a key path: appends problems, returns the (normalised) value."""
 
 
-def _received(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """What ``value`` is (``a list``, ``a string``, ...), without the value itself."""
     kinds = {
         dict: "a mapping",
         list: "a list",
@@ -26,14 +27,19 @@ def _received(value: Any) -> str:
         float: "a number",
     }
     kind = kinds.get(type(value), "nothing (null)" if value is None else None)
-    if kind is None:
-        kind = f"a {type(value).__name__}"
+    return kind if kind is not None else f"a {type(value).__name__}"
+
+
+def _received(value: Any, secret: bool = False) -> str:
+    kind = kind_of(value)
+    if secret:
+        return f"{kind} (not shown: it may hold a secret)" if value is not None else kind
     text = repr(value)
     return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}" if value is not None else kind
 
 
-def _problem(path: str, expected: str, value: Any) -> str:
-    return f"{path}: expected {expected}, received {_received(value)}"
+def _problem(path: str, expected: str, value: Any, secret: bool = False) -> str:
+    return f"{path}: expected {expected}, received {_received(value, secret)}"
 
 
 def typed(expected: str, ok: Callable[[Any], bool]) -> Check:
@@ -88,12 +94,30 @@ def scalar_map(value: Any, path: str, problems: list[str]) -> Any:
     return {str(k): v for k, v in value.items()}
 
 
-def mapping(fields: Mapping[str, Check], required: tuple[str, ...] = (), what: str = "a mapping") -> Check:
-    """A mapping with these keys only; unknown keys get a close-match suggestion."""
+def secret_map(value: Any, path: str, problems: list[str]) -> Any:
+    """:func:`scalar_map` for settings that may hold secrets (catalog properties: tokens,
+    credentials, passwords; Spark settings: storage keys), often from environment variables: a
+    problem names the key and the kind of value received, never the value."""
+    if not isinstance(value, dict):
+        problems.append(_problem(path, "a mapping of names to strings, numbers or booleans", value, secret=True))
+        return value
+    for key, item in value.items():
+        if not isinstance(item, str | int | float | bool):
+            problems.append(_problem(f"{path}.{key}", "a string, number or boolean", item, secret=True))
+    return {str(k): v for k, v in value.items()}
+
+
+def mapping(
+    fields: Mapping[str, Check], required: tuple[str, ...] = (), what: str = "a mapping", secret: bool = False
+) -> Check:
+    """A mapping with these keys only; unknown keys get a close-match suggestion. ``secret``: a value
+    that is not a mapping is named by its kind only (a catalog given as one URL string may hold a
+    password)."""
 
     def check(value: Any, path: str, problems: list[str]) -> Any:
         if not isinstance(value, dict):
-            problems.append(_problem(path or "(top level)", f"{what} with keys {', '.join(fields)}", value))
+            expected = f"{what} with keys {', '.join(fields)}"
+            problems.append(_problem(path or "(top level)", expected, value, secret=secret))
             return value
         result = {}
         for key, item in value.items():

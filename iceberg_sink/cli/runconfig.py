@@ -30,6 +30,7 @@ from iceberg_sink.cli.checks import (
     mapping,
     one_of,
     scalar_map,
+    secret_map,
     string_list,
     string_or_list,
     typed,
@@ -76,7 +77,7 @@ _SINK = mapping(
     {
         "table": STRING,
         "embedded": STRING,
-        "catalog": mapping({"name": STRING, "properties": scalar_map}, required=("name",)),
+        "catalog": mapping({"name": STRING, "properties": secret_map}, required=("name",), secret=True),
         "create_if_missing": bool_or(
             mapping(
                 {
@@ -184,7 +185,7 @@ _TOP = mapping(
         "trigger": _trigger,
         "stop": mapping({"timeout_seconds": POSITIVE_NUMBER, "max_batches": POSITIVE_INT}),
         "query_name": STRING,
-        "spark": mapping({"master": STRING, "app_name": STRING, "conf": scalar_map}),
+        "spark": mapping({"master": STRING, "app_name": STRING, "conf": secret_map}),
     },
     required=("source", "sink", "checkpoint_location"),
     what="a mapping (the pipeline)",

@@ -58,7 +58,11 @@ def catalog_config(args: argparse.Namespace) -> CatalogConfig:
         for item in args.catalog_property:
             key, sep, value = item.partition("=")
             if not sep:
-                raise UsageError(f"--catalog-property: expected KEY=VALUE, received {item!r}")
+                # Never the item itself: a typo of "header.Authorization=Bearer ..." holds the token.
+                raise UsageError(
+                    f"--catalog-property: expected KEY=VALUE, received {len(item)} characters without '=' (not "
+                    "shown: a catalog property may hold a secret)"
+                )
             props[key] = value
         return CatalogConfig(args.catalog, props)
     if args.catalog_property:

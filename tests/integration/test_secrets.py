@@ -317,3 +317,52 @@ def test_run_never_shows_catalog_property_values_taken_from_the_environment(
         assert "could not be loaded" in captured.err, captured.err[-2000:]
         text = captured.out + captured.err + all_logs.text
         assert not _shown(text, secrets), (extra, _shown(text, secrets), text[-2000:])
+
+
+def test_refused_catalog_and_spark_settings_are_named_by_key_and_kind_never_by_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 42, item 8: validation refused a catalog property of the wrong shape by printing it, the
+    value of an environment variable included (``token: ["${MYTOKEN}"]`` -> ``received a list
+    ['<the token>']``), a ``credential`` mapping whole, a Spark setting's key, and a
+    ``--catalog-property`` without ``=`` (``header.Authorization:Bearer ...``) in full."""
+    from iceberg_sink.cli import EXIT_USAGE, main
+
+    token, credential, password, storage = "tok-8f3a91c2", "cred-77d0e1", "pw-19be44", "s3key-5a6b7c"
+    monkeypatch.setenv("MYTOKEN", token)
+    monkeypatch.setenv("S3_SECRET", storage)
+    (tmp_path / "in").mkdir()
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        'source: {type: files, path: in, format: json, schema: "id long"}\n'
+        "sink:\n  table: db.t\n  catalog:\n    name: lake\n    properties:\n"
+        '      token: ["${MYTOKEN}"]\n'
+        f"      credential: {{client: c, secret: {credential}}}\n"
+        "checkpoint_location: ckpt\n"
+        'spark: {conf: {spark.hadoop.fs.s3a.secret.key: ["${S3_SECRET}"]}}\n'
+    )
+    assert main(["run", str(config), "--validate-only"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "sink.catalog.properties.token: expected a string, number or boolean, received a list" in err, err
+    assert "sink.catalog.properties.credential: expected a string, number or boolean, received a mapping" in err
+    assert "spark.conf.spark.hadoop.fs.s3a.secret.key: expected a string, number or boolean, received a list" in err
+    assert not _shown(err, [token, credential, storage]), err
+
+    # A catalog written as one URL string, a password in it.
+    config.write_text(
+        'source: {type: files, path: in, format: json, schema: "id long"}\n'
+        f"sink: {{table: db.t, catalog: 'rest://admin:{password}@rest:8181'}}\ncheckpoint_location: ckpt\n"
+    )
+    assert main(["run", str(config), "--validate-only"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "sink.catalog: expected a mapping with keys name, properties, received a string" in err, err
+    assert not _shown(err, [password]), err
+
+    # A typo on the command line: ':' for '='.
+    bearer = "Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0"
+    assert main(["inspect", "db.t", "--catalog", "lake", "--catalog-property", f"header.Authorization:{bearer}"]) == (
+        EXIT_USAGE
+    )
+    err = capsys.readouterr().err
+    assert "--catalog-property: expected KEY=VALUE" in err, err
+    assert not _shown(err, [bearer, bearer.split()[1]]), err
