@@ -282,6 +282,15 @@ class IcebergCommitter:
                 # Deletes become deletion vectors, resolved on this attempt's head (committer/vectors.py).
                 v3 = self._prepare_v3(current, committable, changes, conditional, properties)
                 if v3 is None:
+                    # Nothing to commit: no compare-and-swap checks that, so it is decided again on
+                    # a table loaded now (as for v2 below): rows another writer added since the
+                    # batch's table was loaded may hold keys this checkpoint deletes.
+                    current = self._load_table()
+                    self._check_same_table(current, committable)
+                    if self.max_committed(current) >= committable.checkpoint_id:
+                        return None
+                    v3 = self._prepare_v3(current, committable, changes, conditional, properties)
+                if v3 is None:
                     nothing_to_commit = True
                     return None
                 deletes_by_snapshot[v3.snapshot.snapshot_id] = v3.delete_files

@@ -328,3 +328,39 @@ def test_the_sinks_own_compaction_of_a_v3_cdc_table_applies_its_dvs_and_upserts_
     sink.write(spark.createDataFrame([(4, "d2"), (2, "b4"), (10, "j")], "id long, v string"))
     table = sink.load_table()
     assert_reads_with_live_dvs(table, java_readers, {2: "b4", 3: "c2", 4: "d2", 9: "i", 10: "j"})
+
+
+def test_a_delete_only_checkpoint_is_decided_on_the_table_as_it_is_at_the_commit(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """Issue 42, item 6: a v3 checkpoint of deletes only found "nothing to commit" on the table as
+    loaded at the batch's start. Another writer's rows that landed since (here: between the batch's
+    start and its commit, from a pre-commit hook) kept rows the checkpoint deletes, and no
+    compare-and-swap checked that decision. The v2 path loaded the table again first; v3 does now."""
+    armed: list[bool] = []
+
+    def other_writer(summary: Any) -> dict[str, str]:
+        if armed:  # once, for checkpoint 1 only: another job (an appending sink) commits first
+            armed.clear()
+            other = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").build()
+            other.write(spark.createDataFrame([(2, "theirs"), (3, "kept")], "id long not null, v string"))
+        return {}
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.t")
+        .create_if_missing(format_version=3)
+        .cdc(op_column="op", key=["id"])
+        .pre_commit_hook(other_writer)
+        .build()
+    )
+    ckpt = str(tmp_path / "ckpt")
+    ddl = "id long, v string, op string"
+    sink.write(spark.createDataFrame([(1, "a", "I")], ddl), checkpoint_location=ckpt, checkpoint_id=0)
+    armed.append(True)
+    # Key 2 is nowhere in the table when the batch starts: only its commit can find the other writer's row.
+    outcome = sink.write(spark.createDataFrame([(2, None, "D")], ddl), checkpoint_location=ckpt, checkpoint_id=1)
+    assert outcome is not None and outcome.snapshot is not None
+    table = sink.load_table()
+    assert_readers_agree(java_readers, table.metadata_location, [{"id": 1, "v": "a"}, {"id": 3, "v": "kept"}], ["id"])

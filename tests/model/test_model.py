@@ -177,6 +177,7 @@ def test_model_v3_tables(
         v3.op_cdc(v3_steps.V3)
         if v3.stats["dv_merges"]:
             break
+    v3.op_deletes_beside_another_writer()  # issue 42 item 6: "nothing to commit" decided on a stale table
     v3.op_cdc(v3_steps.V2UP)
     for _ in range(4):  # a checkpoint whose rows cancel out sends no commit: no crash at commit-sent
         v3.op_cdc(v3_steps.V3, crash_at=_faults.COMMIT_SENT)

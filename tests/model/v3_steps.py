@@ -69,6 +69,7 @@ OPERATIONS: dict[str, int] = {"v3_cdc": 3, "v3_java_delete": 1, "v3_compaction":
 V3, V2UP = "db.v3", "db.v2up"
 KEYS = 12  # few keys: checkpoints keep deleting rows of the same data files (DV merges)
 CRASH_SHARE = 0.3
+OTHER_WRITER_SHARE = 0.3
 JAVA_DEFAULT_SHARE = 0.25
 DDL = "id bigint, v string, n bigint, lsn bigint, op string"
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.int64()), ("lsn", pa.int64())])
@@ -81,6 +82,7 @@ class V3Tables:
     def __init__(self, world: Any) -> None:
         self.world = world
         self.rng = random.Random(f"v3-{world.seed}")
+        self.other_rng = random.Random(f"v3-other-{world.seed}")  # other writers in a commit's window
         self.lsn = 0
         self.models: dict[str, dict[int, Row]] = {V3: {}, V2UP: {}}
         self.next_checkpoint = {V3: 0, V2UP: 0}
@@ -146,11 +148,19 @@ class V3Tables:
 
     # -- operations -----------------------------------------------------------------------------------
 
-    def op_cdc(self, table: str | None = None, crash_at: str | None = None) -> None:
+    def op_cdc(
+        self,
+        table: str | None = None,
+        crash_at: str | None = None,
+        changes: list[Row] | None = None,
+        theirs: list[Row] | None = None,
+    ) -> None:
+        """A CDC checkpoint of ``table``: drawn, or ``changes``; ``theirs``: rows another writer
+        commits between its plan and its commit (drawn by :meth:`other_rows` when not given)."""
         table = table or (V3 if self.rng.random() < 0.7 else V2UP)
-        if crash_at is None and self.rng.random() < CRASH_SHARE:
+        if crash_at is None and changes is None and self.rng.random() < CRASH_SHARE:
             crash_at = self.rng.choice(FAULT_POINTS)
-        changes = self.batch(table)
+        changes = changes if changes is not None else self.batch(table)
         checkpoint = self.next_checkpoint[table]
         desc = ", ".join(f"{c['op']}({c['id']})" for c in sorted(changes, key=lambda c: c["lsn"]))
         self.world.log(
@@ -159,7 +169,17 @@ class V3Tables:
         rows = [tuple(c.get(k) for k in ("id", "v", "n", "lsn", "op")) for c in changes]
         frame = self.world.spark.createDataFrame(rows, DDL).repartition(self.rng.choice([1, 2]))
         location = str(Path(self.world.root) / f"ckpt-{table}")
-        if crash_at is not None:
+        if theirs is None:
+            theirs = self.other_rows(table, changes) if crash_at is None else []
+        if theirs:
+            self.other_writer_in_the_window(table, checkpoint, theirs)
+            try:
+                self.sink(table).write(frame, checkpoint_location=location, checkpoint_id=checkpoint)
+            finally:
+                _faults.clear()
+            for row in theirs:
+                self.models[table][row["id"]] = dict(row)
+        elif crash_at is not None:
 
             def handler(point: str, cp: int) -> None:
                 if point == crash_at and cp == checkpoint:
@@ -191,6 +211,54 @@ class V3Tables:
                     row.setdefault(column, write)
         self.touched[table] |= {c["id"] for c in changes}
         self.check(table)
+
+    def other_rows(self, table: str, changes: list[Row]) -> list[Row]:
+        """Rows another writer commits between this checkpoint's plan and its commit (issue 42 item
+        6), drawn on a generator of their own (every seed keeps its sequence of operations): in a
+        share of db.v3's checkpoints, rows of keys the model lacks, among them every key the
+        checkpoint deletes without the model holding it (a checkpoint of only such deletes found
+        "nothing to commit" on the table loaded at its start)."""
+        rng = self.other_rng
+        if table != V3 or rng.random() >= OTHER_WRITER_SHARE or not self.world.catalog.table_exists(V3):
+            return []
+        absent = sorted(k for k in range(KEYS) if k not in self.models[table])
+        keys = {c["id"] for c in changes if c["op"] == "D" and c["id"] in absent}
+        keys |= set(rng.sample(absent, min(len(absent), rng.randrange(0, 3))))
+        return [{"id": k, "v": f"other-{k}", "n": None, "lsn": None} for k in sorted(keys)]
+
+    def op_deletes_beside_another_writer(self) -> None:
+        """A checkpoint of db.v3 that only deletes keys the table lacks when it starts, while another
+        writer commits rows of those keys before its commit: the deletes must remove them."""
+        absent = [k for k in range(KEYS) if k not in self.models[V3]][:2]
+        if not absent or not self.world.catalog.table_exists(V3):
+            self.op_cdc(V3)
+            return
+        changes = []
+        for key in absent:
+            self.lsn += 1
+            changes.append({"id": key, "v": None, "n": None, "lsn": self.lsn, "op": "D"})
+        theirs = [{"id": k, "v": f"other-{k}", "n": None, "lsn": None} for k in absent]
+        self.op_cdc(V3, changes=changes, theirs=theirs)
+        if any(k in self.models[V3] for k in absent):
+            raise self.world.fail(f"v3: the model kept deleted keys {absent}")
+
+    def other_writer_in_the_window(self, table: str, checkpoint: int, theirs: list[Row]) -> None:
+        """Install a fault hook by which an appending sink (another job) commits ``theirs`` once the
+        checkpoint's committable is stored and before its commit; the caller clears it."""
+        w = self.world
+        self.world.trace[-1] += f" [another writer appends ids {[r['id'] for r in theirs]} before its commit]"
+        self.stats["other_writer_windows"] += 1
+        done: list[int] = []
+
+        def append(point: str, cp: int) -> None:
+            if point != _faults.AFTER_MANIFESTS or cp != checkpoint or done:
+                return
+            done.append(cp)
+            other = IcebergSink.builder().catalog("model", **w.catalog_props).table(table).build()
+            rows = [tuple(r[k] for k in ("id", "v", "n", "lsn")) for r in theirs]
+            other.write(w.spark.createDataFrame(rows, "id bigint not null, v string, n bigint, lsn bigint"))
+
+        _faults.install(append)
 
     def op_java_delete(self) -> None:
         """The newest Iceberg Java deletes live rows of db.v3 (merge-on-read: a DV of its own)."""
