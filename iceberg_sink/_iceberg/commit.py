@@ -2,7 +2,8 @@
 
 :func:`commit_prepared` sends what a ``SnapshotProducer`` (``_iceberg/producer.py``) prepared and turns
 PyIceberg's complaint about a stale sequence number or first row id (another branch committed
-meanwhile, or the table was upgraded to v3) into the retryable :class:`CommitFailedException`;
+meanwhile, or the table was upgraded to v3), and a REST catalog's HTTP 400 on a table that moved on
+meanwhile, into the retryable :class:`CommitFailedException`;
 :func:`commit_metadata` is the one place that calls the catalog's ``commit_table`` (inside
 ``v3_metadata_writes``) and deletes the metadata files the catalog dropped from its log.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import BadRequestError, CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
@@ -52,6 +53,29 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
         if is_stale_sequence_number(e):
             raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
         raise
+    except BadRequestError as e:
+        # A REST catalog checks the same and answers HTTP 400 in words of its own (SeaweedFS: "can't
+        # add snapshot with sequence number 2, must be > than last sequence number 2"). Not pinned
+        # to any wording: when the table moved on since ``table`` was loaded, the refusal is the
+        # lost race, retried on the table as it is; otherwise it is a refusal, raised.
+        if moved_since(table):
+            raise CommitFailedException(f"the catalog refused a commit on a table that moved on meanwhile: {e}") from e
+        raise
+
+
+def moved_since(table: Table) -> bool:
+    """Whether the catalog's table has sequence numbers or row ids past ``table``'s (another writer
+    committed, on any branch); False when it cannot be loaded."""
+    try:
+        now = table.catalog.load_table(table.name()).metadata
+    except Exception:
+        return False
+    before = table.metadata
+
+    def mark(metadata: TableMetadata) -> tuple[int, int]:  # v1 has neither: (0, 0)
+        return (getattr(metadata, "last_sequence_number", 0) or 0, getattr(metadata, "next_row_id", None) or 0)
+
+    return any(a > b for a, b in zip(mark(now), mark(before), strict=True))
 
 
 def commit_metadata(
