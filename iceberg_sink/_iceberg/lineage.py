@@ -151,9 +151,14 @@ def read_manifests(io: FileIO, snapshot: Snapshot, format_version: int) -> list[
 
 def assign_first_row_ids(entries: Sequence[ManifestEntry], manifest: ManifestFile) -> None:
     """Give ``entries`` (all of ``manifest``'s, in file order, v3-shaped) the first row ids they
-    inherit, in place: Iceberg Java's ``ManifestReader.idAssigner``."""
+    inherit, in place: Iceberg Java's ``ManifestReader.idAssigner``. A committed data manifest
+    without a first row id (written before the table became v3) gives its files none, whatever they
+    carry; a manifest of the commit being made (no sequence number yet: a manifest it rewrote, read
+    again to merge it) keeps the ids its entries carry, as Java's commit does."""
     first = manifest_first_row_id(manifest) if manifest.content == ManifestContent.DATA else None
     if first is None:
+        if manifest.content == ManifestContent.DATA and manifest.sequence_number in (None, UNASSIGNED_SEQ):
+            return  # explicit ids of existing files stay; new files get theirs from the manifest list
         for entry in entries:
             entry.data_file[DATA_FILE_FIRST_ROW_ID] = None
         return

@@ -286,3 +286,48 @@ def test_a_table_with_a_variant_column_is_refused_at_build_naming_the_type(
         InvalidSinkConfigError, match=r"(?s)table 'db.v': could not be loaded .*Unsupported field type: 'variant'"
     ):
         IcebergSink.builder().catalog("t", **props).table("db.v").build()
+
+
+def test_a_compaction_whose_commit_merges_its_own_manifest_keeps_untouched_row_ids(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """Issue 42, item 5: a compaction rewrites the manifest holding a file it compacts and a file it
+    does not; with ``commit.manifest.min-count-to-merge=3`` the same commit merges that new manifest.
+    Reading it back cleared the untouched file's explicit first row id (as for a manifest of an
+    upgraded v2 table), so it got new ids (2 -> 6 here). Iceberg Java keeps the ids of a manifest its
+    own commit wrote; so does the sink now."""
+    from iceberg_sink.topology.compaction import CompactionConfig
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "data")
+        .table("db.t")
+        .create_if_missing(
+            partition_by=["region"], format_version=3, properties={"commit.manifest.min-count-to-merge": "3"}
+        )
+        .build()
+    )
+    ddl = "id long, region string"
+    sink.write(spark.createDataFrame([(1, "eu"), (2, "eu"), (3, "us")], ddl).coalesce(1))  # one manifest, 2 files
+    sink.write(spark.createDataFrame([(4, "eu")], ddl))
+    before = {p: first for p, (first, _) in _our_files(sink.load_table()).items()}
+    [untouched] = [p for p in before if "region=us" in p]
+    assert before[untouched] is not None
+    result = sink.compact(
+        spark,
+        CompactionConfig(min_input_files=2, min_file_size_bytes=1 << 30),
+        partition_filter=lambda _spec, values: values == ("eu",),
+    )
+    assert result.rewritten_data_files == 2, result
+    table = sink.load_table()
+    after = {p: first for p, (first, _) in _our_files(table).items()}
+    assert after[untouched] == before[untouched], (before, after)
+    for java in java_readers:
+        theirs = {f["path"]: f["first_row_id"] for f in java.lineage(table.metadata_location)["files"]}
+        assert theirs == after, java.label
+    assert_readers_agree(
+        java_readers,
+        table.metadata_location,
+        [{"id": i, "region": r} for i, r in enumerate(["eu", "eu", "us", "eu"], 1)],
+        ["id"],
+    )
