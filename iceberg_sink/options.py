@@ -261,10 +261,10 @@ SHUFFLE_PARTITIONS = Option(
     "iceberg-sink.write.shuffle-partitions",
     int,
     0,
-    "Streams: partitions of the shuffles a micro-batch runs (change reduction, distribution, checks). 0: chosen "
-    "per micro-batch from its size (128 MiB each; up to the cores while each gets 4 MiB) or, when Spark cannot "
-    "size it (Kafka), the cluster's cores; never spark.sql.shuffle.partitions, which streams run without "
-    "adaptive execution. See job/parallelism.py.",
+    "Streams: partitions of the shuffles a micro-batch runs (change reduction, distribution, checks, a routed "
+    "batch's cache). 0: chosen per micro-batch from its size (128 MiB each; up to the cores while each gets "
+    "4 MiB; at most spark.sql.shuffle.partitions unless the cores are more) or, when Spark cannot size it "
+    "(Kafka), the cluster's cores. See job/parallelism.py.",
     table_property=False,
     minimum=0,
 )

@@ -11,7 +11,8 @@ and took 39 s on a 2-core machine.
 The sink chooses instead (:func:`choose`), unless ``iceberg-sink.write.shuffle-partitions`` says:
 
 - a batch Spark can size (a file source's files): one partition per 128 MiB, but as many as the
-  cluster has cores while each gets at least 4 MiB (never fewer than one);
+  cluster has cores while each gets at least 4 MiB (never fewer than one), and never more than
+  ``spark.sql.shuffle.partitions`` (or the cores, when they are more);
 - a batch Spark cannot size (Kafka, sockets): the cluster's cores (``defaultParallelism``).
 
 It is set on the stream's own session (a clone Spark makes for the query, used by nothing else of
@@ -40,34 +41,37 @@ PARTITION_BYTES = 128 * 1024 * 1024
 MIN_PARTITION_BYTES = 4 * 1024 * 1024
 
 
-def choose(size_bytes: int | None, cores: int) -> int:
-    """The shuffle partitions of a batch of ``size_bytes`` (None: unknown) on ``cores`` cores."""
+#: Estimates at or above this are no estimate: a source without statistics reports
+#: ``spark.sql.defaultSizeInBytes`` (the largest long), which each projection above it rescales
+#: (a Kafka batch's ``from_json`` gave 1.4 PB, 10.9 billion partitions by size).
+UNKNOWN_BYTES = 2**50
+
+
+def choose(size_bytes: int | None, cores: int, most: int) -> int:
+    """The shuffle partitions of a batch of ``size_bytes`` (None: unknown) on ``cores`` cores, at
+    most ``most`` (the session's ``spark.sql.shuffle.partitions``) unless the cores are more."""
     cores = max(1, cores)
-    if size_bytes is None:
+    if size_bytes is None or size_bytes >= UNKNOWN_BYTES:
         return cores
     by_size = math.ceil(size_bytes / PARTITION_BYTES)
     spread = min(cores, math.ceil(size_bytes / MIN_PARTITION_BYTES))
-    return max(1, by_size, spread)
+    return max(1, min(max(by_size, spread), max(most, cores)))
 
 
 def estimated_bytes(df: DataFrame) -> int | None:
-    """Spark's size estimate of ``df`` (its analyzed plan's statistics), or None when it has none (a
-    source without statistics reports ``spark.sql.defaultSizeInBytes``, the largest long)."""
+    """Spark's size estimate of ``df`` (its analyzed plan's statistics), or None when it has none."""
     try:
         size = int(str(df._jdf.queryExecution().analyzed().stats().sizeInBytes()))
     except Exception:  # an estimate only: without one, the cores decide
         return None
-    default = df.sparkSession.conf.get("spark.sql.defaultSizeInBytes", None)
-    if size < 0 or size >= 2**63 - 1 or (default is not None and str(size) == default):
-        return None
-    return size
+    return size if 0 <= size < UNKNOWN_BYTES else None
 
 
-def partitions_for(df: DataFrame, configured: int) -> int:
+def partitions_for(df: DataFrame, configured: int, most: int) -> int:
     """The shuffle partitions of micro-batch ``df``: ``configured`` when > 0, else :func:`choose`."""
     if configured > 0:
         return configured
-    return choose(estimated_bytes(df), df.sparkSession.sparkContext.defaultParallelism)
+    return choose(estimated_bytes(df), df.sparkSession.sparkContext.defaultParallelism, most)
 
 
 @contextmanager
@@ -76,7 +80,7 @@ def micro_batch(df: DataFrame, configured: int) -> Iterator[int]:
     With adaptive execution on, they are where it starts (it may coalesce them further)."""
     conf = df.sparkSession.conf
     before = conf.get(SHUFFLE_PARTITIONS)
-    chosen = partitions_for(df, configured)
+    chosen = partitions_for(df, configured, int(str(before)))
     if str(chosen) == str(before):
         yield chosen
         return

@@ -165,16 +165,22 @@ def test_a_bounded_write_leaves_the_users_session_alone(spark200: SparkSession, 
 
 
 @pytest.mark.parametrize(
-    ("size", "cores", "expected"),
+    ("size", "cores", "most", "expected"),
     [
-        (None, 2, 2),  # Kafka: no estimate, the cores
-        (None, 64, 64),
-        (0, 8, 1),
-        (1024, 8, 1),  # a tiny batch: one partition
-        (10 * 1024 * 1024, 8, 3),  # 4 MiB each at least
-        (1024 * 1024 * 1024, 2, 8),  # 128 MiB each past the cores
-        (1024 * 1024 * 1024, 64, 64),
+        (None, 2, 200, 2),  # Kafka: no estimate, the cores
+        (None, 64, 200, 64),
+        (10_907_853_451 * 128 * 1024 * 1024, 2, 200, 2),  # no statistics, rescaled by a projection: none
+        (0, 8, 200, 1),
+        (1024, 8, 200, 1),  # a tiny batch: one partition
+        (10 * 1024 * 1024, 8, 200, 3),  # 4 MiB each at least
+        (1024 * 1024 * 1024, 2, 200, 8),  # 128 MiB each past the cores
+        (1024 * 1024 * 1024, 64, 200, 64),
+        (1024**4, 2, 200, 200),  # never past the session's setting ...
+        (1024**4, 2, 4, 4),
+        (1024**4, 16, 4, 16),  # ... unless the cores are more
     ],
 )
-def test_the_partitions_follow_the_batch_size_and_the_cores(size: int | None, cores: int, expected: int) -> None:
-    assert parallelism.choose(size, cores) == expected
+def test_the_partitions_follow_the_batch_size_and_the_cores(
+    size: int | None, cores: int, most: int, expected: int
+) -> None:
+    assert parallelism.choose(size, cores, most) == expected
