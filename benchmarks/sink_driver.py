@@ -38,8 +38,6 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,57 +54,14 @@ def log(message: str) -> None:
     print(f"[iceberg_sink {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-class PhaseTimer:
-    """Times the sink's stages per batch by wrapping three of its callables at run time.
-
-    Informational only (what the sink does is unchanged): ``spark_write`` is
-    ``pipeline.write_dataframe`` (the Spark job: reading the batch, the change reduction and its
-    shuffle, the writer tasks), ``aggregate`` the ``CommitAggregator`` (staging manifests),
-    ``commit`` the ``IcebergCommitter`` (manifests, manifest list, catalog commit); ``other`` is
-    the rest (loading the table from the catalog, checks, the checkpoint store). A callable that
-    is not found (renamed upstream) is not reported.
-    """
-
-    def __init__(self) -> None:
-        self.current: dict[str, float] = {}
-        self._restore: list[Callable[[], None]] = []
-
-    def _wrap(self, owner: Any, attribute: str, phase: str) -> None:
-        original = getattr(owner, attribute, None)
-        if original is None:
-            return
-        timer = self
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                timer.current[phase] = timer.current.get(phase, 0.0) + time.perf_counter() - started
-
-        setattr(owner, attribute, timed)
-        self._restore.append(lambda: setattr(owner, attribute, original))
-
-    @contextmanager
-    def installed(self) -> Iterator[PhaseTimer]:
-        from iceberg_sink.committer.aggregator import CommitAggregator
-        from iceberg_sink.committer.committer import IcebergCommitter
-        from iceberg_sink.job import pipeline
-
-        self._wrap(pipeline, "write_dataframe", "spark_write")
-        self._wrap(CommitAggregator, "aggregate", "aggregate")
-        self._wrap(IcebergCommitter, "commit", "commit")
-        try:
-            yield self
-        finally:
-            for restore in reversed(self._restore):
-                restore()
-            self._restore.clear()
-
-    def take(self, elapsed: float) -> dict[str, float]:
-        phases, self.current = self.current, {}
-        phases["other"] = max(0.0, elapsed - sum(phases.values()))
-        return phases
+def batch_phases(sink: Any, elapsed: float) -> dict[str, float]:
+    """The stages of the batch ``sink`` just wrote, in seconds, from its progress record's
+    ``phases_ms`` (plan, build, write, stage, commit: docs/metrics.md); ``other`` is the rest of
+    ``elapsed`` (reading the batch's file, the checkpoint store, the record itself)."""
+    record = sink.last_progress() or {}
+    phases = {k: v / 1000 for k, v in (record.get("phases_ms") or {}).items()}
+    phases["other"] = max(0.0, elapsed - sum(phases.values()))
+    return phases
 
 
 def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
@@ -198,38 +153,36 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         phases: list[dict[str, float]] = []
         summaries: list[dict[str, str]] = []
         cpu: list[float | None] = []
-        timer = PhaseTimer()
-        with timer.installed():
-            for index, path in enumerate(spec["batch_files"]):
-                waited.append(wait_quiet())
-                cpu_before = tree_cpu_seconds()
-                wall = time.time()
-                started = time.perf_counter()
-                batch = spark.read.schema(SPARK_DDL).parquet(path)
-                outcome = upsert_sink.write(batch, checkpoint_location=checkpoint, checkpoint_id=index)
-                elapsed = time.perf_counter() - started
-                cpu.append(cpu_delta(cpu_before, tree_cpu_seconds()))
-                seconds.append(elapsed)
-                intervals.append((wall, wall + elapsed))
-                phase = timer.take(elapsed)
-                phases.append(phase)
-                snapshot = outcome.snapshot if outcome is not None else None
-                summary = dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
-                summaries.append(summary)
-                last = index == len(spec["batch_files"]) - 1
-                if scan_every > 0 and ((index + 1) % scan_every == 0 or last):
-                    scan_points.append(
-                        {
-                            "batch": index + 1,
-                            "metadata_location": upsert_sink.load_table().metadata_location,
-                            "summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
-                        }
-                    )
-                log(
-                    f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
-                    f"({', '.join(f'{k} {v:.2f}s' for k, v in phase.items())}; "
-                    f"data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
+        for index, path in enumerate(spec["batch_files"]):
+            waited.append(wait_quiet())
+            cpu_before = tree_cpu_seconds()
+            wall = time.time()
+            started = time.perf_counter()
+            batch = spark.read.schema(SPARK_DDL).parquet(path)
+            outcome = upsert_sink.write(batch, checkpoint_location=checkpoint, checkpoint_id=index)
+            elapsed = time.perf_counter() - started
+            cpu.append(cpu_delta(cpu_before, tree_cpu_seconds()))
+            seconds.append(elapsed)
+            intervals.append((wall, wall + elapsed))
+            phase = batch_phases(upsert_sink, elapsed)
+            phases.append(phase)
+            snapshot = outcome.snapshot if outcome is not None else None
+            summary = dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
+            summaries.append(summary)
+            last = index == len(spec["batch_files"]) - 1
+            if scan_every > 0 and ((index + 1) % scan_every == 0 or last):
+                scan_points.append(
+                    {
+                        "batch": index + 1,
+                        "metadata_location": upsert_sink.load_table().metadata_location,
+                        "summary": dict(upsert_sink.load_table().current_snapshot().summary.additional_properties),  # type: ignore[union-attr]
+                    }
                 )
+            log(
+                f"batch {index + 1}/{len(spec['batch_files'])}: {elapsed:.2f}s "
+                f"({', '.join(f'{k} {v:.2f}s' for k, v in phase.items())}; "
+                f"data files {summary.get('total-data-files')}, delete files {summary.get('total-delete-files')})"
+            )
         upsert_sink.await_conversions()
         metrics = upsert_sink.metrics()
         return {

@@ -267,16 +267,9 @@ def test_a_routed_batch_whose_every_row_is_refused_lands_in_the_dead_letter_tabl
     assert read_both(java_reader, sink.load_table("r.a").metadata_location, ["id"]) == [{"id": 1, "v": "z", "lsn": 3}]
 
 
-def test_a_debezium_batch_whose_every_event_is_refused_lands_in_the_dead_letter_table(
-    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
-) -> None:
-    """Issue 42, item 1 (single-table half): a micro-batch of only refused events (a bad message alone
-    in its micro-batch) goes to the dead-letter table, before the table exists and after. It failed
-    the batch with SchemaMismatchError (the key column missing: no good event to read columns from),
-    and Spark replays a failed batch on every restart: a crash loop."""
-    from tests.integration.test_debezium_events import envelope
-
-    sink = (
+def _items_sink(tmp_path: Path) -> IcebergSink:
+    """A Debezium CDC sink of db.items whose refused events go to db.errors."""
+    return (
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .table("db.items")
@@ -286,13 +279,29 @@ def test_a_debezium_batch_whose_every_event_is_refused_lands_in_the_dead_letter_
         .dead_letter("db.errors")
         .build()
     )
+
+
+def _good_item() -> str:
+    """A Debezium event (with its schema part) creating row id 1, v 'a', at lsn 1."""
+    from tests.integration.test_debezium_events import envelope
+
+    fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}]
+    return envelope("c", 1, None, {"id": 1, "v": "a"}, fields)
+
+
+def test_a_debezium_batch_whose_every_event_is_refused_lands_in_the_dead_letter_table(
+    spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
+) -> None:
+    """Issue 42, item 1 (single-table half): a micro-batch of only refused events (a bad message alone
+    in its micro-batch) goes to the dead-letter table, before the table exists and after. It failed
+    the batch with SchemaMismatchError (the key column missing: no good event to read columns from),
+    and Spark replays a failed batch on every restart: a crash loop."""
+    sink = _items_sink(tmp_path)
     ck = str(tmp_path / "ck")
     catalog = sink.config.catalog.load()
     sink.write(spark.createDataFrame([("not json",)], "value string"), ck)  # no table yet
     assert sorted(t[1] for t in catalog.list_tables("db")) == ["errors"]  # nothing to create db.items from
-    fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}]
-    good = envelope("c", 1, None, {"id": 1, "v": "a"}, fields)
-    sink.write(spark.createDataFrame([(good,)], "value string"), ck)
+    sink.write(spark.createDataFrame([(_good_item(),)], "value string"), ck)
     sink.write(spark.createDataFrame([("{also not json",), ("[]",)], "value string"), ck)  # the table exists
     assert read_both(java_reader, sink.load_table().metadata_location, ["id"]) == [{"id": 1, "v": "a", "lsn": 1}]
     raws = sorted(e["raw"] for e in errors_of(java_reader, sink, "db.errors"))
@@ -308,25 +317,12 @@ def test_a_stream_goes_on_past_a_micro_batch_of_refused_events_only(
     the query neither fails nor replays it, and the next micro-batch creates the table."""
     import os
 
-    from tests.integration.test_debezium_events import envelope
-
-    fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}]
-    lines = ["not json", envelope("c", 1, None, {"id": 1, "v": "a"}, fields), "{broken"]
     source = tmp_path / "src"
     source.mkdir()
-    for i, line in enumerate(lines):
+    for i, line in enumerate(["not json", _good_item(), "{broken"]):
         (source / f"part-{i}.txt").write_text(line + "\n")
         os.utime(source / f"part-{i}.txt", (1_700_000_000 + i, 1_700_000_000 + i))
-    sink = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .table("db.items")
-        .create_if_missing()
-        .debezium(value_column="value", table_column=None)
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .dead_letter("db.errors")
-        .build()
-    )
+    sink = _items_sink(tmp_path)
     stream = spark.readStream.option("maxFilesPerTrigger", 1).text(str(source))
     query = sink.start(stream, str(tmp_path / "ck"), trigger={"availableNow": True})
     query.awaitTermination(600)
