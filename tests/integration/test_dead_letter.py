@@ -267,8 +267,8 @@ def test_a_routed_batch_whose_every_row_is_refused_lands_in_the_dead_letter_tabl
     assert read_both(java_reader, sink.load_table("r.a").metadata_location, ["id"]) == [{"id": 1, "v": "z", "lsn": 3}]
 
 
-def _items_sink(tmp_path: Path) -> IcebergSink:
-    """A Debezium CDC sink of db.items whose refused events go to db.errors."""
+def _items_sink(tmp_path: Path, errors: str = "db.errors") -> IcebergSink:
+    """A Debezium CDC sink of db.items whose refused events go to ``errors``."""
     return (
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
@@ -276,7 +276,7 @@ def _items_sink(tmp_path: Path) -> IcebergSink:
         .create_if_missing()
         .debezium(value_column="value", table_column=None)
         .cdc(op_column="op", key=["id"], order_by="lsn")
-        .dead_letter("db.errors")
+        .dead_letter(errors)
         .build()
     )
 
@@ -360,16 +360,7 @@ def test_text_that_is_not_utf8_keeps_both_tables_readable(
     with pytest.raises(InvalidInputError, match=r"column 'v' holds a string that is not valid UTF-8"):
         sink.write(df, checkpoint_location=str(tmp_path / "ck"))
 
-    cdc = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .table("db.items")
-        .create_if_missing()
-        .debezium(value_column="value", table_column=None)
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .dead_letter("db.cdc_errors")
-        .build()
-    )
+    cdc = _items_sink(tmp_path, "db.cdc_errors")
     good = envelope(
         "c",
         1,
