@@ -394,16 +394,15 @@ class IcebergSink:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
             df = reading.read_batch(self._config, df)
-            has_table = True
             try:
                 job.ensure_table(without_reject(df.schema), batch=df)
             except NoRowsNoTable:
                 if job.dead_letter is None:
                     return None  # nothing to create the table for, nothing to commit
-                has_table = False  # refused rows only: the dead-letter table's checkpoint alone
+                # Refused rows only, and no table yet: a checkpoint of the dead-letter table alone.
             if checkpoint_id is None:
                 job.commit_pending()
-                checkpoint_id = job.next_checkpoint_id() if has_table else max([-1, *job.pending_ids()]) + 1
+                checkpoint_id = job.next_checkpoint_id()
                 if job.dead_letter is not None:
                     # The dead-letter table may hold a checkpoint whose rows were all refused.
                     job.dead_letter.commit_pending()

@@ -282,14 +282,13 @@ class IcebergCommitter:
                 # Deletes become deletion vectors, resolved on this attempt's head (committer/vectors.py).
                 v3 = self._prepare_v3(current, committable, changes, conditional, properties)
                 if v3 is None:
-                    # Nothing to commit: no compare-and-swap checks that, so it is decided again on
-                    # a table loaded now (as for v2 below): rows another writer added since the
-                    # batch's table was loaded may hold keys this checkpoint deletes.
-                    current = self._load_table()
-                    self._check_same_table(current, committable)
-                    if self.max_committed(current) >= committable.checkpoint_id:
+                    # Nothing to commit: decided again on the table as it is now (_loaded_again).
+                    fresh = self._loaded_again(committable)
+                    if fresh is None:
                         return None
-                    v3 = self._prepare_v3(current, committable, changes, conditional, properties)
+                    if fresh.metadata_location != current.metadata_location:
+                        current = fresh
+                        v3 = self._prepare_v3(current, committable, changes, conditional, properties)
                 if v3 is None:
                     nothing_to_commit = True
                     return None
@@ -306,13 +305,14 @@ class IcebergCommitter:
                 # commit's compare-and-swap on the branch head makes the decision hold).
                 current, delete_files = self._deletes_for_head(current, committable, changes.delete_files, conditional)
             if not changes.data_files and not delete_files and not committable.truncated:
-                # Only deletes of keys that provably do not exist: nothing to commit. No
-                # compare-and-swap checks this decision, so it is made again on a table loaded now.
-                current = self._load_table()
-                self._check_same_table(current, committable)
-                if self.max_committed(current) >= committable.checkpoint_id:
+                # Only deletes of keys that provably do not exist: nothing to commit (_loaded_again).
+                fresh = self._loaded_again(committable)
+                if fresh is None:
                     return None
-                current, delete_files = self._deletes_for_head(current, committable, changes.delete_files, conditional)
+                if fresh.metadata_location != current.metadata_location:
+                    current, delete_files = self._deletes_for_head(
+                        fresh, committable, changes.delete_files, conditional
+                    )
                 if not delete_files:
                     nothing_to_commit = True
                     return None
@@ -416,6 +416,15 @@ class IcebergCommitter:
         if resolved.written:  # deleted with the manifests if the attempt does not land
             prepared = attrs.evolve(prepared, written_files=(*prepared.written_files, resolved.written))
         return _PreparedV3(prepared, resolved.vectors)
+
+    def _loaded_again(self, committable: Committable) -> Table | None:
+        """The table loaded now, for an attempt that found nothing to commit: no compare-and-swap
+        checks a commit that is never sent, so the decision is made again on it (rows another writer
+        committed since the attempt's table was loaded may hold keys the checkpoint deletes); None
+        when the table holds the checkpoint already."""
+        table = self._load_table()
+        self._check_same_table(table, committable)
+        return None if self.max_committed(table) >= committable.checkpoint_id else table
 
     def _check_same_table(self, table: Table, committable: Committable) -> None:
         """Refuse to commit a checkpoint into another table than the one its files were written for."""

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame
 
+from iceberg_sink.topology.estimate import UNKNOWN_BYTES, estimated_bytes
+
 logger = logging.getLogger("iceberg_sink")
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -39,12 +41,6 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 PARTITION_BYTES = 128 * 1024 * 1024
 #: Below this much data per partition, fewer partitions than cores are used.
 MIN_PARTITION_BYTES = 4 * 1024 * 1024
-
-
-#: Estimates at or above this are no estimate: a source without statistics reports
-#: ``spark.sql.defaultSizeInBytes`` (the largest long), which each projection above it rescales
-#: (a Kafka batch's ``from_json`` gave 1.4 PB, 10.9 billion partitions by size).
-UNKNOWN_BYTES = 2**50
 
 
 def choose(size_bytes: int | None, cores: int, most: int) -> int:
@@ -56,15 +52,6 @@ def choose(size_bytes: int | None, cores: int, most: int) -> int:
     by_size = math.ceil(size_bytes / PARTITION_BYTES)
     spread = min(cores, math.ceil(size_bytes / MIN_PARTITION_BYTES))
     return max(1, min(max(by_size, spread), max(most, cores)))
-
-
-def estimated_bytes(df: DataFrame) -> int | None:
-    """Spark's size estimate of ``df`` (its analyzed plan's statistics), or None when it has none."""
-    try:
-        size = int(str(df._jdf.queryExecution().analyzed().stats().sizeInBytes()))
-    except Exception:  # an estimate only: without one, the cores decide
-        return None
-    return size if 0 <= size < UNKNOWN_BYTES else None
 
 
 def partitions_for(df: DataFrame, configured: int, most: int) -> int:

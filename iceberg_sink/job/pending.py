@@ -198,10 +198,6 @@ class PendingCommits:
             if self.conversion is not None:
                 self.conversion.observe(result)
 
-    def pending_ids(self) -> list[int]:
-        """The checkpoint ids of the job's stored committables, oldest first."""
-        return self._store.pending_ids()
-
     def has_pending(self, before: int | None = None) -> bool:
         """Whether a committable (below ``before``) is stored."""
         return any(before is None or c < before for c in self._store.pending_ids())

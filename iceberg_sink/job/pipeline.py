@@ -49,7 +49,7 @@ from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
-from iceberg_sink.errors import CheckpointRewoundError
+from iceberg_sink.errors import CheckpointRewoundError, InvalidSinkConfigError
 from iceberg_sink.job import road
 from iceberg_sink.job.binding import NoRowsNoTable, TableBinding
 from iceberg_sink.job.committing import raise_first
@@ -213,10 +213,6 @@ class SinkJob:
         """The key the current micro-batch is written with (empty for appends)."""
         return self.binding.key
 
-    def pending_ids(self) -> list[int]:
-        """The checkpoint ids of this job's stored committables, oldest first."""
-        return self.commits.pending_ids()
-
     def has_pending(self, before: int | None = None) -> bool:
         """Whether a committable (below ``before``) is stored."""
         return self.commits.has_pending(before)
@@ -226,9 +222,12 @@ class SinkJob:
         return self.commits.commit_pending(before)
 
     def next_checkpoint_id(self) -> int:
-        table = self.binding.refresh()
-        pending = [c.checkpoint_id for c in self._store.pending()]
-        return max([self.committer.max_committed(table), *pending]) + 1
+        """One past the newest checkpoint the table (when it exists) holds or this job has stored."""
+        try:
+            held = self.committer.max_committed(self.binding.refresh())
+        except InvalidSinkConfigError:  # the table does not exist (not created yet, or dropped)
+            held = -1
+        return max([held, *(c.checkpoint_id for c in self._store.pending())]) + 1
 
     def process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         """Write and commit one checkpoint; see the module docstring for the recovery rules.

@@ -53,7 +53,7 @@ from iceberg_sink._sql import named
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
-from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
+from iceberg_sink.errors import InvalidInputError, SchemaMismatchError
 from iceberg_sink.job import road
 from iceberg_sink.job.committing import Committed, each_table, raise_first
 from iceberg_sink.job.dead_letter import DeadLetterTable
@@ -301,13 +301,7 @@ class RoutedJob:
 
     def next_checkpoint_id(self) -> int:
         """One past the newest checkpoint any table of this job holds or has stored."""
-        newest = -1
-        for job in self.jobs.values():
-            try:
-                newest = max(newest, job.next_checkpoint_id() - 1)
-            except InvalidSinkConfigError:
-                newest = max([newest, *job.pending_ids()])  # the table is gone: its state still counts
-        return newest + 1
+        return max([0, *(job.next_checkpoint_id() for job in self.jobs.values())])
 
     def process(self, df: DataFrame, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
         """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""

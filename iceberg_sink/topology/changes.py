@@ -40,6 +40,7 @@ from iceberg_sink._sql import column, parse, path, path_column, string, strings,
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.sources.rejects import refusal_sql
+from iceberg_sink.topology.estimate import estimated_bytes
 from iceberg_sink.topology.toast import carry_forward, refuse_after_delete
 from iceberg_sink.vocab.columns import (
     DELETE_CODES,
@@ -162,17 +163,10 @@ def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[s
 
 
 def fits_one_task(df: DataFrame, max_bytes: int) -> bool:
-    """Whether Spark's size estimate of ``df`` (its analyzed plan's statistics: the files' sizes for a
-    file source, scaled by each projection's row width) is at most ``max_bytes``. False when it has
-    none (a source without statistics reports the default, ``spark.sql.defaultSizeInBytes``, the
-    largest long). The analyzed plan, not the optimized one: ``df`` is the input of the reduction,
-    whose own plan the write optimizes again, and optimizing a wide Debezium batch's plan only for
-    this estimate took 0.5-1 s per batch at 160 columns (benchmarks/debezium_wide.py)."""
-    try:
-        size = int(str(df._jdf.queryExecution().analyzed().stats().sizeInBytes()))
-    except Exception:  # an estimate is an optimization only: without one, keep the shuffle
-        return False
-    return 0 <= size <= max_bytes
+    """Whether Spark's size estimate of ``df`` (topology/estimate.py) is at most ``max_bytes``; False
+    when it has none. ``df`` is the input of the reduction."""
+    size = estimated_bytes(df)
+    return size is not None and size <= max_bytes
 
 
 def _order_type(schema: StructType, name: str) -> DataType | None:

@@ -185,6 +185,19 @@ def _dash(batch: DataFrame) -> DataFrame:
     return reject_where(batch, reason, "Dash", F.to_json(F.struct("*")), source_table=F.col("tbl"))
 
 
+def _routed_sink(lake: Path, dead_letter: str | None = None) -> IcebergSink:
+    """A routed CDC sink (table column ``tbl``, namespace ``r``) whose :func:`_dash` refuses rows."""
+    builder = (
+        IcebergSink.builder()
+        .embedded(lake)
+        .route(table_column="tbl", namespace="r")
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .create_if_missing()
+        .map_batches(_dash)
+    )
+    return (builder.dead_letter(dead_letter) if dead_letter is not None else builder).build()
+
+
 def test_routed_refusals_share_one_dead_letter_table(
     spark: SparkSession, tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:
@@ -198,16 +211,7 @@ def test_routed_refusals_share_one_dead_letter_table(
     ]
     df = spark.createDataFrame(rows, "tbl string, id long, v string, lsn long, op string")
 
-    sink = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .route(table_column="tbl", namespace="r")
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .create_if_missing()
-        .map_batches(_dash)
-        .dead_letter("r.errors")
-        .build()
-    )
+    sink = _routed_sink(tmp_path / "lake", dead_letter="r.errors")
     sink.write(df, checkpoint_location=str(tmp_path / "ck"))
     catalog = sink.config.catalog.load()
     assert sorted(t[1] for t in catalog.list_tables("r")) == ["a", "b", "errors"]  # no table "c"
@@ -223,15 +227,7 @@ def test_routed_refusals_share_one_dead_letter_table(
     ]
     assert dict(sink.metrics().dead_letter_records_by_table) == {"c": 1, "r.a": 1, "r.b": 1, "r.errors": 1}
     # Without a dead-letter table the same batch fails, naming the first refusal; nothing is committed.
-    strict = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake2")
-        .route(table_column="tbl", namespace="r")
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .create_if_missing()
-        .map_batches(_dash)
-        .build()
-    )
+    strict = _routed_sink(tmp_path / "lake2")
     with pytest.raises(InvalidInputError, match="was not written: "):
         strict.write(df)
     strict_catalog = strict.config.catalog.load()
@@ -246,16 +242,7 @@ def test_a_routed_batch_whose_every_row_is_refused_lands_in_the_dead_letter_tabl
     alone in its micro-batch, the common case at a low event rate) goes to the dead-letter table and
     the stream goes on. It failed with IndexError in the change reduction: no table to reduce."""
 
-    sink = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .route(table_column="tbl", namespace="r")
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .create_if_missing()
-        .map_batches(_dash)
-        .dead_letter("r.errors")
-        .build()
-    )
+    sink = _routed_sink(tmp_path / "lake", dead_letter="r.errors")
     schema = "tbl string, id long, v string, lsn long, op string"
     sink.write(spark.createDataFrame([("a", 1, "-", 1, "I"), ("b", 2, "-", 2, "I")], schema), str(tmp_path / "ck"))
     catalog = sink.config.catalog.load()
