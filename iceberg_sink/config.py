@@ -15,6 +15,14 @@ def _freeze(value: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(dict(value).items()))
 
 
+#: The format version of a table created for upserts and CDC when none is given: v3, whose deletion
+#: vectors PyIceberg, DuckDB and Iceberg Java read (PyIceberg 0.12 cannot read v2's equality deletes).
+CHANGES_FORMAT_VERSION = 3
+#: The format version of a table created for appends when none is given: v2, which more engines read
+#: and write than v3 (PyIceberg 0.12 cannot commit to a v3 table), while v3 would add only row lineage.
+APPENDS_FORMAT_VERSION = 2
+
+
 @attrs.frozen
 class CreateOptions:
     """How to create the table when it does not exist.
@@ -22,12 +30,21 @@ class CreateOptions:
     Attributes:
         partition_by: parsed partition terms.
         properties: table properties for the new table.
-        format_version: Iceberg format version of the new table.
+        format_version: Iceberg format version of the new table; None for the mode's default
+            (:meth:`version_for`).
     """
 
     partition_by: tuple[PartitionTerm, ...] = ()
     properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_freeze)
-    format_version: int = 2
+    format_version: int | None = None
+
+    def version_for(self, changes: bool) -> int:
+        """The format version to create the table with: the one given, else
+        :data:`CHANGES_FORMAT_VERSION` for an upsert/CDC sink (``changes``) and
+        :data:`APPENDS_FORMAT_VERSION` for an append sink."""
+        if self.format_version is not None:
+            return self.format_version
+        return CHANGES_FORMAT_VERSION if changes else APPENDS_FORMAT_VERSION
 
 
 @attrs.frozen
@@ -68,12 +85,18 @@ class RouteConfig:
         allow: table names and glob patterns (``*`` within one part, ``?`` one character) of the
             tables the route may write instead of its namespace's; entries without a dot are in
             ``namespace``. A row naming another table is refused (sources/rejects.py).
+        debezium_sources: the route's table column is the one ``.debezium(...)`` fills from each
+            event's source: the routed job holds each table to one source and checks at start that
+            the rule below still names the tables its checkpoint wrote (job/routing.py).
+        table_fields: ``.debezium(table_fields=...)``, the naming rule (sources/source_names.py).
     """
 
     table_column: str | None = None
     fn: Callable[[Any], Any] | None = None
     namespace: str | None = None
     allow: tuple[str, ...] = ()
+    debezium_sources: bool = False
+    table_fields: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         how = f"column {self.table_column!r}" if self.table_column is not None else f"function {self.fn!r}"

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Self, TypeVar
 
+import attrs
 from pyspark.sql import DataFrame
 
 from iceberg_sink import options
@@ -62,6 +63,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
         self._prometheus: dict[str, Any] | None = None
         self._routes: list[dict[str, Any]] = []
         self._dead_letter: Any = None
+        self._debezium_names: tuple[str, tuple[str, ...] | None] | None = None  # (table column, table_fields)
 
     def catalog(self, name: str, **properties: Any) -> Self:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -114,16 +116,19 @@ class IcebergSinkBuilder(Generic[SinkT]):
         self,
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
-        format_version: int = 2,
+        format_version: int | None = None,
     ) -> Self:
         """Create the table from the DataFrame's schema when it does not exist.
 
         Args:
             partition_by: transforms such as ``"day(ts)"``, ``"bucket(16, user_id)"``, ``"region"``.
             properties: table properties of the new table.
-            format_version: 1, 2 or 3. Upserts, CDC and delete conversion need 2 or more; 3 takes
-                appends with row lineage, upserts/CDC as deletion vectors and compaction, and
-                refuses delete conversion before anything is written (docs/format-v3.md).
+            format_version: 1, 2 or 3; by default 3 for :meth:`upsert` and :meth:`cdc` (Debezium
+                too), whose changes v3 commits as deletion vectors that PyIceberg, DuckDB and
+                Iceberg Java read (v2's equality deletes PyIceberg cannot), and 2 for appends (read
+                and written by more engines; v3 would add only row lineage). Give 2 to keep
+                upserts/CDC on equality deletes; upserts, CDC and delete conversion need 2 or more
+                (docs/format-v3.md).
         """
         self._create = {
             "partition_by": partition_by,
@@ -224,6 +229,11 @@ class IcebergSinkBuilder(Generic[SinkT]):
             order_paths(order["order_by"], order["order_type"], "debezium")
         except InvalidInputError as e:
             raise InvalidSinkConfigError(str(e)) from e
+
+        table_column, table_fields = kwargs.get("table_column", "source_table"), kwargs.get("table_fields")
+        if table_column is not None:
+            fields = tuple(table_fields) if table_fields is not None and not isinstance(table_fields, str) else None
+            self._debezium_names = (table_column, fields)
 
         def read(batch: DataFrame) -> DataFrame:
             # Marked, not failed here: the job fails the batch on a refused event or dead-letters it.
@@ -421,7 +431,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
             try:
                 terms = parse_terms(list(self._create["partition_by"]))
                 fv = self._create["format_version"]
-                if fv not in SUPPORTED_FORMAT_VERSIONS:
+                if fv is not None and fv not in SUPPORTED_FORMAT_VERSIONS:
                     problems.append(f"create_if_missing(format_version): expected 1, 2 or 3, received {fv!r}")
                 else:
                     create = CreateOptions(terms, self._create["properties"], fv)
@@ -434,6 +444,10 @@ class IcebergSinkBuilder(Generic[SinkT]):
         ):
             problems.extend(f"{kind}: expected a callable, received {h!r}" for h in hooks if not callable(h))
         changes = change_config(self._changes, bool(self._routes), problems)
+        version = 0  # of the table create_if_missing creates (0: it creates none)
+        if create is not None:  # the mode is known now: upserts/CDC default to v3, appends to v2
+            version = create.version_for(changes is not None)
+            create = attrs.evolve(create, format_version=version)
         compaction = None
         if self._compaction is not None:
             try:
@@ -458,16 +472,16 @@ class IcebergSinkBuilder(Generic[SinkT]):
                     )
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
-            if create is not None and create.format_version < 2:
+            if create is not None and version < 2:
                 problems.append(
                     "convert_equality_deletes: position deletes need format version 2; create_if_missing("
-                    f"format_version) received {create.format_version}"
+                    f"format_version) received {version}"
                 )
         if changes is not None and create is not None:
-            if create.format_version < 2:
+            if version < 2:
                 problems.append(
                     f"create_if_missing(format_version): upsert/CDC write equality deletes, which need format "
-                    f"version 2; received {create.format_version}"
+                    f"version 2; received {version}"
                 )
             # A key named by the rows is checked against the partitioning when its table is created.
             if changes.key and changes.key_column is None:
@@ -534,6 +548,8 @@ class IcebergSinkBuilder(Generic[SinkT]):
                 dead_letter=dead_letter,
             )
 
+        if route is not None and self._debezium_names is not None and self._debezium_names[0] == route.table_column:
+            route = attrs.evolve(route, debezium_sources=True, table_fields=self._debezium_names[1])
         if route is not None:
             # The tables are known only from the rows; each is checked when first seen.
             return self._make(sink_config(""))

@@ -170,7 +170,8 @@ class TableBinding:
                 self.config.changes.key,
             )
         spec = build_spec(create.partition_by, schema)
-        props = {"format-version": str(create.format_version), **dict(create.properties)}
+        version = create.version_for(self.config.changes is not None)  # unset: the mode's (config.py)
+        props = {"format-version": str(version), **dict(create.properties)}
         props.setdefault(options.PARQUET_COMPRESSION.key, options.PARQUET_COMPRESSION.default)
         table = catalogs.create_table(self._catalog, self.config.table, schema, spec, props)
         logger.info("created table %s (partitioned by %s)", self.config.table, spec)
