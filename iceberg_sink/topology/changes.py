@@ -22,10 +22,12 @@ truncate           ``t``, ``truncate``: only in an op column marked :data:`TRUNC
 
 A truncate empties its table at that point of the change order (per routed table with ``scope``):
 the last truncate of the checkpoint, by the same order as a key's changes (``order_by``, then
-arrival), drops every change ordered before it; the changes after it are reduced as usual. It is
-kept as one marker row (operation ``T``, its row columns and key null) that the writers do not
-write but report (``WriteResult.truncated``), so the checkpoint's committable records it and the
-committer removes every file of the table in the checkpoint's snapshot (committer/committer.py).
+arrival), drops every change ordered before it; a truncate without an order value is placed by
+arrival instead (the changes that arrived before it are dropped). The changes after it are reduced
+as usual. It is kept as one marker row (operation ``T``, its row columns and key null) that the
+writers do not write but report (``WriteResult.truncated``), so the checkpoint's committable records
+it and the committer removes every file of the table in the checkpoint's snapshot
+(committer/committer.py).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ _SEQ = "__iceberg_sink_seq"
 _RANK = "__iceberg_sink_rank"
 _POSITION = "__iceberg_sink_position"
 _LAST_TRUNCATE = "__iceberg_sink_last_truncate"
+_LAST_ORDERED = "__iceberg_sink_last_ordered_truncate"
+_LAST_ARRIVED = "__iceberg_sink_last_unordered_truncate"
 
 
 def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
@@ -144,22 +148,42 @@ def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[s
 
     A change's position is (``order_by`` present, ``order_by``, arrival), the order the reduction
     sorts a key's changes by (nulls oldest); the last truncate per table is found by one small
-    aggregation, joined back by the scope columns (a broadcast: one row per truncated table)."""
-    parts = [F.col(_SEQ)]
-    if changes.order_by is not None:
-        parts = [path_column(changes.order_by).isNotNull(), path_column(changes.order_by), *parts]
+    aggregation, joined back by the scope columns (a broadcast: one row per truncated table).
+
+    A truncate without an order value (``order_by`` null: Debezium's truncate carries no ``lsn`` of
+    some connectors, or a producer left it out) is placed by arrival: the changes that arrived before
+    it are dropped, those after it kept, whatever their order values. By position alone it would sort
+    before every ordered change (nulls oldest), and the changes that arrived before it would silently
+    outlive it."""
+    seq = F.col(_SEQ)
+    parts = [seq]
+    order = path_column(changes.order_by) if changes.order_by is not None else None
+    if order is not None:
+        parts = [order.isNotNull(), order, *parts]
     position = F.struct(*[p.alias(f"p{i}") for i, p in enumerate(parts)])
     with_position = df.withColumn(_POSITION, position)
-    truncates = (
-        with_position.where(~refused & (F.col(OP_COLUMN) == F.lit(TRUNCATE_OP)))
-        .groupBy(*[F.col(c) for c in scope])
-        .agg(F.max(F.col(_POSITION)).alias(_LAST_TRUNCATE))
-    )
+    truncate = ~refused & (F.col(OP_COLUMN) == F.lit(TRUNCATE_OP))
+    this = F.col(_POSITION)
+    aggregates = [F.max(this).alias(_LAST_TRUNCATE)]
+    if order is not None:
+        aggregates += [
+            F.max(F.when(order.isNotNull(), this)).alias(_LAST_ORDERED),
+            F.max(F.when(order.isNull(), seq)).alias(_LAST_ARRIVED),
+        ]
+    truncates = with_position.where(truncate).groupBy(*[F.col(c) for c in scope]).agg(*aggregates)
     last = F.col(_LAST_TRUNCATE)
     on: list[str] | Column = list(scope) if scope else F.lit(True)
     joined = with_position.join(F.broadcast(truncates), on=on, how="left")
-    kept = refused | last.isNull() | (F.col(_POSITION) >= last)
-    return joined.where(kept).drop(_POSITION, _LAST_TRUNCATE)
+    if order is None:
+        kept = refused | last.isNull() | (this >= last)
+        return joined.where(kept).drop(_POSITION, _LAST_TRUNCATE)
+    ordered, arrived = F.col(_LAST_ORDERED), F.col(_LAST_ARRIVED)
+    after_all = (ordered.isNull() | (this >= ordered)) & (arrived.isNull() | (seq > arrived))
+    # The marker is the last truncate by position; every other truncate goes, every change kept is
+    # after all of them (the ordered ones by position, those without an order value by arrival).
+    is_truncate = F.coalesce(F.col(OP_COLUMN) == F.lit(TRUNCATE_OP), F.lit(False))
+    kept = refused | last.isNull() | (this == last) | (~is_truncate & after_all)
+    return joined.where(kept).drop(_POSITION, _LAST_TRUNCATE, _LAST_ORDERED, _LAST_ARRIVED)
 
 
 def fits_one_task(df: DataFrame, max_bytes: int) -> bool:

@@ -255,3 +255,27 @@ def test_with_a_dead_letter_table_a_truncate_applies_and_a_refused_event_is_dead
     assert read_back(java_reader, s.load_table()) == AFTER
     errors = s.load_table("cdc.errors").scan().to_arrow().to_pylist()
     assert [e["raw"] for e in errors] == ["not json"]
+
+
+def test_a_truncate_without_an_order_value_is_placed_by_arrival(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Issue 42, item 4: a truncate without an order value (no ``lsn``) empties the table at its place
+    in arrival order: the changes that arrived before it go with the table, those after it stay. It
+    sorted before every ordered change (nulls oldest), so the changes before it silently survived it."""
+    s = sink(tmp_path / "lake")
+    ckpt = str(tmp_path / "ckpt")
+    s.write(frame(spark, BEFORE), checkpoint_location=ckpt, checkpoint_id=0)
+    # Ordered changes, then the truncate without lsn, then more ordered changes: only the last survive.
+    before_it = [event("u", 4, row(1, "a2")), event("c", 5, row(4, "d")), event("t", None)]
+    s.write(frame(spark, [*before_it, event("c", 6, row(5, "e"))]), checkpoint_location=ckpt, checkpoint_id=1)
+    assert read_back(java_reader, s.load_table()) == [row(5, "e")]
+    # The other order: the truncate first, then changes (an older lsn than the table's included): it
+    # empties the table and every change after it stays.
+    after_it = [event("t", None), event("c", 7, row(6, "f")), event("u", 3, row(5, "e2"))]
+    s.write(frame(spark, after_it), checkpoint_location=ckpt, checkpoint_id=2)
+    assert read_back(java_reader, s.load_table()) == [row(5, "e2"), row(6, "f")]
+    # An ordered truncate beside one without an order value: a change survives only after both.
+    both = [event("c", 8, row(7, "g")), event("t", None), event("c", 9, row(8, "h")), event("t", 10)]
+    s.write(frame(spark, [*both, event("c", 11, row(9, "i"))]), checkpoint_location=ckpt, checkpoint_id=3)
+    assert read_back(java_reader, s.load_table()) == [row(9, "i")]
