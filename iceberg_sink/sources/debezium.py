@@ -475,6 +475,9 @@ def _finish(
         reason = f"coalesce({reason}, {_collisions(table_column)})"
         source = column(table_column)
     marked = reject_where(rows, reason, REJECT_CLASS, column(value_column), source_table=source)
+    # A row still holding a TOAST placeholder keeps its event: a refusal for the value (after the
+    # reduction, or the stored row's lookup) records the event as received, not the row it became.
+    marked = toast.with_event(marked, REJECT_CLASS, column(value_column), source)
     helpers = [_REASON, IDENTITY] + [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
     out = marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])
     return out if rejects == "mark" else fail_on_reject(out)

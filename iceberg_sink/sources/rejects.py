@@ -106,6 +106,16 @@ def reject_where(
     return df.withColumn(REJECT_COLUMN, F.when(parse(_OPTIMIZER_BARRIER), mark.cast(REJECT_TYPE)))
 
 
+def reject_as(df: DataFrame, reason: Column, refusal: Column) -> DataFrame:
+    """Mark the rows where ``reason`` is not null as refused, unless already refused, with the
+    refusal ``refusal`` (a :data:`REJECT_TYPE` value recorded earlier: the event a row was read
+    from, with its raw text and Kafka coordinates) under that reason."""
+    mark = F.when(reason.isNotNull(), refusal.withField("reason", reason.cast("string")))
+    if REJECT_COLUMN in df.columns:
+        mark = F.coalesce(F.col(REJECT_COLUMN), mark)
+    return df.withColumn(REJECT_COLUMN, F.when(parse(_OPTIMIZER_BARRIER), mark.cast(REJECT_TYPE)))
+
+
 def refusal_sql(
     columns: Sequence[str], checks: Sequence[tuple[str, str]], raw: str, source_table: str | None = None
 ) -> str:

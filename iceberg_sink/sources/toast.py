@@ -7,10 +7,13 @@ array of strings. The sink writes whole rows, so the column must get the key's s
 
 1. here, from the event's ``before`` when it holds one (REPLICA IDENTITY FULL);
 2. else the row is marked: :data:`UNAVAILABLE_COLUMN` lists the columns still unknown (the value
-   itself stays the placeholder). The CDC reduction (topology/changes.py) takes them from the key's
-   previous change in the same batch, and what is still unknown after it is read from the table's
-   stored row of the key (topology/toast.py) before the writers run;
-3. a column that none of them knows is refused, naming it (never stored as the placeholder).
+   itself stays the placeholder) beside the event the row was read from (:func:`with_event`). The
+   CDC reduction (topology/changes.py) takes them from the key's previous change in the same batch,
+   and what is still unknown after it is read from the table's stored row of the key
+   (topology/toast.py) before the writers run;
+3. a column that none of them knows is refused, naming it (never stored as the placeholder). The
+   refusal records the event as received (its text, Kafka coordinates and source table), not the
+   row it became: a dead-letter table keeps what the source sent (docs/dead-letter.md).
 
 Only the builder's ``.debezium(...)`` (``read_envelope(rejects="mark")``) marks rows; called
 directly, :func:`iceberg_sink.sources.debezium.read_envelope` keeps refusing such events (its
@@ -23,11 +26,20 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from iceberg_sink._sql import named
+from iceberg_sink._sql import parse
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
-from iceberg_sink.sources.rejects import reject_where
-from iceberg_sink.vocab.columns import UNAVAILABLE_COLUMN
+from iceberg_sink.sources.rejects import REJECT_TYPE, refusal_sql, reject_as
+from iceberg_sink.vocab.columns import REJECT_COLUMN, UNAVAILABLE_COLUMN
+
+#: The type of :data:`UNAVAILABLE_COLUMN` leaving the reader: the columns still unknown (in the
+#: table's order) and the event the row was read from, as a refusal records it (reason empty).
+MARKER_TYPE = T.StructType(
+    [
+        T.StructField("columns", T.ArrayType(T.StringType()), True),
+        T.StructField("event", REJECT_TYPE, True),
+    ]
+)
 
 
 def can_hold(dtype: T.DataType) -> bool:
@@ -88,6 +100,30 @@ def unavailable(
     return carried, None, SF.coalesce(*reasons)
 
 
+def with_event(df: DataFrame, error_class: str, raw: str, source_table: str | None = None) -> DataFrame:
+    """``df`` with its marker (:data:`UNAVAILABLE_COLUMN`, the names :func:`unavailable` gives) as a
+    :data:`MARKER_TYPE`: the names beside the event the row was read from, recorded as a refusal of
+    ``error_class`` would record it (``raw``, ``source_table``: SQL text, as for
+    :func:`iceberg_sink.sources.rejects.refusal_sql`; Kafka's coordinates when ``df`` has them)."""
+    if UNAVAILABLE_COLUMN not in df.columns:
+        return df
+    columns = [c for c in df.columns if c != REJECT_COLUMN]
+    event = refusal_sql(columns, [("''", error_class)], raw, source_table)
+    names = F.col(UNAVAILABLE_COLUMN)
+    marker = F.when(names.isNotNull(), F.struct(names.alias("columns"), parse(event).alias("event")))
+    return df.withColumn(UNAVAILABLE_COLUMN, marker.cast(MARKER_TYPE))
+
+
+def unknown_columns(marker: Column) -> Column:
+    """The names of the columns still unknown in a marker (null when the row has none)."""
+    return marker.getField("columns")
+
+
+def remark(marker: Column, left: Column) -> Column:
+    """``marker`` with the names ``left`` (an array of the columns still unknown), null when none is."""
+    return F.when(marker.isNotNull() & (F.size(left) > F.lit(0)), marker.withField("columns", left))
+
+
 def placeholder_reason(column: Column, why: str) -> Column:
     """The refusal of a change whose column (named by the string Column ``column``; null: none) holds
     the placeholder with no known value, ``why`` saying why (one wording for every such refusal)."""
@@ -99,17 +135,18 @@ def placeholder_reason(column: Column, why: str) -> Column:
     )
 
 
+def refuse_marked(df: DataFrame, reason: Column) -> DataFrame:
+    """Refuse the marked rows where ``reason`` is not null, recording the event each was read from."""
+    return reject_as(df, reason, F.col(UNAVAILABLE_COLUMN).getField("event"))
+
+
 def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
     """Refuse the rows that still hold a placeholder (``why`` the value is not known), naming the
-    first such column, and drop :data:`UNAVAILABLE_COLUMN`."""
+    first such column, with the event they were read from, and drop :data:`UNAVAILABLE_COLUMN`."""
     if UNAVAILABLE_COLUMN not in df.columns:
         return df
     reason = placeholder_reason(
-        F.get(F.col(UNAVAILABLE_COLUMN), 0),
+        F.get(unknown_columns(F.col(UNAVAILABLE_COLUMN)), 0),
         f"{why}; set REPLICA IDENTITY FULL on the source table so updates carry it (see docs/cdc.md)",
     )
-    raw = F.to_json(
-        F.struct(*[named(c) for c in df.columns if not c.startswith("__iceberg_sink")]),
-        {"ignoreNullFields": "false"},
-    )
-    return reject_where(df, reason, "InvalidInputError", raw).drop(UNAVAILABLE_COLUMN)
+    return refuse_marked(df, reason).drop(UNAVAILABLE_COLUMN)

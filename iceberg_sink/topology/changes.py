@@ -266,7 +266,7 @@ def reduce_changes(
         df = df.select("*", *[F.lit(None).alias(k) for k in absent])
         columns = [*columns, *absent]
     raw = "to_json(named_struct({}), map('ignoreNullFields', 'false'))".format(
-        ", ".join(f"{string(c)}, {column(c)}" for c in columns if c != REJECT_COLUMN)
+        ", ".join(f"{string(c)}, {column(c)}" for c in columns if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN))
     )
     truncates = _truncates_marked(schema, changes)
     checks = _refusals(changes, truncates)
@@ -304,6 +304,6 @@ def reduce_changes(
         with_op = carry_forward(with_op, by_key, OP_COLUMN, skip)
     last = where(with_op.withColumn(_RANK, parse(f"row_number() OVER ({window})")), f"{column(_RANK)} = 1")
     if toasted:
-        last = refuse_after_delete(last, parse(raw))
+        last = refuse_after_delete(last)
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)

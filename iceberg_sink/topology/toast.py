@@ -30,8 +30,14 @@ from iceberg_sink import _faults
 from iceberg_sink._iceberg.retry import moved_on
 from iceberg_sink._sql import named
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, pending_because
-from iceberg_sink.sources.rejects import reject_where
-from iceberg_sink.sources.toast import can_hold, placeholder_reason, refuse_unavailable
+from iceberg_sink.sources.toast import (
+    can_hold,
+    placeholder_reason,
+    refuse_marked,
+    refuse_unavailable,
+    remark,
+    unknown_columns,
+)
 from iceberg_sink.table.lookup import stored_rows
 from iceberg_sink.vocab.columns import REJECT_COLUMN, UNAVAILABLE_COLUMN
 
@@ -47,7 +53,7 @@ _KEY = "__iceberg_sink_stored_key_"
 
 
 def _marked(name: str) -> Column:
-    return F.coalesce(F.array_contains(F.col(UNAVAILABLE_COLUMN), F.lit(name)), F.lit(False))
+    return F.coalesce(F.array_contains(unknown_columns(F.col(UNAVAILABLE_COLUMN)), F.lit(name)), F.lit(False))
 
 
 def carry_forward(df: DataFrame, window: WindowSpec, op_column: str, skip: Sequence[str] = ()) -> DataFrame:
@@ -78,19 +84,20 @@ def carry_forward(df: DataFrame, window: WindowSpec, op_column: str, skip: Seque
     left = F.filter(F.array(*still), lambda n: n.isNotNull())
     return df.select(
         *[by_name.get(c, named(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
-        F.when(F.size(left) > F.lit(0), left).alias(UNAVAILABLE_COLUMN),
+        remark(F.col(UNAVAILABLE_COLUMN), left).alias(UNAVAILABLE_COLUMN),
         F.coalesce(*deleted).alias(AFTER_DELETE),
     )
 
 
-def refuse_after_delete(df: DataFrame, raw: Column) -> DataFrame:
-    """Refuse the changes :func:`carry_forward` found after a delete of their key, and drop its column."""
+def refuse_after_delete(df: DataFrame) -> DataFrame:
+    """Refuse the changes :func:`carry_forward` found after a delete of their key (recording the event
+    each was read from), and drop its column."""
     if AFTER_DELETE not in df.columns:
         return df
     reason = placeholder_reason(
         F.col(AFTER_DELETE), "its key was deleted earlier in this batch, so no stored value is known; see docs/cdc.md"
     )
-    return reject_where(df, reason, "InvalidInputError", raw).drop(AFTER_DELETE)
+    return refuse_marked(df, reason).drop(AFTER_DELETE)
 
 
 @attrs.frozen
@@ -157,7 +164,9 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     keys = [_key_part(names, route, i).alias(f"k{i}") for i in range(width)]
     wanted: dict[str, dict[tuple[object, ...], None]] = {}
     marked: set[str] = set()
-    for row in pending.select(route.alias("r"), F.struct(*keys).alias("k"), marker.alias("m")).collect():
+    for row in pending.select(
+        route.alias("r"), F.struct(*keys).alias("k"), unknown_columns(marker).alias("m")
+    ).collect():
         target = names.get(row["r"])
         if target is None:
             continue
@@ -229,7 +238,7 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     rest = F.filter(F.array(*left), lambda n: n.isNotNull()) if left else F.array().cast("array<string>")
     out = joined.select(
         *[replaced.get(c, named(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
-        F.when(marker.isNotNull() & (F.size(rest) > F.lit(0)), rest).alias(UNAVAILABLE_COLUMN),
+        remark(marker, rest).alias(UNAVAILABLE_COLUMN),
     )
     return refuse_unavailable(out, "the table holds no row of its key (or only the placeholder)")
 

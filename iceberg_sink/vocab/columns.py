@@ -28,7 +28,8 @@ ERROR_MARKER = "iceberg_sink invalid input:"
 
 #: The column that carries a row's refusal (null for a good row; sources/rejects.py).
 REJECT_COLUMN = "__iceberg_sink_reject"
-#: Columns of a row still holding a TOAST placeholder (array of names; null when none; sources/toast.py).
+#: Columns of a row still holding a TOAST placeholder and the event it was read from (null when none;
+#: sources/toast.py ``MARKER_TYPE``).
 UNAVAILABLE_COLUMN = "__iceberg_sink_unavailable"
 #: The column holding each row's (namespace-qualified) table name between routing and the writers.
 ROUTE_COLUMN = "__iceberg_sink_table"

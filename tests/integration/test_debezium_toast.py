@@ -243,7 +243,45 @@ def test_unknown_values_go_to_the_dead_letter_table(
     assert read_back(java_reader, s) == [expected(1, 4)]
     errors = s.load_table("cdc.errors").scan().to_arrow().to_pylist()
     assert [e["error_class"] for e in errors] == ["InvalidInputError"]
-    assert "column 'doc' holds Debezium's placeholder" in errors[0]["reason"] and '"id":7' in errors[0]["raw"]
+    assert "column 'doc' holds Debezium's placeholder" in errors[0]["reason"]
+    assert errors[0]["raw"] == toasted(7, 3, 4)  # the event as received
+
+
+def test_a_dead_lettered_placeholder_keeps_the_event_as_received(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Issue 42, item 3: an event refused for a TOASTed value found nowhere is dead-lettered as it was
+    received (its text, Kafka coordinates and source table), as every other refused event is. Its
+    ``raw`` held the row the reduction made of it (op, ``before`` and ``source`` lost), its ``event``
+    that row's text instead of the Kafka coordinates."""
+    s = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("cdc.docs")
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .dead_letter("cdc.errors")
+        .build()
+    )
+    ckpt = str(tmp_path / "ckpt")
+    s.write(frame(spark, [insert(1, 1)]), checkpoint_location=ckpt)
+    never_stored = toasted(7, 3, 4)  # no stored row of key 7
+    after_delete = toasted(1, 5, 4)  # key 1 deleted earlier in the batch
+    batch = [never_stored, envelope("d", 4, {"id": 1}, None, FIELDS), after_delete, insert(2, 6)]
+    s.write(frame(spark, batch), checkpoint_location=ckpt)
+    assert expected(2, 0) in read_back(java_reader, s)  # the batch's good change commits
+    location = s.load_table("cdc.errors").metadata_location
+    errors = sorted(
+        java_reader.read(location).to_pylist(), key=lambda e: e["kafka_offset"] if e["kafka_offset"] is not None else -1
+    )
+    assert normalize(duckdb_read(location), ["kafka_offset"]) == normalize(java_reader.read(location), ["kafka_offset"])
+    got = [(e["kafka_offset"], e["raw"], e["event"], e["source_table"], e["error_class"]) for e in errors]
+    assert got == [
+        (0, never_stored, "topic items partition 0 offset 0", "cdc.docs", "InvalidInputError"),
+        (2, after_delete, "topic items partition 0 offset 2", "cdc.docs", "InvalidInputError"),
+    ]
+    assert "no row of its key" in errors[0]["reason"] and "deleted earlier in this batch" in errors[1]["reason"]
 
 
 def test_a_refused_event_beside_placeholders_fails_the_batch_as_invalid_input(
