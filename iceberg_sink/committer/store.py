@@ -167,6 +167,29 @@ class CheckpointStore:
             "checkpoint location, or delete it to accept the table the catalog has now"
         )
 
+    def sources(self) -> frozenset[str]:
+        """The sources (Debezium ``db.schema.table``) recorded for this routed table's state by
+        :meth:`record_sources`; empty when none was (written by an earlier release, or not Debezium)."""
+        path = self.root + "/sources.json"
+        data = self._read(path)
+        if data is None:
+            return frozenset()
+        try:
+            value = json.loads(data)["sources"]
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return frozenset(value)
+            problem = f"expected a list of source names, received {data[:200]!r}"
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            problem = f"{type(e).__name__}: {e}"
+        raise InvalidSinkConfigError(
+            f"the table state file {path} is damaged ({problem}); restore it from a backup of the checkpoint "
+            'location, or rewrite it as {"sources": ["<db>.<schema>.<table>"]} (the source this table holds)'
+        )
+
+    def record_sources(self, sources: frozenset[str]) -> None:
+        """Record the sources this routed table holds (job/routing.py refuses any other's events for it)."""
+        self._write(self.root + "/sources.json", json.dumps({"sources": sorted(sources)}).encode())
+
     def replaced_message(self, table: str, now: str) -> str:
         """Why a routed table whose UUID changed is refused, and how to go on."""
         return (

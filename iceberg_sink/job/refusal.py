@@ -25,12 +25,15 @@ from pyspark.sql import types as T
 from iceberg_sink._sql import named
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
-from iceberg_sink.vocab.columns import DELETE_CODES, REJECT_COLUMN, TRUNCATE_CODES, UNAVAILABLE_COLUMN
+from iceberg_sink.vocab.columns import DELETE_CODES, MARK_COLUMNS, REJECT_COLUMN, SOURCE_COLUMN, TRUNCATE_CODES
 
 
 def refuse(df: DataFrame, batch: BatchPlan) -> DataFrame:
     """The rows the batch writes (a routed table whose checkpoint is stored already is not written
-    again), with a dead-letter table each row holding null in a column its table requires refused."""
+    again), with a dead-letter table each row holding null in a column its table requires refused.
+    A Debezium event's source (SOURCE_COLUMN) served the plan (job/source_ledger.py) and goes here,
+    for every sink (dropping a column the batch lacks is a no-op)."""
+    df = df.drop(SOURCE_COLUMN)
     tables = batch.rows_of()
     if batch.route_column is not None and len(tables) != len(batch.plans):
         df = df.where(F.col(batch.route_column).isin(*sorted(tables)))
@@ -46,11 +49,11 @@ REQUIRED_NULL_CLASS = "RequiredColumnNullError"
 
 
 def without_reject(struct: T.StructType) -> T.StructType:
-    """``struct`` without the refusal column and the unavailable-columns marker (sources/toast.py):
-    neither is ever stored in a table."""
-    if REJECT_COLUMN not in struct.fieldNames() and UNAVAILABLE_COLUMN not in struct.fieldNames():
+    """``struct`` without the sink's own columns (vocab/columns.py ``MARK_COLUMNS``: the refusal, the
+    unavailable-columns marker of sources/toast.py, a Debezium event's source): none is ever stored in a table."""
+    if not any(c in struct.fieldNames() for c in MARK_COLUMNS):
         return struct
-    return T.StructType([f for f in struct.fields if f.name not in (REJECT_COLUMN, UNAVAILABLE_COLUMN)])
+    return T.StructType([f for f in struct.fields if f.name not in MARK_COLUMNS])
 
 
 def enforce(df: DataFrame, dead_letter: bool) -> DataFrame:

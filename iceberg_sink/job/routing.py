@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import attrs
@@ -60,6 +60,7 @@ from iceberg_sink.job.dead_letter import DeadLetterTable
 from iceberg_sink.job.pipeline import CommitDeferred, SinkJob, dead_letter_table
 from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
 from iceberg_sink.job.refusal import enforce, refuse_routed_to
+from iceberg_sink.job.source_ledger import SourceLedger
 from iceberg_sink.job.writing import failure
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import reject_where
@@ -68,7 +69,7 @@ from iceberg_sink.table.carried import count_column, leaf_paths
 from iceberg_sink.table.keys import key_names
 from iceberg_sink.table.names import allowed, known_names, table_name_problem, table_name_refusal
 from iceberg_sink.topology.changes import carries_truncates, is_truncate
-from iceberg_sink.vocab.columns import REJECT_COLUMN, ROUTE_COLUMN, UNAVAILABLE_COLUMN
+from iceberg_sink.vocab.columns import MARK_COLUMNS, REJECT_COLUMN, ROUTE_COLUMN, SOURCE_COLUMN
 from iceberg_sink.writer.spark import refused_input
 
 logger = logging.getLogger("iceberg_sink")
@@ -150,24 +151,90 @@ def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
     return sorted(n for n in names if n is not None)
 
 
+@attrs.frozen
+class Carried:
+    """What a routed batch's rows say of its tables (:func:`carried_columns`)."""
+
+    columns: dict[str | None, frozenset[tuple[str, ...]]]  # paths of the columns non-null in some row
+    keys: dict[str, set[tuple[str, ...]]]  # the distinct keys the rows name
+    rowless: set[str]  # tables whose rows are all truncates
+    sources: dict[str, set[str]]  # the Debezium sources of each table's rows (rows with SOURCE_COLUMN)
+
+
+@attrs.frozen
+class _Group:
+    table: str | None
+    source: str | None
+    paths: frozenset[tuple[str, ...]]
+    keys: frozenset[tuple[str, ...]]
+    changes: int
+
+
+@attrs.frozen
+class Groups:
+    """One grouped aggregation of a routed batch, per table and (rows carrying one) Debezium source."""
+
+    groups: tuple[_Group, ...]
+
+    def sources(self) -> dict[str, set[str]]:
+        """Each table's sources."""
+        found: dict[str, set[str]] = {}
+        for g in self.groups:
+            if g.table is not None and g.source is not None:
+                found.setdefault(g.table, set()).add(g.source)
+        return found
+
+    def carried(self, leave_out: Collection[tuple[str, str]] = ()) -> Carried:
+        """The groups' tables, their rows of the (table, source) pairs ``leave_out`` (refused) left out."""
+        columns: dict[str | None, set[tuple[str, ...]]] = {}
+        keys: dict[str, set[tuple[str, ...]]] = {}
+        changes: dict[str, int] = {}
+        for g in self.groups:
+            if g.table is not None and g.source is not None and (g.table, g.source) in leave_out:
+                continue
+            columns.setdefault(g.table, set()).update(g.paths)
+            if g.table is not None:
+                keys.setdefault(g.table, set()).update(g.keys)
+                changes[g.table] = changes.get(g.table, 0) + g.changes
+        return Carried(
+            columns={t: frozenset(p) for t, p in columns.items()},
+            keys=keys,
+            rowless={t for t, n in changes.items() if not n},
+            sources=self.sources(),
+        )
+
+
 def carried_columns(
     routed: DataFrame, struct: StructType, key_expr: Column | None = None, truncate: Column | None = None
-) -> tuple[dict[str | None, frozenset[tuple[str, ...]]], dict[str, set[tuple[str, ...]]], set[str]]:
+) -> Groups:
     """The batch's tables, each with the paths of ``struct``'s columns and nested fields (through
     structs, list elements and map values) non-null in at least one of its rows (table/carried.py),
     the distinct keys its rows name (``key_expr``: the key column as an array of names,
-    table/keys.py), and the tables whose rows are all truncates (``truncate``: true for a truncate,
-    topology/changes.py): one grouped aggregation (one small Spark job), whatever the number of tables."""
+    table/keys.py), whether its rows are all truncates (``truncate``: true for a truncate,
+    topology/changes.py), per table and, when rows carry their Debezium source (SOURCE_COLUMN), per
+    source: one grouped aggregation (one small Spark job), whatever the number of tables."""
     paths = list(leaf_paths(struct))
     counts = [count_column(p).alias(f"c{i}") for i, p in enumerate(paths)]
     if key_expr is not None:
         counts.append(F.collect_set(key_expr).alias("keys"))
     counts.append(F.sum((~truncate if truncate is not None else F.lit(True)).cast("long")).alias("changes"))
-    rows = routed.groupBy(ROUTE_COLUMN).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
-    carried = {r[0]: frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]) for r in rows}
-    named = {r[0]: {tuple(k) for k in r["keys"]} for r in rows if key_expr is not None and r[0] is not None}
-    rowless = {r[0] for r in rows if r[0] is not None and not r["changes"]}
-    return carried, named, rowless
+    by_source = SOURCE_COLUMN in routed.columns
+    grouping = [ROUTE_COLUMN, *([SOURCE_COLUMN] if by_source else [])]
+    rows = routed.groupBy(*grouping).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
+    return Groups(
+        tuple(
+            _Group(
+                table=r[0],
+                source=r[1] if by_source else None,
+                paths=frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]),
+                keys=frozenset(tuple(k) for k in r["keys"])
+                if key_expr is not None and r[0] is not None
+                else frozenset(),
+                changes=r["changes"] or 0,
+            )
+            for r in rows
+        )
+    )
 
 
 class RoutedJob:
@@ -205,7 +272,12 @@ class RoutedJob:
         self._maybe_pending: set[str] = set()
         # The dead-letter table (.dead_letter) is one more table of each checkpoint (job/dead_letter.py).
         self.dead_letter: DeadLetterTable | None = None
-        for table in self._root.table_folders():
+        tables = self._root.table_folders()
+        # Each routed table holds one Debezium source (job/source_ledger.py): checked before anything runs.
+        self._ledger = SourceLedger(checkpoint_location, config.route) if config.route.debezium_sources else None
+        if self._ledger is not None:
+            self._ledger.check_start(t for t in tables if t != config.dead_letter)
+        for table in tables:
             self.job(table)
             self._maybe_pending.add(table)
         if config.dead_letter is not None:
@@ -264,8 +336,7 @@ class RoutedJob:
         skip = {
             self._route.table_column,
             ROUTE_COLUMN,
-            REJECT_COLUMN,
-            UNAVAILABLE_COLUMN,
+            *MARK_COLUMNS,
             changes.key_column if changes is not None else None,
         }
         return StructType([f for f in struct.fields if f.name not in skip])
@@ -334,11 +405,16 @@ class RoutedJob:
         changes = self._config.changes
         truncate = is_truncate(changes) if changes is not None and carries_truncates(routed, changes) else None
         try:
-            carried, named, rowless = carried_columns(good, struct, names_of_key, truncate)
+            groups = carried_columns(good, struct, names_of_key, truncate)
+            refused = self._ledger.foreign(groups.sources()) if self._ledger is not None else {}
+            found = groups.carried(leave_out=refused)
+            carried, named, rowless = found.columns, found.keys, found.rowless
             if not carried and self.dead_letter is None and good is not routed:
                 enforce(routed, dead_letter=False).count()  # every row was refused: the first fails the batch
         except Exception as e:
             raise failure(e, checkpoint_id, self._route.describe(), routed=True) from e
+        if refused:
+            routed = self._refuse_sources(routed, refused)
         names = check_table_names(list(carried), self._route)
         # A table the batch only truncates has nothing to write when it does not exist yet.
         absent = {t for t in rowless if t not in self.jobs and catalogs.load_table(self._catalog, t) is None}
@@ -373,6 +449,20 @@ class RoutedJob:
             metrics=self.metrics,
         )
         return batch, routed
+
+    def _refuse_sources(self, routed: DataFrame, refused: dict[tuple[str, str], str]) -> DataFrame:
+        """Refuse the rows of each (table, source) pair of ``refused`` (job/source_ledger.py): marked
+        for the dead-letter table, else the batch fails naming them, before anything is committed."""
+        if self.dead_letter is None:
+            raise InvalidInputError(
+                f"rows routed by {self._route.describe()}: " + "; ".join(list(refused.values())[:10])
+            )
+        reason = F.lit(None).cast("string")
+        for (table, source), why in refused.items():
+            hit = (F.col(ROUTE_COLUMN) == F.lit(table)) & (F.col(SOURCE_COLUMN) == F.lit(source))
+            reason = F.when(hit, F.lit(why)).otherwise(reason)
+        raw = F.to_json(F.struct(*[named(c) for c in routed.columns if c not in (REJECT_COLUMN, ROUTE_COLUMN)]))
+        return reject_where(routed, reason, InvalidInputError.__name__, raw, source_table=F.col(ROUTE_COLUMN))
 
     def _committed(self, done: list[Committed]) -> dict[str, CommitOutcome | None]:
         """Each table's outcome; tables whose commit failed or stays pending are looked at again later."""

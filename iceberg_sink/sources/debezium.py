@@ -14,8 +14,9 @@ Kafka-style DataFrame (one string or binary ``value`` column per event) into one
   r as inserts, u as updates, d as deletes;
 - the order column (``lsn``): ``payload.source.lsn`` by default, any payload path (``ts_ms``,
   ``source.ts_ms``, ...) with ``order_by=``;
-- the source table column (``source_table``): the ``source`` fields named by ``table_fields`` joined
-  with ``_`` (by default ``source.table``), for ``.route(table_column=...)``;
+- the source table column (``source_table``): the table name sources/source_names.py makes of the
+  ``source`` fields (by default the table's name, ``<schema>__<table>`` outside the default schema),
+  for ``.route(table_column=...)``;
 - the key names column (``key_columns``, with ``key_from=`` the Kafka message key column): the field
   names of Debezium's message key (the source row's primary key), for ``.cdc(key_column=...)``.
 
@@ -67,7 +68,6 @@ from iceberg_sink.sources.connect_types import (
 from iceberg_sink.sources.envelope import (
     AFTER,
     BEFORE,
-    IDENTITY,
     IMAGE,
     OP,
     PAYLOAD,
@@ -82,7 +82,7 @@ from iceberg_sink.sources.event_order import order_paths
 from iceberg_sink.sources.readers import infer_json_schema, union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
 from iceberg_sink.table.schema import case_clashes
-from iceberg_sink.vocab.columns import UNAVAILABLE_COLUMN
+from iceberg_sink.vocab.columns import SOURCE_COLUMN, UNAVAILABLE_COLUMN
 
 _ROW = "__iceberg_sink_row"
 _REASON = "__iceberg_sink_dbz_reason"
@@ -210,7 +210,7 @@ def _merge_row_schemas(declared: T.StructType, inferred: T.StructType) -> T.Stru
 
 def _collisions(table_column: str) -> str:
     """SQL text: a reason for the rows whose routed name another source of this batch also maps to."""
-    name, identity = column(table_column), column(IDENTITY)
+    name, identity = column(table_column), column(SOURCE_COLUMN)
     low, high = (f"{f}({identity}) OVER (PARTITION BY {name})" for f in ("min", "max"))
     other = f"CASE WHEN {identity} = {low} THEN {high} ELSE {low} END"
     opening, middle = string("routed table name '"), string("' is the name of two sources in this batch (")
@@ -230,7 +230,7 @@ def read_envelope(
     order_column: str = "lsn",
     order_type: str | Sequence[str] = "long",
     table_column: str | None = "source_table",
-    table_fields: Sequence[str] = ("db", "schema", "table"),
+    table_fields: Sequence[str] | None = None,
     row_schema: T.StructType | None = None,
     row_column: str | None = None,
     keep: Sequence[str] = (),
@@ -265,8 +265,9 @@ def read_envelope(
             not sort as text past ``binlog.999999``); one per path for a list of paths (a single type
             applies to all of them).
         table_column: name of the source table column in the result; None for none.
-        table_fields: ``source`` fields forming the source table name (see :func:`table_name`); by
-            default database, schema and table, so same-named tables of two schemas never merge.
+        table_fields: ``source`` fields forming the source table name; None (the default): the
+            table's name, prefixed with ``<schema>__`` outside the database's default schema
+            (sources/source_names.py).
         row_schema: the row's schema; by default from the envelopes' schema parts, else inferred.
         row_column: keep each row image as JSON text in this column instead of expanding it into
             columns (for per-table expansion after routing, with :func:`iceberg_sink.sources.readers.read_json`).
@@ -298,6 +299,13 @@ def read_envelope(
         )
     if rejects not in REJECT_POLICIES:
         raise InvalidInputError(f"read_envelope(rejects=...): expected one of {REJECT_POLICIES}, received {rejects!r}")
+    if table_fields is not None and (
+        isinstance(table_fields, str) or not all(isinstance(f, str) for f in table_fields)
+    ):
+        raise InvalidInputError(
+            f"read_envelope(table_fields=...): expected None or a list of source field names such as "
+            f'["db", "schema", "table"], received {table_fields!r}'
+        )
     paths, types = order_paths(order_by, order_type)
     missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in df.columns]
     if missing:
@@ -316,7 +324,7 @@ def read_envelope(
         op_column=op_column,
         order_column=order_column,
         table_column=table_column,
-        table_fields=tuple(table_fields),
+        table_fields=tuple(table_fields) if table_fields is not None else None,
         key_column=key_column,
         need_schemas=row_column is None and row_schema is None,
         placeholder=marks,
@@ -376,7 +384,7 @@ def read_envelope(
         *fields,
         *[named(a) for a in added],
         *([UNAVAILABLE_COLUMN] if UNAVAILABLE_COLUMN in staged.columns else []),
-        *([IDENTITY] if c.helpers else []),
+        *([SOURCE_COLUMN] if c.helpers else []),
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
     )
     return _finish(rows, value_column, table_column, keep, rejects)
@@ -472,12 +480,17 @@ def _finish(
     reason = column(_REASON)
     source = None
     if table_column is not None:
-        reason = f"coalesce({reason}, {_collisions(table_column)})"
+        # Two sources meeting in one name: refused here for a direct call; a routed sink (rejects="mark")
+        # holds each table to one source across batches instead (job/source_ledger.py).
+        if rejects != "mark":
+            reason = f"coalesce({reason}, {_collisions(table_column)})"
         source = column(table_column)
     marked = reject_where(rows, reason, REJECT_CLASS, column(value_column), source_table=source)
     # A row still holding a TOAST placeholder keeps its event: a refusal for the value (after the
     # reduction, or the stored row's lookup) records the event as received, not the row it became.
     marked = toast.with_event(marked, REJECT_CLASS, column(value_column), source)
-    helpers = [_REASON, IDENTITY] + [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
+    # A routed sink (rejects="mark") keeps each event's source: it holds every table to one source.
+    helpers = [_REASON, *([SOURCE_COLUMN] if rejects != "mark" else [])]
+    helpers += [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
     out = marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])
     return out if rejects == "mark" else fail_on_reject(out)

@@ -25,14 +25,14 @@ from pyspark.sql import functions as F
 
 from iceberg_sink._sql import column, named, parse
 from iceberg_sink.sources.event_order import order_expected, order_value
-from iceberg_sink.vocab.columns import TRUNCATES_METADATA
+from iceberg_sink.sources.source_names import IDENTITY_FIELDS, identity_column, name_column
+from iceberg_sink.vocab.columns import SOURCE_COLUMN, TRUNCATES_METADATA
 
 logger = logging.getLogger("iceberg_sink")
 
 # The reader's helper columns (dropped before the rows leave it).
 PAYLOAD = "__iceberg_sink_payload"
 KEY = "__iceberg_sink_message_key"
-IDENTITY = "__iceberg_sink_dbz_source"
 OP = "__iceberg_sink_dbz_op"
 AFTER = "__iceberg_sink_dbz_after"
 BEFORE = "__iceberg_sink_dbz_before"
@@ -66,17 +66,6 @@ def connector_event(value: str, payload: str, op: str) -> str:
 
 def json_path(path: str) -> str:
     return "$." + path
-
-
-def table_name(parts: Sequence[Column]) -> Column:
-    """The routed table name of ``source`` fields ``parts``: one part as is; several joined with
-    ``_s_`` after doubling every ``_`` in each part, so distinct sources never share a name
-    (``inventory``, ``public``, ``order_items`` give ``inventory_s_public_s_order__items``). Null parts
-    (MySQL's events have no ``schema``) are left out."""
-    if len(parts) == 1:
-        return parts[0]
-    escaped = [F.regexp_replace(p, "_", "__") for p in parts]
-    return F.concat_ws("_s_", *escaped)
 
 
 # -- Columns built once per Spark context
@@ -145,7 +134,7 @@ class EnvelopeArgs:
     op_column: str
     order_column: str
     table_column: str | None
-    table_fields: tuple[str, ...]
+    table_fields: tuple[str, ...] | None
     key_column: str
     need_schemas: bool  # the batch's schema parts are counted
     placeholder: str | None  # events holding it are counted
@@ -230,14 +219,10 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
             extra.append(F.when(present, F.struct(*fields)).alias(args.order_column))
     helpers: list[Column] = []
     if table_column is not None:
-        extra.append(
-            table_name([F.get_json_object(payload, f"$.source.{f}") for f in args.table_fields]).alias(table_column)
-        )
-        identity = F.concat_ws(
-            ".",
-            *[F.coalesce(F.get_json_object(payload, f"$.source.{f}"), F.lit("")) for f in ("db", "schema", "table")],
-        )
-        helpers.append(identity.alias(IDENTITY))
+        wanted = {*IDENTITY_FIELDS, *(args.table_fields or ())}
+        source = {f: F.get_json_object(payload, f"$.source.{f}") for f in sorted(wanted)}
+        extra.append(name_column(source, args.table_fields).alias(table_column))
+        helpers.append(identity_column(source).alias(SOURCE_COLUMN))
     if key_from is not None:
         k = F.col(KEY)
         # With the schema part the key's fields are under "payload"; without it the key is them.

@@ -33,3 +33,8 @@ REJECT_COLUMN = "__iceberg_sink_reject"
 UNAVAILABLE_COLUMN = "__iceberg_sink_unavailable"
 #: The column holding each row's (namespace-qualified) table name between routing and the writers.
 ROUTE_COLUMN = "__iceberg_sink_table"
+#: The source table of a Debezium event (``db.schema.table``; sources/source_names.py), kept beside a
+#: routed row so the routed job can hold each table to one source (job/routing.py). Never stored.
+SOURCE_COLUMN = "__iceberg_sink_source"
+#: The columns the sink adds to a batch for its own use: never stored in a table.
+MARK_COLUMNS = (REJECT_COLUMN, UNAVAILABLE_COLUMN, SOURCE_COLUMN)

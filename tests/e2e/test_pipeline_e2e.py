@@ -78,10 +78,9 @@ TODAY_REPRESENTATION: dict[str, Callable[[Any], Any]] = {}
 
 
 def iceberg_table(pg_table: str) -> str:
-    """The routed Iceberg table of PostgreSQL table ``public.<pg_table>`` of database ``shop``:
-    Debezium's default source name (db, schema, table; each ``_`` doubled, joined by ``_s_``)."""
-    parts = ["shop", "public", pg_table]
-    return f"{NAMESPACE}." + "_s_".join(p.replace("_", "__") for p in parts)
+    """The routed Iceberg table of PostgreSQL table ``public.<pg_table>`` of database ``shop``: the
+    table's own name, in the route's namespace (sources/source_names.py)."""
+    return f"{NAMESPACE}.{pg_table}"
 
 
 # The Iceberg type each PostgreSQL type must become (issue 18 part 2), checked for every type that

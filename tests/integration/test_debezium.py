@@ -128,8 +128,8 @@ class Source:
             # Kafka tombstone for log compaction: a null value with the same key.
             self.batches[-1].append({"key": json.dumps(key), "value": None})
         else:
-            # Database, schema and table, each _ doubled, joined with _s_ (read_envelope's default names).
-            self.model[row["id"]] = {**row, "lsn": self.lsn, "source_table": "inventory_s_public_s_customers"}
+            # The table's own name: its schema is PostgreSQL's default (read_envelope's default names).
+            self.model[row["id"]] = {**row, "lsn": self.lsn, "source_table": "customers"}
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

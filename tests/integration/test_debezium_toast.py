@@ -61,7 +61,7 @@ def builder(lake: Path, table: str = "cdc.docs") -> Any:
         IcebergSink.builder()
         .embedded(lake)
         .table(table)
-        .create_if_missing()
+        .create_if_missing(format_version=2)  # PyIceberg renames columns and commits beside it: v2 only
         .debezium(value_column="value", table_column=None)
         .cdc(op_column="op", key=["id"], order_by="lsn")
     )
@@ -216,7 +216,7 @@ def test_renamed_column_and_routed_tables_and_pruned_files(
     second = [toasted(1, 3, 3), envelope("u", 4, {"id": 1}, note, FIELDS, notes)]
     routed.write(frame(spark, second), checkpoint_location=rckpt)
     for name, doc in (("items", text(1)), ("notes", "note one")):
-        location = routed.load_table(f"cdc.inventory_s_public_s_{name}").metadata_location
+        location = routed.load_table(f"cdc.{name}").metadata_location
         java = normalize(java_reader.read(location).select(["id", "doc", "n"]), ["id"])
         assert java == normalize(duckdb_read(location).select(["id", "doc", "n"]), ["id"])
         assert java == [{"id": 1, "doc": doc, "n": 3}], name
