@@ -6,6 +6,8 @@ either. The docstring of each says whether retrying can help.
 
 from __future__ import annotations
 
+import sqlite3
+
 
 class IcebergSinkError(Exception):
     """Root of every error raised by iceberg_sink."""
@@ -98,10 +100,46 @@ class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):
 
 def pending_because(error: BaseException) -> str:
     """Why a stream keeps a checkpoint pending after ``error`` (job/pending.py ``defers``), for
-    messages: races lost to other writers on every attempt, or an unreachable catalog."""
+    messages: races lost to other writers on every attempt, a SQLite catalog file another process
+    holds locked (:func:`sqlite_catalog_locked`), or an unreachable catalog."""
     if isinstance(error, CommitRetriesExhaustedError):
         return "other writers won every commit attempt"
+    if sqlite_catalog_locked(error):
+        return SQLITE_CATALOG_LOCKED
     return "the catalog is unreachable"
+
+
+#: Why a commit to a SQLite catalog fails with SQLite's "database is locked" (SQLITE_BUSY).
+SQLITE_CATALOG_LOCKED = (
+    "another process holds the lock of the SQLite catalog file ('database is locked'), for example an "
+    "Iceberg Java JdbcCatalog session, which keeps a read statement open and the file locked while it runs"
+)
+#: What to do about it, appended to the errors and warnings that name it.
+SQLITE_CATALOG_ADVICE = (
+    "SQLite lets one process write at a time: several writer processes need a PostgreSQL catalog (or a REST "
+    "catalog), not SQLite (docs/troubleshooting.md#sqlite-catalog-locked)"
+)
+
+
+def sqlite_catalog_locked(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from (``__cause__``, ``__context__``, a SQLAlchemy
+    error's ``orig``), is SQLite's "database is locked": another connection, most likely another
+    process, holds a lock on the catalog file for longer than SQLite's busy timeout."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [error]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, sqlite3.OperationalError) and str(current).startswith("database is locked"):
+            return True
+        stack.extend(
+            e
+            for e in (current.__cause__, current.__context__, getattr(current, "orig", None))
+            if isinstance(e, BaseException)
+        )
+    return False
 
 
 class WriteFailedError(IcebergSinkError, RuntimeError):

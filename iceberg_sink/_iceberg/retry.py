@@ -11,7 +11,10 @@ A catalog that cannot be reached (connection refused or lost, server unavailable
 :func:`catalog_unreachable`) is retried within the same budget. A commit request that failed that way
 may have been applied by the catalog before the connection dropped, so it counts as an attempt whose
 outcome is unknown, never as a failed one. When the budget runs out the loop raises
-``CatalogUnavailableError``; conflicts and refused requests keep their own errors.
+``CatalogUnavailableError``; conflicts and refused requests keep their own errors. A SQLite catalog
+whose file another process keeps locked (an Iceberg Java ``JdbcCatalog`` session holds its lock while
+it runs) fails every attempt with "database is locked": from the third such attempt of a commit the
+cause is logged as a warning, and the error the loop ends in names it and what to do.
 
 Once an attempt's outcome is unknown, every later failure of the same commit is unknown too
 (``CommitStateUnknownError``), and files written for it are deleted only when a table loaded since
@@ -39,9 +42,20 @@ from iceberg_sink import _faults
 from iceberg_sink._iceberg.avro_read import fetch_entries
 from iceberg_sink._iceberg.files import delete_quietly
 from iceberg_sink._iceberg.producer import PreparedCommit, commit_prepared
-from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, CommitStateUnknownError
+from iceberg_sink.errors import (
+    SQLITE_CATALOG_ADVICE,
+    SQLITE_CATALOG_LOCKED,
+    CatalogUnavailableError,
+    CommitRetriesExhaustedError,
+    CommitStateUnknownError,
+    sqlite_catalog_locked,
+)
 
 logger = logging.getLogger(__name__)
+
+#: Attempts (loads and commits) of one commit that SQLite's "database is locked" failed, after which
+#: the cause is logged as a warning of its own: a lock held that long is another process's session.
+LOCKED_ATTEMPTS_BEFORE_WARNING = 3
 
 
 def moved_on(table: Table, load_table: Callable[[], Table]) -> Table | None:
@@ -167,6 +181,7 @@ class CommitAttempt:
         self._checkpoint_id = checkpoint_id
         self._on_conflict = on_conflict
         self._unknown: list[PreparedCommit] = []
+        self._locked = 0  # attempts that failed on a SQLite catalog file another process held locked
 
     @property
     def outcome_unknown(self) -> bool:
@@ -213,9 +228,29 @@ class CommitAttempt:
             return error
         return CommitStateUnknownError(
             f"{self.what}: an earlier attempt's outcome is unknown (it may have landed), then the commit failed "
-            f"({_describe(error)}); files written for it are kept, and a table read once the catalog answers "
-            f"says whether it landed{self._on_give_up}"
+            f"({_describe(error)}){self._locked_cause(error)}; files written for it are kept, and a table read "
+            f"once the catalog answers says whether it landed{self._on_give_up}"
         )
+
+    def _count_locked(self, error: BaseException) -> None:
+        """Count an attempt that SQLite's "database is locked" failed; the third one logs the cause."""
+        if not sqlite_catalog_locked(error):
+            return
+        self._locked += 1
+        if self._locked == LOCKED_ATTEMPTS_BEFORE_WARNING:
+            logger.warning(
+                "%s: %s attempts failed because %s; %s",
+                self.what,
+                self._locked,
+                SQLITE_CATALOG_LOCKED,
+                SQLITE_CATALOG_ADVICE,
+            )
+
+    def _locked_cause(self, error: BaseException) -> str:
+        """The cause and the advice, for an error that SQLite's "database is locked" ends in (else "")."""
+        if not sqlite_catalog_locked(error):
+            return ""
+        return f"; {SQLITE_CATALOG_LOCKED}. {SQLITE_CATALOG_ADVICE}"
 
     def run(self, prepare: Prepare, table: Table | None = None) -> CommitAttempts:
         """Prepare and commit until it lands, ``prepare`` returns None, or the policy gives up.
@@ -266,9 +301,10 @@ class CommitAttempt:
                 except Exception as e:
                     if not catalog_unreachable(e):
                         raise
+                    self._count_locked(e)
                     if loads > policy.num_retries or time.monotonic() > deadline:
                         raise CatalogUnavailableError(
-                            f"{what}: the catalog is unreachable ({_describe(e)}){on_give_up}"
+                            f"{what}: the catalog is unreachable ({_describe(e)}){self._locked_cause(e)}{on_give_up}"
                         ) from e
                     logger.warning("%s: the catalog is unreachable (load %s): %s", what, loads, _describe(e))
                     self._sleep(policy.wait_ms(loads) / 1000)
@@ -322,9 +358,11 @@ class CommitAttempt:
                 if not isinstance(e, CommitStateUnknownException) and not catalog_unreachable(e):
                     raise
                 unknown.append(prepared)
+                self._count_locked(e)
                 if exhausted:
                     raise CommitStateUnknownError(
-                        f"{what}: the catalog did not say whether the commit landed ({_describe(e)}){on_give_up}"
+                        f"{what}: the catalog did not say whether the commit landed ({_describe(e)})"
+                        f"{self._locked_cause(e)}{on_give_up}"
                     ) from e
                 logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, _describe(e))
             else:

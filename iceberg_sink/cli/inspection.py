@@ -3,6 +3,8 @@
 - snapshots, newest first, with the job id and checkpoint id that wrote them (vocab/summary_keys.py);
 - pending checkpoints under checkpoint locations (committer/store.py): written, maybe not committed;
   a routed job's location (iceberg_sink/job/routing.py) holds them per table, under ``tables/<table>/``;
+  and why they stay pending, as the job recorded it at its last deferral (``pending_reason``: an
+  unreachable catalog, a SQLite catalog file another process holds locked, races lost);
 - ``iceberg-sink inspect --checkpoint-location DIR`` without a table: every table of the job at DIR
   (:func:`job_tables`), with its pending checkpoints, table UUID and last committed checkpoint;
 - live data and delete files of the branch head, counted and sized per partition;
@@ -143,6 +145,24 @@ def _pending_rows(store: CheckpointStore, committed: set[int]) -> list[dict[str,
     ]
 
 
+def _pending_reason(store: CheckpointStore, pending: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Why the checkpoints not committed yet stay pending, as the job recorded it at its last deferral
+    (committer/store.py): ``reason``, ``error``, ``checkpoint_id``, ``at`` (ISO time); None when every
+    pending checkpoint is committed (or none is pending) or the job recorded nothing."""
+    if all(p["committed"] for p in pending):
+        return None
+    record = store.pending_reason()
+    if record is None:
+        return None
+    at = record.get("at_ms")
+    return {
+        "reason": record["reason"],
+        "error": record.get("error"),
+        "checkpoint_id": record.get("checkpoint_id"),
+        "at": _iso(at) if isinstance(at, int) else None,
+    }
+
+
 def _table_state(recorded: str | None, table: Table | None) -> str:
     if table is None:
         return "missing"
@@ -167,6 +187,7 @@ def pending_checkpoints(table: Table, location: str, table_name: str | None = No
     committed = _committed_checkpoints(table, job_id) if job_id is not None else set()
     route = _route_of(store, job)
     result: dict[str, Any] = {"checkpoint_location": location, "job_id": job_id, "route": route}
+    own: CheckpointStore | None = store
     if route is None:
         result["table"] = job.get("table") if job is not None else None
         pending = _pending_rows(store, committed)
@@ -183,6 +204,7 @@ def pending_checkpoints(table: Table, location: str, table_name: str | None = No
         result.update(table=name, has_state=has_state, table_uuid=recorded, table_state=_table_state(recorded, table))
     result["last_committed_checkpoint"] = max(committed) if committed else None
     result["pending"] = pending
+    result["pending_reason"] = _pending_reason(own, pending) if own is not None else None
     return result
 
 
@@ -227,6 +249,7 @@ def job_tables(location: str, load: Callable[[str], Table | None]) -> dict[str, 
                 "last_committed_checkpoint": max(committed) if committed else None,
                 "pending_ids": [p["checkpoint_id"] for p in pending],
                 "pending": pending,
+                "pending_reason": _pending_reason(own, pending),
             }
         )
     return {"checkpoint_location": location, "job_id": job_id, "route": route, "tables": tables}
@@ -362,6 +385,11 @@ _REPLACED = (
 )
 
 
+def _reason_line(reason: dict[str, Any]) -> str:
+    """``pending because <reason> (checkpoint n at <time>: <error>)``."""
+    return f"pending because {reason['reason']} (checkpoint {reason['checkpoint_id']} at {reason['at']}: {reason['error']})"
+
+
 def _pending_cell(pending: Sequence[dict[str, Any]]) -> str | None:
     return ", ".join(f"{p['checkpoint_id']}{' (committed)' if p['committed'] else ''}" for p in pending) or None
 
@@ -388,6 +416,7 @@ def render_job_tables(report: dict[str, Any]) -> str:
         out.append("(committed: committed but not cleaned up yet; the next start removes it without committing again)")
     if any(t["table_state"] == "replaced" for t in tables):
         out.append("(re-created: " + _REPLACED.format(uuid="in 'table uuid'") + ")")
+    out += [f"{t['table']}: {_reason_line(t['pending_reason'])}" for t in tables if t.get("pending_reason")]
     return "\n".join(out)
 
 
@@ -443,6 +472,8 @@ def render(report: dict[str, Any]) -> str:
                     for p in loc["pending"]
                 ],
             )
+        if loc.get("pending_reason"):
+            out.append(f"  {_reason_line(loc['pending_reason'])}")
     files = report["files"]
     t = files["totals"]
     out += [

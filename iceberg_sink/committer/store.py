@@ -5,6 +5,8 @@ Layout under ``<checkpoint_location>/iceberg_sink/``::
     job.json                       {"job_id": ..., "table": ...}: created once, never changed
     committables/<id:020d>.json    written before its commit is attempted, removed after it lands
     table.json                     {"table_uuid": ...}: routed tables only (see :meth:`CheckpointStore.pin_table_uuid`)
+    pending_reason.json            why checkpoints stay pending: written when a commit is deferred, removed
+                                   once none is pending (:meth:`CheckpointStore.record_pending_reason`)
 
 A routed sink (one stream, many tables: see iceberg_sink/job/routing.py) keeps one such folder per
 table under ``<checkpoint_location>/iceberg_sink/tables/<table>/`` (:meth:`CheckpointStore.for_table`).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 import uuid
 
 import pyarrow.fs as pafs
@@ -294,3 +297,26 @@ class CheckpointStore:
     def delete(self, checkpoint_id: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._fs.delete_file(self._path(checkpoint_id))
+
+    def record_pending_reason(self, checkpoint_id: int, reason: str, error: str) -> None:
+        """Record why checkpoint ``checkpoint_id`` stays pending (``reason``: errors.pending_because;
+        ``error``: the last error, one line) for ``iceberg-sink inspect``, another process that only
+        reads this folder. Replaces the previous record."""
+        record = {"checkpoint_id": checkpoint_id, "reason": reason, "error": error, "at_ms": int(time.time() * 1000)}
+        self._write(self.root + "/pending_reason.json", json.dumps(record).encode())
+
+    def pending_reason(self) -> dict[str, object] | None:
+        """The record of :meth:`record_pending_reason` (``checkpoint_id``, ``reason``, ``error``,
+        ``at_ms``), or None when there is none or it cannot be read (it only explains, nothing depends
+        on it)."""
+        data = self._read(self.root + "/pending_reason.json")
+        try:
+            record = json.loads(data) if data is not None else None
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return record if isinstance(record, dict) and isinstance(record.get("reason"), str) else None
+
+    def clear_pending_reason(self) -> None:
+        """Forget why checkpoints were pending (none is now)."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_file(self.root + "/pending_reason.json")

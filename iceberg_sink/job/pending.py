@@ -12,7 +12,10 @@ hooks and the maintenance triggers. A stream rides out a catalog outage, or a bu
 writers' commits that wins every attempt of one of its commits, by leaving committables stored (up
 to ``iceberg-sink.commit.max-pending-checkpoints``); each is committed, oldest first, one snapshot
 each, by the next micro-batch or the idle retry (job/idle.py). :meth:`PendingCommits.defers` is the
-one rule for which failures a stream rides out. It never calls back into the job: what it committed
+one rule for which failures a stream rides out. Why checkpoints are pending (errors.pending_because,
+e.g. a SQLite catalog file another process holds locked) goes to the warning, the metrics
+(``pending_reason``, ``catalog_locked_commits``) and the checkpoint store, where ``iceberg-sink
+inspect`` shows it, until a commit leaves none pending. It never calls back into the job: what it committed
 is kept in :attr:`PendingCommits.committed` for the job's progress record.
 """
 
@@ -33,11 +36,13 @@ from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import (
+    SQLITE_CATALOG_ADVICE,
     CatalogUnavailableError,
     CommitRetriesExhaustedError,
     CommitStateUnknownError,
     PendingCheckpointsLimitError,
     pending_because,
+    sqlite_catalog_locked,
 )
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources import kafka_offsets
@@ -112,6 +117,9 @@ class PendingCommits:
         self.conversion = conversion
         #: What was committed since :meth:`start_batch` (checkpoint, snapshot, commit time, attempts).
         self.committed: list[dict[str, Any]] = []
+        # Whether the store holds why checkpoints were pending (None: not read yet; an earlier run
+        # may have left it): cleared, with the metric, by the first commit that leaves none pending.
+        self._reason_recorded: bool | None = None
 
     def start_batch(self) -> None:
         self.committed = []
@@ -133,6 +141,12 @@ class PendingCommits:
             raise
         _faults.hit(_faults.AFTER_COMMIT, committable.checkpoint_id)
         self._store.delete(committable.checkpoint_id)
+        if self._reason_recorded is None:
+            self._reason_recorded = self._store.pending_reason() is not None
+        if self._reason_recorded and not self._store.pending_ids():
+            self._store.clear_pending_reason()
+            self._metrics.set(pending_reason=None)
+            self._reason_recorded = False
         if outcome.cleanup is not None:
             outcome.cleanup()
         if outcome.snapshot is None:
@@ -233,9 +247,14 @@ class PendingCommits:
     def defer(self, checkpoint_id: int, error: BaseException) -> CommitOutcome:
         """Keep checkpoint ``checkpoint_id`` (already stored) pending; fail past the limit."""
         pending = self._store.pending_ids()
-        self._metrics.add(deferred_commits=1)
-        self._metrics.set(pending_checkpoints=len(pending))
-        why = pending_because(error)
+        why, last = pending_because(error), one_line(error)
+        locked = sqlite_catalog_locked(error)
+        # The retry loop's errors name a locked SQLite catalog and what to do; others get the advice here.
+        advice = f". {SQLITE_CATALOG_ADVICE}" if locked and SQLITE_CATALOG_ADVICE not in last else ""
+        self._metrics.add(deferred_commits=1, catalog_locked_commits=int(locked))
+        self._metrics.set(pending_checkpoints=len(pending), pending_reason=f"{why}: {last}{advice}")
+        self._store.record_pending_reason(checkpoint_id, why, last + advice)
+        self._reason_recorded = True
         if len(pending) > self._max_pending:
             raise PendingCheckpointsLimitError(
                 f"{len(pending)} checkpoints of table {self._table_name} are pending (oldest: checkpoint "
@@ -243,17 +262,18 @@ class PendingCommits:
                 f"of {self._max_pending} set by {options.MAX_PENDING_CHECKPOINTS.key}; the stream stops. "
                 f"Nothing is lost: their committables are kept under {self._store.root} and are committed "
                 f"in order, one snapshot each, when the stream restarts and its commits can land. "
-                f"Last error: {one_line(error)}"
+                f"Last error: {last}{advice}"
             ) from error
         logger.warning(
-            "%s: checkpoint %s of table %s stays pending (%s pending, oldest %s; limit %s): %s",
+            "%s: checkpoint %s of table %s stays pending (%s pending, oldest %s; limit %s): %s%s",
             why,
             checkpoint_id,
             self._table_name,
             len(pending),
             pending[0],
             self._max_pending,
-            one_line(error),
+            last,
+            advice,
         )
         return CommitOutcome(checkpoint_id, None, already_committed=False, attempts=0, pending=True)
 

@@ -131,6 +131,11 @@ class MetricsSnapshot:
     # commits were deferred that way (ever).
     pending_checkpoints: int = 0
     deferred_commits: int = 0
+    # Why checkpoints are pending now: the cause and the last error of the newest deferral (None
+    # when none is pending); and the deferred commits whose SQLite catalog file another process
+    # held locked (errors.SQLITE_CATALOG_LOCKED), of all deferred_commits.
+    pending_reason: str | None = None
+    catalog_locked_commits: int = 0
     # Writers (from the WriteResults of each checkpoint's tasks, aggregated on the driver).
     flushed_data_files: int = 0
     flushed_delete_files: int = 0
@@ -225,6 +230,8 @@ class TableActivity:
         seconds_since_last_commit: since the table's last successful commit, or since the sink first
             wrote to it when it has none yet (as Flink's elapsedSecondsSinceLastSuccessfulCommit
             counts from the start): a stuck table's keeps growing while the others' stay low.
+        pending_reason: why the table's checkpoints are pending (None when none is).
+        catalog_locked_commits: its deferred commits whose SQLite catalog file another process held locked.
     """
 
     table: str
@@ -235,11 +242,20 @@ class TableActivity:
     pending_checkpoints: int = 0
     deferred_commits: int = 0
     seconds_since_last_commit: float = 0.0
+    pending_reason: str | None = None
+    catalog_locked_commits: int = 0
 
 
 # The sink-wide counters that are also kept per table, and what each table's view adds them to.
 _TABLE_COUNTERS = frozenset(
-    {"commits", "committed_records", "committed_data_files", "committed_delete_files", "deferred_commits"}
+    {
+        "commits",
+        "committed_records",
+        "committed_data_files",
+        "committed_delete_files",
+        "deferred_commits",
+        "catalog_locked_commits",
+    }
 )
 
 
@@ -247,6 +263,7 @@ class _TableCounters:
     def __init__(self, now: float) -> None:
         self.counts = dict.fromkeys(_TABLE_COUNTERS, 0)
         self.pending = 0
+        self.reason: str | None = None  # why its checkpoints are pending (None: none are)
         self.since = now  # the last successful commit, else when the sink first wrote to the table
 
 
@@ -260,6 +277,7 @@ class _Shared:
         }
         self.values["elapsed_seconds_since_last_successful_commit"] = None
         self.values["last_conversion_error"] = None
+        self.values["pending_reason"] = None
         self.last_success: float | None = None
         self.created = time.monotonic()
         self.data_sizes = _Histogram()
@@ -338,6 +356,12 @@ class SinkMetrics:
                 # Each table's job knows its own pending checkpoints; the sink's are their sum.
                 self._table.pending = int(values["pending_checkpoints"] or 0)
                 values["pending_checkpoints"] = sum(t.pending for t in self._shared.tables.values())
+            if self._table is not None and "pending_reason" in values:
+                # A table whose checkpoints landed clears its own reason, not another table's.
+                reason = values["pending_reason"]
+                self._table.reason = None if reason is None else str(reason)
+                others = (t.reason for t in self._shared.tables.values() if t.reason is not None)
+                values["pending_reason"] = reason if reason is not None else next(others, None)
             self._shared.values.update(values)
 
     def committed(self) -> None:
@@ -368,6 +392,8 @@ class SinkMetrics:
                     pending_checkpoints=t.pending,
                     deferred_commits=t.counts["deferred_commits"],
                     seconds_since_last_commit=now - t.since,
+                    pending_reason=t.reason,
+                    catalog_locked_commits=t.counts["catalog_locked_commits"],
                 )
                 for name, t in sorted(shared.tables.items())
             )

@@ -104,6 +104,11 @@ _TABLE_METRICS: tuple[tuple[str, str, Callable[[list[TableActivity]], float]], .
         lambda g: sum(t.deferred_commits for t in g),
     ),
     (
+        "catalogLockedCommits",
+        "commits deferred because another process held the SQLite catalog file locked",
+        lambda g: sum(t.catalog_locked_commits for t in g),
+    ),
+    (
         "elapsedSecondsSinceLastSuccessfulCommit",
         "seconds since the table's last commit (other: the oldest)",
         lambda g: max(t.seconds_since_last_commit for t in g),

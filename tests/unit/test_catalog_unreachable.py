@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import sqlite3
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from iceberg_sink import CatalogUnavailableError, CommitStateUnknownError, Icebe
 from iceberg_sink._iceberg.producer import PreparedCommit
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy, catalog_unreachable, commit_with_retry
 from iceberg_sink._iceberg.rewrites import RewriteManifests
+from iceberg_sink.errors import SQLITE_CATALOG_ADVICE, SQLITE_CATALOG_LOCKED, pending_because, sqlite_catalog_locked
 
 
 def _sql_catalog(tmp_path: Path, busy_timeout_s: float | None = None) -> Catalog:
@@ -109,6 +111,35 @@ def test_retry_loop_ends_with_catalog_unavailable_after_its_budget(fast_catalog:
     message = str(failure.value)
     assert message.startswith("checkpoint 7 of job j: the catalog is unreachable (OperationalError")
     assert message.endswith("; it stays pending")
+
+
+def test_a_locked_sqlite_catalog_file_is_named_after_a_few_attempts(
+    fast_catalog: Catalog, locked: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite's "database is locked" (another connection holds the file) is told apart from other
+    outages: the third attempt logs the cause once, and the error names it and what to do."""
+
+    def load() -> Table:
+        return fast_catalog.load_table("db.t")
+
+    with caplog.at_level(logging.WARNING, logger="iceberg_sink"), pytest.raises(CatalogUnavailableError) as failure:
+        commit_with_retry("checkpoint 7 of job j", load, lambda _: None, RetryPolicy(4, 1), sleep=lambda _: None)
+    assert sqlite_catalog_locked(failure.value) and pending_because(failure.value) == SQLITE_CATALOG_LOCKED
+    message = str(failure.value)
+    assert f"database is locked); {SQLITE_CATALOG_LOCKED}. {SQLITE_CATALOG_ADVICE}" in message
+    named = [r.getMessage() for r in caplog.records if SQLITE_CATALOG_LOCKED in r.getMessage()]
+    assert named == [
+        f"checkpoint 7 of job j: 3 attempts failed because {SQLITE_CATALOG_LOCKED}; {SQLITE_CATALOG_ADVICE}"
+    ]
+
+
+def test_other_sqlite_errors_and_outages_are_not_a_locked_catalog(tmp_path: Path, table: Table) -> None:
+    connection = sqlite3.connect(tmp_path / "catalog.db")
+    with pytest.raises(sqlite3.OperationalError) as no_table:
+        connection.execute("SELECT * FROM no_such_table")
+    assert not sqlite_catalog_locked(no_table.value)
+    assert not sqlite_catalog_locked(ConnectionRefusedError("refused"))
+    assert pending_because(ConnectionRefusedError("refused")) == "the catalog is unreachable"
 
 
 def test_max_pending_checkpoints_is_checked_by_build(tmp_path: Path) -> None:

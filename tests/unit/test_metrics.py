@@ -118,3 +118,24 @@ def test_per_table_views_count_each_table_and_the_sink() -> None:
     )
     assert (by_name["db.b"].commits, by_name["db.b"].deferred_commits, by_name["db.b"].pending_checkpoints) == (0, 1, 3)
     assert by_name["db.a"].seconds_since_last_commit <= by_name["db.b"].seconds_since_last_commit
+
+
+def test_a_tables_pending_reason_is_its_own_and_the_sinks_is_any_tables() -> None:
+    """Why checkpoints are pending, per table: a table whose checkpoints landed clears its reason,
+    not another table's; the sink's is the newest reason of a table still pending."""
+    metrics = SinkMetrics()
+    a, b = metrics.for_table("db.a"), metrics.for_table("db.b")
+    assert metrics.snapshot().pending_reason is None
+    a.add(deferred_commits=1, catalog_locked_commits=1)
+    a.set(pending_checkpoints=1, pending_reason="locked")
+    b.set(pending_checkpoints=1, pending_reason="unreachable")
+    assert metrics.snapshot().pending_reason == "unreachable"
+    b.set(pending_checkpoints=0, pending_reason=None)
+    snap = metrics.snapshot()
+    assert (snap.pending_reason, snap.catalog_locked_commits) == ("locked", 1)
+    assert [(t.table, t.pending_reason, t.catalog_locked_commits) for t in snap.tables] == [
+        ("db.a", "locked", 1),
+        ("db.b", None, 0),
+    ]
+    a.set(pending_checkpoints=0, pending_reason=None)
+    assert metrics.snapshot().pending_reason is None
