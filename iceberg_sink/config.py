@@ -32,11 +32,14 @@ class CreateOptions:
         properties: table properties for the new table.
         format_version: Iceberg format version of the new table; None for the mode's default
             (:meth:`version_for`).
+        identifier_fields: whether an upsert/CDC table gets its key as identifier fields (False:
+            the key then comes from the builder on every run; see ``create_if_missing``).
     """
 
     partition_by: tuple[PartitionTerm, ...] = ()
     properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_freeze)
     format_version: int | None = None
+    identifier_fields: bool = True
 
     def version_for(self, changes: bool) -> int:
         """The format version to create the table with: the one given, else

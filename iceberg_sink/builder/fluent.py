@@ -117,6 +117,8 @@ class IcebergSinkBuilder(Generic[SinkT]):
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         format_version: int | None = None,
+        *,
+        identifier_fields: bool = True,
     ) -> Self:
         """Create the table from the DataFrame's schema when it does not exist.
 
@@ -129,11 +131,18 @@ class IcebergSinkBuilder(Generic[SinkT]):
                 and written by more engines; v3 would add only row lineage). Give 2 to keep
                 upserts/CDC on equality deletes; upserts, CDC and delete conversion need 2 or more
                 (docs/format-v3.md).
+            identifier_fields: upserts/CDC: whether the table's key columns become its identifier
+                fields (the default; they are required either way). ``False`` creates the table
+                without them, for tables Iceberg Java 1.6 to 1.9 must run merge-on-read ``DELETE``,
+                ``UPDATE`` or ``MERGE`` on (apache/iceberg #11709: "Cannot add fieldId 1 as an
+                identifier field"); the key then comes from ``.upsert/.cdc(key=[...])``, which every
+                run must give, and not from the rows (``key_column``). See docs/troubleshooting.md.
         """
         self._create = {
             "partition_by": partition_by,
             "properties": dict(properties or {}),
             "format_version": format_version,
+            "identifier_fields": identifier_fields,
         }
         return self
 
@@ -431,10 +440,13 @@ class IcebergSinkBuilder(Generic[SinkT]):
             try:
                 terms = parse_terms(list(self._create["partition_by"]))
                 fv = self._create["format_version"]
+                ids = self._create["identifier_fields"]
                 if fv is not None and fv not in SUPPORTED_FORMAT_VERSIONS:
                     problems.append(f"create_if_missing(format_version): expected 1, 2 or 3, received {fv!r}")
+                elif not isinstance(ids, bool):
+                    problems.append(f"create_if_missing(identifier_fields): expected True or False, received {ids!r}")
                 else:
-                    create = CreateOptions(terms, self._create["properties"], fv)
+                    create = CreateOptions(terms, self._create["properties"], fv, ids)
             except InvalidSinkConfigError as e:
                 problems.append(str(e))
         for kind, hooks in (
@@ -482,6 +494,13 @@ class IcebergSinkBuilder(Generic[SinkT]):
                 problems.append(
                     f"create_if_missing(format_version): upsert/CDC write equality deletes, which need format "
                     f"version 2; received {version}"
+                )
+            if not create.identifier_fields and (not changes.key or changes.key_column is not None):
+                # A table without identifier fields keeps no key: only the builder can give it, every run.
+                problems.append(
+                    "create_if_missing(identifier_fields=False): a table created without identifier fields takes "
+                    "its key from the builder on every run; expected .upsert/.cdc(key=[...]) without key_column, "
+                    f"received key={list(changes.key) or None}, key_column={changes.key_column!r}"
                 )
             # A key named by the rows is checked against the partitioning when its table is created.
             if changes.key and changes.key_column is None:

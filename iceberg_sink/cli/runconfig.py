@@ -84,6 +84,7 @@ _SINK = mapping(
                     "partition_by": string_list,
                     "properties": scalar_map,
                     "format_version": typed("1, 2 or 3", lambda v: v in (1, 2, 3) and not isinstance(v, bool)),
+                    "identifier_fields": BOOL,
                 }
             )
         ),

@@ -298,7 +298,12 @@ class TableBinding:
             )
         # Before the table is created: a key Iceberg forbids (float, under an optional struct) is refused.
         check_key_columns(self.config.table, schema, changes.key)
-        # Key columns become the table's identifier fields (required), whatever Spark says of nulls.
+        # Key columns become the table's identifier fields (required), whatever Spark says of nulls;
+        # without identifier fields (create_if_missing(identifier_fields=False)) they stay required
+        # and the builder's key is the key (table/keys.py).
+        create = self.config.create
+        if create is not None and not create.identifier_fields:
+            return schema
         ids = [schema.find_field(k).field_id for k in changes.key]
         try:
             return Schema(*schema.fields, identifier_field_ids=ids)

@@ -7,7 +7,8 @@ A table's key (its equality-delete fields) comes from, most specific first:
    gives them: ``read_envelope(key_from="key")``). All rows of one table in one micro-batch must name
    the same key; rows where it is null name none;
 2. **the table**: an existing table's identifier fields (``ALTER TABLE ... SET IDENTIFIER FIELDS``,
-   PyIceberg's ``update_schema().set_identifier_fields``), which a table created by the sink has too;
+   PyIceberg's ``update_schema().set_identifier_fields``), which a table created by the sink has too
+   (unless created with ``create_if_missing(identifier_fields=False)``: then only the builder's key);
 3. **the builder**: ``key=[...]`` of ``.cdc``/``.upsert``, for a routed sink the key of the tables
    that give none; for a single-table sink it is the key, whatever the table's identifier fields say
    (as Flink's ``equalityFieldColumns``), and may be omitted for a table that has identifier fields.
