@@ -249,7 +249,8 @@ def part_a(
             IcebergSink.builder()
             .embedded(lake)
             .table(f"{NAMESPACE}.{name}")
-            .create_if_missing(partition_by=PARTITION_BY)
+            # Format v2: equality deletes, as Iceberg Java's side of the comparison (v3 is the upsert default).
+            .create_if_missing(partition_by=PARTITION_BY, format_version=2)
             .distribution_mode("hash")
             .upsert(key=KEY)
         )

@@ -428,7 +428,8 @@ def build_sink(args: argparse.Namespace, lake: Path, recorder: Recorder) -> Any:
         IcebergSink.builder()
         .embedded(lake)
         .table(TABLE)
-        .create_if_missing(properties={"write.metadata.delete-after-commit.enabled": "true"})
+        # Format v2 (equality deletes), as docs/benchmarks-soak.md measured it (v3 is the CDC default).
+        .create_if_missing(properties={"write.metadata.delete-after-commit.enabled": "true"}, format_version=2)
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .post_commit_hook(recorder)
     )

@@ -412,6 +412,9 @@ def options_doc() -> str:
         + "\nUpserts/CDC (`.upsert(key=...)`, `.cdc(op_column=..., key=..., order_by=...)`), hooks "
         "(`.pre_commit_hook`, `.post_commit_hook`), compaction (`.compaction(...)`) and the equality-delete "
         "conversion (`.convert_equality_deletes(...)`) are builder methods; see docs/cdc.md and docs/compaction.md.\n"
+        "\nThe format version of a table `.create_if_missing(...)` creates is an argument of that method, not an "
+        "option: without `format_version` it is 3 for upserts and CDC (deletion vectors, which PyIceberg reads) "
+        "and 2 for appends; `format_version=2` keeps an upsert/CDC table on equality deletes. See docs/format-v3.md.\n"
     )
 
 

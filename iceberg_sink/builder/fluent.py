@@ -316,7 +316,9 @@ class IcebergSinkBuilder(Generic[SinkT]):
         ``equality_delete_records`` live equality-delete rows, or more than ``delete_files`` live
         delete files on the branch. ``background=True`` (default) runs it on a driver thread without
         blocking the stream's commits; one conversion per table runs at a time; a failure is logged
-        and counted in ``sink.metrics()``, never stops the stream. Needs format version 2.
+        and counted in ``sink.metrics()``, never stops the stream. Needs format version 2 or more; a
+        v3 table's checkpoints commit deletion vectors, so there it converts only other writers' and
+        pre-upgrade equality deletes (into deletion vectors).
         """
         self._conversion = {
             "every_n_commits": every_n_commits,

@@ -77,7 +77,7 @@ def cdc_builder(tmp_path: Path, partition_by: list[str]) -> Any:
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .table("db.users")
-        .create_if_missing(partition_by=partition_by)
+        .create_if_missing(partition_by=partition_by, format_version=2)  # equality deletes (v3: test_v3_cdc.py)
         .cdc(op_column="op", key=["id", "region"], order_by="lsn")
     )
 
@@ -285,7 +285,7 @@ def test_new_keys_skip_equality_deletes_but_updates_do_not(
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .table("db.mono")
-        .create_if_missing()
+        .create_if_missing(format_version=2)  # equality deletes
         .upsert(key=["id"])
         .build()
     )

@@ -106,7 +106,8 @@ def test_run_the_documented_pipeline_then_inspect_it(
     # The human form says the same in tables.
     assert main(["inspect", "db.users", "--embedded", str(tmp_path / "lake")]) == EXIT_OK
     human = capsys.readouterr().out
-    assert "table db.users (format v2)" in human and "country=fr" in human and job["job_id"] in human
+    # An upsert table the pipeline created: format v3, the default for upserts and CDC.
+    assert "table db.users (format v3)" in human and "country=fr" in human and job["job_id"] in human
 
 
 def test_run_rate_source_stops_after_max_batches(
@@ -335,7 +336,15 @@ def test_json_and_exit_codes_of_the_maintenance_commands(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lake = str(tmp_path / "lake")
-    sink = IcebergSink.builder().embedded(lake).table("db.m").create_if_missing().upsert(key=["id"]).build()
+    # v2: equality deletes for convert-equality-deletes.
+    sink = (
+        IcebergSink.builder()
+        .embedded(lake)
+        .table("db.m")
+        .create_if_missing(format_version=2)
+        .upsert(key=["id"])
+        .build()
+    )
     for i in range(3):
         sink.write(spark.createDataFrame([(i, "a"), (i + 1, "b")], "id long, v string"))
     orphan = Path(sink.load_table().location().removeprefix("file://")) / "data" / "stray.parquet"

@@ -1,5 +1,8 @@
 """Converting equality deletes into position deletes beside a live stream and compaction.
 
+The tables are format v2 (``create_if_missing(format_version=2)``): the sink's v3 tables, the
+upsert/CDC default, get deletion vectors instead (conversion on v3: test_v3_conversion.py).
+
 Every table is read back by Apache Iceberg Java and DuckDB and compared with a model of the changes.
 """
 
@@ -31,7 +34,7 @@ def cdc_sink(tmp_path: Path, partition_by: list[str] | None = None, **conversion
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .table("db.users")
-        .create_if_missing(partition_by=["region"] if partition_by is None else partition_by)
+        .create_if_missing(partition_by=["region"] if partition_by is None else partition_by, format_version=2)
         .cdc(op_column="op", key=["id", "region"], order_by="lsn")
     )
     return builder.convert_equality_deletes(**conversion) if conversion else builder
@@ -297,7 +300,14 @@ def test_conversion_after_the_key_was_widened_and_columns_renamed(
     new name. Keys are looked up by field id and compared after widening."""
     from pyiceberg.types import LongType
 
-    sink = IcebergSink.builder().embedded(tmp_path / "lake").table("db.w").create_if_missing().upsert(key=["k"]).build()
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.w")
+        .create_if_missing(format_version=2)
+        .upsert(key=["k"])
+        .build()
+    )
     model: dict[int, str] = {}
 
     def upsert(rows: list[tuple[int, str]], ddl: str) -> None:
@@ -351,7 +361,7 @@ def test_key_index_across_runs_compaction_and_a_restart(
             IcebergSink.builder()
             .embedded(tmp_path / "lake")
             .table("db.k")
-            .create_if_missing()
+            .create_if_missing(format_version=2)
             .upsert(key=keys)
             .convert_equality_deletes(every_n_commits=1, background=False)
             .build()

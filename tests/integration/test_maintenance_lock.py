@@ -24,7 +24,7 @@ def test_compaction_and_conversion_of_one_table_take_turns(
         IcebergSink.builder()
         .catalog("test", **catalog_props)
         .table("db.lock")
-        .create_if_missing()
+        .create_if_missing(format_version=2)  # equality deletes for the conversion
         .upsert(key=["id"])
         .compaction(every_n_commits=1, background=True, min_input_files=1, delete_file_threshold=1)
         .convert_equality_deletes(every_n_commits=1, background=True)

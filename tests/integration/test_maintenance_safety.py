@@ -48,7 +48,9 @@ def files_under(root: Path) -> set[str]:
 
 def upsert_table(spark: SparkSession, lake: Path, name: str = "db.t") -> IcebergSink:
     """Two upserts: two data files and one equality delete file (the second write's keys 3, 4 existed)."""
-    sink = IcebergSink.builder().embedded(lake).table(name).create_if_missing().upsert(key=["id"]).build()
+    sink = (
+        IcebergSink.builder().embedded(lake).table(name).create_if_missing(format_version=2).upsert(key=["id"]).build()
+    )
     sink.write(spark.createDataFrame([(i, "a") for i in range(5)], "id long, v string"))
     sink.write(spark.createDataFrame([(i, "b") for i in range(3, 8)], "id long, v string"))
     return sink

@@ -74,7 +74,7 @@ def test_cdc_with_repeated_keys_across_evicted_files(
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .table("db.users")
-        .create_if_missing(partition_by=["region", "bucket(16, id)"])
+        .create_if_missing(partition_by=["region", "bucket(16, id)"], format_version=2)  # equality deletes
         .cdc(op_column="op", key=["id", "region"], order_by="lsn")
         .write_option("iceberg-sink.writer.max-open-files", 2)
         .write_option("iceberg-sink.writer.buffer-bytes", 1)

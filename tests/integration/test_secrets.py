@@ -120,7 +120,9 @@ def test_secrets_stay_out_of_logs_errors_summaries_properties_and_checkpoints(
     try:
         sink = (
             sink_builder(seaweed, "secrets")
-            .create_if_missing(partition_by=["k"])
+            # v2: SeaweedFS's table bucket refuses a v3 table's Puffin files (test_v3_rest.py sets
+            # another data path).
+            .create_if_missing(partition_by=["k"], format_version=2)
             .upsert(key=["id", "k"])
             .compaction(every_n_commits=2)
             .build()

@@ -39,7 +39,7 @@ def _written_table(spark: SparkSession, props: dict[str, str], batches: int) -> 
         IcebergSink.builder()
         .catalog("pg", **props)
         .table("db.users")
-        .create_if_missing(partition_by=["region"])
+        .create_if_missing(partition_by=["region"], format_version=2)  # equality deletes to convert
         .cdc(op_column="op", key=["id", "region"], order_by="lsn")
         .build()
     )

@@ -33,7 +33,7 @@ def _sink(lake: Path, **conversion: Any) -> Any:
         IcebergSink.builder()
         .embedded(lake)
         .table("db.t")
-        .create_if_missing(partition_by=["bucket(2, id)"])
+        .create_if_missing(partition_by=["bucket(2, id)"], format_version=2)  # v2, upgraded by the tests
         .upsert(key=["id"])
     )
     return (builder.convert_equality_deletes(**conversion) if conversion else builder).build()

@@ -62,7 +62,14 @@ def test_an_upgraded_v2_upsert_table_takes_appends_and_compaction_and_every_read
     spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    upserts = IcebergSink.builder().embedded(lake).table("db.t").create_if_missing().upsert(key=["id"]).build()
+    upserts = (
+        IcebergSink.builder()
+        .embedded(lake)
+        .table("db.t")
+        .create_if_missing(format_version=2)
+        .upsert(key=["id"])
+        .build()
+    )
     model: dict[int, str] = {}
 
     def write(sink: Any, rows: list[tuple[int, str]]) -> None:

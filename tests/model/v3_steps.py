@@ -6,7 +6,8 @@ Kept out of harness.py (as debezium_steps.py is). Two tables of their own, each 
 - ``db.v3``: created by its sink with ``create_if_missing(format_version=3, partition_by=["bucket(2, id)"])``.
   Its deletes must be deletion vectors only: main never holds an equality or position delete file,
   at most one DV per data file, each naming a live data file.
-- ``db.v2up``: created on format v2 (its updates write equality deletes), upgraded to v3 mid-run with
+- ``db.v2up``: created on format v2 (``create_if_missing(format_version=2)``: its updates write
+  equality deletes), upgraded to v3 mid-run with
   ``sink.upgrade_format_version(3)``, then it keeps taking checkpoints: its old equality deletes stay
   (as Iceberg Java keeps them) and every delete committed after the upgrade is a DV.
 
@@ -107,7 +108,8 @@ class V3Tables:
     def sink(self, table: str, restart: bool = False) -> IcebergSink:
         if restart or table not in self.sinks:
             w = self.world
-            create = {"format_version": 3, "partition_by": ["bucket(2, id)"]} if table == V3 else {}
+            # db.v2up starts on v2 (explicitly: a CDC table's default is v3).
+            create = {"format_version": 3, "partition_by": ["bucket(2, id)"]} if table == V3 else {"format_version": 2}
             self.sinks[table] = (
                 IcebergSink.builder()
                 .catalog("model", **w.catalog_props)

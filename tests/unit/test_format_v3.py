@@ -34,6 +34,7 @@ from iceberg_sink._iceberg import producer, row_delta, schema_update
 from iceberg_sink._iceberg.delete_rewrite import RewriteDeletes
 from iceberg_sink._iceberg.lineage import ManifestListWriterV3, assign_first_row_ids, read_entries, read_manifests
 from iceberg_sink._iceberg.manifests import as_v3_data_file, data_file_first_row_id
+from iceberg_sink.config import CreateOptions
 from iceberg_sink.table.catalog import create_table
 from iceberg_sink.topology.maintenance import expire_snapshots, rewrite_manifests
 from tests.helpers import write_batches, writer_spec
@@ -284,6 +285,30 @@ def test_every_commit_kind_v3_cannot_take_is_refused_before_anything_is_written(
     with pytest.raises(UnsupportedTableError, match=r"expected deletion vectors.*deletion vectors only"):
         RewriteDeletes(table, "main", deletes.delete_files, frozenset(), {})
     assert len(catalog.load_table("db.t").metadata.snapshots) == 1  # nothing was committed
+
+
+def test_create_if_missing_without_a_version_gives_upserts_and_cdc_v3_and_appends_v2(tmp_path: Path) -> None:
+    """Issue 42 item 13: PyIceberg reads no equality deletes, so a table the sink creates for upserts
+    or CDC is v3 (deletion vectors) unless told otherwise; appends stay v2. The tables themselves,
+    routed and dead-letter ones included: tests/integration/test_default_format_version.py."""
+
+    def version(create: dict[str, Any], mode: str | None = None) -> int | None:
+        builder = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").create_if_missing(**create)
+        if mode == "upsert":
+            builder = builder.upsert(key=["id"])
+        elif mode == "cdc":
+            builder = builder.cdc(op_column="op", key=["id"])
+        config = builder.build().config.create
+        assert config is not None
+        return config.format_version
+
+    assert [version({}, mode) for mode in ("upsert", "cdc", None)] == [3, 3, 2]
+    assert [version({"format_version": 2}, mode) for mode in ("upsert", "cdc", None)] == [2, 2, 2]
+    assert [version({"format_version": 3}, mode) for mode in ("upsert", "cdc", None)] == [3, 3, 3]
+    assert version({"format_version": 1}) == 1
+    # A configuration made without the builder (the dead-letter table's) resolves the same way.
+    assert (CreateOptions().version_for(True), CreateOptions().version_for(False)) == (3, 2)
+    assert CreateOptions(format_version=2).version_for(True) == 2
 
 
 def test_the_builder_takes_v3_for_appends_and_names_what_it_refuses(tmp_path: Path, catalog: SqlCatalog) -> None:
