@@ -415,6 +415,10 @@ def options_doc() -> str:
         "\nThe format version of a table `.create_if_missing(...)` creates is an argument of that method, not an "
         "option: without `format_version` it is 3 for upserts and CDC (deletion vectors, which PyIceberg reads) "
         "and 2 for appends; `format_version=2` keeps an upsert/CDC table on equality deletes. See docs/format-v3.md.\n"
+        "\nWhether an upsert/CDC table it creates declares its key as identifier fields is an argument too, "
+        "`identifier_fields` (default true): `identifier_fields=False` creates it without them, for tables that "
+        "Iceberg Java 1.6 to 1.9 runs merge-on-read DELETE/UPDATE/MERGE on (apache/iceberg #11709), and needs "
+        "`key=[...]` on every run. See docs/troubleshooting.md.\n"
     )
 
 

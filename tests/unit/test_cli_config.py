@@ -126,6 +126,20 @@ def test_the_builder_checks_values_the_file_cannot(tmp_path: Path) -> None:
         runner.build_sink(config)
 
 
+def test_identifier_fields_of_create_if_missing_reach_the_builder(tmp_path: Path) -> None:
+    def sink(create: str, upsert: str) -> str:
+        return f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{table: db.t, embedded: {tmp_path}, create_if_missing: {create}, upsert: {upsert}}}\n"
+
+    with pytest.raises(runconfig.InvalidSinkConfigError) as found:
+        runconfig.parse(sink("{identifier_fields: 'no'}", "{key: [id]}"), "p.yaml")
+    assert "sink.create_if_missing.identifier_fields: expected true or false" in str(found.value)
+    config = runconfig.parse(sink("{identifier_fields: false}", "{}"), "p.yaml")
+    with pytest.raises(runconfig.InvalidSinkConfigError, match=r"create_if_missing\(identifier_fields=False\)"):
+        runner.build_sink(config)  # no key=[...]: a table without identifier fields keeps no key
+    built = runner.build_sink(runconfig.parse(sink("{identifier_fields: false}", "{key: [id]}"), "p.yaml"))
+    assert built.config.create is not None and built.config.create.identifier_fields is False
+
+
 def test_cli_reports_config_errors_in_one_line_with_exit_code_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
