@@ -304,7 +304,7 @@ class IcebergSink:
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
             with batch_lock:
-                job.process(reading.read_batch(config, batch), batch_id)
+                job.process(reading.read_batch(config, batch, table=reading.last_loaded(job)), batch_id)
 
         query = self._start(streaming_df, process_batch, self._config, checkpoint_location, trigger, query_name)
         dead = job.dead_letter
@@ -393,7 +393,7 @@ class IcebergSink:
             if self._config.route is not None:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
-            df = reading.read_batch(self._config, df)
+            df = reading.read_batch(self._config, df, table=reading.last_loaded(job))
             try:
                 job.ensure_table(without_reject(df.schema), batch=df)
             except NoRowsNoTable:

@@ -3,29 +3,44 @@
 The ``map_batches`` functions (``.map_batches``, ``.debezium``) in order, then strings compared as
 the table compares them (table/collation.py), then a routed sink's table column (routing.py).
 Rows a source or the route refused keep their mark (sources/rejects.py) for the dead-letter split.
+A single-table sink's functions run knowing its table's schema (sources/bare_types.py): a Debezium
+reader settles the types of events without a schema part on the table's columns.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
+from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.job.routing import route_column
+from iceberg_sink.sources.bare_types import writing_table
 from iceberg_sink.sources.rejects import fail_on_reject
 from iceberg_sink.table.collation import binary_strings
 
+if TYPE_CHECKING:  # the single-table job (pipeline.py) reads its batches through here
+    from iceberg_sink.job.pipeline import SinkJob
 
-def read_batch(config: SinkConfig, df: DataFrame, known_tables: Iterable[str] = ()) -> DataFrame:
+logger = logging.getLogger("iceberg_sink")
+
+
+def read_batch(
+    config: SinkConfig, df: DataFrame, known_tables: Iterable[str] = (), table: Table | None = None
+) -> DataFrame:
     """``df`` after the ``map_batches`` functions (the DataFrame the sink writes), its collated
     strings made binary (table/collation.py). A routed sink's rows get their table name here
     (routing.py), marked refused when the route may not write it. Rows a source or the route refused
     (sources/rejects.py) keep their mark: the job decides, right before the writers (dead_letter.py
     ``enforce``), to fail the batch or dead-letter them. ``known_tables``: routed names already
-    accepted (RoutedJob.known_tables)."""
-    for fn in config.map_batches:
-        df = fn(df)
+    accepted (RoutedJob.known_tables). ``table``: a single-table sink's table as last loaded
+    (:func:`last_loaded`), whose schema the functions run with (sources/bare_types.py)."""
+    with writing_table(table.schema() if table is not None else None):
+        for fn in config.map_batches:
+            df = fn(df)
     # Strings compared as the table compares them (table/collation.py): before any key, op code
     # or route value is compared.
     df = binary_strings(df)
@@ -36,3 +51,19 @@ def read_batch(config: SinkConfig, df: DataFrame, known_tables: Iterable[str] = 
         # table is created or evolved) fails on a refused row, so nothing is created for it.
         df = fail_on_reject(df)
     return df
+
+
+def last_loaded(job: SinkJob) -> Table | None:
+    """The table ``job`` writes as it last loaded it, for :func:`read_batch`; loaded now when the job
+    has not loaded it yet (a stream's first batch). None without ``map_batches`` functions (nothing
+    reads it), or when the table does not exist or cannot be loaded: the batch then settles its types
+    by itself, and the job meets the catalog's answer when it checks the batch."""
+    if not job.binding.config.map_batches:
+        return None
+    if job.binding.table is not None:
+        return job.binding.table
+    try:
+        return job.binding.refresh()
+    except Exception as e:  # no table yet, or the catalog does not answer
+        logger.debug("table %s not loaded before reading the batch: %s", job.binding.name, e)
+        return None

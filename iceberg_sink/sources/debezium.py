@@ -34,7 +34,10 @@ is an int of days, a precise ``Decimal`` base64 bytes: configure the connector's
 ``decimal.handling.mode`` / ``time.precision.mode`` for other representations). Without a schema
 part the types are inferred from the batch's ``after`` and ``before`` documents as
 :func:`iceberg_sink.sources.readers.read_json` does; in a batch mixing both, the columns that only events
-without a schema part have are added to the schema parts' union with their inferred types. Either
+without a schema part have are added to the schema parts' union with their inferred types. A field
+whose values are of several JSON kinds (``"id": "5002"`` among long ids) takes the type of the
+sink's table column (or of the schema parts), else the kind most events give it, and an event whose
+value does not fit is refused, naming the field (:mod:`iceberg_sink.sources.bare_types`). Either
 way the batch's schema is the union of its events', so schema evolution (``.schema_evolution``) sees
 every new column.
 """
@@ -55,6 +58,7 @@ from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
 from iceberg_sink.errors import InvalidInputError
 from iceberg_sink.sources import toast
+from iceberg_sink.sources.bare_types import settle
 from iceberg_sink.sources.connect_types import (
     VARIABLE_SCALE_DECIMAL,
     connect_to_spark,
@@ -79,7 +83,7 @@ from iceberg_sink.sources.envelope import (
     warn_unordered,
 )
 from iceberg_sink.sources.event_order import order_paths
-from iceberg_sink.sources.readers import infer_json_schema, union_types
+from iceberg_sink.sources.readers import union_types
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
 from iceberg_sink.table.schema import case_clashes
 from iceberg_sink.vocab.columns import SOURCE_COLUMN, UNAVAILABLE_COLUMN
@@ -348,13 +352,15 @@ def read_envelope(
         schema = _row_schema_from_envelopes(declared)
         if schema is None or None in counts.schemas:
             # Events without a schema part (schemas.enable=false, perhaps beside events with one: a
-            # stream of several connectors): their documents' types, merged with the schema parts'.
-            bare = events.where(F.col(SCHEMA).isNull())
-            images = bare.select(F.explode(F.array(AFTER, BEFORE)).alias(_ROW)).where(
-                F.json_object_keys(F.col(_ROW)).isNotNull()
-            )
-            inferred = infer_json_schema(images, _ROW, what="Debezium row images ('after'/'before')")
-            schema = inferred if schema is None else _merge_row_schemas(schema, inferred)
+            # stream of several connectors): their documents' types, settled on the table's and the
+            # schema parts' (sources/bare_types.py), merged with the schema parts'. An event whose
+            # value does not fit its field's type is refused.
+            source = c.helpers[0] if c.helpers else None
+            bare = settle(events.where(F.col(SCHEMA).isNull()), AFTER, BEFORE, source, schema)
+            schema = bare.schema if schema is None else _merge_row_schemas(schema, bare.schema)
+            misfit = bare.reason(schema, F.when(F.col(SCHEMA).isNull(), F.col(IMAGE)))
+            if misfit is not None:
+                reason = F.coalesce(c.reason, misfit).alias(_REASON)
     ours = {name.lower() for name in [*added, *carried]}  # names that differ only in case clash too
     clash = [name for name in schema.fieldNames() if name.lower() in ours]
     if clash:

@@ -33,15 +33,25 @@ from iceberg_sink._sql import named
 from iceberg_sink.errors import InvalidInputError
 
 # A JSON value's inferred kind, hashable: ("long",), ("double",), ("decimal",), ("string",),
-# ("boolean",), ("null",), ("struct", ((name, kind), ...)), ("array", kind), ("conflict", (kinds...), sample).
+# ("boolean",), ("null",), ("struct", ((name, kind), ...)), ("array", kind), or ("conflict", ((family,
+# kind), ...)): values of several families (family_of), each family's values merged, first seen first.
 Kind = tuple[Any, ...]
-_NULL: Kind = ("null",)
+NULL_KIND: Kind = ("null",)
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_NUMBERS = ("long", "double", "decimal")
 
 
-def _kind(value: Any) -> Kind:
+def family_of(kind: Kind) -> str:
+    """The family of a (non-null, non-conflict) kind: ``number``, ``string``, ``boolean``, ``object`` or
+    ``array``; values of one family always merge into one kind."""
+    tag = kind[0]
+    return "number" if tag in _NUMBERS else "object" if tag == "struct" else str(tag)
+
+
+def kind_of(value: Any) -> Kind:
+    """The kind of a JSON value (as ``json.loads`` gives it)."""
     if value is None:
-        return _NULL
+        return NULL_KIND
     if isinstance(value, bool):
         return ("boolean",)
     if isinstance(value, int):
@@ -51,12 +61,12 @@ def _kind(value: Any) -> Kind:
     if isinstance(value, str):
         return ("string",)
     if isinstance(value, list):
-        element: Kind = _NULL
+        element: Kind = NULL_KIND
         for item in value:
-            element = _merge_kinds(element, _kind(item))
+            element = merge_kinds(element, kind_of(item))
         return ("array", element)
     if isinstance(value, dict):
-        return ("struct", tuple((str(k), _kind(v)) for k, v in value.items()))
+        return ("struct", tuple((str(k), kind_of(v)) for k, v in value.items()))
     return ("string",)
 
 
@@ -68,29 +78,34 @@ def _describe(kind: Kind) -> str:
     return str(kind[0])
 
 
-def _merge_kinds(a: Kind, b: Kind) -> Kind:
-    if a == b or b == _NULL:
+def members(kind: Kind) -> tuple[tuple[str, Kind], ...]:
+    """The (family, kind) pairs of a kind: one for a plain kind, each family's for a conflict."""
+    return kind[1] if kind[0] == "conflict" else ((family_of(kind), kind),)  # type: ignore[no-any-return]
+
+
+def merge_kinds(a: Kind, b: Kind) -> Kind:
+    """The kind of the values of kinds ``a`` (seen first) and ``b``."""
+    if a == b or b == NULL_KIND:
         return a
-    if a == _NULL:
+    if a == NULL_KIND:
         return b
-    if a[0] == "conflict" or b[0] == "conflict":
-        seen = set(a[1] if a[0] == "conflict" else (_describe(a),)) | set(
-            b[1] if b[0] == "conflict" else (_describe(b),)
-        )
-        return ("conflict", tuple(sorted(seen)))
-    numbers = {"long", "double", "decimal"}
-    if a[0] in numbers and b[0] in numbers:
+    if a[0] == "conflict" or b[0] == "conflict" or family_of(a) != family_of(b):
+        merged = dict(members(a))
+        for family, kind in members(b):
+            merged[family] = merge_kinds(merged[family], kind) if family in merged else kind
+        return ("conflict", tuple(merged.items()))
+    if a[0] in _NUMBERS and b[0] in _NUMBERS:
         if "double" in (a[0], b[0]):
             return ("double",)
         return ("decimal",)
     if a[0] == "struct" and b[0] == "struct":
         fields: dict[str, Kind] = dict(a[1])
         for name, kind in b[1]:
-            fields[name] = _merge_kinds(fields.get(name, _NULL), kind)
+            fields[name] = merge_kinds(fields.get(name, NULL_KIND), kind)
         return ("struct", tuple(fields.items()))
     if a[0] == "array" and b[0] == "array":
-        return ("array", _merge_kinds(a[1], b[1]))
-    return ("conflict", tuple(sorted({_describe(a), _describe(b)})))
+        return ("array", merge_kinds(a[1], b[1]))
+    raise AssertionError(f"kinds of one family that do not merge: {a}, {b}")
 
 
 def _partition_kind(rows: Iterable[Any]) -> Iterator[tuple[Kind, str | None]]:
@@ -109,22 +124,23 @@ def _partition_kind(rows: Iterable[Any]) -> Iterator[tuple[Kind, str | None]]:
         if not isinstance(value, dict):
             bad = bad or f"{text[:200]!r} is a JSON {type(value).__name__}, not an object"
             continue
-        merged = _merge_kinds(merged, _kind(value))
+        merged = merge_kinds(merged, kind_of(value))
     yield merged, bad
 
 
-def _typed(kind: Kind) -> bool:
+def is_typed(kind: Kind) -> bool:
     """Whether ``kind`` says anything of a type (not null, nor an array or object of nothing but nulls)."""
-    if kind == _NULL:
+    if kind == NULL_KIND:
         return False
     if kind[0] == "array":
-        return _typed(kind[1])
+        return is_typed(kind[1])
     if kind[0] == "struct":
-        return any(_typed(k) for _, k in kind[1])
+        return any(is_typed(k) for _, k in kind[1])
     return True
 
 
-def _to_spark(kind: Kind, path: str, problems: list[str]) -> T.DataType:
+def kind_type(kind: Kind, path: str, problems: list[str]) -> T.DataType:
+    """The Spark type of values of ``kind`` (at ``path``); a conflict is appended to ``problems``."""
     tag = kind[0]
     if tag == "struct":
         # A field null in every document says nothing of its type: it stays out of the schema (as
@@ -132,15 +148,16 @@ def _to_spark(kind: Kind, path: str, problems: list[str]) -> T.DataType:
         # optional column is written as null) instead of a made-up string conflicting with it.
         return T.StructType(
             [
-                T.StructField(name, _to_spark(k, f"{path}.{name}" if path else name, problems))
+                T.StructField(name, kind_type(k, f"{path}.{name}" if path else name, problems))
                 for name, k in kind[1]
-                if _typed(k)
+                if is_typed(k)
             ]
         )
     if tag == "array":
-        return T.ArrayType(_to_spark(kind[1], f"{path}.element", problems))
+        return T.ArrayType(kind_type(kind[1], f"{path}.element", problems))
     if tag == "conflict":
-        problems.append(f"{path}: is {' in some documents, '.join(kind[1])} in others")
+        seen = sorted({_describe(k) for _, k in kind[1]})
+        problems.append(f"{path}: is {' in some documents, '.join(seen)} in others")
         return T.StringType()
     return {
         "long": T.LongType(),
@@ -168,12 +185,12 @@ def infer_json_schema(df: DataFrame, column: str, what: str = "") -> T.StructTyp
     merged: Kind = ("struct", ())
     bad = [b for _, b in parts if b is not None]
     for kind, _ in parts:
-        merged = _merge_kinds(merged, kind)
+        merged = merge_kinds(merged, kind)
     where = what or f"column {column!r}"
     if bad:
         raise InvalidInputError(f"{where}: expected a JSON object in every row; {bad[0]}")
     problems: list[str] = []
-    schema = _to_spark(merged, "", problems)
+    schema = kind_type(merged, "", problems)
     if problems:
         raise InvalidInputError(
             f"{where}: the documents of this batch give a field conflicting types, which no column type holds: "
