@@ -15,7 +15,7 @@ runs once per batch, right before the rows reach the writers, on every road:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from pyiceberg.schema import Schema
 from pyspark.sql import Column, DataFrame
@@ -41,7 +41,8 @@ def refuse(df: DataFrame, batch: BatchPlan) -> DataFrame:
         return df  # the writers' schema check refuses such a batch whole (writer/conform.py)
     schemas = {t: p.table.schema() for t, p in batch.plans.items()}
     op_column = batch.changes.op_column if batch.changes is not None else None
-    return refuse_required_nulls(df, schemas, op_column, batch.route_column)
+    keys = {t: job.key for t, job in batch.jobs.items()}
+    return refuse_required_nulls(df, schemas, op_column, batch.route_column, keys)
 
 
 #: error_class of a row holding null in a column its table requires.
@@ -65,18 +66,27 @@ def enforce(df: DataFrame, dead_letter: bool) -> DataFrame:
 
 
 def refuse_required_nulls(
-    df: DataFrame, tables: Mapping[str, Schema], op_column: str | None, route_column: str | None = None
+    df: DataFrame,
+    tables: Mapping[str, Schema],
+    op_column: str | None,
+    route_column: str | None = None,
+    keys: Mapping[str, Collection[str]] | None = None,
 ) -> DataFrame:
     """Mark the rows holding null in a top-level column their table requires (a delete needs its
     key only, a truncate nothing; a null key is the change rules' refusal). With a dead-letter table such a row is
     refused alone instead of failing its whole batch in the writer (writer/conform.py). Checked in
     Spark before changes are reduced, so an older change of the key in the batch still applies.
-    ``tables``: each table's schema by name; ``route_column``: a routed sink's table column."""
+    ``tables``: each table's schema by name; ``route_column``: a routed sink's table column;
+    ``keys``: each table's upsert/CDC key columns, refused for a null by the change rules like its
+    identifier fields (a table created without identifier fields still requires its key)."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, schema in sorted(tables.items()):
-        keys = set(schema.identifier_field_ids)
+        key = set(schema.identifier_field_ids)
+        key_names = set((keys or {}).get(name, ()))
         required = tuple(
-            f.name for f in schema.fields if f.required and f.field_id not in keys and f.name in df.columns
+            f.name
+            for f in schema.fields
+            if f.required and f.field_id not in key and f.name not in key_names and f.name in df.columns
         )
         if required:
             groups.setdefault(required, []).append(name)

@@ -171,6 +171,20 @@ def test_without_identifier_fields_the_key_must_come_from_the_builder(tmp_path: 
         base().create_if_missing(identifier_fields="no").upsert(key=["id"]).build()  # type: ignore[arg-type]
 
 
+def test_a_null_key_is_refused_as_a_null_key_on_a_table_without_identifier_fields(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Its key columns are required but not identifier fields: a row with a null key goes to the
+    dead-letter table as the NullKeyError it is (as on a table with them), not as a required column."""
+    sink = builder(tmp_path, format_version=None, identifier_fields=False).dead_letter("db.errors").build()
+    upsert(spark, sink, tmp_path, {1: "a"})
+    df = spark.createDataFrame([(None, "b"), (2, "c")], "id long, v string")
+    sink.write(df, checkpoint_location=str(tmp_path / "ckpt"))
+    errors = sink.load_table("db.errors").scan().to_arrow().to_pylist()
+    assert [(e["error_class"], e["raw"]) for e in errors] == [("NullKeyError", '{"id":null,"v":"b"}')]
+    assert sorted(r["id"] for r in sink.load_table().scan().to_arrow().to_pylist()) == [1, 2]
+
+
 def test_the_newest_iceberg_java_runs_row_level_commands_on_the_sinks_default_tables(
     spark: SparkSession, java_newest_reader: JavaIcebergReader, tmp_path: Path
 ) -> None:
