@@ -43,7 +43,7 @@ from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.sources.rejects import refusal_sql
 from iceberg_sink.topology.estimate import estimated_bytes
-from iceberg_sink.topology.toast import carry_forward, refuse_after_delete
+from iceberg_sink.topology.toast import AFTER_DELETE, carry_forward, refuse_after_delete
 from iceberg_sink.vocab.columns import (
     DELETE_CODES,
     INSERT_CODES,
@@ -302,8 +302,19 @@ def reduce_changes(
             F.col(_SEQ).desc(),
         )
         with_op = carry_forward(with_op, by_key, OP_COLUMN, skip)
-    last = where(with_op.withColumn(_RANK, parse(f"row_number() OVER ({window})")), f"{column(_RANK)} = 1")
-    if toasted:
+        # A change still holding a placeholder after a delete of its key has no value to take: it is
+        # refused, but the delete before it still applies. So a key's change is its newest change not
+        # after a delete, and the changes newer than it (all after a delete) are kept to be refused.
+        # (Ranking first and refusing the newest change dropped the key's delete with it.)
+        after = f"{column(AFTER_DELETE)} IS NOT NULL"
+        seen = (
+            f"sum(CASE WHEN {after} THEN 0 ELSE 1 END) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+        )
+        last = where(
+            with_op.withColumn(_RANK, parse(seen)), f"{column(_RANK)} = 0 OR ({column(_RANK)} = 1 AND NOT ({after}))"
+        )
         last = refuse_after_delete(last)
+    else:
+        last = where(with_op.withColumn(_RANK, parse(f"row_number() OVER ({window})")), f"{column(_RANK)} = 1")
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)
