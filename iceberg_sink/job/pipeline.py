@@ -134,7 +134,7 @@ class SinkJob:
         self._spark: SparkSession | None = None
         self._dead_letter: DeadLetterTable | None = None
         # What the micro-batch being processed did, for its progress record.
-        self._batch: dict[str, Any] = {}
+        self.batch_record: dict[str, Any] = {}
         # The trigger outlives a job: a sink's bounded writes are jobs of their own but count
         # towards the same compaction thresholds.
         table_key = f"{config.catalog.name}:{config.table}:{config.branch}"
@@ -235,11 +235,8 @@ class SinkJob:
         Each call ends with one progress record: kept by the sink (``IcebergSink.progress()``) and
         logged as one JSON line by the ``iceberg_sink.progress`` logger at INFO (docs/metrics.md).
         """
-        started = time.monotonic()
-        self._batch = {}
-        self.commits.start_batch()
-        outcome: CommitOutcome | None = None
-        error: BaseException | None = None
+        started, outcome, error = time.monotonic(), None, None
+        self.start_record()
         try:
             outcome = self._process(df, checkpoint_id)
             return outcome
@@ -263,12 +260,16 @@ class SinkJob:
                 outcome=outcome,
                 error=error,
                 duration_ms=duration_ms,
-                summary=self._batch.get("summary"),
-                write_ms=self._batch.get("write_ms"),
+                summary=self.batch_record.get("summary"),
+                write_ms=self.batch_record.get("write_ms"),
                 committed=self.commits.committed,
-                phases_ms=self._batch.get("phases_ms"),
-                dead_letter_records=self._batch.get("dead_letter_records", 0),
+                phases_ms=self.batch_record.get("phases_ms"),
+                dead_letter_records=self.batch_record.get("dead_letter_records", 0),
             )
+
+    def start_record(self) -> None:
+        """Begin this batch's progress record (a routed job's tables: job/routing.py reports them)."""
+        self.batch_record, self.commits.committed = {}, []
 
     def _active_spark(self) -> SparkSession:
         spark = self._spark or SparkSession.getActiveSession()
@@ -279,7 +280,7 @@ class SinkJob:
     def _process(self, df: DataFrame, checkpoint_id: int) -> CommitOutcome | None:
         _faults.hit(_faults.BATCH_START, checkpoint_id)
         self._spark = df.sparkSession
-        batch = road.timed(self._batch, "plan", lambda: self.plan(df, checkpoint_id))
+        batch = road.timed(self.batch_record, "plan", lambda: self.plan(df, checkpoint_id))
         if batch is None:
             return None  # no rows, no table: nothing to create or commit
         done = road.run(df, batch)
@@ -312,7 +313,7 @@ class SinkJob:
             dead=dead,
             dead_plan=dead_plan,
             single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES),
-            progress=self._batch,
+            progress=self.batch_record,
         )
 
     # The phases of one checkpoint, also driven one table at a time by a routed sink (routing.py):
@@ -372,7 +373,7 @@ class SinkJob:
             )
         plan.stored = self._store.get(checkpoint_id)
         if plan.stored is not None:
-            self._batch["summary"] = plan.stored.summary
+            self.batch_record["summary"] = plan.stored.summary
         if checkpoint_id == committed and plan.stored is None:
             logger.info("checkpoint %s already committed; replayed batch skipped", checkpoint_id)
             plan.done = CommitOutcome(checkpoint_id, None, already_committed=True, attempts=0)
@@ -400,7 +401,7 @@ class SinkJob:
         if committable is None:
             logger.info("checkpoint %s of table %s wrote no rows; no snapshot", checkpoint_id, self._config.table)
             return None
-        self._batch["summary"] = committable.summary
+        self.batch_record["summary"] = committable.summary
         _faults.hit(_faults.AFTER_STAGE, checkpoint_id)
         self._store.put(committable)
         _faults.hit(_faults.AFTER_MANIFESTS, checkpoint_id)
@@ -418,7 +419,7 @@ class SinkJob:
 
     def flushed(self, results: list[WriteResult], duration_ms: float) -> None:
         """Writer metrics of one checkpoint, from its tasks' results (observe/metrics.py)."""
-        self._batch["write_ms"] = self.metrics.written(results, duration_ms)
+        self.batch_record["write_ms"] = self.metrics.written(results, duration_ms)
 
     def writer_spec(self, table: Table, checkpoint_id: int, proof: KeyBounds | None = None) -> WriterSpec:
         return self.binding.writer_spec(table, self.job_id, checkpoint_id, proof)

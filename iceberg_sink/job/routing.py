@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
@@ -62,6 +63,7 @@ from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
 from iceberg_sink.job.refusal import enforce, refuse_routed_to
 from iceberg_sink.job.source_ledger import SourceLedger
 from iceberg_sink.job.writing import failure
+from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources.rejects import reject_where
 from iceberg_sink.table import catalog as catalogs
@@ -382,17 +384,25 @@ class RoutedJob:
         if self.dead_letter is not None:
             routed = refuse_routed_to(routed, ROUTE_COLUMN, self.dead_letter.name)
         routed = routed.persist()
+        started = time.monotonic()
+        batch: BatchPlan | None = None
+        done: list[Committed] = []
+        error: BaseException | None = None
         try:
             batch, rows = self.plan(routed, struct, checkpoint_id)
-            return self._committed(road.run(rows, batch))
-        except Exception as e:
+            done = road.run(rows, batch)
+            return self._committed(done)
+        except BaseException as e:
             # As for one table (job/pipeline.py): a row refused inside any Spark action of the batch.
             refused = refused_input(e, checkpoint_id, self._route.describe())
+            error = refused or e
             if refused is not None:
                 raise refused from e
             raise
         finally:
             routed.unpersist()
+            if batch is not None:
+                self._report(batch, done, error, (time.monotonic() - started) * 1000)
 
     def plan(self, routed: DataFrame, struct: StructType, checkpoint_id: int) -> tuple[BatchPlan, DataFrame]:
         """Stage 2 of the road (road.py) for the tables ``routed``'s rows name (``struct``: the
@@ -427,6 +437,7 @@ class RoutedJob:
         plans: dict[str, CheckpointPlan] = {}
         for table in names:
             job = self.job(table)
+            job.start_record()  # this batch's progress record of the table (_report)
             job._spark = routed.sparkSession
             job.binding.no_rows = (lambda: True) if table in rowless else None
             # Each table sees its own columns only (TableBinding.own_columns): creation and schema
@@ -449,6 +460,32 @@ class RoutedJob:
             metrics=self.metrics,
         )
         return batch, routed
+
+    def _report(self, batch: BatchPlan, done: list[Committed], error: BaseException | None, duration_ms: float) -> None:
+        """One progress record per table of the batch, the dead-letter table's included (docs/metrics.md):
+        each with its own outcome, summary and commits, and the batch's phases and duration."""
+        results = {table: (outcome, failure) for table, outcome, failure in done}
+        tables = [*batch.plans, *([batch.dead.name] if batch.dead is not None and batch.dead_plan is not None else [])]
+        for table in tables:
+            job = self.jobs[table]
+            outcome, failure = results.get(table, (None, None))
+            progress.report(
+                self.metrics,
+                table=table,
+                branch=self._config.branch,
+                job_id=self.job_id,
+                checkpoint_id=batch.checkpoint_id,
+                outcome=outcome,
+                error=failure if table in results else error,
+                duration_ms=duration_ms,
+                summary=job.batch_record.get("summary"),
+                write_ms=job.batch_record.get("write_ms"),
+                committed=job.commits.committed,
+                phases_ms=batch.progress.get("phases_ms"),
+                dead_letter_records=batch.progress.get("dead_letter_records", 0)
+                if table == self._config.dead_letter
+                else 0,
+            )
 
     def _refuse_sources(self, routed: DataFrame, refused: dict[tuple[str, str], str]) -> DataFrame:
         """Refuse the rows of each (table, source) pair of ``refused`` (job/source_ledger.py): marked

@@ -90,6 +90,13 @@ def test_default_names_are_the_source_tables_own(
     assert tables(sink) == ["shop.customers", "shop.sales__regions"]
     assert read(java_reader, sink, "shop.customers") == [{"id": 1, "name": "ada l"}]
     assert read(java_reader, sink, "shop.sales__regions") == [{"id": 1, "name": "north"}]
+    # One progress record per table of the micro-batch (docs/metrics.md): before, a routed sink kept none.
+    records = {r["table"]: r for r in sink.progress()}
+    assert sorted(records) == ["shop.customers", "shop.sales__regions"]
+    assert {r["checkpoint_id"] for r in records.values()} == {0}
+    assert records["shop.customers"]["status"] == "committed" and records["shop.customers"]["rows"] == 1
+    assert records["shop.customers"]["snapshot_id"] == sink.load_table("shop.customers").current_snapshot().snapshot_id
+    assert set(records["shop.customers"]["phases_ms"]) >= {"build", "write", "commit"}
     # Each table's state records its source.
     recorded = tmp_path / "ckpt" / "iceberg_sink" / "tables" / "shop.customers" / "sources.json"
     assert json.loads(recorded.read_text()) == {"sources": ["shop.public.customers"]}
@@ -116,6 +123,8 @@ def test_a_second_source_for_a_table_in_a_later_batch_is_refused(
         return
     sink.write(frame(spark, [other, fine]), checkpoint_location=ckpt)
     assert read(java_reader, sink, "shop.orders") == [{"id": 1, "name": "one"}, {"id": 3, "name": "three"}]
+    last = {r["table"]: r for r in sink.progress() if r["checkpoint_id"] == 1}
+    assert sorted(last) == ["shop.errors", "shop.orders"] and last["shop.errors"]["dead_letter_records"] == 1
     errors = sink.load_table("shop.errors").scan().to_arrow().to_pylist()
     assert len(errors) == 1 and errors[0]["source_table"] == "shop.orders"
     assert "tenant1..orders" in errors[0]["reason"] and "tenant2..orders" in errors[0]["reason"]
