@@ -89,8 +89,9 @@ def _decimal(value: Decimal) -> str:
 class DebeziumJob:
     """The job's generator, model and sink; one per World."""
 
-    def __init__(self, seed: int, catalog_props: dict[str, str], root: Path) -> None:
+    def __init__(self, seed: int, catalog_props: dict[str, str], root: Path, created_format: int = 3) -> None:
         self.rng = random.Random(f"debezium-{seed}")
+        self.created_format = created_format  # db.dbz's format (World.created_format: v2 or v3, per seed)
         self.catalog_props = catalog_props
         self.checkpoint = str(root / "ckpt-debezium")
         self.model: dict[int, dict[str, Any]] = {}
@@ -111,7 +112,7 @@ class DebeziumJob:
             IcebergSink.builder()
             .catalog("model", **self.catalog_props)
             .table(TABLE)
-            .create_if_missing()
+            .create_if_missing(format_version=self.created_format)
             .debezium(value_column=VALUE, table_column=None, truncate=self.truncate, **self.order())
             .cdc(op_column="op", key=["id"], order_by="lsn")
             .schema_evolution("add-columns")
@@ -327,7 +328,7 @@ def maybe_step(world: Any) -> None:
     """Called by the harness between steps: run the Debezium job with probability DEBEZIUM_EVERY."""
     job = getattr(world, "_debezium_job", None)
     if job is None:
-        job = DebeziumJob(world.seed, world.catalog_props, Path(world.root))
+        job = DebeziumJob(world.seed, world.catalog_props, Path(world.root), world.created_format)
         world._debezium_job = job
     if job.rng.random() < DEBEZIUM_EVERY:
         job.step(world)

@@ -152,7 +152,9 @@ def test_debezium_hostile_events(
         (True, "apply", False),
         (False, "apply", True),
     ):
-        job = debezium_steps.DebeziumJob(world.seed, world.catalog_props, tmp_path / f"dbz-{schema}-{truncate}")
+        job = debezium_steps.DebeziumJob(
+            world.seed, world.catalog_props, tmp_path / f"dbz-{schema}-{truncate}", world.created_format
+        )
         job.schema, job.truncate, job.binlog = schema, truncate, binlog
         job.truncate_every = 0.4  # a truncate within the few batches
         for _ in range(2):
