@@ -94,6 +94,8 @@ def attempts_by_task(paths: list[str]) -> dict[tuple[str, str, int], set[str]]:
     """(job, checkpoint, task) -> the attempt ids whose files are among ``paths``."""
     found: dict[tuple[str, str, int], set[str]] = {}
     for path in paths:
+        if path.endswith("-dv.puffin"):
+            continue  # a v3 table's deletion vectors: written by the committer on the driver, not by a task
         match = FILE_NAME.match(Path(path).name)
         assert match is not None, path
         task, attempt, job, checkpoint = match.groups()
