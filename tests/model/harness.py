@@ -1267,8 +1267,15 @@ class World:
                 update.remove_field(name)
                 action = f"remove partition field {name}"
             else:
+                # Two buckets of one column are redundant partitions: Iceberg Java refuses the spec and
+                # PyIceberg cannot append to it (the other writer's appends), so a bucket replaces the other.
+                twins = [f for f in current if f != name and isinstance(candidates.get(f), BucketTransform)]
+                if isinstance(candidates[name], BucketTransform):
+                    for twin in twins:
+                        update.remove_field(twin)
                 update.add_field("id", candidates[name], name)
-                action = f"add partition field {name}"
+                replaced = [t for t in twins if isinstance(candidates[name], BucketTransform)]
+                action = f"add partition field {name}" + (f" in place of {replaced[0]}" if replaced else "")
         self.log(f"spec evolution of db.main: {action} -> spec {self.table('db.main').spec()}")
 
     def op_schema_evolution(self, kind: str | None = None) -> None:
