@@ -1480,7 +1480,13 @@ class World:
             if point != _faults.BEFORE_WRITE or cp != checkpoint or notes:
                 return
             table = self.table("db.main")
-            table.append(pa.Table.from_pylist(theirs, schema=table.schema().as_arrow()))
+            sources = [f.source_id for f in table.spec().fields]
+            if len(sources) != len(set(sources)):
+                # PyIceberg 0.12 cannot append to a spec with two fields of one column (truncate and
+                # bucket of id, after spec evolution): the other writer only expires, and says so.
+                notes.append("no append (PyIceberg cannot write two partition fields of one column)")
+            else:
+                table.append(pa.Table.from_pylist(theirs, schema=table.schema().as_arrow()))
             notes.append(self._expire("db.main", retain_last=1))
 
         _faults.install(other_writer)
