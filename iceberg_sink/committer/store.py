@@ -22,6 +22,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 
 import pyarrow.fs as pafs
 
@@ -155,38 +156,49 @@ class CheckpointStore:
 
     def table_uuid(self) -> str | None:
         """The table UUID recorded by :meth:`pin_table_uuid`, or None."""
-        data = self._read(self.root + "/table.json")
-        if data is None:
-            return None
-        try:
-            value = json.loads(data)["table_uuid"]
-            if isinstance(value, str) and value:
-                return value
-            problem = f"expected a table_uuid string, received {data[:200]!r}"
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            problem = f"{type(e).__name__}: {e}"
-        raise InvalidSinkConfigError(
-            f"the table state file {self.root}/table.json is damaged ({problem}); restore it from a backup of the "
-            "checkpoint location, or delete it to accept the table the catalog has now"
+        value = self._state_value(
+            "table.json",
+            "table_uuid",
+            lambda v: isinstance(v, str) and bool(v),
+            "a table_uuid string",
+            "delete it to accept the table the catalog has now",
         )
+        return str(value) if value is not None else None
 
     def sources(self) -> frozenset[str]:
         """The sources (Debezium ``db.schema.table``) recorded for this routed table's state by
         :meth:`record_sources`; empty when none was (written by an earlier release, or not Debezium)."""
-        path = self.root + "/sources.json"
+        value = self._state_value(
+            "sources.json",
+            "sources",
+            lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
+            "a list of source names",
+            'rewrite it as {"sources": ["<db>.<schema>.<table>"]} (the source this table holds)',
+        )
+        return frozenset(value) if isinstance(value, list) else frozenset()
+
+    def _state_value(
+        self, name: str, key: str, valid: Callable[[object], bool], expected: str, remedy: str
+    ) -> object | None:
+        """``key`` of the JSON state file ``name`` of this folder; None when the file is absent.
+
+        Raises:
+            InvalidSinkConfigError: the file is damaged, naming what was expected and how to go on.
+        """
+        path = f"{self.root}/{name}"
         data = self._read(path)
         if data is None:
-            return frozenset()
+            return None
         try:
-            value = json.loads(data)["sources"]
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return frozenset(value)
-            problem = f"expected a list of source names, received {data[:200]!r}"
+            value = json.loads(data)[key]
+            if valid(value):
+                return value  # type: ignore[no-any-return]
+            problem = f"expected {expected}, received {data[:200]!r}"
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             problem = f"{type(e).__name__}: {e}"
         raise InvalidSinkConfigError(
             f"the table state file {path} is damaged ({problem}); restore it from a backup of the checkpoint "
-            'location, or rewrite it as {"sources": ["<db>.<schema>.<table>"]} (the source this table holds)'
+            f"location, or {remedy}"
         )
 
     def record_sources(self, sources: frozenset[str]) -> None:

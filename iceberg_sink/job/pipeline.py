@@ -269,7 +269,8 @@ class SinkJob:
 
     def start_record(self) -> None:
         """Begin this batch's progress record (a routed job's tables: job/routing.py reports them)."""
-        self.batch_record, self.commits.committed = {}, []
+        self.batch_record = {}
+        self.commits.start_batch()
 
     def _active_spark(self) -> SparkSession:
         spark = self._spark or SparkSession.getActiveSession()

@@ -160,7 +160,6 @@ class Carried:
     columns: dict[str | None, frozenset[tuple[str, ...]]]  # paths of the columns non-null in some row
     keys: dict[str, set[tuple[str, ...]]]  # the distinct keys the rows name
     rowless: set[str]  # tables whose rows are all truncates
-    sources: dict[str, set[str]]  # the Debezium sources of each table's rows (rows with SOURCE_COLUMN)
 
 
 @attrs.frozen
@@ -202,7 +201,6 @@ class Groups:
             columns={t: frozenset(p) for t, p in columns.items()},
             keys=keys,
             rowless={t for t, n in changes.items() if not n},
-            sources=self.sources(),
         )
 
 

@@ -75,6 +75,13 @@ def test_a_routed_table_remembers_its_uuid(tmp_path: Path) -> None:
     (Path(store.root) / "table.json").write_text("[]")
     with pytest.raises(InvalidSinkConfigError, match=r"table\.json is damaged"):
         store.table_uuid()
+    # The routed table's recorded source (job/source_ledger.py): absent, kept, or named when damaged.
+    assert store.sources() == frozenset()
+    store.record_sources(frozenset({"shop.public.customers"}))
+    assert store.sources() == frozenset({"shop.public.customers"})
+    (Path(store.root) / "sources.json").write_text('{"sources": "shop.public.customers"}')
+    with pytest.raises(InvalidSinkConfigError, match=r"sources\.json is damaged \(expected a list of source names"):
+        store.sources()
 
 
 def test_read_job_only_looks(tmp_path: Path) -> None:
