@@ -14,6 +14,12 @@ checkpoint passes them:
 - :data:`BEFORE_COMMIT_PREPARE`: a commit attempt loaded the table and is about to prepare its
   snapshot on it (each attempt; tests stall one committer here while another commits).
 - :data:`BEFORE_COMMIT_SEND`: a prepared snapshot is about to be sent to the catalog (each attempt).
+- :data:`BETWEEN_TABLE_SWAPS`: an atomic commit of several tables (job/together.py) has swapped the
+  first table's metadata location inside its database transaction and not the others' yet (hit
+  once per transaction; the checkpoint id passed is -1).
+- :data:`TRANSACTION_COMMITTED`: that transaction committed (every table swapped); no table's commit
+  has seen the answer yet (checkpoint id -1; a handler raising a connection error here is an answer
+  lost after the commit landed).
 - :data:`COMMIT_SENT`: the catalog applied the commit; the driver has not looked at the result yet.
 - :data:`AFTER_COMMIT`: snapshot committed and staged manifests removed; committable not yet removed,
   Spark not told.
@@ -46,6 +52,8 @@ AFTER_STAGE = "after-stage"
 AFTER_MANIFESTS = "after-manifests"
 BEFORE_COMMIT_PREPARE = "before-commit-prepare"
 BEFORE_COMMIT_SEND = "before-commit-send"
+BETWEEN_TABLE_SWAPS = "between-table-swaps"
+TRANSACTION_COMMITTED = "transaction-committed"
 COMMIT_SENT = "commit-sent"
 AFTER_COMMIT = "after-commit"
 BEFORE_LOOKUP = "before-lookup"

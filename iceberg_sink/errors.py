@@ -92,6 +92,19 @@ class CatalogUnavailableError(IcebergSinkError, RuntimeError):
     checkpoint pending (see :class:`PendingCheckpointsLimitError`)."""
 
 
+class AtomicCommitAbortedError(IcebergSinkError, RuntimeError):
+    """A table's checkpoint was not committed because another table of the same atomic commit
+    (job/together.py: the tables of one checkpoint, committed in one catalog transaction) failed or
+    stays pending: the tables of a checkpoint land together or not at all. Nothing of the checkpoint
+    was committed to this table; its committable stays stored, and the checkpoint is committed with
+    the others once that table's commit can land (a stream keeps it pending meanwhile)."""
+
+
+class AtomicCommitsUnavailableError(InvalidSinkConfigError):
+    """``.atomic_commits("required")`` on a catalog that cannot commit several tables in one
+    transaction (only SQL catalogs can: SQLite, PostgreSQL, MySQL)."""
+
+
 class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):
     """More checkpoints are pending than ``iceberg-sink.commit.max-pending-checkpoints`` allows,
     because the catalog stayed unreachable. Nothing is lost: every pending committable is kept under
@@ -104,6 +117,8 @@ def pending_because(error: BaseException) -> str:
     holds locked (:func:`sqlite_catalog_locked`), or an unreachable catalog."""
     if isinstance(error, CommitRetriesExhaustedError):
         return "other writers won every commit attempt"
+    if isinstance(error, AtomicCommitAbortedError):
+        return "another table of the same checkpoint could not commit it"
     if sqlite_catalog_locked(error):
         return SQLITE_CATALOG_LOCKED
     return "the catalog is unreachable"

@@ -5,7 +5,8 @@ PyIceberg's complaint about a stale sequence number or first row id (another bra
 meanwhile, or the table was upgraded to v3), and a REST catalog's HTTP 400 on a table that moved on
 meanwhile, into the retryable :class:`CommitFailedException`;
 :func:`commit_metadata` is the one place that calls the catalog's ``commit_table`` (inside
-``v3_metadata_writes``) and deletes the metadata files the catalog dropped from its log.
+``v3_metadata_writes``) and deletes the metadata files the catalog dropped from its log;
+:func:`commit_prepared_together` sends several tables' snapshots in one SQL catalog transaction.
 """
 
 from __future__ import annotations
@@ -97,16 +98,43 @@ def commit_metadata(
         response = metadata_cache.commit_on_base(table, requirements, updates) if on_base else None
         if response is None:
             response = table.catalog.commit_table(table, requirements, updates)  # type: ignore[arg-type]
-    delete_dropped_metadata(table.io, table.metadata, response.metadata)
+    return _landed(table, response.metadata_location, response.metadata)
 
+
+def commit_prepared_together(commits: list[tuple[Table, PreparedCommit]]) -> list[Table]:
+    """Send prepared snapshots of several tables of one SQL catalog in one database transaction
+    (``metadata_cache.commit_together``): all land or none does. Returns each table as of its new
+    metadata, in ``commits`` order.
+
+    Raises:
+        CommitFailedException: some table's head moved (or its sequence number went stale) since it
+            was loaded; nothing was committed: every table is loaded and prepared again.
+        Any error of the database: the transaction's outcome is unknown, for every table alike.
+    """
+    from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
+
+    try:
+        with v3_metadata_writes():
+            responses = metadata_cache.commit_together([(t, p.requirements, p.updates) for t, p in commits])
+    except ValueError as e:
+        if is_stale_sequence_number(e):
+            raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
+        raise
+    return [
+        _landed(table, response.metadata_location, response.metadata)
+        for (table, _), response in zip(commits, responses, strict=True)
+    ]
+
+
+def _landed(table: Table, location: str, metadata: TableMetadata) -> Table:
+    """``table`` as of the metadata a commit just landed (``metadata`` at ``location``)."""
+    from iceberg_sink._iceberg import metadata_cache
+
+    delete_dropped_metadata(table.io, table.metadata, metadata)
     # The next load of this location reuses the metadata sent (a SQL catalog then reads no file).
-    metadata_cache.remember(table.catalog, table.name(), response.metadata_location, response.metadata)
+    metadata_cache.remember(table.catalog, table.name(), location, metadata)
     return Table(
-        identifier=table.name(),
-        metadata=response.metadata,
-        metadata_location=response.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
+        identifier=table.name(), metadata=metadata, metadata_location=location, io=table.io, catalog=table.catalog
     )
 
 

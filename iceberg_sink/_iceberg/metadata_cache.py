@@ -48,6 +48,9 @@ from pyiceberg.utils.config import Config
 from pyiceberg.utils.datetime import datetime_to_millis
 from sqlalchemy import bindparam, select, update
 
+from iceberg_sink import _faults
+from iceberg_sink._iceberg.files import delete_quietly
+
 # (catalog name, *identifier) -> (metadata location, parsed metadata); bounded by the tables seen.
 _latest: dict[tuple[str, ...], tuple[str, TableMetadata]] = {}
 _lock = threading.Lock()
@@ -155,32 +158,87 @@ def commit_on_base(table: Table, requirements: tuple[Any, ...], updates: tuple[A
     held there. The sink's snapshot commits require their branch head anyway; only commits that
     race an unrelated change (a property set meanwhile) are retried once more.
     """
-    catalog = table.catalog
-    if not isinstance(catalog, _CachingSqlCatalog) or not catalog.engine.dialect.supports_sane_rowcount:
+    if not commits_together(table.catalog):
         return None
-    for requirement in requirements:
-        requirement.validate(table.metadata)
-    metadata = _updated(table.metadata, updates, table.metadata_location)
-    if metadata == table.metadata:
-        return CommitTableResponse(metadata=table.metadata, metadata_location=table.metadata_location)  # type: ignore[call-arg]
-    # The next metadata file, named as PyIceberg's _update_and_stage_table names it.
-    version = catalog._parse_metadata_version(table.metadata_location) + 1
-    location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
-    _write_metadata(metadata, catalog._load_file_io(properties=metadata.properties, location=location), location)
-    identifier = table.name()
-    namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
-    name = Catalog.table_name_from(identifier)
-    parameters = {
-        "b_catalog": catalog.name,
-        "b_namespace": namespace,
-        "b_name": name,
-        "b_base": table.metadata_location,
-        "b_new": location,
-    }
-    with catalog.engine.begin() as connection:
-        if connection.execute(_SWAP, parameters).rowcount < 1:  # rolled back as the block is left
-            raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
-    return CommitTableResponse(metadata=metadata, metadata_location=location)  # type: ignore[call-arg]
+    return commit_together([(table, requirements, updates)])[0]
+
+
+def commits_together(catalog: Catalog) -> bool:
+    """Whether :func:`commit_together` can commit tables of ``catalog``: a caching SQL catalog whose
+    database reports updated rows (SQLite, PostgreSQL, MySQL)."""
+    return isinstance(catalog, _CachingSqlCatalog) and bool(catalog.engine.dialect.supports_sane_rowcount)
+
+
+def commit_together(
+    commits: list[tuple[Table, tuple[Any, ...], tuple[Any, ...]]],
+) -> list[CommitTableResponse]:
+    """Commit each ``(table, requirements, updates)``, every table as it was loaded, in one database
+    transaction of their catalog: every table's metadata location swapped from the loaded one to its
+    new one, or none (one compare-and-swap per table, the UPDATE of :func:`commit_on_base`). The
+    tables' catalog must be one for which :func:`commits_together` holds, and the same for all.
+
+    Iceberg Java's ``JdbcCatalog`` and PyIceberg's ``SqlCatalog`` read a table's pointer from the
+    same row, so a reader of any of them sees the tables before the transaction or after it.
+
+    Raises:
+        CommitFailedException: a table's requirements fail, or its location moved since it was
+            loaded (naming it); nothing was committed, and no metadata file written for it is kept.
+        Any error of the database (lost connection, SQLite's "database is locked"): the outcome is
+            the database's, for all of the tables at once (a transaction whose COMMIT did not
+            answer may have landed); the metadata files written are kept.
+    """
+    catalog = commits[0][0].catalog
+    if not isinstance(catalog, _CachingSqlCatalog) or any(t.catalog is not catalog for t, _, _ in commits):
+        raise ValueError("commit_together: every table must be of one caching SQL catalog")
+    staged: list[tuple[dict[str, str], str, TableMetadata, FileIO] | None] = []
+    responses: list[CommitTableResponse] = []
+    try:
+        for table, requirements, updates in commits:
+            for requirement in requirements:
+                requirement.validate(table.metadata)
+            metadata = _updated(table.metadata, updates, table.metadata_location)
+            if metadata == table.metadata:
+                staged.append(None)
+                unchanged = CommitTableResponse(metadata=table.metadata, metadata_location=table.metadata_location)  # type: ignore[call-arg]
+                responses.append(unchanged)
+                continue
+            # The next metadata file, named as PyIceberg's _update_and_stage_table names it.
+            version = catalog._parse_metadata_version(table.metadata_location) + 1
+            provider = load_location_provider(metadata.location, metadata.properties)
+            location = provider.new_table_metadata_file_location(version)
+            io = catalog._load_file_io(properties=metadata.properties, location=location)
+            _write_metadata(metadata, io, location)
+            identifier = table.name()
+            parameters = {
+                "b_catalog": catalog.name,
+                "b_namespace": Catalog.namespace_to_string(Catalog.namespace_from(identifier)),
+                "b_name": Catalog.table_name_from(identifier),
+                "b_base": table.metadata_location,
+                "b_new": location,
+            }
+            staged.append((parameters, location, metadata, io))
+            responses.append(CommitTableResponse(metadata=metadata, metadata_location=location))  # type: ignore[call-arg]
+        swaps = [s for s in staged if s is not None]
+        if swaps:
+            with catalog.engine.begin() as connection:
+                for n, (parameters, _, _, _) in enumerate(swaps):
+                    if n == 1:
+                        _faults.hit(_faults.BETWEEN_TABLE_SWAPS, -1)
+                    if connection.execute(_SWAP, parameters).rowcount < 1:  # rolled back as the block is left
+                        raise CommitFailedException(
+                            "Table has been updated by another process: "
+                            f"{parameters['b_namespace']}.{parameters['b_name']}"
+                        )
+    except (CommitFailedException, ValueError):
+        # Certainly not committed (a failed requirement, a lost compare-and-swap rolled back): the
+        # metadata files written for it are nobody's.
+        for written in staged:
+            if written is not None:
+                delete_quietly(written[3], [written[1]])
+        raise
+    if len(swaps) > 1:
+        _faults.hit(_faults.TRANSACTION_COMMITTED, -1)
+    return responses
 
 
 def _updated(base: TableMetadata, updates: tuple[Any, ...], base_location: str) -> TableMetadata:

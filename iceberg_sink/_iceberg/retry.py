@@ -161,6 +161,8 @@ class CommitAttempt:
         checkpoint_id: the checkpoint this commit holds, if any (passed to the fault points
             :data:`~iceberg_sink._faults.BEFORE_COMMIT_SEND` and :data:`~iceberg_sink._faults.COMMIT_SENT`).
         on_conflict: called once for every attempt that lost a race with another writer.
+        send: sends a prepared snapshot (default: to the table's catalog, ``commit_prepared``; a
+            member of an atomic commit hands it to its group, ``_iceberg/together.py``).
     """
 
     def __init__(
@@ -172,8 +174,10 @@ class CommitAttempt:
         on_give_up: str = "",
         checkpoint_id: int | None = None,
         on_conflict: Callable[[], None] | None = None,
+        send: Callable[[Table, PreparedCommit], Table] | None = None,
     ) -> None:
         self.what = what
+        self._send = send or commit_prepared
         self._load_table = load_table
         self._policy = policy
         self._sleep = sleep
@@ -337,7 +341,7 @@ class CommitAttempt:
                 _faults.hit(_faults.BEFORE_COMMIT_SEND, self._checkpoint_id)
             try:
                 # Sent with the metadata it was prepared on (prepare may have moved on to a newer table).
-                committed = commit_prepared(prepared.table, prepared)
+                committed = self._send(prepared.table, prepared)
                 if self._checkpoint_id is None:
                     _faults.hit(_faults.MAINTENANCE_COMMIT_SENT, -1)
             except CommitFailedException as e:
