@@ -21,6 +21,8 @@ CHANGES_FORMAT_VERSION = 3
 #: The format version of a table created for appends when none is given: v2, which more engines read
 #: and write than v3 (PyIceberg 0.12 cannot commit to a v3 table), while v3 would add only row lineage.
 APPENDS_FORMAT_VERSION = 2
+#: How a checkpoint's tables commit (``.atomic_commits``): see :class:`SinkConfig`.
+ATOMIC_COMMIT_MODES = ("auto", "required", "off")
 
 
 @attrs.frozen
@@ -129,6 +131,10 @@ class SinkConfig:
             table is written with this configuration with ``table`` set to it and ``route`` None.
         dead_letter: the table refused rows go to (``.dead_letter("ns.errors")``), or None to fail
             the batch on the first refused row (see iceberg_sink/job/dead_letter.py).
+        atomic_commits: how a checkpoint's tables (a routed sink's, a dead-letter table) commit
+            (``.atomic_commits(...)``, job/together.py): ``"auto"`` in one catalog transaction where
+            the catalog can (SQL catalogs), ``"required"`` likewise and refused at build() where it
+            cannot, ``"off"`` one table at a time.
     """
 
     catalog: CatalogConfig
@@ -146,6 +152,7 @@ class SinkConfig:
     prometheus: Any = None
     route: RouteConfig | None = None
     dead_letter: str | None = None
+    atomic_commits: str = "auto"
 
     @property
     def options(self) -> dict[str, Any]:

@@ -144,7 +144,9 @@ ROUTE_COMMIT_THREADS = Option(
     "iceberg-sink.route.commit-threads",
     int,
     8,
-    "Routed sinks: tables of one checkpoint committed at once, each on its own thread (1: one after another, in name order).",
+    "Routed sinks committing one table at a time (.atomic_commits('off'), or a catalog without transactions): "
+    "tables of one checkpoint committed at once, each on its own thread (1: one after another, in name order). "
+    "Atomic commits run every table of the checkpoint at once.",
     table_property=False,
     minimum=1,
 )

@@ -26,6 +26,7 @@ from iceberg_sink.job.dead_letter import DEAD_LETTER_STATE
 from iceberg_sink.job.pipeline import SinkJob, dead_letter_table
 from iceberg_sink.job.refusal import without_reject
 from iceberg_sink.job.routing import RoutedJob
+from iceberg_sink.job.together import Together
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
@@ -194,14 +195,21 @@ class IcebergSink:
         if job.conversion is not None:
             self._key_indexes.add(job.conversion.index)
         if self._config.dead_letter is not None:
-            job.dead_letter = dead_letter_table(
+            job.dead_letter = dead = dead_letter_table(
                 self._config,
                 CheckpointStore(checkpoint_location, DEAD_LETTER_STATE),
                 job.job_id,
                 self._metrics,
+                catalog=job.catalog,
                 ephemeral=ephemeral,
                 streaming=streaming,
             )
+            # The table and its dead-letter table commit each checkpoint together (job/together.py).
+            together = Together.of(job.job_id, self._config.atomic_commits, job.catalog, "table and dead-letter table")
+            if together.atomic:
+                together.add(self._config.table, job.commits)
+                together.add(dead.name, dead.job.commits)
+                job.together = dead.job.together = together
         return job
 
     def convert_equality_deletes(self) -> ConversionResult:

@@ -12,11 +12,11 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
-from iceberg_sink.config import ChangeConfig, CreateOptions, RouteConfig
-from iceberg_sink.errors import InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.config import ATOMIC_COMMIT_MODES, ChangeConfig, CreateOptions, RouteConfig
+from iceberg_sink.errors import AtomicCommitsUnavailableError, InvalidSinkConfigError, UnsupportedTableError
 from iceberg_sink.observe.prometheus import PrometheusConfig, require_prometheus_client
 from iceberg_sink.table import names
-from iceberg_sink.table.catalog import CatalogConfig, load_table, scrub
+from iceberg_sink.table.catalog import CatalogConfig, commits_atomically, describe_catalog, load_table, scrub
 from iceberg_sink.table.keys import resolve_key
 from iceberg_sink.table.schema import check_changes_table
 from iceberg_sink.topology.compaction.config import CompactionConfig
@@ -36,6 +36,7 @@ class Checked:
     conversion: ConversionConfig | None
     prometheus: PrometheusConfig | None
     dead_letter: str | None = None
+    atomic_commits: str = "auto"
 
 
 def route_config(routes: Sequence[Mapping[str, Any]], problems: list[str]) -> RouteConfig | None:
@@ -106,6 +107,27 @@ def prometheus_config(given: Mapping[str, Any] | None, problems: list[str]) -> P
     except InvalidSinkConfigError as e:
         problems.append(str(e))
     return PrometheusConfig(port=port, addr=addr, job=job, max_tables=max_tables)
+
+
+def atomic_mode(mode: object, problems: list[str]) -> str:
+    """``.atomic_commits(mode)`` checked: the mode, or ``"auto"`` with the problem appended."""
+    if mode in ATOMIC_COMMIT_MODES:
+        return str(mode)
+    problems.append(
+        f"atomic_commits: expected one of {', '.join(repr(m) for m in ATOMIC_COMMIT_MODES)}, received {mode!r}"
+    )
+    return "auto"
+
+
+def atomic_catalog(catalog: CatalogConfig) -> None:
+    """``.atomic_commits("required")``: refuse a catalog that cannot commit several tables in one transaction."""
+    if not commits_atomically(catalog.load()):  # CatalogLoadError (an InvalidSinkConfigError) shows no secret
+        raise AtomicCommitsUnavailableError(
+            f"atomic_commits: expected a catalog that commits several tables in one transaction (a SQL catalog: "
+            "SQLite, PostgreSQL, MySQL) for atomic_commits('required'), received "
+            f"{describe_catalog(catalog.name, dict(catalog.properties))}, which commits one table at a time; use a "
+            "SQL catalog, or atomic_commits('auto') to commit one table at a time there (docs/transactions.md)"
+        )
 
 
 def against_catalog(

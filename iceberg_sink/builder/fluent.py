@@ -63,6 +63,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
         self._prometheus: dict[str, Any] | None = None
         self._routes: list[dict[str, Any]] = []
         self._dead_letter: Any = None
+        self._atomic_commits: Any = "auto"
         self._debezium_names: tuple[str, tuple[str, ...] | None] | None = None  # (table column, table_fields)
 
     def catalog(self, name: str, **properties: Any) -> Self:
@@ -203,6 +204,19 @@ class IcebergSinkBuilder(Generic[SinkT]):
         anything is committed. See docs/dead-letter.md and iceberg_sink/job/dead_letter.py.
         """
         self._dead_letter = table
+        return self
+
+    def atomic_commits(self, mode: str = "auto") -> Self:
+        """How the tables of one checkpoint commit: a routed sink's tables and the dead-letter table
+        (``.dead_letter``), or a single table and its dead-letter table. See docs/transactions.md.
+
+        ``"auto"`` (the default): in one catalog transaction where the catalog can (SQL catalogs:
+        SQLite, PostgreSQL, MySQL), so a reader sees every table at the same checkpoint; one table
+        at a time on other catalogs (REST, Glue, Hive), said once in the log and by each outcome's
+        ``atomic=False``. ``"required"``: like ``"auto"``, and ``build()`` refuses a catalog that
+        cannot. ``"off"``: one table at a time everywhere (each still exactly once).
+        """
+        self._atomic_commits = mode
         return self
 
     def debezium(self, value_column: str = "value", *, truncate: str = "fail", **kwargs: Any) -> Self:
@@ -522,11 +536,11 @@ class IcebergSinkBuilder(Generic[SinkT]):
                 problems.append(problem)
             else:
                 dead_letter = self._dead_letter.strip().strip(".")
+        atomic = checks.atomic_mode(self._atomic_commits, problems)
         if problems:
             raise InvalidSinkConfigError("invalid sink configuration: " + "; ".join(problems))
-        return checks.Checked(
-            route, distribution, parsed_options, create, changes, compaction, conversion, prometheus, dead_letter
-        )
+        found = (route, distribution, parsed_options, create, changes, compaction, conversion, prometheus)
+        return checks.Checked(*found, dead_letter, atomic)
 
     def build(self) -> SinkT:
         """Validate every option at once and return the sink.
@@ -567,10 +581,13 @@ class IcebergSinkBuilder(Generic[SinkT]):
                 prometheus=prometheus,
                 route=route,
                 dead_letter=dead_letter,
+                atomic_commits=checked.atomic_commits,
             )
 
         if route is not None and self._debezium_names is not None and self._debezium_names[0] == route.table_column:
             route = attrs.evolve(route, debezium_sources=True, table_fields=self._debezium_names[1])
+        if checked.atomic_commits == "required":
+            checks.atomic_catalog(catalog)
         if route is not None:
             # The tables are known only from the rows; each is checked when first seen.
             return self._make(sink_config(""))

@@ -24,6 +24,7 @@ from iceberg_sink.cli.output import Output, emit
 from iceberg_sink.cli.where import (
     NotFoundError,
     UsageError,
+    catalog_commits_atomically,
     catalog_lookup,
     table_loader,
     table_name,
@@ -237,10 +238,11 @@ def _inspect_jobs(args: argparse.Namespace, out: Output) -> dict[str, Any]:
     from iceberg_sink.cli import inspection
 
     lookup = catalog_lookup(args)
+    atomic = catalog_commits_atomically(args)
     jobs = []
     for location in args.checkpoint_location:
         try:
-            jobs.append(inspection.job_tables(location, lookup))
+            jobs.append(inspection.job_tables(location, lookup, atomic))
         except inspection.CheckpointLocationNotFoundError as e:
             raise NotFoundError(str(e)) from None
     out.say("\n\n".join(inspection.render_job_tables(job) for job in jobs))

@@ -208,13 +208,15 @@ def pending_checkpoints(table: Table, location: str, table_name: str | None = No
     return result
 
 
-def job_tables(location: str, load: Callable[[str], Table | None]) -> dict[str, Any]:
+def job_tables(location: str, load: Callable[[str], Table | None], atomic: bool | None = None) -> dict[str, Any]:
     """Every table of the job at a checkpoint location: its pending checkpoints, UUID and last
     committed checkpoint. A routed job's tables are those it keeps state for; a single-table job's
     is the one its job file names.
 
     Args:
         load: loads a table by name from the catalog, None when it does not exist.
+        atomic: whether the catalog commits several tables in one transaction (job/together.py),
+            reported as ``atomic_commits`` (None: not known).
 
     Raises:
         CheckpointLocationNotFoundError: no iceberg_sink state under ``location``.
@@ -252,7 +254,13 @@ def job_tables(location: str, load: Callable[[str], Table | None]) -> dict[str, 
                 "pending_reason": _pending_reason(own, pending),
             }
         )
-    return {"checkpoint_location": location, "job_id": job_id, "route": route, "tables": tables}
+    return {
+        "checkpoint_location": location,
+        "job_id": job_id,
+        "route": route,
+        "tables": tables,
+        "atomic_commits": atomic,
+    }
 
 
 def _file_stats(table: Table, data: Sequence[LiveFile], deletes: Sequence[LiveFile]) -> list[dict[str, Any]]:
@@ -417,7 +425,17 @@ def render_job_tables(report: dict[str, Any]) -> str:
     if any(t["table_state"] == "replaced" for t in tables):
         out.append("(re-created: " + _REPLACED.format(uuid="in 'table uuid'") + ")")
     out += [f"{t['table']}: {_reason_line(t['pending_reason'])}" for t in tables if t.get("pending_reason")]
+    if report.get("atomic_commits") is not None and (report["route"] or len(tables) > 1):
+        out.append(_ATOMIC[bool(report["atomic_commits"])])
     return "\n".join(out)
+
+
+_ATOMIC = {
+    True: "commits: each checkpoint's tables in one catalog transaction (a SQL catalog), unless the sink sets "
+    ".atomic_commits('off')",
+    False: "commits: one table at a time (this catalog cannot commit several tables in one transaction): a reader "
+    "may see the tables at different checkpoints",
+}
 
 
 def render(report: dict[str, Any]) -> str:

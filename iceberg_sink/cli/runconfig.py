@@ -103,6 +103,7 @@ _SINK = mapping(
         ),
         "schema_evolution": one_of("off", "add-columns", "add-and-widen"),
         "dead_letter": STRING,
+        "atomic_commits": one_of("auto", "required", "off"),
         "debezium": bool_or(
             mapping(
                 {

@@ -82,6 +82,8 @@ def sink_builder(config: RunConfig) -> IcebergSinkBuilder[IcebergSink]:
         builder.convert_equality_deletes(**conversion)
     if sink.get("dead_letter") is not None:
         builder.dead_letter(sink["dead_letter"])
+    if sink.get("atomic_commits") is not None:
+        builder.atomic_commits(sink["atomic_commits"])
     return builder
 
 

@@ -16,7 +16,13 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from iceberg_sink.errors import IcebergSinkError
-from iceberg_sink.table.catalog import DEFAULT_EMBEDDED_ROOT, CatalogConfig, CatalogLoadError, scrub
+from iceberg_sink.table.catalog import (
+    DEFAULT_EMBEDDED_ROOT,
+    CatalogConfig,
+    CatalogLoadError,
+    commits_atomically,
+    scrub,
+)
 from iceberg_sink.table.catalog import load_table as load_from_catalog
 from iceberg_sink.table.names import table_name_problem
 
@@ -92,6 +98,15 @@ def catalog_label(args: argparse.Namespace) -> str:
     root = Path(args.embedded if args.embedded is not None else DEFAULT_EMBEDDED_ROOT).absolute()
     default = "" if args.embedded is not None else ", the default without --embedded DIR or --catalog NAME"
     return f"the embedded catalog at {root}{default}"
+
+
+def catalog_commits_atomically(args: argparse.Namespace) -> bool | None:
+    """Whether the command's catalog commits several tables in one transaction (job/together.py);
+    None when it cannot be loaded."""
+    try:
+        return commits_atomically(catalog_config(args).load())
+    except CatalogLoadError:
+        return None
 
 
 def catalog_lookup(args: argparse.Namespace) -> Callable[[str], Table | None]:

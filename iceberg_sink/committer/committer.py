@@ -23,7 +23,7 @@ from pyiceberg.schema import index_by_id, promote
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg_sink._iceberg import manifests, producer, row_delta, specs
+from iceberg_sink._iceberg import manifests, producer, row_delta, specs, together
 from iceberg_sink._iceberg.files import branch_head, delete_quietly
 from iceberg_sink._iceberg.lineage import ROW_LINEAGE_FORMAT_VERSION
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
@@ -55,6 +55,10 @@ class CommitOutcome:
         key_index_data_files_read / key_index_entries_loaded: v3 deletes resolved to DVs, over all
             attempts: data files whose key columns were read, and key index entries loaded from
             table storage instead (committer/vectors.py).
+        atomic: whether the checkpoint's tables became visible together: True for a checkpoint of
+            one table, and for the tables of a job that commits them in one catalog transaction
+            (job/together.py); False when its tables (a routed sink's, a dead-letter table) were
+            committed one at a time (``.atomic_commits("off")``, or a catalog that cannot).
         cleanup: for a checkpoint that needed no snapshot, deletes its staged files; call it after
             removing its committable (a replay before that reads them again).
     """
@@ -69,6 +73,7 @@ class CommitOutcome:
     cleanup: Callable[[], None] | None = attrs.field(default=None, repr=False, eq=False)
     key_index_data_files_read: int = 0
     key_index_entries_loaded: int = 0
+    atomic: bool = True
 
 
 @attrs.frozen
@@ -108,6 +113,7 @@ class RoutedOutcome(CommitOutcome, Mapping[str, CommitOutcome | None]):
             data_files=tuple(f for o in done for f in o.data_files),
             pending=any(o.pending for o in done),
             delete_files=tuple(f for o in done for f in o.delete_files),
+            atomic=all(o.atomic for o in done),
             outcomes=ordered,
         )
 
@@ -330,6 +336,8 @@ class IcebergCommitter:
             on_give_up="; it stays pending and the next run checks the table and commits it if needed",
             checkpoint_id=committable.checkpoint_id,
             on_conflict=self._on_conflict,
+            # A table of an atomic checkpoint commit hands its snapshot to its group (job/together.py).
+            send=together.joined(),
         )
         result = attempt.run(prepare, table)
         io = result.table.io

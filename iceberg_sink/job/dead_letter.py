@@ -19,7 +19,8 @@ idempotent (its snapshots name the job id and checkpoint id). After a crash, a r
   rows are missing, and the refused rows when only the good ones are.
 
 So a kill before, between or after the two commits ends with each good row in its table and each
-refused row in the dead-letter table exactly once.
+refused row in the dead-letter table exactly once. On a SQL catalog the two commits are one database
+transaction (job/together.py): no reader sees one without the other.
 
 The dead-letter table (created when missing, format version 2, partitioned by ``day(dead_lettered_at)``):
 

@@ -37,6 +37,7 @@ from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import (
     SQLITE_CATALOG_ADVICE,
+    AtomicCommitAbortedError,
     CatalogUnavailableError,
     CommitRetriesExhaustedError,
     CommitStateUnknownError,
@@ -216,6 +217,14 @@ class PendingCommits:
         """Whether a committable (below ``before``) is stored."""
         return any(before is None or c < before for c in self._store.pending_ids())
 
+    def stored(self) -> list[Committable]:
+        """The job's stored committables, oldest first."""
+        return self._store.pending()
+
+    def count_pending(self) -> None:
+        """Set the pending-checkpoints metric from the store."""
+        self._metrics.set(pending_checkpoints=len(self._store.pending_ids()))
+
     def commit_pending(self, before: int | None = None) -> list[CommitOutcome]:
         """Commit stored committables (below ``before``), oldest first, one snapshot each."""
         outcomes = []
@@ -236,13 +245,18 @@ class PendingCommits:
 
     def defers(self, error: BaseException) -> bool:
         """Whether a stream keeps a checkpoint whose commit failed with ``error`` pending: a catalog
-        outage, or other writers that won every attempt of the commit (CommitRetriesExhaustedError;
+        outage, other writers that won every attempt of the commit (CommitRetriesExhaustedError;
         the next micro-batch or the idle retry tries again with a fresh retry budget, as a Flink job
-        restarted after a failed commit would). Anything else (a refused request, a changed table,
-        a vetoing hook) fails the stream."""
+        restarted after a failed commit would), or another table of an atomic commit that could not
+        commit the checkpoint (AtomicCommitAbortedError: job/together.py). Anything else (a refused
+        request, a changed table, a vetoing hook) fails the stream."""
         if self.is_outage(error):
             return True
-        return self._streaming and self._has_table() and isinstance(error, CommitRetriesExhaustedError)
+        return (
+            self._streaming
+            and self._has_table()
+            and isinstance(error, (CommitRetriesExhaustedError, AtomicCommitAbortedError))
+        )
 
     def defer(self, checkpoint_id: int, error: BaseException) -> CommitOutcome:
         """Keep checkpoint ``checkpoint_id`` (already stored) pending; fail past the limit."""

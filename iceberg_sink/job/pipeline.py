@@ -15,17 +15,13 @@ Exactly-once argument, for a checkpoint (micro-batch) N of a job (one checkpoint
 
 Schema evolution (``iceberg-sink.schema-evolution``, table/evolution.py) commits the schema change a
 batch needs when the batch is checked against the table, before step 1 and before any file is
-written with the new schema. It is idempotent (planned against the table as loaded), so a batch
-replayed after a crash finds it done; committables stored with an older schema still commit, since
-columns are only added or widened (the committer checks it).
+written with it; idempotent, so a replayed batch finds it done (older committables still commit:
+columns are only added or widened, which the committer checks).
 
-Catalog outages and lost races (streams only; job/pending.py ``defers``): when the catalog cannot be
-reached, a commit's outcome is unknown, or other writers win every attempt, past the commit retry
-budget, the batch is still written with the table metadata last loaded by this job, its committable
-is persisted, and it stays pending; step 1 of a later batch commits it, in order, once its commits
-land again. A pending checkpoint whose commit had landed is found in the table by the committer's
-history check and not committed twice. More pending checkpoints than
-``iceberg-sink.commit.max-pending-checkpoints`` fail the stream (they stay stored for the restart).
+Catalog outages and lost races (streams only; job/pending.py ``defers``): the batch is written, its
+committable persisted and kept pending; step 1 of a later batch commits it, in order. More than
+``iceberg-sink.commit.max-pending-checkpoints`` pending fail the stream (they stay stored).
+A job with a dead-letter table commits both in one catalog transaction where it can (job/together.py).
 """
 
 from __future__ import annotations
@@ -52,11 +48,11 @@ from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import CheckpointRewoundError, InvalidSinkConfigError
 from iceberg_sink.job import road
 from iceberg_sink.job.binding import NoRowsNoTable, TableBinding
-from iceberg_sink.job.committing import raise_first
 from iceberg_sink.job.dead_letter import DeadLetterTable, dead_letter_config
 from iceberg_sink.job.pending import CommitDeferred, PendingCommits
 from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
 from iceberg_sink.job.refusal import without_reject
+from iceberg_sink.job.together import Together, raise_first
 from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.table import catalog as catalogs
@@ -99,7 +95,7 @@ class SinkJob:
         serial: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.metrics = metrics or SinkMetrics()
-        catalog = catalog or config.catalog.load()
+        catalog = self.catalog = catalog or config.catalog.load()
         self._store = store
         self.job_id = store.job_id(config.table, job_id)
         existing = catalogs.load_table(catalog, config.table)
@@ -133,6 +129,7 @@ class SinkJob:
         )
         self._spark: SparkSession | None = None
         self._dead_letter: DeadLetterTable | None = None
+        self.together: Together | None = None  # the tables it commits atomically with (job/together.py)
         # What the micro-batch being processed did, for its progress record.
         self.batch_record: dict[str, Any] = {}
         # The trigger outlives a job: a sink's bounded writes are jobs of their own but count
@@ -218,7 +215,9 @@ class SinkJob:
         return self.commits.has_pending(before)
 
     def commit_pending(self, before: int | None = None) -> list[CommitOutcome]:
-        """Commit stored committables (below ``before``), oldest first, one snapshot each."""
+        """Commit stored committables (below ``before``), oldest first, one snapshot each (with ``together``'s)."""
+        if self.together is not None:
+            return self.together.commit_pending(before).get(self._config.table, [])
         return self.commits.commit_pending(before)
 
     def next_checkpoint_id(self) -> int:
@@ -315,6 +314,7 @@ class SinkJob:
             dead_plan=dead_plan,
             single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES),
             progress=self.batch_record,
+            together=self.together,
         )
 
     # The phases of one checkpoint, also driven one table at a time by a routed sink (routing.py):

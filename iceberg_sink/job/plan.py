@@ -29,6 +29,7 @@ from iceberg_sink.writer.spec import WriterSpec
 if TYPE_CHECKING:  # the jobs run the road; the road only calls them
     from iceberg_sink.job.dead_letter import DeadLetterTable
     from iceberg_sink.job.pipeline import SinkJob
+    from iceberg_sink.job.together import Together
 
 __all__ = ["BatchPlan", "CheckpointPlan"]
 
@@ -89,6 +90,8 @@ class BatchPlan:
         commit_threads: how many tables commit at once (a routed sink's ``route.commit-threads``).
         progress: the single-table job's progress record of this batch (dead-letter rows counted in it).
         metrics: where the write's peak of open files is recorded (a routed sink's metrics), or None.
+        together: how the job's tables commit (job/together.py: atomically, or one at a time);
+            None: one at a time.
     """
 
     checkpoint_id: int
@@ -105,6 +108,7 @@ class BatchPlan:
     commit_threads: int = 1
     progress: dict[str, Any] = attrs.field(factory=dict)
     metrics: SinkMetrics | None = None
+    together: Together | None = None
     #: :meth:`jvm_appends`' answer, once asked (the distribution and the write both ask it).
     _jvm_appends: bool | None = attrs.field(default=None, init=False)
 

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 from pyspark.sql import DataFrame
 
 from iceberg_sink.job import committing, distributing, reduction, refusal, staging, writing
-from iceberg_sink.job.committing import Committed
 from iceberg_sink.job.plan import BatchPlan
+from iceberg_sink.job.together import Committed
 
 _T = TypeVar("_T")
 

@@ -56,12 +56,12 @@ from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import RouteConfig, SinkConfig
 from iceberg_sink.errors import InvalidInputError, SchemaMismatchError
 from iceberg_sink.job import road
-from iceberg_sink.job.committing import Committed, each_table, raise_first
 from iceberg_sink.job.dead_letter import DeadLetterTable
 from iceberg_sink.job.pipeline import CommitDeferred, SinkJob, dead_letter_table
 from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
 from iceberg_sink.job.refusal import enforce, refuse_routed_to
 from iceberg_sink.job.source_ledger import SourceLedger
+from iceberg_sink.job.together import Committed, Together, each_table, raise_first
 from iceberg_sink.job.writing import failure
 from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
@@ -265,6 +265,8 @@ class RoutedJob:
         # (user code, inline compactions) run one at a time under this lock.
         self._serial = threading.Lock()
         self._threads = options.resolve(config.options, {}).get(options.ROUTE_COMMIT_THREADS)
+        # A checkpoint's tables commit in one catalog transaction where the catalog can (job/together.py).
+        self.together = Together.of(self.job_id, config.atomic_commits, self._catalog, "routed tables", self._threads)
         # Tables that may have stored committables: every table with state at start, then those a
         # micro-batch left pending or failed to commit. Only these are looked at between batches,
         # so a batch touching few of many tables does not list every table's state (one LIST request
@@ -297,6 +299,7 @@ class RoutedJob:
                 streaming=self._streaming,
             )
             job = self.jobs[table] = self.dead_letter.job
+            self._join(table, job)
         if job is None:
             job = SinkJob(
                 attrs.evolve(self._config, table=table, route=None, dead_letter=None),
@@ -310,7 +313,13 @@ class RoutedJob:
                 serial=self._serial,
             )
             self.jobs[table] = job
+            self._join(table, job)
         return job
+
+    def _join(self, table: str, job: SinkJob) -> None:
+        self.together.add(table, job.commits)
+        if self.together.atomic:
+            job.together = self.together
 
     def known_tables(self) -> frozenset[str]:
         """The routed tables this job knows (a batch routed rows to them, or they have checkpoint
@@ -342,7 +351,18 @@ class RoutedJob:
         return StructType([f for f in struct.fields if f.name not in skip])
 
     def commit_pending(self, before: int | None = None, skip: frozenset[str] = frozenset()) -> None:
-        """Commit the stored committables of every known table (not in ``skip``), oldest first per table."""
+        """Commit the stored committables of every known table (not in ``skip``, unless the tables
+        commit atomically: then every table's, checkpoint by checkpoint), oldest first per table."""
+        if self.together.atomic:
+            tables = [t for t in sorted(self._maybe_pending) if self._still_pending(t, before)]
+            try:
+                self.together.commit_pending(before, tables)
+            except CommitDeferred as e:
+                logger.warning("tables %s: pending checkpoints stay pending: %s", ", ".join(tables), e.error)
+            finally:
+                for table in tables:
+                    self._still_pending(table, None)
+            return
         tables = [t for t in sorted(self._maybe_pending - skip) if self._still_pending(t, before)]
         failures = []
         for table, _, error in each_table(tables, lambda t: self.jobs[t].commit_pending(before=before), self._threads):
@@ -456,6 +476,7 @@ class RoutedJob:
             single_task_max_bytes=options.resolve(self._config.options, {}).get(options.SINGLE_TASK_MAX_BYTES),
             commit_threads=self._threads,
             metrics=self.metrics,
+            together=self.together,
         )
         return batch, routed
 

@@ -206,6 +206,14 @@ class CatalogConfig:
             ) from None
 
 
+def commits_atomically(catalog: Catalog) -> bool:
+    """Whether ``catalog`` can commit several tables in one transaction (a SQL catalog: SQLite,
+    PostgreSQL, MySQL; job/together.py). REST, Glue, Hive and other catalogs commit one table at a time."""
+    from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
+
+    return metadata_cache.commits_together(catalog)
+
+
 # The FileIO settings tasks need to read and write files. Everything else a catalog hands its FileIO
 # (the catalog's own credential, its auth manager, ...) stays on the driver.
 _FILE_IO_PREFIXES = ("s3.", "gcs.", "gs.", "adls.", "hdfs.", "oss.", "hf.", "client.", "py-io-impl")

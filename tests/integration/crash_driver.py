@@ -8,8 +8,8 @@ for a routed stream ``{"kind", "route": {.route() arguments}, "ddl", "source", "
 all started in this one driver with ``availableNow`` triggers and one source file per micro-batch.
 A cdc stream may also give ``key`` (the builder's ``key=``, default ``["id"]``), ``key_column``
 (``.cdc(key_column=...)``, per-table keys of a routed stream), ``partition_by`` (of
-``create_if_missing``, default ``["bucket(4, id)"]``), ``schema_evolution`` and ``dead_letter`` (the
-``.dead_letter`` table; any stream).
+``create_if_missing``, default ``["bucket(4, id)"]``), ``schema_evolution``, ``dead_letter`` (the
+``.dead_letter`` table; any stream) and ``atomic_commits`` (``.atomic_commits``).
 With ``kill`` = ``[POINT, CHECKPOINT]`` the driver SIGKILLs its whole process group (Python driver,
 JVM and Python workers, as a lost machine would) once *every* stream has reached ``POINT`` of
 checkpoint ``CHECKPOINT``: a stream that gets there first waits for the others, so each is killed at
@@ -201,6 +201,8 @@ def main(argv: list[str]) -> int:
             builder = builder.schema_evolution(stream["schema_evolution"])
         if stream.get("dead_letter"):
             builder = builder.dead_letter(stream["dead_letter"])
+        if stream.get("atomic_commits"):
+            builder = builder.atomic_commits(stream["atomic_commits"])
         for key, value in (stream.get("write_options") or {}).items():
             builder = builder.write_option(key, value)
         df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(stream["source"])

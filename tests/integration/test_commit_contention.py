@@ -208,11 +208,14 @@ def test_no_pending_allowed_fails_the_stream_naming_the_lost_races_and_a_restart
     check_table(props, feed, java_reader, 3, other.snapshots)
 
 
+@pytest.mark.parametrize("atomic", ["off", "auto"])
 def test_routed_stream_keeps_only_the_table_whose_races_were_lost_pending(
-    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, atomic: str
 ) -> None:
-    """A routed stream: another writer wins every attempt on db.a only; db.b's checkpoint commits,
-    db.a's stays pending in its own state and a later batch with no row for db.a commits it."""
+    """A routed stream on a PostgreSQL catalog: another writer wins every attempt on db.a only.
+    One table at a time ("off"): db.b's checkpoint commits, db.a's stays pending in its own state.
+    Atomically ("auto", one PostgreSQL transaction: docs/transactions.md): neither commits it, both
+    keep it pending. Either way a later batch with no row for db.a commits what is pending."""
     from iceberg_sink import IcebergSink
     from iceberg_sink.committer.store import CheckpointStore
     from iceberg_sink.job.routing import RoutedJob
@@ -227,6 +230,7 @@ def test_routed_stream_keeps_only_the_table_whose_races_were_lost_pending(
         .upsert(key=["id"])
         .write_option("commit.retry.num-retries", 2)
         .write_option("commit.retry.min-wait-ms", 20)
+        .atomic_commits(atomic)
         .build()
     )
     job = RoutedJob(sink.config, str(tmp_path / "ck"), streaming=True)  # what start() runs per micro-batch
@@ -257,8 +261,10 @@ def test_routed_stream_keeps_only_the_table_whose_races_were_lost_pending(
     finally:
         armed.clear()
     assert outcomes["db.a"] is not None and outcomes["db.a"].pending, outcomes
-    assert outcomes["db.b"] is not None and not outcomes["db.b"].pending, outcomes
+    assert outcomes["db.b"] is not None and outcomes["db.b"].pending is (atomic == "auto"), outcomes
     assert CheckpointStore.for_table(str(tmp_path / "ck"), "db.a").pending_ids() == [1]
+    assert CheckpointStore.for_table(str(tmp_path / "ck"), "db.b").pending_ids() == ([1] if atomic == "auto" else [])
+    assert sink_checkpoints(catalog.load_table("db.b")) == ([0] if atomic == "auto" else [0, 1])
     job.process(frame(batches[2]), 2)  # no row for db.a: its pending checkpoint is committed too
     assert sink_checkpoints(catalog.load_table("db.a")) == [0, 1]
     assert sink_checkpoints(catalog.load_table("db.b")) == [0, 1, 2]

@@ -276,3 +276,24 @@ def test_partition_values_with_url_special_characters_on_s3(
         sink_builder(seaweed, "special").create_if_missing(partition_by=["p"], format_version=2).upsert(key=["id", "p"])
     )
     special_partition_values_round_trip(spark, seaweed, java_readers, builder, f"{NAMESPACE}.special")
+
+
+def test_a_rest_catalog_commits_routed_tables_one_at_a_time_and_refuses_required(
+    spark: SparkSession,
+    seaweed: dict[str, str],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The REST catalog (SeaweedFS's) cannot commit several tables in one transaction here: a routed
+    sink commits them one at a time and says so (log, outcome), and atomic_commits('required') is
+    refused at build(), naming the catalog without its secrets."""
+    builder = IcebergSink.builder().catalog("rest", **seaweed).route(table_column="tbl", namespace=NAMESPACE)
+    with pytest.raises(InvalidSinkConfigError, match=r"atomic_commits: expected a catalog that commits several") as e:
+        builder.atomic_commits("required").create_if_missing().build()
+    assert seaweed["s3.secret-access-key"] not in str(e.value)
+    sink = builder.atomic_commits("auto").create_if_missing().build()
+    rows = spark.createDataFrame([("ra", 1, "x"), ("rb", 2, "y")], "tbl string, id long, v string")
+    with caplog.at_level(logging.INFO, logger="iceberg_sink"):
+        outcome = sink.write(rows)
+    assert outcome is not None and not outcome.atomic
+    assert set(outcome.snapshots) == {f"{NAMESPACE}.ra", f"{NAMESPACE}.rb"}  # type: ignore[attr-defined]
+    assert any("commits one table at a time" in r.getMessage() for r in caplog.records)

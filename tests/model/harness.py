@@ -120,6 +120,9 @@ ROUTED_TABLES = ("rt.r0", "rt.r1", "rt.r2", "rt.rk")
 # rt.rk is keyed by (g, id), named by its rows in the key column (iceberg_sink/table/keys.py); the
 # others by the builder's default key (id). Equal ids of two g's are different rows of rt.rk.
 ROUTED_OWN_KEY = "rt.rk"
+# Where the routed job's driver may die: a checkpoint's points, and the two inside an atomic commit's
+# transaction (after the first table's pointer moved; after it committed, before anyone saw it).
+ROUTED_FAULT_POINTS = (*FAULT_POINTS, _faults.BETWEEN_TABLE_SWAPS, _faults.TRANSACTION_COMMITTED)
 ROUTED_KEYS = 10
 # Hostile routed table names (issue 18, iceberg_sink/table/names.py): after a routed step, with a
 # generator of their own, a batch of the routed job mixes good rows with rows naming hostile tables;
@@ -476,6 +479,9 @@ class World:
         self.race_outcomes: collections.Counter[str] = collections.Counter()
         # The routed job (op_routed_cdc): its own generator, models and checkpoint location.
         self.routed_rng = random.Random(f"routed-{seed}")
+        # Whether the routed job commits a checkpoint's tables in one transaction (job/together.py;
+        # the default on this SQL catalog) or one at a time, drawn per seed from a generator of its own.
+        self.routed_atomic = random.Random(f"routed-atomic-{seed}").random() < 0.7
         self.routed_lsn = 0
         self.routed_models: dict[str, dict[tuple[int | None, int], Row]] = {t: {} for t in ROUTED_TABLES}
         self.routed_keyed: set[str] = set()  # tables that hold their key (identifier fields) by now
@@ -527,6 +533,7 @@ class World:
             .route(table_column="tbl", namespace="rt")
             .create_if_missing(partition_by=["bucket(2, id)"], format_version=self.created_format)
             .cdc(op_column="op", key=["id"], order_by="lsn", key_column="pk")
+            .atomic_commits("auto" if self.routed_atomic else "off")
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
@@ -1002,7 +1009,7 @@ class World:
             name = table if rng.random() < 0.3 else table.split(".")[1]
             rows.append({"tbl": name, "pk": pk, "g": g, "id": key, "v": value, "lsn": self.routed_lsn, "op": op})
         rng.shuffle(rows)
-        crash_at = rng.choice(FAULT_POINTS) if rng.random() < 0.35 else None
+        crash_at = rng.choice(ROUTED_FAULT_POINTS) if rng.random() < 0.35 else None
         job = self.routed_job
         checkpoint = job.next_checkpoint
         desc = ", ".join(
@@ -1016,8 +1023,9 @@ class World:
         ).repartition(rng.choice([1, 2, 3]))
 
         def handler(point: str, cp: int) -> None:
-            if point == crash_at and cp == checkpoint:
-                raise Crash(f"simulated driver death at {point} of checkpoint {cp}")
+            # The two points inside an atomic commit's transaction name no checkpoint (-1).
+            if point == crash_at and cp in (checkpoint, -1):
+                raise Crash(f"simulated driver death at {point} of checkpoint {checkpoint}")
 
         if crash_at is not None:
             _faults.install(handler)
@@ -1026,6 +1034,7 @@ class World:
                 self.trace[-1] += " -> no crash (fault point not reached)"
             except Crash:
                 self.trace[-1] += " -> crashed; restarted, replayed"
+                self.check_routed_cut(checkpoint, {r["tbl"] if "." in r["tbl"] else f"rt.{r['tbl']}" for r in rows})
                 job.restart()
             finally:
                 _faults.clear()
@@ -1034,6 +1043,18 @@ class World:
         self.routed_models = live
         if any(r["pk"] is not None for r in rows):
             self.routed_keyed.add(ROUTED_OWN_KEY)
+
+    def check_routed_cut(self, checkpoint: int, touched: set[str]) -> None:
+        """Right after a crash of a routed checkpoint: with atomic commits the tables it touched hold
+        it all or none (a reader of the catalog never sees them apart)."""
+        held = {t: self.catalog.table_exists(t) and checkpoint in self._routed_checkpoints(t) for t in sorted(touched)}
+        self.trace[-1] += f" (held after the crash: {sorted(t for t, h in held.items() if h) or 'none'})"
+        if self.routed_atomic and len(set(held.values())) > 1:
+            raise self.fail(f"atomic routed checkpoint {checkpoint} landed in some of its tables only: {held}")
+
+    def _routed_checkpoints(self, name: str) -> list[int]:
+        table = self.table(name)
+        return [int(s.summary["iceberg-sink.checkpoint-id"]) for s in table.snapshots()]  # type: ignore[index]
 
     def check_routed(self) -> None:
         """Each routed table read by Iceberg Java and DuckDB equals its model; one snapshot per checkpoint."""
@@ -1685,7 +1706,7 @@ class World:
             f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, "
             f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, "
             f"single-task-max-bytes {self.single_task_max_bytes}, created format v{self.created_format}, "
-            f"operations {kinds}"
+            f"routed commits {'atomic' if self.routed_atomic else 'one table at a time'}, operations {kinds}"
         )
         for _ in range(steps):
             kind = self.rng.choices(kinds, weights)[0]

@@ -92,11 +92,16 @@ def test_model_sink_schema_evolution(
     sys.stderr.write(f"model check sink schema evolution: {len(evolutions)} in {seconds:.1f}s\n")
 
 
-def test_routed_job_crashes_and_replays(spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path) -> None:
+@pytest.mark.parametrize("atomic", [True, False], ids=["atomic", "one-at-a-time"])
+def test_routed_job_crashes_and_replays(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, atomic: bool
+) -> None:
     """The routed CDC job (docs/routing.md) on its own: checkpoints over three tables, each possibly
     crashed at a fault point and replayed by a restarted sink, until at least three crashes happened;
-    every table is checked against its model by Iceberg Java and DuckDB after each checkpoint."""
+    every table is checked against its model by Iceberg Java and DuckDB after each checkpoint, and
+    right after an atomic job's crash every table the checkpoint touched holds it or none does."""
     world = World(spark, java_reader, tmp_path, seed=9)
+    world.routed_atomic = atomic
     for _ in range(14):
         world.op_routed_cdc()
         world.check_routed()

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from iceberg_sink.job.committing import each_table
+from iceberg_sink.job.together import each_table
 
 
 def test_commits_run_at_once_up_to_the_thread_count() -> None:
