@@ -89,6 +89,14 @@ def batch(spark: SparkSession, n: int) -> DataFrame:
     return spark.createDataFrame([*rows, (None, 10 * n, "lost")], DDL)
 
 
+def checkpoint_zero(spark: SparkSession, props: dict[str, str], tmp_path: Path) -> tuple[IcebergSink, str]:
+    """A routed sink (atomic by default) and its checkpoint location, checkpoint 0 committed."""
+    sink = routed_sink(props)
+    ckpt = str(tmp_path / "ck")
+    sink.write(batch(spark, 0), checkpoint_location=ckpt)
+    return sink, ckpt
+
+
 @pytest.fixture
 def faults() -> Iterator[list[Any]]:
     handlers: list[Any] = []
@@ -207,9 +215,7 @@ def test_an_answer_lost_after_the_transaction_landed_commits_each_table_once(
 def test_another_writer_between_load_and_commit_makes_every_table_retry(
     spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, faults: list[Any]
 ) -> None:
-    sink = routed_sink(catalog_props)
-    ckpt = str(tmp_path / "ck")
-    sink.write(batch(spark, 0), checkpoint_location=ckpt)
+    sink, ckpt = checkpoint_zero(spark, catalog_props, tmp_path)
     hits: list[int] = []
     lock = threading.Lock()
     other = pa.table({"id": pa.array([999], pa.int64()), "v": pa.array(["other"])})
@@ -321,9 +327,7 @@ def test_atomic_commits_mode_is_checked(catalog_props: dict[str, str]) -> None:
 def test_one_tables_failed_commit_keeps_the_checkpoint_from_every_table(
     spark: SparkSession, catalog_props: dict[str, str], catalog: Catalog, tmp_path: Path, faults: list[Any]
 ) -> None:
-    sink = routed_sink(catalog_props)
-    ckpt = str(tmp_path / "ck")
-    sink.write(batch(spark, 0), checkpoint_location=ckpt)
+    sink, ckpt = checkpoint_zero(spark, catalog_props, tmp_path)
     failed: list[int] = []
     lock = threading.Lock()
 

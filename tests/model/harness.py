@@ -1027,6 +1027,8 @@ class World:
             if point == crash_at and cp in (checkpoint, -1):
                 raise Crash(f"simulated driver death at {point} of checkpoint {checkpoint}")
 
+        touched = {r["tbl"] if "." in r["tbl"] else f"rt.{r['tbl']}" for r in rows}
+        crashed: set[str] | None = None  # the tables holding the checkpoint right after a crash
         if crash_at is not None:
             _faults.install(handler)
             try:
@@ -1034,23 +1036,33 @@ class World:
                 self.trace[-1] += " -> no crash (fault point not reached)"
             except Crash:
                 self.trace[-1] += " -> crashed; restarted, replayed"
-                self.check_routed_cut(checkpoint, {r["tbl"] if "." in r["tbl"] else f"rt.{r['tbl']}" for r in rows})
+                crashed = self._routed_holding(checkpoint, touched)
                 job.restart()
             finally:
                 _faults.clear()
         job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
+        if crashed is not None:
+            self.check_routed_cut(checkpoint, crashed, self._routed_holding(checkpoint, touched))
         job.next_checkpoint += 1
         self.routed_models = live
         if any(r["pk"] is not None for r in rows):
             self.routed_keyed.add(ROUTED_OWN_KEY)
 
-    def check_routed_cut(self, checkpoint: int, touched: set[str]) -> None:
-        """Right after a crash of a routed checkpoint: with atomic commits the tables it touched hold
-        it all or none (a reader of the catalog never sees them apart)."""
-        held = {t: self.catalog.table_exists(t) and checkpoint in self._routed_checkpoints(t) for t in sorted(touched)}
-        self.trace[-1] += f" (held after the crash: {sorted(t for t, h in held.items() if h) or 'none'})"
-        if self.routed_atomic and len(set(held.values())) > 1:
-            raise self.fail(f"atomic routed checkpoint {checkpoint} landed in some of its tables only: {held}")
+    def _routed_holding(self, checkpoint: int, tables: set[str]) -> set[str]:
+        """The tables of ``tables`` that hold ``checkpoint`` (a snapshot of it)."""
+        return {t for t in tables if self.catalog.table_exists(t) and checkpoint in self._routed_checkpoints(t)}
+
+    def check_routed_cut(self, checkpoint: int, crashed: set[str], replayed: set[str]) -> None:
+        """After a crash of a routed checkpoint and its replay: with atomic commits the tables that
+        held it right after the crash are none or all of those that hold it once replayed (a table
+        whose part of the checkpoint needed no snapshot, deletes of absent keys, holds it in neither)."""
+        self.trace[-1] += f" (held after the crash: {sorted(crashed) or 'none'}; after the replay: {sorted(replayed)})"
+        if self.routed_atomic and crashed and crashed != replayed:
+            raise self.fail(
+                f"atomic routed checkpoint {checkpoint} had landed in {sorted(crashed)} only, of {sorted(replayed)}"
+            )
+        if not crashed <= replayed:
+            raise self.fail(f"routed checkpoint {checkpoint}: {sorted(crashed - replayed)} lost it in the replay")
 
     def _routed_checkpoints(self, name: str) -> list[int]:
         table = self.table(name)
