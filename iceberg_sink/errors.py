@@ -102,7 +102,7 @@ class AtomicCommitAbortedError(IcebergSinkError, RuntimeError):
 
 class AtomicCommitsUnavailableError(InvalidSinkConfigError):
     """``.atomic_commits("required")`` on a catalog that cannot commit several tables in one
-    transaction (only SQL catalogs can: SQLite, PostgreSQL, MySQL)."""
+    transaction (SQL catalogs can, and REST catalogs that serve ``transactions/commit``)."""
 
 
 class PendingCheckpointsLimitError(IcebergSinkError, RuntimeError):

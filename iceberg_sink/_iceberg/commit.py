@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import BadRequestError, CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.properties import property_as_bool
 
+from iceberg_sink._iceberg import rest_transactions
 from iceberg_sink._iceberg.files import delete_quietly
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 
@@ -101,24 +103,40 @@ def commit_metadata(
     return _landed(table, response.metadata_location, response.metadata)
 
 
+def commits_together(catalog: Catalog) -> bool:
+    """Whether :func:`commit_prepared_together` can commit several tables of ``catalog`` at once: a SQL
+    catalog (one database transaction) or a REST catalog serving ``transactions/commit``."""
+    from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
+
+    return metadata_cache.commits_together(catalog) or rest_transactions.supports_transactions(catalog)
+
+
 def commit_prepared_together(commits: list[tuple[Table, PreparedCommit]]) -> list[Table]:
-    """Send prepared snapshots of several tables of one SQL catalog in one database transaction
-    (``metadata_cache.commit_together``): all land or none does. Returns each table as of its new
-    metadata, in ``commits`` order.
+    """Send prepared snapshots of several tables of one catalog at once: in one database transaction
+    of a SQL catalog (``metadata_cache.commit_together``), or in one ``transactions/commit`` request
+    of a REST catalog (``rest_transactions``): all land or none does. Returns each table as of its
+    new metadata, in ``commits`` order.
 
     Raises:
         CommitFailedException: some table's head moved (or its sequence number went stale) since it
             was loaded; nothing was committed: every table is loaded and prepared again.
-        Any error of the database: the transaction's outcome is unknown, for every table alike.
+        Any error of the database or the server: the outcome is unknown, for every table alike.
     """
     from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
 
+    together = metadata_cache.commit_together if metadata_cache.commits_together(commits[0][0].catalog) else None
     try:
         with v3_metadata_writes():
-            responses = metadata_cache.commit_together([(t, p.requirements, p.updates) for t, p in commits])
+            sent = [(t, p.requirements, p.updates) for t, p in commits]
+            responses = together(sent) if together is not None else rest_transactions.commit_together(sent)
     except ValueError as e:
         if is_stale_sequence_number(e):
             raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
+        raise
+    except BadRequestError as e:
+        # As for one table (commit_prepared): a refusal on a table that moved on is the lost race.
+        if any(moved_since(t) for t, _ in commits):
+            raise CommitFailedException(f"the catalog refused a commit on a table that moved on meanwhile: {e}") from e
         raise
     return [
         _landed(table, response.metadata_location, response.metadata)

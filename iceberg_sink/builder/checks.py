@@ -124,7 +124,8 @@ def atomic_catalog(catalog: CatalogConfig) -> None:
     if not commits_atomically(catalog.load()):  # CatalogLoadError (an InvalidSinkConfigError) shows no secret
         raise AtomicCommitsUnavailableError(
             f"atomic_commits: expected a catalog that commits several tables in one transaction (a SQL catalog: "
-            "SQLite, PostgreSQL, MySQL) for atomic_commits('required'), received "
+            "SQLite, PostgreSQL, MySQL, or a REST catalog serving transactions/commit) for atomic_commits('required'), "
+            "received "
             f"{describe_catalog(catalog.name, dict(catalog.properties))}, which commits one table at a time; use a "
             "SQL catalog, or atomic_commits('auto') to commit one table at a time there (docs/transactions.md)"
         )

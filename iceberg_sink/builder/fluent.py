@@ -212,7 +212,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
 
         ``"auto"`` (the default): in one catalog transaction where the catalog can (SQL catalogs:
         SQLite, PostgreSQL, MySQL), so a reader sees every table at the same checkpoint; one table
-        at a time on other catalogs (REST, Glue, Hive), said once in the log and by each outcome's
+        at a time on catalogs without transactions (Glue, Hive, REST without transactions/commit), said once in the log and by each outcome's
         ``atomic=False``. ``"required"``: like ``"auto"``, and ``build()`` refuses a catalog that
         cannot. ``"off"``: one table at a time everywhere (each still exactly once).
         """

@@ -4,13 +4,14 @@ A job (one checkpoint location, one job id) writes several tables when it is rou
 dead-letter table. Each table has its own committables and its own idempotent commit
 (job/pending.py). :class:`Together` commits a checkpoint's tables:
 
-- **atomically** (``atomic``: ``.atomic_commits("auto")`` on a SQL catalog, the default, or
-  ``"required"``): every table's commit runs on a thread of its own through its usual retry loop,
-  and their snapshots land in one database transaction (``_iceberg/together.py``): a reader of the
-  catalog sees the checkpoint in every table or in none. A table whose commit fails, or that keeps
+- **atomically** (``atomic``: ``.atomic_commits("auto")``, the default, or ``"required"``, on a SQL
+  catalog or a REST catalog serving ``transactions/commit``): every table's commit runs on a thread
+  of its own through its usual retry loop, and their snapshots land in one database transaction or
+  one REST request (``_iceberg/together.py``): a reader sees the checkpoint in every table or none. A table whose commit fails, or that keeps
   the checkpoint pending, keeps it from every table (the others' commits end in
   ``AtomicCommitAbortedError``, which a stream rides out as pending);
-- **one table at a time** otherwise (``"off"``, or a catalog that cannot: REST, Glue, Hive), each
+- **one table at a time** otherwise (``"off"``, or a catalog that cannot: Glue, Hive, a REST
+  catalog without ``transactions/commit``), each
   table's commit on its own, up to ``iceberg-sink.route.commit-threads`` at once; the outcomes say
   ``atomic=False``.
 
@@ -73,8 +74,8 @@ class Together:
         if mode != "off" and not atomic and (job_id, catalog.name) not in _said:
             _said.add((job_id, catalog.name))  # once per job (each bounded write() is a job of its own run)
             logger.info(
-                "job %s: catalog %r commits one table at a time (only SQL catalogs commit several in one "
-                "transaction): the %s commit each checkpoint one after the other (outcomes say atomic=False)",
+                "job %s: catalog %r commits one table at a time (it has no multi-table transaction: a SQL "
+                "catalog or a REST catalog serving transactions/commit has): the %s commit each checkpoint one after the other (outcomes say atomic=False)",
                 job_id,
                 catalog.name,
                 tables,

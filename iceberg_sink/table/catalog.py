@@ -207,11 +207,12 @@ class CatalogConfig:
 
 
 def commits_atomically(catalog: Catalog) -> bool:
-    """Whether ``catalog`` can commit several tables in one transaction (a SQL catalog: SQLite,
-    PostgreSQL, MySQL; job/together.py). REST, Glue, Hive and other catalogs commit one table at a time."""
-    from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
+    """Whether ``catalog`` can commit several tables in one transaction (job/together.py): a SQL
+    catalog (SQLite, PostgreSQL, MySQL) or a REST catalog serving ``transactions/commit``. Glue, Hive
+    and REST catalogs without that endpoint commit one table at a time."""
+    from iceberg_sink._iceberg.commit import commits_together
 
-    return metadata_cache.commits_together(catalog)
+    return commits_together(catalog)
 
 
 # The FileIO settings tasks need to read and write files. Everything else a catalog hands its FileIO

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink import IcebergSink, RoutedOutcome, _faults
 from iceberg_sink.committer.store import CheckpointStore
-from iceberg_sink.errors import InvalidSinkConfigError
+from iceberg_sink.errors import AtomicCommitsUnavailableError, InvalidSinkConfigError
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -322,6 +322,20 @@ def test_atomic_commits_mode_is_checked(catalog_props: dict[str, str]) -> None:
         builder.atomic_commits("yes").build()
     # A SQL catalog commits several tables in one transaction: required is accepted.
     assert builder.atomic_commits("required").build() is not None
+    # PyIceberg's in-memory catalog cannot (test_s3_rest.py: a REST catalog serving transactions can).
+    memory = {"type": "in-memory", "warehouse": catalog_props["warehouse"]}
+    with pytest.raises(AtomicCommitsUnavailableError, match=r"received catalog 'mem'.* commits one table at a time"):
+        IcebergSink.builder().catalog("mem", **memory).route(table_column="tbl", namespace="db").atomic_commits(
+            "required"
+        ).build()
+    sink = (
+        IcebergSink.builder()
+        .catalog("mem", **memory)
+        .route(table_column="tbl", namespace="db")
+        .atomic_commits("auto")
+        .build()
+    )
+    assert sink is not None  # auto: one table at a time there
 
 
 def test_one_tables_failed_commit_keeps_the_checkpoint_from_every_table(

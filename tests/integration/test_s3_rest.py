@@ -278,22 +278,74 @@ def test_partition_values_with_url_special_characters_on_s3(
     special_partition_values_round_trip(spark, seaweed, java_readers, builder, f"{NAMESPACE}.special")
 
 
-def test_a_rest_catalog_commits_routed_tables_one_at_a_time_and_refuses_required(
+def test_a_rest_catalog_commits_a_routed_checkpoints_tables_in_one_transactions_request(
     spark: SparkSession,
     seaweed: dict[str, str],  # noqa: F811
-    caplog: pytest.LogCaptureFixture,
+    java_reader: JavaIcebergReader,
+    tmp_path: Path,
 ) -> None:
-    """The REST catalog (SeaweedFS's) cannot commit several tables in one transaction here: a routed
-    sink commits them one at a time and says so (log, outcome), and atomic_commits('required') is
-    refused at build(), naming the catalog without its secrets."""
-    builder = IcebergSink.builder().catalog("rest", **seaweed).route(table_column="tbl", namespace=NAMESPACE)
-    with pytest.raises(InvalidSinkConfigError, match=r"atomic_commits: expected a catalog that commits several") as e:
-        builder.atomic_commits("required").create_if_missing().build()
-    assert seaweed["s3.secret-access-key"] not in str(e.value)
-    sink = builder.atomic_commits("auto").create_if_missing().build()
-    rows = spark.createDataFrame([("ra", 1, "x"), ("rb", 2, "y")], "tbl string, id long, v string")
-    with caplog.at_level(logging.INFO, logger="iceberg_sink"):
-        outcome = sink.write(rows)
-    assert outcome is not None and not outcome.atomic
-    assert set(outcome.snapshots) == {f"{NAMESPACE}.ra", f"{NAMESPACE}.rb"}  # type: ignore[attr-defined]
-    assert any("commits one table at a time" in r.getMessage() for r in caplog.records)
+    """SeaweedFS's REST catalog serves ``POST /v1/{prefix}/transactions/commit`` (without listing it in
+    /v1/config): a routed checkpoint's tables land in one request (docs/transactions.md). Its answer
+    lost after it landed, every table finds its snapshot and none commits twice; another writer
+    moving one table between load and request makes the server refuse the whole request (409) and
+    every table prepare again. Read back by Iceberg Java and DuckDB from S3."""
+    from iceberg_sink import _faults
+
+    sink = (
+        IcebergSink.builder()
+        .catalog("rest", **seaweed)
+        .route(table_column="tbl", namespace=NAMESPACE)
+        .create_if_missing(format_version=2)  # the other writer below, PyIceberg, cannot commit to v3
+        .atomic_commits("required")  # accepted: this catalog commits several tables at once
+        .build()
+    )
+    names = (f"{NAMESPACE}.ta", f"{NAMESPACE}.tb")
+
+    def rows(n: int) -> DataFrame:
+        return spark.createDataFrame(
+            [("ta", 10 * n + i, f"a{n}") for i in range(3)] + [("tb", 10 * n, f"b{n}")], "tbl string, id long, v string"
+        )
+
+    def marks(name: str) -> list[int]:
+        found = [s.summary.get("iceberg-sink.checkpoint-id") for s in read_back(seaweed, name).snapshots() if s.summary]
+        return [int(m) for m in found if m is not None]
+
+    ckpt = str(tmp_path / "ck")
+    lost: list[str] = []
+
+    def lose_answer(point: str, _: int) -> None:
+        if point == _faults.TRANSACTION_COMMITTED and not lost:
+            lost.append(point)
+            raise ConnectionResetError("connection reset after the transaction was applied")
+
+    _faults.install(lose_answer)
+    try:
+        first = sink.write(rows(0), checkpoint_location=ckpt)
+    finally:
+        _faults.clear()
+    assert lost and first is not None and first.atomic
+    assert [marks(n) for n in names] == [[0], [0]]  # found landed, not committed twice
+
+    hits: list[int] = []
+    other = pa.table({"id": pa.array([999], pa.int64()), "v": pa.array(["other"])})
+
+    def other_writer(point: str, _: int) -> None:
+        if point == _faults.BEFORE_COMMIT_SEND:
+            hits.append(1)
+            if len(hits) == len(names):  # both prepared: another writer moves tb
+                rest_catalog(seaweed).load_table(names[1]).append(other)
+
+    _faults.install(other_writer)
+    try:
+        second = sink.write(rows(1), checkpoint_location=ckpt)
+    finally:
+        _faults.clear()
+    assert len(hits) > len(names) and second is not None and second.atomic
+    assert [marks(n) for n in names] == [[0, 1], [0, 1]]
+    expected = {
+        names[0]: [{"id": 10 * n + i, "v": f"a{n}"} for n in (0, 1) for i in range(3)],
+        names[1]: [{"id": 0, "v": "b0"}, {"id": 10, "v": "b1"}, {"id": 999, "v": "other"}],
+    }
+    for name, want in expected.items():
+        table = read_back(seaweed, name)
+        check_s3_table(seaweed, java_reader, table.metadata_location, pa.Table.from_pylist(want), ["id"])
