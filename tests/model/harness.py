@@ -79,7 +79,7 @@ from iceberg_sink.table.catalog import embedded_catalog_uri, embedded_warehouse
 from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
-from tests.interop.readers import JavaIcebergReader, duckdb_connect, duckdb_read, normalize
+from tests.interop.readers import JavaIcebergReader, JavaReaderError, duckdb_connect, duckdb_read, normalize
 from tests.model import debezium_steps, v3_steps
 from tests.model.debezium_steps import DEBEZIUM
 from tests.model.points import FAULT_POINTS, Crash
@@ -369,6 +369,7 @@ class World:
             props["write.parquet.compression-codec"] = codec_rng.choice(
                 ["zstd", "ZSTD", "Snappy", "LZ4_RAW", "gzip", "uncompressed"]
             )
+        self.codecs = {p["write.parquet.compression-codec"].lower() for p in (main_props, app_props)}
         self.catalog.create_table(
             "db.main",
             Schema(
@@ -1629,8 +1630,26 @@ class World:
 
     def java_filtered(self, what: str, location: str, cols: Columns, rows: list[Row]) -> None:
         for where, keep in self.predicates(cols, rows):
-            read = self.java.read(location, where=where)
+            try:
+                read = self.java.read(location, where=where)
+            except JavaReaderError as exc:
+                if not self.lz4_raw_filter_bug(exc):
+                    raise
+                # The files are sound: Iceberg Java reads them whole, and must equal the model.
+                self.trace[-1] += (
+                    " [Iceberg Java 1.9.2: LZ4_RAW dictionary page over 8 KiB in its filtered read "
+                    "(apache/parquet-java#3478, fixed upstream in 2026-04); compared unfiltered]"
+                )
+                self.compare(f"{what} (unfiltered: parquet-java#3478)", cols, rows, self.java.read(location))
+                continue
             self.compare(f"{what} filtered by {_short(where)}", cols, [r for r in rows if keep(r)], read)
+
+    def lz4_raw_filter_bug(self, exc: Exception) -> bool:
+        """Whether a filtered Java read failed with parquet-java's LZ4_RAW bug (apache/parquet-java#3478:
+        its dictionary filter decompresses an LZ4_RAW page over ~8 KiB in chunks and aircompressor
+        refuses the partial input: "all input must be consumed", "last 5 bytes must be literals") on a
+        world whose tables are written with LZ4_RAW."""
+        return "airlift.compress.MalformedInputException" in str(exc) and "lz4_raw" in self.codecs
 
     def check_snapshots(self) -> None:
         for name in ("db.main", "db.app"):
