@@ -34,7 +34,7 @@ from pyiceberg.catalog import Catalog
 from iceberg_sink._iceberg.together import CommitGroup
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome
-from iceberg_sink.errors import AtomicCommitAbortedError
+from iceberg_sink.errors import AtomicCommitAbortedError, AtomicCommitsUnavailableError
 from iceberg_sink.job.pending import CommitDeferred, PendingCommits
 from iceberg_sink.table.catalog import commits_atomically
 
@@ -69,8 +69,20 @@ class Together:
     @classmethod
     def of(cls, job_id: str, mode: str, catalog: Catalog, tables: str, threads: int = 1) -> Together:
         """The tables of job ``job_id`` (``tables`` names them for the log) committing as ``mode``
-        (``.atomic_commits``) says on ``catalog``: atomically where it can, unless ``"off"``."""
+        (``.atomic_commits``) says on ``catalog``: atomically where it can, unless ``"off"``.
+
+        Raises:
+            AtomicCommitsUnavailableError: ``"required"``, and the catalog cannot now (``build()``
+                checked it; a REST catalog may since have become unreachable or been replaced):
+                the job does not start committing one table at a time.
+        """
         atomic = mode != "off" and commits_atomically(catalog)
+        if mode == "required" and not atomic:
+            raise AtomicCommitsUnavailableError(
+                f"job {job_id}: atomic_commits('required'), but catalog {catalog.name!r} cannot commit several "
+                "tables in one transaction now (not a SQL catalog, or a REST catalog that does not answer "
+                "transactions/commit); nothing was committed (docs/transactions.md)"
+            )
         if mode != "off" and not atomic and (job_id, catalog.name) not in _said:
             _said.add((job_id, catalog.name))  # once per job (each bounded write() is a job of its own run)
             logger.info(

@@ -25,6 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from iceberg_sink import IcebergSink, RoutedOutcome, _faults
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.errors import AtomicCommitsUnavailableError, InvalidSinkConfigError
+from iceberg_sink.job.together import Together
+from iceberg_sink.table.catalog import CatalogConfig
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -336,6 +338,12 @@ def test_atomic_commits_mode_is_checked(catalog_props: dict[str, str]) -> None:
         .build()
     )
     assert sink is not None  # auto: one table at a time there
+    # A job started with "required" on a catalog that cannot (build() passed on another catalog, or a
+    # REST catalog became unreachable since) refuses to start rather than commit one table at a time.
+    loaded = CatalogConfig("mem", memory).load()
+    with pytest.raises(AtomicCommitsUnavailableError, match=r"job j1: atomic_commits\('required'\), but catalog 'mem'"):
+        Together.of("j1", "required", loaded, "routed tables")
+    assert not Together.of("j1", "auto", loaded, "routed tables").atomic
 
 
 def test_one_tables_failed_commit_keeps_the_checkpoint_from_every_table(
