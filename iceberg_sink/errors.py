@@ -9,6 +9,13 @@ from __future__ import annotations
 import sqlite3
 
 
+def one_line(error: BaseException) -> str:
+    """``error`` as one line for messages and logs: its type and the first line of its text (SQL
+    drivers' messages span lines and quote the statement)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 class IcebergSinkError(Exception):
     """Root of every error raised by iceberg_sink."""
 

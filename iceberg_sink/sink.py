@@ -206,10 +206,8 @@ class IcebergSink:
             )
             # The table and its dead-letter table commit each checkpoint together (job/together.py).
             together = Together.of(job.job_id, self._config.atomic_commits, job.catalog, "table and dead-letter table")
-            if together.atomic:
-                together.add(self._config.table, job.commits)
-                together.add(dead.name, dead.job.commits)
-                job.together = dead.job.together = together
+            job.together = together.join(self._config.table, job.commits)
+            dead.job.together = together.join(dead.name, dead.job.commits)
         return job
 
     def convert_equality_deletes(self) -> ConversionResult:

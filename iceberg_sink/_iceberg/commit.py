@@ -6,11 +6,13 @@ meanwhile, or the table was upgraded to v3), and a REST catalog's HTTP 400 on a 
 meanwhile, into the retryable :class:`CommitFailedException`;
 :func:`commit_metadata` is the one place that calls the catalog's ``commit_table`` (inside
 ``v3_metadata_writes``) and deletes the metadata files the catalog dropped from its log;
-:func:`commit_prepared_together` sends several tables' snapshots in one SQL catalog transaction.
+:func:`commit_prepared_together` sends several tables' snapshots at once (one SQL transaction, one REST request).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from pyiceberg.catalog import Catalog
@@ -50,8 +52,17 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
             writer committed, on this or another branch): refresh, prepare again, retry.
         CommitStateUnknownException: the commit may or may not have landed.
     """
-    try:
+    with races_lost_as_conflicts([table]):
         return commit_metadata(table, prepared.requirements, prepared.updates, on_base=True)
+
+
+@contextmanager
+def races_lost_as_conflicts(tables: Sequence[Table]) -> Iterator[None]:
+    """Turn a catalog's refusal that is a lost race into the retryable ``CommitFailedException``, for
+    a commit of ``tables`` (as loaded): PyIceberg's stale sequence number or first row id (another
+    branch committed meanwhile), or a REST catalog's HTTP 400 on a table that moved on."""
+    try:
+        yield
     except ValueError as e:
         if is_stale_sequence_number(e):
             raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
@@ -59,9 +70,9 @@ def commit_prepared(table: Table, prepared: PreparedCommit) -> Table:
     except BadRequestError as e:
         # A REST catalog checks the same and answers HTTP 400 in words of its own (SeaweedFS: "can't
         # add snapshot with sequence number 2, must be > than last sequence number 2"). Not pinned
-        # to any wording: when the table moved on since ``table`` was loaded, the refusal is the
-        # lost race, retried on the table as it is; otherwise it is a refusal, raised.
-        if moved_since(table):
+        # to any wording: when a table moved on since it was loaded, the refusal is the lost race,
+        # retried on the table as it is; otherwise it is a refusal, raised.
+        if any(moved_since(t) for t in tables):
             raise CommitFailedException(f"the catalog refused a commit on a table that moved on meanwhile: {e}") from e
         raise
 
@@ -124,20 +135,12 @@ def commit_prepared_together(commits: list[tuple[Table, PreparedCommit]]) -> lis
     """
     from iceberg_sink._iceberg import metadata_cache  # imports PyIceberg's SQL catalog (SQLAlchemy)
 
-    together = metadata_cache.commit_together if metadata_cache.commits_together(commits[0][0].catalog) else None
-    try:
-        with v3_metadata_writes():
-            sent = [(t, p.requirements, p.updates) for t, p in commits]
-            responses = together(sent) if together is not None else rest_transactions.commit_together(sent)
-    except ValueError as e:
-        if is_stale_sequence_number(e):
-            raise CommitFailedException(f"stale sequence number, another writer committed meanwhile: {e}") from e
-        raise
-    except BadRequestError as e:
-        # As for one table (commit_prepared): a refusal on a table that moved on is the lost race.
-        if any(moved_since(t) for t, _ in commits):
-            raise CommitFailedException(f"the catalog refused a commit on a table that moved on meanwhile: {e}") from e
-        raise
+    sent = [(t, p.requirements, p.updates) for t, p in commits]
+    with races_lost_as_conflicts([t for t, _ in commits]), v3_metadata_writes():
+        if metadata_cache.commits_together(commits[0][0].catalog):
+            responses = metadata_cache.commit_together(sent)
+        else:
+            responses = rest_transactions.commit_together(sent)
     return [
         _landed(table, response.metadata_location, response.metadata)
         for (table, _), response in zip(commits, responses, strict=True)

@@ -48,6 +48,7 @@ from iceberg_sink.errors import (
     CatalogUnavailableError,
     CommitRetriesExhaustedError,
     CommitStateUnknownError,
+    one_line,
     sqlite_catalog_locked,
 )
 
@@ -212,7 +213,7 @@ class CommitAttempt:
                     "be read to tell (%s); remove-orphans deletes them if the commit did not land",
                     self.what,
                     len(paths),
-                    _describe(e),
+                    one_line(e),
                 )
                 return False
             if not absent_from(current, self._unknown, paths):
@@ -232,7 +233,7 @@ class CommitAttempt:
             return error
         return CommitStateUnknownError(
             f"{self.what}: an earlier attempt's outcome is unknown (it may have landed), then the commit failed "
-            f"({_describe(error)}){self._locked_cause(error)}; files written for it are kept, and a table read "
+            f"({one_line(error)}){self._locked_cause(error)}; files written for it are kept, and a table read "
             f"once the catalog answers says whether it landed{self._on_give_up}"
         )
 
@@ -308,9 +309,9 @@ class CommitAttempt:
                     self._count_locked(e)
                     if loads > policy.num_retries or time.monotonic() > deadline:
                         raise CatalogUnavailableError(
-                            f"{what}: the catalog is unreachable ({_describe(e)}){self._locked_cause(e)}{on_give_up}"
+                            f"{what}: the catalog is unreachable ({one_line(e)}){self._locked_cause(e)}{on_give_up}"
                         ) from e
-                    logger.warning("%s: the catalog is unreachable (load %s): %s", what, loads, _describe(e))
+                    logger.warning("%s: the catalog is unreachable (load %s): %s", what, loads, one_line(e))
                     self._sleep(policy.wait_ms(loads) / 1000)
                     continue
             for earlier in unknown:
@@ -365,10 +366,10 @@ class CommitAttempt:
                 self._count_locked(e)
                 if exhausted:
                     raise CommitStateUnknownError(
-                        f"{what}: the catalog did not say whether the commit landed ({_describe(e)})"
+                        f"{what}: the catalog did not say whether the commit landed ({one_line(e)})"
                         f"{self._locked_cause(e)}{on_give_up}"
                     ) from e
-                logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, _describe(e))
+                logger.warning("%s: commit state unknown (attempt %s): %s", what, attempt, one_line(e))
             else:
                 if self._checkpoint_id is not None:
                     # The catalog holds the snapshot; a driver dying here never learns that it does.
@@ -429,9 +430,3 @@ def commit_with_retry(
     """:meth:`CommitAttempt.run` of a commit that deletes nothing itself on failure (see
     :class:`CommitAttempt` for the arguments and errors)."""
     return CommitAttempt(what, load_table, policy, sleep, on_give_up, checkpoint_id, on_conflict).run(prepare, table)
-
-
-def _describe(error: BaseException) -> str:
-    """One line naming the error (SQL drivers' messages span lines and quote the statement)."""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"

@@ -35,7 +35,7 @@ from pyiceberg.table import Table
 from iceberg_sink._iceberg.commit import commit_prepared_together
 from iceberg_sink._iceberg.producer import PreparedCommit
 from iceberg_sink._iceberg.retry import catalog_unreachable
-from iceberg_sink.errors import AtomicCommitAbortedError
+from iceberg_sink.errors import AtomicCommitAbortedError, one_line
 
 #: How a prepared snapshot is sent: the catalog's own commit, or a hand-over to a group.
 Send = Callable[[Table, PreparedCommit], Table]
@@ -77,13 +77,6 @@ class CommitGroup:
         self._handed: dict[str, tuple[Table, PreparedCommit]] = {}
         self._answers: dict[str, Table | BaseException] = {}
         self._broken: str | None = None
-        #: Transactions sent (one per round in which every member handed a snapshot over).
-        self.transactions = 0
-
-    @property
-    def broken(self) -> str | None:
-        """Why a member left unfinished (then no other member commits), or None."""
-        return self._broken
 
     @contextmanager
     def member(self, name: str) -> Iterator[Membership]:
@@ -94,7 +87,7 @@ class CommitGroup:
         try:
             yield membership
         except BaseException as e:
-            self._leave(name, f"table {name} failed ({type(e).__name__}: {_first_line(e)})")
+            self._leave(name, f"table {name} failed ({one_line(e)})")
             raise
         else:
             self._leave(name, None if membership.done else f"table {name} did not commit it (kept pending)")
@@ -148,7 +141,6 @@ class CommitGroup:
     def _transaction(
         self, names: list[str], commits: list[tuple[Table, PreparedCommit]]
     ) -> dict[str, Table | BaseException]:
-        self.transactions += 1
         tables = ", ".join(names)
         try:
             committed = commit_prepared_together(commits)
@@ -163,22 +155,16 @@ class CommitGroup:
                 if isinstance(e, CommitStateUnknownException) or catalog_unreachable(e):
                     # Every member's outcome is unknown; each gets an error of its own, raised from the cause.
                     error: BaseException = CommitStateUnknownException(
-                        f"{self.what}: the transaction of tables {tables} did not answer: {_first_line(e)}"
+                        f"{self.what}: the transaction of tables {tables} did not answer: {one_line(e)}"
                     )
                 elif n == 0:
                     error = e  # refused: the first member raises the cause itself, the others are aborted
                 else:
                     error = AtomicCommitAbortedError(
-                        f"{self.what}: not committed, because the transaction of tables {tables} failed "
-                        f"({type(e).__name__}: {_first_line(e)})"
+                        f"{self.what}: not committed, because the transaction of tables {tables} failed ({one_line(e)})"
                     )
                 if error is not e:
                     error.__cause__ = e
                 answers[name] = error
             return answers
         return dict(zip(names, committed, strict=True))
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else ""

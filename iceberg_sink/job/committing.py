@@ -15,11 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import attrs
-
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.job.plan import BatchPlan
-from iceberg_sink.job.together import Committed, each_table
+from iceberg_sink.job.together import Committed, Together
 
 __all__ = ["Committed", "commit"]
 
@@ -32,14 +30,8 @@ def commit(batch: BatchPlan) -> list[Committed]:
         t: partial(batch.jobs[t].commit_planned, p) for t, p in batch.plans.items()
     }
     dead, dead_plan = batch.dead, batch.dead_plan
-    together = batch.together
-    if together is not None and together.atomic:
-        if dead is not None and dead_plan is not None:
-            members[dead.name] = partial(dead.job.commit_planned, dead_plan)
-        return together.commit(members, batch.checkpoint_id)
-    done = each_table(list(members), lambda t: members[t](), batch.commit_threads)
-    if dead is not None and dead_plan is not None:
-        done += each_table([dead.name], lambda _: dead.job.commit_planned(dead_plan), 1)
-    if len(done) > 1:  # the tables' commits became visible one by one
-        done = [(t, attrs.evolve(o, atomic=False) if o is not None else None, e) for t, o, e in done]
-    return done
+    last = (
+        (dead.name, partial(dead.job.commit_planned, dead_plan)) if dead is not None and dead_plan is not None else None
+    )
+    together = batch.together or Together(batch.job_id, atomic=False, threads=batch.commit_threads)
+    return together.commit(members, batch.checkpoint_id, last)

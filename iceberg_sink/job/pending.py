@@ -42,6 +42,7 @@ from iceberg_sink.errors import (
     CommitRetriesExhaustedError,
     CommitStateUnknownError,
     PendingCheckpointsLimitError,
+    one_line,
     pending_because,
     sqlite_catalog_locked,
 )
@@ -232,7 +233,7 @@ class PendingCommits:
             if before is not None and committable.checkpoint_id >= before:
                 continue
             outcomes.append(self.commit(committable))
-        self._metrics.set(pending_checkpoints=len(self._store.pending_ids()))
+        self.count_pending()
         return outcomes
 
     # -- commits a stream keeps pending ------------------------------------------------------
@@ -300,9 +301,3 @@ class PendingCommits:
             return self.commit(committable, table)
         except CommitDeferred as e:
             return self.defer(committable.checkpoint_id, e.error)
-
-
-def one_line(error: BaseException) -> str:
-    """``error`` as one line for messages: its type and the first line of its text."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"

@@ -317,9 +317,7 @@ class RoutedJob:
         return job
 
     def _join(self, table: str, job: SinkJob) -> None:
-        self.together.add(table, job.commits)
-        if self.together.atomic:
-            job.together = self.together
+        job.together = self.together.join(table, job.commits)
 
     def known_tables(self) -> frozenset[str]:
         """The routed tables this job knows (a batch routed rows to them, or they have checkpoint

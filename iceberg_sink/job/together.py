@@ -87,26 +87,42 @@ class Together:
             _said.add((job_id, catalog.name))  # once per job (each bounded write() is a job of its own run)
             logger.info(
                 "job %s: catalog %r commits one table at a time (it has no multi-table transaction: a SQL "
-                "catalog or a REST catalog serving transactions/commit has): the %s commit each checkpoint one after the other (outcomes say atomic=False)",
+                "catalog or a REST catalog serving transactions/commit has): the %s commit each checkpoint "
+                "one after the other (outcomes say atomic=False)",
                 job_id,
                 catalog.name,
                 tables,
             )
         return cls(job_id, atomic, threads)
 
-    def add(self, table: str, commits: PendingCommits) -> None:
-        """One more table of the job (its commit step)."""
+    def join(self, table: str, commits: PendingCommits) -> Together | None:
+        """Make ``table`` (its commit step ``commits``) one of the job's tables; returns this Together
+        for the table's job to commit its pending checkpoints through when atomic, else None."""
+        if not self.atomic:
+            return None
         self._tables[table] = commits
+        return self
 
-    def commit(self, members: dict[str, Callable[[], CommitOutcome | None]], checkpoint_id: int) -> list[Committed]:
-        """Run each table's commit of checkpoint ``checkpoint_id`` (``members``: table -> its commit):
-        (table, outcome, error) in ``members`` order. One table's failure does not stop the others'
-        commits when not atomic; when atomic it stops them all."""
+    def commit(
+        self,
+        members: dict[str, Callable[[], CommitOutcome | None]],
+        checkpoint_id: int,
+        last: tuple[str, Callable[[], CommitOutcome | None]] | None = None,
+    ) -> list[Committed]:
+        """Run each table's commit of checkpoint ``checkpoint_id`` (``members``: table -> its commit),
+        and ``last`` (the dead-letter table's): (table, outcome, error), ``last`` at the end. When not
+        atomic the members commit up to ``threads`` at once, then ``last``, and one table's failure
+        does not stop the others; when atomic all land together, and one's failure stops them all."""
+        if last is not None and self.atomic:
+            members = {**members, last[0]: last[1]}
         names = list(members)
         if len(names) <= 1 or not self.atomic:
             done = each_table(names, lambda t: members[t](), self._threads)
-            if len(names) <= 1:
+            if last is not None and not self.atomic:
+                done += each_table([last[0]], lambda _: last[1](), 1)
+            if len(done) <= 1:
                 return done
+            # The tables' commits became visible one by one.
             return [(t, attrs.evolve(o, atomic=False) if o is not None else None, e) for t, o, e in done]
         group = CommitGroup(names, f"checkpoint {checkpoint_id} of job {self.job_id}")
 

@@ -10,6 +10,8 @@ import json
 import logging
 from typing import Any
 
+from iceberg_sink.errors import one_line
+
 logger = logging.getLogger("iceberg_sink.progress")
 """One JSON line per micro-batch."""
 
@@ -64,7 +66,7 @@ def record(
         "committed_pending": [c["checkpoint_id"] for c in committed if c["checkpoint_id"] != checkpoint_id],
         "dead_letter_records": dead_letter_records,
         "phases_ms": dict(phases_ms or {}),
-        "error": _one_line(error) if error is not None else None,
+        "error": one_line(error) if error is not None else None,
     }
 
 
@@ -79,8 +81,3 @@ def report(metrics: Any, **fields: Any) -> None:
         logging.getLogger("iceberg_sink").exception(
             "progress record of checkpoint %s could not be written", fields.get("checkpoint_id")
         )
-
-
-def _one_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"
