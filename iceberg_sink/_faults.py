@@ -4,6 +4,9 @@ Production code only calls :func:`hit`; with no handler installed it does nothin
 checkpoint passes them:
 
 - :data:`BATCH_START`: a micro-batch reached the sink (Spark recorded every earlier batch).
+- :data:`CARRY_ROWS_WRITTEN`: with ``.debezium(transactions="consistent")``, the events this
+  checkpoint holds back are written (sources/transactions.py), their record not yet.
+- :data:`CARRY_RECORDED`: the carry record is written (what the checkpoint holds is decided for good).
 - :data:`AFTER_SCHEMA_CHANGE`: schema evolution (table/evolution.py) committed a schema change this
   batch needs; nothing of the batch is written yet (hit only when the schema changed).
 - :data:`BEFORE_WRITE`: the table is checked and older committables are committed; writer tasks start
@@ -45,6 +48,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 BATCH_START = "batch-start"
+CARRY_ROWS_WRITTEN = "carry-rows-written"
+CARRY_RECORDED = "carry-recorded"
 AFTER_SCHEMA_CHANGE = "after-schema-change"
 BEFORE_WRITE = "before-write"
 AFTER_WRITE = "after-write"

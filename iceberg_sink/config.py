@@ -135,6 +135,8 @@ class SinkConfig:
             (``.atomic_commits(...)``, job/together.py): ``"auto"`` in one catalog transaction where
             the catalog can (SQL catalogs), ``"required"`` likewise and refused at build() where it
             cannot, ``"off"`` one table at a time.
+        carries_transactions: ``.debezium(transactions="consistent")``: micro-batches carry incomplete
+            source transactions into the next under the checkpoint location (sources/transactions.py).
     """
 
     catalog: CatalogConfig
@@ -153,6 +155,7 @@ class SinkConfig:
     route: RouteConfig | None = None
     dead_letter: str | None = None
     atomic_commits: str = "auto"
+    carries_transactions: bool = False
 
     @property
     def options(self) -> dict[str, Any]:

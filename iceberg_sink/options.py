@@ -176,6 +176,25 @@ PENDING_RETRY_INTERVAL_MS = Option(
     table_property=False,
     minimum=0,
 )
+TRANSACTIONS_MAX_HELD_EVENTS = Option(
+    "iceberg-sink.transactions.max-held-events",
+    int,
+    1_000_000,
+    'With .debezium(transactions="consistent"): events of incomplete source transactions a checkpoint may carry '
+    "into the next; past it the oldest held transaction is committed in parts, with a warning "
+    "(sources/transactions.py).",
+    table_property=False,
+    minimum=0,
+)
+TRANSACTIONS_MAX_HELD_BATCHES = Option(
+    "iceberg-sink.transactions.max-held-batches",
+    int,
+    100,
+    'With .debezium(transactions="consistent"): micro-batches a source transaction may wait for its missing '
+    "events (its END, its counts) before it is committed in parts, with a warning.",
+    table_property=False,
+    minimum=1,
+)
 SNAPSHOT_PROPERTY_PREFIX = Option(
     "iceberg-sink.snapshot-property-prefix",
     str,
@@ -295,6 +314,8 @@ OPTIONS: tuple[Option, ...] = (
     COMMIT_TOTAL_TIMEOUT_MS,
     MAX_PENDING_CHECKPOINTS,
     PENDING_RETRY_INTERVAL_MS,
+    TRANSACTIONS_MAX_HELD_EVENTS,
+    TRANSACTIONS_MAX_HELD_BATCHES,
     SNAPSHOT_PROPERTY_PREFIX,
     POST_COMMIT_FAIL_ON_ERROR,
     SKIP_DELETES_FOR_NEW_KEYS,

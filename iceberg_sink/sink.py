@@ -30,6 +30,7 @@ from iceberg_sink.job.together import Together
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
+from iceberg_sink.sources.transactions import CarryStore
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.key_bounds import KeyBoundsCache
 from iceberg_sink.table.versions import upgrade_format_version
@@ -288,7 +289,10 @@ class IcebergSink:
 
             def process_routed(batch: DataFrame, batch_id: int) -> None:
                 with routed_lock:
-                    routed.process(reading.read_batch(self._config, batch, routed.known_tables()), batch_id)
+                    here = (checkpoint_location, batch_id, False)
+                    routed.process(
+                        reading.read_batch(self._config, batch, routed.known_tables(), checkpoint=here), batch_id
+                    )
 
             query = self._start(streaming_df, process_routed, self._config, checkpoint_location, trigger, query_name)
             self._retry_while_idle(
@@ -310,7 +314,10 @@ class IcebergSink:
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
             with batch_lock:
-                job.process(reading.read_batch(config, batch, table=reading.last_loaded(job)), batch_id)
+                here = (checkpoint_location, batch_id, False)
+                job.process(
+                    reading.read_batch(config, batch, table=reading.last_loaded(job), checkpoint=here), batch_id
+                )
 
         query = self._start(streaming_df, process_batch, self._config, checkpoint_location, trigger, query_name)
         dead = job.dead_letter
@@ -399,7 +406,21 @@ class IcebergSink:
             if self._config.route is not None:
                 return self._write_routed(df, location, temporary, checkpoint_id)
             job = self._job(location, ephemeral=temporary)
-            df = reading.read_batch(self._config, df, table=reading.last_loaded(job))
+
+            def next_id() -> int:
+                job.commit_pending()
+                next_checkpoint = job.next_checkpoint_id()
+                if job.dead_letter is not None:
+                    # The dead-letter table may hold a checkpoint whose rows were all refused.
+                    job.dead_letter.commit_pending()
+                    next_checkpoint = max(next_checkpoint, job.dead_letter.next_checkpoint_id())
+                return next_checkpoint
+
+            if checkpoint_id is None and self._config.carries_transactions:
+                # Known before the batch is read: its held source transactions are carried under it.
+                checkpoint_id = CarryStore(location).next_id(next_id())
+            here = (location, checkpoint_id, temporary) if checkpoint_id is not None else None
+            df = reading.read_batch(self._config, df, table=reading.last_loaded(job), checkpoint=here)
             try:
                 job.ensure_table(without_reject(df.schema), batch=df)
             except NoRowsNoTable:
@@ -407,12 +428,7 @@ class IcebergSink:
                     return None  # nothing to create the table for, nothing to commit
                 # Refused rows only, and no table yet: a checkpoint of the dead-letter table alone.
             if checkpoint_id is None:
-                job.commit_pending()
-                checkpoint_id = job.next_checkpoint_id()
-                if job.dead_letter is not None:
-                    # The dead-letter table may hold a checkpoint whose rows were all refused.
-                    job.dead_letter.commit_pending()
-                    checkpoint_id = max(checkpoint_id, job.dead_letter.next_checkpoint_id())
+                checkpoint_id = next_id()
             outcome = job.process(df, checkpoint_id)
             # The job ends here: its newly indexed keys are in storage before the next job needs them.
             job.committer.key_index.flush()
@@ -425,7 +441,12 @@ class IcebergSink:
         self, df: DataFrame, location: str, temporary: bool, checkpoint_id: int | None
     ) -> RoutedOutcome | None:
         routed = RoutedJob(self._config, location, metrics=self._metrics, ephemeral=temporary)
-        df = reading.read_batch(self._config, df, routed.known_tables())
+        if checkpoint_id is None and self._config.carries_transactions:
+            # Known before the batch is read: its held source transactions are carried under it.
+            routed.commit_pending()
+            checkpoint_id = CarryStore(location).next_id(routed.next_checkpoint_id())
+        here = (location, checkpoint_id, temporary) if checkpoint_id is not None else None
+        df = reading.read_batch(self._config, df, routed.known_tables(), checkpoint=here)
         routed.input_struct(df.schema)
         if checkpoint_id is None:
             routed.commit_pending()

@@ -4,17 +4,27 @@ raises naming it), so ``build()`` reports every problem at once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 from pyiceberg.exceptions import NoSuchTableError
+from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.config import ATOMIC_COMMIT_MODES, ChangeConfig, CreateOptions, RouteConfig
-from iceberg_sink.errors import AtomicCommitsUnavailableError, InvalidSinkConfigError, UnsupportedTableError
+from iceberg_sink.errors import (
+    AtomicCommitsUnavailableError,
+    InvalidInputError,
+    InvalidSinkConfigError,
+    UnsupportedTableError,
+)
 from iceberg_sink.observe.prometheus import PrometheusConfig, require_prometheus_client
+from iceberg_sink.sources.debezium import TRUNCATE_POLICIES, read_envelope
+from iceberg_sink.sources.event_order import order_paths
+from iceberg_sink.sources.transactions import TRANSACTION_MODES, consistent_cut
 from iceberg_sink.table import names
 from iceberg_sink.table.catalog import CatalogConfig, commits_atomically, describe_catalog, load_table, scrub
 from iceberg_sink.table.keys import resolve_key
@@ -194,3 +204,54 @@ def against_catalog(
             "table's identifier fields would be its key)"
         )
     return changes
+
+
+def debezium_reader(
+    value_column: str, truncate: str, transactions: str, kwargs: Mapping[str, Any]
+) -> tuple[Callable[[DataFrame], DataFrame], tuple[str, tuple[str, ...] | None] | None]:
+    """``.debezium(...)`` checked now, not at the first batch (an unknown argument, an order that is not
+    a path or a list, an unknown mode): the micro-batch function, and the route's table column with
+    its naming rule (None when the reader names no source table).
+
+    Raises:
+        InvalidSinkConfigError: naming the argument, what was expected and what was received.
+    """
+    if truncate not in TRUNCATE_POLICIES:
+        raise InvalidSinkConfigError(
+            f"debezium(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
+        )
+    if transactions not in TRANSACTION_MODES:
+        raise InvalidSinkConfigError(
+            f"debezium(transactions=...): expected one of {TRANSACTION_MODES}, received {transactions!r}"
+        )
+    parameters = inspect.signature(read_envelope).parameters
+    accepted = [
+        name
+        for name, parameter in parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "rejects"
+    ]
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise InvalidSinkConfigError(
+            f"debezium(...): expected arguments among value_column, transactions, {', '.join(accepted)}; "
+            f"received {unknown}"
+        )
+    try:
+        order = {name: kwargs.get(name, parameters[name].default) for name in ("order_by", "order_type")}
+        order_paths(order["order_by"], order["order_type"], "debezium")
+    except InvalidInputError as e:
+        raise InvalidSinkConfigError(str(e)) from e
+    names = None
+    table_column, table_fields = kwargs.get("table_column", "source_table"), kwargs.get("table_fields")
+    if table_column is not None:
+        fields = tuple(table_fields) if table_fields is not None and not isinstance(table_fields, str) else None
+        names = (table_column, fields)
+    consistent = transactions == "consistent"
+
+    def read(batch: DataFrame) -> DataFrame:
+        if consistent:  # whole source transactions only; the rest carried (sources/transactions.py)
+            batch = consistent_cut(batch, value_column)
+        # Marked, not failed here: the job fails the batch on a refused event or dead-letters it.
+        return read_envelope(batch, value_column, truncate=truncate, rejects="mark", **kwargs)
+
+    return read, names

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Self, TypeVar
@@ -14,7 +13,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import SUPPORTED_FORMAT_VERSIONS
 from iceberg_sink.builder import checks
 from iceberg_sink.config import CreateOptions, SinkConfig, change_config
-from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError
+from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.job.dead_letter import check_target
 from iceberg_sink.observe.prometheus import (
     DEFAULT_ADDR,
@@ -65,6 +64,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
         self._dead_letter: Any = None
         self._atomic_commits: Any = "auto"
         self._debezium_names: tuple[str, tuple[str, ...] | None] | None = None  # (table column, table_fields)
+        self._transactions = "ignore"  # .debezium(transactions=...)
 
     def catalog(self, name: str, **properties: Any) -> Self:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -219,7 +219,9 @@ class IcebergSinkBuilder(Generic[SinkT]):
         self._atomic_commits = mode
         return self
 
-    def debezium(self, value_column: str = "value", *, truncate: str = "fail", **kwargs: Any) -> Self:
+    def debezium(
+        self, value_column: str = "value", *, truncate: str = "fail", transactions: str = "ignore", **kwargs: Any
+    ) -> Self:
         """Read each micro-batch as Debezium JSON envelopes: shorthand for
         ``.map_batches(lambda b: read_envelope(b, value_column, truncate=truncate, **kwargs))`` (see
         iceberg_sink/sources/debezium.py and docs/cdc.md). Combine with ``.cdc(op_column="op", key=[...], order_by="lsn")``.
@@ -227,41 +229,17 @@ class IcebergSinkBuilder(Generic[SinkT]):
         ``truncate``: what a truncate event (op ``t``) does: ``"fail"`` (default: refused, naming the op),
         ``"skip"`` (ignored) or ``"apply"`` (the table is emptied at that point of the change order; see
         docs/cdc.md).
+
+        ``transactions``: ``"ignore"`` (default: events as they arrive; a source transaction may span two
+        checkpoints) or ``"consistent"``: with the connector's ``provide.transaction.metadata=true`` and
+        its transaction topic subscribed, every checkpoint holds whole source transactions, in commit
+        order; the rest is carried under the checkpoint location into the next micro-batch
+        (sources/transactions.py, docs/transactions.md).
         """
-        from iceberg_sink.sources.debezium import TRUNCATE_POLICIES, read_envelope
-        from iceberg_sink.sources.event_order import order_paths
-
-        if truncate not in TRUNCATE_POLICIES:
-            raise InvalidSinkConfigError(
-                f"debezium(truncate=...): expected one of {TRUNCATE_POLICIES}, received {truncate!r}"
-            )
-        # Checked now, not at the first batch: an unknown argument, an order that is not a path or a list.
-        parameters = inspect.signature(read_envelope).parameters
-        accepted = [
-            name
-            for name, parameter in parameters.items()
-            if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "rejects"
-        ]
-        unknown = sorted(set(kwargs) - set(accepted))
-        if unknown:
-            raise InvalidSinkConfigError(
-                f"debezium(...): expected arguments among value_column, {', '.join(accepted)}; received {unknown}"
-            )
-        try:
-            order = {name: kwargs.get(name, parameters[name].default) for name in ("order_by", "order_type")}
-            order_paths(order["order_by"], order["order_type"], "debezium")
-        except InvalidInputError as e:
-            raise InvalidSinkConfigError(str(e)) from e
-
-        table_column, table_fields = kwargs.get("table_column", "source_table"), kwargs.get("table_fields")
-        if table_column is not None:
-            fields = tuple(table_fields) if table_fields is not None and not isinstance(table_fields, str) else None
-            self._debezium_names = (table_column, fields)
-
-        def read(batch: DataFrame) -> DataFrame:
-            # Marked, not failed here: the job fails the batch on a refused event or dead-letters it.
-            return read_envelope(batch, value_column, truncate=truncate, rejects="mark", **kwargs)
-
+        read, names = checks.debezium_reader(value_column, truncate, transactions, kwargs)
+        if names is not None:
+            self._debezium_names = names
+        self._transactions = transactions
         return self.map_batches(read)
 
     def pre_commit_hook(self, fn: PreCommitHook) -> Self:
@@ -582,6 +560,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
                 route=route,
                 dead_letter=dead_letter,
                 atomic_commits=checked.atomic_commits,
+                carries_transactions=self._transactions == "consistent",
             )
 
         if route is not None and self._debezium_names is not None and self._debezium_names[0] == route.table_column:

@@ -119,6 +119,7 @@ _SINK = mapping(
                     "key_column": STRING,
                     "truncate": one_of("apply", "skip", "fail"),
                     "unavailable_value": STRING,
+                    "transactions": one_of("ignore", "consistent"),
                 }
             )
         ),

@@ -96,6 +96,11 @@ def checkpoint_filesystem(checkpoint_location: str) -> tuple[pafs.FileSystem, st
     return fs, base.rstrip("/") + path
 
 
+#: Where ``.debezium(transactions="consistent")`` carries held source transactions, relative to the
+#: checkpoint location (sources/transactions.py).
+CARRY_DIR = "iceberg_sink/carry"
+
+
 def committable_name(checkpoint_id: int) -> str:
     """Where the committable of a checkpoint lives, relative to the checkpoint location."""
     return f"iceberg_sink/committables/{checkpoint_id:020d}.json"
@@ -126,6 +131,10 @@ class CheckpointStore:
                 return bytes(stream.read())
         except FileNotFoundError:
             return None
+
+    def carry_record(self, checkpoint_id: int) -> bytes | None:
+        """Checkpoint ``checkpoint_id``'s transaction carry record (sources/transactions.py); None if absent."""
+        return self._read(f"{self._location}/{CARRY_DIR}/{checkpoint_id}.json")
 
     def spark_offset_log(self, batch_id: int) -> bytes | None:
         """Spark's offset log entry of micro-batch ``batch_id`` (``<location>/offsets/<id>``); None if absent."""

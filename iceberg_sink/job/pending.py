@@ -47,7 +47,7 @@ from iceberg_sink.errors import (
     sqlite_catalog_locked,
 )
 from iceberg_sink.observe.metrics import SinkMetrics
-from iceberg_sink.sources import kafka_offsets
+from iceberg_sink.sources import kafka_offsets, transactions
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.topology.hooks import CommitResult, HookRunner
@@ -132,7 +132,9 @@ class PendingCommits:
         started = time.monotonic()
         properties = dict(self._job_properties)
         if self._streaming:  # how far each Kafka partition is (sources/kafka_offsets.py)
-            properties.update(kafka_offsets.summary_properties(self._store.spark_offset_log(committable.checkpoint_id)))
+            checkpoint_id = committable.checkpoint_id
+            held = transactions.held_offsets(self._store.carry_record(checkpoint_id))
+            properties.update(kafka_offsets.summary_properties(self._store.spark_offset_log(checkpoint_id), held))
         with self._serial:
             properties.update(self._hooks.before_commit(committable.summary))
         try:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 
+from iceberg_sink import options
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.job.routing import route_column
 from iceberg_sink.sources.bare_types import writing_table
 from iceberg_sink.sources.rejects import fail_on_reject
+from iceberg_sink.sources.transactions import CarryPlace, carrying
 from iceberg_sink.table.collation import binary_strings
 
 if TYPE_CHECKING:  # the single-table job (pipeline.py) reads its batches through here
@@ -29,7 +31,11 @@ logger = logging.getLogger("iceberg_sink")
 
 
 def read_batch(
-    config: SinkConfig, df: DataFrame, known_tables: Iterable[str] = (), table: Table | None = None
+    config: SinkConfig,
+    df: DataFrame,
+    known_tables: Iterable[str] = (),
+    table: Table | None = None,
+    checkpoint: tuple[str, int, bool] | None = None,
 ) -> DataFrame:
     """``df`` after the ``map_batches`` functions (the DataFrame the sink writes), its collated
     strings made binary (table/collation.py). A routed sink's rows get their table name here
@@ -37,8 +43,21 @@ def read_batch(
     (sources/rejects.py) keep their mark: the job decides, right before the writers (dead_letter.py
     ``enforce``), to fail the batch or dead-letter them. ``known_tables``: routed names already
     accepted (RoutedJob.known_tables). ``table``: a single-table sink's table as last loaded
-    (:func:`last_loaded`), whose schema the functions run with (sources/bare_types.py)."""
-    with writing_table(table.schema() if table is not None else None):
+    (:func:`last_loaded`), whose schema the functions run with (sources/bare_types.py).
+    ``checkpoint``: (location, checkpoint id, whether the location is a bounded write's temporary
+    one) of the checkpoint ``df`` becomes, where ``.debezium(transactions="consistent")`` carries
+    incomplete source transactions (sources/transactions.py)."""
+    place = None
+    if checkpoint is not None and config.carries_transactions:
+        resolved = options.resolve(config.options, {})
+        place = CarryPlace(
+            location=checkpoint[0],
+            checkpoint_id=checkpoint[1],
+            temporary=checkpoint[2],
+            max_events=resolved.get(options.TRANSACTIONS_MAX_HELD_EVENTS),
+            max_batches=resolved.get(options.TRANSACTIONS_MAX_HELD_BATCHES),
+        )
+    with writing_table(table.schema() if table is not None else None), carrying(place):
         for fn in config.map_batches:
             df = fn(df)
     # Strings compared as the table compares them (table/collation.py): before any key, op code

@@ -10,7 +10,9 @@ the commit of checkpoint N adds to its snapshot summary::
 
 for every Kafka partition the batch read (a routed stream: to every table's snapshot of that
 checkpoint, each table being as far as the stream). Every record of a partition before that offset
-is in the table (or was filtered out); a checkpoint committed later (after a catalog outage) still
+is in the table (or was filtered out), except where ``.debezium(transactions="consistent")`` held
+events back for a later checkpoint (sources/transactions.py): there the offset recorded is the first
+held event's; a checkpoint committed later (after a catalog outage) still
 gets its own batch's offsets. Other sources' lines (files, rate) add nothing, nor does a batch
 whose offset log entry Spark already purged (it keeps the last ``minBatchesToRetain``, 100).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +62,12 @@ def _kafka_offsets(line: str) -> dict[str, dict[str, int]] | None:
     return parsed
 
 
-def summary_properties(offset_log: bytes | None) -> dict[str, str]:
-    """The summary keys of one offset log entry (``<checkpoint>/offsets/<batch id>``; None: absent)."""
+def summary_properties(offset_log: bytes | None, held: Mapping[str, Mapping[int, int]] | None = None) -> dict[str, str]:
+    """The summary keys of one offset log entry (``<checkpoint>/offsets/<batch id>``; None: absent).
+
+    ``held``: ``{topic: {partition: offset}}`` of the first events the checkpoint held back for a later
+    one (``.debezium(transactions="consistent")``, sources/transactions.py): such a partition's offset
+    is that event's, since every record before it, and no record from it on, is sure to be in the table."""
     if offset_log is None:
         return {}
     lines = offset_log.decode("utf-8", errors="replace").splitlines()
@@ -72,5 +79,6 @@ def summary_properties(offset_log: bytes | None) -> dict[str, str]:
         offsets = _kafka_offsets(line.strip())
         for topic, partitions in (offsets or {}).items():
             for partition, offset in partitions.items():
-                properties[summary_key(topic, int(partition))] = str(offset)
+                low = (held or {}).get(topic, {}).get(int(partition))
+                properties[summary_key(topic, int(partition))] = str(offset if low is None else min(offset, low))
     return properties
