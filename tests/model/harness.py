@@ -80,9 +80,10 @@ from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
 from iceberg_sink.topology.compaction import CompactionConfig, compact
 from tests.interop.readers import JavaIcebergReader, JavaReaderError, duckdb_connect, duckdb_read, normalize
-from tests.model import debezium_steps, v3_steps
+from tests.model import debezium_steps, transactions_steps, v3_steps
 from tests.model.debezium_steps import DEBEZIUM
 from tests.model.points import FAULT_POINTS, Crash
+from tests.model.transactions_steps import TRANSACTIONS
 
 Row = dict[str, Any]
 
@@ -144,9 +145,10 @@ BRANCH = "b"
 def skipped_operations() -> set[str]:
     raw = os.environ.get(SKIP_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = names - set(OPERATIONS) - SCENARIOS - {ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS, DEBEZIUM}
+    jobs = [ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS, DEBEZIUM, TRANSACTIONS]
+    unknown = names - set(OPERATIONS) - SCENARIOS - set(jobs)
     if unknown:
-        known = sorted(OPERATIONS) + sorted(SCENARIOS) + [ROUTED, HOSTILE, OTHER_WRITERS, *OTHER_WRITER_KINDS, DEBEZIUM]
+        known = sorted(OPERATIONS) + sorted(SCENARIOS) + jobs
         raise ValueError(f"{SKIP_ENV}: unknown operation kinds {sorted(unknown)}; known: {known}")
     return names
 
@@ -1758,6 +1760,8 @@ class World:
                     self.check()
                 if DEBEZIUM not in self.skip:
                     debezium_steps.maybe_step(self)  # its own generator: tests/model/debezium_steps.py
+                if TRANSACTIONS not in self.skip:
+                    transactions_steps.maybe_step(self)  # its own generator: tests/model/transactions_steps.py
             except ModelMismatch:
                 raise
             except Exception as exc:

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import _faults
 from tests.interop.readers import JavaIcebergReader
-from tests.model import debezium_steps, harness, v3_steps
+from tests.model import debezium_steps, harness, transactions_steps, v3_steps
 from tests.model.harness import SKIP_ENV, World
 
 pytestmark = pytest.mark.interop
@@ -165,6 +165,18 @@ def test_debezium_hostile_events(
         for _ in range(2):
             job.step(world)
         world.catalog.drop_table(debezium_steps.TABLE)
+
+
+def test_consistent_transactions(
+    spark: SparkSession, java_reader: JavaIcebergReader, tmp_path: Path, model_job_seed: int
+) -> None:
+    """The short profile may draw ``consistent_transactions`` rarely: its job alone, a micro-batch
+    without a crash and one dying at each point (tests/model/transactions_steps.py)."""
+    world = World(spark, java_reader, tmp_path, seed=model_job_seed)
+    job = transactions_steps.TransactionsJob(world.seed, world.catalog_props, tmp_path, world.created_format)
+    for point in (None, *transactions_steps.CRASH_POINTS, None):
+        job.step(world, crash=point)
+    assert job.source.complete_prefix() > 0, world.trace
 
 
 def test_model_v3_tables(
