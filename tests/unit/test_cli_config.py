@@ -317,6 +317,18 @@ def test_debezium_order_takes_one_path_or_several_with_their_types(tmp_path: Pat
         runner.validate_sink(wrong)
 
 
+def test_debezium_transactions_is_ignore_or_consistent(tmp_path: Path) -> None:
+    text = (
+        f"source: {{type: rate}}\ncheckpoint_location: c\nsink: {{table: db.t, embedded: {tmp_path}, "
+        "debezium: {transactions: consistent}, cdc: {op_column: op, key: [id], order_by: lsn}}\n"
+    )
+    config = runconfig.parse(text, str(tmp_path / "p.yaml"))
+    assert config.sink["debezium"]["transactions"] == "consistent"
+    runner.validate_sink(config)
+    found = problems(text.replace("consistent", "whole"))
+    assert len(found) == 1 and found[0].startswith("sink.debezium.transactions") and "'whole'" in found[0], found
+
+
 @pytest.mark.parametrize(
     "location", ["file:/data/ck", "file:///data/ck", "hdfs://nn:8020/ck", "s3a://b/ck", "/data/ck"]
 )
