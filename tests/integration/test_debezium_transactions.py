@@ -115,6 +115,29 @@ def test_every_committed_state_is_the_complete_prefix_of_the_source_transactions
     assert 0 < seen[0][0] < seen[-1][0] == len(source.states) - 1, seen
 
 
+def test_a_stream_restarted_every_micro_batch_commits_the_complete_prefix(
+    spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
+    """The same through ``start()``: each delivery a new file of a file stream, each run of the query
+    (``availableNow``) a restart on the same checkpoint location; the carry crosses the restarts."""
+    source = Source(4)
+    for _ in range(20):
+        source.transaction()
+    incoming = tmp_path / "in"
+    incoming.mkdir()
+    names = ("key", "value", "topic", "partition", "offset")
+    seen = []
+    for n, rows in enumerate(source.deliveries(4)):
+        lines = [json.dumps(dict(zip(names, row, strict=True))) for row in rows]
+        (incoming / f"{n:03d}.json").write_text("\n".join(lines) + "\n")
+        stream = spark.readStream.schema(SCHEMA).json(str(incoming))
+        query = sink_for(catalog_props).start(stream, str(tmp_path / "ck"), trigger={"availableNow": True})
+        query.awaitTermination()
+        seen.append(landed(source, catalog_props))
+    assert all(want == got for want, got in seen), seen
+    assert 0 < seen[0][0] and seen[-1][0] == len(source.states) - 1, seen
+
+
 def test_without_consistent_the_same_deliveries_show_partial_transactions(
     spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path
 ) -> None:
