@@ -135,7 +135,7 @@ def test_a_stream_restarted_every_micro_batch_commits_the_complete_prefix(
         query.awaitTermination()
         seen.append(landed(source, catalog_props))
     assert all(want == got for want, got in seen), seen
-    assert 0 < seen[0][0] and seen[-1][0] == len(source.states) - 1, seen
+    assert seen[0][0] > 0 and seen[-1][0] == len(source.states) - 1, seen
 
 
 def test_without_consistent_the_same_deliveries_show_partial_transactions(
