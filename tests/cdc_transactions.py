@@ -149,6 +149,15 @@ class Source:
         places.append((TX_TOPIC, len(self.events[TX_TOPIC]) - 1))
         self.places.append(places)
 
+    def resend(self, first: int) -> None:
+        """A connector restarted after transaction ``first``: it re-sends every event from there on (each
+        topic gets them again after what it holds, boundary events included)."""
+        for places in self.places[first:]:
+            for topic, offset in places:
+                if topic == TX_TOPIC:  # the END: its BEGIN is the event before it
+                    self.events[topic].append(self.events[topic][offset - 1])
+                self.events[topic].append(self.events[topic][offset])
+
     def deliver(self, share: float = 1.0) -> list[tuple[str | None, str, str, int, int]]:
         """The next undelivered events as Kafka rows (key, value, topic, partition, offset): of each
         topic, a random number of its next events (all of them with ``share`` 1), each

@@ -138,6 +138,28 @@ def test_a_stream_restarted_every_micro_batch_commits_the_complete_prefix(
     assert seen[0][0] > 0 and seen[-1][0] == len(source.states) - 1, seen
 
 
+def test_events_a_restarted_connector_sends_again_land_once_and_hold_nothing_back(
+    spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path
+) -> None:
+    """Kafka Connect re-sends what came after its last flushed offset: the re-sent transactions are
+    complete again (an event counted once however often it arrives) and land again, whole; once
+    everything arrived the tables equal the source and no event is held."""
+    source = Source(9)
+    for _ in range(20):
+        source.transaction()
+    sink = sink_for(catalog_props)
+    location = tmp_path / "ck"
+    sink.write(frame(spark, source.deliver(0.5)), checkpoint_location=str(location))
+    source.resend(first=5)
+    for _ in range(3):
+        source.transaction()
+    for share in (0.5, 1.0):
+        sink.write(frame(spark, source.deliver(share)), checkpoint_location=str(location))
+    assert read_cut(catalog_props) == expected(source.states[-1])
+    newest = max(int(f.stem) for f in (location / "iceberg_sink" / "carry").glob("*.json"))
+    assert json.loads((location / "iceberg_sink" / "carry" / f"{newest}.json").read_text())["held"] == []
+
+
 def test_without_consistent_the_same_deliveries_show_partial_transactions(
     spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path
 ) -> None:
