@@ -60,6 +60,14 @@ class Source:
         self.places: list[list[tuple[str, int]]] = []  # per transaction: (topic, offset) of its events and END
         self.delivered: dict[str, int] = {}  # per topic: events delivered
 
+    @classmethod
+    def run(cls, seed: int, transactions: int) -> Source:
+        """A source that ran ``transactions`` transactions."""
+        source = cls(seed)
+        for _ in range(transactions):
+            source.transaction()
+        return source
+
     def _copy(self) -> State:
         return {t: {k: dict(v) for k, v in rows.items()} for t, rows in self.state.items()}
 

@@ -106,9 +106,7 @@ def test_every_committed_state_is_the_complete_prefix_of_the_source_transactions
 ) -> None:
     """After each micro-batch the tables hold exactly the transactions whose events and END have all
     arrived, up to the first that has not: never part of one, never one after a gap."""
-    source = Source(seed)
-    for _ in range(30):
-        source.transaction()
+    source = Source.run(seed, 30)
     sink = sink_for(catalog_props)
     seen = run_deliveries(spark, sink, str(tmp_path / "ck"), catalog_props, source, batches=6)
     assert all(want == got for want, got in seen), f"(complete prefix, the tables' prefix) per batch: {seen}"
@@ -120,9 +118,7 @@ def test_a_stream_restarted_every_micro_batch_commits_the_complete_prefix(
 ) -> None:
     """The same through ``start()``: each delivery a new file of a file stream, each run of the query
     (``availableNow``) a restart on the same checkpoint location; the carry crosses the restarts."""
-    source = Source(4)
-    for _ in range(20):
-        source.transaction()
+    source = Source.run(4, 20)
     incoming = tmp_path / "in"
     incoming.mkdir()
     names = ("key", "value", "topic", "partition", "offset")
@@ -144,9 +140,7 @@ def test_events_a_restarted_connector_sends_again_land_once_and_hold_nothing_bac
     """Kafka Connect re-sends what came after its last flushed offset: the re-sent transactions are
     complete again (an event counted once however often it arrives) and land again, whole; once
     everything arrived the tables equal the source and no event is held."""
-    source = Source(9)
-    for _ in range(20):
-        source.transaction()
+    source = Source.run(9, 20)
     sink = sink_for(catalog_props)
     location = tmp_path / "ck"
     sink.write(frame(spark, source.deliver(0.5)), checkpoint_location=str(location))
@@ -165,9 +159,7 @@ def test_without_consistent_the_same_deliveries_show_partial_transactions(
 ) -> None:
     """The check above can fail: without "consistent" a micro-batch commits what arrived, so the
     tables show parts of source transactions (states that are no prefix of them)."""
-    source = Source(1)
-    for _ in range(30):
-        source.transaction()
+    source = Source.run(1, 30)
     sink = sink_for(catalog_props, transactions="ignore")
     seen = run_deliveries(spark, sink, str(tmp_path / "ck"), catalog_props, source, batches=6)
     assert any(got is None for _, got in seen), f"every state was a transaction prefix: {seen}"
@@ -216,9 +208,7 @@ def test_decide_lets_the_oldest_through_past_its_bounds() -> None:
 def test_a_crash_at_each_step_of_the_carry_neither_loses_nor_doubles_an_event(
     spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path, point: str
 ) -> None:
-    source = Source(7)
-    for _ in range(25):
-        source.transaction()
+    source = Source.run(7, 25)
     sink = sink_for(catalog_props)
     location = str(tmp_path / "ck")
     seen = []
@@ -253,9 +243,7 @@ def test_a_crash_at_each_step_of_the_carry_neither_loses_nor_doubles_an_event(
 def test_a_transaction_past_the_bound_is_committed_in_parts_with_a_warning(
     spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    source = Source(11)
-    for _ in range(3):
-        source.transaction()
+    source = Source.run(11, 3)
     # The END of the last transaction never arrives (a connector that lost it).
     source.events[TX_TOPIC].pop()
     sink = sink_for(catalog_props, **{"iceberg-sink.transactions.max-held-batches": 2})
@@ -274,9 +262,7 @@ def test_a_transaction_past_the_bound_is_committed_in_parts_with_a_warning(
 def test_a_bounded_write_without_a_checkpoint_location_refuses_an_incomplete_transaction(
     spark: SparkSession, catalog_props: dict[str, str]
 ) -> None:
-    source = Source(5)
-    for _ in range(4):
-        source.transaction()
+    source = Source.run(5, 4)
     sink = sink_for(catalog_props)
     whole = [row for rows in source.deliveries(1) for row in rows]
     cut = [row for row in whole if not (row[2] == TX_TOPIC and row[4] == len(source.events[TX_TOPIC]) - 1)]
@@ -290,8 +276,7 @@ def test_a_bounded_write_without_a_checkpoint_location_refuses_an_incomplete_tra
 def test_consistent_needs_the_kafka_coordinates_and_one_transaction_partition(
     spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path
 ) -> None:
-    source = Source(3)
-    source.transaction()
+    source = Source.run(3, 1)
     rows = [row for rows in source.deliveries(1) for row in rows]
     sink = sink_for(catalog_props)
     bare = frame(spark, rows).select("key", "value")
@@ -309,9 +294,7 @@ def test_the_carry_names_the_first_held_offset_of_each_partition_and_snapshots_s
 ) -> None:
     """A stream's snapshot names, per Kafka partition, an offset before which every event is in the
     tables (sources/kafka_offsets.py): a partition with a held event stops at that event."""
-    source = Source(13)
-    for _ in range(6):
-        source.transaction()
+    source = Source.run(13, 6)
     last = source.events[TX_TOPIC].pop()  # the last transaction's END comes late
     location = tmp_path / "ck"
     rows = [row for rows in source.deliveries(1) for row in rows]
@@ -333,9 +316,7 @@ def test_the_carry_names_the_first_held_offset_of_each_partition_and_snapshots_s
 def test_java_and_duckdb_read_the_consistent_tables_equal_the_source(
     spark: SparkSession, catalog_props: dict[str, str], tmp_path: Path, java_reader: JavaIcebergReader
 ) -> None:
-    source = Source(21)
-    for _ in range(30):
-        source.transaction()
+    source = Source.run(21, 30)
     sink = sink_for(catalog_props)
     seen = run_deliveries(spark, sink, str(tmp_path / "ck"), catalog_props, source, batches=4)
     assert all(want == got for want, got in seen) and seen[-1][0] == len(source.states) - 1, seen
