@@ -28,6 +28,11 @@ COLUMNS = {"customers": ("balance",), "orders": ("customer", "total"), "lines": 
 State = dict[str, dict[int, dict[str, Any]]]
 
 
+def transaction_of(event: dict[str, Any]) -> str:
+    """The xid of a change or boundary event (the part of its id before the colon)."""
+    return str((event.get("transaction") or event).get("id", "")).split(":")[0]
+
+
 def canonical(value: Any) -> Any:
     """Money as text, one spelling per amount (``12.50`` and ``12.5`` alike)."""
     if isinstance(value, Decimal):
@@ -73,7 +78,7 @@ class Source:
 
     def transaction(self) -> None:
         r = self.random
-        txid = f"{len(self.states)}:{self.lsn}"
+        xid = len(self.states)
         changes: list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]] = []
 
         def change(table: str, key: int, row: dict[str, Any] | None) -> None:
@@ -117,7 +122,7 @@ class Source:
                     change("lines", line, None)
                 change("orders", order, None)
                 self._add_balance(change, row["customer"], -Decimal(row["total"]))
-        self._emit(txid, changes)
+        self._emit(xid, changes)
         self.states.append(self._copy())
 
     def _new(self, table: str) -> int:
@@ -127,8 +132,11 @@ class Source:
     def _add_balance(self, change: Any, customer: int, amount: Decimal) -> None:
         change("customers", customer, {"balance": str(Decimal(self.state["customers"][customer]["balance"]) + amount)})
 
-    def _emit(self, txid: str, changes: list[tuple[str, str, Any, Any]]) -> None:
-        self.events[TX_TOPIC].append({"status": "BEGIN", "id": txid, "event_count": None, "data_collections": None})
+    def _emit(self, xid: int, changes: list[tuple[str, str, Any, Any]]) -> None:
+        """As PostgreSQL's connector names them: ``<xid>:<lsn>``, the LSN of the event at hand (the
+        BEGIN's, each change's, the commit's), so only the xid is the same for all of them."""
+        begin = {"status": "BEGIN", "id": f"{xid}:{self.lsn}", "event_count": None, "data_collections": None}
+        self.events[TX_TOPIC].append(begin)
         per_table: dict[str, int] = {}
         places = []
         for n, (table, op, before, after) in enumerate(changes, start=1):
@@ -140,14 +148,14 @@ class Source:
                 "op": op,
                 "ts_ms": 1_700_000_000_000,
                 "source": {"db": "shop", "schema": "public", "table": table, "lsn": self.lsn},
-                "transaction": {"id": txid, "total_order": n, "data_collection_order": per_table[table]},
+                "transaction": {"id": f"{xid}:{self.lsn}", "total_order": n, "data_collection_order": per_table[table]},
             }
             self.events[f"shop.public.{table}"].append(event)
             places.append((f"shop.public.{table}", len(self.events[f"shop.public.{table}"]) - 1))
         self.events[TX_TOPIC].append(
             {
                 "status": "END",
-                "id": txid,
+                "id": f"{xid}:{self.lsn + 4}",
                 "event_count": len(changes),
                 "data_collections": [
                     {"data_collection": f"public.{t}", "event_count": c} for t, c in per_table.items()

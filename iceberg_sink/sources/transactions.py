@@ -11,6 +11,8 @@ on each micro-batch before reading its envelopes:
 2. **Order**: a transaction's place is the offset of its first boundary event in the transaction
    topic (one partition: Debezium writes it in commit order). A transaction whose events arrived but
    none of whose boundary events did comes after every placed one (its ``BEGIN`` is behind theirs).
+   A transaction is named by its id (:func:`transaction_key`: PostgreSQL's ``<xid>:<lsn>`` carries
+   each event's own LSN, so its xid alone).
 3. **Complete prefix**: a transaction is complete when its ``END`` was read and the distinct
    ``total_order`` values of its events read so far reach the ``END``'s ``event_count`` (duplicates
    from a restarted connector count once). The longest prefix of complete transactions goes on to
@@ -48,7 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import attrs
 import pyarrow.fs as pafs
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from iceberg_sink import _faults
@@ -289,6 +291,19 @@ def _field(value: Column, path: str) -> Column:
     return F.coalesce(F.get_json_object(value, f"$.payload.{path}"), F.get_json_object(value, f"$.{path}"))
 
 
+def transaction_key(transaction_id: Column) -> Column:
+    """The key of a Debezium transaction id, the same for its BEGIN, END and change events.
+
+    PostgreSQL's connector writes ``<xid>:<lsn>`` with the LSN of the event at hand (the BEGIN's, each
+    change's, the commit's), so only the xid names the transaction; the other connectors' ids
+    (MySQL's GTID ``<uuid>:<n>`` or ``<file>:<pos>``, MariaDB's ``<domain>-<server>-<n>``, SQL Server's
+    LSN ``<hex>:<hex>:<hex>``, Oracle's hex) are the same for all of a transaction's events, and are
+    taken whole: only an id of two decimal numbers is cut at its colon."""
+    return F.when(transaction_id.rlike(r"^[0-9]+:[0-9]+$"), F.substring_index(transaction_id, ":", 1)).otherwise(
+        transaction_id
+    )
+
+
 def _annotated(df: DataFrame, value_column: str) -> DataFrame:
     value = F.col(value_column).cast("string")
     boundary = (
@@ -296,42 +311,48 @@ def _annotated(df: DataFrame, value_column: str) -> DataFrame:
     )
     return df.select(
         "*",
-        F.coalesce(_field(value, "transaction.id"), F.when(boundary, _field(value, "id"))).alias(TXN),
+        transaction_key(F.coalesce(_field(value, "transaction.id"), F.when(boundary, _field(value, "id")))).alias(TXN),
         F.when(boundary, _field(value, "status")).alias(_BOUNDARY),
         _field(value, "transaction.total_order").cast("long").alias(_ORDER),
         F.when(boundary & (_field(value, "status") == "END"), _field(value, "event_count").cast("long")).alias(_COUNT),
     )
 
 
-def _summary(annotated: DataFrame, checkpoint_id: int) -> tuple[list[Txn], list[tuple[str, int]]]:
-    """Every transaction of the input, and the (topic, partition) pairs its boundary events came from."""
+def _summary(annotated: DataFrame, checkpoint_id: int) -> tuple[list[Txn], list[tuple[str, int]], list[Row]]:
+    """Every transaction of the input, the (topic, partition) pairs its boundary events came from,
+    and each transaction's first offset per (topic, partition): one Spark job. An event lives in one
+    topic and partition (a re-sent one too: same key), so distinct ``total_order`` values add up over
+    them."""
     is_boundary = F.col(_BOUNDARY).isNotNull()
-    rows = (
+    parts = (
         annotated.where(F.col(TXN).isNotNull())
-        .groupBy(TXN)
+        .groupBy(TXN, "topic", "partition")
         .agg(
             F.min(F.when(is_boundary, F.col("offset"))).alias("position"),
             F.max(F.col(_COUNT)).alias("expected"),
             F.countDistinct(F.col(_ORDER)).alias("seen"),
             F.count(F.lit(1)).alias("rows"),
             F.min(F.coalesce(F.col(SINCE), F.lit(checkpoint_id))).alias("since"),
-            F.collect_set(F.when(is_boundary, F.struct(F.col("topic"), F.col("partition")))).alias("sources"),
+            F.min("offset").alias("low"),
         )
         .collect()
     )
+    by_txn: dict[str, list[Row]] = {}
+    for r in parts:
+        by_txn.setdefault(r[TXN], []).append(r)
     txns = [
         Txn(
-            id=r[TXN],
-            position=r["position"],
-            expected=r["expected"],
-            seen=r["seen"],
-            rows=r["rows"],
-            since=r["since"],
+            id=key,
+            position=min((r["position"] for r in rs if r["position"] is not None), default=None),
+            expected=max((r["expected"] for r in rs if r["expected"] is not None), default=None),
+            seen=sum(r["seen"] for r in rs),
+            rows=sum(r["rows"] for r in rs),
+            since=min(r["since"] for r in rs),
         )
-        for r in rows
+        for key, rs in by_txn.items()
     ]
-    sources = sorted({(s["topic"], s["partition"]) for r in rows for s in r["sources"]})
-    return txns, sources
+    sources = sorted({(r["topic"], r["partition"]) for r in parts if r["position"] is not None})
+    return txns, sources, parts
 
 
 def _needs(df: DataFrame, value_column: str) -> None:
@@ -366,14 +387,15 @@ def consistent_cut(batch: DataFrame, value_column: str) -> DataFrame:
     previous = store.previous(n)
     data = batch.withColumn(SINCE, F.lit(None).cast("long"))
     if previous is not None and previous.held_rows > 0:
-        carried = batch.sparkSession.read.parquet(store.rows_path(previous.checkpoint_id))
+        # With its schema (the batch's and SINCE): no job to infer it from the files.
+        carried = batch.sparkSession.read.schema(data.schema).parquet(store.rows_path(previous.checkpoint_id))
         data = data.unionByName(carried, allowMissingColumns=True)
     annotated = _annotated(data, value_column)
     done = store.read(n)
     if done is not None:  # a replay: hold what the first run held
         held, carry = done.held, done
     else:
-        txns, sources = _summary(annotated, n)
+        txns, sources, parts = _summary(annotated, n)
         if len(sources) > 1:
             raise InvalidInputError(
                 'debezium(transactions="consistent"): expected the transaction boundary events of one '
@@ -408,8 +430,11 @@ def consistent_cut(batch: DataFrame, value_column: str) -> DataFrame:
             rows_of_held.select(*data.columns).withColumn(SINCE, F.coalesce(F.col(SINCE), F.lit(n))).write.mode(
                 "overwrite"
             ).parquet(store.rows_path(n))
-            for r in rows_of_held.groupBy("topic", "partition").agg(F.min("offset").alias("low")).collect():
-                low.setdefault(r["topic"], {})[int(r["partition"])] = int(r["low"])
+            holding = set(held)
+            for r in parts:
+                if r[TXN] in holding:
+                    partitions = low.setdefault(r["topic"], {})
+                    partitions[int(r["partition"])] = min(int(r["low"]), partitions.get(int(r["partition"]), r["low"]))
         _faults.hit(_faults.CARRY_ROWS_WRITTEN, n)
         carry = Carry(n, held, decision.held_rows, decision.released, low)
         store.write(carry)
