@@ -350,6 +350,8 @@ def compare(name: str, pg_types: dict[str, str], pg_rows: list[dict[str, Any]], 
 class Driver:
     """tests/e2e/pipeline_driver.py in its own process group, its output in a file."""
 
+    module = "tests.e2e.pipeline_driver"  # the driver program it runs
+
     def __init__(self, folder: Path, request: dict[str, Any]) -> None:
         self.folder = folder
         self.request_file = folder / "request.json"
@@ -363,7 +365,7 @@ class Driver:
         self.runs += 1
         with self.out.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.e2e.pipeline_driver", str(self.request_file)],
+                [sys.executable, "-m", self.module, str(self.request_file)],
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
