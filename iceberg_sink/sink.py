@@ -416,10 +416,7 @@ class IcebergSink:
                     next_checkpoint = max(next_checkpoint, job.dead_letter.next_checkpoint_id())
                 return next_checkpoint
 
-            if checkpoint_id is None and self._config.carries_transactions:
-                # Known before the batch is read: its held source transactions are carried under it.
-                checkpoint_id = CarryStore(location).next_id(next_id())
-            here = (location, checkpoint_id, temporary) if checkpoint_id is not None else None
+            checkpoint_id, here = self._read_at(location, temporary, checkpoint_id, next_id)
             df = reading.read_batch(self._config, df, table=reading.last_loaded(job), checkpoint=here)
             try:
                 job.ensure_table(without_reject(df.schema), batch=df)
@@ -437,20 +434,31 @@ class IcebergSink:
             if temporary:
                 shutil.rmtree(location, ignore_errors=True)
 
+    def _read_at(
+        self, location: str, temporary: bool, checkpoint_id: int | None, next_id: Callable[[], int]
+    ) -> tuple[int | None, tuple[str, int, bool] | None]:
+        """A bounded write's checkpoint as its batch is read (``reading.read_batch``'s ``checkpoint``):
+        a sink carrying source transactions must know it before reading (its held ones are carried under
+        it), one past the newest carry too (a write that held every event committed nothing); the others
+        choose it after reading, as before (None)."""
+        if checkpoint_id is None and self._config.carries_transactions:
+            checkpoint_id = CarryStore(location).next_id(next_id())
+        return checkpoint_id, (location, checkpoint_id, temporary) if checkpoint_id is not None else None
+
     def _write_routed(
         self, df: DataFrame, location: str, temporary: bool, checkpoint_id: int | None
     ) -> RoutedOutcome | None:
         routed = RoutedJob(self._config, location, metrics=self._metrics, ephemeral=temporary)
-        if checkpoint_id is None and self._config.carries_transactions:
-            # Known before the batch is read: its held source transactions are carried under it.
+
+        def next_id() -> int:
             routed.commit_pending()
-            checkpoint_id = CarryStore(location).next_id(routed.next_checkpoint_id())
-        here = (location, checkpoint_id, temporary) if checkpoint_id is not None else None
+            return routed.next_checkpoint_id()
+
+        checkpoint_id, here = self._read_at(location, temporary, checkpoint_id, next_id)
         df = reading.read_batch(self._config, df, routed.known_tables(), checkpoint=here)
         routed.input_struct(df.schema)
         if checkpoint_id is None:
-            routed.commit_pending()
-            checkpoint_id = routed.next_checkpoint_id()
+            checkpoint_id = next_id()
         outcomes = routed.process(df, checkpoint_id)
         self._last_routed = outcomes
         # None as for an empty DataFrame when no table was touched (no rows).

@@ -101,6 +101,23 @@ def checkpoint_filesystem(checkpoint_location: str) -> tuple[pafs.FileSystem, st
 CARRY_DIR = "iceberg_sink/carry"
 
 
+def write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all (a temporary file moved into place)."""
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(tmp) as out:
+        out.write(data)
+    fs.move(tmp, path)
+
+
+def read_if_present(fs: pafs.FileSystem, path: str) -> bytes | None:
+    """The bytes at ``path``; None when there is no such file."""
+    try:
+        with fs.open_input_stream(path) as stream:
+            return bytes(stream.read())
+    except FileNotFoundError:
+        return None
+
+
 def committable_name(checkpoint_id: int) -> str:
     """Where the committable of a checkpoint lives, relative to the checkpoint location."""
     return f"iceberg_sink/committables/{checkpoint_id:020d}.json"
@@ -120,17 +137,10 @@ class CheckpointStore:
             self._fs.create_dir(self._committables, recursive=True)
 
     def _write(self, path: str, data: bytes) -> None:
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with self._fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self._fs.move(tmp, path)
+        write_atomically(self._fs, path, data)
 
     def _read(self, path: str) -> bytes | None:
-        try:
-            with self._fs.open_input_stream(path) as stream:
-                return bytes(stream.read())
-        except FileNotFoundError:
-            return None
+        return read_if_present(self._fs, path)
 
     def carry_record(self, checkpoint_id: int) -> bytes | None:
         """Checkpoint ``checkpoint_id``'s transaction carry record (sources/transactions.py); None if absent."""

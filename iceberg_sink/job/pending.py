@@ -83,6 +83,8 @@ class PendingCommits:
         compaction, conversion: maintenance triggers told of each commit.
         serial: held around the job's hooks and maintenance triggers, so that a routed checkpoint
             committing its tables on several threads runs them one at a time (job/routing.py).
+        carries_transactions: ``.debezium(transactions="consistent")``: a stream's Kafka offsets stop
+            at the events its checkpoint held back (sources/transactions.py).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class PendingCommits:
         compaction: CompactionTrigger | None = None,
         conversion: ConversionTrigger | None = None,
         serial: AbstractContextManager[Any] | None = None,
+        carries_transactions: bool = False,
     ) -> None:
         self._serial = serial or contextlib.nullcontext()
         self._table_name = table_name
@@ -113,6 +116,7 @@ class PendingCommits:
         self._metrics = metrics
         self._job_properties = job_properties
         self._streaming = streaming
+        self._carries_transactions = carries_transactions
         self._max_pending = max_pending
         self._has_table = has_table
         self.compaction = compaction
@@ -133,7 +137,12 @@ class PendingCommits:
         properties = dict(self._job_properties)
         if self._streaming:  # how far each Kafka partition is (sources/kafka_offsets.py)
             checkpoint_id = committable.checkpoint_id
-            held = transactions.held_offsets(self._store.carry_record(checkpoint_id))
+            # A job carrying source transactions names no partition past an event it held back.
+            held = (
+                transactions.held_offsets(self._store.carry_record(checkpoint_id))
+                if self._carries_transactions
+                else None
+            )
             properties.update(kafka_offsets.summary_properties(self._store.spark_offset_log(checkpoint_id), held))
         with self._serial:
             properties.update(self._hooks.before_commit(committable.summary))

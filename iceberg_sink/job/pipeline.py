@@ -157,8 +157,7 @@ class SinkJob:
             )
         self.compaction: CompactionTrigger | None = compaction
         self.conversion: ConversionTrigger | None = conversion
-        # A job whose checkpoint location is thrown away (a bounded write without one) cannot be
-        # resumed: its snapshots need not be kept by snapshot expiry for exactly-once bookkeeping.
+        # An ephemeral job (no checkpoint location to resume from) needs no snapshots kept by expiry.
         self.commits = PendingCommits(
             table_name=config.table,
             branch=config.branch,
@@ -169,6 +168,7 @@ class SinkJob:
             metrics=self.metrics,
             job_properties={EPHEMERAL_JOB_KEY: "true"} if ephemeral else {},
             streaming=streaming,
+            carries_transactions=config.carries_transactions,
             max_pending=resolved.get(options.MAX_PENDING_CHECKPOINTS),
             has_table=lambda: self.binding.table is not None,
             compaction=compaction,

@@ -45,7 +45,6 @@ import contextlib
 import contextvars
 import json
 import logging
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
 import attrs
@@ -54,7 +53,7 @@ from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from iceberg_sink import _faults
-from iceberg_sink.committer.store import CARRY_DIR, checkpoint_filesystem
+from iceberg_sink.committer.store import CARRY_DIR, checkpoint_filesystem, read_if_present, write_atomically
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError
 
 logger = logging.getLogger("iceberg_sink")
@@ -225,55 +224,43 @@ class CarryStore:
         """Where Spark keeps checkpoint ``checkpoint_id``'s held events (the location as Spark spells it)."""
         return f"{self._spark_root}/{checkpoint_id}"
 
-    def ids(self) -> list[int]:
-        infos = self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True))
-        return sorted(
-            int(i.base_name[: -len(".json")])
-            for i in infos
-            if i.type == pafs.FileType.File and i.base_name.endswith(".json") and i.base_name[:-5].isdigit()
-        )
+    def listing(self) -> tuple[list[int], list[int]]:
+        """The checkpoints with a carry record, and those with held events (folders), sorted: one listing."""
+        records, rows = [], []
+        for info in self._fs.get_file_info(pafs.FileSelector(self._root, allow_not_found=True)):
+            name = info.base_name
+            if info.type == pafs.FileType.File and name.endswith(".json") and name[:-5].isdigit():
+                records.append(int(name[:-5]))
+            elif info.type == pafs.FileType.Directory and name.isdigit():
+                rows.append(int(name))
+        return sorted(records), sorted(rows)
 
     def read(self, checkpoint_id: int) -> Carry | None:
         path = f"{self._root}/{checkpoint_id}.json"
-        try:
-            with self._fs.open_input_stream(path) as stream:
-                data = bytes(stream.read())
-        except FileNotFoundError:
-            return None
-        return Carry.from_json(data, path)
+        data = read_if_present(self._fs, path)
+        return Carry.from_json(data, path) if data is not None else None
 
     def write(self, carry: Carry) -> None:
         """Record checkpoint N's carry (after its rows are written): the commit point of the carry."""
         self._fs.create_dir(self._root, recursive=True)
-        path = f"{self._root}/{carry.checkpoint_id}.json"
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with self._fs.open_output_stream(tmp) as out:
-            out.write(carry.to_json())
-        self._fs.move(tmp, path)
+        write_atomically(self._fs, f"{self._root}/{carry.checkpoint_id}.json", carry.to_json())
 
-    def remove_before(self, checkpoint_id: int) -> None:
+    def remove_before(self, checkpoint_id: int, records: list[int], rows: list[int]) -> None:
         """Forget the held events of carries older than ``checkpoint_id`` (the one a micro-batch reads);
         their records (small) stay for :data:`RECORDS_KEPT` more checkpoints, for a commit left pending
-        that names its Kafka offsets (sources/kafka_offsets.py)."""
-        for old in self.ids():
-            if old >= checkpoint_id:
-                break
-            with contextlib.suppress(FileNotFoundError):
+        that names its Kafka offsets (sources/kafka_offsets.py). ``records``, ``rows``: :meth:`listing`."""
+        for old in rows:
+            if old < checkpoint_id:
                 self._fs.delete_dir(f"{self._root}/{old}")
+        for old in records:
             if old < checkpoint_id - RECORDS_KEPT:
-                with contextlib.suppress(FileNotFoundError):
-                    self._fs.delete_file(f"{self._root}/{old}.json")
-
-    def previous(self, checkpoint_id: int) -> Carry | None:
-        """The newest carry before checkpoint ``checkpoint_id``: what its micro-batch adds to its input."""
-        older = [i for i in self.ids() if i < checkpoint_id]
-        return self.read(older[-1]) if older else None
+                self._fs.delete_file(f"{self._root}/{old}.json")
 
     def next_id(self, proposed: int) -> int:
         """``proposed``, or one past the newest carry: a bounded write that held every event committed
         nothing, and the next write must not take its checkpoint id (and its carry) again."""
-        ids = self.ids()
-        return max(proposed, ids[-1] + 1) if ids else proposed
+        records, _ = self.listing()
+        return max(proposed, records[-1] + 1) if records else proposed
 
 
 def held_offsets(record: bytes | None) -> Mapping[str, Mapping[int, int]]:
@@ -384,9 +371,11 @@ def consistent_cut(batch: DataFrame, value_column: str) -> DataFrame:
     _needs(batch, value_column)
     n = place.checkpoint_id
     store = CarryStore(place.location)
-    previous = store.previous(n)
+    records, row_folders = store.listing()
+    older = [i for i in records if i < n]
+    previous = store.read(older[-1]) if older else None  # what this micro-batch adds to its input
     data = batch.withColumn(SINCE, F.lit(None).cast("long"))
-    if previous is not None and previous.held_rows > 0:
+    if previous is not None and previous.held:
         # With its schema (the batch's and SINCE): no job to infer it from the files.
         carried = batch.sparkSession.read.schema(data.schema).parquet(store.rows_path(previous.checkpoint_id))
         data = data.unionByName(carried, allowMissingColumns=True)
@@ -433,14 +422,14 @@ def consistent_cut(batch: DataFrame, value_column: str) -> DataFrame:
             holding = set(held)
             for r in parts:
                 if r[TXN] in holding:
-                    partitions = low.setdefault(r["topic"], {})
-                    partitions[int(r["partition"])] = min(int(r["low"]), partitions.get(int(r["partition"]), r["low"]))
+                    partitions, partition = low.setdefault(r["topic"], {}), int(r["partition"])
+                    partitions[partition] = min(int(r["low"]), partitions.get(partition, int(r["low"])))
         _faults.hit(_faults.CARRY_ROWS_WRITTEN, n)
         carry = Carry(n, held, decision.held_rows, decision.released, low)
         store.write(carry)
         _faults.hit(_faults.CARRY_RECORDED, n)
     if previous is not None:
-        store.remove_before(previous.checkpoint_id)
+        store.remove_before(previous.checkpoint_id, records, row_folders)
     logger.debug("checkpoint %d: %d transaction(s) held (%d events)", n, len(carry.held), carry.held_rows)
     kept = annotated.where(F.col(TXN).isNull() | ~F.col(TXN).isin(list(held))) if held else annotated
-    return kept.select(*[c for c in batch.columns])
+    return kept.select(*batch.columns)
