@@ -544,6 +544,14 @@ def test_transactions_through_debezium_and_kafka(
         driver.start()
         driver.wait_for("STREAMING", timeout_s=STALL_TIMEOUT_S)
         cuts.phase = "restarted"
+        # The workload goes on until the restarted driver committed a checkpoint (it has run its
+        # seconds by now on a busy machine), so the cuts see the restarted stream under load.
+        deadline = time.monotonic() + STALL_TIMEOUT_S
+        while not driver.checkpoints():
+            driver.check_alive()
+            cuts.check()
+            assert time.monotonic() < deadline, f"no checkpoint after the restart{held(checkpoint)}"
+            time.sleep(0.5)
         stop.set()
         while worker.is_alive():
             driver.check_alive()
