@@ -25,6 +25,7 @@ SESSION_TZ = "America/Los_Angeles"
 # (--no-loadscope-reorder), so these start first and the run does not end on one long file while
 # the other worker idles. Order only: nothing is skipped.
 SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit times)
+    "integration/test_debezium_transactions.py",  # 575 alone on a shared machine (2026-12-02; new since)
     "model/test_model.py",  # 397
     "integration/test_recovery.py",  # 244
     "integration/test_debezium_toast.py",  # 154
@@ -33,6 +34,7 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_key_index_restart.py",  # about 200 (new since; two key forms, three reads each)
     "integration/test_cluster.py",  # 138
     "e2e/test_pipeline_e2e.py",  # 137
+    "e2e/test_transactions_e2e.py",  # about 130 (new since; the consistent leg)
     "integration/test_dead_letter.py",  # 136
     "integration/test_routing_keys_recovery.py",  # 129
     "integration/test_spark_submit.py",  # 116
