@@ -77,8 +77,9 @@ def envelopes(columns: int, batch: int, events: int) -> list[str]:
     return out
 
 
-def one(columns: int, batches: int, events: int) -> dict[str, Any]:
-    """One width in this process (a fresh one: ``--one``)."""
+def one(columns: int, batches: int, events: int, jfr: str | None = None) -> dict[str, Any]:
+    """One width in this process (a fresh one: ``--one``); ``jfr``: record the JVM there
+    (benchmarks/jvm_profile.py reads it)."""
     from py4j.java_gateway import GatewayClient
 
     from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
@@ -96,12 +97,16 @@ def one(columns: int, batches: int, events: int) -> dict[str, Any]:
     started = time.time()
     from pyspark.sql import SparkSession
 
-    spark = (
+    from benchmarks.jvm_profile import JFR_OPTIONS
+
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    if jfr is not None:
+        builder = builder.config("spark.driver.extraJavaOptions", JFR_OPTIONS.format(path=jfr))
+    spark = builder.getOrCreate()
     spark_start = time.time() - started
     from iceberg_sink import IcebergSink
 
@@ -177,18 +182,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--one", type=int, help="run one width in this process (used by the orchestration)")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument(
+        "--jfr",
+        metavar="PREFIX",
+        help="record each width's JVM with Java Flight Recorder into PREFIX-<columns>.jfr "
+        "(python -m benchmarks.jvm_profile reads it)",
+    )
     parser.add_argument("--table", nargs="+", metavar="JSON", help="print result files as a Markdown table")
     args = parser.parse_args(argv)
     if args.table:
         print(table(args.table))
         return 0
     if args.one is not None:
-        print(json.dumps(one(args.one, args.batches, args.events)))
+        jfr = f"{args.jfr}-{args.one}.jfr" if args.jfr else None
+        print(json.dumps(one(args.one, args.batches, args.events, jfr)))
         return 0
     results = []
     for columns in args.columns:
         command = [sys.executable, "-m", "benchmarks.debezium_wide", "--one", str(columns)]
         command += ["--batches", str(args.batches), "--events", str(args.events)]
+        command += ["--jfr", args.jfr] if args.jfr else []
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
