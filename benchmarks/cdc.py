@@ -35,6 +35,9 @@ after the other, each in a fresh process of its own, on identical data (``benchm
   order, committing at each checkpoint (``--flink-checkpoint-ms``, default 500): Flink as deployed
   for CDC. Its "batches" in the result are its commits (seconds since the previous commit, the
   commit's changes in ``batch_changes``), so its figures are per commit, not per input batch.
+- **iceberg_sink_kafka** and **flink_kafka** (opt-in; ``_v3``: format v3 tables): both systems as
+  one streaming query / job over the same Kafka topic, produced once before either runs
+  (``benchmarks/cdc_kafka.py``: the broker, the messages, ``--kafka-max-offsets-per-trigger``).
 - **iceberg_sink_stream** (opt-in): the v2 sink as one streaming query, like ``flink_stream``:
   ``sink.start`` over the batch files (``maxFilesPerTrigger`` = ``--sink-files-per-trigger``,
   default 1), each micro-batch starting as soon as the last one ended, timed from the start call; its
@@ -69,6 +72,7 @@ and to ``--out``; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -82,7 +86,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cdc_data import CHECKSUM_SQL, NEW_KEY_LAYOUTS, Dataset, compare, generate
+from benchmarks import cdc_kafka
+from benchmarks.cdc_data import CHECKSUM_SQL, NEW_KEY_LAYOUTS, generate
+from benchmarks.cdc_results import engine_of, report, system_extras, system_result
 from benchmarks.cdc_systems import (
     DEFAULT_SYSTEMS,
     SYSTEMS,
@@ -121,11 +127,12 @@ def log(message: str) -> None:
 # -- the two drivers --------------------------------------------------------------------------
 
 
-def flink_env() -> Any:
-    """The Flink venv's python and jars (benchmarks/flink_env.py; the venv is built on first use)."""
+def flink_env(kafka: bool = False) -> Any:
+    """The Flink venv's python and jars (benchmarks/flink_env.py; the venv is built on first use);
+    with ``kafka``, Flink's Kafka connector's too."""
     from benchmarks.flink_env import ensure_flink_env
 
-    return ensure_flink_env()
+    return ensure_flink_env(kafka=kafka)
 
 
 def java_env_paths() -> tuple[Path, Path]:
@@ -161,18 +168,6 @@ def run_driver(
         raise RuntimeError(f"{module} failed with exit code {proc.returncode}; its output is above")
     result: dict[str, Any] = json.loads(Path(spec["result"]).read_text(encoding="utf-8"))
     return result
-
-
-def table_files(summary: dict[str, str]) -> dict[str, int]:
-    """File and record totals from a snapshot summary."""
-    keys = (
-        "total-records",
-        "total-data-files",
-        "total-delete-files",
-        "total-equality-deletes",
-        "total-position-deletes",
-    )
-    return {k: int(summary[k]) for k in keys if k in summary}
 
 
 # -- orchestration ----------------------------------------------------------------------------
@@ -307,6 +302,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a Spark setting for the sink's session (repeatable), e.g. "
         "spark.sql.streaming.checkpointFileManagerClass=...",
     )
+    cdc_kafka.add_arguments(parser)
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (tables, data) afterwards")
     args = parser.parse_args(argv)
@@ -320,58 +316,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--convert and --scan-every: expected >= 0, received {args.convert} and {args.scan_every}")
     if args.sink_files_per_trigger < 1:
         parser.error(f"--sink-files-per-trigger: expected >= 1, received {args.sink_files_per_trigger}")
+    cdc_kafka.check_arguments(parser, args)
     return args
 
 
-def system_result(
-    raw: dict[str, Any], engine: str, observed: dict[str, Any], reader: str, data: Dataset, sample_ids: list[int]
-) -> dict[str, Any]:
-    """The common part of one system's result: latencies, checks and table files."""
-    checks = compare(data.expected, observed, sample_ids)
-    checks["reader"] = reader
-    summaries: list[dict[str, str]] = raw["batch_summaries"]
-    return {
-        "engine": engine,
-        "load_seconds": raw["load_seconds"],
-        "batch_seconds": raw["batch_seconds"],
-        "batch_intervals": raw["batch_intervals"],
-        "load_waited_for_quiet_seconds": raw["load_waited_for_quiet_seconds"],
-        "batch_waited_for_quiet_seconds": raw["batch_waited_for_quiet_seconds"],
-        "batch_summaries": summaries,
-        "table_files_after": table_files(summaries[-1]) if summaries else {},
-        "table_rows_after": observed["rows"],
-        "checks": checks,
-    }
-
-
-def scan_point_results(recorded: list[dict[str, Any]], scanned: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scan point: the sink table's delete files then, both scan medians and their ratio."""
-    out = []
-    for point, runs in zip(recorded, scanned, strict=True):
-        sink = statistics.median(runs["sink_runs"])
-        merge = statistics.median(runs["merge_runs"]) if runs.get("merge_runs") else None
-        summary = point["summary"]
-        out.append(
-            {
-                "batch": point["batch"],
-                "sink_scan_seconds": sink,
-                "merge_scan_seconds": merge,
-                "ratio": sink / merge if merge else None,
-                "sink_scan_runs": runs["sink_runs"],
-                "merge_scan_runs": runs.get("merge_runs"),
-                "sink_data_files": int(summary.get("total-data-files", 0)),
-                "sink_delete_files": int(summary.get("total-delete-files", 0)),
-                "sink_equality_deletes": int(summary.get("total-equality-deletes", 0)),
-                "sink_position_deletes": int(summary.get("total-position-deletes", 0)),
-            }
-        )
-    return out
-
-
 def run_writers(
-    args: argparse.Namespace, work_dir: Path, common: dict[str, Any], java_python: Path, jar: Path
+    args: argparse.Namespace,
+    work_dir: Path,
+    common: dict[str, Any],
+    java_python: Path,
+    jar: Path,
+    kafka: dict[str, Any] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-    """Run each system's writer in a fresh process of its own, in the order of ``--systems``."""
+    """Run each system's writer in a fresh process of its own, in the order of ``--systems``;
+    ``kafka``: the change topic's ``spec`` entry (cdc_kafka.ChangeTopic) for the _kafka systems."""
     raws: dict[str, dict[str, Any]] = {}
     timings: dict[str, float] = {}
     for name in args.systems:
@@ -380,6 +338,9 @@ def run_writers(
         system_work.mkdir()
         started = time.perf_counter()
         log(f"{name}: starting its driver")
+        on_kafka = system.source == "kafka"
+        if on_kafka and kafka is None:
+            raise RuntimeError(f"{name} reads the change topic, which was not produced")
         if system.driver == "sink":
             spec = {
                 **common,
@@ -389,12 +350,16 @@ def run_writers(
                 "convert_every": args.convert if system.format_version == 2 else 0,
                 "scan_every": args.scan_every if name == "iceberg_sink" else 0,
                 "write_options": args.write_option,
-                "mode": "stream" if name == "iceberg_sink_stream" else "batches",
+                "mode": "kafka" if on_kafka else "stream" if name == "iceberg_sink_stream" else "batches",
                 "files_per_trigger": args.sink_files_per_trigger,
                 # Spark orders the files of one micro-batch by size, not by name: the changes of a key
-                # then need an order (the batch number, unique per key and batch) across files.
-                "order_by": "version" if name == "iceberg_sink_stream" and args.sink_files_per_trigger > 1 else None,
+                # then need an order (the batch number, unique per key and batch) across files; a Kafka
+                # micro-batch holds several changes of a key too.
+                "order_by": "version"
+                if on_kafka or (name == "iceberg_sink_stream" and args.sink_files_per_trigger > 1)
+                else None,
                 "spark_conf": args.sink_spark_conf,
+                **({"kafka": kafka, "spark_jars": cdc_kafka.spark_kafka_jars()} if on_kafka else {}),
             }
             raws[name] = run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
         elif system.driver == "merge":
@@ -407,107 +372,20 @@ def run_writers(
             }
             raws[name] = run_driver(java_python, "benchmarks.merge_into_driver", spec, work_dir, True, name)
         else:
-            env = flink_env()
+            env = flink_env(kafka=on_kafka)
             spec = {
                 **common,
                 "work_dir": str(system_work),
                 "jars": [str(j) for j in env.jars],
                 "parallelism": args.cores,
-                "mode": "stream" if name == "flink_stream" else "batches",
+                "mode": "kafka" if on_kafka else "stream" if name == "flink_stream" else "batches",
                 "checkpoint_interval_ms": args.flink_checkpoint_ms,
+                "format_version": system.format_version,
+                **({"kafka": kafka} if on_kafka else {}),
             }
             raws[name] = run_driver(env.python, "benchmarks.flink_driver", spec, work_dir, True, name)
         timings[name] = time.perf_counter() - started
     return raws, timings
-
-
-def engine_of(name: str, raw: dict[str, Any]) -> str:
-    """What wrote a system's table, for the result."""
-    system = SYSTEMS[name]
-    if system.driver == "sink":
-        deletes = "deletion vectors" if system.format_version >= 3 else "equality deletes"
-        how = (
-            f", one streaming query (sink.start) of {raw['files_per_trigger']} input batch(es) per micro-batch"
-            + (f", ordered by {raw['order_by']}" if raw.get("order_by") else "")
-            if raw.get("mode") == "stream"
-            else ""
-        )
-        return (
-            f"Spark {raw['spark_version']} + iceberg_sink (PyIceberg {raw['pyiceberg_version']}), "
-            f"format v{system.format_version}, upsert with {deletes}{how}"
-        )
-    if system.driver == "merge":
-        deletes = "deletion vectors" if system.format_version >= 3 else "position deletes"
-        return (
-            f"Spark {raw['spark_version']} + Apache Iceberg Java {raw['iceberg_version']}, format "
-            f"v{system.format_version}, MERGE INTO merge-on-read ({deletes})"
-        )
-    how = (
-        f"one streaming job committing every {raw['checkpoint_interval_ms']} ms checkpoint"
-        if raw.get("mode") == "stream"
-        else "one bounded job per batch"
-    )
-    return (
-        f"Apache Flink {raw['flink_version']} + Iceberg Java {raw['iceberg_version']} "
-        f"(iceberg-flink-runtime), upsert mode with equality deletes, {how}"
-    )
-
-
-def system_extras(name: str, raw: dict[str, Any], reader: dict[str, Any], jar: Path) -> dict[str, Any]:
-    """The driver-specific part of one system's result."""
-    system = SYSTEMS[name]
-    extras: dict[str, Any] = {
-        "format_version": system.format_version,
-        "final_summary": raw.get("final_summary"),
-        "metadata_location": raw.get("metadata_location"),
-        "load_cpu_seconds": raw.get("load_cpu_seconds"),
-        "batch_cpu_seconds": raw.get("batch_cpu_seconds"),
-    }
-    if system.driver == "sink":
-        extras.update(
-            spark_version=raw["spark_version"],
-            pyiceberg_version=raw["pyiceberg_version"],
-            batch_phases=raw["batch_phases"],
-            convert_every=raw["convert_every"],
-            conversion_metrics=raw["conversion_metrics"],
-            scan_points=scan_point_results(raw["scan_points"], reader.get("scan_points") or []),
-        )
-        if raw.get("mode") == "stream":
-            extras.update(
-                files_per_trigger=raw["files_per_trigger"],
-                stream_seconds=raw["stream_seconds"],
-                stream_snapshots=raw["stream_snapshots"],
-                commit_changes=raw["batch_changes"],
-                batch_sink_phases_ms=raw["batch_sink_phases_ms"],
-                batch_spark_duration_ms=raw["batch_spark_duration_ms"],
-            )
-    elif system.driver == "merge":
-        extras.update(
-            spark_version=raw["spark_version"],
-            iceberg_version=raw["iceberg_version"],
-            jar=jar.name,
-            table_properties=raw["table_properties"],
-            merge_sql=raw["merge_sql"],
-        )
-    else:
-        extras.update(
-            flink_version=raw["flink_version"],
-            iceberg_version=raw["iceberg_version"],
-            jars=raw["jars"],
-            parallelism=raw["parallelism"],
-            table_properties=raw["table_properties"],
-            java_version=raw["java_version"],
-            input_csv_conversion_seconds=raw["csv_conversion_seconds"],
-            batch_job_net_runtime_seconds=raw["batch_job_net_runtime_seconds"],
-        )
-        if raw.get("mode") == "stream":
-            extras.update(
-                checkpoint_interval_ms=raw["checkpoint_interval_ms"],
-                stream_job_seconds=raw["stream_job_seconds"],
-                stream_snapshots=raw["stream_snapshots"],
-                commit_changes=raw["batch_changes"],
-            )
-    return extras
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -544,8 +422,18 @@ def main(argv: list[str] | None = None) -> int:
             "shuffle_partitions": args.shuffle_partitions,
             "quiet": {"threshold": QUIET_CORES, "seconds": QUIET_SECONDS, "max_wait": args.wait_quiet},
         }
-        raws, timings = run_writers(args, work_dir, common, java_python, jar)
+        # The _kafka systems' broker and topic: produced once, before any system, untimed for each.
+        with contextlib.ExitStack() as broker:
+            started = time.perf_counter()
+            topic: cdc_kafka.ChangeTopic | None = None
+            if any(SYSTEMS[name].source == "kafka" for name in args.systems):
+                topic = broker.enter_context(cdc_kafka.change_topic(work_dir, data.batch_files, args.kafka_partitions))
+            kafka_seconds = time.perf_counter() - started
+            kafka_spec = topic.spec(args.kafka_max_offsets_per_trigger) if topic else None
+            raws, timings = run_writers(args, work_dir, common, java_python, jar, kafka_spec)
         timings["generate"] = data.generate_seconds
+        if topic is not None:
+            timings["kafka_broker_and_topic"] = kafka_seconds
 
         # One fresh Iceberg Java process reads every table back and times the scans.
         started = time.perf_counter()
@@ -618,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sink_spark_conf": args.sink_spark_conf,
                 "sink_files_per_trigger": args.sink_files_per_trigger,
                 "flink_checkpoint_ms": args.flink_checkpoint_ms,
+                "kafka": topic.config(args.kafka_max_offsets_per_trigger) if topic else None,
                 "scan_every": args.scan_every,
                 "systems": args.systems,
                 "wait_quiet": args.wait_quiet,
@@ -649,32 +538,6 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     report(result, args.out)
     return 0 if result["ok"] else 1
-
-
-def report(result: dict[str, Any], out: Path) -> None:
-    """One line per system (and per scan point) on stderr."""
-    for name, system in result["systems"].items():
-        steady, e2e = system["steady_state"], system["end_to_end"]
-        foreign_cpu = sum(f or 0.0 for f in system["batch_foreign_cpu_seconds"])
-        waited_total = sum(system["batch_waited_for_quiet_seconds"])
-        cpu = steady.get("cpu_seconds_per_million_changes")
-        log(
-            f"{name}: load {system['load_seconds']:.1f}s, end to end {e2e['seconds']:.1f}s; steady batches "
-            f"p50 {steady['median']:.2f}s p99 {steady['p99']:.2f}s, {steady.get('changes_per_second', 0):.0f} "
-            f"changes/s, {'?' if cpu is None else f'{cpu:.0f}'} CPU-s per M changes; full scan "
-            f"{system['full_scan_seconds']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; other "
-            f"processes used {foreign_cpu:.1f} CPU-s during its batches; waited {waited_total:.0f}s for quiet"
-        )
-        for point in system.get("scan_points") or []:
-            ratio = point["ratio"]
-            log(
-                f"{name} after batch {point['batch']}: full scan {point['sink_scan_seconds']:.2f}s vs MERGE "
-                f"{point['merge_scan_seconds'] or float('nan'):.2f}s (ratio {ratio if ratio is None else round(ratio, 2)}), "
-                f"{point['sink_delete_files']} delete files, {point['sink_equality_deletes']} equality deletes"
-            )
-    if result.get("v3_goals"):
-        log(f"v3 goals: {result['v3_goals']}")
-    log(f"total {result['timings_seconds']['total']:.0f}s; wrote {out}")
 
 
 if __name__ == "__main__":

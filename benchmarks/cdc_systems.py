@@ -7,12 +7,14 @@ Pure logic (no Spark, no I/O), shared by ``benchmarks/cdc.py`` and its unit test
   figures; ``iceberg_sink_v3`` (the sink's deletion vectors) and ``merge_into_v3`` (Iceberg Java's
   MERGE INTO merge-on-read on a v3 table, which writes DVs) are issue 22's comparison;
   ``iceberg_sink_stream`` is the v2 sink as one streaming query (``sink.start``), the like of
-  ``flink_stream``.
+  ``flink_stream``; ``iceberg_sink_kafka`` and ``flink_kafka`` (``_v3``: on format v3 tables) are
+  the two as one streaming query / job over the same Kafka topic (``source`` "kafka",
+  ``benchmarks/cdc_kafka.py``).
 - ``summarize``: median (p50), p90, p99 of the steady batches.
 - ``write_figures``: end to end (load and every batch) and steady state (the batches after the
   warm-up) apart, each with changes per second and CPU-seconds per million changes; a streaming
-  driver's (``flink_stream``, ``iceberg_sink_stream``) entries are its commits, each of its own size
-  (``batch_changes``).
+  driver's (``flink_stream``, ``iceberg_sink_stream``, the ``_kafka`` systems) entries are its
+  commits, each of its own size (``batch_changes``).
 - ``v3_goals``: issue 22's targets, write p50 <= 0.45 s per batch for ``iceberg_sink_v3`` and a
   full scan no slower than the ``merge_into_v3`` table's.
 - ``paired_ratio``: the per-round ratio of two tables' scans (each round scans both), its median and a
@@ -35,6 +37,7 @@ class CdcSystem:
     name: str
     driver: str  # "sink" (benchmarks/sink_driver.py), "merge" (merge_into_driver.py) or "flink"
     format_version: int
+    source: str = "files"  # "kafka": one streaming query / job over the change topic (cdc_kafka.py)
 
 
 SYSTEMS: dict[str, CdcSystem] = {
@@ -47,6 +50,10 @@ SYSTEMS: dict[str, CdcSystem] = {
         CdcSystem("merge_into_v3", "merge", 3),
         CdcSystem("flink", "flink", 2),
         CdcSystem("flink_stream", "flink", 2),
+        CdcSystem("iceberg_sink_kafka", "sink", 2, "kafka"),
+        CdcSystem("iceberg_sink_kafka_v3", "sink", 3, "kafka"),
+        CdcSystem("flink_kafka", "flink", 2, "kafka"),
+        CdcSystem("flink_kafka_v3", "flink", 3, "kafka"),
     )
 }
 # What runs without --systems: the two systems of the published figures (the others are opt-in).

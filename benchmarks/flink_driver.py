@@ -27,7 +27,9 @@ and of each batch, and the parallelism. The driver, with Flink's Table API in a 
 With ``"mode": "stream"`` in the spec (the ``flink_stream`` system of ``benchmarks/cdc.py``), step 3
 is one long-running streaming job instead, the way Flink is deployed for CDC: every batch, in order,
 through one job whose Iceberg committer commits a snapshot per completed checkpoint
-(``checkpoint_interval_ms``), see :func:`run_stream`.
+(``checkpoint_interval_ms``), see :func:`run_stream`. With ``"mode": "kafka"`` (``flink_kafka``) that
+job reads the change topic of ``benchmarks/cdc_kafka.py`` instead of a CSV file (``run_kafka``,
+``benchmarks/flink_kafka.py``). ``spec["format_version"]`` (2 by default) is the table's format.
 
 Input format: this PyFlink ships no Parquet format (``flink-sql-parquet`` is not on the Maven
 repository this project reaches), so before anything is timed the driver rewrites each Parquet file
@@ -48,6 +50,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +154,11 @@ def _tree_pids() -> set[int]:
     return _descendants(os.getpid(), _read_processes()) if Path("/proc/self/stat").exists() else set()
 
 
+def table_properties(spec: dict[str, Any]) -> dict[str, str]:
+    """The table's properties: Flink's upsert mode, at the spec's format version (2 by default)."""
+    return {**TABLE_PROPERTIES, "format-version": str(spec.get("format_version") or 2)}
+
+
 def source_table(t_env: Any, name: str, path: Path) -> str:
     t_env.execute_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
     t_env.execute_sql(
@@ -164,6 +172,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     import pyflink
 
     monitor, wait_quiet = quiet_gate(spec)
+    if spec.get("kafka"):  # the change topic's broker is the benchmark's, not another process
+        monitor.adopt(int(spec["kafka"]["broker_pid"]))
     work = Path(spec["work_dir"]).resolve()
     warehouse = work / "warehouse"
     csv_dir = work / "csv"
@@ -171,7 +181,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "flink_version": getattr(pyflink, "__version__", "unknown"),
         "jars": [Path(j).name for j in spec["jars"]],
-        "table_properties": TABLE_PROPERTIES,
+        "table_properties": table_properties(spec),
         "parallelism": spec.get("parallelism", 2),
     }
     try:
@@ -181,7 +191,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         for i, path in enumerate(spec["initial_files"]):
             parquet_to_csv(Path(path), initial_csv / f"part-{i:05d}.csv")
         batch_csvs = []
-        for i, path in enumerate(spec["batch_files"]):
+        # The kafka mode reads the batches from the change topic: only the initial rows are CSV.
+        for i, path in enumerate([] if spec.get("mode") == "kafka" else spec["batch_files"]):
             target = csv_dir / f"batch-{i + 1:05d}.csv"
             parquet_to_csv(Path(path), target)
             batch_csvs.append(target)
@@ -207,7 +218,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             f"'warehouse'='{warehouse.as_uri()}', 'property-version'='1')"
         )
         t_env.execute_sql(f"CREATE DATABASE IF NOT EXISTS {CATALOG}.db")
-        props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+        props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(spec).items())
         t_env.execute_sql(f"CREATE TABLE {TABLE} ({TABLE_COLUMNS}) WITH ({props})")
         metadata = Metadata(warehouse / "db" / "cdc")
         result["iceberg_version"] = str(jvm.org.apache.iceberg.IcebergBuild.version())
@@ -224,6 +235,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         if spec.get("mode") == "stream":
             result.update(run_stream(spec, batch_csvs, csv_dir, warehouse, metadata, monitor, wait_quiet, cpu))
+            return result
+        if spec.get("mode") == "kafka":
+            result.update(run_kafka(spec, warehouse, metadata, monitor, wait_quiet, cpu))
             return result
 
         seconds: list[float] = []
@@ -298,36 +312,151 @@ def run_stream(
     changes: the ``added-records`` of the snapshots its metadata versions added, exactly, read from
     each version's metadata.json after the job; the CPU of Flink's JVM and this process in between).
     """
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
     stream_csv = csv_dir / "stream"
     stream_csv.mkdir()
     with (stream_csv / "changes.csv").open("wb") as out:
         for path in batch_csvs:
             out.write(path.read_bytes())
-    interval_ms = int(spec.get("checkpoint_interval_ms", 500))
-    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+
+    def environment() -> Any:
+        t_env = stream_env(spec, warehouse)
+        source_table(t_env, "stream_changes", stream_csv)
+        return t_env
+
+    query = f"SELECT {SELECT_COLUMNS} FROM stream_changes"
+    return stream_job(environment, query, spec, metadata, monitor, wait_quiet, cpu)
+
+
+def run_kafka(
+    spec: dict[str, Any], warehouse: Path, metadata: Metadata, monitor: Any, wait_quiet: Any, cpu: Any
+) -> dict[str, Any]:
+    """:func:`run_stream` over the change topic (``spec["kafka"]``, ``benchmarks/cdc_kafka.py``) with
+    Flink's Kafka connector, its checkpoints' statistics read from the mini-cluster's REST endpoint
+    and the broker's CPU during the job (``broker_cpu_seconds``: the broker is the benchmark's, so
+    not counted as other processes' either)."""
+    from benchmarks.flink_kafka import SELECT_COLUMNS as KAFKA_COLUMNS
+    from benchmarks.flink_kafka import CheckpointWatcher, free_port, kafka_source_table, rest_conf
+
+    kafka = spec["kafka"]
+    broker_pid = int(kafka["broker_pid"])
+    port = free_port()
+
+    def environment() -> Any:
+        t_env = stream_env(spec, warehouse, rest_conf(port))
+        kafka_source_table(t_env, "kafka_changes", kafka)
+        return t_env
+
+    watcher = CheckpointWatcher(port)
+    streamed = stream_job(
+        environment,
+        f"SELECT {KAFKA_COLUMNS} FROM kafka_changes",
+        spec,
+        metadata,
+        monitor,
+        wait_quiet,
+        cpu,
+        watcher=watcher,
+        broker_pid=broker_pid,
+    )
+    if sum(streamed["batch_changes"]) != int(kafka["messages"]):
+        raise RuntimeError(f"the job committed {sum(streamed['batch_changes'])} changes of {kafka['messages']}")
+    connector = next((Path(j).name for j in spec["jars"] if Path(j).name.startswith("flink-connector-kafka-")), None)
+    return {
+        **streamed,
+        "mode": "kafka",
+        "driver": "flink",
+        "kafka": kafka,
+        "kafka_connector": connector.removesuffix(".jar") if connector else None,
+        "checkpoints": watcher.result(),
+    }
+
+
+def stream_env(spec: dict[str, Any], warehouse: Path, conf: dict[str, str] | None = None) -> Any:
+    """A streaming TableEnvironment (checkpoints every ``checkpoint_interval_ms``) with the catalog."""
+    from pyflink.common import Configuration
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    settings = {
+        "parallelism.default": str(spec.get("parallelism", 2)),
+        "table.local-time-zone": "UTC",
+        "execution.checkpointing.interval": f"{int(spec.get('checkpoint_interval_ms', 500))} ms",
+        **(conf or {}),
+        **{str(k): str(v) for k, v in (spec.get("flink_conf") or {}).items()},
+    }
+    if conf:  # the mini-cluster's own settings (its REST endpoint), from the environment's creation on
+        configuration = Configuration()
+        for key, value in conf.items():
+            configuration.set_string(key, value)
+        environment = EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(configuration)
+        t_env = TableEnvironment.create(environment.build())
+    else:
+        t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     config = t_env.get_config()
-    config.set("parallelism.default", str(spec.get("parallelism", 2)))
-    config.set("table.local-time-zone", "UTC")
-    config.set("execution.checkpointing.interval", f"{interval_ms} ms")
-    for key, value in (spec.get("flink_conf") or {}).items():
-        config.set(str(key), str(value))
+    for key, value in settings.items():
+        config.set(key, value)
     t_env.execute_sql(
         f"CREATE CATALOG {CATALOG} WITH ('type'='iceberg', 'catalog-type'='hadoop', "
         f"'warehouse'='{warehouse.as_uri()}', 'property-version'='1')"
     )
-    source_table(t_env, "stream_changes", stream_csv)
+    return t_env
+
+
+def submit(
+    environment: Callable[[], Any], statement: str, wait_quiet: Any, cpu: Any, broker_pid: int | None
+) -> tuple[Any, float, float, float, float | None, float | None, int]:
+    """Submit ``statement`` in a new environment; return the job's ``TableResult``, the quiet wait, the
+    wall clock, perf counter, CPU and broker CPU at the submission, and the attempts it took.
+
+    PyFlink's Py4J gateway may serve two calls of this thread on two JVM threads (a second connection
+    opens when one is busy, e.g. while Python's garbage collector releases Java objects from another
+    thread); Calcite keeps its metadata provider per JVM thread, so planning may fail with
+    ``NullPointerException: metadataHandlerProvider`` before any job starts (seen once in the smoke
+    runs). Such an attempt ran nothing: the statement is submitted again in a new environment, and the
+    timed window starts at the attempt that planned (at most 3)."""
+    for attempt in range(1, 4):
+        t_env = environment()  # not timed
+        waited = wait_quiet()
+        broker_before = tree_cpu_seconds(broker_pid) if broker_pid is not None else None
+        cpu_before = cpu()
+        wall = time.time()
+        started = time.perf_counter()
+        try:
+            job = t_env.execute_sql(statement)
+        except Exception as e:
+            if "metadataHandlerProvider" not in str(e) or attempt == 3:
+                raise
+            log(f"planning failed on a Py4J thread without Calcite's metadata provider (attempt {attempt}); again")
+            continue
+        return job, waited, wall, started, cpu_before, broker_before, attempt
+    raise AssertionError("unreachable")
+
+
+def stream_job(
+    environment: Callable[[], Any],
+    query: str,
+    spec: dict[str, Any],
+    metadata: Metadata,
+    monitor: Any,
+    wait_quiet: Any,
+    cpu: Any,
+    watcher: Any = None,
+    broker_pid: int | None = None,
+) -> dict[str, Any]:
+    """``INSERT INTO`` the table ``query``'s rows as one streaming job in the TableEnvironment that
+    ``environment()`` makes, timed from its submission to its last commit (see :func:`run_stream`);
+    ``watcher`` is polled at each commit seen."""
+    interval_ms = int(spec.get("checkpoint_interval_ms", 500))
     before = len(Metadata.snapshots(metadata.load()))
     version_hint = metadata.dir / "version-hint.text"
     hint = version_hint.read_text(encoding="utf-8")
 
-    waited = wait_quiet()
-    cpu_before = cpu()
-    wall = time.time()
-    started = time.perf_counter()
-    job = t_env.execute_sql(f"INSERT INTO {TABLE} SELECT {SELECT_COLUMNS} FROM stream_changes")
+    statement = f"INSERT INTO {TABLE} {query}"
+    job, waited, wall, started, cpu_before, broker_before, attempts = submit(
+        environment, statement, wait_quiet, cpu, broker_pid
+    )
     client = job.get_job_client()
+    if watcher is not None:
+        watcher.job_id = str(client.get_job_id())
     ends: list[tuple[float, float, float | None]] = [(started, wall, cpu_before)]  # (perf, wall, cpu) per commit
     versions = [int(hint.strip())]  # the metadata version each entry ends at
     finished = False
@@ -340,6 +469,8 @@ def run_stream(
             hint = now_hint
             ends.append((time.perf_counter(), time.time(), cpu()))
             versions.append(int(hint.strip()))
+            if watcher is not None:
+                watcher.poll()
         if finished:
             break
         try:
@@ -349,6 +480,9 @@ def run_stream(
         if not finished:
             time.sleep(0.01)
     job_seconds = time.perf_counter() - started
+    broker_cpu = cpu_delta(broker_before, tree_cpu_seconds(broker_pid)) if broker_pid is not None else None
+    if watcher is not None:
+        watcher.poll()  # after the window: the final checkpoint, if the mini-cluster still answers
     try:
         job.wait()  # raises if the job failed
     except Exception as e:
@@ -374,6 +508,7 @@ def run_stream(
         "checkpoint_interval_ms": interval_ms,
         "stream_job_seconds": job_seconds,
         "stream_waited_for_quiet_seconds": waited,
+        "stream_submission_attempts": attempts,
         "stream_snapshots": len(snapshots),
         "batch_seconds": seconds,
         "batch_changes": changes,
@@ -384,6 +519,7 @@ def run_stream(
         "batch_job_net_runtime_seconds": [job_net_runtime(job)],
         "batch_cpu_seconds": batch_cpu,
         "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],
+        **({"broker_cpu_seconds": broker_cpu} if broker_pid is not None else {}),
         "final_summary": summaries[-1] if summaries else {},
         "metadata_location": str(metadata.location()),
     }

@@ -15,6 +15,11 @@ Versions, as published on 2026-11-26:
 - The Iceberg Hadoop catalog needs Hadoop's classes, which PyFlink does not ship: the shaded
   client, ``hadoop-client-api`` (the public API, ``Configuration``, ``FileSystem``) and
   ``hadoop-client-runtime`` (its shaded third-party dependencies), 3.4.1.
+- The ``_kafka`` systems only (``ensure_flink_env(kafka=True)``): Flink's Kafka connector for Flink
+  2.1, ``flink-connector-kafka`` **5.0.0-2.1**, with its runtime dependencies (``kafka-clients``
+  4.2.0, its compression libraries, Jackson, commons-lang3; Flink's own artifacts and slf4j, which
+  PyFlink ships, left out). Maven Central has no ``flink-sql-connector-kafka`` (the shaded jar) for
+  2.1: 4.0.1-2.0 and 5.0.0-2.2 only. The ``json`` format is PyFlink's own (``lib/flink-json-2.1.3.jar``).
 
 The venv lives at ``$ICEBERG_SINK_FLINK_VENV`` or ``<project>/.venv-flink``.
 """
@@ -37,6 +42,7 @@ FLINK_VERSION: str = "2.1.3"
 FLINK_MINOR: str = "2.1"
 ICEBERG_VERSION: str = "1.11.0"
 HADOOP_VERSION: str = "3.4.1"
+KAFKA_CONNECTOR_VERSION: str = f"5.0.0-{FLINK_MINOR}"
 REQUIREMENTS: tuple[str, ...] = (f"apache-flink=={FLINK_VERSION}",)
 DEFAULT_VENV_DIR: Path = PROJECT_ROOT / ".venv-flink"
 VENV_ENV_VAR: str = "ICEBERG_SINK_FLINK_VENV"
@@ -73,8 +79,24 @@ def flink_jars() -> tuple[Path, ...]:
     return (*jars, *hadoop)
 
 
-def ensure_flink_env(venv_dir: Path | None = None) -> FlinkEnv:
-    return FlinkEnv(python=ensure_flink_python(venv_dir), jars=flink_jars())
+def flink_kafka_jars() -> tuple[Path, ...]:
+    """``flink-connector-kafka`` and its runtime dependencies but Flink's and slf4j (fetched once, cached)."""
+    coordinate = f"org.apache.flink:flink-connector-kafka:{KAFKA_CONNECTOR_VERSION}"
+    connector = fetch_jars(f"flink-connector-kafka-{KAFKA_CONNECTOR_VERSION}-jar", [coordinate])
+    # Excluding Flink's group leaves the connector itself out too: its dependencies are a set of their own.
+    dependencies = fetch_jars(
+        f"flink-connector-kafka-{KAFKA_CONNECTOR_VERSION}",
+        [coordinate],
+        transitive=True,
+        exclude_groups=["org.apache.flink", "org.slf4j"],
+    )
+    return (*connector, *dependencies)
+
+
+def ensure_flink_env(venv_dir: Path | None = None, kafka: bool = False) -> FlinkEnv:
+    """The venv and the jars; with ``kafka``, Flink's Kafka connector's too (the _kafka systems)."""
+    jars = flink_jars() + (flink_kafka_jars() if kafka else ())
+    return FlinkEnv(python=ensure_flink_python(venv_dir), jars=jars)
 
 
 if __name__ == "__main__":

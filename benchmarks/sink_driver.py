@@ -27,6 +27,10 @@ the batches). With ``spec["scan_every"]`` K > 0 the table's metadata location is
 after every K-th batch's commit (and after the last): the reader process's Iceberg Java times a full
 scan of the table as it was then. At the end the driver waits for a running conversion.
 
+``spec["mode"]`` "stream" writes every batch through one streaming query (``sink.start``) over the
+batch files (:func:`run_stream`); "kafka" through one streaming query over the change topic of
+``benchmarks/cdc_kafka.py`` (:func:`run_kafka_stream`, Spark's Kafka source: ``spec["spark_jars"]``).
+
 The result (per-batch seconds and wall-clock intervals, a breakdown by stage, snapshot summaries and
 the table's metadata location, which the reader process's Iceberg Java reads back) is written as JSON to
 the ``result`` path of the spec. Progress goes to stderr.
@@ -71,6 +75,8 @@ def start_spark(spec: dict[str, Any], work_dir: Path) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
     builder = local_builder(spec, work_dir, "cdc-benchmark-iceberg-sink")
+    if spec.get("spark_jars"):  # Spark's Kafka source (the kafka mode)
+        builder = builder.config("spark.jars", ",".join(spec["spark_jars"]))
     for key, value in (spec.get("spark_conf") or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -94,6 +100,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     work_dir = Path(spec["work_dir"])
     monitor, wait_quiet = quiet_gate(spec)
+    if spec.get("kafka"):  # the change topic's broker is the benchmark's, not another process
+        monitor.adopt(int(spec["kafka"]["broker_pid"]))
     spark = start_spark(spec, work_dir)
     try:
         lake = work_dir / "lake"
@@ -144,8 +152,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 "metadata_location": table.metadata_location,
             }
 
-        if spec.get("mode") == "stream":
-            streamed = run_stream(spark, upsert_sink, spec, work_dir, checkpoint, monitor, wait_quiet)
+        if spec.get("mode") in ("stream", "kafka"):
+            run_mode = run_stream if spec["mode"] == "stream" else run_kafka_stream
+            streamed = run_mode(spark, upsert_sink, spec, work_dir, checkpoint, monitor, wait_quiet)
             return {**streamed, **common(), "scan_every": 0, "scan_points": [], "conversion_metrics": {}}
         seconds: list[float] = []
         waited: list[float] = []
@@ -254,23 +263,7 @@ def run_stream(
     wall = time.time()
     started = time.perf_counter()
     query = sink.start(stream, checkpoint_location=checkpoint)
-    ends: list[tuple[float, float, float | None]] = [(started, wall, cpu_before)]  # (perf, wall, cpu) per entry
-    last_ids: list[int] = [-1]  # the newest checkpoint id each entry ends at
-    while True:
-        record = sink.last_progress()
-        if record is not None and record["job_id"] != earlier_job and int(record["checkpoint_id"]) != last_ids[-1]:
-            ends.append((time.perf_counter(), time.time(), tree_cpu_seconds()))
-            last_ids.append(int(record["checkpoint_id"]))
-            if record["status"] != "committed":
-                raise RuntimeError(
-                    f"micro-batch {record['checkpoint_id']} was {record['status']}: {record.get('error')}"
-                )
-            if last_ids[-1] >= expected - 1:
-                break
-        error = query.exception()
-        if error is not None or not query.isActive:
-            raise RuntimeError(f"the streaming query stopped before its last micro-batch: {error}")
-        time.sleep(0.01)
+    ends, last_ids = poll_commits(sink, query, earlier_job, (started, wall, cpu_before), lambda i: i >= expected - 1)
     stream_seconds = time.perf_counter() - started
     # Spark's own breakdown of each micro-batch (addBatch is the sink's foreachBatch; walCommit,
     # commitOffsets, latestOffset are its checkpoint and source work), by batch id.
@@ -308,6 +301,157 @@ def run_stream(
         "batch_cpu_seconds": cpu,
         "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],
     }
+
+
+def kafka_offsets(checkpoint: str, batch_id: int, topic: str) -> dict[int, int]:
+    """The end offset of each partition of ``topic`` in micro-batch ``batch_id``, from Spark's offset
+    log (``<checkpoint>/offsets/<id>``: a version line, the batch's metadata, one line per source)."""
+    import json
+
+    lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
+    for line in lines[2:]:
+        data = json.loads(line)
+        if isinstance(data, dict) and topic in data:
+            return {int(p): int(o) for p, o in data[topic].items()}
+    raise RuntimeError(f"no offsets of {topic} in micro-batch {batch_id}'s offset log: {lines}")
+
+
+def run_kafka_stream(
+    spark: Any, sink: Any, spec: dict[str, Any], work_dir: Path, checkpoint: str, monitor: Any, wait_quiet: Any
+) -> dict[str, Any]:
+    """Every change through one streaming query over the change topic (``spec["kafka"]``,
+    ``benchmarks/cdc_kafka.py``), the way the sink is deployed on Kafka.
+
+    Spark's Kafka source from the earliest offsets, ``maxOffsetsPerTrigger`` changes per micro-batch
+    (spread over the partitions by their lag), each value parsed by ``from_json`` into the five
+    columns; the sink (built with ``order_by="version"``: a micro-batch holds several changes of a key,
+    read by one task per partition) upserts them by ``id``. Default trigger: the next micro-batch as
+    soon as the last one ended. Timed from the ``start`` call to the commit of the micro-batch that
+    reached the topic's end; entries as in :func:`run_stream`, each holding the changes of its
+    micro-batches, exactly: the differences of their end offsets in Spark's offset log (read when a
+    micro-batch's record is seen, a small local file, and after the window). The broker counts as this
+    benchmark's (not other processes'); its CPU during the stream is ``broker_cpu_seconds``. Spark keeps
+    every micro-batch's progress (``spark.sql.streaming.numRecentProgressUpdates``, 100 by default:
+    a million changes at 10,000 per micro-batch are a few more than 100)."""
+    from pyspark.sql import functions as F
+
+    from iceberg_sink.sources.kafka_offsets import parse_summary
+
+    kafka = spec["kafka"]
+    topic, total, broker_pid = kafka["topic"], int(kafka["messages"]), int(kafka["broker_pid"])
+    per_trigger = int(kafka["max_offsets_per_trigger"])
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    stream = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka["bootstrap"])
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), SPARK_DDL).alias("change"))
+        .select("change.*")
+    )
+    before = sink.last_progress()  # the table creation's record, of a job of its own
+    earlier_job = before["job_id"] if before is not None else None
+    records: dict[int, dict[str, Any]] = {}
+
+    def keep_records() -> None:  # the sink keeps its newest 100 records only
+        records.update({int(r["checkpoint_id"]): r for r in sink.progress() if r["job_id"] != earlier_job})
+
+    def last(batch_id: int) -> bool:
+        return sum(kafka_offsets(checkpoint, batch_id, topic).values()) >= total
+
+    waited = wait_quiet()
+    broker_before = tree_cpu_seconds(broker_pid)
+    cpu_before = tree_cpu_seconds()
+    wall = time.time()
+    started = time.perf_counter()
+    query = sink.start(stream, checkpoint_location=checkpoint)
+    ends, last_ids = poll_commits(sink, query, earlier_job, (started, wall, cpu_before), last, keep_records)
+    stream_seconds = time.perf_counter() - started
+    broker_cpu = cpu_delta(broker_before, tree_cpu_seconds(broker_pid))
+    spark_phases = {int(p.batchId): dict(p.durationMs) for p in query.recentProgress}
+    query.stop()
+    keep_records()
+    batches = last_ids[-1] + 1
+    missing = [i for i in range(batches) if i not in records or records[i]["status"] != "committed"]
+    if missing:
+        raise RuntimeError(f"expected {batches} committed micro-batches, not committed or not seen: {missing[:10]}")
+    ends_offsets = [kafka_offsets(checkpoint, i, topic) for i in range(batches)]
+    consumed = [sum(o.values()) for o in ends_offsets]
+    inputs = [b - a for a, b in itertools.pairwise([0, *consumed])]  # a new topic starts at offset 0
+    changes = entry_changes(inputs, [i + 1 for i in last_ids])
+    table = sink.load_table()
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    snapshots = [by_id[int(records[i]["snapshot_id"])] for i in range(batches)]
+    summaries = [dict(s.summary.additional_properties) if s.summary else {} for s in snapshots]
+    seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
+    cpu = [cpu_delta(a[2], b[2]) for a, b in itertools.pairwise(ends)]
+    intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]
+    log(f"kafka stream: {sum(changes)} changes in {stream_seconds:.1f}s, {batches} micro-batches of <= {per_trigger}")
+    return {
+        "mode": "kafka",
+        "driver": "sink",
+        "kafka": kafka,
+        "order_by": spec.get("order_by"),
+        "files_per_trigger": None,
+        "stream_seconds": stream_seconds,
+        "stream_waited_for_quiet_seconds": waited,
+        "stream_snapshots": batches,
+        "micro_batches": batches,
+        "micro_batch_changes": inputs,
+        "broker_cpu_seconds": broker_cpu,
+        # The sink records the Kafka offsets each snapshot holds: the last one's are the topic's end.
+        "kafka_offsets_committed": {
+            "last_snapshot": {t: {str(p): o for p, o in v.items()} for t, v in parse_summary(summaries[-1]).items()},
+            "equal_to_the_last_micro_batch": parse_summary(summaries[-1]) == {topic: ends_offsets[-1]},
+        },
+        "batch_seconds": seconds,
+        "batch_changes": changes,
+        "batch_waited_for_quiet_seconds": [0.0] * len(seconds),
+        "batch_intervals": intervals,
+        "batch_phases": [
+            {"write": records[i]["write_ms"] / 1000, "commit": records[i]["commit_ms"] / 1000} for i in range(batches)
+        ],
+        "batch_sink_phases_ms": [records[i].get("phases_ms", {}) for i in range(batches)],
+        "batch_spark_duration_ms": [spark_phases.get(i, {}) for i in range(batches)],
+        "batch_summaries": summaries,
+        "batch_cpu_seconds": cpu,
+        "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],
+    }
+
+
+def poll_commits(
+    sink: Any,
+    query: Any,
+    earlier_job: str | None,
+    start: tuple[float, float, float | None],
+    last: Any,
+    on_record: Any = None,
+) -> tuple[list[tuple[float, float, float | None]], list[int]]:
+    """Poll the sink's newest progress record every 10 ms until ``last(checkpoint_id)`` says the
+    micro-batch just seen is the last: each newly seen record ends one entry. Returns each entry's end
+    (perf counter, wall clock, CPU of this process tree), ``start`` first, and the newest checkpoint id
+    each entry ends at (-1 first); ``on_record()`` is called at each."""
+    ends: list[tuple[float, float, float | None]] = [start]  # (perf, wall, cpu) per entry
+    last_ids: list[int] = [-1]  # the newest checkpoint id each entry ends at
+    while True:
+        record = sink.last_progress()
+        if record is not None and record["job_id"] != earlier_job and int(record["checkpoint_id"]) != last_ids[-1]:
+            ends.append((time.perf_counter(), time.time(), tree_cpu_seconds()))
+            last_ids.append(int(record["checkpoint_id"]))
+            if on_record is not None:
+                on_record()
+            if record["status"] != "committed":
+                raise RuntimeError(
+                    f"micro-batch {record['checkpoint_id']} was {record['status']}: {record.get('error')}"
+                )
+            if last(last_ids[-1]):
+                return ends, last_ids
+        error = query.exception()
+        if error is not None or not query.isActive:
+            raise RuntimeError(f"the streaming query stopped before its last micro-batch: {error}")
+        time.sleep(0.01)
 
 
 def cpu_delta(before: float | None, after: float | None) -> float | None:
