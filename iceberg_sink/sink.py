@@ -30,10 +30,12 @@ from iceberg_sink.job.together import Together
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
+from iceberg_sink.sources import kafka_offsets
 from iceberg_sink.sources.transactions import CarryStore
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.key_bounds import KeyBoundsCache
 from iceberg_sink.table.versions import upgrade_format_version
+from iceberg_sink.topology import estimate
 from iceberg_sink.topology.changes import check_order_by
 from iceberg_sink.topology.compaction import CompactionConfig, CompactionResult, compact
 from iceberg_sink.topology.compaction.job import Progress
@@ -361,10 +363,13 @@ class IcebergSink:
         query_name: str | None,
     ) -> StreamingQuery:
         configured = options.resolve(config.options, {}).get(options.SHUFFLE_PARTITIONS)
+        spark_logs = CheckpointStore(checkpoint_location, create=False)
 
         def micro_batch(batch: DataFrame, batch_id: int) -> None:
-            # Every shuffle of the micro-batch at the sink's parallelism, not the stream's 200 (job/parallelism.py).
-            with parallelism.micro_batch(batch, configured):
+            # A Kafka micro-batch's records counted from Spark's offset log (topology/estimate.py): Spark
+            # has no size estimate of it. Then every shuffle of the micro-batch at the sink's
+            # parallelism, not the stream's 200 (job/parallelism.py).
+            with estimate.counted(batch_records(spark_logs, batch_id)), parallelism.micro_batch(batch, configured):
                 process_batch(batch, batch_id)
 
         writer = streaming_df.writeStream.foreachBatch(micro_batch).option("checkpointLocation", checkpoint_location)
@@ -468,3 +473,18 @@ class IcebergSink:
         """A routed sink's last write(): the commit outcome of each table it touched (what the
         :class:`RoutedOutcome` that write() returned maps)."""
         return dict(self._last_routed)
+
+
+def batch_records(spark_logs: CheckpointStore, batch_id: int) -> int | None:
+    """The Kafka records micro-batch ``batch_id`` reads at most, from Spark's offset log entries of it
+    and of the micro-batch before (sources/kafka_offsets.py); None when unknown (not a Kafka
+    stream: one small read only; the first micro-batch; an entry that cannot be read)."""
+    if batch_id < 1:
+        return None
+    try:
+        current = spark_logs.spark_offset_log(batch_id)
+        if kafka_offsets.end_offsets(current) is None:
+            return None
+        return kafka_offsets.records_between(spark_logs.spark_offset_log(batch_id - 1), current)
+    except OSError:  # an estimate only: the batch is then sized as Spark sizes it
+        return None

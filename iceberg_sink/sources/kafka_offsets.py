@@ -82,3 +82,31 @@ def summary_properties(offset_log: bytes | None, held: Mapping[str, Mapping[int,
                 low = (held or {}).get(topic, {}).get(int(partition))
                 properties[summary_key(topic, int(partition))] = str(offset if low is None else min(offset, low))
     return properties
+
+
+def end_offsets(offset_log: bytes | None) -> dict[tuple[str, int], int] | None:
+    """``{(topic, partition): end offset}`` of the Kafka sources of one offset log entry; None when it
+    is absent or names no Kafka source."""
+    if offset_log is None:
+        return None
+    lines = offset_log.decode("utf-8", errors="replace").splitlines()
+    if not lines or not lines[0].startswith("v"):
+        return None
+    ends: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        for topic, partitions in (_kafka_offsets(line.strip()) or {}).items():
+            for partition, offset in partitions.items():
+                ends[(topic, int(partition))] = offset
+    return ends or None
+
+
+def records_between(previous: bytes | None, current: bytes | None) -> int | None:
+    """How many Kafka records micro-batch N reads at most, from the offset log entries of N-1
+    (``previous``) and N (``current``): the sum of each partition's end offset minus its end in N-1.
+    An upper bound (a compacted topic's gaps and transaction markers hold no record); None when it
+    cannot be known: no Kafka source, or a partition N-1 does not name (the first micro-batch reads
+    from offsets its log does not hold)."""
+    now, before = end_offsets(current), end_offsets(previous)
+    if now is None or before is None or any(part not in before for part in now):
+        return None
+    return sum(max(0, end - before[part]) for part, end in now.items())

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from iceberg_sink.config import ChangeConfig
+from iceberg_sink.topology import estimate
 from iceberg_sink.topology.changes import fits_one_task, reduce_changes
 from iceberg_sink.vocab.columns import OP_COLUMN, REJECT_COLUMN
 
@@ -81,6 +82,36 @@ def test_only_a_batch_spark_knows_to_be_small_is_reduced_in_one_task(spark: Spar
     reduced = reduce_changes(rdd, ChangeConfig(key=("k",), op_column="op"), single_task_max_bytes=8 * 1024 * 1024)
     assert "Exchange hashpartitioning" in reduced._jdf.queryExecution().executedPlan().toString()
     assert reduced.count() == 1000
+
+
+def test_a_batch_whose_records_the_sink_counted_is_sized_by_them(spark: SparkSession, tmp_path: Path) -> None:
+    """A Kafka micro-batch has no estimate either; the sink counts its records from Spark's offset
+    log (sink.batch_records) and sizes it by them: a small one is reduced in one task, without a
+    shuffle; a count too large for one task keeps the shuffle; outside the count, no estimate."""
+    spark.range(0, 1000).selectExpr("id AS k", "'U' AS op").write.parquet(str(tmp_path / "batch"))
+    files = spark.read.parquet(str(tmp_path / "batch"))
+    rdd = spark.createDataFrame(files.rdd, files.schema)
+    config, one_task = ChangeConfig(key=("k",), op_column="op"), 8 * 1024 * 1024
+    with estimate.counted(1000):
+        assert estimate.estimated_bytes(rdd) == 1000 * (8 + 20)  # a long and a string, Spark's default sizes
+        reduced = reduce_changes(rdd, config, single_task_max_bytes=one_task)
+        plan = reduced._jdf.queryExecution().executedPlan().toString()
+        assert "Exchange" not in plan, plan
+        assert sorted(r["k"] for r in reduced.collect()) == list(range(1000))
+    with estimate.counted(10_000_000):
+        assert (
+            "Exchange hashpartitioning"
+            in reduce_changes(rdd, config, single_task_max_bytes=one_task)
+            ._jdf.queryExecution()
+            .executedPlan()
+            .toString()
+        )
+    with estimate.counted(None):
+        assert estimate.estimated_bytes(rdd) is None
+    assert estimate.estimated_bytes(rdd) is None
+    assert estimate.estimated_bytes(files) == estimate.estimated_bytes(files)  # Spark's own, counted or not
+    with estimate.counted(5):
+        assert estimate.estimated_bytes(files) not in (None, 5 * 28)
 
 
 def test_names_and_codes_that_need_quoting_in_sql_text(spark: SparkSession, literal_mode: bool) -> None:

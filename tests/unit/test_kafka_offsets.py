@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from iceberg_sink.committer.store import CheckpointStore
-from iceberg_sink.sources.kafka_offsets import parse_summary, summary_properties
+from iceberg_sink.sink import batch_records
+from iceberg_sink.sources.kafka_offsets import parse_summary, records_between, summary_properties
 
 META = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
 
@@ -44,3 +45,30 @@ def test_the_store_reads_sparks_offset_log_of_a_batch(tmp_path: Path) -> None:
     assert summary_properties(store.spark_offset_log(3)) == {"kafka.offsets.t.0": "5"}
     assert store.spark_offset_log(4) is None
     assert CheckpointStore.for_table(str(tmp_path), "db.t").spark_offset_log(3) == store.spark_offset_log(3)
+
+
+def test_a_micro_batchs_records_are_its_end_offsets_minus_the_previous_ones() -> None:
+    """The count sizes a Kafka micro-batch Spark cannot size (topology/estimate.py)."""
+    before = entry({"orders": {"0": 100, "1": 40}}, {"logOffset": 3})
+    now = entry({"orders": {"1": 45, "0": 5100}}, {"logOffset": 4})
+    assert records_between(before, now) == 5005
+    assert records_between(now, now) == 0
+    # Unknown: no previous entry (the first micro-batch reads from offsets no entry holds), a partition
+    # the previous entry does not name (added to the topic meanwhile), no Kafka source at all.
+    assert records_between(None, now) is None
+    assert records_between(entry({"orders": {"0": 100}}), now) is None
+    assert records_between(entry({"logOffset": 3}), entry({"logOffset": 4})) is None
+    assert records_between(b"garbage", now) is None
+
+
+def test_the_sink_counts_a_micro_batch_from_the_offset_log(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "6").write_bytes(entry({"t": {"0": 10}}))
+    (tmp_path / "offsets" / "7").write_bytes(entry({"t": {"0": 25}}))
+    (tmp_path / "offsets" / "9").write_bytes(entry({"logOffset": 9}))
+    store = CheckpointStore(str(tmp_path), create=False)
+    assert batch_records(store, 7) == 15
+    assert batch_records(store, 6) is None  # entry 5 is gone
+    assert batch_records(store, 9) is None  # a file source
+    assert batch_records(store, 0) is None
+    assert batch_records(CheckpointStore(str(tmp_path / "nowhere"), create=False), 3) is None
