@@ -277,10 +277,8 @@ def run_stream(
     by_id = {s.snapshot_id: s for s in table.snapshots()}
     snapshots = [by_id[int(records[i]["snapshot_id"])] for i in range(expected)]
     changes = entry_changes(inputs, [i + 1 for i in last_ids])
-    seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
-    cpu = [cpu_delta(a[2], b[2]) for a, b in itertools.pairwise(ends)]
-    intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]
     log(f"stream: {sum(changes)} changes in {stream_seconds:.1f}s, {expected} micro-batches of {per_trigger} file(s)")
+    summaries = [dict(s.summary.additional_properties) if s.summary else {} for s in snapshots]
     return {
         "mode": "stream",
         "files_per_trigger": per_trigger,
@@ -288,18 +286,7 @@ def run_stream(
         "stream_seconds": stream_seconds,
         "stream_waited_for_quiet_seconds": waited,
         "stream_snapshots": expected,
-        "batch_seconds": seconds,
-        "batch_changes": changes,
-        "batch_waited_for_quiet_seconds": [0.0] * len(seconds),
-        "batch_intervals": intervals,
-        "batch_phases": [
-            {"write": records[i]["write_ms"] / 1000, "commit": records[i]["commit_ms"] / 1000} for i in range(expected)
-        ],
-        "batch_sink_phases_ms": [records[i].get("phases_ms", {}) for i in range(expected)],
-        "batch_spark_duration_ms": [spark_phases.get(i, {}) for i in range(expected)],
-        "batch_summaries": [dict(s.summary.additional_properties) if s.summary else {} for s in snapshots],
-        "batch_cpu_seconds": cpu,
-        "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],
+        **entries(ends, changes, records, spark_phases, summaries, monitor),
     }
 
 
@@ -385,9 +372,6 @@ def run_kafka_stream(
     by_id = {s.snapshot_id: s for s in table.snapshots()}
     snapshots = [by_id[int(records[i]["snapshot_id"])] for i in range(batches)]
     summaries = [dict(s.summary.additional_properties) if s.summary else {} for s in snapshots]
-    seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
-    cpu = [cpu_delta(a[2], b[2]) for a, b in itertools.pairwise(ends)]
-    intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]
     log(f"kafka stream: {sum(changes)} changes in {stream_seconds:.1f}s, {batches} micro-batches of <= {per_trigger}")
     return {
         "mode": "kafka",
@@ -406,17 +390,36 @@ def run_kafka_stream(
             "last_snapshot": {t: {str(p): o for p, o in v.items()} for t, v in parse_summary(summaries[-1]).items()},
             "equal_to_the_last_micro_batch": parse_summary(summaries[-1]) == {topic: ends_offsets[-1]},
         },
+        **entries(ends, changes, records, spark_phases, summaries, monitor),
+    }
+
+
+def entries(
+    ends: list[tuple[float, float, float | None]],
+    changes: list[int],
+    records: dict[int, dict[str, Any]],
+    spark_phases: dict[int, dict[str, Any]],
+    summaries: list[dict[str, str]],
+    monitor: Any,
+) -> dict[str, Any]:
+    """The per-entry and per-micro-batch fields of a stream's result (both stream modes): each entry's
+    seconds, changes, wall-clock interval and CPU from ``ends`` (:func:`poll_commits`), and each
+    micro-batch's stages from the sink's progress ``records`` and Spark's ``spark_phases``."""
+    seconds = [b[0] - a[0] for a, b in itertools.pairwise(ends)]
+    intervals = [(a[1], b[1]) for a, b in itertools.pairwise(ends)]
+    batches = range(len(summaries))
+    return {
         "batch_seconds": seconds,
         "batch_changes": changes,
         "batch_waited_for_quiet_seconds": [0.0] * len(seconds),
         "batch_intervals": intervals,
         "batch_phases": [
-            {"write": records[i]["write_ms"] / 1000, "commit": records[i]["commit_ms"] / 1000} for i in range(batches)
+            {"write": records[i]["write_ms"] / 1000, "commit": records[i]["commit_ms"] / 1000} for i in batches
         ],
-        "batch_sink_phases_ms": [records[i].get("phases_ms", {}) for i in range(batches)],
-        "batch_spark_duration_ms": [spark_phases.get(i, {}) for i in range(batches)],
+        "batch_sink_phases_ms": [records[i].get("phases_ms", {}) for i in batches],
+        "batch_spark_duration_ms": [spark_phases.get(i, {}) for i in batches],
         "batch_summaries": summaries,
-        "batch_cpu_seconds": cpu,
+        "batch_cpu_seconds": [cpu_delta(a[2], b[2]) for a, b in itertools.pairwise(ends)],
         "batch_foreign_cpu_seconds": [monitor.between(a, b) for a, b in intervals],
     }
 
