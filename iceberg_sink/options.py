@@ -274,7 +274,9 @@ SINGLE_TASK_MAX_BYTES = Option(
     int,
     8 * 1024 * 1024,
     "CDC: a micro-batch Spark estimates at most this large is reduced and written by one task, without a shuffle "
-    "(0: never; sources without a size estimate, such as Kafka, never are).",
+    "(0: never). A stream's Kafka micro-batch, which Spark cannot size, is sized by its records (counted from "
+    "Spark's offset log, from the second micro-batch on) times a row's default size; other sources without an "
+    "estimate never are.",
     table_property=False,
     minimum=0,
 )
@@ -284,8 +286,9 @@ SHUFFLE_PARTITIONS = Option(
     0,
     "Streams: partitions of the shuffles a micro-batch runs (change reduction, distribution, checks, a routed "
     "batch's cache). 0: chosen per micro-batch from its size (128 MiB each; up to the cores while each gets "
-    "4 MiB; at most spark.sql.shuffle.partitions unless the cores are more) or, when Spark cannot size it "
-    "(Kafka), the cluster's cores. See job/parallelism.py.",
+    "4 MiB; at most spark.sql.shuffle.partitions unless the cores are more; a Kafka micro-batch by its "
+    "records counted from Spark's offset log) or, when it cannot be sized, the cluster's cores. See "
+    "job/parallelism.py.",
     table_property=False,
     minimum=0,
 )

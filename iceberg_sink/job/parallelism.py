@@ -13,7 +13,10 @@ The sink chooses instead (:func:`choose`), unless ``iceberg-sink.write.shuffle-p
 - a batch Spark can size (a file source's files): one partition per 128 MiB, but as many as the
   cluster has cores while each gets at least 4 MiB (never fewer than one), and never more than
   ``spark.sql.shuffle.partitions`` (or the cores, when they are more);
-- a batch Spark cannot size (Kafka, sockets): the cluster's cores (``defaultParallelism``).
+- a Kafka micro-batch, which Spark cannot size: as above, by its records counted from Spark's offset
+  log (topology/estimate.py ``counted``, sink.py ``batch_records``);
+- a batch nothing can size (sockets, a Kafka stream's first micro-batch): the cluster's cores
+  (``defaultParallelism``).
 
 It is set on the stream's own session (a clone Spark makes for the query, used by nothing else of
 the user's) for the micro-batch and put back before the micro-batch returns, so Spark's offset log
