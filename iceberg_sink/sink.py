@@ -363,13 +363,13 @@ class IcebergSink:
         query_name: str | None,
     ) -> StreamingQuery:
         configured = options.resolve(config.options, {}).get(options.SHUFFLE_PARTITIONS)
-        spark_logs = CheckpointStore(checkpoint_location, create=False)
+        kafka_records = KafkaBatchRecords(CheckpointStore(checkpoint_location, create=False))
 
         def micro_batch(batch: DataFrame, batch_id: int) -> None:
             # A Kafka micro-batch's records counted from Spark's offset log (topology/estimate.py): Spark
             # has no size estimate of it. Then every shuffle of the micro-batch at the sink's
             # parallelism, not the stream's 200 (job/parallelism.py).
-            with estimate.counted(batch_records(spark_logs, batch_id)), parallelism.micro_batch(batch, configured):
+            with estimate.counted(kafka_records(batch_id)), parallelism.micro_batch(batch, configured):
                 process_batch(batch, batch_id)
 
         writer = streaming_df.writeStream.foreachBatch(micro_batch).option("checkpointLocation", checkpoint_location)
@@ -475,16 +475,34 @@ class IcebergSink:
         return dict(self._last_routed)
 
 
-def batch_records(spark_logs: CheckpointStore, batch_id: int) -> int | None:
-    """The Kafka records micro-batch ``batch_id`` reads at most, from Spark's offset log entries of it
-    and of the micro-batch before (sources/kafka_offsets.py); None when unknown (not a Kafka
-    stream: one small read only; the first micro-batch; an entry that cannot be read)."""
-    if batch_id < 1:
-        return None
-    try:
-        current = spark_logs.spark_offset_log(batch_id)
-        if kafka_offsets.end_offsets(current) is None:
+class KafkaBatchRecords:
+    """The Kafka records each micro-batch of one query reads at most, from Spark's offset log entries
+    of it and of the micro-batch before (sources/kafka_offsets.py); None when unknown (the first
+    micro-batch, a source that is not Kafka, an entry that cannot be read).
+
+    One read per micro-batch: the entry of the micro-batch before is the one read for it. A query
+    whose entry names no Kafka source (its sources never change) is not read again.
+    """
+
+    def __init__(self, spark_logs: CheckpointStore) -> None:
+        self._logs = spark_logs
+        self._last: tuple[int, bytes | None] | None = None  # the newest entry read
+        self._kafka: bool | None = None  # whether the query reads Kafka, once an entry said
+
+    def __call__(self, batch_id: int) -> int | None:
+        if self._kafka is False:
             return None
-        return kafka_offsets.records_between(spark_logs.spark_offset_log(batch_id - 1), current)
-    except OSError:  # an estimate only: the batch is then sized as Spark sizes it
-        return None
+        try:
+            current = self._logs.spark_offset_log(batch_id)
+            if current is not None and self._kafka is None:
+                self._kafka = kafka_offsets.end_offsets(current) is not None
+            if not self._kafka or batch_id < 1:
+                previous = None
+            elif self._last is not None and self._last[0] == batch_id - 1:
+                previous = self._last[1]
+            else:
+                previous = self._logs.spark_offset_log(batch_id - 1)
+        except OSError:  # an estimate only: the batch is then sized as Spark sizes it
+            return None
+        self._last = (batch_id, current)
+        return kafka_offsets.records_between(previous, current)

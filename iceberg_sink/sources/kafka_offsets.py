@@ -62,6 +62,28 @@ def _kafka_offsets(line: str) -> dict[str, dict[str, int]] | None:
     return parsed
 
 
+def _sources(offset_log: bytes) -> list[dict[str, dict[str, int]] | None] | None:
+    """Each source's line of one offset log entry: its Kafka offsets, or None for another source;
+    None when the entry does not start with a version line."""
+    lines = offset_log.decode("utf-8", errors="replace").splitlines()
+    if not lines or not lines[0].startswith("v"):
+        return None
+    return [_kafka_offsets(line.strip()) for line in lines[2:]]
+
+
+def end_offsets(offset_log: bytes | None) -> dict[tuple[str, int], int] | None:
+    """``{(topic, partition): end offset}`` of the Kafka sources of one offset log entry; None when it
+    is absent, unreadable or names no Kafka source."""
+    sources = _sources(offset_log) if offset_log is not None else None
+    ends = {
+        (topic, int(partition)): offset
+        for kafka in sources or []
+        for topic, partitions in (kafka or {}).items()
+        for partition, offset in partitions.items()
+    }
+    return ends or None
+
+
 def summary_properties(offset_log: bytes | None, held: Mapping[str, Mapping[int, int]] | None = None) -> dict[str, str]:
     """The summary keys of one offset log entry (``<checkpoint>/offsets/<batch id>``; None: absent).
 
@@ -70,42 +92,25 @@ def summary_properties(offset_log: bytes | None, held: Mapping[str, Mapping[int,
     is that event's, since every record before it, and no record from it on, is sure to be in the table."""
     if offset_log is None:
         return {}
-    lines = offset_log.decode("utf-8", errors="replace").splitlines()
-    if not lines or not lines[0].startswith("v"):
+    if _sources(offset_log) is None:
         logger.warning("Spark offset log entry does not start with a version line; Kafka offsets not recorded")
         return {}
     properties: dict[str, str] = {}
-    for line in lines[2:]:
-        offsets = _kafka_offsets(line.strip())
-        for topic, partitions in (offsets or {}).items():
-            for partition, offset in partitions.items():
-                low = (held or {}).get(topic, {}).get(int(partition))
-                properties[summary_key(topic, int(partition))] = str(offset if low is None else min(offset, low))
+    for (topic, partition), offset in (end_offsets(offset_log) or {}).items():
+        low = (held or {}).get(topic, {}).get(partition)
+        properties[summary_key(topic, partition)] = str(offset if low is None else min(offset, low))
     return properties
-
-
-def end_offsets(offset_log: bytes | None) -> dict[tuple[str, int], int] | None:
-    """``{(topic, partition): end offset}`` of the Kafka sources of one offset log entry; None when it
-    is absent or names no Kafka source."""
-    if offset_log is None:
-        return None
-    lines = offset_log.decode("utf-8", errors="replace").splitlines()
-    if not lines or not lines[0].startswith("v"):
-        return None
-    ends: dict[tuple[str, int], int] = {}
-    for line in lines[2:]:
-        for topic, partitions in (_kafka_offsets(line.strip()) or {}).items():
-            for partition, offset in partitions.items():
-                ends[(topic, int(partition))] = offset
-    return ends or None
 
 
 def records_between(previous: bytes | None, current: bytes | None) -> int | None:
     """How many Kafka records micro-batch N reads at most, from the offset log entries of N-1
     (``previous``) and N (``current``): the sum of each partition's end offset minus its end in N-1.
     An upper bound (a compacted topic's gaps and transaction markers hold no record); None when it
-    cannot be known: no Kafka source, or a partition N-1 does not name (the first micro-batch reads
-    from offsets its log does not hold)."""
+    cannot be known: a source that is not Kafka (its rows are not counted), or a partition N-1 does
+    not name (the first micro-batch reads from offsets its log does not hold)."""
+    sources = _sources(current) if current is not None else None
+    if not sources or any(kafka is None for kafka in sources):
+        return None
     now, before = end_offsets(current), end_offsets(previous)
     if now is None or before is None or any(part not in before for part in now):
         return None

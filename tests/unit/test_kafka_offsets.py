@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from iceberg_sink.committer.store import CheckpointStore
-from iceberg_sink.sink import batch_records
+from iceberg_sink.sink import KafkaBatchRecords
 from iceberg_sink.sources.kafka_offsets import parse_summary, records_between, summary_properties
 
 META = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
@@ -49,8 +49,8 @@ def test_the_store_reads_sparks_offset_log_of_a_batch(tmp_path: Path) -> None:
 
 def test_a_micro_batchs_records_are_its_end_offsets_minus_the_previous_ones() -> None:
     """The count sizes a Kafka micro-batch Spark cannot size (topology/estimate.py)."""
-    before = entry({"orders": {"0": 100, "1": 40}}, {"logOffset": 3})
-    now = entry({"orders": {"1": 45, "0": 5100}}, {"logOffset": 4})
+    before = entry({"orders": {"0": 100, "1": 40}})
+    now = entry({"orders": {"1": 45, "0": 5100}})
     assert records_between(before, now) == 5005
     assert records_between(now, now) == 0
     # Unknown: no previous entry (the first micro-batch reads from offsets no entry holds), a partition
@@ -66,9 +66,28 @@ def test_the_sink_counts_a_micro_batch_from_the_offset_log(tmp_path: Path) -> No
     (tmp_path / "offsets" / "6").write_bytes(entry({"t": {"0": 10}}))
     (tmp_path / "offsets" / "7").write_bytes(entry({"t": {"0": 25}}))
     (tmp_path / "offsets" / "9").write_bytes(entry({"logOffset": 9}))
+    (tmp_path / "offsets" / "10").write_bytes(entry({"logOffset": 10}))
     store = CheckpointStore(str(tmp_path), create=False)
-    assert batch_records(store, 7) == 15
-    assert batch_records(store, 6) is None  # entry 5 is gone
-    assert batch_records(store, 9) is None  # a file source
-    assert batch_records(store, 0) is None
-    assert batch_records(CheckpointStore(str(tmp_path / "nowhere"), create=False), 3) is None
+    assert KafkaBatchRecords(store)(7) == 15
+    assert KafkaBatchRecords(store)(6) is None  # entry 5 is gone
+    assert KafkaBatchRecords(store)(9) is None  # a file source
+    assert KafkaBatchRecords(store)(0) is None
+    assert KafkaBatchRecords(CheckpointStore(str(tmp_path / "nowhere"), create=False))(3) is None
+    # One query's micro-batches in turn: the entry read for 6 is 7's previous one, and a query whose
+    # entry names no Kafka source is not read again (its later entries are not looked at).
+    stream = KafkaBatchRecords(store)
+    assert stream(6) is None and stream(7) == 15
+    (tmp_path / "offsets" / "6").unlink()
+    assert KafkaBatchRecords(store)(7) is None  # read again: 6 is gone
+    files = KafkaBatchRecords(store)
+    assert files(9) is None
+    (tmp_path / "offsets" / "10").write_bytes(entry({"t": {"0": 99}}))
+    (tmp_path / "offsets" / "11").write_bytes(entry({"t": {"0": 100}}))
+    assert files(11) is None and KafkaBatchRecords(store)(11) == 1
+
+
+def test_a_micro_batch_that_also_reads_another_source_is_not_counted() -> None:
+    """Only Kafka's records can be counted: a union with a file source is left unsized."""
+    before = entry({"t": {"0": 10}}, {"logOffset": 3})
+    assert records_between(before, entry({"t": {"0": 25}}, {"logOffset": 4})) is None
+    assert records_between(entry({"t": {"0": 10}}), entry({"t": {"0": 25}})) == 15
