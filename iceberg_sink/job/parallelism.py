@@ -14,7 +14,7 @@ The sink chooses instead (:func:`choose`), unless ``iceberg-sink.write.shuffle-p
   cluster has cores while each gets at least 4 MiB (never fewer than one), and never more than
   ``spark.sql.shuffle.partitions`` (or the cores, when they are more);
 - a Kafka micro-batch, which Spark cannot size: as above, by its records counted from Spark's offset
-  log (topology/estimate.py ``counted``, sink.py ``batch_records``);
+  log (topology/estimate.py ``counted``, sink.py ``KafkaBatchRecords``);
 - a batch nothing can size (sockets, a Kafka stream's first micro-batch): the cluster's cores
   (``defaultParallelism``).
 

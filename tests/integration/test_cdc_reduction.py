@@ -86,7 +86,7 @@ def test_only_a_batch_spark_knows_to_be_small_is_reduced_in_one_task(spark: Spar
 
 def test_a_batch_whose_records_the_sink_counted_is_sized_by_them(spark: SparkSession, tmp_path: Path) -> None:
     """A Kafka micro-batch has no estimate either; the sink counts its records from Spark's offset
-    log (sink.batch_records) and sizes it by them: a small one is reduced in one task, without a
+    log (sink.KafkaBatchRecords) and sizes it by them: a small one is reduced in one task, without a
     shuffle; a count too large for one task keeps the shuffle; outside the count, no estimate."""
     spark.range(0, 1000).selectExpr("id AS k", "'U' AS op").write.parquet(str(tmp_path / "batch"))
     files = spark.read.parquet(str(tmp_path / "batch"))
