@@ -274,7 +274,7 @@ SINGLE_TASK_MAX_BYTES = Option(
     int,
     8 * 1024 * 1024,
     "CDC: a micro-batch Spark estimates at most this large is reduced and written by one task, without a shuffle "
-    "(0: never). A stream's Kafka micro-batch, which Spark cannot size, is sized by its records (counted from "
+    "(0: never). A stream's micro-batch of Kafka alone, which Spark cannot size, is sized by its records (counted from "
     "Spark's offset log, from the second micro-batch on) times a row's default size; other sources without an "
     "estimate never are.",
     table_property=False,
