@@ -262,6 +262,33 @@ CONVERSION_KEY_INDEX_PERSIST = Option(
     "background), so that a restarted driver loads them instead of reading every data file again.",
     table_property=False,
 )
+KEY_INDEX_MODE = Option(
+    "iceberg-sink.key-index.mode",
+    str,
+    "driver",
+    "Where the key index lives: 'driver' (data files' keys in driver memory within key-index-max-bytes) or "
+    "'partitioned' (key -> file, position in runs partitioned by key hash in table storage, looked up on "
+    "Spark's executors when large: driver memory flat in the table's size; docs/cdc.md).",
+    table_property=False,
+    choices=("driver", "partitioned"),
+)
+KEY_INDEX_PARTITIONS = Option(
+    "iceberg-sink.key-index.partitions",
+    int,
+    16,
+    "Partitions of a new partitioned key index (the next power of two; each is merged and read by one task).",
+    table_property=False,
+    minimum=1,
+)
+KEY_INDEX_DRIVER_MAX_BYTES = Option(
+    "iceberg-sink.key-index.driver-max-bytes",
+    int,
+    64 * 1024 * 1024,
+    "Partitioned key index: a step (indexing new files, a lookup, a merge) involving at most this many bytes "
+    "runs in the driver; a larger one runs as a Spark job on the executors. 0: always on the executors.",
+    table_property=False,
+    minimum=0,
+)
 JVM_PARQUET_WRITER = Option(
     "iceberg-sink.writer.jvm-parquet",
     bool,
@@ -327,6 +354,9 @@ OPTIONS: tuple[Option, ...] = (
     MANIFEST_TARGET_SIZE_BYTES,
     CONVERSION_KEY_INDEX_MAX_BYTES,
     CONVERSION_KEY_INDEX_PERSIST,
+    KEY_INDEX_MODE,
+    KEY_INDEX_PARTITIONS,
+    KEY_INDEX_DRIVER_MAX_BYTES,
     JVM_PARQUET_WRITER,
     SINGLE_TASK_MAX_BYTES,
     SHUFFLE_PARTITIONS,

@@ -32,6 +32,7 @@ from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.store import committable_name
 from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
 from iceberg_sink.keyindex.index import DEFAULT_MAX_BYTES, KeyIndex
+from iceberg_sink.keyindex.runner import Runner
 from iceberg_sink.table.key_bounds import data_added_since
 from iceberg_sink.vocab.files import DataFileMeta, FileContent
 from iceberg_sink.vocab.summary_keys import DEFAULT_PREFIX, JobKeys
@@ -193,6 +194,8 @@ class IcebergCommitter:
         on_conflict: Callable[[], None] | None = None,
         key_index_max_bytes: int = DEFAULT_MAX_BYTES,
         key_index_persist: bool = False,
+        key_index_partitions: int = 0,
+        key_index_runner: Runner | None = None,
     ) -> None:
         self._load_table = load_table
         self._on_conflict = on_conflict
@@ -201,15 +204,14 @@ class IcebergCommitter:
         self._retry = retry
         self._prefix = property_prefix
         self._sleep = sleep
-        # v3 upserts: data files' keys, kept between checkpoints within a memory bound and, when
-        # persisting, in table storage for the next driver (committer/vectors.py, conversion/persisted.py).
-        self._key_index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
+        # v3 upserts: data files' keys between checkpoints, in memory (and table storage for the next
+        # driver), or with partitions in the partitioned index in table storage (keyindex/).
+        self._key_index = KeyIndex(key_index_max_bytes, key_index_persist, key_index_partitions, key_index_runner)
 
     def take_key_index(self, index: KeyIndex | None) -> None:
         """Use ``index``, an earlier job's of the same sink and table (each bounded ``write()`` is a
-        job of its own), when its memory bound and persistence are this committer's."""
-        mine = self._key_index
-        if index is not None and (index.max_bytes, index.persist) == (mine.max_bytes, mine.persist):
+        job of its own), when it is laid out as this committer's (KeyIndex.layout)."""
+        if index is not None and index.layout == self._key_index.layout:
             self._key_index = index
 
     @property

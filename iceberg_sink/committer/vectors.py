@@ -244,7 +244,7 @@ def _match_keys(
         for f in data if is_global else by_partition.get((e.spec_id, e.partition), []):
             if keys_may_match(e, f.meta, schema):
                 applying[f.meta.path].append(e)
-    read = 0
+    requests: dict[tuple[int, ...], list[tuple[DataFileMeta, pa.Table]]] = defaultdict(list)
     for path, es in sorted(applying.items()):
         by_ids: dict[tuple[int, ...], list[DataFileMeta]] = defaultdict(list)
         for e in es:
@@ -262,8 +262,12 @@ def _match_keys(
                     for e in group
                 ]
                 keys[key] = pa.concat_tables(tables).combine_chunks()
-            positions, was_read = index.matching_positions(table.io, schema, files[path].meta, ids, keys[key], mapping)
-            read += was_read
-            if len(positions):
-                found[path].append(np.asarray(positions, dtype=np.int64))
+            requests[ids].append((files[path].meta, keys[key]))
+    read = 0
+    for ids, asked in requests.items():
+        positions, was_read = index.match(table.io, schema, ids, asked, mapping, live=files.keys())
+        read += was_read
+        for path, rows in positions.items():
+            if len(rows):
+                found[path].append(rows)
     return read

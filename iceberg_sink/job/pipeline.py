@@ -49,6 +49,7 @@ from iceberg_sink.errors import CheckpointRewoundError, InvalidSinkConfigError
 from iceberg_sink.job import road
 from iceberg_sink.job.binding import NoRowsNoTable, TableBinding
 from iceberg_sink.job.dead_letter import DeadLetterTable, dead_letter_config
+from iceberg_sink.job.key_index import key_index_arguments
 from iceberg_sink.job.pending import CommitDeferred, PendingCommits
 from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
 from iceberg_sink.job.refusal import without_reject
@@ -116,8 +117,7 @@ class SinkJob:
             retry=retry,
             property_prefix=resolved.get(options.SNAPSHOT_PROPERTY_PREFIX),
             on_conflict=lambda: self.metrics.add(commit_conflict_retries=1),
-            key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
-            key_index_persist=resolved.get(options.CONVERSION_KEY_INDEX_PERSIST),
+            **key_index_arguments(resolved, lambda: self._spark),
         )
         self.key_bounds = KeyBoundsCache()  # the sink gives its jobs one to share (each write() is a job)
         self.aggregator = CommitAggregator(config.table, config.branch, self.job_id)
@@ -152,8 +152,7 @@ class SinkJob:
                 branch=config.branch,
                 load_table=self.binding.refresh,
                 metrics=self.metrics,
-                key_index_max_bytes=resolved.get(options.CONVERSION_KEY_INDEX_MAX_BYTES),
-                key_index_persist=resolved.get(options.CONVERSION_KEY_INDEX_PERSIST),
+                **key_index_arguments(resolved, lambda: self._spark),
             )
         self.compaction: CompactionTrigger | None = compaction
         self.conversion: ConversionTrigger | None = conversion

@@ -43,7 +43,7 @@ after a restart (they are read from small files).
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +57,9 @@ from iceberg_sink._iceberg.live_rows import matching_rows
 from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.keyindex.keys import IndexEntry, SortedKeys, as_int64, index_rows
+from iceberg_sink.keyindex.partitioned import FOLDER, IndexKey, PartitionedIndex
 from iceberg_sink.keyindex.persisted import PersistCounters, PersistedKeys, index_location
+from iceberg_sink.keyindex.runner import Runner
 from iceberg_sink.vocab.files import DataFileMeta
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -82,11 +84,24 @@ class KeyIndex:
     Args:
         max_bytes: the memory bound.
         persist: keep data files' keys in the storage of the table given to :meth:`bind` too.
+        partitions: above 0, keys are looked up in the partitioned index in table storage instead
+            (partitioned.py: the driver holds none of them), with that many partitions.
+        runner: where the partitioned index's tasks run (runner.py; default: this process).
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, persist: bool = False) -> None:
+    def __init__(
+        self,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        persist: bool = False,
+        partitions: int = 0,
+        runner: Runner | None = None,
+    ) -> None:
         self.max_bytes = max_bytes
         self.persist = persist
+        self.partitions = partitions
+        self.runner = runner
+        self.partitioned: PartitionedIndex | None = None
+        """The partitioned index of the bound table (when ``partitions`` > 0)."""
         self.lock = threading.RLock()
         """Held by a user of an index that several jobs share (the v3 committers of one sink)."""
         self._store: PersistedKeys | None = None
@@ -100,6 +115,11 @@ class KeyIndex:
         """The branch's manifests, read once each (ManifestEntries)."""
 
     @property
+    def layout(self) -> tuple[int, bool, int]:
+        """Memory bound, persistence and partitions: what an index shared by several jobs must agree on."""
+        return (self.max_bytes, self.persist, self.partitions)
+
+    @property
     def nbytes(self) -> int:
         """Bytes the index holds now."""
         return self._bytes
@@ -110,8 +130,15 @@ class KeyIndex:
         return len(self._keys)
 
     def bind(self, table: Table) -> None:
-        """Use the persisted entries of ``table`` (when persisting), with its current FileIO."""
-        if not self.persist:
+        """Use the persisted entries of ``table`` (when persisting) or its partitioned index, with its
+        current FileIO."""
+        if self.partitions > 0:
+            location = f"{index_location(table)}/{FOLDER}"
+            if self.partitioned is None or self.partitioned.location != location:
+                self.partitioned = PartitionedIndex(table.io, location, self.runner, self.partitions)
+            else:
+                self.partitioned.io = table.io
+        if not self.persist or self.partitions > 0:
             return
         location = index_location(table)
         if self._store is None or self._store.location != location.rstrip("/"):
@@ -154,6 +181,32 @@ class KeyIndex:
                 self._store.forget(key[0])  # its persisted entry will never serve again
         for pkey in [k for k in self._positions if k[0] not in delete_paths or k[1] not in data_paths]:
             self._bytes -= self._positions.pop(pkey).nbytes
+
+    def match(
+        self,
+        io: FileIO,
+        schema: Schema,
+        ids: tuple[int, ...],
+        requests: Sequence[tuple[DataFileMeta, pa.Table]],
+        mapping: NameMapping | None,
+        live: Collection[str] | None = None,
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """For each (data file, deleted keys built by ``key_columns``) of ``requests``: the row
+        positions (int64, ascending) whose key ``ids`` is one of those keys, and how many data files
+        had to be read. Through the partitioned index when there is one and it can index the key
+        (``live``: the paths of every live data file, see PartitionedIndex.match), else file by file."""
+        key = IndexKey.of(schema, ids) if self.partitioned is not None else None
+        if self.partitioned is not None and key is not None:
+            matched, indexed = self.partitioned.match(schema, key, requests, mapping, live)
+            self.data_files_read += indexed
+            return matched, indexed
+        found: dict[str, np.ndarray] = {}
+        read = 0
+        for meta, deleted in requests:
+            positions, was_read = self.matching_positions(io, schema, meta, ids, deleted, mapping)
+            found[meta.path] = np.asarray(positions, dtype=np.int64)
+            read += was_read
+        return found, read
 
     def matching_positions(
         self,

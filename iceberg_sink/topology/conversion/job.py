@@ -278,18 +278,19 @@ def _found_positions(
             keys[key] = pa.concat_tables(tables).combine_chunks()
         return keys[key]
 
+    requests: dict[tuple[int, ...], list[tuple[DataFileMeta, pa.Table]]] = defaultdict(list)
     for target in the_plan.targets:
         by_ids: dict[tuple[int, ...], list[LiveFile]] = defaultdict(list)
         for e in target.equality_deletes:
             by_ids[tuple(e.meta.equality_ids or ())].append(e)
-        arrays = []
         for ids, es in by_ids.items():
-            positions, was_read = index.matching_positions(
-                io, schema, target.data.meta, ids, delete_keys(ids, es), mapping
-            )
-            arrays.append(np.asarray(positions, dtype=np.int64))
-            read += was_read
-        found[target.data.meta.path] = arrays
+            requests[ids].append((target.data.meta, delete_keys(ids, es)))
+        found[target.data.meta.path] = []
+    for ids, asked in requests.items():
+        positions, was_read = index.match(io, schema, ids, asked, mapping, live=the_plan.data_paths)
+        read += was_read
+        for path, rows in positions.items():
+            found[path].append(rows)
     return found, read
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pyiceberg.table import Table
 
 from iceberg_sink.keyindex.index import DEFAULT_MAX_BYTES, KeyIndex
+from iceberg_sink.keyindex.runner import Runner
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.topology.background import BackgroundJob
 from iceberg_sink.topology.conversion.config import ConversionConfig
@@ -42,6 +43,8 @@ class ConversionTrigger(BackgroundJob):
         metrics: SinkMetrics,
         key_index_max_bytes: int = DEFAULT_MAX_BYTES,
         key_index_persist: bool = False,
+        key_index_partitions: int = 0,
+        key_index_runner: Runner | None = None,
     ) -> None:
         super().__init__(table_key, config.background)
         self._config = config
@@ -53,7 +56,9 @@ class ConversionTrigger(BackgroundJob):
         self.last_result: ConversionResult | None = None
         # Data files never change: their keys are looked up in memory by the next conversions (and
         # in table storage by the next driver, when persisting).
-        self.index = KeyIndex(key_index_max_bytes, persist=key_index_persist)
+        self.index = KeyIndex(
+            key_index_max_bytes, key_index_persist, partitions=key_index_partitions, runner=key_index_runner
+        )
 
     def should_run(self, result: CommitResult) -> bool:
         c = self._config

@@ -1,0 +1,573 @@
+"""The partitioned key index: key -> (data file, position), partitioned by key hash, in table storage.
+
+    checkpoint's deleted keys ──▶ hash ──▶ partitions (top bits of the hash)
+        ──▶ runs of those partitions: only the blocks the keys fall in are read (runs.py), in tasks
+            that run in the driver or on Spark's executors (runner.py)
+        ──▶ (data file, position) of every entry with one of the keys ──▶ kept where the file is one
+            the delete applies to, live as the caller sees it ──▶ the caller's DVs / position deletes
+
+Its state is a *manifest* (JSON, in ``<metadata>/iceberg-sink-key-index/partitioned/<key>/``): the
+runs, which runs serve each partition, and the data files whose entries the runs hold (*covered*:
+path, size and record count). A pointer file ``current`` names the newest manifest, so a restarted
+driver reads one small file and builds nothing it had built.
+
+What keeps it right:
+
+- **Entries are facts about immutable files.** "Row p of file f had key k" stays true for as long
+  as f exists, so any manifest, however old, is right about what it covers: hits are kept only for
+  the data files the caller names (live on the head it resolves against, with the same size and
+  record count). A compaction, an expiry, a truncate or another writer's files change which files
+  are live, never what an entry says; rows deleted since are already in the caller's DVs.
+- **Coverage is checked, never assumed.** A data file the caller asks about that the manifest does
+  not cover is indexed first (*catch-up*: its key column read in a task, its entries written as a
+  new run), whoever wrote it: the sink's own checkpoints, another writer, a compaction.
+- **A broken index is rebuilt, never trusted.** A missing or corrupt run or manifest (each checked
+  by CRC-32) drops the index; the lookup is redone after a catch-up of every file it needs.
+
+Maintenance (*merge*): each partition's runs are merged size-tiered (the smallest runs, while the
+next is at most ``fan_in`` times their sum) when the partition has more than ``fan_in`` runs, in one
+task per partition; entries of files no longer covered are dropped then. A run that no partition
+uses any more is deleted once the manifest that drops it is current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+import zlib
+from collections.abc import Collection, Mapping, Sequence
+
+import attrs
+import numpy as np
+import pyarrow as pa
+from pyiceberg.io import FileIO
+from pyiceberg.schema import Schema
+from pyiceberg.table.name_mapping import NameMapping
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    FixedType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+    UUIDType,
+)
+
+from iceberg_sink._iceberg.live_rows import key_columns
+from iceberg_sink._iceberg.projection import key_schema, read_projected
+from iceberg_sink.errors import CorruptFileError
+from iceberg_sink.keyindex import runs
+from iceberg_sink.keyindex.runner import LocalRunner, Runner
+from iceberg_sink.keyindex.runs import DIGEST, DTYPES, INT, FileKey, RunFile
+from iceberg_sink.vocab.files import DataFileMeta
+
+logger = logging.getLogger("iceberg_sink")
+
+FOLDER = "partitioned"
+POINTER = "current"
+MANIFEST_VERSION = 1
+DEFAULT_PARTITIONS = 16
+DEFAULT_BLOCK = 256
+DEFAULT_FAN_IN = 4
+ROWS_PER_TASK = 4_000_000
+"""Catch-up: data file rows one task indexes (about 100 MB of entries at most in its memory)."""
+_INTS = (IntegerType, LongType, DateType, TimeType, TimestampType, TimestamptzType)
+_DIGESTABLE = (*_INTS, StringType, BinaryType, FixedType, UUIDType, DecimalType, BooleanType)
+
+
+@attrs.frozen
+class IndexKey:
+    """The key an index is built for: its field ids, its kind (runs.py) and a signature of the
+    fields' types that changes when they do (an int promoted to long keeps it: same entries)."""
+
+    ids: tuple[int, ...]
+    kind: str
+    signature: str
+
+    @classmethod
+    def of(cls, schema: Schema, ids: tuple[int, ...]) -> IndexKey | None:
+        """The index key of ``ids`` in ``schema``, or None when it cannot be indexed (a floating point
+        field, or a key nested in a list or map)."""
+        fields = []
+        for i in ids:
+            try:
+                field = schema.find_field(i)
+            except ValueError:
+                return None
+            if not isinstance(field.field_type, _DIGESTABLE):
+                return None
+            kind_name = "long" if isinstance(field.field_type, IntegerType) else str(field.field_type)
+            fields.append((i, kind_name, field.required, schema.accessor_for_field(i).inner is None))
+        # One required top-level integer-like field is its own hash; anything else (nested: its
+        # structs' nulls are part of the key) is digested.
+        single = len(ids) == 1 and fields[0][2] and fields[0][3]
+        kind = INT if single and isinstance(schema.find_field(ids[0]).field_type, _INTS) else DIGEST
+        text = json.dumps([kind, fields])
+        return cls(ids, kind, hashlib.sha256(text.encode()).hexdigest()[:16])
+
+
+@attrs.frozen
+class Manifest:
+    """One version of an index (module docstring). ``slices[b]``: indexes into ``runs`` of the runs
+    that serve partition ``b``."""
+
+    key: IndexKey
+    bits: int
+    block: int
+    runs: tuple[RunFile, ...] = ()
+    slices: tuple[tuple[int, ...], ...] = ()
+    covered: Mapping[FileKey, None] = attrs.field(factory=dict)
+
+    @classmethod
+    def empty(cls, key: IndexKey, partitions: int, block: int) -> Manifest:
+        bits = max(0, (partitions - 1).bit_length())
+        return cls(key, bits, block, (), tuple(() for _ in range(1 << bits)), {})
+
+    @property
+    def partitions(self) -> int:
+        return 1 << self.bits
+
+    def bounds(self, b: int) -> tuple[int, int]:
+        """The smallest and largest hash of partition ``b``."""
+        shift = 64 - self.bits
+        return (b << shift) if self.bits else 0, (((b + 1) << shift) - 1) if self.bits else 2**64 - 1
+
+    def partition_of(self, s: np.ndarray) -> np.ndarray:
+        return (s >> np.uint64(64 - self.bits)).astype(np.int64) if self.bits else np.zeros(len(s), np.int64)
+
+    def with_runs(self, new: Sequence[RunFile], covered: Collection[FileKey]) -> Manifest:
+        """This manifest plus runs ``new`` (each serving every partition its hashes span)."""
+        added = range(len(self.runs), len(self.runs) + len(new))
+        slices = [list(s) for s in self.slices]
+        for index, run in zip(added, new, strict=True):
+            if not run.entries:
+                continue
+            first, last = self.partition_of(np.array([run.lo, run.hi], np.uint64))
+            for b in range(int(first), int(last) + 1):
+                slices[b].append(index)
+        return attrs.evolve(
+            self,
+            runs=(*self.runs, *new),
+            slices=tuple(tuple(s) for s in slices),
+            covered={**self.covered, **dict.fromkeys(covered)},
+        )
+
+    def slice_entries(self, index: int) -> float:
+        """About how many entries of run ``index`` each partition it spans holds."""
+        run = self.runs[index]
+        first, last = self.partition_of(np.array([run.lo, run.hi], np.uint64))
+        return run.entries / (int(last) - int(first) + 1)
+
+    def compacted(self) -> tuple[Manifest, list[str]]:
+        """The manifest without runs no partition uses, and those runs' paths."""
+        used = sorted({i for s in self.slices for i in s})
+        renumber = {old: new for new, old in enumerate(used)}
+        dropped = [r.path for i, r in enumerate(self.runs) if i not in renumber]
+        return (
+            attrs.evolve(
+                self,
+                runs=tuple(self.runs[i] for i in used),
+                slices=tuple(tuple(renumber[i] for i in s) for s in self.slices),
+            ),
+            dropped,
+        )
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": MANIFEST_VERSION,
+                "key": {"ids": list(self.key.ids), "kind": self.key.kind, "signature": self.key.signature},
+                "bits": self.bits,
+                "block": self.block,
+                "runs": [[r.path, r.entries, r.nbytes, r.lo, r.hi] for r in self.runs],
+                "slices": [list(s) for s in self.slices],
+                "covered": [list(f) for f in self.covered],
+            },
+            separators=(",", ":"),
+        ).encode("utf-8")
+
+    @classmethod
+    def decode(cls, data: bytes, location: str) -> Manifest:
+        try:
+            head = json.loads(data)
+            if head["version"] != MANIFEST_VERSION:
+                raise ValueError(f"expected version {MANIFEST_VERSION}, received {head['version']!r}")
+            key = IndexKey(
+                tuple(int(i) for i in head["key"]["ids"]), str(head["key"]["kind"]), str(head["key"]["signature"])
+            )
+            manifest = cls(
+                key,
+                int(head["bits"]),
+                int(head["block"]),
+                tuple(RunFile(str(p), int(n), int(b), int(lo), int(hi)) for p, n, b, lo, hi in head["runs"]),
+                tuple(tuple(int(i) for i in s) for s in head["slices"]),
+                {(str(p), int(size), int(count)): None for p, size, count in head["covered"]},
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptFileError(f"key index manifest {location}: unreadable ({type(e).__name__}: {e})") from e
+        if len(manifest.slices) != manifest.partitions or any(
+            i >= len(manifest.runs) for s in manifest.slices for i in s
+        ):
+            raise CorruptFileError(f"key index manifest {location}: partitions and runs do not agree")
+        return manifest
+
+
+def file_key(meta: DataFileMeta) -> FileKey:
+    return (meta.path, meta.file_size_in_bytes, meta.record_count)
+
+
+@attrs.frozen
+class _Build:
+    """A catch-up task: index ``files`` into one run at ``path``."""
+
+    files: tuple[DataFileMeta, ...]
+    schema: Schema
+    key: IndexKey
+    mapping: NameMapping | None
+    path: str
+    block: int
+
+
+def _build(io: FileIO, task: _Build) -> RunFile:
+    wanted = key_schema(task.schema, task.key.ids)
+    parts = []
+    for ordinal, meta in enumerate(task.files):
+        if meta.record_count > runs.MAX_POSITION:
+            raise ValueError(f"{meta.path}: {meta.record_count} rows, more than a key index entry can address")
+        rows = read_projected(io, meta.path, wanted, only_needed_columns=True, mapping=task.mapping)
+        if rows.num_rows != meta.record_count:
+            raise ValueError(
+                f"{meta.path}: expected {meta.record_count} rows (its manifest entry), read {rows.num_rows}; "
+                "positions would be wrong, nothing is converted"
+            )
+        hashes = runs.key_hashes(key_columns(rows, wanted, task.key.ids), task.key.kind)
+        entries = np.empty(rows.num_rows, DTYPES[task.key.kind])
+        for name in hashes.dtype.names or ():
+            entries[name] = hashes[name]
+        entries["f"] = ordinal
+        entries["p"] = np.arange(rows.num_rows, dtype=np.uint32)
+        parts.append(entries)
+    entries = runs.sort_entries(np.concatenate(parts)) if parts else np.empty(0, DTYPES[task.key.kind])
+    return runs.write_run(io, task.path, task.key.kind, entries, [file_key(f) for f in task.files], task.block)
+
+
+@attrs.frozen
+class _Lookup:
+    """A lookup task: the entries of ``paths`` (runs) whose hash is one of ``wanted``."""
+
+    paths: tuple[str, ...]
+    wanted: tuple[np.ndarray, ...]
+
+
+def _lookup(io: FileIO, task: _Lookup) -> list[tuple[np.ndarray, tuple[FileKey, ...]]]:
+    return [runs.lookup(io, path, wanted) for path, wanted in zip(task.paths, task.wanted, strict=True)]
+
+
+@attrs.frozen
+class _Merge:
+    """A merge task: the entries of partition ``[lo, hi]`` of ``inputs``, of ``keep`` files, into one run."""
+
+    inputs: tuple[str, ...]
+    lo: int
+    hi: int
+    keep: frozenset[FileKey]
+    kind: str
+    path: str
+    block: int
+
+
+def _merge(io: FileIO, task: _Merge) -> RunFile:
+    parts = []
+    files: dict[FileKey, int] = {}
+    for path in task.inputs:
+        entries, names = runs.read_range(io, path, task.lo, task.hi)
+        remap = np.array([files.setdefault(f, len(files)) if f in task.keep else -1 for f in names] or [0], np.int64)
+        targets = remap[entries["f"].astype(np.int64)] if len(entries) else np.empty(0, np.int64)
+        entries = entries[targets >= 0].copy()
+        entries["f"] = targets[targets >= 0]
+        parts.append(entries)
+    merged = runs.sort_entries(np.concatenate(parts)) if parts else np.empty(0, DTYPES[task.kind])
+    used = np.unique(merged["f"])  # files whose every entry was dropped leave the run's file list
+    renumber = np.zeros(len(files) or 1, np.int64)
+    renumber[used] = np.arange(len(used))
+    merged["f"] = renumber[merged["f"].astype(np.int64)] if len(merged) else merged["f"]
+    ordered = list(files)
+    return runs.write_run(io, task.path, task.kind, merged, [ordered[i] for i in used], task.block)
+
+
+@attrs.define
+class PartitionedCounters:
+    """What one index did since it started."""
+
+    files_indexed: int = 0
+    runs_written: int = 0
+    runs_merged: int = 0
+    lookups: int = 0
+    runs_read: int = 0
+    manifests_written: int = 0
+    rebuilds: int = 0
+
+
+class PartitionedIndex:
+    """The partitioned key index of one table (module docstring). Used by one job at a time.
+
+    Args:
+        io: the table's FileIO.
+        location: the index's folder (``<metadata>/iceberg-sink-key-index/partitioned``).
+        runner: where tasks run (runner.py).
+        partitions: partitions of a new index (a power of two is used: the next one up).
+        block: entries per block of a run (the unit a lookup reads).
+        fan_in: runs a partition holds before they are merged (module docstring).
+    """
+
+    def __init__(
+        self,
+        io: FileIO,
+        location: str,
+        runner: Runner | None = None,
+        partitions: int = DEFAULT_PARTITIONS,
+        block: int = DEFAULT_BLOCK,
+        fan_in: int = DEFAULT_FAN_IN,
+    ) -> None:
+        self.io = io
+        self.location = location.rstrip("/")
+        self.runner: Runner = runner or LocalRunner()
+        self.partitions = partitions
+        self.block = block
+        self.fan_in = max(2, fan_in)
+        self.counters = PartitionedCounters()
+        self._manifests: dict[str, Manifest] = {}
+
+    def folder(self, key: IndexKey) -> str:
+        return f"{self.location}/{key.signature}"
+
+    # ---- state -------------------------------------------------------------------------------
+
+    def manifest(self, key: IndexKey) -> Manifest:
+        """The index of ``key``: in memory, else the current one in storage, else an empty one."""
+        held = self._manifests.get(key.signature)
+        if held is None:
+            held = self._load(key) or Manifest.empty(key, self.partitions, self.block)
+            self._manifests[key.signature] = held
+        return held
+
+    def _load(self, key: IndexKey) -> Manifest | None:
+        pointer = f"{self.folder(key)}/{POINTER}"
+        try:
+            with self.io.new_input(pointer).open(seekable=False) as stream:
+                name, crc = json.loads(stream.read())
+            location = f"{self.folder(key)}/{name}"
+            with self.io.new_input(location).open(seekable=False) as stream:
+                data = stream.read()
+            if zlib.crc32(data) != int(crc):
+                raise CorruptFileError(f"key index manifest {location}: checksum mismatch")
+            manifest = Manifest.decode(data, location)
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # unreadable: rebuilt from the data files, never trusted
+            logger.warning("key index of %s is rebuilt: %s: %s", self.folder(key), type(e).__name__, e)
+            self.counters.rebuilds += 1
+            return None
+        return manifest if manifest.key == key else None
+
+    def _save(self, manifest: Manifest, dropped: Sequence[str]) -> None:
+        folder = self.folder(manifest.key)
+        data = manifest.encode()
+        name = f"manifest-{uuid.uuid4().hex}.json"
+        with self.io.new_output(f"{folder}/{name}").create(overwrite=True) as stream:
+            stream.write(data)
+        previous = self._pointed(folder)
+        with self.io.new_output(f"{folder}/{POINTER}").create(overwrite=True) as stream:
+            stream.write(json.dumps([name, zlib.crc32(data)]).encode())
+        self.counters.manifests_written += 1
+        for path in [*dropped, *([f"{folder}/{previous}"] if previous and previous != name else [])]:
+            try:
+                self.io.delete(path)
+            except Exception as e:  # an orphan, never an error
+                logger.warning("cannot delete key index file %s (%s: %s)", path, type(e).__name__, e)
+
+    def _pointed(self, folder: str) -> str | None:
+        try:
+            with self.io.new_input(f"{folder}/{POINTER}").open(seekable=False) as stream:
+                return str(json.loads(stream.read())[0])
+        except Exception:
+            return None
+
+    # ---- the lookup --------------------------------------------------------------------------
+
+    def match(
+        self,
+        schema: Schema,
+        key: IndexKey,
+        requests: Sequence[tuple[DataFileMeta, pa.Table]],
+        mapping: NameMapping | None,
+        live: Collection[str] | None = None,
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """For each (data file, deleted keys) of ``requests``: the positions (int64, ascending) of its
+        rows whose key is one of those keys, and how many data files had to be indexed first.
+
+        ``live``: the path of every live data file of the head the caller resolves against; the manifest then
+        forgets the files that are not, and merges drop their entries. The keys come from
+        ``key_columns`` of the key ``key.ids`` projected through ``schema``.
+        """
+        try:
+            return self._match(schema, key, requests, mapping, live)
+        except (CorruptFileError, FileNotFoundError) as e:
+            logger.warning("key index of %s is rebuilt: %s: %s", self.folder(key), type(e).__name__, e)
+            self.counters.rebuilds += 1
+            self._manifests[key.signature] = Manifest.empty(key, self.partitions, self.block)
+            return self._match(schema, key, requests, mapping, live)
+
+    def _match(
+        self,
+        schema: Schema,
+        key: IndexKey,
+        requests: Sequence[tuple[DataFileMeta, pa.Table]],
+        mapping: NameMapping | None,
+        live: Collection[str] | None,
+    ) -> tuple[dict[str, np.ndarray], int]:
+        manifest = self.manifest(key)
+        before = manifest
+        if live is not None:
+            manifest = attrs.evolve(manifest, covered={f: None for f in manifest.covered if f[0] in live})
+        uncovered = {file_key(m): m for m, _ in requests if file_key(m) not in manifest.covered}
+        if uncovered:
+            manifest = manifest.with_runs(self._catch_up(schema, key, list(uncovered.values()), mapping), uncovered)
+        found = self._find(manifest, key, requests)
+        manifest, dropped = self._merge_partitions(manifest)
+        if manifest != before:
+            self._save(manifest, dropped)
+        self._manifests[key.signature] = manifest
+        return found, len(uncovered)
+
+    def _catch_up(
+        self, schema: Schema, key: IndexKey, files: list[DataFileMeta], mapping: NameMapping | None
+    ) -> list[RunFile]:
+        groups: list[list[DataFileMeta]] = [[]]
+        rows = 0
+        for f in sorted(files, key=lambda f: f.path):
+            if groups[-1] and rows + f.record_count > ROWS_PER_TASK:
+                groups.append([])
+                rows = 0
+            groups[-1].append(f)
+            rows += f.record_count
+        folder = self.folder(key)
+        tasks = [
+            _Build(tuple(g), schema, key, mapping, f"{folder}/runs/{uuid.uuid4().hex}.run", self.block) for g in groups
+        ]
+        weight = (
+            sum(f.file_size_in_bytes for f in files) + sum(f.record_count for f in files) * DTYPES[key.kind].itemsize
+        )
+        built = self.runner.run(_build, tasks, self.io, folder, weight)
+        self.counters.files_indexed += len(files)
+        self.counters.runs_written += len(built)
+        return built
+
+    def _find(
+        self, manifest: Manifest, key: IndexKey, requests: Sequence[tuple[DataFileMeta, pa.Table]]
+    ) -> dict[str, np.ndarray]:
+        # A null never matches an integer key's rows (the field is required: the files hold none).
+        asked = [
+            runs.distinct_hashes(runs.key_hashes(keys.drop_null() if key.kind == INT else keys, key.kind))
+            for _, keys in requests
+        ]
+        result: dict[str, np.ndarray] = {m.path: np.empty(0, np.int64) for m, _ in requests}
+        if not asked or not any(len(a) for a in asked):
+            return result
+        wanted = runs.distinct_hashes(np.concatenate(asked))
+        partition = manifest.partition_of(wanted["s"])
+        serving: dict[int, list[int]] = {}
+        for b, indexes in enumerate(manifest.slices):
+            for i in indexes:
+                serving.setdefault(i, []).append(b)
+        paths, subsets, weight = [], [], 0
+        for i, parts in sorted(serving.items()):
+            run = manifest.runs[i]
+            subset = wanted[np.isin(partition, parts)]
+            subset = subset[(subset["s"] >= np.uint64(run.lo)) & (subset["s"] <= np.uint64(run.hi))]
+            if len(subset):
+                paths.append(run.path)
+                subsets.append(subset)
+                weight += min(run.nbytes, len(subset) * manifest.block * DTYPES[key.kind].itemsize)
+        self.counters.lookups += 1
+        self.counters.runs_read += len(paths)
+        groups = max(1, min(len(paths), 8))
+        tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups])) for g in range(groups)] if paths else []
+        hits = [h for part in self.runner.run(_lookup, tasks, self.io, self.folder(key), weight) for h in part]
+        by_file: dict[FileKey, list[np.ndarray]] = {}
+        for entries, files in hits:
+            for f in np.unique(entries["f"]):
+                by_file.setdefault(files[int(f)], []).append(entries[entries["f"] == f])
+        for (meta, _), mine in zip(requests, asked, strict=True):
+            entries_of = by_file.get(file_key(meta))
+            if not entries_of or not len(mine):
+                continue
+            entries = np.concatenate(entries_of)
+            if key.kind == DIGEST:
+                hit = np.isin(runs.digests(entries), runs.digests(mine))
+            else:
+                hit = np.isin(entries["s"], mine["s"])
+            positions = np.unique(entries["p"][hit].astype(np.int64))
+            result[meta.path] = np.union1d(result[meta.path], positions)
+        return result
+
+    def _merge_partitions(self, manifest: Manifest) -> tuple[Manifest, list[str]]:
+        tasks: list[tuple[int, list[int], _Merge]] = []
+        for b, indexes in enumerate(manifest.slices):
+            if len(indexes) <= self.fan_in:
+                continue
+            by_size = sorted(indexes, key=manifest.slice_entries)
+            group = by_size[:2]
+            total = sum(manifest.slice_entries(i) for i in group)
+            for i in by_size[2:]:
+                if manifest.slice_entries(i) > self.fan_in * total:
+                    break
+                group.append(i)
+                total += manifest.slice_entries(i)
+            lo, hi = manifest.bounds(b)
+            path = f"{self.folder(manifest.key)}/runs/{uuid.uuid4().hex}.run"
+            merge = _Merge(
+                tuple(manifest.runs[i].path for i in group),
+                lo,
+                hi,
+                frozenset(manifest.covered),
+                manifest.key.kind,
+                path,
+                manifest.block,
+            )
+            tasks.append((b, group, merge))
+        if not tasks:
+            return manifest, []
+        weight = (
+            sum(manifest.slice_entries(i) for _, group, _ in tasks for i in group) * DTYPES[manifest.key.kind].itemsize
+        )
+        merged = self.runner.run(_merge, [t for *_, t in tasks], self.io, self.folder(manifest.key), int(weight))
+        self.counters.runs_merged += sum(len(group) for _, group, _ in tasks)
+        self.counters.runs_written += len(merged)
+        runs_now = list(manifest.runs)
+        slices = [list(s) for s in manifest.slices]
+        for (b, group, _), run in zip(tasks, merged, strict=True):
+            slices[b] = [i for i in slices[b] if i not in group]
+            if run.entries:
+                slices[b].append(len(runs_now))
+            runs_now.append(run)
+        manifest = attrs.evolve(manifest, runs=tuple(runs_now), slices=tuple(tuple(s) for s in slices))
+        return manifest.compacted()  # merged runs, and empty new ones, serve no partition: dropped
+
+    def stats(self, key: IndexKey) -> dict[str, int]:
+        """Runs, entries and bytes of the index of ``key`` as it stands."""
+        manifest = self.manifest(key)
+        return {
+            "runs": len(manifest.runs),
+            "entries": sum(r.entries for r in manifest.runs),
+            "bytes": sum(r.nbytes for r in manifest.runs),
+            "covered_files": len(manifest.covered),
+            "covered_rows": sum(count for _, _, count in manifest.covered),
+        }

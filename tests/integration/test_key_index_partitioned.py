@@ -1,0 +1,118 @@
+"""The partitioned key index (keyindex/partitioned.py) on real Spark: a format v3 CDC stream whose
+deletes are resolved through it with every step on the executors, a restarted driver that indexes
+nothing again, a lost index rebuilt from the data files, and the v2 equality-delete conversion
+through it. Iceberg Java 1.9.2, the newest Iceberg Java and DuckDB read the model each time."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.manifest import DataFileContent
+from pyspark.sql import SparkSession
+
+from iceberg_sink import IcebergSink
+from iceberg_sink.keyindex.index import KeyIndex
+from iceberg_sink.keyindex.persisted import index_location
+from iceberg_sink.keyindex.runner import SparkRunner
+from tests.integration.test_cdc import apply, expected, frame
+from tests.integration.test_key_index_restart import changes
+from tests.interop.readers import JavaIcebergReader, assert_readers_agree
+
+pytestmark = pytest.mark.interop
+
+KEYS = {"long key (its own hash)": ["id"], "long and string (digest)": ["id", "region"]}
+
+
+def partitioned(builder: Any) -> Any:
+    return (
+        builder.write_option("iceberg-sink.key-index.mode", "partitioned")
+        .write_option("iceberg-sink.key-index.partitions", 4)
+        .write_option("iceberg-sink.key-index.driver-max-bytes", 0)  # every step a Spark job
+    )
+
+
+@pytest.mark.parametrize("kind", list(KEYS))
+def test_v3_deletes_resolve_through_the_partitioned_index_on_executors_across_restarts(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, kind: str
+) -> None:
+    def build() -> Any:
+        return partitioned(
+            IcebergSink.builder()
+            .embedded(tmp_path / "lake")
+            .table("db.users")
+            .create_if_missing(format_version=3)
+            .cdc(op_column="op", key=KEYS[kind], order_by="lsn")
+        ).build()
+
+    ckpt = str(tmp_path / "ckpt")
+    model: dict[int, dict[str, Any]] = {}
+    checkpoint, lsn = 0, 0
+
+    def write(sink: Any, ids: range, op: str, check: bool = False) -> Any:
+        nonlocal checkpoint, lsn
+        batch = changes(ids, lsn, op)
+        lsn += 1000
+        outcome = sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
+        checkpoint += 1
+        apply(model, batch)
+        if check:
+            assert_readers_agree(java_readers, sink.load_table().metadata_location, expected(model), ["id"])
+        return outcome
+
+    sink = build()
+    write(sink, range(100), "I")  # files A: keys 0..99
+    write(sink, range(50), "U")  # reaches A (indexed); files B: 0..49
+    write(sink, range(10), "U")  # reaches A and B (B indexed); files C
+    write(sink, range(60, 70), "D", check=True)  # reaches A only
+    index: KeyIndex = sink._committer_index
+    assert index.partitions == 4 and index.files == 0  # no key held in the driver
+    assert isinstance(index.runner, SparkRunner) and index.runner.jobs > 0 and index.runner.local.tasks == 0
+    indexed = sink.metrics().key_index_data_files_read
+    assert indexed >= 2
+    sink.close()
+
+    restarted = build()  # a new driver: reads the index's manifest, indexes nothing again
+    outcome = write(restarted, range(20, 50), "U", check=True)  # reaches A and B only
+    assert outcome.key_index_data_files_read == 0
+    restarted.close()
+
+    # The index is lost: the next driver indexes the data files again, and is right.
+    folder = Path(index_location(restarted.load_table()).removeprefix("file://")) / "partitioned"
+    assert any(folder.rglob("*.run"))
+    shutil.rmtree(folder)
+    rebuilt = build()
+    outcome = write(rebuilt, range(0, 100, 3), "D", check=True)
+    assert outcome.key_index_data_files_read > 0
+    rebuilt.close()
+    assert len(model) == 100 - 10 - len(range(0, 100, 3)) + len([i for i in range(60, 70) if i % 3 == 0])
+
+
+def test_the_v2_conversion_looks_keys_up_in_the_partitioned_index(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    sink = partitioned(
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.users")
+        .create_if_missing(format_version=2)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .convert_equality_deletes(every_n_commits=1, background=False)
+    ).build()
+    ckpt = str(tmp_path / "ckpt")
+    model: dict[int, dict[str, Any]] = {}
+    for checkpoint, (ids, op) in enumerate([(range(100), "I"), (range(50), "U"), (range(10, 30), "D")]):
+        batch = changes(ids, checkpoint * 1000, op)
+        sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
+        apply(model, batch)
+    sink.close()
+    conversions = [i for i in sink._key_indexes if i is not sink._committer_index]
+    assert conversions and all(i.partitioned is not None for i in conversions)
+    assert sum(i.partitioned.counters.lookups for i in conversions if i.partitioned is not None) >= 2
+    assert sum(i.data_files_read for i in conversions) >= 2 and all(i.files == 0 for i in conversions)
+    table = sink.load_table()
+    deletes = [f for t in table.scan().plan_files() for f in t.delete_files]
+    assert deletes and all(f.content == DataFileContent.POSITION_DELETES for f in deletes), "all converted"
+    assert_readers_agree(java_readers, table.metadata_location, expected(model), ["id"])

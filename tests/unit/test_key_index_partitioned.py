@@ -1,0 +1,219 @@
+"""The partitioned key index against a brute-force answer: every key kind, merges, restarts,
+files leaving the head, corrupt and missing runs."""
+
+from __future__ import annotations
+
+import decimal
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BinaryType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    UUIDType,
+)
+
+from iceberg_sink.keyindex import runs
+from iceberg_sink.keyindex.index import KeyIndex
+from iceberg_sink.keyindex.partitioned import IndexKey, PartitionedIndex
+from iceberg_sink.vocab.files import DataFileMeta
+from tests.unit.test_key_index import IO, deleted, expected, schema_of, write
+
+LONG = schema_of(NestedField(1, "id", LongType(), required=True))
+OPTIONAL_LONG = schema_of(NestedField(1, "id", LongType(), required=False))
+STRING = schema_of(NestedField(1, "id", StringType(), required=True))
+PAIR = schema_of(NestedField(1, "a", StringType(), required=False), NestedField(2, "b", IntegerType(), required=False))
+NESTED = schema_of(
+    NestedField(3, "s", StructType(NestedField(4, "id", LongType(), required=False)), required=False),
+)
+
+
+def index(tmp_path: Path, **kwargs: Any) -> PartitionedIndex:
+    settings = {"partitions": 4, "block": 3, "fan_in": 2, **kwargs}
+    return PartitionedIndex(IO, str(tmp_path / "index"), **settings)
+
+
+def ask(
+    idx: PartitionedIndex,
+    schema: Schema,
+    ids: tuple[int, ...],
+    files: list[tuple[DataFileMeta, dict[str, list[Any]]]],
+    keys: dict[str, list[Any]],
+    live: set[str] | None = None,
+) -> tuple[dict[str, list[int]], int]:
+    key = IndexKey.of(schema, ids)
+    assert key is not None
+    requests = [(meta, deleted(schema, ids, keys)) for meta, _ in files]
+    found, read = idx.match(schema, key, requests, None, live)
+    return {p: v.tolist() for p, v in found.items()}, read
+
+
+def brute(files: list[tuple[DataFileMeta, dict[str, list[Any]]]], keys: dict[str, list[Any]]) -> dict[str, list[int]]:
+    return {meta.path: expected(columns, keys) for meta, columns in files}
+
+
+def test_the_kind_of_a_key() -> None:
+    assert IndexKey.of(LONG, (1,)).kind == runs.INT  # type: ignore[union-attr]
+    assert IndexKey.of(OPTIONAL_LONG, (1,)).kind == runs.DIGEST  # type: ignore[union-attr]
+    assert IndexKey.of(STRING, (1,)).kind == runs.DIGEST  # type: ignore[union-attr]
+    assert IndexKey.of(schema_of(NestedField(1, "x", DoubleType(), required=True)), (1,)) is None
+    # An int promoted to long keeps its entries; a string key is another index.
+    as_int = schema_of(NestedField(1, "id", IntegerType(), required=True))
+    assert IndexKey.of(as_int, (1,)) == IndexKey.of(LONG, (1,))
+    assert IndexKey.of(STRING, (1,)) != IndexKey.of(LONG, (1,))
+
+
+def test_mix_is_a_bijection_on_a_sample() -> None:
+    values = np.array([-(2**63), -1, 0, 1, 2**63 - 1, *range(-5000, 5000)], np.int64)
+    assert len(np.unique(runs.mix(values))) == len(np.unique(values))
+
+
+def test_a_key_repeated_over_many_blocks_is_found_in_every_one(tmp_path: Path) -> None:
+    columns = {"id": [7] * 20 + list(range(100, 140)) + [7] * 5}
+    meta = write(tmp_path, "a", LONG, columns)
+    idx = index(tmp_path)
+    found, read = ask(idx, LONG, (1,), [(meta, columns)], {"id": [7, 120, 5000]})
+    assert found == brute([(meta, columns)], {"id": [7, 120, 5000]})
+    assert read == 1
+    assert ask(idx, LONG, (1,), [(meta, columns)], {"id": [7]})[1] == 0  # covered: nothing read again
+
+
+def _pairs(r: random.Random, n: int) -> dict[str, list[Any]]:
+    return {
+        "a": [None if r.random() < 0.2 else f"x{r.randrange(5)}" for _ in range(n)],
+        "b": [None if r.random() < 0.2 else r.randrange(5) for _ in range(n)],
+    }
+
+
+CASES = {
+    "long": (LONG, (1,), lambda r: {"id": [r.randrange(60) for _ in range(r.randrange(1, 40))]}),
+    "optional long": (
+        OPTIONAL_LONG,
+        (1,),
+        lambda r: {"id": [None if r.random() < 0.2 else r.randrange(30) for _ in range(r.randrange(1, 30))]},
+    ),
+    "string": (STRING, (1,), lambda r: {"id": [f"k{r.randrange(50)}" for _ in range(r.randrange(1, 30))]}),
+    "pair with nulls": (PAIR, (1, 2), lambda r: _pairs(r, r.randrange(1, 30))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("seed", range(4))
+def test_checkpoints_of_random_files_agree_with_brute_force(tmp_path: Path, case: str, seed: int) -> None:
+    schema, ids, draw = CASES[case]
+    r = random.Random(f"{case}-{seed}")
+    idx = index(tmp_path, partitions=r.choice([1, 2, 4, 8]), block=r.choice([1, 3, 16]), fan_in=r.choice([2, 3]))
+    files: list[tuple[DataFileMeta, dict[str, list[Any]]]] = []
+    merged = 0
+    for step in range(12):
+        columns = draw(r)
+        files.append((write(tmp_path, f"f{step}", schema, columns), columns))
+        if len(files) > 3 and r.random() < 0.3:  # a file leaves the head (compacted away, deleted)
+            files.pop(r.randrange(len(files)))
+        keys = draw(r)
+        live = {m.path for m, _ in files}
+        asked = r.sample(files, r.randrange(1, len(files) + 1))
+        found, _ = ask(idx, schema, ids, asked, keys, live)
+        assert found == brute(asked, keys), (case, seed, step)
+        if r.random() < 0.3:  # a restarted driver: the index from storage, nothing read again
+            merged += idx.counters.runs_merged
+            idx = PartitionedIndex(IO, idx.location, partitions=idx.partitions, block=idx.block, fan_in=idx.fan_in)
+            again, read = ask(idx, schema, ids, asked, keys, live)
+            assert (again, read) == (found, 0)
+    assert merged + idx.counters.runs_merged > 0
+
+
+def test_a_corrupt_or_missing_run_is_rebuilt_never_trusted(tmp_path: Path) -> None:
+    files = []
+    for n in range(4):
+        columns = {"id": [f"u{uuid.UUID(int=n * 100 + i)}" for i in range(30)]}
+        files.append((write(tmp_path, f"f{n}", STRING, columns), columns))
+    idx = index(tmp_path, fan_in=8)
+    keys = {"id": [k for _, columns in files for k in columns["id"][::2]] + ["absent"]}  # every block is read
+    assert ask(idx, STRING, (1,), files, keys)[0] == brute(files, keys)
+    run_files = sorted((tmp_path / "index").rglob("*.run"))
+    assert run_files
+    for run_file in run_files:
+        raw = bytearray(run_file.read_bytes())
+        raw[-5] ^= 0xFF  # an entry's byte: its block's CRC no longer holds
+        run_file.write_bytes(bytes(raw))
+    runs.HEADERS._items.clear()
+    fresh = PartitionedIndex(IO, idx.location, partitions=4, block=3, fan_in=8)
+    found, read = ask(fresh, STRING, (1,), files, keys)
+    assert found == brute(files, keys)
+    assert (read, fresh.counters.rebuilds) == (4, 1)
+    for f in (tmp_path / "index").rglob("*.run"):
+        f.unlink()
+    runs.HEADERS._items.clear()
+    found, _ = ask(fresh, STRING, (1,), files, keys)
+    assert found == brute(files, keys)
+    assert fresh.counters.rebuilds == 2
+
+
+def test_merges_drop_the_entries_of_files_that_left_and_delete_unused_runs(tmp_path: Path) -> None:
+    idx = index(tmp_path, partitions=1, fan_in=2)
+    files = []
+    for n in range(6):
+        columns = {"id": list(range(n * 10, n * 10 + 10))}
+        files.append((write(tmp_path, f"f{n}", LONG, columns), columns))
+        live = {m.path for m, _ in files[-2:]}  # only the last two stay live
+        ask(idx, LONG, (1,), files[-2:], {"id": [0]}, live)
+    key = IndexKey.of(LONG, (1,))
+    assert key is not None
+    stats = idx.stats(key)
+    assert stats["covered_files"] == 2
+    assert stats["entries"] < 60  # entries of the files that left were merged away
+    on_disk = {str(p) for p in (tmp_path / "index").rglob("*.run")}
+    assert on_disk == {r.path for r in idx.manifest(key).runs}
+
+
+def test_decimal_uuid_binary_timestamp_and_nested_keys(tmp_path: Path) -> None:
+    schema = schema_of(
+        NestedField(1, "d", DecimalType(10, 2), required=False),
+        NestedField(2, "u", UUIDType(), required=False),
+        NestedField(5, "b", BinaryType(), required=False),
+        NestedField(6, "t", TimestampType(), required=False),
+    )
+    import datetime as dt
+
+    d = [decimal.Decimal("1.50"), None, decimal.Decimal("-2.00"), decimal.Decimal("1.50")]
+    u = [uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes, None, uuid.UUID(int=1).bytes]
+    b = [b"x", b"", None, b"x"]
+    t = [dt.datetime(2026, 1, 1), None, dt.datetime(2026, 1, 2), dt.datetime(2026, 1, 1)]
+    columns = {"d": d, "u": u, "b": b, "t": t}
+    meta = write(tmp_path, "a", schema, columns)
+    keys = {
+        "d": [decimal.Decimal("1.50"), None],
+        "u": [uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes],
+        "b": [b"x", b""],
+        "t": [dt.datetime(2026, 1, 1), None],
+    }
+    found, _ = ask(index(tmp_path), schema, (1, 2, 5, 6), [(meta, columns)], keys)
+    assert found == {meta.path: [0, 1, 3]}
+    nested = {"s": [{"id": 1}, {"id": None}, None, {"id": 1}]}
+    meta = write(tmp_path, "n", NESTED, nested)
+    # A null struct and a struct holding a null id are different keys.
+    found, _ = ask(index(tmp_path / "n"), NESTED, (4,), [(meta, nested)], {"s": [{"id": None}]})
+    assert found == {meta.path: [1]}
+
+
+def test_the_key_index_routes_through_the_partitioned_index(tmp_path: Path) -> None:
+    columns = {"id": [3, 1, 2]}
+    meta = write(tmp_path, "a", LONG, columns)
+    key_index = KeyIndex(partitions=4)
+    key_index.partitioned = PartitionedIndex(IO, str(tmp_path / "index"), partitions=4)
+    found, read = key_index.match(IO, LONG, (1,), [(meta, deleted(LONG, (1,), {"id": [2, 3]}))], None)
+    assert ({p: v.tolist() for p, v in found.items()}, read) == ({meta.path: [0, 2]}, 1)
+    assert key_index.files == 0  # nothing held in the driver's index
