@@ -74,7 +74,7 @@ FOLDER = "partitioned"
 POINTER = "current"
 MANIFEST_VERSION = 1
 DEFAULT_PARTITIONS = 16
-DEFAULT_BLOCK = 256
+DEFAULT_BLOCK = 64
 DEFAULT_FAN_IN = 4
 ROWS_PER_TASK = 4_000_000
 """Catch-up: data file rows one task indexes (about 100 MB of entries at most in its memory)."""
@@ -387,6 +387,7 @@ class PartitionedIndex:
         with self.io.new_output(f"{folder}/{POINTER}").create(overwrite=True) as stream:
             stream.write(json.dumps([name, zlib.crc32(data)]).encode())
         self.counters.manifests_written += 1
+        runs.forget(dropped)
         for path in [*dropped, *([f"{folder}/{previous}"] if previous and previous != name else [])]:
             try:
                 self.io.delete(path)
@@ -473,21 +474,45 @@ class PartitionedIndex:
     def _find(
         self, manifest: Manifest, key: IndexKey, requests: Sequence[tuple[DataFileMeta, pa.Table]]
     ) -> dict[str, np.ndarray]:
-        # A null never matches an integer key's rows (the field is required: the files hold none).
-        asked = [
-            runs.distinct_hashes(runs.key_hashes(keys.drop_null() if key.kind == INT else keys, key.kind))
-            for _, keys in requests
-        ]
+        # Requests usually share one table of deleted keys (a global delete reaches every file):
+        # each table is hashed once.
+        hashed: dict[int, np.ndarray] = {}
+        for _, keys in requests:
+            if id(keys) not in hashed:
+                # A null never matches an integer key's rows (the field is required: files hold none).
+                rows = keys.drop_null() if key.kind == INT else keys
+                hashed[id(keys)] = runs.distinct_hashes(runs.key_hashes(rows, key.kind))
         result: dict[str, np.ndarray] = {m.path: np.empty(0, np.int64) for m, _ in requests}
-        if not asked or not any(len(a) for a in asked):
+        if not any(len(h) for h in hashed.values()):
             return result
-        wanted = runs.distinct_hashes(np.concatenate(asked))
+        wanted = (
+            next(iter(hashed.values()))
+            if len(hashed) == 1
+            else runs.distinct_hashes(np.concatenate(list(hashed.values())))
+        )
+        by_file = self._lookup_all(manifest, key, wanted)
+        for meta, keys in requests:
+            entries = by_file.get(file_key(meta))
+            mine = hashed[id(keys)]
+            if entries is None or not len(mine):
+                continue
+            if mine is not wanted:  # this file's deletes hold only some of the keys looked up
+                if key.kind == DIGEST:
+                    entries = entries[np.isin(runs.digests(entries), runs.digests(mine))]
+                else:
+                    entries = entries[np.isin(entries["s"], mine["s"])]
+            result[meta.path] = np.union1d(result[meta.path], entries["p"].astype(np.int64))
+        return result
+
+    def _lookup_all(self, manifest: Manifest, key: IndexKey, wanted: np.ndarray) -> dict[FileKey, np.ndarray]:
+        """The entries whose hash is one of ``wanted`` (sorted, distinct), by data file."""
         partition = manifest.partition_of(wanted["s"])
         serving: dict[int, list[int]] = {}
         for b, indexes in enumerate(manifest.slices):
             for i in indexes:
                 serving.setdefault(i, []).append(b)
         paths, subsets, weight = [], [], 0
+        width = DTYPES[key.kind].itemsize
         for i, parts in sorted(serving.items()):
             run = manifest.runs[i]
             subset = wanted[np.isin(partition, parts)]
@@ -495,28 +520,30 @@ class PartitionedIndex:
             if len(subset):
                 paths.append(run.path)
                 subsets.append(subset)
-                weight += min(run.nbytes, len(subset) * manifest.block * DTYPES[key.kind].itemsize)
+                weight += min(run.nbytes, len(subset) * manifest.block * width)
         self.counters.lookups += 1
         self.counters.runs_read += len(paths)
         groups = max(1, min(len(paths), 8))
         tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups])) for g in range(groups)] if paths else []
         hits = [h for part in self.runner.run(_lookup, tasks, self.io, self.folder(key), weight) for h in part]
-        by_file: dict[FileKey, list[np.ndarray]] = {}
+        ids: dict[FileKey, int] = {}
+        parts_found, owners = [], []
         for entries, files in hits:
-            for f in np.unique(entries["f"]):
-                by_file.setdefault(files[int(f)], []).append(entries[entries["f"] == f])
-        for (meta, _), mine in zip(requests, asked, strict=True):
-            entries_of = by_file.get(file_key(meta))
-            if not entries_of or not len(mine):
-                continue
-            entries = np.concatenate(entries_of)
-            if key.kind == DIGEST:
-                hit = np.isin(runs.digests(entries), runs.digests(mine))
-            else:
-                hit = np.isin(entries["s"], mine["s"])
-            positions = np.unique(entries["p"][hit].astype(np.int64))
-            result[meta.path] = np.union1d(result[meta.path], positions)
-        return result
+            remap = np.array([ids.setdefault(f, len(ids)) for f in files] or [0], np.int64)
+            parts_found.append(entries)
+            owners.append(remap[entries["f"].astype(np.int64)])
+        if not parts_found:
+            return {}
+        found, owner = np.concatenate(parts_found), np.concatenate(owners)
+        order = np.argsort(owner, kind="stable")
+        found, owner = found[order], owner[order]
+        bounds = np.flatnonzero(np.diff(owner)) + 1
+        named = list(ids)
+        return {
+            named[int(chunk_owner[0])]: chunk
+            for chunk, chunk_owner in zip(np.split(found, bounds), np.split(owner, bounds), strict=True)
+            if len(chunk)
+        }
 
     def _merge_partitions(self, manifest: Manifest) -> tuple[Manifest, list[str]]:
         tasks: list[tuple[int, list[int], _Merge]] = []

@@ -18,11 +18,13 @@ of ``s``, so a file sorted by ``s`` is partitioned by key range and by hash at o
 A run file, written once and never changed::
 
     MAGIC | header length (u32 LE) | header (JSON: version, kind, block, entries, data files)
-          | first s of each block (u64 LE) | CRC-32 of each block (u32 LE)
+          | first s of each block (u64 LE) | checksum of each block (u64 LE)
           | CRC-32 of everything so far (u32 LE) | entries (packed structs, ascending s, then t)
 
 A lookup reads the header once (cached: runs never change) and then only the blocks its keys can
-fall in, adjacent blocks coalesced into one read; every block read is checked against its CRC. A
+fall in, blocks less than 64 KiB apart coalesced into one read; every block used is checked against
+its checksum (the sum of its 32-bit words, each times its position in the block, modulo 2^64:
+computed for many blocks at once, it catches any changed word and any two swapped unequal words). A
 corrupt or missing run raises :class:`~iceberg_sink.errors.CorruptFileError` or ``FileNotFoundError``:
 the index is then rebuilt from the data files (partitioned.py), never trusted.
 """
@@ -36,6 +38,7 @@ import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -53,6 +56,15 @@ DTYPES = {
     INT: np.dtype([("s", "<u8"), ("f", "<u4"), ("p", "<u4")]),
     DIGEST: np.dtype([("s", "<u8"), ("t", "<u8"), ("f", "<u4"), ("p", "<u4")]),
 }
+"""Entries as lookups and merges see them; on disk, file and position share one location field."""
+
+
+def disk_dtype(kind: str, wide: bool) -> np.dtype:
+    """Entries as a run stores them: the hash, then ``f << pbits | p`` in 4 bytes, or 8 when wide."""
+    fields = [("s", "<u8"), ("t", "<u8")] if kind == DIGEST else [("s", "<u8")]
+    return np.dtype([*fields, ("l", "<u8" if wide else "<u4")])
+
+
 _U32 = struct.Struct("<I")
 _FIRST_READ = 64 * 1024
 MAX_POSITION = 2**32 - 1
@@ -147,8 +159,15 @@ def sort_entries(entries: np.ndarray) -> np.ndarray:
 
 
 def distinct_hashes(hashes: np.ndarray) -> np.ndarray:
-    """The distinct rows of ``hashes`` (``s`` or ``s``, ``t``), sorted."""
-    return np.unique(hashes)
+    """The distinct rows of ``hashes`` (``s``, or ``s`` and ``t``), sorted by ``s`` then ``t``."""
+    if "t" not in (hashes.dtype.names or ()):
+        values = np.unique(hashes["s"])
+        out = np.empty(len(values), hashes.dtype)
+        out["s"] = values
+        return out
+    unique = np.unique(digests(hashes))
+    pairs = np.frombuffer(unique.tobytes(), dtype=_PAIR) if len(unique) else np.empty(0, _PAIR)
+    return pairs[np.lexsort((pairs["t"], pairs["s"]))]
 
 
 @attrs.frozen
@@ -171,63 +190,107 @@ class RunHeader:
     entries: int
     files: tuple[FileKey, ...]
     firsts: np.ndarray
-    crcs: np.ndarray
+    sums: np.ndarray
     data_offset: int
+    pbits: int
+    wide: bool
+
+    @property
+    def dtype(self) -> np.dtype:
+        return disk_dtype(self.kind, self.wide)
 
 
 def write_run(io: FileIO, path: str, kind: str, entries: np.ndarray, files: Sequence[FileKey], block: int) -> RunFile:
-    """Write ``entries`` (sorted by :func:`sort_entries`, file ordinals into ``files``) as one run."""
-    dtype = DTYPES[kind]
-    entries = np.ascontiguousarray(entries.astype(dtype, copy=False))
+    """Write ``entries`` (sorted by :func:`sort_entries`, file ordinals into ``files``) as one run.
+    File ordinal and position are packed into 4 bytes when they fit (12 bytes per long key), else 8."""
     n = len(entries)
+    pbits = max(1, max((count - 1 for _, _, count in files), default=1).bit_length())
+    fbits = max(1, (len(files) - 1).bit_length())
+    wide = pbits + fbits > 32
+    dtype = disk_dtype(kind, wide)
+    packed = np.empty(n, dtype)
+    for name in dtype.names or ():
+        if name != "l":
+            packed[name] = entries[name]
+    packed["l"] = (entries["f"].astype(np.uint64) << np.uint64(pbits)) | entries["p"].astype(np.uint64)
     starts = np.arange(0, n, block)
-    firsts = np.ascontiguousarray(entries["s"][starts], dtype="<u8")
-    raw = entries.view(np.uint8).reshape(-1) if n else np.empty(0, np.uint8)
+    firsts = np.ascontiguousarray(packed["s"][starts], dtype="<u8")
+    raw = memoryview(packed.tobytes())
     width = dtype.itemsize
-    crcs = np.array([zlib.crc32(raw[i * width : (i + block) * width].data) for i in starts], dtype="<u4")
+    sums = block_sums(packed.tobytes(), width, block)
     head = json.dumps(
-        {"version": VERSION, "kind": kind, "block": block, "entries": n, "files": [list(f) for f in files]},
+        {
+            "version": VERSION,
+            "kind": kind,
+            "block": block,
+            "entries": n,
+            "pbits": pbits,
+            "wide": wide,
+            "files": [list(f) for f in files],
+        },
         separators=(",", ":"),
     ).encode("utf-8")
-    prefix = b"".join([MAGIC, _U32.pack(len(head)), head, firsts.tobytes(), crcs.tobytes()])
+    prefix = b"".join([MAGIC, _U32.pack(len(head)), head, firsts.tobytes(), sums.astype("<u8").tobytes()])
     prefix += _U32.pack(zlib.crc32(prefix))
     with io.new_output(path).create(overwrite=True) as stream:
         stream.write(prefix)
-        stream.write(raw.tobytes())
-    lo = int(entries["s"][0]) if n else 0
-    hi = int(entries["s"][-1]) if n else 0
+        stream.write(raw.obj)  # type: ignore[arg-type]
+    lo = int(packed["s"][0]) if n else 0
+    hi = int(packed["s"][-1]) if n else 0
     return RunFile(path, n, len(prefix) + len(raw), lo, hi)
 
 
-class _Headers:
-    """Run headers read in this process, by path (runs never change), within a byte bound."""
+class _Cache:
+    """Values of immutable runs read in this process (their headers, or all their entries), by path,
+    within a byte bound: least recently used first out."""
 
-    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[str, RunHeader] = OrderedDict()
+        self._items: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, path: str) -> RunHeader | None:
+    def get(self, path: str) -> Any:
         with self._lock:
-            header = self._items.get(path)
-            if header is not None:
-                self._items.move_to_end(path)
-            return header
+            item = self._items.get(path)
+            if item is None:
+                return None
+            self._items.move_to_end(path)
+            return item[0]
 
-    def put(self, path: str, header: RunHeader) -> None:
-        size = header.firsts.nbytes + header.crcs.nbytes + 200 * len(header.files)
+    def put(self, path: str, value: Any, size: int) -> None:
         with self._lock:
-            if path in self._items:
+            if path in self._items or size > self.max_bytes:
                 return
-            self._items[path] = header
+            self._items[path] = (value, size)
             self._bytes += size
-            while self._bytes > self.max_bytes and len(self._items) > 1:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= old.firsts.nbytes + old.crcs.nbytes + 200 * len(old.files)
+            while self._bytes > self.max_bytes:
+                _, (_, old) = self._items.popitem(last=False)
+                self._bytes -= old
+
+    def discard(self, paths: Sequence[str]) -> None:
+        with self._lock:
+            for path in paths:
+                item = self._items.pop(path, None)
+                if item is not None:
+                    self._bytes -= item[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
 
 
-HEADERS = _Headers()
+HEADERS = _Cache(64 * 1024 * 1024)
+ENTRIES = _Cache(64 * 1024 * 1024)
+"""Runs a lookup needed most blocks of are kept whole (a small index is then looked up in memory, as
+the driver index is; a large one is read block by block): a bound, not a share of the table."""
+
+
+def forget(paths: Sequence[str]) -> None:
+    """Drop deleted runs from this process's caches."""
+    HEADERS.discard(paths)
+    ENTRIES.discard(paths)
 
 
 def read_header(io: FileIO, path: str) -> RunHeader:
@@ -237,7 +300,7 @@ def read_header(io: FileIO, path: str) -> RunHeader:
         CorruptFileError: not an intact run of a known version.
         FileNotFoundError: no file there.
     """
-    cached = HEADERS.get(path)
+    cached: RunHeader | None = HEADERS.get(path)
     if cached is not None:
         return cached
 
@@ -263,13 +326,14 @@ def read_header(io: FileIO, path: str) -> RunHeader:
                 raise corrupt(f"unreadable header ({e})") from e
         try:
             version, kind, block, entries = head["version"], head["kind"], int(head["block"]), int(head["entries"])
+            pbits, wide = int(head["pbits"]), bool(head["wide"])
             files = tuple((str(p), int(size), int(count)) for p, size, count in head["files"])
         except (KeyError, TypeError, ValueError) as e:
             raise corrupt(f"unreadable header ({type(e).__name__}: {e})") from e
         if version != VERSION or kind not in DTYPES or block < 1:
             raise corrupt(f"expected version {VERSION} of kind int or digest, received {version!r} {kind!r}")
         blocks = -(-entries // block)
-        end = fixed + head_len + 12 * blocks + _U32.size
+        end = fixed + head_len + 16 * blocks + _U32.size
         if len(data) < end:
             stream.seek(len(data))
             data = bytes(data) + stream.read(end - len(data))
@@ -280,9 +344,9 @@ def read_header(io: FileIO, path: str) -> RunHeader:
         raise corrupt("header checksum mismatch")
     at = fixed + head_len
     firsts = np.frombuffer(data, dtype="<u8", count=blocks, offset=at).copy()
-    crcs = np.frombuffer(data, dtype="<u4", count=blocks, offset=at + 8 * blocks).copy()
-    header = RunHeader(kind, block, entries, files, firsts, crcs, end)
-    HEADERS.put(path, header)
+    sums = np.frombuffer(data, dtype="<u8", count=blocks, offset=at + 8 * blocks).copy()
+    header = RunHeader(kind, block, entries, files, firsts, sums, end, pbits, wide)
+    HEADERS.put(path, header, header.firsts.nbytes + header.sums.nbytes + 200 * len(header.files))
     return header
 
 
@@ -302,17 +366,35 @@ def _blocks_for(firsts: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.cumsum(marks)[:-1] > 0)
 
 
-def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray, gap: int = 4) -> np.ndarray:
+def block_sums(raw: bytes, width: int, block: int) -> np.ndarray:
+    """The checksum of each block of ``raw`` (packed entries ``width`` bytes wide, ``block`` per
+    block; the last block may be short): sum of 32-bit words times their position, modulo 2^64."""
+    words = np.frombuffer(raw, dtype="<u4").astype(np.uint64)
+    per_block = block * width // 4
+    if not len(words):
+        return np.empty(0, np.uint64)
+    weights = (np.arange(len(words), dtype=np.uint64) % np.uint64(per_block)) + np.uint64(1)
+    return np.add.reduceat(words * weights, np.arange(0, len(words), per_block)).astype(np.uint64)
+
+
+def _groups(header: RunHeader, blocks: np.ndarray) -> list[np.ndarray]:
+    """``blocks`` (ascending) cut where two are 64 KiB or more apart: one read each."""
+    gap = max(1, 65536 // (header.block * header.dtype.itemsize))
+    return np.split(blocks, np.flatnonzero(np.diff(blocks) > gap) + 1)
+
+
+def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) -> np.ndarray:
     """The entries of ``blocks`` (ascending block indexes) of a run, each block checked against its
-    CRC; blocks at most ``gap`` apart are read in one request."""
-    dtype = DTYPES[header.kind]
+    checksum; blocks less than 64 KiB apart are read in one request."""
+    dtype = header.dtype
     width = dtype.itemsize
     if not len(blocks):
-        return np.empty(0, dtype)
-    breaks = np.flatnonzero(np.diff(blocks) > gap + 1) + 1
+        return _unpack(np.empty(0, dtype), header)
     parts: list[np.ndarray] = []
+    per_block = header.block * width // 4
+    weights = np.arange(1, per_block + 1, dtype=np.uint64)
     with io.new_input(path).open(seekable=True) as stream:
-        for group in np.split(blocks, breaks):
+        for group in _groups(header, blocks):
             first, last = int(group[0]), int(group[-1])
             start = first * header.block
             stop = min((last + 1) * header.block, header.entries)
@@ -323,27 +405,74 @@ def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray, ga
                     f"key index run {path}: expected {(stop - start) * width} bytes at entry {start}, "
                     f"received {len(raw)}; the index is rebuilt from the data files"
                 )
-            view = memoryview(raw)
-            for b in group:
-                lo = (int(b) * header.block - start) * width
-                hi = (min((int(b) + 1) * header.block, header.entries) - start) * width
-                if zlib.crc32(view[lo:hi]) != int(header.crcs[b]):
-                    raise CorruptFileError(
-                        f"key index run {path}: block {int(b)} checksum mismatch; the index is rebuilt from the data files"
-                    )
-                parts.append(np.frombuffer(raw, dtype=dtype, count=(hi - lo) // width, offset=lo))
-    return np.concatenate(parts)
+            entries = np.frombuffer(raw, dtype=dtype)
+            # Only the blocks used are summed: the rest of the read is the gaps between them.
+            words = np.frombuffer(raw, dtype="<u4")
+            whole = len(words) // per_block
+            rel = group - first
+            inside = rel[rel < whole]
+            sums = (words[: whole * per_block].reshape(whole, per_block)[inside] * weights).sum(axis=1, dtype=np.uint64)
+            if len(inside) < len(rel):  # the run's last, short block
+                sums = np.append(sums, block_sums(words[whole * per_block :].tobytes(), width, header.block))
+            bad = np.flatnonzero(sums != header.sums[group])
+            if len(bad):
+                raise CorruptFileError(
+                    f"key index run {path}: block {int(group[bad[0]])} checksum mismatch; "
+                    "the index is rebuilt from the data files"
+                )
+            if len(group) == last - first + 1:
+                parts.append(entries)
+            else:  # blocks between wanted ones came with the same request, unchecked: left out
+                keep = np.zeros(len(entries), bool)
+                for b in (group - first).tolist():
+                    keep[b * header.block : (b + 1) * header.block] = True
+                parts.append(entries[keep])
+    return _unpack(np.concatenate(parts), header)
+
+
+def _unpack(packed: np.ndarray, header: RunHeader) -> np.ndarray:
+    out = np.empty(len(packed), DTYPES[header.kind])
+    out["s"] = packed["s"]
+    if header.kind == DIGEST:
+        out["t"] = packed["t"]
+    location = packed["l"].astype(np.uint64)
+    out["f"] = location >> np.uint64(header.pbits)
+    out["p"] = location & np.uint64((1 << header.pbits) - 1)
+    return out
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(a, a + n) for a, n in zip(starts, counts)])``, vectorized."""
+    total = int(counts.sum())
+    if not total:
+        return np.empty(0, np.int64)
+    begins = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return begins + np.arange(total)
 
 
 def lookup(io: FileIO, path: str, wanted: np.ndarray) -> tuple[np.ndarray, tuple[FileKey, ...]]:
-    """The entries of the run at ``path`` whose hash is one of ``wanted`` (distinct, sorted; fields
-    ``s`` and, for digest keys, ``t``), with the run's data files (the entries' ``f`` index them)."""
+    """The entries of the run at ``path`` whose hash is one of ``wanted`` (distinct, sorted by
+    :func:`distinct_hashes`; fields ``s`` and, for digest keys, ``t``), with the run's data files
+    (the entries' ``f`` index them)."""
     header = read_header(io, path)
-    found = read_blocks(io, path, header, _blocks_for(header.firsts, wanted["s"]))
-    found = found[np.isin(found["s"], wanted["s"])]
-    if header.kind == DIGEST and len(found):
-        found = found[np.isin(digests(found), digests(wanted))]
-    return found, header.files
+    found: np.ndarray | None = ENTRIES.get(path)
+    if found is None:
+        blocks = _blocks_for(header.firsts, wanted["s"])
+        size = header.entries * DTYPES[header.kind].itemsize
+        span = sum(int(g[-1]) - int(g[0]) + 1 for g in _groups(header, blocks)) if len(blocks) else 0
+        if 2 * span >= len(header.firsts) and 2 * size <= ENTRIES.max_bytes:  # most of it is read anyway
+            found = read_blocks(io, path, header, np.arange(len(header.firsts)))
+            ENTRIES.put(path, found, size)
+        else:
+            found = read_blocks(io, path, header, blocks)
+    # Both sides are sorted by s: two binary searches per wanted key give its entries.
+    low = np.searchsorted(found["s"], wanted["s"], side="left")
+    high = np.searchsorted(found["s"], wanted["s"], side="right")
+    counts = high - low
+    hits = found[_ranges(low, counts)]
+    if header.kind == DIGEST and len(hits):
+        hits = hits[hits["t"] == np.repeat(wanted["t"], counts)]
+    return hits, header.files
 
 
 def read_range(io: FileIO, path: str, lo: int, hi: int) -> tuple[np.ndarray, tuple[FileKey, ...]]:

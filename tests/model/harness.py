@@ -427,6 +427,17 @@ class World:
         # The CDC job's conversions keep a key index between runs: one too small for most files (those
         # are read at every run), the default, or none; by seed, so the short profile has all three.
         self.key_index_bytes = (600, 256 * 1024 * 1024, 0)[(seed - 1) % 3]
+        # Odd seeds past 1 resolve deletes through the partitioned key index in table storage instead
+        # (every sink: v3 commits, v2 conversions, routed tables keyed by (g, id)), with 1, 4 or 16
+        # partitions, each step in the driver or as a Spark job (seed 3, in the short profile: always).
+        index_rng = random.Random(f"key-index-{seed}")
+        self.key_index_options: dict[str, Any] = {}
+        if seed % 2 == 1 and seed > 1:
+            self.key_index_options = {
+                "iceberg-sink.key-index.mode": "partitioned",
+                "iceberg-sink.key-index.partitions": index_rng.choice([1, 4, 16]),
+                "iceberg-sink.key-index.driver-max-bytes": 0 if seed == 3 else index_rng.choice([0, 64 << 20]),
+            }
         # The CDC job also converts its equality deletes after every few commits (between micro-batches,
         # so runs stay reproducible), when conversion is not skipped.
         convert_every = None if "convert_deletes" in self.skip else self.rng.choice([3, 5, 8])
@@ -508,7 +519,7 @@ class World:
         if self._locked_catalog_fails_fast:
             # SQLite's busy timeout: give up on a locked catalog file after 0.2 s instead of 5 s.
             props["uri"] += "?timeout=0.2"
-        return (
+        return self.key_index(
             IcebergSink.builder()
             .catalog("model", **props)
             .table(table)
@@ -517,6 +528,12 @@ class World:
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
         )
+
+    def key_index(self, builder: Any) -> Any:
+        """``builder`` with the seed's key index options."""
+        for key, value in self.key_index_options.items():
+            builder = builder.write_option(key, value)
+        return builder
 
     def _cdc_builder(self, compaction: bool, every: int, convert_every: int | None) -> IcebergSink:
         builder = self._builder("db.main").cdc(op_column="op", key=["id"], order_by="lsn")
@@ -530,7 +547,7 @@ class World:
         return sink
 
     def _routed_builder(self) -> IcebergSink:
-        sink: IcebergSink = (
+        sink: IcebergSink = self.key_index(
             IcebergSink.builder()
             .catalog("model", **self.catalog_props)
             .route(table_column="tbl", namespace="rt")
@@ -540,8 +557,7 @@ class World:
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
-            .build()
-        )
+        ).build()
         return sink
 
     def table(self, name: str) -> Table:
@@ -1738,6 +1754,7 @@ class World:
         self.log(
             f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, "
             f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, "
+            f"key index {self.key_index_options or 'in the driver'}, "
             f"single-task-max-bytes {self.single_task_max_bytes}, created format v{self.created_format}, "
             f"routed commits {'atomic' if self.routed_atomic else 'one table at a time'}, operations {kinds}"
         )

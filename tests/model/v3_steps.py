@@ -110,7 +110,7 @@ class V3Tables:
             w = self.world
             # db.v2up starts on v2 (explicitly: a CDC table's default is v3).
             create = {"format_version": 3, "partition_by": ["bucket(2, id)"]} if table == V3 else {"format_version": 2}
-            self.sinks[table] = (
+            self.sinks[table] = w.key_index(
                 IcebergSink.builder()
                 .catalog("model", **w.catalog_props)
                 .table(table)
@@ -118,8 +118,7 @@ class V3Tables:
                 .cdc(op_column="op", key=["id"], order_by="lsn")
                 .write_option("iceberg-sink.writer.max-open-files", w.max_open_files)
                 .write_option("iceberg-sink.writer.buffer-bytes", w.buffer_bytes)
-                .build()
-            )
+            ).build()
         return self.sinks[table]
 
     def batch(self, table: str) -> list[Row]:

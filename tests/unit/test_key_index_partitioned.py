@@ -149,14 +149,16 @@ def test_a_corrupt_or_missing_run_is_rebuilt_never_trusted(tmp_path: Path) -> No
         raw = bytearray(run_file.read_bytes())
         raw[-5] ^= 0xFF  # an entry's byte: its block's CRC no longer holds
         run_file.write_bytes(bytes(raw))
-    runs.HEADERS._items.clear()
+    runs.HEADERS.clear()
+    runs.ENTRIES.clear()
     fresh = PartitionedIndex(IO, idx.location, partitions=4, block=3, fan_in=8)
     found, read = ask(fresh, STRING, (1,), files, keys)
     assert found == brute(files, keys)
     assert (read, fresh.counters.rebuilds) == (4, 1)
     for f in (tmp_path / "index").rglob("*.run"):
         f.unlink()
-    runs.HEADERS._items.clear()
+    runs.HEADERS.clear()
+    runs.ENTRIES.clear()
     found, _ = ask(fresh, STRING, (1,), files, keys)
     assert found == brute(files, keys)
     assert fresh.counters.rebuilds == 2

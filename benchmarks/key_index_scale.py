@@ -1,0 +1,283 @@
+"""CDC checkpoints against a table larger than the driver's key index: the driver index against the
+partitioned one (issue 43).
+
+    .venv/bin/python -m benchmarks.key_index_scale [--rows 1000000 10000000] [--keys long uuid]
+        [--formats 3] [--layouts driver partitioned] [--checkpoints 12] [--changes 10000]
+        [--bound 67108864] [--out result.json]
+
+For each row count, key kind (a long, or a UUID string; random: key bounds prune nothing), format
+and layout, in fresh processes:
+
+1. **setup** (untimed, the same for both layouts): a table of N rows (key, a 40-byte payload, an
+   lsn), written with PyIceberg in files of 1M rows, keys in random order, on format v2 (PyIceberg
+   writes no v3), then upgraded to v3 by the sink (``sink.upgrade_format_version``); or left on v2,
+   with the sink's equality-delete conversion after every commit (``--formats 2``);
+2. **steady** (one process): a sink with the key index bound at ``--bound`` bytes (so 10M rows do not
+   fit) and the layout's options runs ``--checkpoints`` bounded ``write()`` checkpoints of
+   ``--changes`` updates of random existing keys; the first checkpoint indexes the table (both
+   layouts read every file's keys then), the rest are steady;
+3. **restart** (a second process, the same table): three more checkpoints by a new driver; the first
+   one's time is the restart cost.
+
+Each process first warms Spark up the same way (two checkpoints of one row to a table of its own),
+so a first checkpoint's time is the key index's, not the JVM's first jobs'.
+
+Printed as JSON: per checkpoint wall seconds, the driver process's resident memory after each one
+(the index lives there in the driver layout), the index's size (partitioned: bytes and entries of its
+runs, bytes per covered row) and the CPU seconds other processes used meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from benchmarks.cpu_monitor import ForeignCpuMonitor
+
+ROWS_PER_FILE = 1_000_000
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    z = values.astype(np.uint64)
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def keys_of(kind: str, ids: np.ndarray) -> Any:
+    """The key of each row number in ``ids``: the long itself, or a UUID string derived from it."""
+    import pyarrow as pa
+
+    if kind == "long":
+        return pa.array(ids.astype(np.int64))
+    high, low = _mix(ids), _mix(ids ^ np.int64(0x5DEECE66D))
+    text = [f"{h:016x}{lo:016x}" for h, lo in zip(high.tolist(), low.tolist(), strict=True)]
+    return pa.array([f"{t[:8]}-{t[8:12]}-{t[12:16]}-{t[16:20]}-{t[20:]}" for t in text])
+
+
+def setup(spec: dict[str, Any]) -> dict[str, Any]:
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    root = Path(spec["work"])
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{root}/catalog.db", warehouse=(root / "wh").as_uri())
+    catalog.create_namespace_if_not_exists("db")
+    key_type = LongType() if spec["key"] == "long" else StringType()
+    schema = Schema(
+        NestedField(1, "id", key_type, required=True),
+        NestedField(2, "payload", StringType(), required=False),
+        NestedField(3, "lsn", LongType(), required=False),
+        identifier_field_ids=[1],
+    )
+    table = catalog.create_table(
+        "db.t", schema, partition_spec=UNPARTITIONED_PARTITION_SPEC, properties={"format-version": "2"}
+    )
+    started = time.monotonic()
+    order = np.random.default_rng(spec["seed"]).permutation(spec["rows"])
+    arrow = table.schema().as_arrow()
+    for start in range(0, spec["rows"], ROWS_PER_FILE):
+        ids = order[start : start + ROWS_PER_FILE]
+        batch = pa.table(
+            {
+                "id": keys_of(spec["key"], ids),
+                "payload": pa.array(np.char.add("p" * 32, ids.astype(str)).tolist()),
+                "lsn": pa.array(np.zeros(len(ids), np.int64)),
+            }
+        ).cast(arrow)
+        table.append(batch)
+    return {"setup_seconds": time.monotonic() - started}
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, Any]:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from iceberg_sink import IcebergSink
+
+    root = Path(spec["work"])
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    # Warm-up, the same in every process: Spark's first jobs and the Python workers' imports, on a
+    # table of its own, so that the first checkpoint's time is the key index's, not the JVM's.
+    warm = (
+        IcebergSink.builder()
+        .catalog("bench", type="sql", uri=f"sqlite:///{root}/catalog.db", warehouse=(root / "wh").as_uri())
+        .table(f"db.warm_{first_id}")
+        .create_if_missing(format_version=spec["format"])
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+    for n in range(2):
+        warm.write(spark.createDataFrame([(1, "w", n, "U")], "id long, payload string, lsn long, op string"))
+    warm.close()
+    builder = (
+        IcebergSink.builder()
+        .catalog("bench", type="sql", uri=f"sqlite:///{root}/catalog.db", warehouse=(root / "wh").as_uri())
+        .table("db.t")
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .write_option("iceberg-sink.conversion.key-index-max-bytes", spec["bound"])
+    )
+    if spec["format"] == 2:
+        builder = builder.convert_equality_deletes(every_n_commits=1, background=False)
+    if spec["layout"] == "partitioned":
+        builder = builder.write_option("iceberg-sink.key-index.mode", "partitioned")
+    sink = builder.build()
+    sink.upgrade_format_version(3) if spec["format"] == 3 else None  # PyIceberg appends only to v2 (setup)
+    rng = np.random.default_rng(spec["seed"] + first_id)
+    ckpt = str(root / "ckpt")
+    monitor = ForeignCpuMonitor().start()
+    seconds, rss, foreign = [], [], []
+    for n in range(count):
+        ids = rng.choice(spec["rows"], spec["changes"], replace=False)
+        lsn = (first_id + n + 1) * 1_000_000
+        rows = pa.table(
+            {
+                "id": keys_of(spec["key"], ids),
+                "payload": pa.array([f"u{first_id + n}"] * len(ids)),
+                "lsn": pa.array(np.arange(lsn, lsn + len(ids), dtype=np.int64)),
+                "op": pa.array(["U"] * len(ids)),
+            }
+        )
+        frame = spark.createDataFrame(rows.to_pandas())
+        started = time.monotonic()
+        sink.write(frame, checkpoint_location=ckpt, checkpoint_id=first_id + n)
+        ended = time.monotonic()
+        seconds.append(ended - started)
+        rss.append(_rss())
+        foreign.append(monitor.between(started, ended))
+    monitor.stop()
+    index = (
+        sink._committer_index
+        if spec["format"] == 3
+        else next((i for i in sink._key_indexes if i is not sink._committer_index), None)
+    )
+    stats: dict[str, Any] = {"driver_index_bytes": index.nbytes if index is not None else 0}
+    if index is not None and index.partitioned is not None:
+        from iceberg_sink.keyindex.partitioned import IndexKey
+
+        key = IndexKey.of(sink.load_table().schema(), (1,))
+        if key is not None:
+            stats |= index.partitioned.stats(key)
+            stats["bytes_per_row"] = stats["bytes"] / max(1, stats["covered_rows"])
+            stats["counters"] = attrs.asdict(index.partitioned.counters)
+    sink.close()
+    spark.stop()
+    return {"seconds": seconds, "rss_bytes": rss, "foreign_cpu_seconds": foreign, "index": stats}
+
+
+def _child(spec: dict[str, Any], phase: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.key_index_scale", "--child", phase, json.dumps(spec)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{phase} of {spec} failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _case(spec: dict[str, Any], checkpoints_count: int) -> dict[str, Any]:
+    result: dict[str, Any] = {k: v for k, v in spec.items() if k != "work"}
+    result |= _child(spec, "setup")
+    steady = _child({**spec, "count": checkpoints_count, "first_id": 0}, "run")
+    restart = _child({**spec, "count": 3, "first_id": checkpoints_count}, "run")
+    tail = steady["seconds"][2:] or steady["seconds"]
+    result |= {
+        "steady": steady,
+        "restart": restart,
+        "first_checkpoint_seconds": steady["seconds"][0],
+        "steady_p50_seconds": float(np.percentile(tail, 50)),
+        "steady_p90_seconds": float(np.percentile(tail, 90)),
+        "restart_first_seconds": restart["seconds"][0],
+        "driver_rss_max_bytes": max(steady["rss_bytes"]),
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--keys", nargs="+", default=["long", "uuid"], choices=["long", "uuid"])
+    parser.add_argument("--formats", type=int, nargs="+", default=[3], choices=[2, 3])
+    parser.add_argument("--layouts", nargs="+", default=["driver", "partitioned"], choices=["driver", "partitioned"])
+    parser.add_argument("--checkpoints", type=int, default=12)
+    parser.add_argument("--changes", type=int, default=10_000)
+    parser.add_argument("--bound", type=int, default=64 * 1024 * 1024)
+    parser.add_argument("--seed", type=int, default=43)
+    parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--note", default="")
+    parser.add_argument("--child", nargs=2, metavar=("PHASE", "SPEC"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        phase, spec = args.child[0], json.loads(args.child[1])
+        out = setup(spec) if phase == "setup" else checkpoints(spec, spec["count"], spec["first_id"])
+        print(json.dumps(out))
+        return
+    results = []
+    for rows in args.rows:
+        for key in args.keys:
+            for fmt in args.formats:
+                for layout in args.layouts:
+                    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="key-index-scale-") as work:
+                        spec = {
+                            "rows": rows,
+                            "key": key,
+                            "format": fmt,
+                            "layout": layout,
+                            "changes": args.changes,
+                            "bound": args.bound,
+                            "seed": args.seed,
+                            "work": work,
+                        }
+                        print(f"[key_index_scale] {time.strftime('%H:%M:%S')} {spec}", file=sys.stderr, flush=True)
+                        results.append(_case(spec, args.checkpoints))
+                        r = results[-1]
+                        print(
+                            f"[key_index_scale]   first {r['first_checkpoint_seconds']:.2f} s, steady p50 "
+                            f"{r['steady_p50_seconds']:.2f} s, restart {r['restart_first_seconds']:.2f} s, "
+                            f"rss {r['driver_rss_max_bytes'] / 2**20:.0f} MiB",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+    output = {"note": args.note, "machine": os.uname().machine, "cpus": os.cpu_count(), "results": results}
+    text = json.dumps(output, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
