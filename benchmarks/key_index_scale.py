@@ -19,8 +19,9 @@ and layout, in fresh processes:
 3. **restart** (a second process, the same table): three more checkpoints by a new driver; the first
    one's time is the restart cost.
 
-Each process first warms Spark up the same way (two checkpoints of one row to a table of its own),
-so a first checkpoint's time is the key index's, not the JVM's first jobs'.
+Each process first warms Spark up the same way (two checkpoints like the timed ones, to a table of
+its own, built the same way), so a first checkpoint's time is the table's and its key index's, not
+the JVM's and the Python workers' first jobs'.
 
 Printed as JSON: per checkpoint wall seconds, the driver process's resident memory after each one
 (the index lives there in the driver layout), the index's size (partitioned: bytes and entries of its
@@ -112,8 +113,21 @@ def _rss() -> int:
     return 0
 
 
-def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, Any]:
+def _changes(spec: dict[str, Any], ids: np.ndarray, lsn: int, payload: str) -> Any:
+    """Updates of the rows ``ids`` (as Arrow): what every checkpoint, warm-up included, writes."""
     import pyarrow as pa
+
+    return pa.table(
+        {
+            "id": keys_of(spec["key"], ids),
+            "payload": pa.array([payload] * len(ids)),
+            "lsn": pa.array(np.arange(lsn, lsn + len(ids), dtype=np.int64)),
+            "op": pa.array(["U"] * len(ids)),
+        }
+    )
+
+
+def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     from iceberg_sink import IcebergSink
@@ -142,7 +156,8 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
         .build()
     )
     for n in range(2):
-        warm.write(spark.createDataFrame([(1, "w", n, "U")], "id long, payload string, lsn long, op string"))
+        ids = np.arange(n * spec["changes"], (n + 1) * spec["changes"])
+        warm.write(spark.createDataFrame(_changes(spec, ids, n * 1_000_000, f"w{n}").to_pandas()))
     warm.close()
     builder = (
         IcebergSink.builder()
@@ -160,23 +175,16 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
     rng = np.random.default_rng(spec["seed"] + first_id)
     ckpt = str(root / "ckpt")
     monitor = ForeignCpuMonitor().start()
-    seconds, rss, foreign = [], [], []
+    seconds, rss, foreign, phases = [], [], [], []
     for n in range(count):
         ids = rng.choice(spec["rows"], spec["changes"], replace=False)
         lsn = (first_id + n + 1) * 1_000_000
-        rows = pa.table(
-            {
-                "id": keys_of(spec["key"], ids),
-                "payload": pa.array([f"u{first_id + n}"] * len(ids)),
-                "lsn": pa.array(np.arange(lsn, lsn + len(ids), dtype=np.int64)),
-                "op": pa.array(["U"] * len(ids)),
-            }
-        )
-        frame = spark.createDataFrame(rows.to_pandas())
+        frame = spark.createDataFrame(_changes(spec, ids, lsn, f"u{first_id + n}").to_pandas())
         started = time.monotonic()
         sink.write(frame, checkpoint_location=ckpt, checkpoint_id=first_id + n)
         ended = time.monotonic()
         seconds.append(ended - started)
+        phases.append((sink.last_progress() or {}).get("phases_ms"))
         rss.append(_rss())
         foreign.append(monitor.between(started, ended))
     monitor.stop()
@@ -187,7 +195,7 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
     )
     stats: dict[str, Any] = {"driver_index_bytes": index.nbytes if index is not None else 0}
     if index is not None and index.partitioned is not None:
-        from iceberg_sink.keyindex.partitioned import IndexKey
+        from iceberg_sink.keyindex.manifest import IndexKey
 
         key = IndexKey.of(sink.load_table().schema(), (1,))
         if key is not None:
@@ -196,7 +204,7 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
             stats["counters"] = attrs.asdict(index.partitioned.counters)
     sink.close()
     spark.stop()
-    return {"seconds": seconds, "rss_bytes": rss, "foreign_cpu_seconds": foreign, "index": stats}
+    return {"seconds": seconds, "phases_ms": phases, "rss_bytes": rss, "foreign_cpu_seconds": foreign, "index": stats}
 
 
 def _child(spec: dict[str, Any], phase: str) -> dict[str, Any]:

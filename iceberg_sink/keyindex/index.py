@@ -57,7 +57,8 @@ from iceberg_sink._iceberg.live_rows import matching_rows
 from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.keyindex.keys import IndexEntry, SortedKeys, as_int64, index_rows
-from iceberg_sink.keyindex.partitioned import FOLDER, IndexKey, PartitionedIndex
+from iceberg_sink.keyindex.manifest import FOLDER, IndexKey
+from iceberg_sink.keyindex.partitioned import PartitionedIndex
 from iceberg_sink.keyindex.persisted import PersistCounters, PersistedKeys, index_location
 from iceberg_sink.keyindex.runner import Runner
 from iceberg_sink.vocab.files import DataFileMeta

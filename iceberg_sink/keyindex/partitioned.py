@@ -26,18 +26,19 @@ What keeps it right:
 
 Maintenance (*merge*): each partition's runs are merged size-tiered (the smallest runs, while the
 next is at most ``fan_in`` times their sum) when the partition has more than ``fan_in`` runs, in one
-task per partition; entries of files no longer covered are dropped then. A run that no partition
+task per partition; while the whole index holds at most ``whole_entries`` entries it is merged as one
+key range instead (a small index stays a few files). Entries of files no longer covered are dropped
+then. A run that no partition
 uses any more is deleted once the manifest that drops it is current.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import uuid
 import zlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import attrs
 import numpy as np
@@ -45,182 +46,24 @@ import pyarrow as pa
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping
-from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    FixedType,
-    IntegerType,
-    LongType,
-    StringType,
-    TimestampType,
-    TimestamptzType,
-    TimeType,
-    UUIDType,
-)
 
 from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.errors import CorruptFileError
 from iceberg_sink.keyindex import runs
+from iceberg_sink.keyindex.manifest import POINTER, IndexKey, Manifest, file_key
 from iceberg_sink.keyindex.runner import LocalRunner, Runner
 from iceberg_sink.keyindex.runs import DIGEST, DTYPES, INT, FileKey, RunFile
 from iceberg_sink.vocab.files import DataFileMeta
 
 logger = logging.getLogger("iceberg_sink")
 
-FOLDER = "partitioned"
-POINTER = "current"
-MANIFEST_VERSION = 1
 DEFAULT_PARTITIONS = 16
 DEFAULT_BLOCK = 64
 DEFAULT_FAN_IN = 4
+DEFAULT_WHOLE_ENTRIES = 4_000_000
 ROWS_PER_TASK = 4_000_000
 """Catch-up: data file rows one task indexes (about 100 MB of entries at most in its memory)."""
-_INTS = (IntegerType, LongType, DateType, TimeType, TimestampType, TimestamptzType)
-_DIGESTABLE = (*_INTS, StringType, BinaryType, FixedType, UUIDType, DecimalType, BooleanType)
-
-
-@attrs.frozen
-class IndexKey:
-    """The key an index is built for: its field ids, its kind (runs.py) and a signature of the
-    fields' types that changes when they do (an int promoted to long keeps it: same entries)."""
-
-    ids: tuple[int, ...]
-    kind: str
-    signature: str
-
-    @classmethod
-    def of(cls, schema: Schema, ids: tuple[int, ...]) -> IndexKey | None:
-        """The index key of ``ids`` in ``schema``, or None when it cannot be indexed (a floating point
-        field, or a key nested in a list or map)."""
-        fields = []
-        for i in ids:
-            try:
-                field = schema.find_field(i)
-            except ValueError:
-                return None
-            if not isinstance(field.field_type, _DIGESTABLE):
-                return None
-            kind_name = "long" if isinstance(field.field_type, IntegerType) else str(field.field_type)
-            fields.append((i, kind_name, field.required, schema.accessor_for_field(i).inner is None))
-        # One required top-level integer-like field is its own hash; anything else (nested: its
-        # structs' nulls are part of the key) is digested.
-        single = len(ids) == 1 and fields[0][2] and fields[0][3]
-        kind = INT if single and isinstance(schema.find_field(ids[0]).field_type, _INTS) else DIGEST
-        text = json.dumps([kind, fields])
-        return cls(ids, kind, hashlib.sha256(text.encode()).hexdigest()[:16])
-
-
-@attrs.frozen
-class Manifest:
-    """One version of an index (module docstring). ``slices[b]``: indexes into ``runs`` of the runs
-    that serve partition ``b``."""
-
-    key: IndexKey
-    bits: int
-    block: int
-    runs: tuple[RunFile, ...] = ()
-    slices: tuple[tuple[int, ...], ...] = ()
-    covered: Mapping[FileKey, None] = attrs.field(factory=dict)
-
-    @classmethod
-    def empty(cls, key: IndexKey, partitions: int, block: int) -> Manifest:
-        bits = max(0, (partitions - 1).bit_length())
-        return cls(key, bits, block, (), tuple(() for _ in range(1 << bits)), {})
-
-    @property
-    def partitions(self) -> int:
-        return 1 << self.bits
-
-    def bounds(self, b: int) -> tuple[int, int]:
-        """The smallest and largest hash of partition ``b``."""
-        shift = 64 - self.bits
-        return (b << shift) if self.bits else 0, (((b + 1) << shift) - 1) if self.bits else 2**64 - 1
-
-    def partition_of(self, s: np.ndarray) -> np.ndarray:
-        return (s >> np.uint64(64 - self.bits)).astype(np.int64) if self.bits else np.zeros(len(s), np.int64)
-
-    def with_runs(self, new: Sequence[RunFile], covered: Collection[FileKey]) -> Manifest:
-        """This manifest plus runs ``new`` (each serving every partition its hashes span)."""
-        added = range(len(self.runs), len(self.runs) + len(new))
-        slices = [list(s) for s in self.slices]
-        for index, run in zip(added, new, strict=True):
-            if not run.entries:
-                continue
-            first, last = self.partition_of(np.array([run.lo, run.hi], np.uint64))
-            for b in range(int(first), int(last) + 1):
-                slices[b].append(index)
-        return attrs.evolve(
-            self,
-            runs=(*self.runs, *new),
-            slices=tuple(tuple(s) for s in slices),
-            covered={**self.covered, **dict.fromkeys(covered)},
-        )
-
-    def slice_entries(self, index: int) -> float:
-        """About how many entries of run ``index`` each partition it spans holds."""
-        run = self.runs[index]
-        first, last = self.partition_of(np.array([run.lo, run.hi], np.uint64))
-        return run.entries / (int(last) - int(first) + 1)
-
-    def compacted(self) -> tuple[Manifest, list[str]]:
-        """The manifest without runs no partition uses, and those runs' paths."""
-        used = sorted({i for s in self.slices for i in s})
-        renumber = {old: new for new, old in enumerate(used)}
-        dropped = [r.path for i, r in enumerate(self.runs) if i not in renumber]
-        return (
-            attrs.evolve(
-                self,
-                runs=tuple(self.runs[i] for i in used),
-                slices=tuple(tuple(renumber[i] for i in s) for s in self.slices),
-            ),
-            dropped,
-        )
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "version": MANIFEST_VERSION,
-                "key": {"ids": list(self.key.ids), "kind": self.key.kind, "signature": self.key.signature},
-                "bits": self.bits,
-                "block": self.block,
-                "runs": [[r.path, r.entries, r.nbytes, r.lo, r.hi] for r in self.runs],
-                "slices": [list(s) for s in self.slices],
-                "covered": [list(f) for f in self.covered],
-            },
-            separators=(",", ":"),
-        ).encode("utf-8")
-
-    @classmethod
-    def decode(cls, data: bytes, location: str) -> Manifest:
-        try:
-            head = json.loads(data)
-            if head["version"] != MANIFEST_VERSION:
-                raise ValueError(f"expected version {MANIFEST_VERSION}, received {head['version']!r}")
-            key = IndexKey(
-                tuple(int(i) for i in head["key"]["ids"]), str(head["key"]["kind"]), str(head["key"]["signature"])
-            )
-            manifest = cls(
-                key,
-                int(head["bits"]),
-                int(head["block"]),
-                tuple(RunFile(str(p), int(n), int(b), int(lo), int(hi)) for p, n, b, lo, hi in head["runs"]),
-                tuple(tuple(int(i) for i in s) for s in head["slices"]),
-                {(str(p), int(size), int(count)): None for p, size, count in head["covered"]},
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise CorruptFileError(f"key index manifest {location}: unreadable ({type(e).__name__}: {e})") from e
-        if len(manifest.slices) != manifest.partitions or any(
-            i >= len(manifest.runs) for s in manifest.slices for i in s
-        ):
-            raise CorruptFileError(f"key index manifest {location}: partitions and runs do not agree")
-        return manifest
-
-
-def file_key(meta: DataFileMeta) -> FileKey:
-    return (meta.path, meta.file_size_in_bytes, meta.record_count)
 
 
 @attrs.frozen
@@ -325,6 +168,7 @@ class PartitionedIndex:
         partitions: partitions of a new index (a power of two is used: the next one up).
         block: entries per block of a run (the unit a lookup reads).
         fan_in: runs a partition holds before they are merged (module docstring).
+        whole_entries: up to this many entries the index is merged as one key range, not by partition.
     """
 
     def __init__(
@@ -335,6 +179,7 @@ class PartitionedIndex:
         partitions: int = DEFAULT_PARTITIONS,
         block: int = DEFAULT_BLOCK,
         fan_in: int = DEFAULT_FAN_IN,
+        whole_entries: int = DEFAULT_WHOLE_ENTRIES,
     ) -> None:
         self.io = io
         self.location = location.rstrip("/")
@@ -342,6 +187,7 @@ class PartitionedIndex:
         self.partitions = partitions
         self.block = block
         self.fan_in = max(2, fan_in)
+        self.whole_entries = whole_entries
         self.counters = PartitionedCounters()
         self._manifests: dict[str, Manifest] = {}
 
@@ -545,45 +391,62 @@ class PartitionedIndex:
             if len(chunk)
         }
 
+    def _tier(self, indexes: Sequence[int], size: Callable[[int], float]) -> list[int]:
+        """The runs to merge: the smallest two, and each next one while it is at most ``fan_in``
+        times their sum (size-tiered: an entry is rewritten O(log n) times)."""
+        by_size = sorted(indexes, key=size)
+        group = by_size[:2]
+        total = sum(size(i) for i in group)
+        for i in by_size[2:]:
+            if size(i) > self.fan_in * total:
+                break
+            group.append(i)
+            total += size(i)
+        return group
+
+    def _merge_plan(self, manifest: Manifest) -> list[tuple[range, list[int]]]:
+        """(partitions, runs) to merge: while the index is small, all of it is one key range (few
+        files); past ``whole_entries`` each partition on its own."""
+        if sum(r.entries for r in manifest.runs) <= self.whole_entries:
+            everything = sorted({i for s in manifest.slices for i in s})
+            if len(everything) <= self.fan_in:
+                return []
+            return [(range(manifest.partitions), self._tier(everything, lambda i: manifest.runs[i].entries))]
+        return [
+            (range(b, b + 1), self._tier(indexes, manifest.slice_entries))
+            for b, indexes in enumerate(manifest.slices)
+            if len(indexes) > self.fan_in
+        ]
+
     def _merge_partitions(self, manifest: Manifest) -> tuple[Manifest, list[str]]:
-        tasks: list[tuple[int, list[int], _Merge]] = []
-        for b, indexes in enumerate(manifest.slices):
-            if len(indexes) <= self.fan_in:
-                continue
-            by_size = sorted(indexes, key=manifest.slice_entries)
-            group = by_size[:2]
-            total = sum(manifest.slice_entries(i) for i in group)
-            for i in by_size[2:]:
-                if manifest.slice_entries(i) > self.fan_in * total:
-                    break
-                group.append(i)
-                total += manifest.slice_entries(i)
-            lo, hi = manifest.bounds(b)
-            path = f"{self.folder(manifest.key)}/runs/{uuid.uuid4().hex}.run"
-            merge = _Merge(
+        plan = self._merge_plan(manifest)
+        if not plan:
+            return manifest, []
+        tasks = [
+            _Merge(
                 tuple(manifest.runs[i].path for i in group),
-                lo,
-                hi,
+                manifest.bounds(parts[0])[0],
+                manifest.bounds(parts[-1])[1],
                 frozenset(manifest.covered),
                 manifest.key.kind,
-                path,
+                f"{self.folder(manifest.key)}/runs/{uuid.uuid4().hex}.run",
                 manifest.block,
             )
-            tasks.append((b, group, merge))
-        if not tasks:
-            return manifest, []
-        weight = (
-            sum(manifest.slice_entries(i) for _, group, _ in tasks for i in group) * DTYPES[manifest.key.kind].itemsize
-        )
-        merged = self.runner.run(_merge, [t for *_, t in tasks], self.io, self.folder(manifest.key), int(weight))
-        self.counters.runs_merged += sum(len(group) for _, group, _ in tasks)
+            for parts, group in plan
+        ]
+        width = DTYPES[manifest.key.kind].itemsize
+        weight = sum(manifest.runs[i].entries for _, group in plan for i in group) * width
+        merged = self.runner.run(_merge, tasks, self.io, self.folder(manifest.key), int(weight))
+        self.counters.runs_merged += sum(len(group) for _, group in plan)
         self.counters.runs_written += len(merged)
         runs_now = list(manifest.runs)
         slices = [list(s) for s in manifest.slices]
-        for (b, group, _), run in zip(tasks, merged, strict=True):
-            slices[b] = [i for i in slices[b] if i not in group]
-            if run.entries:
-                slices[b].append(len(runs_now))
+        for (parts, group), run in zip(plan, merged, strict=True):
+            spans = manifest.partition_of(np.array([run.lo, run.hi], np.uint64)) if run.entries else None
+            for b in parts:
+                slices[b] = [i for i in slices[b] if i not in group]
+                if spans is not None and int(spans[0]) <= b <= int(spans[1]):
+                    slices[b].append(len(runs_now))
             runs_now.append(run)
         manifest = attrs.evolve(manifest, runs=tuple(runs_now), slices=tuple(tuple(s) for s in slices))
         return manifest.compacted()  # merged runs, and empty new ones, serve no partition: dropped

@@ -132,6 +132,21 @@ def key_hashes(keys: pa.Table, kind: str) -> np.ndarray:
         out = np.empty(keys.num_rows, np.dtype([("s", "<u8")]))
         out["s"] = mix(values)
         return out
+    if keys.num_columns == 1:
+        column = keys.column(0).combine_chunks()
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            # A key of one string column (UUIDs, hashes), with nulls or without: the value's UTF-8
+            # bytes, told apart from every other form by BLAKE2b's personalisation (a third faster
+            # than the canonical bytes).
+            blake = hashlib.blake2b
+            values = column.cast(pa.large_binary()).to_pylist()
+            raw = b"".join(
+                [
+                    _NULL_STRING if v is None else blake(v, digest_size=16, person=b"iceberg-sink-str").digest()
+                    for v in values
+                ]
+            )
+            return np.frombuffer(raw, dtype=_PAIR).copy()
     columns = [_canonical(c.combine_chunks()) for c in keys.columns]
     raw = (
         b"".join(hashlib.blake2b(b"".join(parts), digest_size=16).digest() for parts in zip(*columns, strict=True))
@@ -142,6 +157,7 @@ def key_hashes(keys: pa.Table, kind: str) -> np.ndarray:
 
 
 _PAIR = np.dtype([("s", "<u8"), ("t", "<u8")])
+_NULL_STRING = hashlib.blake2b(b"", digest_size=16, person=b"iceberg-sink-nul").digest()
 
 
 def digests(entries: np.ndarray) -> np.ndarray:

@@ -15,7 +15,10 @@ It refuses to delete anything when the listing and the table's references disagr
 The key index entries the sink keeps in the table's metadata folder (``iceberg-sink-key-index/``,
 keyindex/persisted.py) are referenced by no metadata: orphan removal keeps the entry of
 every data file the table references and treats the others as orphans (same safety age), and expiry
-deletes the entries of the data files it deletes.
+deletes the entries of the data files it deletes. A partitioned key index (keyindex/partitioned.py)
+keeps the files its current manifest names (its pointer, the manifest, its runs); its older
+manifests and merged-away runs are orphans. Expiry leaves it alone: it keeps only entries whose data
+file a commit names as live.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from iceberg_sink._iceberg import listing, manifests, producer, rewrites
 from iceberg_sink._iceberg.retry import RetryPolicy, commit_with_retry
 from iceberg_sink._iceberg.v3_metadata import v3_metadata_writes
 from iceberg_sink.errors import InvalidSinkConfigError, MaintenanceRefusedError, UnsupportedTableError
+from iceberg_sink.keyindex import manifest as partitioned_index
 from iceberg_sink.keyindex.persisted import entry_name, index_location
 from iceberg_sink.table.names import location_parts, normalise_location, walk_tables
 from iceberg_sink.topology import arguments
@@ -386,6 +390,10 @@ def remove_orphan_files(
     # The key index entry of each referenced data file is kept like the file (others are orphans).
     folder = index_location(table)
     pending = set(staged) | {f"{folder}/{entry_name(p)}" for p in referenced}
+    # A partitioned key index keeps its current manifest and runs; older ones are orphans.
+    names = [f.location for f in listed]
+    for pointer in filter(partitioned_index.is_pointer, names):
+        pending |= partitioned_index.current_files(io, pointer, names)
     for manifest in staged:
         try:
             pending.update(manifests.staged_manifest_files(io, manifest))

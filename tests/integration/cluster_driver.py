@@ -9,8 +9,9 @@ order in the driver's working directory (the test gives it its own, distinct fro
   Parquet files in ``source`` (``maxFilesPerTrigger=1``, ``availableNow``);
 - ``{"kind": "append", "table", "batches": [[start, n], ...], "partition_by", "partitions"}``: one
   ``sink.write`` of :func:`event_batch` rows per batch;
-- ``{"kind": "cdc", "table", "batches": [[row, ...], ...], "partition_by", "partitions"}``: one
-  ``sink.write`` per batch of change rows (op column ``op``, key ``id``, ordered by ``lsn``);
+- ``{"kind": "cdc", "table", "batches": [[row, ...], ...], "partition_by", "partitions",
+  "write_options"}``: one ``sink.write`` per batch of change rows (op column ``op``, key ``id``,
+  ordered by ``lsn``); reports the key index's Spark jobs (the partitioned index's);
 - ``{"kind": "compact", "table"}``: ``sink.compact(spark)`` with thresholds that rewrite small files.
 
 Paths in the plan may be relative: they are the driver's. Every step writes into the embedded
@@ -59,11 +60,15 @@ def run_step(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
             sink.write(df)
         return {"commits": sink.metrics().commits}
     if kind == "cdc":
-        sink = _builder(step["table"], partition_by).cdc(op_column="op", key=["id"], order_by="lsn").build()
+        builder = _builder(step["table"], partition_by).cdc(op_column="op", key=["id"], order_by="lsn")
+        for key, value in step.get("write_options", {}).items():
+            builder = builder.write_option(key, value)
+        sink = builder.build()
         for rows in step["batches"]:
             data = [tuple(r[c] for c in CHANGE_COLUMNS) for r in rows]
             sink.write(spark.createDataFrame(data, CHANGE_DDL).repartition(step.get("partitions", 2)))
-        return {"commits": sink.metrics().commits}
+        runner = sink._committer_index.runner  # the partitioned key index's (None: the driver index)
+        return {"commits": sink.metrics().commits, "key_index_jobs": getattr(runner, "jobs", 0)}
     if kind == "compact":
         sink = _builder(step["table"], partition_by).build()
         result = sink.compact(spark, CompactionConfig(min_input_files=2))

@@ -31,6 +31,12 @@ from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
+PARTITIONED_INDEX = {
+    "iceberg-sink.key-index.mode": "partitioned",
+    "iceberg-sink.key-index.partitions": 4,
+    "iceberg-sink.key-index.driver-max-bytes": 0,
+}
+
 # {task:05d}-{attempt id}-{job}-{checkpoint:06d}-{uuid}-{n}[-kind].parquet (writer/task_writer.py)
 FILE_NAME = re.compile(r"^(\d{5})-(\d+)-([\w-]+)-(\d{6})-[0-9a-f]+-\d{5}")
 
@@ -118,12 +124,15 @@ def test_streaming_cdc_and_compaction_on_a_standalone_cluster(
             {"kind": "compact", "table": "db.events", "partition_by": ["bucket(4, user_id)"]},
             {"kind": "cdc", "table": "db.users", "batches": batches, "partition_by": ["bucket(2, id)"]},
             {"kind": "compact", "table": "db.users", "partition_by": ["bucket(2, id)"]},
+            # The partitioned key index (issue 43), every step of it a Spark job on the workers.
+            {"kind": "cdc", "table": "db.users_pi", "batches": batches, "write_options": PARTITIONED_INDEX},
         ],
     }
     result = drive(driver_dir, plan)
     assert all(step["ok"] for step in result["steps"]), result
     assert result["returncode"] == 0, result["stderr"][-3000:]
-    assert [s["kind"] for s in result["steps"]] == ["stream", "compact", "cdc", "compact"]
+    assert [s["kind"] for s in result["steps"]] == ["stream", "compact", "cdc", "compact", "cdc"]
+    assert result["steps"][4]["key_index_jobs"] > 0
     assert result["steps"][0]["commits"] == 3
     assert result["steps"][1]["rewritten"] > result["steps"][1]["added"] > 0
     assert result["steps"][3]["rewritten"] > 0
@@ -142,6 +151,7 @@ def test_streaming_cdc_and_compaction_on_a_standalone_cluster(
     users = load(driver_dir, "db.users")
     check_rows(java_reader, users, expected(model), "id")
     assert users.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
+    check_rows(java_reader, load(driver_dir, "db.users_pi"), expected(model), "id")
 
 
 def fault_env(*faults: dict[str, Any]) -> dict[str, str]:

@@ -27,7 +27,8 @@ from pyiceberg.types import (
 
 from iceberg_sink.keyindex import runs
 from iceberg_sink.keyindex.index import KeyIndex
-from iceberg_sink.keyindex.partitioned import IndexKey, PartitionedIndex
+from iceberg_sink.keyindex.manifest import IndexKey
+from iceberg_sink.keyindex.partitioned import PartitionedIndex
 from iceberg_sink.vocab.files import DataFileMeta
 from tests.unit.test_key_index import IO, deleted, expected, schema_of, write
 
@@ -42,7 +43,7 @@ NESTED = schema_of(
 
 def index(tmp_path: Path, **kwargs: Any) -> PartitionedIndex:
     settings = {"partitions": 4, "block": 3, "fan_in": 2, **kwargs}
-    return PartitionedIndex(IO, str(tmp_path / "index"), **settings)
+    return PartitionedIndex(IO, str(tmp_path / "index" / "partitioned"), **settings)
 
 
 def ask(
@@ -97,6 +98,9 @@ def _pairs(r: random.Random, n: int) -> dict[str, list[Any]]:
     }
 
 
+OPTIONAL_STRING = schema_of(NestedField(1, "id", StringType(), required=False))
+
+
 CASES = {
     "long": (LONG, (1,), lambda r: {"id": [r.randrange(60) for _ in range(r.randrange(1, 40))]}),
     "optional long": (
@@ -105,6 +109,12 @@ CASES = {
         lambda r: {"id": [None if r.random() < 0.2 else r.randrange(30) for _ in range(r.randrange(1, 30))]},
     ),
     "string": (STRING, (1,), lambda r: {"id": [f"k{r.randrange(50)}" for _ in range(r.randrange(1, 30))]}),
+    # Nulls in some files' keys or deletes and not in others: a key hashes alike either way.
+    "optional string": (
+        OPTIONAL_STRING,
+        (1,),
+        lambda r: {"id": [None if r.random() < 0.1 else f"k{r.randrange(20)}" for _ in range(r.randrange(1, 20))]},
+    ),
     "pair with nulls": (PAIR, (1, 2), lambda r: _pairs(r, r.randrange(1, 30))),
 }
 
@@ -114,7 +124,13 @@ CASES = {
 def test_checkpoints_of_random_files_agree_with_brute_force(tmp_path: Path, case: str, seed: int) -> None:
     schema, ids, draw = CASES[case]
     r = random.Random(f"{case}-{seed}")
-    idx = index(tmp_path, partitions=r.choice([1, 2, 4, 8]), block=r.choice([1, 3, 16]), fan_in=r.choice([2, 3]))
+    idx = index(
+        tmp_path,
+        partitions=r.choice([1, 2, 4, 8]),
+        block=r.choice([1, 3, 16]),
+        fan_in=r.choice([2, 3]),
+        whole_entries=r.choice([0, 10**9]),  # merged by partition, or as one key range
+    )
     files: list[tuple[DataFileMeta, dict[str, list[Any]]]] = []
     merged = 0
     for step in range(12):
@@ -129,7 +145,14 @@ def test_checkpoints_of_random_files_agree_with_brute_force(tmp_path: Path, case
         assert found == brute(asked, keys), (case, seed, step)
         if r.random() < 0.3:  # a restarted driver: the index from storage, nothing read again
             merged += idx.counters.runs_merged
-            idx = PartitionedIndex(IO, idx.location, partitions=idx.partitions, block=idx.block, fan_in=idx.fan_in)
+            idx = PartitionedIndex(
+                IO,
+                idx.location,
+                partitions=idx.partitions,
+                block=idx.block,
+                fan_in=idx.fan_in,
+                whole_entries=idx.whole_entries,
+            )
             again, read = ask(idx, schema, ids, asked, keys, live)
             assert (again, read) == (found, 0)
     assert merged + idx.counters.runs_merged > 0
@@ -164,8 +187,9 @@ def test_a_corrupt_or_missing_run_is_rebuilt_never_trusted(tmp_path: Path) -> No
     assert fresh.counters.rebuilds == 2
 
 
-def test_merges_drop_the_entries_of_files_that_left_and_delete_unused_runs(tmp_path: Path) -> None:
-    idx = index(tmp_path, partitions=1, fan_in=2)
+@pytest.mark.parametrize("whole_entries", [0, 10**9])
+def test_merges_drop_the_entries_of_files_that_left_and_delete_unused_runs(tmp_path: Path, whole_entries: int) -> None:
+    idx = index(tmp_path, partitions=4, fan_in=2, whole_entries=whole_entries)
     files = []
     for n in range(6):
         columns = {"id": list(range(n * 10, n * 10 + 10))}
@@ -219,3 +243,36 @@ def test_the_key_index_routes_through_the_partitioned_index(tmp_path: Path) -> N
     found, read = key_index.match(IO, LONG, (1,), [(meta, deleted(LONG, (1,), {"id": [2, 3]}))], None)
     assert ({p: v.tolist() for p, v in found.items()}, read) == ({meta.path: [0, 2]}, 1)
     assert key_index.files == 0  # nothing held in the driver's index
+
+
+def test_a_corrupt_manifest_or_pointer_starts_the_index_again(tmp_path: Path) -> None:
+    columns = {"id": [4, 8, 15, 16, 23, 42]}
+    meta = write(tmp_path, "a", LONG, columns)
+    idx = index(tmp_path)
+    assert ask(idx, LONG, (1,), [(meta, columns)], {"id": [15]}) == ({meta.path: [2]}, 1)
+    manifests = list((tmp_path / "index").rglob("manifest-*.json"))
+    assert len(manifests) == 1  # the previous one is deleted once the pointer moves
+    manifests[0].write_text(manifests[0].read_text().replace('"bits"', '"bats"'))
+    fresh = PartitionedIndex(IO, idx.location, partitions=4, block=3, fan_in=2)
+    assert ask(fresh, LONG, (1,), [(meta, columns)], {"id": [42, 4]}) == ({meta.path: [0, 5]}, 1)
+    assert fresh.counters.rebuilds == 1
+    pointer = next((tmp_path / "index").rglob("current"))
+    pointer.write_text("not json")
+    again = PartitionedIndex(IO, idx.location, partitions=4, block=3, fan_in=2)
+    assert ask(again, LONG, (1,), [(meta, columns)], {"id": [23]}) == ({meta.path: [4]}, 1)
+
+
+def test_orphan_removal_keeps_the_current_manifest_and_its_runs(tmp_path: Path) -> None:
+    from iceberg_sink.keyindex.manifest import current_files, is_pointer
+
+    columns = {"id": list(range(10))}
+    meta = write(tmp_path, "a", LONG, columns)
+    idx = index(tmp_path)
+    ask(idx, LONG, (1,), [(meta, columns)], {"id": [1]})
+    listed = [str(p) for p in (tmp_path / "index").rglob("*") if p.is_file()]
+    pointers = [p for p in listed if is_pointer(p)]
+    assert len(pointers) == 1
+    assert current_files(IO, pointers[0], listed) == set(listed)
+    assert not is_pointer(str(tmp_path / "index" / "partitioned" / "x" / "runs" / "current"))
+    Path(pointers[0]).write_text("[")
+    assert current_files(IO, pointers[0], listed) == set(listed)  # unreadable: everything kept
