@@ -84,7 +84,8 @@ def test_v3_deletes_resolve_through_the_partitioned_index_on_executors_across_re
     stray = runs_dir / "stray.run"
     stray.write_bytes(b"left by a killed task")
     kept = {p for p in folder.rglob("*") if p.is_file() and p != stray}
-    result = maintenance.remove_orphan_files(sink.load_table, older_than=dt.timedelta(0))
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)  # every file is past the safety age
+    result = maintenance.remove_orphan_files(sink.load_table, older_than=dt.timedelta(hours=1), now=later)
     assert str(stray) in {o.removeprefix("file://") for o in result.orphan_files}
     assert not stray.exists() and all(p.exists() for p in kept)
 
