@@ -103,14 +103,19 @@ def _build(io: FileIO, task: _Build) -> RunFile:
 
 @attrs.frozen
 class _Lookup:
-    """A lookup task: the entries of ``paths`` (runs) whose hash is one of ``wanted``."""
+    """A lookup task: the entries of ``paths`` (runs) whose hash is one of ``wanted``; ``small``: the
+    whole index fits the process's run cache (runs.lookup ``keep_whole``)."""
 
     paths: tuple[str, ...]
     wanted: tuple[np.ndarray, ...]
+    small: bool = False
 
 
 def _lookup(io: FileIO, task: _Lookup) -> list[tuple[np.ndarray, tuple[FileKey, ...]]]:
-    return [runs.lookup(io, path, wanted) for path, wanted in zip(task.paths, task.wanted, strict=True)]
+    return [
+        runs.lookup(io, path, wanted, keep_whole=task.small)
+        for path, wanted in zip(task.paths, task.wanted, strict=True)
+    ]
 
 
 @attrs.frozen
@@ -370,7 +375,8 @@ class PartitionedIndex:
         self.counters.lookups += 1
         self.counters.runs_read += len(paths)
         groups = max(1, min(len(paths), 8))
-        tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups])) for g in range(groups)] if paths else []
+        small = 2 * sum(r.entries for r in manifest.runs) * width <= runs.ENTRIES.max_bytes
+        tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups]), small) for g in range(groups)]
         hits = [h for part in self.runner.run(_lookup, tasks, self.io, self.folder(key), weight) for h in part]
         ids: dict[FileKey, int] = {}
         parts_found, owners = [], []

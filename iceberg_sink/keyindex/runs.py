@@ -22,7 +22,7 @@ A run file, written once and never changed::
           | CRC-32 of everything so far (u32 LE) | entries (packed structs, ascending s, then t)
 
 A lookup reads the header once (cached: runs never change) and then only the blocks its keys can
-fall in, blocks less than 64 KiB apart coalesced into one read; every block used is checked against
+fall in, blocks less than 16 KiB apart coalesced into one read; every block used is checked against
 its checksum (the sum of its 32-bit words, each times its position in the block, modulo 2^64:
 computed for many blocks at once, it catches any changed word and any two swapped unequal words). A
 corrupt or missing run raises :class:`~iceberg_sink.errors.CorruptFileError` or ``FileNotFoundError``:
@@ -67,6 +67,8 @@ def disk_dtype(kind: str, wide: bool) -> np.dtype:
 
 _U32 = struct.Struct("<I")
 _FIRST_READ = 64 * 1024
+GAP_BYTES = 16384
+"""Blocks closer than this are read in one request (the bytes between them come along)."""
 MAX_POSITION = 2**32 - 1
 
 FileKey = tuple[str, int, int]
@@ -394,56 +396,49 @@ def block_sums(raw: bytes, width: int, block: int) -> np.ndarray:
 
 
 def _groups(header: RunHeader, blocks: np.ndarray) -> list[np.ndarray]:
-    """``blocks`` (ascending) cut where two are 64 KiB or more apart: one read each."""
-    gap = max(1, 65536 // (header.block * header.dtype.itemsize))
+    """``blocks`` (ascending) cut where two are ``GAP_BYTES`` or more apart: one read each."""
+    gap = max(1, GAP_BYTES // (header.block * header.dtype.itemsize))
     return np.split(blocks, np.flatnonzero(np.diff(blocks) > gap) + 1)
 
 
 def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) -> np.ndarray:
     """The entries of ``blocks`` (ascending block indexes) of a run, each block checked against its
-    checksum; blocks less than 64 KiB apart are read in one request."""
+    checksum; blocks less than ``GAP_BYTES`` apart are read in one request."""
     dtype = header.dtype
     width = dtype.itemsize
     if not len(blocks):
         return _unpack(np.empty(0, dtype), header)
-    parts: list[np.ndarray] = []
-    per_block = header.block * width // 4
-    weights = np.arange(1, per_block + 1, dtype=np.uint64)
+    groups = _groups(header, blocks)
+    chunks: list[bytes] = []
     with io.new_input(path).open(seekable=True) as stream:
-        for group in _groups(header, blocks):
-            first, last = int(group[0]), int(group[-1])
-            start = first * header.block
-            stop = min((last + 1) * header.block, header.entries)
+        for group in groups:  # only the reads in this loop: everything else is one numpy pass
+            start = int(group[0]) * header.block
+            stop = min((int(group[-1]) + 1) * header.block, header.entries)
             stream.seek(header.data_offset + start * width)
-            raw = stream.read((stop - start) * width)
-            if len(raw) != (stop - start) * width:
-                raise CorruptFileError(
-                    f"key index run {path}: expected {(stop - start) * width} bytes at entry {start}, "
-                    f"received {len(raw)}; the index is rebuilt from the data files"
-                )
-            entries = np.frombuffer(raw, dtype=dtype)
-            # Only the blocks used are summed: the rest of the read is the gaps between them.
-            words = np.frombuffer(raw, dtype="<u4")
-            whole = len(words) // per_block
-            rel = group - first
-            inside = rel[rel < whole]
-            sums = (words[: whole * per_block].reshape(whole, per_block)[inside] * weights).sum(axis=1, dtype=np.uint64)
-            if len(inside) < len(rel):  # the run's last, short block
-                sums = np.append(sums, block_sums(words[whole * per_block :].tobytes(), width, header.block))
-            bad = np.flatnonzero(sums != header.sums[group])
-            if len(bad):
-                raise CorruptFileError(
-                    f"key index run {path}: block {int(group[bad[0]])} checksum mismatch; "
-                    "the index is rebuilt from the data files"
-                )
-            if len(group) == last - first + 1:
-                parts.append(entries)
-            else:  # blocks between wanted ones came with the same request, unchecked: left out
-                keep = np.zeros(len(entries), bool)
-                for b in (group - first).tolist():
-                    keep[b * header.block : (b + 1) * header.block] = True
-                parts.append(entries[keep])
-    return _unpack(np.concatenate(parts), header)
+            chunks.append(stream.read((stop - start) * width))
+    read = np.concatenate([np.arange(int(g[0]), int(g[-1]) + 1) for g in groups])  # every block read
+    counts = np.minimum((read + 1) * header.block, header.entries) - read * header.block
+    data = b"".join(chunks)
+    if len(data) != int(counts.sum()) * width:
+        raise CorruptFileError(
+            f"key index run {path}: expected {int(counts.sum()) * width} bytes of blocks, received {len(data)}; "
+            "the index is rebuilt from the data files"
+        )
+    entries = np.frombuffer(data, dtype=dtype)
+    used = np.isin(read, blocks)
+    if not used.all():  # blocks between wanted ones came with the same request: left out, unchecked
+        entries, read, counts = entries[np.repeat(used, counts)], read[used], counts[used]
+    # Each block's checksum: its 32-bit words times their position in the block, summed.
+    words = np.frombuffer(entries.tobytes(), dtype="<u4").astype(np.uint64)
+    lengths = counts * (width // 4)
+    starts = np.cumsum(lengths) - lengths
+    weights = np.arange(len(words), dtype=np.uint64) - np.repeat(starts, lengths).astype(np.uint64) + np.uint64(1)
+    bad = np.flatnonzero(np.add.reduceat(words * weights, starts) != header.sums[read])
+    if len(bad):
+        raise CorruptFileError(
+            f"key index run {path}: block {int(read[bad[0]])} checksum mismatch; the index is rebuilt from the data files"
+        )
+    return _unpack(entries, header)
 
 
 def _unpack(packed: np.ndarray, header: RunHeader) -> np.ndarray:
@@ -466,17 +461,21 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return begins + np.arange(total)
 
 
-def lookup(io: FileIO, path: str, wanted: np.ndarray) -> tuple[np.ndarray, tuple[FileKey, ...]]:
+def lookup(
+    io: FileIO, path: str, wanted: np.ndarray, keep_whole: bool = False
+) -> tuple[np.ndarray, tuple[FileKey, ...]]:
     """The entries of the run at ``path`` whose hash is one of ``wanted`` (distinct, sorted by
     :func:`distinct_hashes`; fields ``s`` and, for digest keys, ``t``), with the run's data files
-    (the entries' ``f`` index them)."""
+    (the entries' ``f`` index them). ``keep_whole``: a run most of whose blocks are needed is read
+    whole and kept in this process's cache (the caller's index is small enough for the cache)."""
     header = read_header(io, path)
     found: np.ndarray | None = ENTRIES.get(path)
     if found is None:
         blocks = _blocks_for(header.firsts, wanted["s"])
         size = header.entries * DTYPES[header.kind].itemsize
-        span = sum(int(g[-1]) - int(g[0]) + 1 for g in _groups(header, blocks)) if len(blocks) else 0
-        if 2 * span >= len(header.firsts) and 2 * size <= ENTRIES.max_bytes:  # most of it is read anyway
+        # Kept whole only when the caller says the whole index fits the cache: runs of a larger one
+        # would push each other out, each read whole at every lookup.
+        if keep_whole and 4 * len(blocks) >= len(header.firsts) and 2 * size <= ENTRIES.max_bytes:
             found = read_blocks(io, path, header, np.arange(len(header.firsts)))
             ENTRIES.put(path, found, size)
         else:
