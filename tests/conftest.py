@@ -47,6 +47,7 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_routing_many.py",  # 88
     "integration/test_demo.py",  # 78
     "integration/test_catalog_outage.py",  # 77
+    "integration/test_key_index_partitioned.py",  # about 75 (new in session 32: Spark jobs, three readers)
 )
 
 
