@@ -44,18 +44,9 @@ import attrs
 import numpy as np
 
 from benchmarks.cpu_monitor import ForeignCpuMonitor
+from iceberg_sink.keyindex.runs import mix  # splitmix64's finalizer: a bijection, so keys stay distinct
 
 ROWS_PER_FILE = 1_000_000
-
-
-def _mix(values: np.ndarray) -> np.ndarray:
-    z = values.astype(np.uint64)
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z
 
 
 def keys_of(kind: str, ids: np.ndarray) -> Any:
@@ -64,7 +55,7 @@ def keys_of(kind: str, ids: np.ndarray) -> Any:
 
     if kind == "long":
         return pa.array(ids.astype(np.int64))
-    high, low = _mix(ids), _mix(ids ^ np.int64(0x5DEECE66D))
+    high, low = mix(ids), mix(ids ^ np.int64(0x5DEECE66D))
     text = [f"{h:016x}{lo:016x}" for h, lo in zip(high.tolist(), low.tolist(), strict=True)]
     return pa.array([f"{t[:8]}-{t[8:12]}-{t[12:16]}-{t[16:20]}-{t[20:]}" for t in text])
 

@@ -136,7 +136,7 @@ class KeyIndex:
         if self.partitions > 0:
             location = f"{index_location(table)}/{FOLDER}"
             if self.partitioned is None or self.partitioned.location != location:
-                self.partitioned = PartitionedIndex(table.io, location, self.runner, self.partitions)
+                self.partitioned = PartitionedIndex.shared(table.io, location, self.runner, self.partitions)
             else:
                 self.partitioned.io = table.io
         if not self.persist or self.partitions > 0:

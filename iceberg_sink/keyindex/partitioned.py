@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
+import weakref
 import zlib
 from collections.abc import Callable, Collection, Sequence
 
@@ -163,6 +165,10 @@ class PartitionedCounters:
     rebuilds: int = 0
 
 
+_SHARED: weakref.WeakValueDictionary[str, PartitionedIndex] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
 class PartitionedIndex:
     """The partitioned key index of one table (module docstring). Used by one job at a time.
 
@@ -195,6 +201,24 @@ class PartitionedIndex:
         self.whole_entries = whole_entries
         self.counters = PartitionedCounters()
         self._manifests: dict[str, Manifest] = {}
+        self.lock = threading.RLock()
+        """Held by :meth:`match`: the committer and a background conversion may share the index."""
+
+    @classmethod
+    def shared(cls, io: FileIO, location: str, runner: Runner | None, partitions: int) -> PartitionedIndex:
+        """The one index of ``location`` in this process (a new one if none is alive), with ``io``.
+
+        A table's v3 committer and its conversion (or two jobs of one sink) each writing the index
+        through an instance of their own would delete runs the other's manifest still names: each
+        would then rebuild the index (right, but at a first checkpoint's cost).
+        """
+        with _SHARED_LOCK:
+            index = _SHARED.get(location.rstrip("/"))
+            if index is None:
+                index = cls(io, location, runner, partitions)
+                _SHARED[index.location] = index
+            index.io = io
+            return index
 
     def folder(self, key: IndexKey) -> str:
         return f"{self.location}/{key.signature}"
@@ -269,13 +293,14 @@ class PartitionedIndex:
         forgets the files that are not, and merges drop their entries. The keys come from
         ``key_columns`` of the key ``key.ids`` projected through ``schema``.
         """
-        try:
-            return self._match(schema, key, requests, mapping, live)
-        except (CorruptFileError, FileNotFoundError) as e:
-            logger.warning("key index of %s is rebuilt: %s: %s", self.folder(key), type(e).__name__, e)
-            self.counters.rebuilds += 1
-            self._manifests[key.signature] = Manifest.empty(key, self.partitions, self.block)
-            return self._match(schema, key, requests, mapping, live)
+        with self.lock:
+            try:
+                return self._match(schema, key, requests, mapping, live)
+            except (CorruptFileError, FileNotFoundError) as e:
+                logger.warning("key index of %s is rebuilt: %s: %s", self.folder(key), type(e).__name__, e)
+                self.counters.rebuilds += 1
+                self._manifests[key.signature] = Manifest.empty(key, self.partitions, self.block)
+                return self._match(schema, key, requests, mapping, live)
 
     def _match(
         self,

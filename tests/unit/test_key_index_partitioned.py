@@ -276,3 +276,18 @@ def test_orphan_removal_keeps_the_current_manifest_and_its_runs(tmp_path: Path) 
     assert not is_pointer(str(tmp_path / "index" / "partitioned" / "x" / "runs" / "current"))
     Path(pointers[0]).write_text("[")
     assert current_files(IO, pointers[0], listed) == set(listed)  # unreadable: everything kept
+
+
+def test_one_index_per_location_in_a_process(tmp_path: Path) -> None:
+    """A table's v3 committer and its conversion share one index: two writers of one folder would
+    each delete runs the other's manifest names."""
+    import gc
+
+    first = PartitionedIndex.shared(IO, str(tmp_path / "a" / "partitioned"), None, 4)
+    assert PartitionedIndex.shared(IO, str(tmp_path / "a" / "partitioned/"), None, 16) is first
+    other = PartitionedIndex.shared(IO, str(tmp_path / "b" / "partitioned"), None, 4)
+    assert other is not first
+    location = first.location
+    del first
+    gc.collect()
+    assert PartitionedIndex.shared(IO, location, None, 8).partitions == 8  # none alive: a new one
