@@ -256,11 +256,17 @@ class PartitionedIndex:
         folder = self.folder(manifest.key)
         data = manifest.encode()
         name = f"manifest-{uuid.uuid4().hex}.json"
-        with self.io.new_output(f"{folder}/{name}").create(overwrite=True) as stream:
-            stream.write(data)
-        previous = self._pointed(folder)
-        with self.io.new_output(f"{folder}/{POINTER}").create(overwrite=True) as stream:
-            stream.write(json.dumps([name, zlib.crc32(data)]).encode())
+        try:
+            with self.io.new_output(f"{folder}/{name}").create(overwrite=True) as stream:
+                stream.write(data)
+            previous = self._pointed(folder)
+            with self.io.new_output(f"{folder}/{POINTER}").create(overwrite=True) as stream:
+                stream.write(json.dumps([name, zlib.crc32(data)]).encode())
+        except Exception as e:
+            # The lookup's answer stands (it never depends on the stored manifest); the stored index
+            # stays the previous one, whose runs are therefore kept, and a restart catches up.
+            logger.warning("cannot save the key index manifest in %s (%s: %s)", folder, type(e).__name__, e)
+            return
         self.counters.manifests_written += 1
         runs.forget(dropped)
         for path in [*dropped, *([f"{folder}/{previous}"] if previous and previous != name else [])]:

@@ -291,3 +291,32 @@ def test_one_index_per_location_in_a_process(tmp_path: Path) -> None:
     del first
     gc.collect()
     assert PartitionedIndex.shared(IO, location, None, 8).partitions == 8  # none alive: a new one
+
+
+def test_a_manifest_that_cannot_be_saved_keeps_the_answer_and_the_stored_index(tmp_path: Path) -> None:
+    idx = index(tmp_path, fan_in=2, whole_entries=10**9)
+    files: list[tuple[DataFileMeta, dict[str, list[Any]]]] = []
+
+    def checkpoint(n: int, into: PartitionedIndex) -> tuple[dict[str, list[int]], int]:
+        columns = {"id": list(range(n * 10, n * 10 + 10))}
+        files.append((write(tmp_path, f"f{n}", LONG, columns), columns))
+        keys = {"id": [k for _, c in files for k in c["id"][::3]]}
+        found, read = ask(into, LONG, (1,), files, keys)
+        assert found == brute(files, keys)
+        return found, read
+
+    checkpoint(0, idx)
+    checkpoint(1, idx)
+    pointer = next((tmp_path / "index").rglob("current"))
+    saved = pointer.read_text()
+    pointer.unlink()
+    pointer.mkdir()  # the pointer cannot be written (root ignores permissions; a folder stops it)
+    for n in range(2, 5):  # merges happen meanwhile (fan_in 2): the stored manifest's runs must stay
+        checkpoint(n, idx)
+    pointer.rmdir()
+    pointer.write_text(saved)
+    fresh = PartitionedIndex(IO, idx.location, partitions=4, block=3, fan_in=2, whole_entries=10**9)
+    keys = {"id": [k for _, c in files for k in c["id"]]}
+    found, read = ask(fresh, LONG, (1,), files, keys)
+    assert found == brute(files, keys)
+    assert (read, fresh.counters.rebuilds) == (3, 0)  # the files after the failure; nothing lost
