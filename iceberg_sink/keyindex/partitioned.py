@@ -407,7 +407,7 @@ class PartitionedIndex:
         self.counters.runs_read += len(paths)
         groups = max(1, min(len(paths), 8))
         small = 2 * sum(r.entries for r in manifest.runs) * width <= runs.ENTRIES.max_bytes
-        tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups]), small) for g in range(groups)]
+        tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups]), small) for g in range(groups) if paths]
         hits = [h for part in self.runner.run(_lookup, tasks, self.io, self.folder(key), weight) for h in part]
         ids: dict[FileKey, int] = {}
         parts_found, owners = [], []

@@ -82,12 +82,13 @@ class SparkRunner:
         if context is None:
             return self.local.run(task, items, io, location, weight)
         properties = context.broadcast(file_io_properties(io.properties))
+        description = context.getLocalProperty("spark.job.description")  # the caller's, put back after
         try:
             context.setJobDescription(f"iceberg-sink key index: {task.__name__} ({len(items)} tasks)")
             rdd = context.parallelize(list(items), len(items))
             result: list[R] = rdd.map(_on_executor(task, properties, location)).collect()
         finally:
-            context.setJobDescription(None)  # type: ignore[arg-type]
+            context.setLocalProperty("spark.job.description", description)  # type: ignore[arg-type]
             properties.destroy()
         self.jobs += 1
         self.tasks += len(items)

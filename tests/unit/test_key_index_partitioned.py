@@ -320,3 +320,16 @@ def test_a_manifest_that_cannot_be_saved_keeps_the_answer_and_the_stored_index(t
     found, read = ask(fresh, LONG, (1,), files, keys)
     assert found == brute(files, keys)
     assert (read, fresh.counters.rebuilds) == (3, 0)  # the files after the failure; nothing lost
+
+
+def test_a_lookup_no_run_can_answer_runs_no_task(tmp_path: Path) -> None:
+    """On a cluster every task is a Spark job's: keys whose partitions hold no run ask nothing."""
+    from iceberg_sink.keyindex.runner import LocalRunner
+
+    runner = LocalRunner()
+    idx = PartitionedIndex(IO, str(tmp_path / "index" / "partitioned"), runner, partitions=16)
+    meta = write(tmp_path, "a", LONG, {"id": [1]})
+    ask(idx, LONG, (1,), [(meta, {"id": [1]})], {"id": [1]})  # one run, in key 1's partition only
+    before = runner.tasks
+    found, read = ask(idx, LONG, (1,), [(meta, {"id": [1]})], {"id": list(range(100, 110))})
+    assert (found, read, runner.tasks - before) == ({meta.path: []}, 0, 0)
