@@ -36,7 +36,9 @@ class Runner(Protocol):
     def run(
         self, task: Callable[[FileIO, T], R], items: Sequence[T], io: FileIO, location: str, weight: int
     ) -> list[R]:
-        """``[task(io, item) for item in items]``, wherever it runs; ``weight``: the bytes involved."""
+        """``[task(io, item) for item in items]``, wherever it runs; ``weight``: the bytes involved.
+        A task's exception reaches the caller as itself, wherever the task ran (the index rebuilds
+        itself on a ``CorruptFileError`` or ``FileNotFoundError`` from any task)."""
         ...
 
 
@@ -55,8 +57,11 @@ class LocalRunner:
 
 
 def _on_executor(task: Callable[[FileIO, Any], Any], properties: Any, location: str) -> Callable[[Any], Any]:
-    def run(item: Any) -> Any:
-        return task(load_file_io(dict(properties.value), location), item)
+    def run(item: Any) -> tuple[bool, Any]:
+        try:
+            return True, task(load_file_io(dict(properties.value), location), item)
+        except Exception as e:  # carried back as itself (Spark would wrap it in a PythonException)
+            return False, e
 
     return run
 
@@ -86,10 +91,13 @@ class SparkRunner:
         try:
             context.setJobDescription(f"iceberg-sink key index: {task.__name__} ({len(items)} tasks)")
             rdd = context.parallelize(list(items), len(items))
-            result: list[R] = rdd.map(_on_executor(task, properties, location)).collect()
+            outcomes: list[tuple[bool, Any]] = rdd.map(_on_executor(task, properties, location)).collect()
         finally:
             context.setLocalProperty("spark.job.description", description)  # type: ignore[arg-type]
             properties.destroy()
         self.jobs += 1
         self.tasks += len(items)
-        return result
+        for ok, value in outcomes:
+            if not ok:
+                raise value
+        return [value for _, value in outcomes]

@@ -11,16 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFileContent
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
+from iceberg_sink.errors import CorruptFileError
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.keyindex.persisted import index_location
 from iceberg_sink.keyindex.runner import SparkRunner
 from iceberg_sink.topology import maintenance
 from tests.integration.test_cdc import apply, expected, frame
-from tests.integration.test_key_index_restart import changes
+from tests.integration.test_key_index_restart import Checkpoints, changes
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree
 
 pytestmark = pytest.mark.interop
@@ -51,20 +53,8 @@ def test_v3_deletes_resolve_through_the_partitioned_index_on_executors_across_re
             .cdc(op_column="op", key=KEYS[kind], order_by="lsn")
         ).build()
 
-    ckpt = str(tmp_path / "ckpt")
-    model: dict[int, dict[str, Any]] = {}
-    checkpoint, lsn = 0, 0
-
-    def write(sink: Any, ids: range, op: str, check: bool = False) -> Any:
-        nonlocal checkpoint, lsn
-        batch = changes(ids, lsn, op)
-        lsn += 1000
-        outcome = sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
-        checkpoint += 1
-        apply(model, batch)
-        if check:
-            assert_readers_agree(java_readers, sink.load_table().metadata_location, expected(model), ["id"])
-        return outcome
+    steps = Checkpoints(spark, java_readers, str(tmp_path / "ckpt"))
+    write, model = steps.write, steps.model
 
     sink = build()
     write(sink, range(100), "I")  # files A: keys 0..99
@@ -94,11 +84,16 @@ def test_v3_deletes_resolve_through_the_partitioned_index_on_executors_across_re
     assert outcome.key_index_data_files_read == 0
     restarted.close()
 
-    # The index is lost: the next driver indexes the data files again, and is right.
-    assert any(folder.rglob("*.run"))
+    # The index is lost under a driver that still holds it (one instance per table in a process:
+    # the next sink's committer gets this one, whose manifest names deleted runs; an executor that
+    # has them cached still answers from them, facts about live files; one that has not fails the
+    # lookup with FileNotFoundError and the index is rebuilt): right either way.
+    held = restarted._committer_index.partitioned
+    assert held is not None and any(folder.rglob("*.run"))
     shutil.rmtree(folder)
     rebuilt = build()
     outcome = write(rebuilt, range(0, 100, 3), "D", check=True)
+    assert rebuilt._committer_index.partitioned is held
     assert outcome.key_index_data_files_read > 0
     rebuilt.close()
     assert len(model) == 100 - 10 - len(range(0, 100, 3)) + len([i for i in range(60, 70) if i % 3 == 0])
@@ -130,3 +125,22 @@ def test_the_v2_conversion_looks_keys_up_in_the_partitioned_index(
     deletes = [f for t in table.scan().plan_files() for f in t.delete_files]
     assert deletes and all(f.content == DataFileContent.POSITION_DELETES for f in deletes), "all converted"
     assert_readers_agree(java_readers, table.metadata_location, expected(model), ["id"])
+
+
+def test_a_task_error_reaches_the_driver_as_itself(spark: SparkSession) -> None:
+    """The index rebuilds itself on a CorruptFileError or FileNotFoundError from any of its tasks:
+    on the executors too, where Spark would wrap it in a PythonException."""
+    runner = SparkRunner(lambda: spark.sparkContext, local_bytes=0)
+
+    def fail(io: object, item: int) -> int:
+        if item == 1:
+            raise CorruptFileError(f"task {item} found a corrupt run")
+        if item == 2:
+            raise FileNotFoundError(f"task {item} found no run")
+        return item * 10
+
+    assert runner.run(fail, [0, 3], PyArrowFileIO(), "/tmp", weight=1) == [0, 30]
+    for item, kind in [(1, CorruptFileError), (2, FileNotFoundError)]:
+        with pytest.raises(kind, match=f"task {item}"):
+            runner.run(fail, [0, item], PyArrowFileIO(), "/tmp", weight=1)
+    assert runner.jobs == 3 and runner.local.tasks == 0
