@@ -263,11 +263,7 @@ def _match_keys(
                 ]
                 keys[key] = pa.concat_tables(tables).combine_chunks()
             requests[ids].append((files[path].meta, keys[key]))
-    read = 0
-    for ids, asked in requests.items():
-        positions, was_read = index.match(table.io, schema, ids, asked, mapping, live=files.keys())
-        read += was_read
-        for path, rows in positions.items():
-            if len(rows):
-                found[path].append(rows)
+    positions, read = index.match(table.io, schema, requests, mapping)
+    for path, arrays in positions.items():
+        found[path].extend(arrays)
     return read

@@ -43,7 +43,8 @@ after a restart (they are read from small files).
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -112,6 +113,7 @@ class KeyIndex:
         self._keys: dict[tuple[str, int, tuple[int, ...]], IndexEntry] = {}
         self._positions: dict[tuple[str, str], np.ndarray] = {}
         self._last_deleted: tuple[pa.Table, np.ndarray] | None = None
+        self._live: Collection[str] | None = None  # the data files live at the last retain()
         self.manifests: ManifestEntries = _KeptManifests(self)
         """The branch's manifests, read once each (ManifestEntries)."""
 
@@ -175,7 +177,9 @@ class KeyIndex:
 
     def retain(self, data_paths: Collection[str], delete_paths: Collection[str], schema_id: int) -> None:
         """Drop what no longer serves: data files not in ``data_paths``, keys projected with another
-        schema than ``schema_id``, and position delete files not in ``delete_paths``."""
+        schema than ``schema_id``, and position delete files not in ``delete_paths``. The partitioned
+        index forgets the files not in ``data_paths`` at its next :meth:`match`."""
+        self._live = data_paths
         for key in [k for k in self._keys if k[0] not in data_paths or k[1] != schema_id]:
             self._bytes -= self._keys.pop(key).keys.nbytes
             if self._store is not None and key[0] not in data_paths:
@@ -187,27 +191,32 @@ class KeyIndex:
         self,
         io: FileIO,
         schema: Schema,
-        ids: tuple[int, ...],
-        requests: Sequence[tuple[DataFileMeta, pa.Table]],
+        requests: Mapping[tuple[int, ...], Sequence[tuple[DataFileMeta, pa.Table]]],
         mapping: NameMapping | None,
-        live: Collection[str] | None = None,
-    ) -> tuple[dict[str, np.ndarray], int]:
-        """For each (data file, deleted keys built by ``key_columns``) of ``requests``: the row
-        positions (int64, ascending) whose key ``ids`` is one of those keys, and how many data files
-        had to be read. Through the partitioned index when there is one and it can index the key
-        (``live``: the paths of every live data file, see PartitionedIndex.match), else file by file."""
-        key = IndexKey.of(schema, ids) if self.partitioned is not None else None
-        if self.partitioned is not None and key is not None:
-            matched, indexed = self.partitioned.match(schema, key, requests, mapping, live)
-            self.data_files_read += indexed
-            return matched, indexed
-        found: dict[str, np.ndarray] = {}
+    ) -> tuple[dict[str, list[np.ndarray]], int]:
+        """For each key (field ids) of ``requests`` and each (data file, deleted keys built by
+        ``key_columns``) under it: the row positions (int64, ascending; only non-empty arrays, by
+        data file path) whose key is one of those keys, and how many data files had to be read.
+        Through the partitioned index when there is one and it can index the key, else file by file;
+        the data files live are the ones the last :meth:`retain` kept."""
+        found: dict[str, list[np.ndarray]] = defaultdict(list)
         read = 0
-        for meta, deleted in requests:
-            positions, was_read = self.matching_positions(io, schema, meta, ids, deleted, mapping)
-            found[meta.path] = np.asarray(positions, dtype=np.int64)
-            read += was_read
-        return found, read
+        for ids, asked in requests.items():
+            key = IndexKey.of(schema, ids) if self.partitioned is not None else None
+            if self.partitioned is not None and key is not None:
+                matched, indexed = self.partitioned.match(schema, key, asked, mapping, self._live)
+                self.data_files_read += indexed
+                read += indexed
+            else:
+                matched = {}
+                for meta, deleted in asked:
+                    positions, was_read = self.matching_positions(io, schema, meta, ids, deleted, mapping)
+                    matched[meta.path] = np.asarray(positions, dtype=np.int64)
+                    read += was_read
+            for path, rows in matched.items():
+                if len(rows):
+                    found[path].append(rows)
+        return dict(found), read
 
     def matching_positions(
         self,

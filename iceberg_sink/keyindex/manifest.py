@@ -189,24 +189,39 @@ def is_pointer(location: str) -> bool:
     return len(parts) == 4 and parts[1] == FOLDER and parts[3] == POINTER
 
 
+def read_current(io: FileIO, folder: str) -> tuple[str, Manifest]:
+    """The name and content of the manifest the pointer of the index in ``folder`` names.
+
+    Raises:
+        FileNotFoundError: no pointer (no index yet) or no manifest where it points.
+        CorruptFileError: a pointer or manifest that does not parse or fails its CRC-32.
+    """
+    pointer = f"{folder}/{POINTER}"
+    with io.new_input(pointer).open(seekable=False) as stream:
+        text = stream.read()
+    try:
+        name, crc = json.loads(text)
+    except (ValueError, TypeError) as e:
+        raise CorruptFileError(f"key index pointer {pointer}: unreadable ({type(e).__name__}: {e})") from e
+    location = f"{folder}/{name}"
+    with io.new_input(location).open(seekable=False) as stream:
+        data = stream.read()
+    if zlib.crc32(data) != int(crc):
+        raise CorruptFileError(f"key index manifest {location}: checksum mismatch")
+    return str(name), Manifest.decode(data, location)
+
+
 def current_files(io: FileIO, pointer: str, listed: Collection[str]) -> set[str]:
     """The files the index of ``pointer`` uses now: the pointer, its manifest and the manifest's runs
     (what orphan removal keeps; its older manifests and merged-away runs are orphans). An unreadable
     pointer or manifest keeps every file of ``listed`` in that index's folder (nothing is guessed)."""
     folder = pointer.rsplit("/", 1)[0]
     try:
-        with io.new_input(pointer).open(seekable=False) as stream:
-            name, crc = json.loads(stream.read())
-        location = f"{folder}/{name}"
-        with io.new_input(location).open(seekable=False) as stream:
-            data = stream.read()
-        if zlib.crc32(data) != int(crc):
-            raise CorruptFileError(f"key index manifest {location}: checksum mismatch")
-        manifest = Manifest.decode(data, location)
+        name, manifest = read_current(io, folder)
     except Exception as e:
         logger.warning("key index %s unreadable (%s: %s): all its files are kept", folder, type(e).__name__, e)
         return {f for f in listed if f.startswith(folder + "/")}
-    return {pointer, location, *(r.path for r in manifest.runs)}
+    return {pointer, f"{folder}/{name}", *(r.path for r in manifest.runs)}
 
 
 def file_key(meta: DataFileMeta) -> FileKey:

@@ -53,7 +53,7 @@ from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.errors import CorruptFileError
 from iceberg_sink.keyindex import runs
-from iceberg_sink.keyindex.manifest import POINTER, IndexKey, Manifest, file_key
+from iceberg_sink.keyindex.manifest import POINTER, IndexKey, Manifest, file_key, read_current
 from iceberg_sink.keyindex.runner import LocalRunner, Runner
 from iceberg_sink.keyindex.runs import DIGEST, DTYPES, INT, FileKey, RunFile
 from iceberg_sink.vocab.files import DataFileMeta
@@ -201,6 +201,7 @@ class PartitionedIndex:
         self.whole_entries = whole_entries
         self.counters = PartitionedCounters()
         self._manifests: dict[str, Manifest] = {}
+        self._names: dict[str, str] = {}  # by key signature: the manifest the pointer names, as last seen
         self.lock = threading.RLock()
         """Held by :meth:`match`: the committer and a background conversion may share the index."""
 
@@ -234,23 +235,18 @@ class PartitionedIndex:
         return held
 
     def _load(self, key: IndexKey) -> Manifest | None:
-        pointer = f"{self.folder(key)}/{POINTER}"
         try:
-            with self.io.new_input(pointer).open(seekable=False) as stream:
-                name, crc = json.loads(stream.read())
-            location = f"{self.folder(key)}/{name}"
-            with self.io.new_input(location).open(seekable=False) as stream:
-                data = stream.read()
-            if zlib.crc32(data) != int(crc):
-                raise CorruptFileError(f"key index manifest {location}: checksum mismatch")
-            manifest = Manifest.decode(data, location)
+            name, manifest = read_current(self.io, self.folder(key))
         except FileNotFoundError:
             return None
         except Exception as e:  # unreadable: rebuilt from the data files, never trusted
             logger.warning("key index of %s is rebuilt: %s: %s", self.folder(key), type(e).__name__, e)
             self.counters.rebuilds += 1
             return None
-        return manifest if manifest.key == key else None
+        if manifest.key != key:
+            return None
+        self._names[key.signature] = name
+        return manifest
 
     def _save(self, manifest: Manifest, dropped: Sequence[str]) -> None:
         folder = self.folder(manifest.key)
@@ -259,7 +255,6 @@ class PartitionedIndex:
         try:
             with self.io.new_output(f"{folder}/{name}").create(overwrite=True) as stream:
                 stream.write(data)
-            previous = self._pointed(folder)
             with self.io.new_output(f"{folder}/{POINTER}").create(overwrite=True) as stream:
                 stream.write(json.dumps([name, zlib.crc32(data)]).encode())
         except Exception as e:
@@ -267,20 +262,15 @@ class PartitionedIndex:
             # stays the previous one, whose runs are therefore kept, and a restart catches up.
             logger.warning("cannot save the key index manifest in %s (%s: %s)", folder, type(e).__name__, e)
             return
+        previous = self._names.get(manifest.key.signature)  # the one this index wrote or read last
+        self._names[manifest.key.signature] = name
         self.counters.manifests_written += 1
         runs.forget(dropped)
-        for path in [*dropped, *([f"{folder}/{previous}"] if previous and previous != name else [])]:
+        for path in [*dropped, *([f"{folder}/{previous}"] if previous else [])]:
             try:
                 self.io.delete(path)
             except Exception as e:  # an orphan, never an error
                 logger.warning("cannot delete key index file %s (%s: %s)", path, type(e).__name__, e)
-
-    def _pointed(self, folder: str) -> str | None:
-        try:
-            with self.io.new_input(f"{folder}/{POINTER}").open(seekable=False) as stream:
-                return str(json.loads(stream.read())[0])
-        except Exception:
-            return None
 
     # ---- the lookup --------------------------------------------------------------------------
 

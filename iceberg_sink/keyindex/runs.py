@@ -9,11 +9,15 @@ of ``s``, so a file sorted by ``s`` is partitioned by key range and by hash at o
 
 - **int** keys (one required top-level field of an integer-like type): ``s`` is the key through
   splitmix64's finalizer, a bijection of 64-bit integers, so ``s`` *is* the key (exact, no
-  collision): 16 bytes per entry (``s`` u64, file ordinal u32, position u32);
+  collision);
 - **digest** keys (strings, binary, UUIDs, decimals, several fields, nullable fields): the 128-bit
-  BLAKE2b digest of the key's canonical bytes (``s`` its first half, ``t`` its second): 24 bytes per
-  entry. Two keys match when their digests do; a false match needs a 128-bit BLAKE2b collision
-  (expected once in about 2^64 keys; not constructible on purpose).
+  BLAKE2b digest of the key's canonical bytes (``s`` its first half, ``t`` its second). Two keys
+  match when their digests do; a false match needs a 128-bit BLAKE2b collision (expected once in
+  about 2^64 keys; not constructible on purpose).
+
+On disk the file ordinal and the row position share one location field, 4 bytes when they fit (up
+to 4,096 files of 1M rows per run) and 8 otherwise: an entry is 12 bytes for an int key, 20 for a
+digest (16 and 24 otherwise).
 
 A run file, written once and never changed::
 
@@ -111,18 +115,6 @@ def _canonical(column: pa.Array) -> list[bytes]:
     if pa.types.is_decimal(t):  # the scale is the type's: equal values print alike
         return [b"\x00" if v is None else b"\x06" + str(v).encode("ascii") + b"\x00" for v in values]
     raise TypeError(f"expected a key column of an integer-like, string, binary, boolean or decimal type, received {t}")
-
-
-def supports(t: pa.DataType) -> bool:
-    """Whether a key column of Arrow type ``t`` can be indexed (floating point keys cannot)."""
-    if isinstance(t, pa.ExtensionType):
-        t = t.storage_type
-    probe = pa.array([], t)
-    try:
-        _canonical(probe)
-    except (TypeError, pa.ArrowNotImplementedError):
-        return False
-    return True
 
 
 def key_hashes(keys: pa.Table, kind: str) -> np.ndarray:
@@ -233,9 +225,9 @@ def write_run(io: FileIO, path: str, kind: str, entries: np.ndarray, files: Sequ
     packed["l"] = (entries["f"].astype(np.uint64) << np.uint64(pbits)) | entries["p"].astype(np.uint64)
     starts = np.arange(0, n, block)
     firsts = np.ascontiguousarray(packed["s"][starts], dtype="<u8")
-    raw = memoryview(packed.tobytes())
-    width = dtype.itemsize
-    sums = block_sums(packed.tobytes(), width, block)
+    raw = packed.tobytes()
+    counts = np.minimum(starts + block, n) - starts
+    sums = _block_sums(raw, counts * (dtype.itemsize // 4))
     head = json.dumps(
         {
             "version": VERSION,
@@ -252,7 +244,7 @@ def write_run(io: FileIO, path: str, kind: str, entries: np.ndarray, files: Sequ
     prefix += _U32.pack(zlib.crc32(prefix))
     with io.new_output(path).create(overwrite=True) as stream:
         stream.write(prefix)
-        stream.write(raw.obj)  # type: ignore[arg-type]
+        stream.write(raw)
     lo = int(packed["s"][0]) if n else 0
     hi = int(packed["s"][-1]) if n else 0
     return RunFile(path, n, len(prefix) + len(raw), lo, hi)
@@ -384,15 +376,15 @@ def _blocks_for(firsts: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.cumsum(marks)[:-1] > 0)
 
 
-def block_sums(raw: bytes, width: int, block: int) -> np.ndarray:
-    """The checksum of each block of ``raw`` (packed entries ``width`` bytes wide, ``block`` per
-    block; the last block may be short): sum of 32-bit words times their position, modulo 2^64."""
-    words = np.frombuffer(raw, dtype="<u4").astype(np.uint64)
-    per_block = block * width // 4
-    if not len(words):
+def _block_sums(data: bytes, lengths: np.ndarray) -> np.ndarray:
+    """The checksum of each block of ``data``, blocks of ``lengths`` 32-bit words one after another:
+    each word times its position in its block, summed modulo 2^64 (one numpy pass for them all)."""
+    if not len(lengths):
         return np.empty(0, np.uint64)
-    weights = (np.arange(len(words), dtype=np.uint64) % np.uint64(per_block)) + np.uint64(1)
-    return np.add.reduceat(words * weights, np.arange(0, len(words), per_block)).astype(np.uint64)
+    words = np.frombuffer(data, dtype="<u4").astype(np.uint64)
+    starts = np.cumsum(lengths) - lengths
+    weights = np.arange(len(words), dtype=np.uint64) - np.repeat(starts, lengths).astype(np.uint64) + np.uint64(1)
+    return np.add.reduceat(words * weights, starts)
 
 
 def _groups(header: RunHeader, blocks: np.ndarray) -> list[np.ndarray]:
@@ -428,12 +420,7 @@ def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) ->
     used = np.isin(read, blocks)
     if not used.all():  # blocks between wanted ones came with the same request: left out, unchecked
         entries, read, counts = entries[np.repeat(used, counts)], read[used], counts[used]
-    # Each block's checksum: its 32-bit words times their position in the block, summed.
-    words = np.frombuffer(entries.tobytes(), dtype="<u4").astype(np.uint64)
-    lengths = counts * (width // 4)
-    starts = np.cumsum(lengths) - lengths
-    weights = np.arange(len(words), dtype=np.uint64) - np.repeat(starts, lengths).astype(np.uint64) + np.uint64(1)
-    bad = np.flatnonzero(np.add.reduceat(words * weights, starts) != header.sums[read])
+    bad = np.flatnonzero(_block_sums(entries.tobytes(), counts * (width // 4)) != header.sums[read])
     if len(bad):
         raise CorruptFileError(
             f"key index run {path}: block {int(read[bad[0]])} checksum mismatch; the index is rebuilt from the data files"

@@ -29,6 +29,27 @@ def changes(ids: range, lsn: int, op: str) -> list[dict[str, Any]]:
     ]
 
 
+class Checkpoints:
+    """Bounded ``write()``s of change batches under one checkpoint location, applied to a model too."""
+
+    def __init__(self, spark: SparkSession, readers: tuple[JavaIcebergReader, ...], location: str) -> None:
+        self.spark, self.readers, self.location = spark, readers, location
+        self.model: dict[int, dict[str, Any]] = {}
+        self.checkpoint = self.lsn = 0
+
+    def write(self, sink: Any, ids: range, op: str, check: bool = False) -> Any:
+        """One checkpoint of ``op`` changes of ``ids``; with ``check``, the readers must read the
+        model after it (only after the checkpoints that matter: each read costs CI seconds)."""
+        batch = changes(ids, self.lsn, op)
+        self.lsn += 1000
+        outcome = sink.write(frame(self.spark, batch), checkpoint_location=self.location, checkpoint_id=self.checkpoint)
+        self.checkpoint += 1
+        apply(self.model, batch)
+        if check:
+            assert_readers_agree(self.readers, sink.load_table().metadata_location, expected(self.model), ["id"])
+        return outcome
+
+
 @pytest.mark.parametrize("kind", list(KEYS))
 def test_a_restarted_sink_loads_the_key_index_and_rebuilds_it_when_deleted(
     spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, kind: str
@@ -43,20 +64,8 @@ def test_a_restarted_sink_loads_the_key_index_and_rebuilds_it_when_deleted(
             .build()
         )
 
-    ckpt = str(tmp_path / "ckpt")
-    model: dict[int, dict[str, Any]] = {}
-    checkpoint, lsn = 0, 0
-
-    def write(sink: Any, ids: range, op: str, check: bool = False) -> Any:
-        nonlocal checkpoint, lsn
-        batch = changes(ids, lsn, op)
-        lsn += 1000
-        outcome = sink.write(frame(spark, batch), checkpoint_location=ckpt, checkpoint_id=checkpoint)
-        checkpoint += 1
-        apply(model, batch)
-        if check:  # the readers after the checkpoints that matter here (each read costs CI seconds)
-            assert_readers_agree(java_readers, sink.load_table().metadata_location, expected(model), ["id"])
-        return outcome
+    steps = Checkpoints(spark, java_readers, str(tmp_path / "ckpt"))
+    write, model = steps.write, steps.model
 
     # Each checkpoint's deletes reach (by key bounds) the files of the checkpoints before it that
     # hold its keys: those files are read and indexed. The last one before the restart inserts keys

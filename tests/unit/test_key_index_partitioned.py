@@ -240,9 +240,15 @@ def test_the_key_index_routes_through_the_partitioned_index(tmp_path: Path) -> N
     meta = write(tmp_path, "a", LONG, columns)
     key_index = KeyIndex(partitions=4)
     key_index.partitioned = PartitionedIndex(IO, str(tmp_path / "index"), partitions=4)
-    found, read = key_index.match(IO, LONG, (1,), [(meta, deleted(LONG, (1,), {"id": [2, 3]}))], None)
-    assert ({p: v.tolist() for p, v in found.items()}, read) == ({meta.path: [0, 2]}, 1)
+    found, read = key_index.match(IO, LONG, {(1,): [(meta, deleted(LONG, (1,), {"id": [2, 3]}))]}, None)
+    assert ({p: np.concatenate(v).tolist() for p, v in found.items()}, read) == ({meta.path: [0, 2]}, 1)
     assert key_index.files == 0  # nothing held in the driver's index
+    # The files retain() keeps are the live ones the partitioned index keeps covering.
+    other = write(tmp_path, "b", LONG, {"id": [7]})
+    key_index.retain({other.path}, set(), LONG.schema_id)
+    key_index.match(IO, LONG, {(1,): [(other, deleted(LONG, (1,), {"id": [7]}))]}, None)
+    key = IndexKey.of(LONG, (1,))
+    assert key is not None and key_index.partitioned.stats(key)["covered_files"] == 1
 
 
 def test_a_corrupt_manifest_or_pointer_starts_the_index_again(tmp_path: Path) -> None:

@@ -262,7 +262,6 @@ def _found_positions(
     io, schema, mapping = table.io, table.schema(), name_mapping_of(table.properties)
     keys: dict[tuple[tuple[int, ...], tuple[str, ...]], pa.Table] = {}
     found: dict[str, list[np.ndarray]] = {}
-    read = 0
 
     def delete_keys(ids: tuple[int, ...], deletes: list[LiveFile]) -> pa.Table:
         """The keys ``ids`` of the equality delete files ``deletes``, read once per run."""
@@ -286,11 +285,9 @@ def _found_positions(
         for ids, es in by_ids.items():
             requests[ids].append((target.data.meta, delete_keys(ids, es)))
         found[target.data.meta.path] = []
-    for ids, asked in requests.items():
-        positions, was_read = index.match(io, schema, ids, asked, mapping, live=the_plan.data_paths)
-        read += was_read
-        for path, rows in positions.items():
-            found[path].append(rows)
+    positions, read = index.match(io, schema, requests, mapping)
+    for path, arrays in positions.items():
+        found[path].extend(arrays)
     return found, read
 
 
