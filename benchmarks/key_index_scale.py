@@ -3,7 +3,7 @@ partitioned one (issue 43).
 
     .venv/bin/python -m benchmarks.key_index_scale [--rows 1000000 10000000] [--keys long uuid]
         [--formats 3] [--layouts driver partitioned] [--checkpoints 12] [--changes 10000]
-        [--bound 67108864] [--out result.json]
+        [--bound 67108864] [--restarts 1] [--out result.json]
 
 For each row count, key kind (a long, or a UUID string; random: key bounds prune nothing), format
 and layout, in fresh processes:
@@ -17,7 +17,8 @@ and layout, in fresh processes:
    ``--changes`` updates of random existing keys; the first checkpoint indexes the table (both
    layouts read every file's keys then), the rest are steady;
 3. **restart** (a second process, the same table): three more checkpoints by a new driver; the first
-   one's time is the restart cost.
+   one's time is the restart cost (``--restarts N``: N such processes one after another, the median
+   of their first checkpoints).
 
 Each process first warms Spark up the same way (two checkpoints like the timed ones, to a table of
 its own, built the same way), so a first checkpoint's time is the table's and its key index's, not
@@ -207,19 +208,22 @@ def _child(spec: dict[str, Any], phase: str) -> dict[str, Any]:
     return result
 
 
-def _case(spec: dict[str, Any], checkpoints_count: int) -> dict[str, Any]:
+def _case(spec: dict[str, Any], checkpoints_count: int, restarts: int = 1) -> dict[str, Any]:
     result: dict[str, Any] = {k: v for k, v in spec.items() if k != "work"}
     result |= _child(spec, "setup")
     steady = _child({**spec, "count": checkpoints_count, "first_id": 0}, "run")
-    restart = _child({**spec, "count": 3, "first_id": checkpoints_count}, "run")
+    # Each restart a new process of three checkpoints; its first one is the restart's cost.
+    restart = [_child({**spec, "count": 3, "first_id": checkpoints_count + 3 * n}, "run") for n in range(restarts)]
+    firsts = [r["seconds"][0] for r in restart]
     tail = steady["seconds"][2:] or steady["seconds"]
     result |= {
         "steady": steady,
-        "restart": restart,
+        "restart": restart[0] if restarts == 1 else restart,
         "first_checkpoint_seconds": steady["seconds"][0],
         "steady_p50_seconds": float(np.percentile(tail, 50)),
         "steady_p90_seconds": float(np.percentile(tail, 90)),
-        "restart_first_seconds": restart["seconds"][0],
+        "restart_first_seconds": float(np.median(firsts)),
+        "restart_firsts_seconds": firsts,
         "driver_rss_max_bytes": max(steady["rss_bytes"]),
     }
     return result
@@ -232,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--formats", type=int, nargs="+", default=[3], choices=[2, 3])
     parser.add_argument("--layouts", nargs="+", default=["driver", "partitioned"], choices=["driver", "partitioned"])
     parser.add_argument("--checkpoints", type=int, default=12)
+    parser.add_argument("--restarts", type=int, default=1, help="restart processes (the median first checkpoint)")
     parser.add_argument("--changes", type=int, default=10_000)
     parser.add_argument("--bound", type=int, default=64 * 1024 * 1024)
     parser.add_argument("--seed", type=int, default=43)
@@ -262,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
                             "work": work,
                         }
                         print(f"[key_index_scale] {time.strftime('%H:%M:%S')} {spec}", file=sys.stderr, flush=True)
-                        results.append(_case(spec, args.checkpoints))
+                        results.append(_case(spec, args.checkpoints, args.restarts))
                         r = results[-1]
                         print(
                             f"[key_index_scale]   first {r['first_checkpoint_seconds']:.2f} s, steady p50 "

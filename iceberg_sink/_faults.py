@@ -33,6 +33,14 @@ The three commit-attempt points are hit from ``_iceberg/retry.py`` for checkpoin
   the table as its checkpoint loaded it (topology/toast.py; tests let another writer replace and
   expire that table's files here).
 
+The partitioned key index (keyindex/partitioned.py), inside a v3 commit or a v2 conversion, with
+checkpoint id -1 (the index knows no checkpoint):
+
+- :data:`INDEX_RUNS_WRITTEN`: a lookup wrote new runs (catch-up, merges) that no stored manifest
+  names yet.
+- :data:`INDEX_MANIFEST_WRITTEN`: the new manifest is written; the ``current`` pointer still names
+  the one before.
+
 Post-commit maintenance (topology/background.py) has one more, outside the checkpoint flow:
 
 - :data:`MAINTENANCE_START`: a compaction or equality-delete conversion holds its table's
@@ -62,6 +70,8 @@ TRANSACTION_COMMITTED = "transaction-committed"
 COMMIT_SENT = "commit-sent"
 AFTER_COMMIT = "after-commit"
 BEFORE_LOOKUP = "before-lookup"
+INDEX_RUNS_WRITTEN = "index-runs-written"
+INDEX_MANIFEST_WRITTEN = "index-manifest-written"
 MAINTENANCE_START = "maintenance-start"
 MAINTENANCE_COMMIT_SENT = "maintenance-commit-sent"
 

@@ -134,13 +134,18 @@ class KeyIndex:
 
     def bind(self, table: Table) -> None:
         """Use the persisted entries of ``table`` (when persisting) or its partitioned index, with its
-        current FileIO."""
+        current FileIO.
+
+        Raises:
+            InvalidSinkConfigError: the partitioned index cannot write to the table's storage.
+        """
         if self.partitions > 0:
             location = f"{index_location(table)}/{FOLDER}"
             if self.partitioned is None or self.partitioned.location != location:
                 self.partitioned = PartitionedIndex.shared(table.io, location, self.runner, self.partitions)
             else:
                 self.partitioned.io = table.io
+            self.partitioned.check_writable()
         if not self.persist or self.partitions > 0:
             return
         location = index_location(table)

@@ -49,9 +49,10 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping
 
+from iceberg_sink import _faults
 from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.projection import key_schema, read_projected
-from iceberg_sink.errors import CorruptFileError
+from iceberg_sink.errors import CorruptFileError, InvalidSinkConfigError
 from iceberg_sink.keyindex import runs
 from iceberg_sink.keyindex.manifest import POINTER, IndexKey, Manifest, file_key, read_current
 from iceberg_sink.keyindex.runner import LocalRunner, Runner
@@ -114,10 +115,7 @@ class _Lookup:
 
 
 def _lookup(io: FileIO, task: _Lookup) -> list[tuple[np.ndarray, tuple[FileKey, ...]]]:
-    return [
-        runs.lookup(io, path, wanted, keep_whole=task.small)
-        for path, wanted in zip(task.paths, task.wanted, strict=True)
-    ]
+    return runs.lookup(io, list(zip(task.paths, task.wanted, strict=True)), keep_whole=task.small)
 
 
 @attrs.frozen
@@ -202,6 +200,7 @@ class PartitionedIndex:
         self.counters = PartitionedCounters()
         self._manifests: dict[str, Manifest] = {}
         self._names: dict[str, str] = {}  # by key signature: the manifest the pointer names, as last seen
+        self._writable = False  # check_writable() passed
         self.lock = threading.RLock()
         """Held by :meth:`match`: the committer and a background conversion may share the index."""
 
@@ -220,6 +219,31 @@ class PartitionedIndex:
                 _SHARED[index.location] = index
             index.io = io
             return index
+
+    def check_writable(self) -> None:
+        """Fail before a commit when the index's folder refuses files (once per instance).
+
+        Raises:
+            InvalidSinkConfigError: a file could not be written there; says why and what to change.
+        """
+        if self._writable:
+            return
+        probe = f"{self.location}/write-check-{uuid.uuid4().hex}"
+        try:
+            with self.io.new_output(probe).create(overwrite=True) as stream:
+                stream.write(b"iceberg-sink key index")
+        except Exception as e:
+            raise InvalidSinkConfigError(
+                f"iceberg-sink.key-index.mode=partitioned: expected to write the key index under {self.location}, "
+                f"received {type(e).__name__}: {e}. The index lives under the table's metadata location; on a "
+                "store that takes only Iceberg's own files (S3 Tables, a SeaweedFS table bucket) set the table "
+                "property write.metadata.path to an ordinary location, or use iceberg-sink.key-index.mode=driver"
+            ) from e
+        try:
+            self.io.delete(probe)
+        except Exception as e:  # an orphan, never an error
+            logger.warning("cannot delete key index file %s (%s: %s)", probe, type(e).__name__, e)
+        self._writable = True
 
     def folder(self, key: IndexKey) -> str:
         return f"{self.location}/{key.signature}"
@@ -252,16 +276,19 @@ class PartitionedIndex:
         folder = self.folder(manifest.key)
         data = manifest.encode()
         name = f"manifest-{uuid.uuid4().hex}.json"
-        try:
-            with self.io.new_output(f"{folder}/{name}").create(overwrite=True) as stream:
-                stream.write(data)
-            with self.io.new_output(f"{folder}/{POINTER}").create(overwrite=True) as stream:
-                stream.write(json.dumps([name, zlib.crc32(data)]).encode())
-        except Exception as e:
-            # The lookup's answer stands (it never depends on the stored manifest); the stored index
-            # stays the previous one, whose runs are therefore kept, and a restart catches up.
-            logger.warning("cannot save the key index manifest in %s (%s: %s)", folder, type(e).__name__, e)
-            return
+        for step, path, payload in (
+            (_faults.INDEX_RUNS_WRITTEN, name, data),
+            (_faults.INDEX_MANIFEST_WRITTEN, POINTER, json.dumps([name, zlib.crc32(data)]).encode()),
+        ):
+            _faults.hit(step, -1)  # a driver dying here leaves files no current manifest names: orphans
+            try:
+                with self.io.new_output(f"{folder}/{path}").create(overwrite=True) as stream:
+                    stream.write(payload)
+            except Exception as e:
+                # The lookup's answer stands (it never depends on the stored manifest); the stored
+                # index stays the previous one, whose runs are therefore kept, and a restart catches up.
+                logger.warning("cannot save the key index manifest in %s (%s: %s)", folder, type(e).__name__, e)
+                return
         previous = self._names.get(manifest.key.signature)  # the one this index wrote or read last
         self._names[manifest.key.signature] = name
         self.counters.manifests_written += 1
@@ -395,7 +422,7 @@ class PartitionedIndex:
                 weight += min(run.nbytes, len(subset) * manifest.block * width)
         self.counters.lookups += 1
         self.counters.runs_read += len(paths)
-        groups = max(1, min(len(paths), 8))
+        groups = max(1, min(len(paths), self.runner.slots(weight)))
         small = 2 * sum(r.entries for r in manifest.runs) * width <= runs.ENTRIES.max_bytes
         tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups]), small) for g in range(groups) if paths]
         hits = [h for part in self.runner.run(_lookup, tasks, self.io, self.folder(key), weight) for h in part]

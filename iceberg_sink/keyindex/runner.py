@@ -41,6 +41,10 @@ class Runner(Protocol):
         itself on a ``CorruptFileError`` or ``FileNotFoundError`` from any task)."""
         ...
 
+    def slots(self, weight: int) -> int:
+        """How many tasks work of ``weight`` bytes is best cut into, where it would run."""
+        ...
+
 
 class LocalRunner:
     """Runs every task in this process, one after another."""
@@ -54,6 +58,9 @@ class LocalRunner:
     ) -> list[R]:
         self.tasks += len(items)
         return [task(io, item) for item in items]
+
+    def slots(self, weight: int) -> int:
+        return 1  # one after another: one task reads everything at once (fetch.py)
 
 
 def _on_executor(task: Callable[[FileIO, Any], Any], properties: Any, location: str) -> Callable[[Any], Any]:
@@ -79,6 +86,10 @@ class SparkRunner:
         """Spark jobs run, ever."""
         self.tasks = 0
         """Spark tasks run, ever."""
+
+    def slots(self, weight: int) -> int:
+        context = self.context() if weight > self.local_bytes else None
+        return 1 if context is None else max(1, context.defaultParallelism)
 
     def run(
         self, task: Callable[[FileIO, T], R], items: Sequence[T], io: FileIO, location: str, weight: int

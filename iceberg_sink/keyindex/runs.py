@@ -26,7 +26,8 @@ A run file, written once and never changed::
           | CRC-32 of everything so far (u32 LE) | entries (packed structs, ascending s, then t)
 
 A lookup reads the header once (cached: runs never change) and then only the blocks its keys can
-fall in, blocks less than 16 KiB apart coalesced into one read; every block used is checked against
+fall in, blocks less than a request's worth of bytes apart coalesced into one read, the reads of
+every run at once (fetch.py); every block used is checked against
 its checksum (the sum of its 32-bit words, each times its position in the block, modulo 2^64:
 computed for many blocks at once, it catches any changed word and any two swapped unequal words). A
 corrupt or missing run raises :class:`~iceberg_sink.errors.CorruptFileError` or ``FileNotFoundError``:
@@ -50,6 +51,7 @@ import pyarrow as pa
 from pyiceberg.io import FileIO
 
 from iceberg_sink.errors import CorruptFileError
+from iceberg_sink.keyindex import fetch
 from iceberg_sink.keyindex.keys import as_int64
 
 MAGIC = b"ICEBERG-SINK-RUN\n"
@@ -71,8 +73,6 @@ def disk_dtype(kind: str, wide: bool) -> np.dtype:
 
 _U32 = struct.Struct("<I")
 _FIRST_READ = 64 * 1024
-GAP_BYTES = 16384
-"""Blocks closer than this are read in one request (the bytes between them come along)."""
 MAX_POSITION = 2**32 - 1
 
 FileKey = tuple[str, int, int]
@@ -381,34 +381,48 @@ def _block_sums(data: bytes, lengths: np.ndarray) -> np.ndarray:
     each word times its position in its block, summed modulo 2^64 (one numpy pass for them all)."""
     if not len(lengths):
         return np.empty(0, np.uint64)
-    words = np.frombuffer(data, dtype="<u4").astype(np.uint64)
+    words = np.frombuffer(data, dtype="<u4")
+    width = int(lengths[0])
+    full = len(lengths) - int(lengths[-1] != width)
+    if (lengths[:full] == width).all() and int(lengths[full:].sum()) < width:
+        # Every block but perhaps the last is full (a run's blocks, in order): one 2-D pass.
+        weights = np.arange(1, width + 1, dtype=np.uint64)
+        blocks = words[: full * width].reshape(full, width).astype(np.uint64)
+        sums: np.ndarray = (blocks * weights).sum(axis=1, dtype=np.uint64)
+        if full == len(lengths):
+            return sums
+        tail = words[full * width :].astype(np.uint64)
+        last: np.ndarray = np.append(sums, (tail * weights[: len(tail)]).sum(dtype=np.uint64))
+        return last
+    wide = words.astype(np.uint64)
     starts = np.cumsum(lengths) - lengths
-    weights = np.arange(len(words), dtype=np.uint64) - np.repeat(starts, lengths).astype(np.uint64) + np.uint64(1)
-    return np.add.reduceat(words * weights, starts)
+    weights = np.arange(len(wide), dtype=np.uint64) - np.repeat(starts, lengths).astype(np.uint64) + np.uint64(1)
+    return np.add.reduceat(wide * weights, starts)
 
 
-def _groups(header: RunHeader, blocks: np.ndarray) -> list[np.ndarray]:
-    """``blocks`` (ascending) cut where two are ``GAP_BYTES`` or more apart: one read each."""
-    gap = max(1, GAP_BYTES // (header.block * header.dtype.itemsize))
-    return np.split(blocks, np.flatnonzero(np.diff(blocks) > gap) + 1)
+def _groups(path: str, header: RunHeader, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """``blocks`` (ascending) cut where two are a request's worth of bytes or more apart
+    (:func:`fetch.request_bytes`): the first and last block of each piece, and its byte range (one
+    read each)."""
+    width = header.dtype.itemsize
+    gap = max(1, fetch.request_bytes(path) // (header.block * width))
+    cut = np.flatnonzero(np.diff(blocks) > gap) + 1
+    first = blocks[np.concatenate(([0], cut))].astype(np.int64)
+    last = blocks[np.concatenate((cut - 1, [len(blocks) - 1]))].astype(np.int64)
+    start = first * header.block
+    stop = np.minimum((last + 1) * header.block, header.entries)
+    spans = list(zip((header.data_offset + start * width).tolist(), ((stop - start) * width).tolist(), strict=True))
+    return first, last, spans
 
 
-def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) -> np.ndarray:
-    """The entries of ``blocks`` (ascending block indexes) of a run, each block checked against its
-    checksum; blocks less than ``GAP_BYTES`` apart are read in one request."""
+def _decode(
+    path: str, header: RunHeader, blocks: np.ndarray, first: np.ndarray, last: np.ndarray, chunks: list[bytes]
+) -> np.ndarray:
+    """The entries of ``blocks`` from the bytes read for the pieces ``first``..``last`` (``_groups``),
+    each block checked against its checksum."""
     dtype = header.dtype
     width = dtype.itemsize
-    if not len(blocks):
-        return _unpack(np.empty(0, dtype), header)
-    groups = _groups(header, blocks)
-    chunks: list[bytes] = []
-    with io.new_input(path).open(seekable=True) as stream:
-        for group in groups:  # only the reads in this loop: everything else is one numpy pass
-            start = int(group[0]) * header.block
-            stop = min((int(group[-1]) + 1) * header.block, header.entries)
-            stream.seek(header.data_offset + start * width)
-            chunks.append(stream.read((stop - start) * width))
-    read = np.concatenate([np.arange(int(g[0]), int(g[-1]) + 1) for g in groups])  # every block read
+    read = _ranges(first, last - first + 1)  # every block read
     counts = np.minimum((read + 1) * header.block, header.entries) - read * header.block
     data = b"".join(chunks)
     if len(data) != int(counts.sum()) * width:
@@ -417,8 +431,8 @@ def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) ->
             "the index is rebuilt from the data files"
         )
     entries = np.frombuffer(data, dtype=dtype)
-    used = np.isin(read, blocks)
-    if not used.all():  # blocks between wanted ones came with the same request: left out, unchecked
+    if len(read) != len(blocks):  # blocks between wanted ones came with the same request: left out, unchecked
+        used = np.isin(read, blocks, assume_unique=True)
         entries, read, counts = entries[np.repeat(used, counts)], read[used], counts[used]
     bad = np.flatnonzero(_block_sums(entries.tobytes(), counts * (width // 4)) != header.sums[read])
     if len(bad):
@@ -426,6 +440,16 @@ def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) ->
             f"key index run {path}: block {int(read[bad[0]])} checksum mismatch; the index is rebuilt from the data files"
         )
     return _unpack(entries, header)
+
+
+def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) -> np.ndarray:
+    """The entries of ``blocks`` (ascending block indexes) of a run, each block checked against its
+    checksum; blocks less than a request's worth of bytes apart are read in one request."""
+    if not len(blocks):
+        return _unpack(np.empty(0, header.dtype), header)
+    first, last, spans = _groups(path, header, blocks)
+    (chunks,) = fetch.read_ranges(io, [(path, spans)])
+    return _decode(path, header, blocks, first, last, chunks)
 
 
 def _unpack(packed: np.ndarray, header: RunHeader) -> np.ndarray:
@@ -449,32 +473,48 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def lookup(
-    io: FileIO, path: str, wanted: np.ndarray, keep_whole: bool = False
-) -> tuple[np.ndarray, tuple[FileKey, ...]]:
-    """The entries of the run at ``path`` whose hash is one of ``wanted`` (distinct, sorted by
-    :func:`distinct_hashes`; fields ``s`` and, for digest keys, ``t``), with the run's data files
-    (the entries' ``f`` index them). ``keep_whole``: a run most of whose blocks are needed is read
-    whole and kept in this process's cache (the caller's index is small enough for the cache)."""
-    header = read_header(io, path)
-    found: np.ndarray | None = ENTRIES.get(path)
-    if found is None:
+    io: FileIO, items: Sequence[tuple[str, np.ndarray]], keep_whole: bool = False
+) -> list[tuple[np.ndarray, tuple[FileKey, ...]]]:
+    """For each ``(path, wanted)`` of ``items``: the entries of the run at ``path`` whose hash is one
+    of ``wanted`` (distinct, sorted by :func:`distinct_hashes`; fields ``s`` and, for digest keys,
+    ``t``), with the run's data files (the entries' ``f`` index them). The blocks of every run are
+    read at once (fetch.py). ``keep_whole``: a run most of whose blocks are needed is read whole and
+    kept in this process's cache (the caller's index is small enough for the cache)."""
+    headers = fetch.each(lambda item: read_header(io, item[0]), items)
+    found: list[np.ndarray | None] = [ENTRIES.get(path) for path, _ in items]
+    plans = []  # (item, the blocks to read, kept whole)
+    for i, ((path, wanted), header) in enumerate(zip(items, headers, strict=True)):
+        if found[i] is not None:
+            continue
         blocks = _blocks_for(header.firsts, wanted["s"])
-        size = header.entries * DTYPES[header.kind].itemsize
         # Kept whole only when the caller says the whole index fits the cache: runs of a larger one
         # would push each other out, each read whole at every lookup.
-        if keep_whole and 4 * len(blocks) >= len(header.firsts) and 2 * size <= ENTRIES.max_bytes:
-            found = read_blocks(io, path, header, np.arange(len(header.firsts)))
-            ENTRIES.put(path, found, size)
-        else:
-            found = read_blocks(io, path, header, blocks)
-    # Both sides are sorted by s: two binary searches per wanted key give its entries.
-    low = np.searchsorted(found["s"], wanted["s"], side="left")
-    high = np.searchsorted(found["s"], wanted["s"], side="right")
-    counts = high - low
-    hits = found[_ranges(low, counts)]
-    if header.kind == DIGEST and len(hits):
-        hits = hits[hits["t"] == np.repeat(wanted["t"], counts)]
-    return hits, header.files
+        whole = keep_whole and 4 * len(blocks) >= len(header.firsts)
+        whole = whole and 2 * header.entries * DTYPES[header.kind].itemsize <= ENTRIES.max_bytes
+        if whole:
+            blocks = np.arange(len(header.firsts))
+        if not len(blocks):
+            found[i] = _unpack(np.empty(0, header.dtype), header)
+            continue
+        plans.append((i, blocks, whole, *_groups(path, header, blocks)))
+    chunks = fetch.read_ranges(io, [(items[i][0], spans) for i, _, _, _, _, spans in plans])
+    for (i, blocks, whole, first, last, _), read in zip(plans, chunks, strict=True):
+        path, header = items[i][0], headers[i]
+        found[i] = _decode(path, header, blocks, first, last, read)
+        if whole:
+            ENTRIES.put(path, found[i], header.entries * DTYPES[header.kind].itemsize)
+    out = []
+    for (_, wanted), header, entries in zip(items, headers, found, strict=True):
+        assert entries is not None
+        # Both sides are sorted by s: two binary searches per wanted key give its entries.
+        low = np.searchsorted(entries["s"], wanted["s"], side="left")
+        high = np.searchsorted(entries["s"], wanted["s"], side="right")
+        counts = high - low
+        hits = entries[_ranges(low, counts)]
+        if header.kind == DIGEST and len(hits):
+            hits = hits[hits["t"] == np.repeat(wanted["t"], counts)]
+        out.append((hits, header.files))
+    return out
 
 
 def read_range(io: FileIO, path: str, lo: int, hi: int) -> tuple[np.ndarray, tuple[FileKey, ...]]:

@@ -14,6 +14,9 @@ FAULT_POINTS = (
     _faults.AFTER_COMMIT,
 )
 
+INDEX_FAULT_POINTS = (_faults.INDEX_RUNS_WRITTEN, _faults.INDEX_MANIFEST_WRITTEN)
+"""Inside the partitioned key index's save (checkpoint id -1): v3 commits and v2 conversions."""
+
 
 class Crash(RuntimeError):
     """Raised from an installed fault handler: the simulated driver death."""

@@ -28,7 +28,11 @@ def test_model(
     world = World(spark, java_reader, tmp_path, model_seed, long=model_long, java_newest=java_newest_reader)
     seconds = world.run(model_steps)
     v3 = sum(": v3: " in line for line in world.trace)
-    sys.stderr.write(f"model check seed {model_seed}: {model_steps} steps ({v3} on v3 tables) in {seconds:.1f}s\n")
+    index_deaths = sum("[crash at index-" in line and "-> crashed" in line for line in world.trace)
+    sys.stderr.write(
+        f"model check seed {model_seed}: {model_steps} steps ({v3} on v3 tables, {index_deaths} driver deaths "
+        f"inside a key index save) in {seconds:.1f}s\n"
+    )
 
 
 def test_model_catalog_outages(

@@ -16,8 +16,8 @@ their own, so a seed's other draws do not depend on them):
 
 - ``v3_cdc``: a CDC checkpoint of ``db.v3`` (or of ``db.v2up``), over 12 keys so checkpoints update and
   delete rows of the same data files again and again (the sink merges its new positions into the
-  file's DV); 30% of them die at one of FAULT_POINTS (points.py) and a restarted sink replays the
-  checkpoint.
+  file's DV); 30% of them die at one of FAULT_POINTS (points.py), or with the partitioned key index
+  also at one of INDEX_FAULT_POINTS (inside its save), and a restarted sink replays the checkpoint.
 - ``v3_java_delete``: the newest Iceberg Java deletes 1-3 live rows of ``db.v3`` with a Spark SQL
   ``DELETE`` (merge-on-read: its own DV, merged with the sink's), committed into the model's catalog
   (a compare-and-swap of the catalog row, as a JDBC catalog sharing the database would do). The
@@ -62,7 +62,7 @@ from iceberg_sink._iceberg import position_deletes
 from iceberg_sink.topology.compaction import CompactionConfig
 from tests.integration.test_v3_cdc import delete_files
 from tests.interop.readers import assert_readers_agree, normalize, pyiceberg_read
-from tests.model.points import FAULT_POINTS, Crash
+from tests.model.points import FAULT_POINTS, INDEX_FAULT_POINTS, Crash
 
 Row = dict[str, Any]
 
@@ -160,7 +160,8 @@ class V3Tables:
         commits between its plan and its commit (drawn by :meth:`other_rows` when not given)."""
         table = table or (V3 if self.rng.random() < 0.7 else V2UP)
         if crash_at is None and changes is None and self.rng.random() < CRASH_SHARE:
-            crash_at = self.rng.choice(FAULT_POINTS)
+            points = FAULT_POINTS + (INDEX_FAULT_POINTS if self.world.key_index_options else ())
+            crash_at = self.rng.choice(points)
         changes = changes if changes is not None else self.batch(table)
         checkpoint = self.next_checkpoint[table]
         desc = ", ".join(f"{c['op']}({c['id']})" for c in sorted(changes, key=lambda c: c["lsn"]))
@@ -183,8 +184,8 @@ class V3Tables:
         elif crash_at is not None:
 
             def handler(point: str, cp: int) -> None:
-                if point == crash_at and cp == checkpoint:
-                    raise Crash(f"simulated driver death at {point} of checkpoint {cp}")
+                if point == crash_at and (cp == checkpoint or point in INDEX_FAULT_POINTS):
+                    raise Crash(f"simulated driver death at {point} of checkpoint {checkpoint}")
 
             _faults.install(handler)
             try:
