@@ -48,6 +48,7 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_demo.py",  # 78
     "integration/test_catalog_outage.py",  # 77
     "integration/test_key_index_partitioned.py",  # about 75 (new in session 32: Spark jobs, three readers)
+    "integration/test_key_index_s3.py",  # about 55 (new in session 33: SeaweedFS, Java and DuckDB from S3)
 )
 
 
