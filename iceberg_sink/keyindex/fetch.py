@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from pyiceberg.io import FileIO
@@ -64,10 +64,12 @@ def each(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     def run(index: int) -> list[R]:
         return [fn(item) for item in items[index::slices]]
 
-    done = list(_executor().map(run, range(slices)))
+    pool = _executor()
+    futures = [pool.submit(run, index) for index in range(slices)]
+    wait(futures)  # every slice ends before anything is raised: the caller may close what they read
     out: list[Any] = [None] * len(items)
-    for index, values in enumerate(done):
-        out[index::slices] = values
+    for index, future in enumerate(futures):
+        out[index::slices] = future.result()
     return out
 
 

@@ -26,10 +26,11 @@ What keeps it right:
 
 Maintenance (*merge*): each partition's runs are merged size-tiered (the smallest runs, while the
 next is at most ``fan_in`` times their sum) when the partition has more than ``fan_in`` runs, in one
-task per partition; while the whole index holds at most ``whole_entries`` entries it is merged as one
-key range instead (a small index stays a few files). Entries of files no longer covered are dropped
-then. A run that no partition
-uses any more is deleted once the manifest that drops it is current.
+task per partition, or per range of neighbouring partitions that merge the same runs (the small runs
+catch-ups write span every partition: merged as one run, not sixteen); while the whole index holds
+at most ``whole_entries`` entries it is merged as one key range instead (a small index stays a few
+files). Entries of files no longer covered are dropped then. A run that no partition uses any more
+is deleted once the manifest that drops it is current.
 """
 
 from __future__ import annotations
@@ -460,17 +461,30 @@ class PartitionedIndex:
 
     def _merge_plan(self, manifest: Manifest) -> list[tuple[range, list[int]]]:
         """(partitions, runs) to merge: while the index is small, all of it is one key range (few
-        files); past ``whole_entries`` each partition on its own."""
+        files); past ``whole_entries`` each partition on its own, neighbours that merge the same runs
+        together."""
         if sum(r.entries for r in manifest.runs) <= self.whole_entries:
             everything = sorted({i for s in manifest.slices for i in s})
             if len(everything) <= self.fan_in:
                 return []
             return [(range(manifest.partitions), self._tier(everything, lambda i: manifest.runs[i].entries))]
-        return [
-            (range(b, b + 1), self._tier(indexes, manifest.slice_entries))
-            for b, indexes in enumerate(manifest.slices)
-            if len(indexes) > self.fan_in
-        ]
+        # Neighbouring partitions that merge the same runs (runs a catch-up wrote span every
+        # partition) merge in one task, up to a task's entries: one run written, not one each.
+        plan: list[tuple[range, list[int]]] = []
+        entries = 0.0
+        for b, indexes in enumerate(manifest.slices):
+            if len(indexes) <= self.fan_in:
+                continue
+            group = self._tier(indexes, manifest.slice_entries)
+            size = sum(manifest.slice_entries(i) for i in group)
+            last = plan[-1] if plan else None
+            if last and last[0].stop == b and sorted(last[1]) == sorted(group) and entries + size <= ROWS_PER_TASK:
+                plan[-1] = (range(last[0].start, b + 1), last[1])
+                entries += size
+            else:
+                plan.append((range(b, b + 1), group))
+                entries = size
+        return plan
 
     def _merge_partitions(self, manifest: Manifest) -> tuple[Manifest, list[str]]:
         plan = self._merge_plan(manifest)

@@ -144,3 +144,54 @@ def test_a_task_error_reaches_the_driver_as_itself(spark: SparkSession) -> None:
         with pytest.raises(kind, match=f"task {item}"):
             runner.run(fail, [0, item], PyArrowFileIO(), "/tmp", weight=1)
     assert runner.jobs == 3 and runner.local.tasks == 0
+
+
+def test_an_int_key_promoted_to_long_keeps_its_index(
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+) -> None:
+    """A schema change of the key: ``id`` int promoted to long (the sink widens it for a batch whose
+    ``id`` is a long, ``schema_evolution("add-and-widen")``) under a running v3 sink. Entries hash the key's value, which the promotion keeps, so the index is kept:
+    the next checkpoint indexes nothing again, and keys past the int range that arrive after it
+    resolve like any other."""
+    from pyiceberg.types import LongType
+
+    def build(evolution: str = "off") -> Any:
+        return partitioned(
+            IcebergSink.builder()
+            .embedded(tmp_path / "lake")
+            .table("db.ints")
+            .create_if_missing(format_version=3)
+            .cdc(op_column="op", key=["id"], order_by="lsn")
+            .schema_evolution(evolution)
+        ).build()
+
+    def frame_of(rows: list[dict[str, Any]], id_type: str) -> Any:
+        ddl = f"id {id_type}, region string, v string, n long, lsn long, op string"
+        return spark.createDataFrame([tuple(r[c] for c in ("id", "region", "v", "n", "lsn", "op")) for r in rows], ddl)
+
+    model: dict[int, dict[str, Any]] = {}
+    ckpt = str(tmp_path / "ckpt")
+    sink = build()
+    for checkpoint, (ids, op) in enumerate([(range(100), "I"), (range(0, 100, 2), "U"), (range(0, 100, 5), "D")]):
+        batch = changes(ids, checkpoint * 1000, op)
+        sink.write(frame_of(batch, "int"), checkpoint_location=ckpt, checkpoint_id=checkpoint)
+        apply(model, batch)
+    assert sink.load_table().schema().find_field("id").field_type != LongType()
+    indexed = sink.metrics().key_index_data_files_read
+    assert indexed > 0
+    sink.close()
+
+    promoted = build("add-and-widen")
+    big = [2**40 + i for i in range(5)]
+    for checkpoint, (ids, op) in enumerate([(range(1, 100, 3), "U"), (big, "I"), (range(0, 100, 7), "D")], start=3):
+        batch = changes(ids, checkpoint * 1000, op)
+        outcome = promoted.write(frame_of(batch, "long"), checkpoint_location=ckpt, checkpoint_id=checkpoint)
+        apply(model, batch)
+        if checkpoint == 3:  # every file was indexed before the promotion: nothing is read again
+            assert outcome.key_index_data_files_read == 0
+    promoted.write(frame_of(changes(big[:2], 6000, "D"), "long"), checkpoint_location=ckpt, checkpoint_id=6)
+    apply(model, changes(big[:2], 6000, "D"))
+    table = promoted.load_table()
+    assert table.schema().find_field("id").field_type == LongType()
+    assert_readers_agree(java_readers, table.metadata_location, expected(model), ["id"])
+    promoted.close()

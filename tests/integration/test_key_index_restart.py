@@ -6,6 +6,7 @@ DuckDB read the model."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.interop
 KEYS = {"one long (sorted form)": ["id"], "long and string (arrow form)": ["id", "region"]}
 
 
-def changes(ids: range, lsn: int, op: str) -> list[dict[str, Any]]:
+def changes(ids: Iterable[int], lsn: int, op: str) -> list[dict[str, Any]]:
     return [
         {"id": i, "region": f"r{i % 3}", "v": f"v{lsn}-{i}", "n": i, "lsn": lsn + n, "op": op}
         for n, i in enumerate(ids)

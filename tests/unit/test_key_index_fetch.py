@@ -53,13 +53,21 @@ def test_each_keeps_order_runs_at_once_and_raises_the_first_error() -> None:
     assert fetch.each(square, list(range(1000))) == [x * x for x in range(1000)]
     assert len(seen) > 1  # more than one thread took part
 
+    ended: list[int] = []
+
     def fail(x: int) -> int:
-        if x == 500:
-            raise ValueError("item 500")
+        if x == 0:
+            raise ValueError("item 0")
+        time.sleep(0.0005)
+        ended.append(x)
         return x
 
-    with pytest.raises(ValueError, match="item 500"):
+    with pytest.raises(ValueError, match="item 0"):
         fetch.each(fail, list(range(1000)))
+    # The other slices ran to their end before the error came back (read_ranges closes the
+    # streams they read then); the failing slice stopped at its first item.
+    slices = min(fetch.READ_THREADS, 1000)
+    assert sorted(ended) == [x for x in range(1000) if x % slices != 0]
 
 
 def test_a_request_is_worth_more_bytes_on_object_storage() -> None:

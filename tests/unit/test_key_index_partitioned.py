@@ -401,3 +401,22 @@ def test_block_checksums_are_each_words_position_weighted_sum(lengths: list[int]
         expected_sums.append(sum(w * (i + 1) for i, w in enumerate(words)) % 2**64)
         at += n
     assert runs._block_sums(data, np.array(lengths)).tolist() == expected_sums
+
+
+def test_partitions_that_merge_the_same_runs_merge_in_one_task(tmp_path: Path) -> None:
+    """Catch-up runs span every partition, so every partition merges the same ones: one merge task
+    and one run for them all (a run per partition made a 10M-row index write 16 runs a checkpoint)."""
+    idx = index(tmp_path, partitions=8, fan_in=2, whole_entries=0)  # merged by partition
+    files: list[tuple[DataFileMeta, dict[str, list[Any]]]] = []
+    keys = {"id": [1, 250, 777, 1999]}
+    for n in range(10):
+        columns = {"id": list(range(n * 200, n * 200 + 200))}
+        files.append((write(tmp_path, f"f{n}", LONG, columns), columns))
+        written = idx.counters.runs_written
+        found, _ = ask(idx, LONG, (1,), files, keys)
+        assert found == brute(files, keys)
+        assert idx.counters.runs_written - written in (1, 2)  # the catch-up's run, and a merge's
+    assert idx.counters.runs_merged >= 8
+    key = IndexKey.of(LONG, (1,))
+    assert key is not None
+    assert idx.stats(key)["runs"] <= 3  # runs serving all eight partitions, not eight of each
