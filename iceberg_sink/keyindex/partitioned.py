@@ -339,10 +339,14 @@ class PartitionedIndex:
         if live is not None:
             manifest = attrs.evolve(manifest, covered={f: None for f in manifest.covered if f[0] in live})
         uncovered = {file_key(m): m for m, _ in requests if file_key(m) not in manifest.covered}
+        fresh: set[int] = set()
         if uncovered:
-            manifest = manifest.with_runs(self._catch_up(schema, key, list(uncovered.values()), mapping), uncovered)
+            built = self._catch_up(schema, key, list(uncovered.values()), mapping)
+            if len(built) > 1:  # a large catch-up (a first build): its runs are merged together next
+                fresh = set(range(len(manifest.runs), len(manifest.runs) + len(built)))
+            manifest = manifest.with_runs(built, uncovered)
         found = self._find(manifest, key, requests)
-        manifest, dropped = self._merge_partitions(manifest)
+        manifest, dropped = self._merge_partitions(manifest, fresh)
         if manifest != before:
             self._save(manifest, dropped)
         self._manifests[key.signature] = manifest
@@ -459,10 +463,11 @@ class PartitionedIndex:
             total += size(i)
         return group
 
-    def _merge_plan(self, manifest: Manifest) -> list[tuple[range, list[int]]]:
+    def _merge_plan(self, manifest: Manifest, fresh: Collection[int] = ()) -> list[tuple[range, list[int]]]:
         """(partitions, runs) to merge: while the index is small, all of it is one key range (few
         files); past ``whole_entries`` each partition on its own, neighbours that merge the same runs
-        together."""
+        together. ``fresh``: the runs of a catch-up that wrote several (each spanning every partition,
+        each a lookup would read a block of per key); merged together, whatever their size."""
         if sum(r.entries for r in manifest.runs) <= self.whole_entries:
             everything = sorted({i for s in manifest.slices for i in s})
             if len(everything) <= self.fan_in:
@@ -473,9 +478,13 @@ class PartitionedIndex:
         plan: list[tuple[range, list[int]]] = []
         entries = 0.0
         for b, indexes in enumerate(manifest.slices):
-            if len(indexes) <= self.fan_in:
+            mine = [i for i in indexes if i in fresh]
+            if len(mine) > 1:
+                group = mine
+            elif len(indexes) > self.fan_in:
+                group = self._tier(indexes, manifest.slice_entries)
+            else:
                 continue
-            group = self._tier(indexes, manifest.slice_entries)
             size = sum(manifest.slice_entries(i) for i in group)
             last = plan[-1] if plan else None
             if last and last[0].stop == b and sorted(last[1]) == sorted(group) and entries + size <= ROWS_PER_TASK:
@@ -486,8 +495,8 @@ class PartitionedIndex:
                 entries = size
         return plan
 
-    def _merge_partitions(self, manifest: Manifest) -> tuple[Manifest, list[str]]:
-        plan = self._merge_plan(manifest)
+    def _merge_partitions(self, manifest: Manifest, fresh: Collection[int] = ()) -> tuple[Manifest, list[str]]:
+        plan = self._merge_plan(manifest, fresh)
         if not plan:
             return manifest, []
         tasks = [

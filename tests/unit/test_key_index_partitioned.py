@@ -420,3 +420,29 @@ def test_partitions_that_merge_the_same_runs_merge_in_one_task(tmp_path: Path) -
     key = IndexKey.of(LONG, (1,))
     assert key is not None
     assert idx.stats(key)["runs"] <= 3  # runs serving all eight partitions, not eight of each
+
+
+def test_a_catch_up_of_several_runs_leaves_one_run_per_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first build cut into several tasks writes several runs, each spanning every partition: they
+    are merged together at once, so a lookup reads one run per partition, not one per build task
+    (three build runs under the fan-in were never merged: a 10M-row index read three blocks a key)."""
+    from iceberg_sink.keyindex import partitioned
+
+    monkeypatch.setattr(partitioned, "ROWS_PER_TASK", 20)  # two 10-row files a build task
+    idx = index(tmp_path, partitions=4, fan_in=4, whole_entries=0)
+    files = []
+    for n in range(6):
+        columns = {"id": list(range(n * 10, n * 10 + 10))}
+        files.append((write(tmp_path, f"f{n}", LONG, columns), columns))
+    keys = {"id": [0, 13, 27, 41, 58]}
+    found, read = ask(idx, LONG, (1,), files, keys)
+    assert (found, read) == (brute(files, keys), 6)
+    key = IndexKey.of(LONG, (1,))
+    assert key is not None
+    manifest = idx.manifest(key)
+    assert idx.counters.runs_written > 3  # three build runs, then their merge
+    assert all(len(s) == 1 for s in manifest.slices), manifest.slices
+    again = PartitionedIndex(IO, idx.location, partitions=4, block=3, fan_in=4, whole_entries=0)
+    assert ask(again, LONG, (1,), files, keys) == (brute(files, keys), 0)
