@@ -102,15 +102,16 @@ def measure(io: FileIO, folder: str, args: argparse.Namespace) -> dict[str, Any]
         "concurrent_coalesced": (16, fetch.request_bytes(folder)),
     }
     out: dict[str, Any] = {"request_bytes": fetch.request_bytes(folder)}
-    saved = fetch.READ_THREADS, fetch.LOCAL_REQUEST_BYTES, fetch.REMOTE_REQUEST_BYTES, fetch._pool
+    saved = fetch.READ_THREADS, fetch.LOCAL_REQUEST_BYTES, fetch.REMOTE_REQUEST_BYTES, fetch._pool, fetch.remote
     try:
         for mode, (threads, request) in modes.items():
             fetch.READ_THREADS, fetch.LOCAL_REQUEST_BYTES, fetch.REMOTE_REQUEST_BYTES = threads, request, request
             fetch._pool = None
+            fetch.remote = lambda path, pool=threads > 1: pool  # type: ignore[assignment]  # threads locally too
             seconds = time_lookups(io, written, args.keys, args.trials, args.seed + 1)
             out[mode] = {"seconds": seconds, "median_seconds": float(np.median(seconds))}
     finally:
-        fetch.READ_THREADS, fetch.LOCAL_REQUEST_BYTES, fetch.REMOTE_REQUEST_BYTES, fetch._pool = saved
+        fetch.READ_THREADS, fetch.LOCAL_REQUEST_BYTES, fetch.REMOTE_REQUEST_BYTES, fetch._pool, fetch.remote = saved
     return out
 
 

@@ -3,7 +3,7 @@ partitioned one (issue 43).
 
     .venv/bin/python -m benchmarks.key_index_scale [--rows 1000000 10000000] [--keys long uuid]
         [--formats 3] [--layouts driver partitioned] [--checkpoints 12] [--changes 10000]
-        [--bound 67108864] [--restarts 1] [--out result.json]
+        [--bound 67108864] [--restarts 1] [--restart-warmup 2] [--out result.json]
 
 For each row count, key kind (a long, or a UUID string; random: key bounds prune nothing), format
 and layout, in fresh processes:
@@ -18,7 +18,9 @@ and layout, in fresh processes:
    layouts read every file's keys then), the rest are steady;
 3. **restart** (a second process, the same table): three more checkpoints by a new driver; the first
    one's time is the restart cost (``--restarts N``: N such processes one after another, the median
-   of their first checkpoints).
+   of their first checkpoints; ``--restart-warmup N``: each first warms Spark up with N checkpoints
+   instead of two, so that its JVM is as warm as the steady phase's: what is left is the table's
+   and the index's restart cost).
 
 Each process first warms Spark up the same way (two checkpoints like the timed ones, to a table of
 its own, built the same way), so a first checkpoint's time is the table's and its key index's, not
@@ -147,7 +149,7 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .build()
     )
-    for n in range(2):
+    for n in range(spec.get("warmup", 2)):
         ids = np.arange(n * spec["changes"], (n + 1) * spec["changes"])
         warm.write(spark.createDataFrame(_changes(spec, ids, n * 1_000_000, f"w{n}").to_pandas()))
     warm.close()
@@ -208,12 +210,15 @@ def _child(spec: dict[str, Any], phase: str) -> dict[str, Any]:
     return result
 
 
-def _case(spec: dict[str, Any], checkpoints_count: int, restarts: int = 1) -> dict[str, Any]:
+def _case(spec: dict[str, Any], checkpoints_count: int, restarts: int = 1, restart_warmup: int = 2) -> dict[str, Any]:
     result: dict[str, Any] = {k: v for k, v in spec.items() if k != "work"}
     result |= _child(spec, "setup")
     steady = _child({**spec, "count": checkpoints_count, "first_id": 0}, "run")
     # Each restart a new process of three checkpoints; its first one is the restart's cost.
-    restart = [_child({**spec, "count": 3, "first_id": checkpoints_count + 3 * n}, "run") for n in range(restarts)]
+    restart = [
+        _child({**spec, "count": 3, "first_id": checkpoints_count + 3 * n, "warmup": restart_warmup}, "run")
+        for n in range(restarts)
+    ]
     firsts = [r["seconds"][0] for r in restart]
     tail = steady["seconds"][2:] or steady["seconds"]
     result |= {
@@ -237,6 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layouts", nargs="+", default=["driver", "partitioned"], choices=["driver", "partitioned"])
     parser.add_argument("--checkpoints", type=int, default=12)
     parser.add_argument("--restarts", type=int, default=1, help="restart processes (the median first checkpoint)")
+    parser.add_argument(
+        "--restart-warmup", type=int, default=2, help="warm-up checkpoints of a restart process (its own table)"
+    )
     parser.add_argument("--changes", type=int, default=10_000)
     parser.add_argument("--bound", type=int, default=64 * 1024 * 1024)
     parser.add_argument("--seed", type=int, default=43)
@@ -267,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
                             "work": work,
                         }
                         print(f"[key_index_scale] {time.strftime('%H:%M:%S')} {spec}", file=sys.stderr, flush=True)
-                        results.append(_case(spec, args.checkpoints, args.restarts))
+                        results.append(_case(spec, args.checkpoints, args.restarts, args.restart_warmup))
                         r = results[-1]
                         print(
                             f"[key_index_scale]   first {r['first_checkpoint_seconds']:.2f} s, steady p50 "

@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.io import FileIO
@@ -17,8 +18,12 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from iceberg_sink.keyindex import fetch
 
 
+@pytest.mark.parametrize("at_once", [True, False], ids=["threads (object storage)", "caller's thread (local)"])
 @pytest.mark.parametrize("io", [PyArrowFileIO(), FsspecFileIO({})], ids=["pyarrow read_at", "fsspec seek+read"])
-def test_every_range_of_every_file_comes_back_as_written(tmp_path: Path, io: FileIO) -> None:
+def test_every_range_of_every_file_comes_back_as_written(
+    tmp_path: Path, io: FileIO, at_once: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fetch, "remote", lambda path: at_once)
     r = random.Random(7)
     contents = {}
     for i in range(5):
@@ -71,7 +76,23 @@ def test_each_keeps_order_runs_at_once_and_raises_the_first_error() -> None:
 
 
 def test_a_request_is_worth_more_bytes_on_object_storage() -> None:
-    assert fetch.request_bytes("/tmp/x/run") == fetch.LOCAL_REQUEST_BYTES
-    assert fetch.request_bytes("file:///tmp/x/run") == fetch.LOCAL_REQUEST_BYTES
+    for local in ("/tmp/x/run", "file:///tmp/x/run"):
+        assert fetch.request_bytes(local) == fetch.LOCAL_REQUEST_BYTES and not fetch.remote(local)
     for remote in ("s3://bucket/run", "s3a://b/run", "gs://b/run", "abfss://c@a.dfs.core.windows.net/run"):
-        assert fetch.request_bytes(remote) == fetch.REMOTE_REQUEST_BYTES
+        assert fetch.request_bytes(remote) == fetch.REMOTE_REQUEST_BYTES and fetch.remote(remote)
+
+
+def test_local_reads_stay_in_the_callers_thread(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(bytes(range(256)) * 100)
+    seen: set[str] = set()
+    io = PyArrowFileIO()
+    original = io.new_input
+
+    def watched(location: str) -> Any:
+        seen.add(threading.current_thread().name)
+        return original(location)
+
+    io.new_input = watched  # type: ignore[method-assign]
+    paths = [(str(tmp_path / "f"), [(i, 10) for i in range(0, 20000, 100)])] * 8
+    fetch.read_ranges(io, paths)
+    assert seen == {threading.current_thread().name}

@@ -130,8 +130,13 @@ def test_checkpoints_of_random_files_agree_with_brute_force(
     schema, ids, draw = CASES[case]
     r = random.Random(f"{case}-{seed}")
     # Blocks read one request each, coalesced across small gaps, or every run in one request; by
-    # PyArrow's streams (read_at, concurrent) or fsspec's (seek and read, one range at a time).
-    monkeypatch.setattr(fetch, "LOCAL_REQUEST_BYTES", r.choice([1, 64, 16384, 10**9]))
+    # PyArrow's streams (read_at) or fsspec's (seek and read, one range at a time); in the caller's
+    # thread, as on a local file system, or by the pool, as on object storage.
+    request = r.choice([1, 64, 16384, 10**9])
+    monkeypatch.setattr(fetch, "LOCAL_REQUEST_BYTES", request)
+    monkeypatch.setattr(fetch, "REMOTE_REQUEST_BYTES", request)
+    at_once = r.random() < 0.5
+    monkeypatch.setattr(fetch, "remote", lambda path: at_once)
     idx = index(
         tmp_path,
         r.choice([IO, FsspecFileIO({})]),
