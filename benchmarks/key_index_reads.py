@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.fs as pafs
 from pyiceberg.io import FileIO, load_file_io
 
 from iceberg_sink.keyindex import fetch, runs
@@ -43,20 +42,13 @@ BUCKET = "keyindexbench"
 @contextmanager
 def seaweed(root: Path) -> Iterator[dict[str, str]]:
     """A ``weed mini`` on loopback with an ordinary bucket: the S3 FileIO properties."""
-    from tests.integration.seaweed import _stop, start_mini
+    from tests.integration.seaweed import _stop, create_bucket, start_mini
 
     access, secret = "AK" + secrets.token_hex(6), secrets.token_hex(16)
     env = dict(os.environ, AWS_ACCESS_KEY_ID=access, AWS_SECRET_ACCESS_KEY=secret)
     proc, _, props, _ = start_mini(lambda: Path(tempfile.mkdtemp(dir=root)), env, access, secret)
     try:
-        pafs.S3FileSystem(
-            access_key=access,
-            secret_key=secret,
-            region=props["s3.region"],
-            endpoint_override=props["s3.endpoint"],
-            force_virtual_addressing=False,
-            allow_bucket_creation=True,
-        ).create_dir(BUCKET)
+        create_bucket(props, BUCKET)
         yield {k: v for k, v in props.items() if k.startswith("s3.")}
     finally:
         _stop(proc)

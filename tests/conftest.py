@@ -30,6 +30,9 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_recovery.py",  # 244
     "integration/test_debezium_toast.py",  # 154
     "integration/test_v3_cdc.py",  # about 150 (new since; estimated from its setup and Java reads)
+    # about 55 (new in session 33). Before test_v3_rest.py: run after it in one process, DuckDB reads
+    # this file's table wrong while both Iceberg Javas read the model (session 33's note; open).
+    "integration/test_key_index_s3.py",
     "integration/test_v3_rest.py",  # about 170 (new since; SeaweedFS, REST, Java and DuckDB)
     "integration/test_key_index_restart.py",  # about 200 (new since; two key forms, three reads each)
     "integration/test_cluster.py",  # 138
@@ -48,7 +51,6 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_demo.py",  # 78
     "integration/test_catalog_outage.py",  # 77
     "integration/test_key_index_partitioned.py",  # about 75 (new in session 32: Spark jobs, three readers)
-    "integration/test_key_index_s3.py",  # about 55 (new in session 33: SeaweedFS, Java and DuckDB from S3)
 )
 
 

@@ -244,3 +244,19 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             yield props
     except SeaweedStartError as e:
         pytest.fail(str(e), pytrace=False)
+
+
+def create_bucket(props: dict[str, str], name: str) -> str:
+    """Create the ordinary (non-table) bucket ``name`` on the S3 endpoint of ``props`` (PyIceberg
+    S3 properties) and return its name: SeaweedFS's table bucket takes only Iceberg's own file types."""
+    import pyarrow.fs as pafs
+
+    pafs.S3FileSystem(
+        access_key=props["s3.access-key-id"],
+        secret_key=props["s3.secret-access-key"],
+        region=props["s3.region"],
+        endpoint_override=props["s3.endpoint"],
+        force_virtual_addressing=False,
+        allow_bucket_creation=True,
+    ).create_dir(name)
+    return name

@@ -5,6 +5,11 @@ the table's S3 FileIO on Spark's executors (properties in a broadcast). A v3 CDC
 its data, DVs, manifests and key index in an ordinary bucket (``write.data.path``,
 ``write.metadata.path``: SeaweedFS's table bucket takes only Iceberg's own file types); Iceberg Java
 (its own S3FileIO) and DuckDB read every checked step straight from S3.
+
+Open (session 33): run after tests/integration/test_v3_rest.py in the same process, DuckDB reads this
+table wrong (2287 rows against the model's 2714: rows of an old version kept, others dropped, as if a
+DV were applied to another data file) while Iceberg Java 1.9.2 and the newest Java read the model;
+run alone or first, DuckDB agrees. conftest.py schedules this file first; the cause is not known.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow.fs as pafs
 import pytest
 from pyspark.sql import SparkSession
 
@@ -21,7 +25,7 @@ from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.keyindex.persisted import index_location
 from iceberg_sink.keyindex.runner import SparkRunner
-from tests.integration.seaweed import seaweed  # noqa: F401
+from tests.integration.seaweed import create_bucket, seaweed  # noqa: F401
 from tests.integration.test_cdc import apply, expected, frame
 from tests.integration.test_key_index_restart import changes
 from tests.integration.test_maintenance_s3 import bucket_files
@@ -36,16 +40,7 @@ BUCKET = "kis3data"
 
 @pytest.fixture(scope="module")
 def bucket(seaweed: dict[str, str]) -> str:  # noqa: F811
-    fs = pafs.S3FileSystem(
-        access_key=seaweed["s3.access-key-id"],
-        secret_key=seaweed["s3.secret-access-key"],
-        region=seaweed["s3.region"],
-        endpoint_override=seaweed["s3.endpoint"],
-        force_virtual_addressing=False,
-        allow_bucket_creation=True,
-    )
-    fs.create_dir(BUCKET)
-    return BUCKET
+    return create_bucket(seaweed, BUCKET)
 
 
 def test_v3_deletes_resolve_through_the_partitioned_index_on_s3(

@@ -18,7 +18,6 @@ import itertools
 from collections import Counter
 from typing import Any
 
-import pyarrow.fs as pafs
 import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import Table
@@ -28,7 +27,7 @@ from iceberg_sink import IcebergSink
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.vocab.files import DataFileMeta
-from tests.integration.seaweed import seaweed  # noqa: F401
+from tests.integration.seaweed import create_bucket, seaweed  # noqa: F401
 from tests.integration.test_cdc import expected, frame
 from tests.integration.test_s3_rest import special_partition_values_round_trip
 from tests.integration.test_v3_cdc import delete_files
@@ -42,16 +41,7 @@ DATA_BUCKET = "v3data"
 
 @pytest.fixture(scope="module")
 def data_bucket(seaweed: dict[str, str]) -> str:  # noqa: F811
-    fs = pafs.S3FileSystem(
-        access_key=seaweed["s3.access-key-id"],
-        secret_key=seaweed["s3.secret-access-key"],
-        region=seaweed["s3.region"],
-        endpoint_override=seaweed["s3.endpoint"],
-        force_virtual_addressing=False,
-        allow_bucket_creation=True,
-    )
-    fs.create_dir(DATA_BUCKET)
-    return DATA_BUCKET
+    return create_bucket(seaweed, DATA_BUCKET)
 
 
 def builder(props: dict[str, str], table: str, format_version: int) -> IcebergSinkBuilder:
