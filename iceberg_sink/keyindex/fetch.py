@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
@@ -44,6 +44,11 @@ def remote(path: str) -> bool:
     """Whether ``path`` is on object storage (or any store but the local file system)."""
     scheme = path.split("://", 1)[0] if "://" in path else ""
     return scheme not in _LOCAL_SCHEMES
+
+
+def overlapped(paths: Iterable[str]) -> bool:
+    """Whether reads of ``paths`` run on the pool: when any is remote (module docstring)."""
+    return any(remote(p) for p in paths)
 
 
 def request_bytes(path: str) -> int:
@@ -101,7 +106,7 @@ def read_ranges(io: FileIO, wanted: Sequence[tuple[str, Sequence[tuple[int, int]
         FileNotFoundError: a file is missing (no other error hides it).
     """
     paths = [path for path, _ in wanted]
-    at_once = any(remote(p) for p in paths)  # locally the caller's thread reads as fast (module docstring)
+    at_once = overlapped(paths)
     opened: list[Any] = [None] * len(paths)
 
     def open_one(index: int) -> None:

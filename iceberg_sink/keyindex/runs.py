@@ -480,7 +480,7 @@ def lookup(
     ``t``), with the run's data files (the entries' ``f`` index them). The blocks of every run are
     read at once (fetch.py). ``keep_whole``: a run most of whose blocks are needed is read whole and
     kept in this process's cache (the caller's index is small enough for the cache)."""
-    headers = fetch.each(lambda item: read_header(io, item[0]), items, any(fetch.remote(p) for p, _ in items))
+    headers = fetch.each(lambda item: read_header(io, item[0]), items, fetch.overlapped(p for p, _ in items))
     found: list[np.ndarray | None] = [ENTRIES.get(path) for path, _ in items]
     plans = []  # (item, the blocks to read, kept whole)
     for i, ((path, wanted), header) in enumerate(zip(items, headers, strict=True)):
