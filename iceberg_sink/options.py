@@ -244,6 +244,17 @@ MANIFEST_TARGET_SIZE_BYTES = Option(
     minimum=1,
     builder=False,
 )
+DELETION_VECTOR_FILES = Option(
+    "iceberg-sink.deletion-vectors.files",
+    str,
+    "one-per-vector",
+    "How a commit's deletion vectors (format v3) are laid out in Puffin files: 'one-per-vector' (a file each: "
+    "every reader checked reads them right) or 'one-per-commit' (all in one file, as Iceberg Java's writers do: "
+    "fewer files, but DuckDB's iceberg extension 1.5.x returns a DV that follows a larger one in a file as the "
+    "larger one; docs/format-v3.md).",
+    choices=("one-per-vector", "one-per-commit"),
+    builder=False,
+)
 CONVERSION_KEY_INDEX_MAX_BYTES = Option(
     "iceberg-sink.conversion.key-index-max-bytes",
     int,
@@ -352,6 +363,7 @@ OPTIONS: tuple[Option, ...] = (
     MANIFEST_MERGE_ENABLED,
     MANIFEST_MIN_COUNT_TO_MERGE,
     MANIFEST_TARGET_SIZE_BYTES,
+    DELETION_VECTOR_FILES,
     CONVERSION_KEY_INDEX_MAX_BYTES,
     CONVERSION_KEY_INDEX_PERSIST,
     KEY_INDEX_MODE,

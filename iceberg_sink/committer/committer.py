@@ -421,10 +421,10 @@ class IcebergCommitter:
                 replaced=resolved.replaced | resolved.retired,
             ).prepare()
         except BaseException:
-            delete_quietly(table.io, [resolved.written] if resolved.written else [])
+            delete_quietly(table.io, resolved.written)
             raise
         if resolved.written:  # deleted with the manifests if the attempt does not land
-            prepared = attrs.evolve(prepared, written_files=(*prepared.written_files, resolved.written))
+            prepared = attrs.evolve(prepared, written_files=(*prepared.written_files, *resolved.written))
         return _PreparedV3(prepared, resolved.vectors)
 
     def _loaded_again(self, committable: Committable) -> Table | None:

@@ -1,7 +1,7 @@
 """A v3 checkpoint's deletes as deletion vectors, resolved against the branch head it commits on.
 
     committable (data files, equality deletes, in-batch position deletes)
-        ──▶ resolve on head H (every commit attempt) ──▶ one Puffin file, one DV per data file ──▶ RowDelta
+        ──▶ resolve on head H (every commit attempt) ──▶ one DV per data file, a Puffin file each ──▶ RowDelta
 
 On a format v3 table no equality delete and no position delete file reaches the table. The writers
 still write them (as on v2: durable files listed by the stored committable), and the committer turns
@@ -42,13 +42,15 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from iceberg_sink import options
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
-from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector, write_deletion_vectors
+from iceberg_sink._iceberg.deletion_vectors import DeletionVector, read_deletion_vector, write_deletion_vectors
 from iceberg_sink._iceberg.entries import live_files
-from iceberg_sink._iceberg.files import LiveFile
+from iceberg_sink._iceberg.files import LiveFile, delete_quietly
 from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, name_mapping_of, read_projected
+from iceberg_sink.keyindex import fetch
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
@@ -64,14 +66,14 @@ class ResolvedDeletes:
         replaced: (Puffin path, referenced data file) of the live DVs they replace.
         retired: (path, data file) of the live file-scoped position delete files (a v2 table's,
             before its upgrade) whose positions the new DVs hold: removed in the same snapshot.
-        written: the Puffin file written for them (None when there is no DV).
+        written: the Puffin files written for them (_write_puffins: one per DV by default).
         data_files_read: data files whose key columns had to be read (not in the index).
     """
 
     vectors: tuple[DataFileMeta, ...] = ()
     replaced: frozenset[tuple[str, str]] = frozenset()
     retired: frozenset[tuple[str, str]] = frozenset()
-    written: str | None = None
+    written: tuple[str, ...] = ()
     data_files_read: int = 0
 
 
@@ -108,7 +110,7 @@ def resolve(
     """The DVs that make ``head`` plus the checkpoint (its new ``data_files``) read as if its deletes
     were committed on ``head`` as delete files (module docstring).
 
-    Writes one Puffin file when there is any DV; the caller deletes it if the attempt does not land.
+    Writes the Puffin files of its DVs (``written``); the caller deletes them if the attempt does not land.
     ``head`` None: the deletes reach no live file (a truncate's), only the checkpoint's own rows.
 
     Raises:
@@ -143,13 +145,13 @@ def write_vectors(
     holding those and every position already deleted in it on the snapshot whose live files are
     ``data`` and ``deletes``: its live DV (which the new one replaces) and any position delete file
     that applies (a file-scoped one is retired with it; a reader that finds a DV ignores the
-    others). All in one Puffin file; ``by_path`` gives the data files' specs and partitions. The v3
+    others). Written by :func:`_write_puffins`; ``by_path`` gives the data files' specs and partitions. The v3
     checkpoint commit and the v3 equality-delete conversion (topology/conversion/job.py) both go
     through here: the one rule for merging DVs.
 
     Raises:
         CorruptFileError: a live DV that has to be merged fails its checks.
-        OSError: the Puffin file cannot be written (nothing is committed).
+        OSError: a Puffin file cannot be written (nothing is committed).
     """
     io = table.io
     rules = DeleteRules.from_specs(table.specs())
@@ -190,17 +192,7 @@ def write_vectors(
         retired.update((p.meta.path, path) for p in older.get(path, []) if referenced_data_file(p.meta) == path)
     if not positions:
         return ResolvedDeletes()
-    puffin = table.location_provider().new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin")
-    try:
-        written = write_deletion_vectors(io, puffin, {path: [p] for path, p in positions.items()})
-    except OSError as e:
-        # Still an OSError (storage, as a data file write failing): what differs is the file's kind.
-        raise OSError(
-            f"cannot write the deletion vectors of this commit to {puffin}: {e}. Nothing was committed. "
-            "Format v3 upserts write Puffin files (.puffin) where the data files go; storage that takes "
-            "only data file formats there (a SeaweedFS table bucket answers 403 Access Denied) needs the "
-            "table property write.data.path set to a location that takes Puffin files"
-        ) from e
+    written, paths = _write_puffins(table, positions)
     vectors = tuple(
         DataFileMeta(
             content=FileContent.POSITION_DELETES,
@@ -216,7 +208,49 @@ def write_vectors(
         )
         for v in written
     )
-    return ResolvedDeletes(vectors, frozenset(replaced), frozenset(retired), puffin)
+    return ResolvedDeletes(vectors, frozenset(replaced), frozenset(retired), paths)
+
+
+def _write_puffins(table: Table, positions: dict[str, np.ndarray]) -> tuple[list[DeletionVector], tuple[str, ...]]:
+    """Write the DVs of ``positions`` (data file -> every position it has deleted) where the data files
+    go, laid out as the table property ``iceberg-sink.deletion-vectors.files`` says: a Puffin file per
+    DV (the default), or all in one. The one rule for the layout of the sink's Puffin files.
+
+    One per DV because DuckDB's iceberg extension 1.5.5 reads a blob through a cache that returns the
+    start of a cached range, not the blob's offset in it: a DV whose bytes a read of a larger DV before
+    it in the same file covered (the extension widens a read to the next cached range, its footer
+    read, when the gap is at most the read's length) is read as that larger DV, and rows come back
+    wrong (docs/format-v3.md). A file of one blob has nothing a read can cover. On object storage the
+    files are written by the read pool's threads. Files written are deleted again if any fails.
+
+    Raises:
+        OSError: a Puffin file cannot be written (nothing is committed).
+    """
+    io = table.io
+    setting = options.resolve({}, table.properties).get(options.DELETION_VECTOR_FILES)
+    location = table.location_provider()
+    files = [sorted(positions)] if setting == "one-per-commit" else [[path] for path in sorted(positions)]
+    paths = tuple(location.new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin") for _ in files)
+
+    def write(index: int) -> tuple[DeletionVector, ...] | OSError:
+        try:
+            return write_deletion_vectors(io, paths[index], {path: [positions[path]] for path in files[index]})
+        except OSError as e:
+            return e
+
+    results = fetch.each(write, range(len(files)), fetch.overlapped(paths[:1]))
+    failed = [(paths[i], r) for i, r in enumerate(results) if isinstance(r, OSError)]
+    if failed:
+        delete_quietly(io, [p for p, r in zip(paths, results, strict=True) if not isinstance(r, OSError)])
+        path, error = failed[0]
+        # Still an OSError (storage, as a data file write failing): what differs is the file's kind.
+        raise OSError(
+            f"cannot write the deletion vectors of this commit to {path}: {error}. Nothing was committed. "
+            "Format v3 upserts write Puffin files (.puffin) where the data files go; storage that takes "
+            "only data file formats there (a SeaweedFS table bucket answers 403 Access Denied) needs the "
+            "table property write.data.path set to a location that takes Puffin files"
+        ) from error
+    return [v for r in results if not isinstance(r, OSError) for v in r], paths
 
 
 def _match_keys(

@@ -30,6 +30,7 @@ from iceberg_sink.committer import vectors
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import IcebergCommitter
+from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.table.catalog import create_table
 from iceberg_sink.vocab.files import DataFileMeta, FileContent
@@ -397,3 +398,43 @@ def test_a_dv_written_as_a_bare_blob_as_duckdb_up_to_1_5_3_did_is_read_and_merge
     assert read_deletion_vector(
         table.io, merged.path, merged.content_offset, merged.content_size_in_bytes, merged.record_count
     ).tolist() == [0, 1, 3]
+
+
+@pytest.mark.parametrize(
+    ("layout", "files"), [(None, 2), ("one-per-vector", 2), ("one-per-commit", 1), ("ONE-PER-COMMIT", 1)]
+)
+def test_each_dv_gets_a_puffin_file_of_its_own_unless_the_table_packs_them(
+    catalog: LosingCatalog, layout: str | None, files: int
+) -> None:
+    """Why one per DV: tests/integration/test_v3_dv_layout.py (DuckDB 1.5.5 misreads packed ones)."""
+    if layout is not None:
+        with v3_metadata_writes():
+            transaction = catalog.load_table("db.t").transaction()
+            transaction.set_properties({"iceberg-sink.deletion-vectors.files": layout}).commit_transaction()
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, [(1, "a", "I"), (2, "b", "I")]))
+    c.commit(committable(catalog.load_table("db.t"), 1, [(3, "c", "I"), (4, "d", "I")]))
+    c.commit(committable(catalog.load_table("db.t"), 2, [(1, None, "D"), (3, "c2", "U")]))
+    table = catalog.load_table("db.t")
+    vectors_now = live_deletes(table)
+    assert len(vectors_now) == 2 and len({v.path for v in vectors_now}) == files
+    check_only_dvs(table)
+    assert rows_in(table) == {2: "b", 3: "c2", 4: "d"}
+    puffins = {p.as_uri() for p in Path(table.location().removeprefix("file://")).rglob("*.puffin")}
+    assert puffins == {v.path for v in vectors_now}  # nothing else written
+
+
+def test_an_unknown_puffin_layout_fails_the_commit_naming_the_property(catalog: LosingCatalog) -> None:
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, [(1, "a", "I"), (2, "b", "I")]))
+    with v3_metadata_writes():
+        transaction = catalog.load_table("db.t").transaction()
+        transaction.set_properties({"iceberg-sink.deletion-vectors.files": "packed"}).commit_transaction()
+    with pytest.raises(InvalidSinkConfigError) as failure:
+        c.commit(committable(catalog.load_table("db.t"), 1, [(1, None, "D")]))
+    message = str(failure.value)
+    assert "iceberg-sink.deletion-vectors.files" in message and "'one-per-vector'" in message, message
+    assert "'packed'" in message, message
+    table = catalog.load_table("db.t")
+    assert len(table.snapshots()) == 1 and rows_in(table) == {1: "a", 2: "b"}
+    assert not list(Path(table.location().removeprefix("file://")).rglob("*.puffin"))

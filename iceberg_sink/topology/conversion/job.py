@@ -38,7 +38,7 @@ Format v3 forbids adding position delete files: each D gets one deletion vector 
 positions found, its live DV's and those of every position delete file that applies to it (a v2-era
 file naming D only is removed, as a merged one is on v2; one naming other files too stays: a reader
 that finds a DV ignores it), written and merged by the rule the v3 checkpoint commit follows
-(committer/vectors.py ``write_vectors``), all in one Puffin file. The commit removes every planned
+(committer/vectors.py ``write_vectors``, which also lays them out in Puffin files). The commit removes every planned
 E, those position delete files and the DVs the new ones replace, entry by entry
 (_iceberg/delete_rewrite.py), and carries the data manifests over with their first row ids: it adds
 no row and assigns no row id. The DV names exact positions of D, so the sequence number c it gets
@@ -250,7 +250,7 @@ class ConversionFiles:
 
     @property
     def written(self) -> list[str]:
-        """The files written (a Puffin file once, however many DVs it holds)."""
+        """The files written (each once: a Puffin file may hold several DVs)."""
         return sorted({f.path for f in self.added})
 
 
@@ -300,8 +300,8 @@ def write_conversion(
     keeps one; see index.py); without one every planned data file is read. On format v2 each target
     gets one file-scoped position delete file, merged with its file-scoped position delete files; on
     v3 one DV, merged with its live DV and every position delete file that applies
-    (committer/vectors.py ``write_vectors``, the rule the v3 checkpoint commit follows too), all in
-    one Puffin file. ``entries``: the manifests already read for the plan. Files written are deleted
+    (committer/vectors.py ``write_vectors``, the rule the v3 checkpoint commit follows too, which also
+    lays them out in Puffin files). ``entries``: the manifests already read for the plan. Files written are deleted
     again if this fails.
     """
     io, schema = table.io, table.schema()
