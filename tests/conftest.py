@@ -30,11 +30,9 @@ SLOW_FILES_FIRST = (  # seconds per file in a 2-worker run of 2026-11-26 (junit 
     "integration/test_recovery.py",  # 244
     "integration/test_debezium_toast.py",  # 154
     "integration/test_v3_cdc.py",  # about 150 (new since; estimated from its setup and Java reads)
-    # about 55 (new in session 33). Before test_v3_rest.py: run after it in one process, DuckDB reads
-    # this file's table wrong while both Iceberg Javas read the model (session 33's note; open).
-    "integration/test_key_index_s3.py",
     "integration/test_v3_rest.py",  # about 170 (new since; SeaweedFS, REST, Java and DuckDB)
     "integration/test_key_index_restart.py",  # about 200 (new since; two key forms, three reads each)
+    "integration/test_key_index_s3.py",  # about 55 (new in session 33)
     "integration/test_cluster.py",  # 138
     "e2e/test_pipeline_e2e.py",  # 137
     "e2e/test_transactions_e2e.py",  # about 130 (new since; the consistent leg)

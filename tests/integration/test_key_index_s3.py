@@ -6,10 +6,10 @@ its data, DVs, manifests and key index in an ordinary bucket (``write.data.path`
 ``write.metadata.path``: SeaweedFS's table bucket takes only Iceberg's own file types); Iceberg Java
 (its own S3FileIO) and DuckDB read every checked step straight from S3.
 
-Open (session 33): run after tests/integration/test_v3_rest.py in the same process, DuckDB reads this
-table wrong (2287 rows against the model's 2714: rows of an old version kept, others dropped, as if a
-DV were applied to another data file) while Iceberg Java 1.9.2 and the newest Java read the model;
-run alone or first, DuckDB agrees. conftest.py schedules this file first; the cause is not known.
+Session 33 saw DuckDB read this table wrong whenever earlier tests had moved Spark's task numbers
+(they name the data files, whose order is the order of the DVs in a Puffin file): DuckDB 1.5.5's
+cache misreads a small DV packed after a large one. The sink now writes a Puffin file per DV
+(tests/integration/test_v3_dv_layout.py).
 """
 
 from __future__ import annotations

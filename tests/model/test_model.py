@@ -30,9 +30,13 @@ def test_model(
     seconds = world.run(model_steps)
     v3 = sum(": v3: " in line for line in world.trace)
     index_deaths = sum("[crash at index-" in line and "-> crashed" in line for line in world.trace)
+    tables = v3_steps.tables(world)
+    layout = (
+        f"DVs packed, up to {tables.stats['shared_puffins']} shared files live" if tables.packed else "a file per DV"
+    )
     sys.stderr.write(
-        f"model check seed {model_seed}: {model_steps} steps ({v3} on v3 tables, {index_deaths} driver deaths "
-        f"inside a key index save) in {seconds:.1f}s\n"
+        f"model check seed {model_seed}: {model_steps} steps ({v3} on v3 tables: {layout}; {index_deaths} driver "
+        f"deaths inside a key index save) in {seconds:.1f}s\n"
     )
 
 

@@ -438,3 +438,35 @@ def test_an_unknown_puffin_layout_fails_the_commit_naming_the_property(catalog: 
     table = catalog.load_table("db.t")
     assert len(table.snapshots()) == 1 and rows_in(table) == {1: "a", 2: "b"}
     assert not list(Path(table.location().removeprefix("file://")).rglob("*.puffin"))
+
+
+def test_a_puffin_file_that_fails_among_several_leaves_none_and_commits_nothing(
+    catalog: LosingCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second of a commit's Puffin files fails to write (a storage error injected): the error
+    names it, the files already written are deleted, nothing is committed, and the replay lands."""
+    c = committer(catalog)
+    c.commit(committable(catalog.load_table("db.t"), 0, [(1, "a", "I"), (2, "b", "I")]))
+    c.commit(committable(catalog.load_table("db.t"), 1, [(3, "c", "I"), (4, "d", "I")]))
+    made = committable(catalog.load_table("db.t"), 2, [(1, None, "D"), (3, None, "D")])
+    real = vectors.write_deletion_vectors
+    calls: list[str] = []
+
+    def failing_second(io: Any, path: str, positions: Any) -> Any:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(f"injected: storage refused {path}")
+        return real(io, path, positions)
+
+    monkeypatch.setattr(vectors, "write_deletion_vectors", failing_second)
+    with pytest.raises(OSError) as failure:
+        c.commit(made)
+    assert calls[1] in str(failure.value) and "Nothing was committed" in str(failure.value)
+    table = catalog.load_table("db.t")
+    assert len(table.snapshots()) == 2 and rows_in(table) == {1: "a", 2: "b", 3: "c", 4: "d"}
+    root = Path(table.location().removeprefix("file://"))
+    assert not list(root.rglob("*.puffin")), "a Puffin file of the failed attempt was left behind"
+    monkeypatch.setattr(vectors, "write_deletion_vectors", real)
+    assert c.commit(made).snapshot is not None
+    table = catalog.load_table("db.t")
+    assert rows_in(table) == {2: "b", 4: "d"} and len({v.path for v in live_deletes(table)}) == 2
