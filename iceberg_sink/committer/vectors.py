@@ -224,10 +224,16 @@ def _write_puffins(table: Table, positions: dict[str, np.ndarray]) -> tuple[list
     files are written by the read pool's threads. Files written are deleted again if any fails.
 
     Raises:
+        InvalidSinkConfigError: the table property holds another value.
         OSError: a Puffin file cannot be written (nothing is committed).
     """
     io = table.io
-    setting = options.resolve({}, table.properties).get(options.DELETION_VECTOR_FILES)
+    layout = options.DELETION_VECTOR_FILES
+    setting = (
+        layout.parse(table.properties[layout.key], "table property")
+        if layout.key in table.properties
+        else layout.default
+    )
     location = table.location_provider()
     files = [sorted(positions)] if setting == "one-per-commit" else [[path] for path in sorted(positions)]
     paths = tuple(location.new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin") for _ in files)

