@@ -13,8 +13,6 @@ the writer. Medians of ``--trials`` after one untimed call per case. Prints JSON
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import tempfile
 import time
@@ -26,7 +24,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from benchmarks.key_index_reads import BUCKET, seaweed
+from benchmarks.key_index_reads import BUCKET, emit, seaweed
 from iceberg_sink import options
 from iceberg_sink.committer.vectors import _write_puffins
 
@@ -82,13 +80,9 @@ def main(argv: list[str] | None = None) -> None:
                     }
                     for i, layout in enumerate(LAYOUTS)
                 }
-        result |= {"machine": os.uname().machine, "cpus": os.cpu_count()}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    text = json.dumps(result, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -126,12 +126,16 @@ def main(argv: list[str] | None = None) -> None:
             result["s3_seaweedfs_loopback"] = measure(
                 load_file_io(props, f"s3://{BUCKET}"), f"s3://{BUCKET}/bench", args
             )
-        result |= {"machine": os.uname().machine, "cpus": os.cpu_count()}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    text = json.dumps(result, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(result, args.out)
+
+
+def emit(result: dict[str, Any], out: str | None) -> None:
+    """Print ``result`` with the machine's name and cores as JSON, and write it to ``out`` if given."""
+    text = json.dumps(result | {"machine": os.uname().machine, "cpus": os.cpu_count()}, indent=2)
+    if out:
+        Path(out).write_text(text + "\n")
     print(text)
 
 
