@@ -75,6 +75,13 @@ class Option:
             )
         return parsed
 
+    def from_properties(self, properties: Mapping[str, str]) -> Any:
+        """This option's value in table ``properties``, else its default (a malformed value raises
+        InvalidSinkConfigError naming it)."""
+        if self.key in properties:
+            return self.parse(properties[self.key], "table property")
+        return self.default
+
     def choices_text(self) -> str:
         """The allowed values, quoted so that an empty choice shows (``'' (empty: the default)``)."""
         return ", ".join(
@@ -435,8 +442,8 @@ def resolve(builder: Mapping[str, Any], table_properties: Mapping[str, str]) -> 
     for option in OPTIONS:
         if option.key in builder:
             values[option.key] = builder[option.key]
-        elif option.table_property and option.key in table_properties:
-            values[option.key] = option.parse(table_properties[option.key], "table property")
+        elif option.table_property:
+            values[option.key] = option.from_properties(table_properties)
         else:
             values[option.key] = option.default
     pass_through = {k: v for k, v in table_properties.items() if k.startswith(PASS_THROUGH_PREFIXES)}

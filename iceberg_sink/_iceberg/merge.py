@@ -40,16 +40,10 @@ class MergeSettings:
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> MergeSettings:
         """Read from table properties; a malformed value raises InvalidSinkConfigError naming it."""
-
-        def get(option: options.Option) -> object:
-            if option.key in properties:
-                return option.parse(properties[option.key], "table property")
-            return option.default
-
         return cls(
-            enabled=bool(get(options.MANIFEST_MERGE_ENABLED)),
-            min_count_to_merge=int(get(options.MANIFEST_MIN_COUNT_TO_MERGE)),  # type: ignore[call-overload]
-            target_size_bytes=int(get(options.MANIFEST_TARGET_SIZE_BYTES)),  # type: ignore[call-overload]
+            enabled=bool(options.MANIFEST_MERGE_ENABLED.from_properties(properties)),
+            min_count_to_merge=int(options.MANIFEST_MIN_COUNT_TO_MERGE.from_properties(properties)),
+            target_size_bytes=int(options.MANIFEST_TARGET_SIZE_BYTES.from_properties(properties)),
         )
 
 

@@ -228,14 +228,9 @@ def _write_puffins(table: Table, positions: dict[str, np.ndarray]) -> tuple[list
         OSError: a Puffin file cannot be written (nothing is committed).
     """
     io = table.io
-    layout = options.DELETION_VECTOR_FILES
-    setting = (
-        layout.parse(table.properties[layout.key], "table property")
-        if layout.key in table.properties
-        else layout.default
-    )
+    packed = options.DELETION_VECTOR_FILES.from_properties(table.properties) == "one-per-commit"
     location = table.location_provider()
-    files = [sorted(positions)] if setting == "one-per-commit" else [[path] for path in sorted(positions)]
+    files = [sorted(positions)] if packed else [[path] for path in sorted(positions)]
     paths = tuple(location.new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin") for _ in files)
 
     def write(index: int) -> tuple[DeletionVector, ...] | OSError:
@@ -244,7 +239,7 @@ def _write_puffins(table: Table, positions: dict[str, np.ndarray]) -> tuple[list
         except OSError as e:
             return e
 
-    results = fetch.each(write, range(len(files)), fetch.overlapped(paths[:1]))
+    results = fetch.each(write, range(len(files)), fetch.overlapped(paths))
     failed = [(paths[i], r) for i, r in enumerate(results) if isinstance(r, OSError)]
     if failed:
         delete_quietly(io, [p for p, r in zip(paths, results, strict=True) if not isinstance(r, OSError)])
