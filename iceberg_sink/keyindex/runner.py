@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from pyiceberg.io import FileIO, load_file_io
 
 from iceberg_sink.table.catalog import file_io_properties
+from iceberg_sink.writer.task_start import task_start
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -65,6 +66,7 @@ class LocalRunner:
 
 def _on_executor(task: Callable[[FileIO, Any], Any], properties: Any, location: str) -> Callable[[Any], Any]:
     def run(item: Any) -> tuple[bool, Any]:
+        task_start()
         try:
             return True, task(load_file_io(dict(properties.value), location), item)
         except Exception as e:  # carried back as itself (Spark would wrap it in a PythonException)

@@ -53,6 +53,7 @@ from iceberg_sink.sources.readers import (
     merge_kinds,
     union_types,
 )
+from iceberg_sink.writer.task_start import task_start
 
 #: Where a field's expected type comes from, as a refusal says it.
 TABLE = "the type of the table's column"
@@ -283,6 +284,7 @@ def _known(declared: T.StructType | None) -> tuple[T.StructType | None, dict[str
 
 def _kinds_by_source(rows: Iterable[Any]) -> Iterator[dict[str | None, Kind]]:
     """One partition's row images merged into one kind per source table."""
+    task_start()
     merged: dict[str | None, Kind] = {}
     for source, text in rows:
         value = _document(text)
@@ -333,6 +335,7 @@ class _Counter:
     wanted: Mapping[str | None, list[Path]]
 
     def __call__(self, rows: Iterable[Any]) -> Iterator[dict[tuple[str | None, Path], dict[str, int]]]:
+        task_start()
         counts: dict[tuple[str | None, Path], dict[str, int]] = {}
         for source, text in rows:
             paths = self.wanted.get(source)

@@ -31,6 +31,7 @@ from pyspark.sql import types as T
 from iceberg_sink._session import classic_frame
 from iceberg_sink._sql import named
 from iceberg_sink.errors import InvalidInputError
+from iceberg_sink.writer.task_start import task_start
 
 # A JSON value's inferred kind, hashable: ("long",), ("double",), ("decimal",), ("string",),
 # ("boolean",), ("null",), ("struct", ((name, kind), ...)), ("array", kind), or ("conflict", ((family,
@@ -110,6 +111,7 @@ def merge_kinds(a: Kind, b: Kind) -> Kind:
 
 def _partition_kind(rows: Iterable[Any]) -> Iterator[tuple[Kind, str | None]]:
     """One merged kind per Spark partition, and a sample of a document that is not a JSON object."""
+    task_start()
     merged: Kind = ("struct", ())
     bad: str | None = None
     for row in rows:

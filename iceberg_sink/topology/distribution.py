@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 
 from iceberg_sink._sql import path_column
 from iceberg_sink.vocab.distribution import DistributionMode
+from iceberg_sink.writer.task_start import task_start
 
 _EXACT_BUCKET_TYPES = (IntegerType, LongType, StringType, BinaryType, DecimalType, DateType)
 
@@ -53,6 +54,7 @@ def _bucket_udf(num_buckets: int, source_type: IcebergType) -> object:
 
     @F.pandas_udf("int")  # type: ignore[attr-defined, untyped-decorator, misc]
     def iceberg_bucket(values: pd.Series) -> pd.Series:
+        task_start()
         # Built inside the task: the transform wraps a native function that cannot be pickled.
         transform = BucketTransform(num_buckets).pyarrow_transform(source_type)
         array = pa.Array.from_pandas(values, type=arrow_type)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import attrs
 import pyarrow as pa
-from pyspark import SparkContext, TaskContext
+from pyspark import SparkContext
 from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
@@ -23,6 +23,7 @@ from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.read_ahead import read_ahead
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
+from iceberg_sink.writer.task_start import task_start
 from iceberg_sink.writer.task_writer import TaskWriter
 
 # The last line of a Python traceback: "OSError: [Errno 28] ...", "pkg.module.SomeError: ...".
@@ -52,10 +53,8 @@ def shipped(context: SparkContext, spec: WriterSpec) -> Iterator[Callable[[], Wr
 
 def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        context = TaskContext.get()
-        task_id = context.partitionId() if context is not None else 0
-        attempt_id = context.taskAttemptId() if context is not None else 0
-        attempt_number = context.attemptNumber() if context is not None else 0
+        task = task_start()
+        task_id, attempt_id, attempt_number = task.partition, task.attempt_id, task.attempt_number
         spec = load_spec()
         writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
         try:
@@ -124,10 +123,8 @@ def _write_routed_task(
     specs: Callable[[], Mapping[str, WriterSpec]], route_column: str, max_open_files: int, buffer_bytes: int
 ) -> object:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        context = TaskContext.get()
-        task_id = context.partitionId() if context is not None else 0
-        attempt_id = context.taskAttemptId() if context is not None else 0
-        attempt_number = context.attemptNumber() if context is not None else 0
+        task = task_start()
+        task_id, attempt_id, attempt_number = task.partition, task.attempt_id, task.attempt_number
         by_table = specs()
         writer = MultiTableTaskWriter(by_table, route_column, task_id, attempt_id, max_open_files, buffer_bytes)
         try:

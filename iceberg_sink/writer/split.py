@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Mapping
 import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
@@ -22,6 +21,7 @@ from iceberg_sink.writer.conform import repaired_utf8
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.result import WriteResult, Written
 from iceberg_sink.writer.spec import WriterSpec
+from iceberg_sink.writer.task_start import task_start
 from iceberg_sink.writer.task_writer import TaskWriter
 
 
@@ -157,10 +157,8 @@ def _split_task(
     buffer_bytes: int,
 ) -> object:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        context = TaskContext.get()
-        task_id = context.partitionId() if context is not None else 0
-        attempt_id = context.taskAttemptId() if context is not None else 0
-        attempt_number = context.attemptNumber() if context is not None else 0
+        started = task_start()
+        task_id, attempt_id, attempt_number = started.partition, started.attempt_id, started.attempt_number
         specs, task = load()
         good: TaskWriter | MultiTableTaskWriter | None = None
         if task.route_column is not None:

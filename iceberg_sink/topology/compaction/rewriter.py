@@ -28,7 +28,6 @@ import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, IdentityTransform, TimeTransform, TruncateTransform, parse_transform
 from pyiceberg.types import PrimitiveType
-from pyspark import TaskContext
 
 from iceberg_sink import _task_faults
 from iceberg_sink._iceberg.deletes import DeleteRules
@@ -45,6 +44,7 @@ from iceberg_sink.topology.compaction.planner import RewriteGroup
 from iceberg_sink.vocab.files import DataFileMeta
 from iceberg_sink.writer.result import WriteResult
 from iceberg_sink.writer.spec import WriterSpec
+from iceberg_sink.writer.task_start import task_start
 from iceberg_sink.writer.task_writer import TaskWriter
 
 
@@ -216,10 +216,8 @@ def spark_rewrite(load_spec: Callable[[], WriterSpec]) -> Any:
     the spec inside the task (see writer.spark.shipped)."""
 
     def run(items: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
-        context = TaskContext.get()
-        task_id = context.partitionId() if context is not None else 0
-        attempt = context.taskAttemptId() if context is not None else 0
-        attempt_number = context.attemptNumber() if context is not None else 0
+        started = task_start()
+        task_id, attempt, attempt_number = started.partition, started.attempt_id, started.attempt_number
         for index, payload in items:
             spec = load_spec()
             result = rewrite_group(spec, payload, task_id, attempt).encode()
