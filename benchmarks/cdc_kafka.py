@@ -300,6 +300,7 @@ def extras(raw: dict[str, Any]) -> dict[str, Any]:
         "kafka_offsets_committed",
         "checkpoints",
         "kafka_connector",
+        "driver_gc",
     )
     return {k: raw[k] for k in keys if k in raw}
 
@@ -333,4 +334,7 @@ def report_line(system: dict[str, Any]) -> str:
         ]
         if triggers:
             text += f", Spark triggerExecution p50 {statistics.median(triggers):.0f}"
+    collections = (system.get("driver_gc") or {}).get("generation_2")
+    if collections:
+        text += f"; the driver's full garbage collections {collections['count']} ({collections['seconds']:.2f} s)"
     return text

@@ -290,6 +290,44 @@ def run_stream(
     }
 
 
+class DriverCollections:
+    """The driver's garbage collections while the block runs (``gc.callbacks``): how many of each
+    generation and the wall time they took. A full collection walks every object PySpark, PyIceberg
+    and PyArrow created; inside a micro-batch it is on the stream's critical path."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+        self._runs: dict[int, list[float]] = {0: [], 1: [], 2: []}
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self._runs[int(info["generation"])].append(time.perf_counter() - self._started)
+            self._started = None
+
+    def __enter__(self) -> DriverCollections:
+        import gc
+
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            f"generation_{g}": {
+                "count": len(runs),
+                "seconds": round(sum(runs), 4),
+                "max_seconds": round(max(runs, default=0.0), 4),
+            }
+            for g, runs in self._runs.items()
+        }
+
+
 def kafka_offsets(checkpoint: str, batch_id: int, topic: str) -> dict[int, int]:
     """The end offset of each partition of ``topic`` in micro-batch ``batch_id``, from Spark's offset
     log (``<checkpoint>/offsets/<id>``: a version line, the batch's metadata, one line per source)."""
@@ -356,8 +394,9 @@ def run_kafka_stream(
     cpu_before = tree_cpu_seconds()
     wall = time.time()
     started = time.perf_counter()
-    query = sink.start(stream, checkpoint_location=checkpoint)
-    ends, last_ids = poll_commits(sink, query, earlier_job, (started, wall, cpu_before), last, keep_records)
+    with DriverCollections() as collections:
+        query = sink.start(stream, checkpoint_location=checkpoint)
+        ends, last_ids = poll_commits(sink, query, earlier_job, (started, wall, cpu_before), last, keep_records)
     stream_seconds = time.perf_counter() - started
     broker_cpu = cpu_delta(broker_before, tree_cpu_seconds(broker_pid))
     spark_phases = {int(p.batchId): dict(p.durationMs) for p in query.recentProgress}
@@ -379,6 +418,7 @@ def run_kafka_stream(
     return {
         "mode": "kafka",
         "driver": "sink",
+        "driver_gc": collections.summary(),
         "kafka": kafka,
         "order_by": spec.get("order_by"),
         "files_per_trigger": None,
