@@ -190,6 +190,15 @@ def report(result: dict[str, Any], out: Path) -> None:
             f"{system['full_scan_seconds']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; other "
             f"processes used {foreign_cpu:.1f} CPU-s during its batches; waited {waited_total:.0f}s for quiet"
         )
+        half = system.get("second_half")
+        if half:
+            half_cpu = half.get("cpu_seconds_per_million_changes")
+            log(
+                f"{name}, second half of the changes: {half['entries']} commits, {half['changes_per_second']:.0f} "
+                f"changes/s, {half['seconds_between_commits_p50']:.2f}s between commits p50 "
+                f"({half['seconds_between_commits_p99']:.2f}s p99), {'?' if half_cpu is None else f'{half_cpu:.0f}'} "
+                "CPU-s per M changes"
+            )
         if system.get("kafka"):
             log(f"{name} on Kafka: {cdc_kafka.report_line(system)}")
         for point in system.get("scan_points") or []:

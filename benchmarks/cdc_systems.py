@@ -159,7 +159,35 @@ def write_figures(raw: dict[str, Any], warmup: int, batch_size: int, initial_row
     steady_cpu = _total(cpu[skipped:])
     steady["cpu_seconds"] = steady_cpu
     steady["cpu_seconds_per_million_changes"] = _per_million(steady_cpu, steady_changes)
-    return {"end_to_end": end_to_end, "steady_state": steady}
+    return {"end_to_end": end_to_end, "steady_state": steady, "second_half": second_half(seconds, sizes, cpu)}
+
+
+def second_half(seconds: list[float], sizes: list[int], cpu: list[float | None]) -> dict[str, Any] | None:
+    """The entries that begin once half of all changes are applied, summarized as steady state is:
+    a warm-up measured in changes, the same for every system whatever its commit size (the first
+    ``--warmup`` entries are 20,000 changes of 10,000-change micro-batches, 50,000 of Flink's 25,000-change
+    checkpoints), and long enough for a JVM's compiler to settle (a Spark driver still compiles Spark's
+    code a minute into a stream). None when fewer than two entries begin there."""
+    half, done, first = sum(sizes) / 2, 0, len(sizes)
+    for i, size in enumerate(sizes):
+        if done >= half:
+            first = i
+            break
+        done += size
+    if len(sizes) - first < 2 or sum(seconds[first:]) <= 0:
+        return None
+    spent = seconds[first:]
+    changes = sum(sizes[first:])
+    used = _total(cpu[first:])
+    return {
+        "entries": len(spent),
+        "changes": changes,
+        "changes_per_second": changes / sum(spent),
+        "seconds_between_commits_p50": statistics.median(spent),
+        "seconds_between_commits_p99": percentile(sorted(spent), 0.99),
+        "changes_per_commit_median": statistics.median(sizes[first:]),
+        "cpu_seconds_per_million_changes": _per_million(used, changes),
+    }
 
 
 def v3_goals(systems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

@@ -15,7 +15,15 @@ import pytest
 
 from benchmarks.cdc import percentile, summarize
 from benchmarks.cdc_data import CHECKSUM_SQL, _digits, _rows, compare, generate
-from benchmarks.cdc_systems import SYSTEMS, entry_changes, paired_ratio, parse_systems, v3_goals, write_figures
+from benchmarks.cdc_systems import (
+    SYSTEMS,
+    entry_changes,
+    paired_ratio,
+    parse_systems,
+    second_half,
+    v3_goals,
+    write_figures,
+)
 from benchmarks.flink_driver import parquet_to_csv
 from benchmarks.merge_into_driver import scan_order
 
@@ -117,6 +125,16 @@ def test_write_figures_of_a_streaming_driver_count_each_commits_own_changes() ->
     assert steady["changes_per_commit_median"] == 4000
     assert steady["cpu_seconds_per_million_changes"] == pytest.approx(3.0 / 11_000 * 1e6)
     assert SYSTEMS["flink_stream"].driver == "flink" and SYSTEMS["flink_stream"].format_version == 2
+    # Half of the 11,100 changes are applied during the third entry: only the fourth begins after it.
+    assert out["second_half"] is None
+
+
+def test_second_half_starts_where_half_of_the_changes_are_applied_whatever_the_commit_size() -> None:
+    small = second_half([1.0] * 10, [10] * 10, [0.5] * 10)
+    assert small is not None and small["entries"] == 5 and small["changes"] == 50
+    large = second_half([2.0] * 4, [25] * 4, [None] * 4)
+    assert large is not None and large["entries"] == 2 and large["cpu_seconds_per_million_changes"] is None
+    assert second_half([1.0, 1.0], [90, 10], [1.0, 1.0]) is None  # one entry after the half: no median
 
 
 def test_v3_goals_compare_the_v3_sink_with_the_v3_merge_table() -> None:
