@@ -4,17 +4,21 @@ PySpark's daemon calls ``gc.collect()`` after every task a reused Python worker 
 (``pyspark/daemon.py``, ``spark.python.worker.reuse`` is on by default): a full collection, which
 visits every object the garbage collector tracks. A worker that imported the writer (PyIceberg,
 PyArrow, pydantic models) holds about 120,000 of them, and one collection took 180 ms of CPU on this
-project's 2-core machine, after every task: in a streaming query of 10,000-change micro-batches that
-was 79 % of the Python workers' busy samples (py-spy) and a seventh of the CPU a micro-batch costs
-(docs/benchmarks.md, issue 41).
+project's 2-core machine, after every task: in a streaming query of 10,000-change micro-batches, 79 %
+of the Python workers' busy samples (py-spy), where writing took 14-16 ms. Freezing them raised the
+stream's changes per second by 18-21 % and cut its CPU per change by a fifth (docs/benchmarks-cdc.md,
+issue 41).
 
-:func:`task_start`, called first in every task the sink ships to a Python worker (writers,
-compaction's rewrites, the key index's reads, the UDFs of routing, distribution and source checks),
-moves every object alive at that moment into the permanent generation (``gc.freeze()``), which
-collections skip: a collection after the task then visits only what the task created. It does so at the start of the
-first two tasks of a worker process only: the first freezes the imports done to unpickle the task,
-the second also those the first task made on its way (PyIceberg and PyArrow import lazily), after
-the daemon's collection has cleared the first task's garbage. Later tasks run as before.
+:func:`task_start`, called first in every task function the sink ships to a Python worker (the
+writers, compaction's rewrites, the key index's reads, the bucket function of hash distribution, the
+source checks' partition functions), moves every object alive at that moment into the permanent
+generation (``gc.freeze()``), which collections skip: a collection after the task then visits only
+what the task made. Functions Spark calls once per row (a route function, the bare-type check) do
+not call it: a call per row would cost more than it saves once a worker is settled. It freezes at
+the start of the first two tasks of a worker process only: the first freezes the imports done to
+unpickle the task, the second also those the first task made on its way (PyIceberg and PyArrow
+import lazily), after the daemon's collection has cleared the first task's garbage. Later tasks run
+as before.
 
 What it costs: an object frozen while alive is still freed when its last reference goes (reference
 counting is unaffected); only reference cycles among frozen objects are never collected. Those are
