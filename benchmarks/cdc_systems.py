@@ -168,12 +168,9 @@ def second_half(seconds: list[float], sizes: list[int], cpu: list[float | None])
     ``--warmup`` entries are 20,000 changes of 10,000-change micro-batches, 50,000 of Flink's 25,000-change
     checkpoints), and long enough for a JVM's compiler to settle (a Spark driver still compiles Spark's
     code a minute into a stream). None when fewer than two entries begin there."""
-    half, done, first = sum(sizes) / 2, 0, len(sizes)
-    for i, size in enumerate(sizes):
-        if done >= half:
-            first = i
-            break
-        done += size
+    half = sum(sizes) / 2
+    # Changes applied before each entry: the first entry to begin at half or later.
+    first = next((i for i, done in enumerate(itertools.accumulate(sizes, initial=0)) if done >= half), len(sizes))
     if len(sizes) - first < 2 or sum(seconds[first:]) <= 0:
         return None
     spent = seconds[first:]

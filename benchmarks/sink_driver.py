@@ -38,6 +38,7 @@ the ``result`` path of the spec. Progress goes to stderr.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import sys
@@ -307,14 +308,10 @@ class DriverCollections:
             self._started = None
 
     def __enter__(self) -> DriverCollections:
-        import gc
-
         gc.callbacks.append(self._callback)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        import gc
-
         gc.callbacks.remove(self._callback)
 
     def summary(self) -> dict[str, Any]:

@@ -53,8 +53,7 @@ def shipped(context: SparkContext, spec: WriterSpec) -> Iterator[Callable[[], Wr
 
 def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        task = task_start()
-        task_id, attempt_id, attempt_number = task.partition, task.attempt_id, task.attempt_number
+        task_id, attempt_id, attempt_number = task_start()
         spec = load_spec()
         writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
         try:
@@ -123,8 +122,7 @@ def _write_routed_task(
     specs: Callable[[], Mapping[str, WriterSpec]], route_column: str, max_open_files: int, buffer_bytes: int
 ) -> object:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        task = task_start()
-        task_id, attempt_id, attempt_number = task.partition, task.attempt_id, task.attempt_number
+        task_id, attempt_id, attempt_number = task_start()
         by_table = specs()
         writer = MultiTableTaskWriter(by_table, route_column, task_id, attempt_id, max_open_files, buffer_bytes)
         try:

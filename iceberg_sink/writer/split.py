@@ -157,8 +157,7 @@ def _split_task(
     buffer_bytes: int,
 ) -> object:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        started = task_start()
-        task_id, attempt_id, attempt_number = started.partition, started.attempt_id, started.attempt_number
+        task_id, attempt_id, attempt_number = task_start()
         specs, task = load()
         good: TaskWriter | MultiTableTaskWriter | None = None
         if task.route_column is not None:

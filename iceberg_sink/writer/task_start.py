@@ -30,8 +30,8 @@ do) it does nothing.
 from __future__ import annotations
 
 import gc
+from typing import NamedTuple
 
-import attrs
 from pyspark import TaskContext
 
 #: The first this many tasks of a worker process freeze what is alive when they start.
@@ -40,9 +40,8 @@ SETTLING_TASKS = 2
 _settled_tasks: set[int] = set()
 
 
-@attrs.frozen
-class TaskStart:
-    """The running task as Spark numbers it (zeros outside a Spark task)."""
+class TaskStart(NamedTuple):
+    """The running task as Spark numbers it (zeros outside a Spark task); unpacks in this order."""
 
     partition: int
     attempt_id: int

@@ -216,8 +216,7 @@ def spark_rewrite(load_spec: Callable[[], WriterSpec]) -> Any:
     the spec inside the task (see writer.spark.shipped)."""
 
     def run(items: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
-        started = task_start()
-        task_id, attempt, attempt_number = started.partition, started.attempt_id, started.attempt_number
+        task_id, attempt, attempt_number = task_start()
         for index, payload in items:
             spec = load_spec()
             result = rewrite_group(spec, payload, task_id, attempt).encode()
