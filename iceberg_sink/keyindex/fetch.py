@@ -16,10 +16,16 @@ Two rules keep that down, both here:
 - **A request costs bytes.** Two ranges closer than :func:`request_bytes` are read in one request
   (the bytes between them come along): about the bytes a request's latency could have moved, 16 KiB
   on a local file system, 1 MiB on object storage.
+- **A local run is mapped, not read.** A PyArrow FileIO's local file is mapped into memory
+  (``mmap``) and its ranges sliced out of the mapping: a lookup of 10,000 keys against a 30M-row
+  index takes about 8,000 ranges, and a ``read_at`` call each cost more than the bytes did. Runs are
+  written once and never changed in place, so a mapping cannot see a file shrink under it; the path
+  is the one PyArrow's FileIO would open (its ``parse_location``).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import PyArrowFileIO
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -107,6 +114,9 @@ def read_ranges(io: FileIO, wanted: Sequence[tuple[str, Sequence[tuple[int, int]
     """
     paths = [path for path, _ in wanted]
     at_once = overlapped(paths)
+    local = _local_paths(io, paths) if not at_once else None
+    if local is not None:
+        return [_mapped(file, ranges) for file, (_, ranges) in zip(local, wanted, strict=True)]
     opened: list[Any] = [None] * len(paths)
 
     def open_one(index: int) -> None:
@@ -127,3 +137,26 @@ def read_ranges(io: FileIO, wanted: Sequence[tuple[str, Sequence[tuple[int, int]
         out.append(chunks[at : at + len(ranges)])
         at += len(ranges)
     return out
+
+
+def _local_paths(io: FileIO, paths: Sequence[str]) -> list[str] | None:
+    """The local files PyArrow's FileIO would open for ``paths``, or None where it is another FileIO or
+    any path is not a local file (the ranges are then read from streams)."""
+    if not isinstance(io, PyArrowFileIO):
+        return None
+    out = []
+    for path in paths:
+        scheme, _, local = PyArrowFileIO.parse_location(path, io.properties)
+        if scheme != "file":
+            return None
+        out.append(local)
+    return out
+
+
+def _mapped(file: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    """The bytes of each range of the local ``file``, sliced out of a read-only mapping of it."""
+    with open(file, "rb") as f:
+        if not os.fstat(f.fileno()).st_size:  # an empty file cannot be mapped; it has no bytes to give
+            return [b"" for _ in ranges]
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return [mapped[offset : offset + size] for offset, size in ranges]

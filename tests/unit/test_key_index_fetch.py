@@ -82,10 +82,17 @@ def test_a_request_is_worth_more_bytes_on_object_storage() -> None:
         assert fetch.request_bytes(remote) == fetch.REMOTE_REQUEST_BYTES and fetch.remote(remote)
 
 
-def test_local_reads_stay_in_the_callers_thread(tmp_path: Path) -> None:
+def test_local_reads_stay_in_the_callers_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "f").write_bytes(bytes(range(256)) * 100)
     seen: set[str] = set()
-    io = PyArrowFileIO()
+    mapped = fetch._mapped
+
+    def watched_map(file: str, ranges: Any) -> list[bytes]:
+        seen.add(threading.current_thread().name)
+        return mapped(file, ranges)
+
+    monkeypatch.setattr(fetch, "_mapped", watched_map)
+    io = FsspecFileIO({})
     original = io.new_input
 
     def watched(location: str) -> Any:
@@ -94,5 +101,35 @@ def test_local_reads_stay_in_the_callers_thread(tmp_path: Path) -> None:
 
     io.new_input = watched  # type: ignore[method-assign]
     paths = [(str(tmp_path / "f"), [(i, 10) for i in range(0, 20000, 100)])] * 8
-    fetch.read_ranges(io, paths)
+    for each_io in (PyArrowFileIO(), io):
+        assert (
+            fetch.read_ranges(each_io, paths)
+            == [[(bytes(range(256)) * 100)[i : i + 10] for _, ranges in paths[:1] for i, _ in ranges]] * 8
+        )
     assert seen == {threading.current_thread().name}
+
+
+def test_a_local_run_is_mapped_at_the_path_pyarrow_would_open(tmp_path: Path) -> None:
+    """PyArrow's FileIO reads local ranges from a mapping (no stream opened), for plain paths and
+    file URIs alike, names with spaces and percent signs included; other schemes are not mapped."""
+    io = PyArrowFileIO()
+    opened: list[str] = []
+    original = io.new_input
+
+    def watched(location: str) -> Any:
+        opened.append(location)
+        return original(location)
+
+    io.new_input = watched  # type: ignore[method-assign]
+    data = random.Random(3).randbytes(70_000)
+    (tmp_path / "a run %41.run").write_bytes(data)
+    (tmp_path / "empty.run").write_bytes(b"")
+    ranges = [(0, 10), (69_990, 100), (80_000, 5), (12_345, 1280)]
+    for path in (str(tmp_path / "a run %41.run"), f"file://{tmp_path}/a run %41.run"):
+        assert fetch.read_ranges(io, [(path, ranges)]) == [[data[o : o + n] for o, n in ranges]]
+        with original(path).open(seekable=True) as stream:  # the file PyArrow's FileIO itself opens
+            assert stream.read() == data
+    assert fetch.read_ranges(io, [(str(tmp_path / "empty.run"), ranges)]) == [[b"", b"", b"", b""]]
+    assert opened == []
+    assert fetch._local_paths(io, ["s3://bucket/run"]) is None
+    assert fetch._local_paths(FsspecFileIO({}), [str(tmp_path / "empty.run")]) is None
