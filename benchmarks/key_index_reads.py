@@ -34,6 +34,7 @@ import numpy as np
 from pyiceberg.io import FileIO, load_file_io
 
 from iceberg_sink.keyindex import fetch, runs
+from iceberg_sink.keyindex.partitioned import DEFAULT_BLOCK
 from iceberg_sink.keyindex.runs import DIGEST, DTYPES
 
 BUCKET = "keyindexbench"
@@ -64,7 +65,7 @@ def write_runs(io: FileIO, folder: str, count: int, entries: int, seed: int) -> 
         e["f"], e["p"] = rng.integers(0, 30, entries), rng.integers(0, 1_000_000, entries)
         e = runs.sort_entries(e)
         path = f"{folder}/run-{r}.run"
-        runs.write_run(io, path, DIGEST, e, [(f"data-{i}.parquet", 1, 1_000_000) for i in range(30)], 64)
+        runs.write_run(io, path, DIGEST, e, [(f"data-{i}.parquet", 1, 1_000_000) for i in range(30)], DEFAULT_BLOCK)
         out.append((path, e))
     return out
 
@@ -118,7 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="key-index-reads-"))
     try:
-        result: dict[str, Any] = {"runs": args.runs, "entries_per_run": args.entries, "keys": args.keys}
+        result: dict[str, Any] = {
+            "runs": args.runs,
+            "entries_per_run": args.entries,
+            "keys": args.keys,
+            "block": DEFAULT_BLOCK,
+        }
         local = root / "local"
         local.mkdir()
         result["local"] = measure(load_file_io({}, str(local)), str(local), args)

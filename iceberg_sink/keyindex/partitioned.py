@@ -63,7 +63,7 @@ from iceberg_sink.vocab.files import DataFileMeta
 logger = logging.getLogger("iceberg_sink")
 
 DEFAULT_PARTITIONS = 16
-DEFAULT_BLOCK = 64
+DEFAULT_BLOCK = 32
 DEFAULT_FAN_IN = 4
 DEFAULT_WHOLE_ENTRIES = 4_000_000
 ROWS_PER_TASK = 4_000_000
@@ -424,7 +424,7 @@ class PartitionedIndex:
             if len(subset):
                 paths.append(run.path)
                 subsets.append(subset)
-                weight += min(run.nbytes, len(subset) * manifest.block * width)
+                weight += runs.expected_read_bytes(run.path, run.nbytes, len(subset), manifest.block * width)
         self.counters.lookups += 1
         self.counters.runs_read += len(paths)
         groups = max(1, min(len(paths), self.runner.slots(weight)))

@@ -400,6 +400,24 @@ def _block_sums(data: bytes, lengths: np.ndarray) -> np.ndarray:
     return np.add.reduceat(wide * weights, starts)
 
 
+def expected_read_bytes(path: str, nbytes: int, keys: int, block_bytes: int) -> int:
+    """About the bytes a lookup of ``keys`` distinct hashes reads from the run at ``path`` of ``nbytes``
+    (``block_bytes`` a block): what decides whether the lookup fits the driver (partitioned.py).
+
+    Hashes are uniform, so the blocks the keys fall in are about ``m = nbytes / keys`` bytes apart,
+    the gaps close to exponential; :func:`_groups` reads a gap shorter than a request's worth ``r``
+    along with its blocks. Each key then costs its block plus the expected gap it brings along,
+    ``E[X; X < r] = m (1 - e^(-r/m) (1 + r/m))``: keys far apart read a block each; keys closer than a
+    request's worth read the whole run (a first lookup against the large runs of a first build, or
+    every lookup on object storage), which a count of blocks alone would take for a few MB."""
+    if keys <= 0 or nbytes <= 0:
+        return 0
+    mean = nbytes / keys
+    ratio = fetch.request_bytes(path) / mean
+    gap = mean * (1.0 - float(np.exp(-ratio)) * (1.0 + ratio))
+    return min(nbytes, int(keys * (block_bytes + gap)))
+
+
 def _groups(path: str, header: RunHeader, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """``blocks`` (ascending) cut where two are a request's worth of bytes or more apart
     (:func:`fetch.request_bytes`): the first and last block of each piece, and its byte range (one

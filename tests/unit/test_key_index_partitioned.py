@@ -32,6 +32,7 @@ from iceberg_sink.keyindex import fetch, runs
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.keyindex.manifest import IndexKey
 from iceberg_sink.keyindex.partitioned import PartitionedIndex
+from iceberg_sink.keyindex.runner import LocalRunner
 from iceberg_sink.vocab.files import DataFileMeta
 from tests.unit.test_key_index import IO, deleted, expected, schema_of, write
 
@@ -344,8 +345,6 @@ def test_a_manifest_that_cannot_be_saved_keeps_the_answer_and_the_stored_index(t
 
 def test_a_lookup_no_run_can_answer_runs_no_task(tmp_path: Path) -> None:
     """On a cluster every task is a Spark job's: keys whose partitions hold no run ask nothing."""
-    from iceberg_sink.keyindex.runner import LocalRunner
-
     runner = LocalRunner()
     idx = PartitionedIndex(IO, str(tmp_path / "index" / "partitioned"), runner, partitions=16)
     meta = write(tmp_path, "a", LONG, {"id": [1]})
@@ -451,3 +450,49 @@ def test_a_catch_up_of_several_runs_leaves_one_run_per_partition(
     assert all(len(s) == 1 for s in manifest.slices), manifest.slices
     again = PartitionedIndex(IO, idx.location, partitions=4, block=3, fan_in=4, whole_entries=0)
     assert ask(again, LONG, (1,), files, keys) == (brute(files, keys), 0)
+
+
+@pytest.mark.parametrize("where", ["local", "object storage"])
+@pytest.mark.parametrize("keys", [100, 1_000, 10_000, 60_000])
+def test_a_lookups_expected_bytes_are_the_bytes_it_reads(
+    tmp_path: Path, keys: int, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weight that sends a lookup to the driver or the executors is the bytes ``_groups`` reads for
+    uniform hashes (within a fifth), from keys a block each apart to keys that coalesce the whole run;
+    a count of blocks alone took a first lookup of a 30M-row index (whole runs read) for a few MB."""
+    monkeypatch.setattr(fetch, "remote", lambda path: where != "local")
+    entries = 400_000
+    e = np.empty(entries, runs.DTYPES[runs.DIGEST])
+    rng = np.random.default_rng(keys)
+    e["s"], e["t"] = rng.integers(0, 2**63, entries, dtype=np.uint64), rng.integers(0, 2**63, entries, dtype=np.uint64)
+    e["f"], e["p"] = 0, np.arange(entries)
+    path = str(tmp_path / "a.run")
+    run = runs.write_run(IO, path, runs.DIGEST, runs.sort_entries(e), [("f", 1, entries)], 32)
+    header = runs.read_header(IO, path)
+    wanted = np.sort(rng.integers(0, 2**63, keys, dtype=np.uint64))
+    _, _, spans = runs._groups(path, header, runs._blocks_for(header.firsts, wanted))
+    read = sum(size for _, size in spans)
+    data_bytes = run.nbytes - header.data_offset
+    expected = runs.expected_read_bytes(path, data_bytes, keys, 32 * header.dtype.itemsize)
+    assert 0.8 * read <= expected <= 1.2 * read, (read, expected, data_bytes)
+
+
+def test_the_runner_is_told_the_bytes_a_lookup_reads(tmp_path: Path) -> None:
+    """A lookup's weight, which decides where it runs, grows to the run's size when its keys are
+    dense enough to read all of it, not with the blocks they fall in alone."""
+    weights: list[int] = []
+
+    class Recording(LocalRunner):
+        def run(self, task: Any, items: Any, io: FileIO, location: str, weight: int) -> Any:
+            if task.__name__ == "_lookup":
+                weights.append(weight)
+            return super().run(task, items, io, location, weight)
+
+    idx = index(tmp_path, partitions=1, block=4, runner=Recording(), whole_entries=0)
+    columns = {"id": list(range(200_000))}
+    files = [(write(tmp_path, "f0", LONG, columns), columns)]
+    few, dense = {"id": [5, 100_000]}, {"id": list(range(0, 200_000, 20))}
+    assert ask(idx, LONG, (1,), files, few)[0] == brute(files, few)
+    assert ask(idx, LONG, (1,), files, dense)[0] == brute(files, dense)
+    run_bytes = sum(r.nbytes for r in idx.manifest(IndexKey.of(LONG, (1,))).runs)  # type: ignore[arg-type]
+    assert weights[0] < 2_000 and weights[1] > run_bytes // 2, (weights, run_bytes)
