@@ -408,8 +408,8 @@ def expected_read_bytes(path: str, nbytes: int, keys: int, block_bytes: int) -> 
     the gaps close to exponential; :func:`_groups` reads a gap shorter than a request's worth ``r``
     along with its blocks. Each key then costs its block plus the expected gap it brings along,
     ``E[X; X < r] = m (1 - e^(-r/m) (1 + r/m))``: keys far apart read a block each; keys closer than a
-    request's worth read the whole run (a first lookup against the large runs of a first build, or
-    every lookup on object storage), which a count of blocks alone would take for a few MB."""
+    request's worth read the whole run (a first lookup against the large runs of a first build, or a
+    30M-row index's steady lookup on object storage), which a count of blocks alone took for a few MB."""
     if keys <= 0 or nbytes <= 0:
         return 0
     mean = nbytes / keys
