@@ -9,7 +9,8 @@ inside Spark (writers that keep writing while each checkpoint is committed). Thi
 does here, with no sink in the way: one Kafka broker (``scripts/pipeline_components.py``), one topic
 of ``--partitions`` partitions holding ``--messages`` JSON messages of the CDC race's shape, produced
 once before any timed window, and one query per mode, each in a fresh process reading the whole
-topic from its earliest offsets (``from_json`` of the five columns), whose tasks only count rows (the Arrow modes into Spark's ``noop`` sink):
+topic from its earliest offsets (``from_json`` of the five columns), whose tasks only count rows (the Arrow modes into
+Spark's ``noop`` sink):
 
 - ``microbatch_arrow``: the sink's shape today, micro-batches of ``maxOffsetsPerTrigger`` (10,000)
   through a ``mapInArrow`` function, one micro-batch after another; ``microbatch_arrow_100k`` the same
@@ -138,19 +139,22 @@ def run_mode(mode: str, bootstrap: str, topic: str, messages: int, out: Path) ->
     cpu_before = tree_cpu_seconds()
     started = time.time()
     query = writer.start()
-    counted = 0
-    while counted < messages and time.time() - started < RUN_TIMEOUT_S:
+    records: dict[str, dict[str, Any]] = {}  # by file name: each task's file is read once
+    while sum(r["rows"] for r in records.values()) < messages and time.time() - started < RUN_TIMEOUT_S:
         time.sleep(0.5)
         if query.exception() is not None:
             raise RuntimeError(f"{mode}: the query failed: {query.exception()}")
-        counted = sum(json.loads(p.read_text())["rows"] for p in out.iterdir())
+        for p in out.iterdir():
+            if p.name not in records:
+                records[p.name] = json.loads(p.read_text())
     cpu_after = tree_cpu_seconds()
     query.stop()
     spark.stop()
+    counted = sum(r["rows"] for r in records.values())
     if counted < messages:
         raise RuntimeError(f"{mode}: {counted} of {messages} rows within {RUN_TIMEOUT_S:g} s")
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-    return summarize([json.loads(p.read_text()) for p in out.iterdir()], started, messages, cpu)
+    return summarize(list(records.values()), started, messages, cpu)
 
 
 def summarize(records: list[dict[str, Any]], started: float, messages: int, cpu: float | None) -> dict[str, Any]:
