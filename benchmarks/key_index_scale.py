@@ -3,7 +3,7 @@ partitioned one (issue 43).
 
     .venv/bin/python -m benchmarks.key_index_scale [--rows 1000000 10000000] [--keys long uuid]
         [--formats 3] [--layouts driver partitioned] [--checkpoints 12] [--changes 10000]
-        [--bound 67108864] [--restarts 1] [--restart-warmup 2] [--out result.json]
+        [--bound 67108864] [--rounds 1] [--restarts 1] [--restart-warmup 2] [--out result.json]
 
 For each row count, key kind (a long, or a UUID string; random: key bounds prune nothing), format
 and layout, in fresh processes:
@@ -16,6 +16,11 @@ and layout, in fresh processes:
    fit) and the layout's options runs ``--checkpoints`` bounded ``write()`` checkpoints of
    ``--changes`` updates of random existing keys; the first checkpoint indexes the table (both
    layouts read every file's keys then), the rest are steady;
+   ``--rounds R``: R such processes per case, each a new driver on the same table (the first one's
+   first checkpoint indexes it); every size's tables are set up first and round r of each size runs
+   before round r + 1 of any (in alternating order), so a slow stretch of the machine falls on every
+   size alike: ``steady_round_p50s`` holds each round's p50, ``steady_p50_seconds`` the p50 of all of
+   them pooled;
 3. **restart** (a second process, the same table): three more checkpoints by a new driver; the first
    one's time is the restart cost (``--restarts N``: N such processes one after another, the median
    of their first checkpoints; ``--restart-warmup N``: each first warms Spark up with N checkpoints
@@ -34,6 +39,7 @@ runs, bytes per covered row) and the CPU seconds other processes used meanwhile.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -210,28 +216,93 @@ def _child(spec: dict[str, Any], phase: str) -> dict[str, Any]:
     return result
 
 
-def _case(spec: dict[str, Any], checkpoints_count: int, restarts: int = 1, restart_warmup: int = 2) -> dict[str, Any]:
-    result: dict[str, Any] = {k: v for k, v in spec.items() if k != "work"}
-    result |= _child(spec, "setup")
-    steady = _child({**spec, "count": checkpoints_count, "first_id": 0}, "run")
-    # Each restart a new process of three checkpoints; its first one is the restart's cost.
-    restart = [
-        _child({**spec, "count": 3, "first_id": checkpoints_count + 3 * n, "warmup": restart_warmup}, "run")
-        for n in range(restarts)
-    ]
+def _steady_spec(spec: dict[str, Any], checkpoints_count: int, round_: int) -> dict[str, Any]:
+    """Steady process ``round_`` of a case: checkpoint ids after the previous rounds' (they must grow
+    per table); round 0's first checkpoint indexes the table."""
+    return {**spec, "count": checkpoints_count, "first_id": round_ * checkpoints_count}
+
+
+def _summary(
+    spec: dict[str, Any], steadies: list[dict[str, Any]], restart: list[dict[str, Any]], setup_out: dict[str, Any]
+) -> dict[str, Any]:
+    """A case's figures: the steady p50 of every round (round 0 without its first two checkpoints, the
+    first build and the one after it) and of all its checkpoints pooled, the restarts' first checkpoints."""
+    result: dict[str, Any] = {k: v for k, v in spec.items() if k != "work"} | setup_out
+    tails = [s["seconds"][2:] or s["seconds"] for s in steadies[:1]] + [s["seconds"] for s in steadies[1:]]
+    pooled = [x for t in tails for x in t]
     firsts = [r["seconds"][0] for r in restart]
-    tail = steady["seconds"][2:] or steady["seconds"]
     result |= {
-        "steady": steady,
-        "restart": restart[0] if restarts == 1 else restart,
-        "first_checkpoint_seconds": steady["seconds"][0],
-        "steady_p50_seconds": float(np.percentile(tail, 50)),
-        "steady_p90_seconds": float(np.percentile(tail, 90)),
-        "restart_first_seconds": float(np.median(firsts)),
+        "steady": steadies[0],
+        "steady_rounds": steadies[1:],
+        "restart": restart[0] if len(restart) == 1 else restart,
+        "first_checkpoint_seconds": steadies[0]["seconds"][0],
+        "steady_p50_seconds": float(np.percentile(pooled, 50)),
+        "steady_p90_seconds": float(np.percentile(pooled, 90)),
+        "steady_round_p50s": [float(np.percentile(t, 50)) for t in tails],
+        "restart_first_seconds": float(np.median(firsts)) if firsts else None,
         "restart_firsts_seconds": firsts,
-        "driver_rss_max_bytes": max(steady["rss_bytes"]),
+        "driver_rss_max_bytes": max(max(s["rss_bytes"]) for s in steadies),
     }
     return result
+
+
+def _group(
+    specs: list[dict[str, Any]], checkpoints_count: int, rounds: int, restarts: int, restart_warmup: int
+) -> list[dict[str, Any]]:
+    """The cases of ``specs`` (one per row count, same key, format and layout), their steady rounds
+    interleaved: every table is set up and indexed, then round r of each size runs, in turn, before
+    round r + 1 of any; so a slow stretch of the machine falls on every size, not on one. Then each
+    case's restarts."""
+    setups = [_child(spec, "setup") for spec in specs]
+    steadies: list[list[dict[str, Any]]] = [[] for _ in specs]
+    for round_ in range(rounds):
+        order = list(range(len(specs)))
+        for i in order if round_ % 2 == 0 else order[::-1]:
+            steadies[i].append(_child(_steady_spec(specs[i], checkpoints_count, round_), "run"))
+            r = steadies[i][-1]["seconds"]
+            tail = r[2:] if round_ == 0 else r
+            print(
+                f"[key_index_scale]   {specs[i]['rows']:,} rows round {round_}: first {r[0]:.2f} s, "
+                f"p50 {float(np.percentile(tail or r, 50)):.3f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    results = []
+    for i, spec in enumerate(specs):
+        # Each restart a new process of three checkpoints; its first one is the restart's cost.
+        restart = [
+            _child(
+                {**spec, "count": 3, "first_id": rounds * checkpoints_count + 3 * n, "warmup": restart_warmup}, "run"
+            )
+            for n in range(restarts)
+        ]
+        results.append(_summary(spec, steadies[i], restart, setups[i]))
+    return results
+
+
+def _ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each case's steady p50 over the smallest row count's of the same key, format and layout: pooled,
+    and round by round (the rounds that ran side by side)."""
+    out = []
+    for r in results:
+        base = min(
+            (b for b in results if (b["key"], b["format"], b["layout"]) == (r["key"], r["format"], r["layout"])),
+            key=lambda b: b["rows"],
+        )
+        if base is r:
+            continue
+        out.append(
+            {
+                "key": r["key"],
+                "format": r["format"],
+                "layout": r["layout"],
+                "rows": r["rows"],
+                "over_rows": base["rows"],
+                "steady_p50_ratio": r["steady_p50_seconds"] / base["steady_p50_seconds"],
+                "round_ratios": [a / b for a, b in zip(r["steady_round_p50s"], base["steady_round_p50s"], strict=True)],
+            }
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -241,6 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--formats", type=int, nargs="+", default=[3], choices=[2, 3])
     parser.add_argument("--layouts", nargs="+", default=["driver", "partitioned"], choices=["driver", "partitioned"])
     parser.add_argument("--checkpoints", type=int, default=12)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="steady processes per case, interleaved across the row counts"
+    )
     parser.add_argument("--restarts", type=int, default=1, help="restart processes (the median first checkpoint)")
     parser.add_argument(
         "--restart-warmup", type=int, default=2, help="warm-up checkpoints of a restart process (its own table)"
@@ -259,12 +333,12 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(out))
         return
     results = []
-    for rows in args.rows:
-        for key in args.keys:
-            for fmt in args.formats:
-                for layout in args.layouts:
-                    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="key-index-scale-") as work:
-                        spec = {
+    for key in args.keys:
+        for fmt in args.formats:
+            for layout in args.layouts:
+                with contextlib.ExitStack() as stack:
+                    specs = [
+                        {
                             "rows": rows,
                             "key": key,
                             "format": fmt,
@@ -272,19 +346,30 @@ def main(argv: list[str] | None = None) -> None:
                             "changes": args.changes,
                             "bound": args.bound,
                             "seed": args.seed,
-                            "work": work,
+                            "work": stack.enter_context(
+                                tempfile.TemporaryDirectory(dir=args.work_dir, prefix="key-index-scale-")
+                            ),
                         }
-                        print(f"[key_index_scale] {time.strftime('%H:%M:%S')} {spec}", file=sys.stderr, flush=True)
-                        results.append(_case(spec, args.checkpoints, args.restarts, args.restart_warmup))
-                        r = results[-1]
-                        print(
-                            f"[key_index_scale]   first {r['first_checkpoint_seconds']:.2f} s, steady p50 "
-                            f"{r['steady_p50_seconds']:.2f} s, restart {r['restart_first_seconds']:.2f} s, "
-                            f"rss {r['driver_rss_max_bytes'] / 2**20:.0f} MiB",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-    output = {"note": args.note, "machine": os.uname().machine, "cpus": os.cpu_count(), "results": results}
+                        for rows in args.rows
+                    ]
+                    print(f"[key_index_scale] {time.strftime('%H:%M:%S')} {specs[0]}", file=sys.stderr, flush=True)
+                    group = _group(specs, args.checkpoints, args.rounds, args.restarts, args.restart_warmup)
+                results += group
+                for r in group:
+                    print(
+                        f"[key_index_scale]   {r['rows']:,} rows: first {r['first_checkpoint_seconds']:.2f} s, "
+                        f"steady p50 {r['steady_p50_seconds']:.3f} s (rounds {r['steady_round_p50s']}), "
+                        f"restart {r['restart_first_seconds']} s, rss {r['driver_rss_max_bytes'] / 2**20:.0f} MiB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    output = {
+        "note": args.note,
+        "machine": os.uname().machine,
+        "cpus": os.cpu_count(),
+        "ratios": _ratios(results),
+        "results": results,
+    }
     text = json.dumps(output, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
