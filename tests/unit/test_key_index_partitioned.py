@@ -407,6 +407,18 @@ def test_block_checksums_are_each_words_position_weighted_sum(lengths: list[int]
     assert runs._block_sums(data, np.array(lengths)).tolist() == expected_sums
 
 
+@pytest.mark.parametrize("width", [runs._EXACT_WIDTH, runs._EXACT_WIDTH + 1, 4096])
+def test_block_checksums_are_exact_for_wide_blocks_of_large_words(width: int) -> None:
+    """Blocks up to ``_EXACT_WIDTH`` words are summed in float64: exact only while every sum stays
+    below 2^53. Words near 2^32 in blocks at, just past and far past that width: past it, a float sum
+    of 4096 such words (about 2^55) would lose its low bits."""
+    r = random.Random(width)
+    words = [[r.randrange(2**31, 2**32) for _ in range(width)] for _ in range(3)]
+    data = b"".join(w.to_bytes(4, "little") for block in words for w in block)
+    expected = [sum(w * (i + 1) for i, w in enumerate(block)) % 2**64 for block in words]
+    assert runs._block_sums(data, np.array([width] * 3)).tolist() == expected
+
+
 def test_partitions_that_merge_the_same_runs_merge_in_one_task(tmp_path: Path) -> None:
     """Catch-up runs span every partition, so every partition merges the same ones: one merge task
     and one run for them all (a run per partition made a 10M-row index write 16 runs a checkpoint)."""
