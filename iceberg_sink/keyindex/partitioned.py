@@ -107,16 +107,14 @@ def _build(io: FileIO, task: _Build) -> RunFile:
 
 @attrs.frozen
 class _Lookup:
-    """A lookup task: the entries of ``paths`` (runs) whose hash is one of ``wanted``; ``small``: the
-    whole index fits the process's run cache (runs.lookup ``keep_whole``)."""
+    """A lookup task: the entries of ``paths`` (runs) whose hash is one of ``wanted``."""
 
     paths: tuple[str, ...]
     wanted: tuple[np.ndarray, ...]
-    small: bool = False
 
 
 def _lookup(io: FileIO, task: _Lookup) -> list[tuple[np.ndarray, tuple[FileKey, ...]]]:
-    return runs.lookup(io, list(zip(task.paths, task.wanted, strict=True)), keep_whole=task.small)
+    return runs.lookup(io, list(zip(task.paths, task.wanted, strict=True)))
 
 
 @attrs.frozen
@@ -428,8 +426,7 @@ class PartitionedIndex:
         self.counters.lookups += 1
         self.counters.runs_read += len(paths)
         groups = max(1, min(len(paths), self.runner.slots(weight)))
-        small = 2 * sum(r.entries for r in manifest.runs) * width <= runs.ENTRIES.max_bytes
-        tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups]), small) for g in range(groups) if paths]
+        tasks = [_Lookup(tuple(paths[g::groups]), tuple(subsets[g::groups])) for g in range(groups) if paths]
         hits = [h for part in self.runner.run(_lookup, tasks, self.io, self.folder(key), weight) for h in part]
         ids: dict[FileKey, int] = {}
         parts_found, owners = [], []

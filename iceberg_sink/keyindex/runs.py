@@ -503,14 +503,12 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return begins + np.arange(total)
 
 
-def lookup(
-    io: FileIO, items: Sequence[tuple[str, np.ndarray]], keep_whole: bool = False
-) -> list[tuple[np.ndarray, tuple[FileKey, ...]]]:
+def lookup(io: FileIO, items: Sequence[tuple[str, np.ndarray]]) -> list[tuple[np.ndarray, tuple[FileKey, ...]]]:
     """For each ``(path, wanted)`` of ``items``: the entries of the run at ``path`` whose hash is one
     of ``wanted`` (distinct, sorted by :func:`distinct_hashes`; fields ``s`` and, for digest keys,
     ``t``), with the run's data files (the entries' ``f`` index them). The blocks of every run are
-    read at once (fetch.py). ``keep_whole``: a run most of whose blocks are needed is read whole and
-    kept in this process's cache (the caller's index is small enough for the cache)."""
+    read at once (fetch.py). A run a quarter of whose blocks are needed is read whole and kept in this
+    process's cache (``ENTRIES``) when it takes at most half of it."""
     headers = fetch.each(lambda item: read_header(io, item[0]), items, fetch.overlapped(p for p, _ in items))
     found: list[np.ndarray | None] = [ENTRIES.get(path) for path, _ in items]
     plans = []  # (item, the blocks to read, kept whole)
@@ -518,9 +516,11 @@ def lookup(
         if found[i] is not None:
             continue
         blocks = _blocks_for(header.firsts, wanted["s"])
-        # Kept whole only when the caller says the whole index fits the cache: runs of a larger one
-        # would push each other out, each read whole at every lookup.
-        whole = keep_whole and 4 * len(blocks) >= len(header.firsts)
+        # A run a lookup needs a quarter of the blocks of is read nearly whole anyway (the ranges
+        # between its blocks coalesce): it is decoded whole and kept, if at most half the cache. In a
+        # large index these are the runs of the last checkpoints, which span every partition and
+        # which every lookup reads again until a merge replaces them.
+        whole = 4 * len(blocks) >= len(header.firsts)
         whole = whole and 2 * header.entries * DTYPES[header.kind].itemsize <= ENTRIES.max_bytes
         if whole:
             blocks = np.arange(len(header.firsts))

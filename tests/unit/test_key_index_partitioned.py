@@ -419,6 +419,35 @@ def test_block_checksums_are_exact_for_wide_blocks_of_large_words(width: int) ->
     assert runs._block_sums(data, np.array([width] * 3)).tolist() == expected
 
 
+def test_runs_a_lookup_reads_most_of_are_kept_whole_and_sparse_ones_are_not(tmp_path: Path) -> None:
+    """A large index's lookup needs a block here and there of its large runs but nearly every block of
+    the small runs of the last checkpoints (they span every partition, and their blocks lie closer
+    than a read coalesces): those are decoded whole and kept in the run cache, however large the
+    index, so the next lookup reads them no more; the large runs are not kept."""
+    rng = np.random.default_rng(5)
+
+    def run(name: str, n: int) -> tuple[str, np.ndarray]:
+        entries = np.empty(n, runs.DTYPES[runs.INT])
+        entries["s"] = np.sort(rng.choice(2**62, n, replace=False)).astype(np.uint64)
+        entries["f"], entries["p"] = 0, np.arange(n)
+        path = str(tmp_path / name)
+        runs.write_run(IO, path, runs.INT, entries, [(f"{name}.parquet", 1, n)], 32)
+        return path, entries
+
+    (small_path, small), (large_path, large) = run("small.run", 3_000), run("large.run", 300_000)
+    runs.HEADERS.clear()
+    runs.ENTRIES.clear()
+    keys = runs.distinct_hashes(np.concatenate([small[::3], large[::3000]])[["s"]])
+    found = runs.lookup(IO, [(small_path, keys), (large_path, keys)])
+    assert [len(hits) for hits, _ in found] == [1_000, 100]
+    assert runs.ENTRIES.get(small_path) is not None  # 1,000 keys in 94 blocks: every block needed
+    assert runs.ENTRIES.get(large_path) is None  # 100 keys in 9,375 blocks
+    Path(small_path).unlink()  # kept: the next lookup does not read the file
+    again = runs.lookup(IO, [(small_path, keys)])
+    assert (again[0][0] == found[0][0]).all()
+    runs.ENTRIES.clear()
+
+
 def test_partitions_that_merge_the_same_runs_merge_in_one_task(tmp_path: Path) -> None:
     """Catch-up runs span every partition, so every partition merges the same ones: one merge task
     and one run for them all (a run per partition made a 10M-row index write 16 runs a checkpoint)."""
