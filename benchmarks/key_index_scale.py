@@ -222,13 +222,19 @@ def _steady_spec(spec: dict[str, Any], checkpoints_count: int, round_: int) -> d
     return {**spec, "count": checkpoints_count, "first_id": round_ * checkpoints_count}
 
 
+def _steady_tail(seconds: list[float], round_: int) -> list[float]:
+    """The steady checkpoints of round ``round_``'s process: round 0's without its first two (the
+    first build and the one after it)."""
+    return (seconds[2:] or seconds) if round_ == 0 else seconds
+
+
 def _summary(
     spec: dict[str, Any], steadies: list[dict[str, Any]], restart: list[dict[str, Any]], setup_out: dict[str, Any]
 ) -> dict[str, Any]:
     """A case's figures: the steady p50 of every round (round 0 without its first two checkpoints, the
     first build and the one after it) and of all its checkpoints pooled, the restarts' first checkpoints."""
     result: dict[str, Any] = {k: v for k, v in spec.items() if k != "work"} | setup_out
-    tails = [s["seconds"][2:] or s["seconds"] for s in steadies[:1]] + [s["seconds"] for s in steadies[1:]]
+    tails = [_steady_tail(s["seconds"], round_) for round_, s in enumerate(steadies)]
     pooled = [x for t in tails for x in t]
     firsts = [r["seconds"][0] for r in restart]
     result |= {
@@ -260,10 +266,9 @@ def _group(
         for i in order if round_ % 2 == 0 else order[::-1]:
             steadies[i].append(_child(_steady_spec(specs[i], checkpoints_count, round_), "run"))
             r = steadies[i][-1]["seconds"]
-            tail = r[2:] if round_ == 0 else r
             print(
                 f"[key_index_scale]   {specs[i]['rows']:,} rows round {round_}: first {r[0]:.2f} s, "
-                f"p50 {float(np.percentile(tail or r, 50)):.3f} s",
+                f"p50 {float(np.percentile(_steady_tail(r, round_), 50)):.3f} s",
                 file=sys.stderr,
                 flush=True,
             )
