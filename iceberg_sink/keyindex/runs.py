@@ -278,6 +278,10 @@ class _Cache:
                 _, (_, old) = self._items.popitem(last=False)
                 self._bytes -= old
 
+    def __contains__(self, path: str) -> bool:
+        with self._lock:
+            return path in self._items
+
     def discard(self, paths: Sequence[str]) -> None:
         with self._lock:
             for path in paths:
@@ -422,8 +426,11 @@ def expected_read_bytes(path: str, nbytes: int, keys: int, block_bytes: int) -> 
     along with its blocks. Each key then costs its block plus the expected gap it brings along,
     ``E[X; X < r] = m (1 - e^(-r/m) (1 + r/m))``: keys far apart read a block each; keys closer than a
     request's worth read the whole run (a first lookup against the large runs of a first build, or a
-    30M-row index's steady lookup on object storage), which a count of blocks alone took for a few MB."""
-    if keys <= 0 or nbytes <= 0:
+    30M-row index's steady lookup on object storage), which a count of blocks alone took for a few MB.
+    A run this process holds whole (``ENTRIES``) reads nothing: a large index's newest runs, which
+    span every partition and which every lookup needs, would otherwise send a lookup the driver does
+    from memory to a Spark job."""
+    if keys <= 0 or nbytes <= 0 or path in ENTRIES:
         return 0
     mean = nbytes / keys
     ratio = fetch.request_bytes(path) / mean

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -12,6 +13,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
+from iceberg_sink._iceberg.encoding import dictionary_columns
 from iceberg_sink._iceberg.files import LiveFile
 from iceberg_sink._iceberg.position_deletes import (
     FILE_PATH_ID,
@@ -121,6 +123,23 @@ def test_file_scoped_position_deletes_apply_to_their_file_only(tmp_path: Path) -
     assert referenced_data_file(wide.meta) is None and rules.applies(wide, other)
     with pytest.raises(ValueError, match="no position"):
         write_position_deletes(io, (tmp_path / "e.parquet").as_uri(), data, [])
+
+
+@pytest.mark.parametrize("count", [1, 2, 300, 50_000])
+def test_position_delete_files_follow_the_writers_dictionary_rule(tmp_path: Path, count: int) -> None:
+    """The path column gets a dictionary and the positions are plain: what the writers' rule
+    (``dictionary_columns``) decides for one path and distinct positions, which the writer takes
+    as known instead of weighing every file's positions."""
+    io = PyArrowFileIO()
+    data = meta(FileContent.DATA, {}, {}, path=(tmp_path / "d.parquet").as_uri(), partition=())
+    positions = np.arange(0, 3 * count, 3, dtype=np.int64)
+    rows = pa.table({"file_path": pa.array([data.path] * count), "pos": pa.array(positions)})
+    rule = dictionary_columns(rows)
+    assert rule == (["file_path"] if count > 1 else [])
+    write_position_deletes(io, (tmp_path / "p.parquet").as_uri(), data, [positions])
+    chunk = pq.ParquetFile(tmp_path / "p.parquet").metadata.row_group(0)
+    assert [chunk.column(c).has_dictionary_page for c in range(2)] == [name in rule for name in ("file_path", "pos")]
+    assert pq.read_table(tmp_path / "p.parquet").column("pos").to_numpy().tolist() == positions.tolist()
 
 
 def test_conversion_config_names_bad_values() -> None:
