@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -164,23 +164,21 @@ def write_vectors(
             for f in data:
                 if f.meta.path in found and rules.applies(d, f):
                     older[f.meta.path].append(d)
+    news = {path: new for path, arrays in sorted(found.items()) if len(new := sorted_positions(arrays))}
+    # What the data files gaining positions have deleted already, read at once on object storage:
+    # their live DVs (a request each, at every checkpoint) and the position delete files that apply.
+    with_dv = [dvs[path] for path in news if path in dvs]  # (one Puffin file may hold several)
+    read = fetch.each(_read_vector(table), with_dv, fetch.overlapped(v.meta.path for v in with_dv))
+    vectors_read = {str(v.meta.referenced_data_file): positions for v, positions in zip(with_dv, read, strict=True)}
+    pairs = [(p.meta.path, path) for path in news for p in older.get(path, [])]
+    earlier = dict(zip(pairs, index.positions_of(io, pairs), strict=True))
     positions: dict[str, np.ndarray] = {}
     replaced: set[tuple[str, str]] = set()
     retired: set[tuple[str, str]] = set()
-    for path, arrays in sorted(found.items()):
-        new = sorted_positions(arrays)
-        if not len(new):
-            continue
-        before: list[np.ndarray] = []
+    for path, new in news.items():
         old = dvs.get(path)
-        if old is not None:
-            assert old.meta.content_offset is not None and old.meta.content_size_in_bytes is not None
-            before.append(
-                read_deletion_vector(
-                    io, old.meta.path, old.meta.content_offset, old.meta.content_size_in_bytes, old.meta.record_count
-                )
-            )
-        before += [index.positions(io, p.meta.path, path) for p in older.get(path, [])]
+        before = [vectors_read[path]] if old is not None else []
+        before += [earlier[(p.meta.path, path)] for p in older.get(path, [])]
         merged = sorted_positions([*before, new])
         # A reader that finds a DV ignores position delete files; without one it applies them.
         already = old.meta.record_count if old is not None else len(sorted_positions(before))
@@ -209,6 +207,19 @@ def write_vectors(
         for v in written
     )
     return ResolvedDeletes(vectors, frozenset(replaced), frozenset(retired), paths)
+
+
+def _read_vector(table: Table) -> Callable[[LiveFile], np.ndarray]:
+    """Reads the positions of a live DV (checked: CorruptFileError when they do not hold)."""
+
+    def read(dv: LiveFile) -> np.ndarray:
+        meta = dv.meta
+        assert meta.content_offset is not None and meta.content_size_in_bytes is not None
+        return read_deletion_vector(
+            table.io, meta.path, meta.content_offset, meta.content_size_in_bytes, meta.record_count
+        )
+
+    return read
 
 
 def _write_puffins(table: Table, positions: dict[str, np.ndarray]) -> tuple[list[DeletionVector], tuple[str, ...]]:

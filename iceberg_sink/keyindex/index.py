@@ -57,6 +57,7 @@ from iceberg_sink._iceberg.entries import ManifestEntries
 from iceberg_sink._iceberg.live_rows import matching_rows
 from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
+from iceberg_sink.keyindex import fetch
 from iceberg_sink.keyindex.keys import IndexEntry, SortedKeys, as_int64, index_rows
 from iceberg_sink.keyindex.manifest import FOLDER, IndexKey
 from iceberg_sink.keyindex.partitioned import PartitionedIndex
@@ -281,12 +282,23 @@ class KeyIndex:
     def positions(self, io: FileIO, delete_path: str, data_path: str) -> np.ndarray:
         """The positions (int64, sorted, distinct) the position delete file ``delete_path`` deletes in
         ``data_path``."""
-        cached = self._positions.get((delete_path, data_path))
-        if cached is not None:
-            return cached
-        positions = sorted_positions([read_positions(io, delete_path, data_path)])
-        self.remember_positions(delete_path, data_path, positions)
-        return positions
+        return self.positions_of(io, [(delete_path, data_path)])[0]
+
+    def positions_of(self, io: FileIO, wanted: Sequence[tuple[str, str]]) -> list[np.ndarray]:
+        """:meth:`positions` of each ``(delete_path, data_path)`` of ``wanted``. Those not kept are
+        read at once on object storage (fetch.py: a request's latency each, the files of a
+        checkpoint's data files after a restart), one after another on a local file system."""
+        out: list[np.ndarray | None] = [self._positions.get(key) for key in wanted]
+        missing = [i for i, values in enumerate(out) if values is None]
+        read = fetch.each(
+            lambda i: sorted_positions([read_positions(io, *wanted[i])]),
+            missing,
+            fetch.overlapped(wanted[i][0] for i in missing),
+        )
+        for i, values in zip(missing, read, strict=True):
+            self.remember_positions(*wanted[i], values)
+            out[i] = values
+        return [values for values in out if values is not None]
 
     def remember_positions(self, delete_path: str, data_path: str, positions: np.ndarray) -> None:
         """Keep the positions (sorted, distinct) of a position delete file (one just written)."""

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from iceberg_sink import CompactionConfig, IcebergSink
 from iceberg_sink._iceberg.position_deletes import FILE_PATH_ID, POS_ID
 from iceberg_sink.topology.compaction import compact
-from iceberg_sink.topology.conversion import convert_equality_deletes
+from iceberg_sink.topology.conversion import convert_equality_deletes, job
 from tests.integration.test_cdc import apply, expected, frame, random_changes
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, duckdb_read, normalize, pyiceberg_read
 
@@ -419,3 +419,37 @@ def test_key_index_across_runs_compaction_and_a_restart(
     assert restarted.metrics().key_index_entries_loaded > 0
     upsert(restarted, rng.sample(range(300), 40), 7)
     check(restarted)
+
+
+def test_a_position_delete_file_that_fails_to_write_leaves_no_file_and_commits_nothing(
+    spark: SparkSession,
+    java_readers: tuple[JavaIcebergReader, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The conversion writes a position delete file per data file; when one write fails (here the
+    third, after two were written), every file it wrote is deleted again, nothing is committed, and
+    the next conversion converts everything."""
+    rng = random.Random(11)
+    model: dict[int, dict[str, Any]] = {}
+    sink = cdc_sink(tmp_path).build()
+    stream(spark, sink, model, rng, 5)
+    head = sink.load_table().current_snapshot().snapshot_id  # type: ignore[union-attr]
+    real, calls = job.write_position_deletes, {"n": 0}
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full (injected)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(job, "write_position_deletes", failing)
+    with pytest.raises(OSError, match="injected"):
+        convert_equality_deletes(sink.load_table)
+    assert calls["n"] >= 3
+    assert sink.load_table().current_snapshot().snapshot_id == head  # type: ignore[union-attr]
+    assert not list((tmp_path / "lake").rglob("*-pos-deletes.parquet")), "a written file was left behind"
+    monkeypatch.setattr(job, "write_position_deletes", real)
+    result = convert_equality_deletes(sink.load_table)
+    assert result.snapshot_id is not None and result.added_position_delete_files >= 3
+    check_reads(java_readers, sink.load_table(), model)

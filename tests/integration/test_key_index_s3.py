@@ -21,6 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
+from iceberg_sink._iceberg.position_deletes import FILE_PATH_ID
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.keyindex.persisted import index_location
@@ -125,3 +126,72 @@ def test_a_store_that_refuses_the_index_fails_the_first_checkpoint_clearly(
     assert seaweed["s3.secret-access-key"] not in message
     assert sink.load_table().current_snapshot() is None
     sink.close()
+
+
+def test_v2_conversion_on_s3_merges_each_data_files_position_deletes_across_a_restart(
+    spark: SparkSession,
+    seaweed: dict[str, str],  # noqa: F811
+    bucket: str,
+    java_readers: tuple[JavaIcebergReader, ...],
+    tmp_path: Path,
+) -> None:
+    """Format v2, the conversion after every commit, everything on S3: each data file keeps one
+    file-scoped position delete file, merged at every conversion. A restarted driver reads the old
+    ones from S3 (several at once, keyindex/fetch.py) and the new ones are written the same way;
+    Iceberg Java and DuckDB read the model straight from S3."""
+
+    def build() -> Any:
+        return (
+            IcebergSink.builder()
+            .catalog("rest", **seaweed)
+            .table(f"{NAMESPACE}.orders")
+            .create_if_missing(
+                properties={
+                    "write.data.path": f"s3://{bucket}/orders/data",
+                    "write.metadata.path": f"s3://{bucket}/orders/metadata",
+                },
+                format_version=2,
+            )
+            .cdc(op_column="op", key=["id"], order_by="lsn")
+            .convert_equality_deletes(every_n_commits=1, background=False)
+            .build()
+        )
+
+    model: dict[int, dict[str, Any]] = {}
+    checkpoint = 0
+
+    def write(sink: IcebergSink, ids: range, op: str) -> None:
+        nonlocal checkpoint
+        batch = changes(ids, checkpoint * 10_000, op)
+        sink.write(frame(spark, batch), checkpoint_location=str(tmp_path / "ckpt"), checkpoint_id=checkpoint)
+        apply(model, batch)
+        checkpoint += 1
+
+    def position_deletes(sink: IcebergSink) -> dict[str, str]:
+        """Each live position delete file's path -> the one data file it names."""
+        files = sink.load_table().inspect.files().to_pylist()
+        named: dict[str, str] = {}
+        for f in files:
+            if f["content"] == 1:
+                lower, upper = dict(f["lower_bounds"]), dict(f["upper_bounds"])
+                assert lower[FILE_PATH_ID] == upper[FILE_PATH_ID], f["file_path"]  # file-scoped
+                named[f["file_path"]] = lower[FILE_PATH_ID].decode()
+            assert f["content"] != 2, "an equality delete file was left unconverted"
+        assert len(set(named.values())) == len(named), "a data file has two position delete files"
+        return named
+
+    sink = build()
+    for n in range(3):
+        write(sink, range(n * 1000, (n + 1) * 1000), "I")  # three data files
+    write(sink, range(0, 3000, 2), "U")
+    first = position_deletes(sink)
+    assert len(first) >= 3 and all(p.startswith(f"s3://{bucket}/") for p in first)
+    sink.close()
+
+    restarted = build()  # old positions from S3, merged with the new ones
+    write(restarted, range(1, 3000, 3), "D")
+    second = position_deletes(restarted)
+    assert set(second.values()) >= set(first.values()) and not set(second) & set(first)
+    table = restarted.load_table()
+    check_s3_table(seaweed, java_readers, table.metadata_location, expected(model), ["id"])
+    restarted.close()

@@ -125,6 +125,25 @@ def test_file_scoped_position_deletes_apply_to_their_file_only(tmp_path: Path) -
         write_position_deletes(io, (tmp_path / "e.parquet").as_uri(), data, [])
 
 
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_positions_are_read_for_the_one_data_file_asked_of_a_file_naming_several(
+    tmp_path: Path, dictionary: bool
+) -> None:
+    """A position delete file naming several data files (as Iceberg Java's partition-scoped ones
+    do), its paths dictionary-encoded or plain and across row groups: only the positions of the
+    data file asked for, in the file's order; none for a file it does not name."""
+    names = [f"s3://b/data/{n}.parquet" for n in ("a", "b", "c")]
+    paths = [names[0]] * 5 + [names[1]] * 3 + [names[2]] * 4
+    pos = [0, 3, 4, 8, 9, 1, 2, 7, 5, 6, 10, 11]
+    rows = pa.table({"file_path": pa.array(paths), "pos": pa.array(pos, pa.int64())})
+    pq.write_table(rows, tmp_path / "p.parquet", use_dictionary=dictionary, row_group_size=4)
+    io, where = PyArrowFileIO(), (tmp_path / "p.parquet").as_uri()
+    for name in names:
+        assert read_positions(io, where, name).to_pylist() == [p for f, p in zip(paths, pos, strict=True) if f == name]
+    assert read_positions(io, where, "s3://b/data/d.parquet").to_pylist() == []
+    assert read_positions(io, where, names[0]).type == pa.int64()
+
+
 @pytest.mark.parametrize("count", [1, 2, 300, 50_000])
 def test_position_delete_files_follow_the_writers_dictionary_rule(tmp_path: Path, count: int) -> None:
     """The path column gets a dictionary and the positions are plain: what the writers' rule

@@ -74,6 +74,7 @@ from iceberg_sink._iceberg.position_deletes import referenced_data_file, sorted_
 from iceberg_sink._iceberg.projection import key_schema, name_mapping_of, read_projected
 from iceberg_sink._iceberg.retry import CommitAttempt, RetryPolicy
 from iceberg_sink.committer import vectors
+from iceberg_sink.keyindex import fetch
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.topology import arguments
 from iceberg_sink.vocab import summary_keys
@@ -318,25 +319,33 @@ def write_conversion(
     compression = options.resolve({}, table.properties).get(options.PARQUET_COMPRESSION)
     codec = options.parquet_codec(compression)
     run = uuid.uuid4().hex[:16]
-    written: list[DataFileMeta] = []
-    merged: list[str] = []
+    news = [(t, new) for t in the_plan.targets if len(new := sorted_positions(found[t.data.meta.path]))]
+    pairs = [(p.meta.path, t.data.meta.path) for t, _ in news for p in t.position_deletes]
+    earlier = dict(zip(pairs, index.positions_of(io, pairs), strict=True))  # at once on object storage
+    todo: list[tuple[ConversionTarget, np.ndarray, str]] = []
+    for target, new in news:
+        data_file = target.data.meta
+        before = sorted_positions(earlier[(p.meta.path, data_file.path)] for p in target.position_deletes)
+        positions = sorted_positions([before, new])
+        if len(positions) == len(before):
+            continue  # every row found is already deleted by position
+        todo.append((target, positions, _new_path(table, data_file, f"{run}-{len(todo):05d}-pos-deletes.parquet")))
+
+    # A file a data file, written by the read pool's threads on object storage (a request's latency
+    # each), one after another locally: the rule of the v3 Puffin files (committer/vectors.py).
+    # fetch.each raises once every write has ended, so every file that was written is deleted again.
     try:
-        for target in the_plan.targets:
-            data_file = target.data.meta
-            new = sorted_positions(found[data_file.path])
-            if not len(new):
-                continue
-            before = sorted_positions(index.positions(io, p.meta.path, data_file.path) for p in target.position_deletes)
-            positions = sorted_positions([before, new])
-            if len(positions) == len(before):
-                continue  # every row found is already deleted by position
-            path = _new_path(table, data_file, f"{run}-{len(written):05d}-pos-deletes.parquet")
-            written.append(write_position_deletes(io, path, data_file, [positions], codec))
-            index.remember_positions(path, data_file.path, positions)
-            merged.extend(p.meta.path for p in target.position_deletes)
+        written = fetch.each(
+            lambda item: write_position_deletes(io, item[2], item[0].data.meta, [item[1]], codec),
+            todo,
+            fetch.overlapped(path for _, _, path in todo),
+        )
     except BaseException:
-        delete_quietly(io, [f.path for f in written])
+        delete_quietly(io, [path for _, _, path in todo])
         raise
+    for (target, positions, path), _ in zip(todo, written, strict=True):
+        index.remember_positions(path, target.data.meta.path, positions)
+    merged = [p.meta.path for target, _, _ in todo for p in target.position_deletes]
     return ConversionFiles(tuple(written), tuple(merged), frozenset(), read)
 
 
