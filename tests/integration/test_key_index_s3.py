@@ -44,6 +44,40 @@ def bucket(seaweed: dict[str, str]) -> str:  # noqa: F811
     return create_bucket(seaweed, BUCKET)
 
 
+def s3_cdc_builder(seaweed: dict[str, str], bucket: str, name: str, format_version: int) -> Any:  # noqa: F811
+    """A CDC sink's builder for table ``name`` whose data, metadata and key index are in ``bucket``
+    (SeaweedFS's table bucket takes only Iceberg's own file types)."""
+    return (
+        IcebergSink.builder()
+        .catalog("rest", **seaweed)
+        .table(f"{NAMESPACE}.{name}")
+        .create_if_missing(
+            properties={
+                "write.data.path": f"s3://{bucket}/{name}/data",
+                "write.metadata.path": f"s3://{bucket}/{name}/metadata",
+            },
+            format_version=format_version,
+        )
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+    )
+
+
+class Checkpoints:
+    """Bounded ``write()``s of change batches under one checkpoint location, applied to a model."""
+
+    def __init__(self, spark: SparkSession, location: Path) -> None:
+        self.spark, self.location = spark, str(location)
+        self.model: dict[int, dict[str, Any]] = {}
+        self.checkpoint = 0
+
+    def write(self, sink: IcebergSink, ids: range, op: str) -> Any:
+        batch = changes(ids, self.checkpoint * 10_000, op)
+        outcome = sink.write(frame(self.spark, batch), checkpoint_location=self.location, checkpoint_id=self.checkpoint)
+        apply(self.model, batch)
+        self.checkpoint += 1
+        return outcome
+
+
 def test_v3_deletes_resolve_through_the_partitioned_index_on_s3(
     spark: SparkSession,
     seaweed: dict[str, str],  # noqa: F811
@@ -53,33 +87,15 @@ def test_v3_deletes_resolve_through_the_partitioned_index_on_s3(
 ) -> None:
     def build() -> Any:
         return (
-            IcebergSink.builder()
-            .catalog("rest", **seaweed)
-            .table(f"{NAMESPACE}.users")
-            .create_if_missing(
-                properties={
-                    "write.data.path": f"s3://{bucket}/users/data",
-                    "write.metadata.path": f"s3://{bucket}/users/metadata",
-                },
-                format_version=3,
-            )
-            .cdc(op_column="op", key=["id"], order_by="lsn")
+            s3_cdc_builder(seaweed, bucket, "users", 3)
             .write_option("iceberg-sink.key-index.mode", "partitioned")
             .write_option("iceberg-sink.key-index.partitions", 4)
             .write_option("iceberg-sink.key-index.driver-max-bytes", 0)  # every step a Spark job
             .build()
         )
 
-    model: dict[int, dict[str, Any]] = {}
-    checkpoint = 0
-
-    def write(sink: IcebergSink, ids: range, op: str) -> Any:
-        nonlocal checkpoint
-        batch = changes(ids, checkpoint * 10_000, op)
-        outcome = sink.write(frame(spark, batch), checkpoint_location=str(tmp_path / "ckpt"), checkpoint_id=checkpoint)
-        apply(model, batch)
-        checkpoint += 1
-        return outcome
+    checkpoints = Checkpoints(spark, tmp_path / "ckpt")
+    write, model = checkpoints.write, checkpoints.model
 
     sink = build()
     write(sink, range(0, 3000), "I")
@@ -142,30 +158,13 @@ def test_v2_conversion_on_s3_merges_each_data_files_position_deletes_across_a_re
 
     def build() -> Any:
         return (
-            IcebergSink.builder()
-            .catalog("rest", **seaweed)
-            .table(f"{NAMESPACE}.orders")
-            .create_if_missing(
-                properties={
-                    "write.data.path": f"s3://{bucket}/orders/data",
-                    "write.metadata.path": f"s3://{bucket}/orders/metadata",
-                },
-                format_version=2,
-            )
-            .cdc(op_column="op", key=["id"], order_by="lsn")
+            s3_cdc_builder(seaweed, bucket, "orders", 2)
             .convert_equality_deletes(every_n_commits=1, background=False)
             .build()
         )
 
-    model: dict[int, dict[str, Any]] = {}
-    checkpoint = 0
-
-    def write(sink: IcebergSink, ids: range, op: str) -> None:
-        nonlocal checkpoint
-        batch = changes(ids, checkpoint * 10_000, op)
-        sink.write(frame(spark, batch), checkpoint_location=str(tmp_path / "ckpt"), checkpoint_id=checkpoint)
-        apply(model, batch)
-        checkpoint += 1
+    checkpoints = Checkpoints(spark, tmp_path / "ckpt")
+    write, model = checkpoints.write, checkpoints.model
 
     def position_deletes(sink: IcebergSink) -> dict[str, str]:
         """Each live position delete file's path -> the one data file it names."""

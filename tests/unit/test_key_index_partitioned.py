@@ -518,18 +518,25 @@ def test_a_lookups_expected_bytes_are_the_bytes_it_reads(
     assert 0.8 * read <= expected <= 1.2 * read, (read, expected, data_bytes)
 
 
+class LookupWeights(LocalRunner):
+    """Runs in this process and records the weight of every lookup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights: list[int] = []
+
+    def run(self, task: Any, items: Any, io: FileIO, location: str, weight: int) -> Any:
+        if task.__name__ == "_lookup":
+            self.weights.append(weight)
+        return super().run(task, items, io, location, weight)
+
+
 def test_the_runner_is_told_the_bytes_a_lookup_reads(tmp_path: Path) -> None:
     """A lookup's weight, which decides where it runs, grows to the run's size when its keys are
     dense enough to read all of it, not with the blocks they fall in alone."""
-    weights: list[int] = []
-
-    class Recording(LocalRunner):
-        def run(self, task: Any, items: Any, io: FileIO, location: str, weight: int) -> Any:
-            if task.__name__ == "_lookup":
-                weights.append(weight)
-            return super().run(task, items, io, location, weight)
-
-    idx = index(tmp_path, partitions=1, block=4, runner=Recording(), whole_entries=0)
+    recording = LookupWeights()
+    weights = recording.weights
+    idx = index(tmp_path, partitions=1, block=4, runner=recording, whole_entries=0)
     columns = {"id": list(range(200_000))}
     files = [(write(tmp_path, "f0", LONG, columns), columns)]
     few, dense = {"id": [5, 100_000]}, {"id": list(range(0, 200_000, 20))}
@@ -543,16 +550,10 @@ def test_a_run_held_whole_weighs_nothing_so_its_lookups_stay_in_the_driver(tmp_p
     """A dense lookup keeps its run whole in this process; the next lookup of as many keys reads
     nothing and is weighed so (before: the run's bytes again, which sent the steady lookups of a
     30M-row v2 table to a Spark job of ~0.1 s per checkpoint though the driver held every run they read)."""
-    weights: list[int] = []
-
-    class Recording(LocalRunner):
-        def run(self, task: Any, items: Any, io: FileIO, location: str, weight: int) -> Any:
-            if task.__name__ == "_lookup":
-                weights.append(weight)
-            return super().run(task, items, io, location, weight)
-
+    recording = LookupWeights()
+    weights = recording.weights
     runs.ENTRIES.clear()
-    idx = index(tmp_path, partitions=1, block=4, runner=Recording(), whole_entries=0)
+    idx = index(tmp_path, partitions=1, block=4, runner=recording, whole_entries=0)
     columns = {"id": list(range(200_000))}
     files = [(write(tmp_path, "f0", LONG, columns), columns)]
     dense, other = {"id": list(range(0, 200_000, 8))}, {"id": list(range(3, 200_000, 8))}  # every other block
