@@ -292,8 +292,10 @@ class IcebergSink:
             def process_routed(batch: DataFrame, batch_id: int) -> None:
                 with routed_lock:
                     here = (checkpoint_location, batch_id, False)
-                    routed.process(
-                        reading.read_batch(self._config, batch, routed.known_tables(), checkpoint=here), batch_id
+                    reading.read_again_if_stale(
+                        lambda: routed.process(
+                            reading.read_batch(self._config, batch, routed.known_tables(), checkpoint=here), batch_id
+                        )
                     )
 
             query = self._start(streaming_df, process_routed, self._config, checkpoint_location, trigger, query_name)
@@ -317,8 +319,10 @@ class IcebergSink:
         def process_batch(batch: DataFrame, batch_id: int) -> None:
             with batch_lock:
                 here = (checkpoint_location, batch_id, False)
-                job.process(
-                    reading.read_batch(config, batch, table=reading.last_loaded(job), checkpoint=here), batch_id
+                reading.read_again_if_stale(
+                    lambda: job.process(
+                        reading.read_batch(config, batch, table=reading.last_loaded(job), checkpoint=here), batch_id
+                    )
                 )
 
         query = self._start(streaming_df, process_batch, self._config, checkpoint_location, trigger, query_name)
@@ -421,19 +425,22 @@ class IcebergSink:
                     next_checkpoint = max(next_checkpoint, job.dead_letter.next_checkpoint_id())
                 return next_checkpoint
 
-            checkpoint_id, here = self._read_at(location, temporary, checkpoint_id, next_id)
-            df = reading.read_batch(self._config, df, table=reading.last_loaded(job), checkpoint=here)
-            try:
-                job.ensure_table(without_reject(df.schema), batch=df)
-            except NoRowsNoTable:
-                if job.dead_letter is None:
-                    return None  # nothing to create the table for, nothing to commit
-                # Refused rows only, and no table yet: a checkpoint of the dead-letter table alone.
-            if checkpoint_id is None:
-                checkpoint_id = next_id()
-            outcome = job.process(df, checkpoint_id)
-            # The job ends here: its newly indexed keys are in storage before the next job needs them.
-            job.committer.key_index.flush()
+            planned_id, here = self._read_at(location, temporary, checkpoint_id, next_id)
+
+            def attempt() -> tuple[CommitOutcome | None, bool]:
+                read = reading.read_batch(self._config, df, table=reading.last_loaded(job), checkpoint=here)
+                try:
+                    job.ensure_table(without_reject(read.schema), batch=read)
+                except NoRowsNoTable:
+                    if job.dead_letter is None:
+                        return None, False  # nothing to create the table for, nothing to commit
+                    # Refused rows only, and no table yet: a checkpoint of the dead-letter table alone.
+                return job.process(read, planned_id if planned_id is not None else next_id()), True
+
+            outcome, written = reading.read_again_if_stale(attempt)
+            if written:
+                # The job ends here: its newly indexed keys are in storage before the next job needs them.
+                job.committer.key_index.flush()
             return outcome
         finally:
             if temporary:
@@ -459,12 +466,15 @@ class IcebergSink:
             routed.commit_pending()
             return routed.next_checkpoint_id()
 
-        checkpoint_id, here = self._read_at(location, temporary, checkpoint_id, next_id)
-        df = reading.read_batch(self._config, df, routed.known_tables(), checkpoint=here)
-        routed.input_struct(df.schema)
-        if checkpoint_id is None:
-            checkpoint_id = next_id()
-        outcomes = routed.process(df, checkpoint_id)
+        planned_id, here = self._read_at(location, temporary, checkpoint_id, next_id)
+
+        def attempt() -> tuple[int, dict[str, CommitOutcome | None]]:
+            read = reading.read_batch(self._config, df, routed.known_tables(), checkpoint=here)
+            routed.input_struct(read.schema)
+            chosen = planned_id if planned_id is not None else next_id()
+            return chosen, routed.process(read, chosen)
+
+        checkpoint_id, outcomes = reading.read_again_if_stale(attempt)
         self._last_routed = outcomes
         # None as for an empty DataFrame when no table was touched (no rows).
         return RoutedOutcome.of(checkpoint_id, outcomes) if outcomes else None

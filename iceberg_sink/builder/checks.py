@@ -23,6 +23,7 @@ from iceberg_sink.errors import (
 )
 from iceberg_sink.observe.prometheus import PrometheusConfig, require_prometheus_client
 from iceberg_sink.sources.debezium import TRUNCATE_POLICIES, read_envelope
+from iceberg_sink.sources.envelope import LastCounts
 from iceberg_sink.sources.event_order import order_paths
 from iceberg_sink.sources.transactions import TRANSACTION_MODES, consistent_cut
 from iceberg_sink.table import names
@@ -228,7 +229,7 @@ def debezium_reader(
     accepted = [
         name
         for name, parameter in parameters.items()
-        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "rejects"
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("rejects", "last_counts")
     ]
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
@@ -247,11 +248,14 @@ def debezium_reader(
         fields = tuple(table_fields) if table_fields is not None and not isinstance(table_fields, str) else None
         names = (table_column, fields)
     consistent = transactions == "consistent"
+    # A batch may be planned on the statistics of the one before (sources/envelope.py): not one whose
+    # events were cut at transaction boundaries, whose reading carries events to later checkpoints.
+    last_counts = None if consistent else LastCounts()
 
     def read(batch: DataFrame) -> DataFrame:
         if consistent:  # whole source transactions only; the rest carried (sources/transactions.py)
             batch = consistent_cut(batch, value_column)
         # Marked, not failed here: the job fails the batch on a refused event or dead-letters it.
-        return read_envelope(batch, value_column, truncate=truncate, rejects="mark", **kwargs)
+        return read_envelope(batch, value_column, truncate=truncate, rejects="mark", last_counts=last_counts, **kwargs)
 
     return read, names

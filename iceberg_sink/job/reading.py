@@ -10,8 +10,8 @@ reader settles the types of events without a schema part on the table's columns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame
@@ -20,6 +20,7 @@ from iceberg_sink import options
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.job.routing import route_column
 from iceberg_sink.sources.bare_types import writing_table
+from iceberg_sink.sources.envelope import reading_batch, stale_counts
 from iceberg_sink.sources.rejects import fail_on_reject
 from iceberg_sink.sources.transactions import CarryPlace, carrying
 from iceberg_sink.table.collation import binary_strings
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # the single-table job (pipeline.py) reads its batches throug
     from iceberg_sink.job.pipeline import SinkJob
 
 logger = logging.getLogger("iceberg_sink")
+
+_T = TypeVar("_T")
 
 
 def read_batch(
@@ -86,3 +89,24 @@ def last_loaded(job: SinkJob) -> Table | None:
     except Exception as e:  # no table yet, or the catalog does not answer
         logger.debug("table %s not loaded before reading the batch: %s", job.binding.name, e)
         return None
+
+
+def read_again_if_stale(attempt: Callable[[], _T]) -> _T:
+    """``attempt()``: read one batch (:func:`read_batch`) and write it, its Debezium readers planning
+    on their last batch's statistics (sources/envelope.py). When a Spark job of it met an event those
+    do not cover (STALE_COUNTS), ``attempt()`` again, the batch's statistics counted this time.
+
+    The check runs inside the jobs that read the batch's events, so it fails before the batch's
+    committable is staged (job/road.py): nothing of the first attempt is committed, and its progress
+    record is not reported (observe/progress.py); files its writer tasks wrote are left unreferenced
+    (remove-orphans deletes them). A batch that fails otherwise leaves its readers without last
+    statistics: the next one is counted."""
+    try:
+        with reading_batch(plan=True):
+            return attempt()
+    except Exception as e:
+        if not stale_counts(e):
+            raise
+        logger.info("this batch's Debezium events differ from the last batch's statistics: read again, counted")
+    with reading_batch(plan=False):
+        return attempt()

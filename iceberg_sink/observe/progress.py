@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from iceberg_sink.errors import one_line
+from iceberg_sink.sources.envelope import stale_counts
 
 logger = logging.getLogger("iceberg_sink.progress")
 """One JSON line per micro-batch."""
@@ -72,7 +73,11 @@ def record(
 
 def report(metrics: Any, **fields: Any) -> None:
     """Build the record (:func:`record`'s arguments), keep it in ``metrics`` and log it. Reporting
-    never changes what happened to the checkpoint: a failure here is logged, not raised."""
+    never changes what happened to the checkpoint: a failure here is logged, not raised. An attempt
+    that failed on STALE_COUNTS reports nothing: the batch is read again at once, and that attempt
+    reports it (job/reading.py ``read_again_if_stale``)."""
+    if stale_counts(fields.get("error")):
+        return
     try:
         progress = record(**fields)
         metrics.record_progress(progress)

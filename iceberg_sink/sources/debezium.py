@@ -77,9 +77,11 @@ from iceberg_sink.sources.envelope import (
     PAYLOAD,
     SCHEMA,
     EnvelopeArgs,
+    LastCounts,
     batch_stats,
     built,
     envelope_columns,
+    unlike,
     warn_unordered,
 )
 from iceberg_sink.sources.event_order import order_paths
@@ -243,6 +245,7 @@ def read_envelope(
     truncate: str = "fail",
     unavailable_value: str | None = UNAVAILABLE_VALUE,
     rejects: str = "fail",
+    last_counts: LastCounts | None = None,
 ) -> DataFrame:
     """Debezium JSON change events in ``value_column`` as rows, their operation, order and source table.
 
@@ -292,6 +295,12 @@ def read_envelope(
             error naming the reason and the event; ``"mark"``: refused events stay as rows carrying
             their refusal in :data:`iceberg_sink.vocab.columns.REJECT_COLUMN` (for the sink, which
             fails the batch or dead-letters them).
+        last_counts: the statistics of this reader's batches, kept across them (the builder's
+            ``.debezium(...)`` keeps one per sink): inside
+            :func:`iceberg_sink.sources.envelope.reading_batch` a batch is planned on the
+            last counted ones when they were plain, without a Spark job of its own, and each event is
+            checked to agree with them (a Spark job over an event that does not fails with
+            :data:`iceberg_sink.sources.envelope.STALE_COUNTS`; read the batch again outside).
 
     Raises:
         InvalidInputError: a bad argument, a column name clash, an unknown Connect type, or conflicting column types.
@@ -340,9 +349,17 @@ def read_envelope(
         raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
     events = df.where(c.present).select(*c.first).withColumn(PAYLOAD, c.payload).select("*", *c.parts)
     events = events.where(c.kept).withColumn(IMAGE, c.image)
-    counts = batch_stats(events, c.stats)
-    warn_unordered(counts, paths)
-    reason = c.reason.alias(_REASON)
+    counts = last_counts.plan_on() if last_counts is not None and c.stats is not None else None
+    refusal = c.reason
+    if counts is not None and c.stats is not None:
+        # Planned on the last batch's statistics: an event they do not cover fails the job (STALE_COUNTS).
+        refusal = F.coalesce(unlike(df.sparkSession, counts, args, c.stats[2]), c.reason)
+    else:
+        counts = batch_stats(events, c.stats)
+        if last_counts is not None:
+            last_counts.remember(counts, args.need_schemas)
+        warn_unordered(counts, paths)
+    reason = refusal.alias(_REASON)
     if row_column is not None:
         rows = events.select(*c.carried, c.value, F.col(IMAGE).alias(row_column), *c.extra, *c.helpers, reason)
         return _finish(rows, value_column, table_column, keep, rejects)
@@ -360,7 +377,7 @@ def read_envelope(
             schema = bare.schema if schema is None else _merge_row_schemas(schema, bare.schema)
             misfit = bare.reason(schema, F.when(F.col(SCHEMA).isNull(), F.col(IMAGE)))
             if misfit is not None:
-                reason = F.coalesce(c.reason, misfit).alias(_REASON)
+                reason = F.coalesce(refusal, misfit).alias(_REASON)
     ours = {name.lower() for name in [*added, *carried]}  # names that differ only in case clash too
     clash = [name for name in schema.fieldNames() if name.lower() in ours]
     if clash:

@@ -15,7 +15,9 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,7 +119,7 @@ class EnvelopeColumns:
     extra: list[Column]  # op, order, source table, key names: the columns the reader adds
     helpers: list[Column]
     reason: Column  # why the event is refused, or null
-    stats: tuple[list[Column], list[Column]] | None
+    stats: tuple[list[Column], list[Column], Column] | None  # group, aggregates, an event no plan_on batch has
     added: list[str]
 
 
@@ -257,12 +259,11 @@ class Counts:
         self.placeholders = placeholders
 
 
-def _stats(
-    op: Column, raw_orders: list[Column], need_schemas: bool, value: Column, placeholder: str | None
-) -> tuple[list[Column], list[Column]] | None:
-    """The grouping and aggregates of :func:`batch_stats`; None when there is nothing to count."""
-    if not need_schemas and not raw_orders and placeholder is None:
-        return None
+def _per_event(
+    op: Column, raw_orders: list[Column], value: Column, placeholder: str | None
+) -> tuple[Column, Column, Column]:
+    """Per event: a row event without an order value, a row event with one, and whether its text
+    holds the placeholder (as is or base64, as bytes are written)."""
     found = F.lit(False)
     if placeholder is not None:
         encoded = base64.b64encode(placeholder.encode()).decode().rstrip("=")
@@ -271,22 +272,33 @@ def _stats(
     missing = F.lit(False)
     for raw in raw_orders:
         missing = missing | raw.isNull()
+    return row_event & missing, row_event & ~missing, found
+
+
+def _stats(
+    op: Column, raw_orders: list[Column], need_schemas: bool, value: Column, placeholder: str | None
+) -> tuple[list[Column], list[Column], Column] | None:
+    """The grouping and aggregates of :func:`batch_stats`, and what no event of a batch
+    :meth:`LastCounts.plan_on` accepts may hold; None when there is nothing to count."""
+    if not need_schemas and not raw_orders and placeholder is None:
+        return None
+    unordered, ordered, found = _per_event(op, raw_orders, value, placeholder)
     group = [F.col(SCHEMA).alias("s")] if need_schemas else []
     aggregates = [
-        F.sum((row_event & missing).cast("long")).alias("unordered"),
-        F.sum((row_event & ~missing).cast("long")).alias("ordered"),
+        F.sum(unordered.cast("long")).alias("unordered"),
+        F.sum(ordered.cast("long")).alias("ordered"),
         F.sum(found.cast("long")).alias("placeholders"),
     ]
-    return group, aggregates
+    return group, aggregates, unordered | found
 
 
-def batch_stats(events: DataFrame, stats: tuple[list[Column], list[Column]] | None) -> Counts:
+def batch_stats(events: DataFrame, stats: tuple[list[Column], list[Column], Column] | None) -> Counts:
     """One Spark job: the batch's distinct schema parts (when grouped by them), how many row events
     have no order value, and how many events' text holds the placeholder (as is or base64, as bytes
     are written)."""
     if stats is None:
         return Counts([], 0, 0)
-    group, aggregates = stats
+    group, aggregates, _ = stats
     result = events.groupBy(*group).agg(*aggregates).collect()
     return Counts(
         [r["s"] for r in result] if group else [],
@@ -294,6 +306,97 @@ def batch_stats(events: DataFrame, stats: tuple[list[Column], list[Column]] | No
         sum(r["ordered"] or 0 for r in result),
         sum(r["placeholders"] or 0 for r in result),
     )
+
+
+# -- A batch planned on the statistics of the one before
+#
+# The statistics job is a Spark job of its own in every batch (200-400 ms of a narrow table's
+# micro-batch, docs/benchmarks-debezium-wide.md). Where the sink reads a stream's batches (and a
+# sink's successive write() calls), a reader may instead plan a batch on the last statistics it
+# counted, when those were plain (schema parts only: every row event ordered, no placeholder); every
+# event of the batch is then checked, inside the Spark jobs that read it, to agree with them (its
+# schema part one of them; ordered; no placeholder), and one that does not fails the job with
+# STALE_COUNTS. The sink then reads and writes the batch again, counted (job/reading.py): nothing
+# of the failed attempt was committed.
+
+STALE_COUNTS = "iceberg-sink: batch planned on the last batch's Debezium statistics holds an event they do not cover"
+
+
+@dataclass
+class _Reading:
+    plan: bool  # readers may plan on their last statistics
+    readers: list[LastCounts]  # the readers of this batch
+
+
+_READING: ContextVar[_Reading | None] = ContextVar("iceberg_sink_debezium_reading", default=None)
+
+
+@contextmanager
+def reading_batch(plan: bool) -> Iterator[None]:
+    """Inside: the sink reads and writes one batch. Readers given a :class:`LastCounts` plan it on
+    their last statistics (``plan``) or count them. When the batch fails (an exception leaves the
+    block), every reader of it forgets its last statistics: the next batch is counted, never planned
+    on those of a batch that was not written (a column the table refused would fail it too)."""
+    reading = _Reading(plan, [])
+    token = _READING.set(reading)
+    try:
+        yield
+    except BaseException:
+        for reader in reading.readers:
+            reader.forget()
+        raise
+    finally:
+        _READING.reset(token)
+
+
+class LastCounts:
+    """One reader's last counted statistics, kept across its batches (``.debezium``'s reader)."""
+
+    def __init__(self) -> None:
+        self._counts: Counts | None = None
+
+    def plan_on(self) -> Counts | None:
+        """The statistics to plan this batch on, or None to count them (outside
+        :func:`reading_batch`, inside it without ``plan``, or when the last ones were not plain)."""
+        reading = _READING.get()
+        if reading is None:
+            return None
+        reading.readers.append(self)
+        return self._counts if reading.plan else None
+
+    def remember(self, counts: Counts, need_schemas: bool) -> None:
+        """Keep ``counts`` when plain; a batch without events keeps the ones before."""
+        if need_schemas and not counts.schemas:
+            return
+        plain = counts.unordered == 0 and counts.placeholders == 0 and None not in counts.schemas
+        self._counts = counts if plain else None
+
+    def forget(self) -> None:
+        self._counts = None
+
+
+def unlike(spark: SparkSession, counts: Counts, args: EnvelopeArgs, surprise: Column) -> Column:
+    """A string column, null for an event ``counts`` cover; for any other it fails the Spark job
+    with :data:`STALE_COUNTS`. Built once per set of schema parts (:func:`built`)."""
+
+    def build() -> Column:
+        odd = surprise
+        if args.need_schemas:
+            schema = F.col(SCHEMA)
+            odd = odd | schema.isNull() | ~schema.isin(*counts.schemas)
+        return F.when(odd, F.raise_error(F.lit(STALE_COUNTS))).cast("string")
+
+    return built(spark, ("unlike", args, tuple(sorted(str(s) for s in counts.schemas))), build)  # type: ignore[no-any-return]
+
+
+def stale_counts(error: BaseException | None) -> bool:
+    """Whether ``error`` (or one it was raised from) is a Spark job failed on :data:`STALE_COUNTS`."""
+    seen = 0
+    while error is not None and seen < 16:
+        if STALE_COUNTS in str(error):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 def warn_unordered(counts: Counts, paths: Sequence[str]) -> None:

@@ -9,6 +9,7 @@ DuckDB must equal the model: applying every change in lsn order to a dict.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,8 +22,9 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.types import IntegerType, LongType, StringType
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink, InvalidInputError, _faults
-from iceberg_sink.sources.debezium import read_envelope
+from iceberg_sink import IcebergSink, IcebergSinkError, InvalidInputError, _faults
+from iceberg_sink.sources import debezium as debezium_module
+from iceberg_sink.sources.debezium import UNAVAILABLE_VALUE, read_envelope
 from iceberg_sink.vocab.columns import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -192,6 +194,104 @@ def test_debezium_stream_with_schema_change_mid_stream(
     assert normalize(java_reader.read(table.metadata_location), ["id"]) == want
     assert normalize(duckdb_read(table.metadata_location), ["id"]) == want
     assert sorted(src.model) == [1, 3, 5, 6, 7, 8]
+
+
+def customers_sink(lake: Path, evolution: str) -> IcebergSink:
+    """One sink, kept across batches: its Debezium reader keeps the last batch's statistics."""
+    return (
+        IcebergSink.builder()
+        .embedded(lake)
+        .table("cdc.customers")
+        .create_if_missing()
+        .debezium(value_column="value", table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .schema_evolution(evolution)
+        .build()
+    )
+
+
+def test_a_batch_planned_on_the_last_statistics_is_read_again_when_an_event_differs(
+    spark: SparkSession,
+    java_reader: JavaIcebergReader,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A batch whose reader's last statistics were plain is planned on them, without the statistics
+    job; a new schema part, an event without an order value or a TOAST placeholder makes the sink read
+    the batch again, counted, with one progress record per batch and every row as the model says."""
+    counted: list[int] = []
+    counting = debezium_module.batch_stats
+    monkeypatch.setattr(debezium_module, "batch_stats", lambda *a: counted.append(1) or counting(*a))
+    src = Source()
+    src.batch()  # 0: counted (no statistics yet)
+    for i in range(1, 4):
+        src.change("r", {"id": i, "name": f"n{i}", "qty": i}, V1)
+    src.batch()  # 1: planned on batch 0's
+    src.change("u", {"id": 1, "name": "n1b", "qty": 10}, V1)
+    src.batch()  # 2: a new schema part: read again
+    src.change("u", {"id": 2, "name": "n2b", "qty": 20}, V1)
+    src.change("u", {"id": 3, "name": "n3b", "qty": 2**40, "note": "wide"}, V2)
+    src.batch()  # 3: an event without an order value: read again (and warned of)
+    src.change("c", {"id": 4, "name": "n4", "qty": 4, "note": None}, V2)
+    unordered = json.loads(event("c", 0, None, {"id": 5, "name": "n5", "qty": 5, "note": "u"}, V2))
+    del unordered["payload"]["source"]["lsn"]
+    src.batches[-1].append({"key": json.dumps({"id": 5}), "value": json.dumps(unordered)})
+    src.model[5] = {"id": 5, "name": "n5", "qty": 5, "note": "u", "lsn": None, "source_table": "customers"}
+    src.batch()  # 4: counted (batch 3's were not plain)
+    src.change("u", {"id": 4, "name": "n4b", "qty": 40, "note": "b"}, V2)
+    src.batch()  # 5: a TOAST placeholder: read again; the column keeps its stored value
+    src.change("u", {"id": 1, "name": UNAVAILABLE_VALUE, "qty": 11, "note": "t"}, V2, key_only=True)
+    src.model[1]["name"] = "n1b"
+    src.batch()  # 6: counted (batch 5's held a placeholder)
+    src.change("d", {"id": 2}, V2, key_only=True)
+    src.batch()  # 7: planned on batch 6's
+    src.change("u", {"id": 3, "name": "n3c", "qty": 3, "note": None}, V2)
+    src.write(tmp_path / "topic")
+
+    sink = customers_sink(tmp_path / "lake", "add-and-widen")
+    stream = spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1)
+    with caplog.at_level(logging.INFO, logger="iceberg_sink"):
+        query = sink.start(stream.json(str(tmp_path / "topic")), str(tmp_path / "ckpt"), trigger={"availableNow": True})
+        query.awaitTermination()
+
+    read_again = [r for r in caplog.records if "read again, counted" in r.getMessage()]
+    assert len(read_again) == 3  # batches 2, 3 and 5
+    assert len(counted) == 6  # every batch but 1 and 7
+    assert any("have no order value" in r.getMessage() for r in caplog.records)
+    records = sink.progress()
+    assert [(r["checkpoint_id"], r["status"]) for r in records] == [(i, "committed") for i in range(8)]
+    table = sink.load_table()
+    columns = [f.name for f in table.schema().fields]
+    want = sorted(({c: row.get(c) for c in columns} for row in src.model.values()), key=lambda r: r["id"])
+    assert normalize(table.scan().to_arrow(), ["id"]) == want
+    assert normalize(java_reader.read(table.metadata_location), ["id"]) == want
+    assert normalize(duckdb_read(table.metadata_location), ["id"]) == want
+
+
+def test_a_batch_after_one_that_failed_is_counted_not_planned_on_the_failed_ones_statistics(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Without schema evolution a batch adding a column fails; the next batch, on the old schema part
+    alone, must be written: planned on the failed batch's statistics (both parts) it would carry the
+    refused column."""
+    sink = customers_sink(tmp_path / "lake", "off")
+
+    def write(*events: str) -> None:
+        sink.write(spark.createDataFrame([(e,) for e in events], "value string"), str(tmp_path / "ckpt"))
+
+    write(
+        event("c", 10, None, {"id": 1, "name": "a", "qty": 1}, V1),
+        event("c", 11, None, {"id": 2, "name": "b", "qty": 2}, V1),
+    )
+    with pytest.raises(IcebergSinkError, match="note"):
+        write(
+            event("u", 20, None, {"id": 2, "name": "b1", "qty": 2}, V1),
+            event("u", 21, None, {"id": 1, "name": "a2", "qty": 5, "note": "new"}, V2),
+        )
+    write(event("u", 30, None, {"id": 2, "name": "b2", "qty": 3}, V1))
+    rows = normalize(sink.load_table().scan().to_arrow().select(["id", "name", "qty"]), ["id"])
+    assert rows == [{"id": 1, "name": "a", "qty": 1}, {"id": 2, "name": "b2", "qty": 3}]
 
 
 def test_read_envelope_rows_ops_and_tables(spark: SparkSession) -> None:

@@ -19,7 +19,8 @@ value that is not a long. Some jobs order by binlog position as MariaDB's and My
 number passes a power of ten after its third event (``mysql-bin.999999`` -> ``mysql-bin.1000000``, which
 sorts first as text); their hostile order value is a file name without a number. A batch with a hostile event must fail with InvalidInputError naming the
 reason and change nothing; any other batch must leave the table equal to the model, read back by
-Iceberg Java and DuckDB.
+Iceberg Java and DuckDB. Most steps write through the sink of the step before, so a batch is often
+planned on the statistics of the last one and read again when one of its events differs.
 """
 
 from __future__ import annotations
@@ -106,8 +107,20 @@ class DebeziumJob:
         self.binlog = random.Random(f"debezium-binlog-{seed}").random() < 0.5
         self.batches = 0
         self.batch_start = 0  # the lsn before the batch's first event
+        # Per step: the same sink as the step before (its reader plans a batch on the last batch's
+        # statistics when those were plain, and reads it again when an event differs) or a new one
+        # (a restarted job: the batch is counted). From a generator of its own, so seeds keep their sequences.
+        self.reuse = random.Random(f"debezium-reuse-{seed}")
+        self.fresh_share = 0.3
+        self._sink: IcebergSink | None = None
+        self.toast_share, self.hostile_share = TOAST_SHARE, 0.35
 
     def sink(self) -> IcebergSink:
+        if self._sink is None or self.reuse.random() < self.fresh_share:
+            self._sink = self.build()
+        return self._sink
+
+    def build(self) -> IcebergSink:
         return (
             IcebergSink.builder()
             .catalog("model", **self.catalog_props)
@@ -261,7 +274,7 @@ class DebeziumJob:
                 before = {c: v for c, v in live[key].items() if c != "lsn"} if key in live else None
                 # An unchanged TOASTed note under REPLICA IDENTITY DEFAULT: the placeholder, no before
                 # value; the key keeps its note (from this batch or the table).
-                toasted = key in live and rng.random() < TOAST_SHARE
+                toasted = key in live and rng.random() < self.toast_share
                 if toasted:
                     row[NOTE], before = UNAVAILABLE_VALUE, {"id": key}
                 values.append(self.envelope("u" if key in live else "c", before, row, schema))
@@ -278,7 +291,7 @@ class DebeziumJob:
         if self.truncate == "skip" and rng.random() < 0.3:
             values.insert(rng.randrange(len(values) + 1), self.envelope("t", None, None, schema))
         bad = None
-        if rng.random() < 0.35:
+        if rng.random() < self.hostile_share:
             typed = ("qty", "ok", "price", "ratio")  # declared types exist only with the schema part
             bad = rng.choice(
                 [
