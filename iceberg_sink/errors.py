@@ -7,6 +7,7 @@ either. The docstring of each says whether retrying can help.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 
 
 def one_line(error: BaseException) -> str:
@@ -143,10 +144,9 @@ SQLITE_CATALOG_ADVICE = (
 )
 
 
-def sqlite_catalog_locked(error: BaseException) -> bool:
-    """Whether ``error``, or an error it was raised from (``__cause__``, ``__context__``, a SQLAlchemy
-    error's ``orig``), is SQLite's "database is locked": another connection, most likely another
-    process, holds a lock on the catalog file for longer than SQLite's busy timeout."""
+def raised_from(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every error it was raised from (``__cause__``, ``__context__``, a SQLAlchemy
+    error's ``orig``), each once."""
     seen: set[int] = set()
     stack: list[BaseException] = [error]
     while stack:
@@ -154,14 +154,21 @@ def sqlite_catalog_locked(error: BaseException) -> bool:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, sqlite3.OperationalError) and str(current).startswith("database is locked"):
-            return True
+        yield current
         stack.extend(
             e
             for e in (current.__cause__, current.__context__, getattr(current, "orig", None))
             if isinstance(e, BaseException)
         )
-    return False
+
+
+def sqlite_catalog_locked(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from (:func:`raised_from`), is SQLite's "database
+    is locked": another connection, most likely another process, holds a lock on the catalog file for
+    longer than SQLite's busy timeout."""
+    return any(
+        isinstance(e, sqlite3.OperationalError) and str(e).startswith("database is locked") for e in raised_from(error)
+    )
 
 
 class WriteFailedError(IcebergSinkError, RuntimeError):

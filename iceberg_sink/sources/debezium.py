@@ -349,12 +349,13 @@ def read_envelope(
         raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
     events = df.where(c.present).select(*c.first).withColumn(PAYLOAD, c.payload).select("*", *c.parts)
     events = events.where(c.kept).withColumn(IMAGE, c.image)
-    counts = last_counts.plan_on() if last_counts is not None and c.stats is not None else None
-    refusal = c.reason
-    if counts is not None and c.stats is not None:
-        # Planned on the last batch's statistics: an event they do not cover fails the job (STALE_COUNTS).
-        refusal = F.coalesce(unlike(df.sparkSession, counts, args, c.stats[2]), c.reason)
-    else:
+    refusal, counts = c.reason, None
+    if last_counts is not None and c.stats is not None:
+        counts = last_counts.plan_on()
+        if counts is not None:
+            # Planned on the last batch's statistics: an event they do not cover fails the job (STALE_COUNTS).
+            refusal = F.coalesce(unlike(df.sparkSession, counts, args, c.stats[2]), c.reason)
+    if counts is None:
         counts = batch_stats(events, c.stats)
         if last_counts is not None:
             last_counts.remember(counts, args.need_schemas)

@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg_sink._sql import column, named, parse
+from iceberg_sink.errors import raised_from
 from iceberg_sink.sources.event_order import order_expected, order_value
 from iceberg_sink.sources.source_names import IDENTITY_FIELDS, identity_column, name_column
 from iceberg_sink.vocab.columns import SOURCE_COLUMN, TRUNCATES_METADATA
@@ -391,12 +392,7 @@ def unlike(spark: SparkSession, counts: Counts, args: EnvelopeArgs, surprise: Co
 
 def stale_counts(error: BaseException | None) -> bool:
     """Whether ``error`` (or one it was raised from) is a Spark job failed on :data:`STALE_COUNTS`."""
-    seen = 0
-    while error is not None and seen < 16:
-        if STALE_COUNTS in str(error):
-            return True
-        error, seen = error.__cause__ or error.__context__, seen + 1
-    return False
+    return error is not None and any(STALE_COUNTS in str(e) for e in raised_from(error))
 
 
 def warn_unordered(counts: Counts, paths: Sequence[str]) -> None:
