@@ -261,10 +261,10 @@ class functions:
     coalesce, concat, array, get, map_values, sequence = map(
         _function, ("coalesce", "concat", "array", "get", "map_values", "sequence")
     )
-    size, length, lower, hex, abs, floor, greatest = map(
-        _function, ("size", "length", "lower", "hex", "abs", "floor", "greatest")
-    )
+    # No abs: Spark's abs of a decimal rounds to 34 digits (Scala's BigDecimal context).
+    size, length, lower, hex, floor, greatest = map(_function, ("size", "length", "lower", "hex", "floor", "greatest"))
     conv, substring, try_add, try_multiply = map(_function, ("conv", "substring", "try_add", "try_multiply"))
+    regexp_replace = _function("regexp_replace")
     try_element_at, date_add, make_dt_interval = map(_function, ("try_element_at", "date_add", "make_dt_interval"))
 
     @staticmethod

@@ -20,7 +20,7 @@ from iceberg_sink import options
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.job.routing import route_column
 from iceberg_sink.sources.bare_types import writing_table
-from iceberg_sink.sources.envelope import reading_batch, stale_counts
+from iceberg_sink.sources.envelope import read_again, reading_batch
 from iceberg_sink.sources.rejects import fail_on_reject
 from iceberg_sink.sources.transactions import CarryPlace, carrying
 from iceberg_sink.table.collation import binary_strings
@@ -93,8 +93,10 @@ def last_loaded(job: SinkJob) -> Table | None:
 
 def read_again_if_stale(attempt: Callable[[], _T]) -> _T:
     """``attempt()``: read one batch (:func:`read_batch`) and write it, its Debezium readers planning
-    on their last batch's statistics (sources/envelope.py). When a Spark job of it met an event those
-    do not cover (STALE_COUNTS), ``attempt()`` again, the batch's statistics counted this time.
+    on their last batch's statistics and reading row images with Arrow where they can
+    (sources/envelope.py, sources/arrow_rows.py). When a Spark job of it met an event those
+    statistics do not cover (STALE_COUNTS) or an image the Arrow reader leaves to Spark
+    (READ_BY_SPARK), ``attempt()`` again, the batch's statistics counted and its images read by Spark.
 
     The check runs inside the jobs that read the batch's events, so it fails before the batch's
     committable is staged (job/road.py): nothing of the first attempt is committed, and its progress
@@ -105,8 +107,9 @@ def read_again_if_stale(attempt: Callable[[], _T]) -> _T:
         with reading_batch(plan=True):
             return attempt()
     except Exception as e:
-        if not stale_counts(e):
+        why = read_again(e)
+        if why is None:
             raise
-        logger.info("this batch's Debezium events differ from the last batch's statistics: read again, counted")
+        logger.info("this batch is read again, counted, by Spark's reader: %s", why)
     with reading_batch(plan=False):
         return attempt()

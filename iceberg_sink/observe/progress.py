@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from iceberg_sink.errors import one_line
-from iceberg_sink.sources.envelope import stale_counts
+from iceberg_sink.sources.envelope import read_again
 
 logger = logging.getLogger("iceberg_sink.progress")
 """One JSON line per micro-batch."""
@@ -74,9 +74,9 @@ def record(
 def report(metrics: Any, **fields: Any) -> None:
     """Build the record (:func:`record`'s arguments), keep it in ``metrics`` and log it. Reporting
     never changes what happened to the checkpoint: a failure here is logged, not raised. An attempt
-    that failed on STALE_COUNTS reports nothing: the batch is read again at once, and that attempt
+    that failed on STALE_COUNTS or READ_BY_SPARK reports nothing: the batch is read again at once, and that attempt
     reports it (job/reading.py ``read_again_if_stale``)."""
-    if stale_counts(fields.get("error")):
+    if read_again(fields.get("error")) is not None:
         return
     try:
         progress = record(**fields)

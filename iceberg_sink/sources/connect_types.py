@@ -36,24 +36,24 @@ _CONNECT_PRIMITIVES: dict[str, T.DataType] = {
 }
 
 # Logical types (the Connect schema's "name"), as Iceberg's Kafka Connect sink maps them.
-_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-_DATES = ("org.apache.kafka.connect.data.Date", "io.debezium.time.Date")
+DATES = ("org.apache.kafka.connect.data.Date", "io.debezium.time.Date")
 #: Time of day: the physical value's unit, as (multiplier, divisor) to microseconds.
-_TIMES = {
+TIMES = {
     "org.apache.kafka.connect.data.Time": (1000, 1),
     "io.debezium.time.Time": (1000, 1),
     "io.debezium.time.MicroTime": (1, 1),
     "io.debezium.time.NanoTime": (1, 1000),
 }
 #: Timestamps without a zone: the physical value's unit, as (multiplier, divisor) to microseconds.
-_TIMESTAMPS = {
+TIMESTAMPS = {
     "org.apache.kafka.connect.data.Timestamp": (1000, 1),
     "io.debezium.time.Timestamp": (1000, 1),
     "io.debezium.time.MicroTimestamp": (1, 1),
     "io.debezium.time.NanoTimestamp": (1, 1000),
 }
-_ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
 #: Without a ``connect.decimal.precision`` parameter a Decimal is decimal(38, scale), as Iceberg's Kafka Connect sink does.
 DEFAULT_DECIMAL_PRECISION = 38
 _MICROS_PER_DAY = 86_400_000_000
@@ -123,17 +123,17 @@ def connect_to_spark(schema: dict[str, Any], path: str = "") -> T.DataType:
     """
     logical = logical_name(schema)
     kind = schema.get("type")
-    if logical == _DECIMAL and kind == "bytes":
+    if logical == DECIMAL and kind == "bytes":
         return _decimal_type(schema, path)
     if logical == VARIABLE_SCALE_DECIMAL and kind == "struct":
         return T.StringType()
-    if logical in _DATES and kind in ("int32", "int64"):
+    if logical in DATES and kind in ("int32", "int64"):
         return T.DateType()
-    if logical in _TIMES and kind in ("int32", "int64"):
+    if logical in TIMES and kind in ("int32", "int64"):
         return T.LongType()
-    if logical in _TIMESTAMPS and kind == "int64":
+    if logical in TIMESTAMPS and kind == "int64":
         return T.TimestampNTZType()
-    if logical == _ZONED_TIMESTAMP and kind == "string":
+    if logical == ZONED_TIMESTAMP and kind == "string":
         return T.TimestampType()
     if kind == "struct":
         return T.StructType(
@@ -158,7 +158,7 @@ def type_label(schema: dict[str, Any] | None, dtype: T.DataType) -> str:
         return dtype.simpleString()
     logical = logical_name(schema)
     kind = str(schema.get("type"))
-    if logical in (_DECIMAL, VARIABLE_SCALE_DECIMAL, *_DATES, *_TIMES, *_TIMESTAMPS, _ZONED_TIMESTAMP):
+    if logical in (DECIMAL, VARIABLE_SCALE_DECIMAL, *DATES, *TIMES, *TIMESTAMPS, ZONED_TIMESTAMP):
         return f"{kind} {logical} ({dtype.simpleString()})"
     return kind
 
@@ -207,7 +207,8 @@ def _scaled_text(unscaled: Expr, scale: Expr) -> Expr:
             return F.concat(sign, integral, F.when(k > 0, F.concat(F.lit("."), fraction)).otherwise(F.lit("")))
 
         return F.when(u.isNull() | k.isNull() | (k < 0), F.lit(None).cast("string")).otherwise(
-            _let(F.abs(u).cast("string"), with_digits)
+            # Not abs(u): Spark's abs of a decimal rounds to 34 digits (Scala's BigDecimal context).
+            _let(F.regexp_replace(u.cast("string"), "^-", ""), with_digits)
         )
 
     pair = F.struct(unscaled.alias("u"), scale.cast("int").alias("k"))
@@ -242,7 +243,8 @@ def _needs_conversion(schema: dict[str, Any]) -> bool:
         return _needs_conversion(schema.get("items") or {})
     if kind == "map":
         return _needs_conversion(schema.get("values") or {})
-    return connect_to_spark(schema) != physical_type(schema, "")
+    # A time of day is long microseconds whatever its unit: an int64 NanoTime is long already, its value not.
+    return logical_name(schema) in TIMES or connect_to_spark(schema) != physical_type(schema, "")
 
 
 def convert_value(value: Expr, schema: dict[str, Any], path: str) -> Expr:
@@ -252,18 +254,18 @@ def convert_value(value: Expr, schema: dict[str, Any], path: str) -> Expr:
     logical = logical_name(schema)
     kind = schema.get("type")
     target = connect_to_spark(schema, path)
-    if logical == _DECIMAL:
+    if logical == DECIMAL:
         assert isinstance(target, T.DecimalType)
         return _scaled_text(_unscaled(value), F.lit(target.scale)).try_cast(target)
     if logical == VARIABLE_SCALE_DECIMAL:
         return _scaled_text(_unscaled(value.getField("value")), value.getField("scale").cast("int"))
-    if logical in _DATES:
+    if logical in DATES:
         return F.date_add(F.lit("1970-01-01").cast("date"), value.try_cast("int"))
-    if logical in _TIMES:
-        return _micros(value, _TIMES[logical])
-    if logical in _TIMESTAMPS:
-        return _timestamp_ntz(_micros(value, _TIMESTAMPS[logical]))
-    if logical == _ZONED_TIMESTAMP:
+    if logical in TIMES:
+        return _micros(value, TIMES[logical])
+    if logical in TIMESTAMPS:
+        return _timestamp_ntz(_micros(value, TIMESTAMPS[logical]))
+    if logical == ZONED_TIMESTAMP:
         return value.try_cast("timestamp")
     if kind == "struct":
         fields = [

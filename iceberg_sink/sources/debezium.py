@@ -48,7 +48,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -58,6 +58,7 @@ from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
 from iceberg_sink.errors import InvalidInputError
 from iceberg_sink.sources import toast
+from iceberg_sink.sources.arrow_rows import arrow_udfs, reading_column, row_reader
 from iceberg_sink.sources.bare_types import settle
 from iceberg_sink.sources.connect_types import (
     VARIABLE_SCALE_DECIMAL,
@@ -393,10 +394,25 @@ def read_envelope(
             "column.exclude.list, or rename it at the source)"
         )
     staged = events.select(*c.carried, c.value, OP, BEFORE, IMAGE, SCHEMA, *c.extra, *c.helpers, reason)
-    staged = _read_rows(staged, declared if row_schema is None else [], schema)
-    if unavailable_value is not None:
-        # Marked only in a batch that may hold one: a batch without any costs the sink nothing more.
-        staged = _unavailable(staged, schema, unavailable_value, mark=marks is not None and counts.placeholders > 0)
+    arrow = None
+    if (
+        row_schema is None
+        and last_counts is not None
+        and declared
+        and None not in counts.schemas
+        and (unavailable_value is None or (marks is not None and counts.placeholders == 0))
+        and last_counts.arrow_reads()
+    ):
+        # Every event has a schema part and none holds the placeholder (a planned batch's jobs fail
+        # on one that does): the images may be read by the Arrow reader (sources/arrow_rows.py).
+        arrow = _arrow_rows(events.sparkSession, declared, schema)
+    if arrow is not None:
+        staged = staged.select("*", arrow.alias(_ROW), F.lit(None).cast("string").alias(_ROW_REASON))
+    else:
+        staged = _read_rows(staged, declared if row_schema is None else [], schema)
+        if unavailable_value is not None:
+            # Marked only in a batch that may hold one: a batch without any costs the sink nothing more.
+            staged = _unavailable(staged, schema, unavailable_value, mark=marks is not None and counts.placeholders > 0)
     fields = built(
         events.sparkSession,
         ("fields", schema.json()),
@@ -412,6 +428,19 @@ def read_envelope(
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
     )
     return _finish(rows, value_column, table_column, keep, rejects)
+
+
+def _arrow_rows(spark: SparkSession, declared: list[str], target: T.StructType) -> Column | None:
+    """The row image as ``target`` read by the Arrow reader, or None where Spark reads it (an older
+    PySpark, a field the Arrow reader leaves to Spark). Built once per set of schema parts."""
+
+    def build() -> Column | None:
+        if not arrow_udfs():
+            return None
+        reader = row_reader({text: _row_schema(text) for text in declared}, target)
+        return reading_column(reader, F.col(IMAGE), F.col(SCHEMA), target) if reader is not None else None
+
+    return built(spark, ("arrow rows", tuple(declared), target.json()), build)  # type: ignore[no-any-return]
 
 
 def _read_rows(staged: DataFrame, declared: list[str], target: T.StructType) -> DataFrame:

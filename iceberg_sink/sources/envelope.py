@@ -321,6 +321,9 @@ def batch_stats(events: DataFrame, stats: tuple[list[Column], list[Column], Colu
 # of the failed attempt was committed.
 
 STALE_COUNTS = "iceberg-sink: batch planned on the last batch's Debezium statistics holds an event they do not cover"
+#: What a Spark job fails with when a row image is one the Arrow reader leaves to Spark's
+#: expressions (sources/arrow_rows.py): the batch is read again the same way.
+READ_BY_SPARK = "iceberg-sink: a Debezium row image this batch's Arrow reader leaves to Spark's reader"
 
 
 @dataclass
@@ -335,16 +338,21 @@ _READING: ContextVar[_Reading | None] = ContextVar("iceberg_sink_debezium_readin
 @contextmanager
 def reading_batch(plan: bool) -> Iterator[None]:
     """Inside: the sink reads and writes one batch. Readers given a :class:`LastCounts` plan it on
-    their last statistics (``plan``) or count them. When the batch fails (an exception leaves the
-    block), every reader of it forgets its last statistics: the next batch is counted, never planned
-    on those of a batch that was not written (a column the table refused would fail it too)."""
+    their last statistics and read its row images with Arrow where they can (``plan``), or count
+    them and leave every image to Spark. When the batch fails (an exception leaves the block), every
+    reader of it forgets its last statistics: the next batch is counted, never planned on those of a
+    batch that was not written (a column the table refused would fail it too); one that failed on
+    :data:`READ_BY_SPARK` also leaves its next batches' images to Spark for a while."""
     reading = _Reading(plan, [])
     token = _READING.set(reading)
     try:
         yield
-    except BaseException:
+    except BaseException as e:
+        left = any(READ_BY_SPARK in str(x) for x in raised_from(e))
         for reader in reading.readers:
             reader.forget()
+            if left:
+                reader.leave_to_spark()
         raise
     finally:
         _READING.reset(token)
@@ -355,14 +363,38 @@ class LastCounts:
 
     def __init__(self) -> None:
         self._counts: Counts | None = None
+        self._spark_reads = 0  # batches whose row images Spark reads before Arrow may again
+        self._left = 0  # batches that met an image the Arrow reader leaves to Spark
+
+    def _register(self) -> _Reading | None:
+        reading = _READING.get()
+        if reading is not None and self not in reading.readers:
+            reading.readers.append(self)
+        return reading
+
+    def arrow_reads(self) -> bool:
+        """Whether this batch's row images may be read by the Arrow reader (sources/arrow_rows.py):
+        inside :func:`reading_batch` on its first attempt, unless a recent batch met an image the
+        Arrow reader leaves to Spark. After the k-th such batch, Spark reads the next 2^k (at most
+        1,024): a stream whose every batch holds such a value is not read twice per batch."""
+        reading = self._register()
+        if reading is None or not reading.plan:
+            return False
+        if self._spark_reads > 0:
+            self._spark_reads -= 1
+            return False
+        return True
+
+    def leave_to_spark(self) -> None:
+        self._left += 1
+        self._spark_reads = 2 ** min(self._left, 10)
 
     def plan_on(self) -> Counts | None:
         """The statistics to plan this batch on, or None to count them (outside
         :func:`reading_batch`, inside it without ``plan``, or when the last ones were not plain)."""
-        reading = _READING.get()
+        reading = self._register()
         if reading is None:
             return None
-        reading.readers.append(self)
         return self._counts if reading.plan else None
 
     def remember(self, counts: Counts, need_schemas: bool) -> None:
@@ -390,9 +422,17 @@ def unlike(spark: SparkSession, counts: Counts, args: EnvelopeArgs, surprise: Co
     return built(spark, ("unlike", args, tuple(sorted(str(s) for s in counts.schemas))), build)  # type: ignore[no-any-return]
 
 
-def stale_counts(error: BaseException | None) -> bool:
-    """Whether ``error`` (or one it was raised from) is a Spark job failed on :data:`STALE_COUNTS`."""
-    return error is not None and any(STALE_COUNTS in str(e) for e in raised_from(error))
+def read_again(error: BaseException | None) -> str | None:
+    """Why the batch is to be read again, counted and read by Spark's expressions, when ``error`` (or
+    one it was raised from) is a Spark job failed on :data:`STALE_COUNTS` or :data:`READ_BY_SPARK`
+    (the marker and the rest of its line); else None."""
+    for e in raised_from(error) if error is not None else ():
+        text = str(e)
+        for marker in (READ_BY_SPARK, STALE_COUNTS):
+            at = text.find(marker)
+            if at >= 0:
+                return text[at:].splitlines()[0][:400]
+    return None
 
 
 def warn_unordered(counts: Counts, paths: Sequence[str]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from iceberg_sink.errors import WriteFailedError
-from iceberg_sink.sources.envelope import STALE_COUNTS, Counts, LastCounts, reading_batch, stale_counts
+from iceberg_sink.sources.envelope import READ_BY_SPARK, STALE_COUNTS, Counts, LastCounts, read_again, reading_batch
 
 
 def test_plain_statistics_are_planned_on_only_inside_the_sinks_reading() -> None:
@@ -67,11 +67,13 @@ def test_a_stale_batch_is_recognised_through_the_errors_it_was_raised_from() -> 
         except RuntimeError as e:
             raise WriteFailedError("checkpoint 3 of table db.t was not written: a writer task failed") from e
     except WriteFailedError as wrapped:
-        assert stale_counts(wrapped)
-    assert stale_counts(spark_error)
-    assert not stale_counts(RuntimeError("Job aborted due to stage failure: disk full"))
-    assert not stale_counts(None)
+        assert read_again(wrapped) == f"{STALE_COUNTS} SQLSTATE"
+    assert read_again(spark_error) == f"{STALE_COUNTS} SQLSTATE"
+    left = RuntimeError(f"PythonException: Traceback ...\nRuntimeError: {READ_BY_SPARK} (a float: 'x')\n  at ...")
+    assert read_again(left) == f"{READ_BY_SPARK} (a float: 'x')"
+    assert read_again(RuntimeError("Job aborted due to stage failure: disk full")) is None
+    assert read_again(None) is None
     looped = RuntimeError("a")
     looped.__cause__ = RuntimeError("b")
     looped.__cause__.__cause__ = looped  # a cycle ends the walk
-    assert not stale_counts(looped)
+    assert read_again(looped) is None
