@@ -348,7 +348,7 @@ def reading_batch(plan: bool) -> Iterator[None]:
     try:
         yield
     except BaseException as e:
-        left = any(READ_BY_SPARK in str(x) for x in raised_from(e))
+        left = (read_again(e) or "").startswith(READ_BY_SPARK)
         for reader in reading.readers:
             reader.forget()
             if left:

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 from pyspark.sql import SparkSession
 
-from iceberg_sink import IcebergSink
 from iceberg_sink.sources import debezium as debezium_module
 from iceberg_sink.sources.envelope import READ_BY_SPARK
+from tests.integration.test_debezium import customers_sink
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -110,15 +110,7 @@ def test_row_images_are_read_by_arrow_where_exact_and_by_spark_where_not(
         return building(*args)
 
     monkeypatch.setattr(debezium_module, "_arrow_rows", counting)
-    sink = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .table("cdc.items")
-        .create_if_missing()
-        .debezium(value_column="value", table_column=None)
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .build()
-    )
+    sink = customers_sink(tmp_path / "lake", "off")  # one sink: its reader keeps its state across batches
     stream = Stream()
     plan: list[list[str]] = [
         [stream.change(k) for k in (1, 2, 3)],  # 0: counted, Arrow
