@@ -15,6 +15,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from iceberg_sink import options
 from iceberg_sink._session import classic_frame, classic_session
+from iceberg_sink._spark_schema import schema_of
 from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
@@ -278,14 +279,14 @@ class IcebergSink:
         if self._config.changes is not None and not self._config.map_batches:
             # The stream's rows are the batches' rows: a missing or unsortable order_by is named now,
             # not by the first micro-batch (with map_batches, per batch).
-            check_order_by(streaming_df.schema, self._config.changes)
+            check_order_by(schema_of(streaming_df), self._config.changes)
         # A stopped query's idle retry may still be committing this job's pending checkpoints: it
         # finishes before this query starts, and the two share one lock (job/idle.py).
         idle.end_stopped(checkpoint_location)
         if self._config.route is not None:
             routed = RoutedJob(self._config, checkpoint_location, metrics=self._metrics, streaming=True)
             if not self._config.map_batches:
-                routed.input_struct(streaming_df.schema)  # the route's table column must be there
+                routed.input_struct(schema_of(streaming_df))  # the route's table column must be there
 
             routed_lock = idle.batch_lock(checkpoint_location)
 
@@ -313,7 +314,7 @@ class IcebergSink:
         if not config.map_batches:
             # Create or check the table before the first batch so schema errors surface now (with
             # map_batches the written schema is known per batch only).
-            job.ensure_table(streaming_df.schema)
+            job.ensure_table(schema_of(streaming_df))
         batch_lock = idle.batch_lock(checkpoint_location)
 
         def process_batch(batch: DataFrame, batch_id: int) -> None:
@@ -430,7 +431,7 @@ class IcebergSink:
             def attempt() -> tuple[CommitOutcome | None, bool]:
                 read = reading.read_batch(self._config, df, table=reading.last_loaded(job), checkpoint=here)
                 try:
-                    job.ensure_table(without_reject(read.schema), batch=read)
+                    job.ensure_table(without_reject(schema_of(read)), batch=read)
                 except NoRowsNoTable:
                     if job.dead_letter is None:
                         return None, False  # nothing to create the table for, nothing to commit
@@ -470,7 +471,7 @@ class IcebergSink:
 
         def attempt() -> tuple[int, dict[str, CommitOutcome | None]]:
             read = reading.read_batch(self._config, df, routed.known_tables(), checkpoint=here)
-            routed.input_struct(read.schema)
+            routed.input_struct(schema_of(read))
             chosen = planned_id if planned_id is not None else next_id()
             return chosen, routed.process(read, chosen)
 

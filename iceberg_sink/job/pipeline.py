@@ -40,6 +40,7 @@ from pyspark.sql.types import StructType
 from iceberg_sink import _faults, options
 from iceberg_sink._iceberg.files import branch_head
 from iceberg_sink._iceberg.retry import RetryPolicy
+from iceberg_sink._spark_schema import schema_of
 from iceberg_sink.committer.aggregator import CommitAggregator
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome, IcebergCommitter
@@ -293,7 +294,7 @@ class SinkJob:
         self.use_batch(df)
         dead = self.dead_letter
         try:
-            plan: CheckpointPlan | None = self.begin(without_reject(df.schema), checkpoint_id)
+            plan: CheckpointPlan | None = self.begin(without_reject(schema_of(df)), checkpoint_id)
         except NoRowsNoTable:  # no table yet, and refused rows only (for the dead-letter table) or none
             plan = None
         if plan is None and dead is None:

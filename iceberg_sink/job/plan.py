@@ -16,6 +16,7 @@ from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 
 from iceberg_sink import options
+from iceberg_sink._spark_schema import schema_of
 from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.config import ChangeConfig
@@ -141,7 +142,7 @@ class BatchPlan:
         plan = next(iter(self.to_write().values()), None)
         if plan is None or plan.spec is None or not plan.resolved.get(options.JVM_PARQUET_WRITER):
             return False
-        reason = jvm.unsupported(plan.spec, df.schema, plan.mode)
+        reason = jvm.unsupported(plan.spec, schema_of(df), plan.mode)
         if reason is not None:
             logger.debug("appends of %s use the Arrow writer: %s", plan.spec.table_name, reason)
         return reason is None

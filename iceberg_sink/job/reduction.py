@@ -14,6 +14,7 @@ import attrs
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from iceberg_sink._spark_schema import columns_of
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import reduce_changes
@@ -57,5 +58,5 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
     ]
     if batch.dead is not None:
         rest = df.where(~F.coalesce(F.col(route).isin(*sorted(tables)), F.lit(False)))
-        parts.append(rest.drop(*[c for c in rest.columns if c not in parts[0].columns]))
+        parts.append(rest.drop(*[c for c in columns_of(rest) if c not in columns_of(parts[0])]))
     return fold(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)

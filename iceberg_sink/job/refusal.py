@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._spark_schema import columns_of
 from iceberg_sink._sql import named
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.sources.rejects import fail_on_reject, reject_where
@@ -86,7 +87,7 @@ def refuse_required_nulls(
         required = tuple(
             f.name
             for f in schema.fields
-            if f.required and f.field_id not in key and f.name not in key_names and f.name in df.columns
+            if f.required and f.field_id not in key and f.name not in key_names and f.name in columns_of(df)
         )
         if required:
             groups.setdefault(required, []).append(name)
@@ -103,11 +104,11 @@ def refuse_required_nulls(
             here = F.when(found, text)
             reason = here if reason is None else F.coalesce(reason, here)
     assert reason is not None
-    if op_column is not None and op_column in df.columns:
+    if op_column is not None and op_column in columns_of(df):
         op = named(op_column).cast("string")
         reason = F.when(~F.coalesce(op.isin(*DELETE_CODES, *TRUNCATE_CODES), F.lit(False)), reason)
     raw = F.to_json(
-        F.struct(*[named(c) for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
+        F.struct(*[named(c) for c in columns_of(df) if c not in (REJECT_COLUMN, route_column)]),
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, REQUIRED_NULL_CLASS, raw)
@@ -122,7 +123,7 @@ def refuse_routed_to(df: DataFrame, route_column: str, dead_letter: str) -> Data
         F.lit(f"rows may not be routed to the dead-letter table {dead_letter}"),
     )
     raw = F.to_json(
-        F.struct(*[named(c) for c in df.columns if c not in (REJECT_COLUMN, route_column)]),
+        F.struct(*[named(c) for c in columns_of(df) if c not in (REJECT_COLUMN, route_column)]),
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, "DeadLetterRouteError", raw, source_table=name)

@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from iceberg_sink import _faults, options
+from iceberg_sink._spark_schema import columns_of, schema_of
 from iceberg_sink._sql import named
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
@@ -103,7 +104,7 @@ def route_column(df: DataFrame, route: RouteConfig, known: Iterable[str] = ()) -
     ``known``: names already accepted for this route (:meth:`RoutedJob.known_tables`), checked by a
     set lookup instead of the rule. ``df`` is returned as is when it already has the column
     (job/reading.read_batch added it)."""
-    columns = df.columns  # asked once: each df.columns is a round trip to the JVM and a schema parse
+    columns = columns_of(df)  # asked once
     if ROUTE_COLUMN in columns:
         return df
     if route.table_column is not None:
@@ -218,7 +219,7 @@ def carried_columns(
     if key_expr is not None:
         counts.append(F.collect_set(key_expr).alias("keys"))
     counts.append(F.sum((~truncate if truncate is not None else F.lit(True)).cast("long")).alias("changes"))
-    by_source = SOURCE_COLUMN in routed.columns
+    by_source = SOURCE_COLUMN in columns_of(routed)
     grouping = [ROUTE_COLUMN, *([SOURCE_COLUMN] if by_source else [])]
     rows = routed.groupBy(*grouping).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
     return Groups(
@@ -395,7 +396,7 @@ class RoutedJob:
     def process(self, df: DataFrame, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
         """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""
         _faults.hit(_faults.BATCH_START, checkpoint_id)
-        struct = self.input_struct(df.schema)
+        struct = self.input_struct(schema_of(df))
         routed = route_column(df, self._route, self.known_tables())
         if self.dead_letter is not None:
             routed = refuse_routed_to(routed, ROUTE_COLUMN, self.dead_letter.name)
@@ -425,9 +426,9 @@ class RoutedJob:
         columns they get) and the dead-letter table: each table's plan, and the rows to write."""
         # Per-table keys (table/keys.py): the keys each table's rows name in the key column.
         key_column = self._config.changes.key_column if self._config.changes is not None else None
-        names_of_key = key_names(routed.schema, key_column) if key_column is not None else None
+        names_of_key = key_names(schema_of(routed), key_column) if key_column is not None else None
         # Refused rows (sources/rejects.py) plan no table: they fail the batch or go to the dead-letter table.
-        good = routed.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in routed.columns else routed
+        good = routed.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in columns_of(routed) else routed
         changes = self._config.changes
         truncate = is_truncate(changes) if changes is not None and carries_truncates(routed, changes) else None
         try:
@@ -515,7 +516,7 @@ class RoutedJob:
         for (table, source), why in refused.items():
             hit = (F.col(ROUTE_COLUMN) == F.lit(table)) & (F.col(SOURCE_COLUMN) == F.lit(source))
             reason = F.when(hit, F.lit(why)).otherwise(reason)
-        raw = F.to_json(F.struct(*[named(c) for c in routed.columns if c not in (REJECT_COLUMN, ROUTE_COLUMN)]))
+        raw = F.to_json(F.struct(*[named(c) for c in columns_of(routed) if c not in (REJECT_COLUMN, ROUTE_COLUMN)]))
         return reject_where(routed, reason, InvalidInputError.__name__, raw, source_table=F.col(ROUTE_COLUMN))
 
     def _committed(self, done: list[Committed]) -> dict[str, CommitOutcome | None]:

@@ -53,6 +53,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink._session import classic_frame
+from iceberg_sink._spark_schema import columns_of
 from iceberg_sink._sql import column, named, string
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
@@ -321,10 +322,10 @@ def read_envelope(
             f'["db", "schema", "table"], received {table_fields!r}'
         )
     paths, types = order_paths(order_by, order_type)
-    missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in df.columns]
+    missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in columns_of(df)]
     if missing:
-        raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {df.columns}")
-    kafka = [c for c in ("topic", "partition", "offset") if c in df.columns and c not in keep]
+        raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {columns_of(df)}")
+    kafka = [c for c in ("topic", "partition", "offset") if c in columns_of(df) and c not in keep]
     carried = [*keep, *kafka]
     # Placeholders are looked for (one more aggregate of the same job) only where the sink marks them.
     marks = unavailable_value if rejects == "mark" and row_column is None else None
@@ -413,17 +414,12 @@ def read_envelope(
         if unavailable_value is not None:
             # Marked only in a batch that may hold one: a batch without any costs the sink nothing more.
             staged = _unavailable(staged, schema, unavailable_value, mark=marks is not None and counts.placeholders > 0)
-    fields = built(
-        events.sparkSession,
-        ("fields", schema.json()),
-        lambda: [SF.col(_ROW).getField(f.name).alias(f.name).column() for f in schema.fields],
-    )
     rows = staged.select(
         *c.carried,
         c.value,
-        *fields,
+        F.col(f"`{_ROW}`.*"),  # the image's fields in one Column (a Column each: two Py4J calls each)
         *[named(a) for a in added],
-        *([UNAVAILABLE_COLUMN] if UNAVAILABLE_COLUMN in staged.columns else []),
+        *([UNAVAILABLE_COLUMN] if UNAVAILABLE_COLUMN in columns_of(staged) else []),
         *([SOURCE_COLUMN] if c.helpers else []),
         F.coalesce(F.col(_REASON), F.col(_ROW_REASON)).alias(_REASON),
     )
@@ -518,7 +514,7 @@ def _unavailable(staged: DataFrame, schema: T.StructType, placeholder: str, mark
     old, row, marker, reason = built(staged.sparkSession, ("toast", schema.json(), placeholder, mark), build)
     staged = staged.withColumn(_OLD, old)
     return staged.select(
-        *[named(c) for c in staged.columns if c not in (_ROW, _ROW_REASON, _OLD)],
+        *[named(c) for c in columns_of(staged) if c not in (_ROW, _ROW_REASON, _OLD)],
         row.alias(_ROW),
         F.coalesce(F.col(_ROW_REASON), *([reason] if reason is not None else [])).alias(_ROW_REASON),
         *([marker.alias(UNAVAILABLE_COLUMN)] if marker is not None else []),
@@ -545,5 +541,5 @@ def _finish(
     # A routed sink (rejects="mark") keeps each event's source: it holds every table to one source.
     helpers = [_REASON, *([SOURCE_COLUMN] if rejects != "mark" else [])]
     helpers += [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
-    out = marked.drop(*[c for c in helpers if c in marked.columns and c not in keep])
+    out = marked.drop(*[c for c in helpers if c in columns_of(marked) and c not in keep])
     return out if rejects == "mark" else fail_on_reject(out)

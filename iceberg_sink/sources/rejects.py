@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._spark_schema import columns_of
 from iceberg_sink._sql import column, parse, string, struct_type, where
 from iceberg_sink.vocab.columns import ERROR_MARKER, REJECT_COLUMN
 
@@ -55,7 +56,7 @@ def event_label(df: DataFrame, raw: Column, columns: Sequence[str] | None = None
     """How a message names an event: ``topic T partition P offset O`` when ``df`` has Kafka's
     columns, else the raw value's first 200 characters (quoted). ``columns``: ``df.columns`` when
     the caller knows them."""
-    names = df.columns if columns is None else columns
+    names = columns_of(df) if columns is None else columns
     if all(c in names for c in KAFKA_COLUMNS):
         return F.concat(
             F.lit("topic "),
@@ -85,7 +86,7 @@ def reject_where(
     then one expression the JVM parses in one call (:func:`refusal_sql`), the cheap form for a
     batch's hot path; ``columns``: ``df.columns`` when the caller knows them (saves asking Spark).
     """
-    names = df.columns if columns is None else columns
+    names = columns_of(df) if columns is None else columns
     if isinstance(reason, str) and isinstance(raw, str) and (source_table is None or isinstance(source_table, str)):
         return df.withColumn(REJECT_COLUMN, parse(refusal_sql(names, [(reason, error_class)], raw, source_table)))
     assert not isinstance(reason, str) and not isinstance(raw, str) and not isinstance(source_table, str)
@@ -111,7 +112,7 @@ def reject_as(df: DataFrame, reason: Column, refusal: Column) -> DataFrame:
     refusal ``refusal`` (a :data:`REJECT_TYPE` value recorded earlier: the event a row was read
     from, with its raw text and Kafka coordinates) under that reason."""
     mark = F.when(reason.isNotNull(), refusal.withField("reason", reason.cast("string")))
-    if REJECT_COLUMN in df.columns:
+    if REJECT_COLUMN in columns_of(df):
         mark = F.coalesce(F.col(REJECT_COLUMN), mark)
     return df.withColumn(REJECT_COLUMN, F.when(parse(_OPTIMIZER_BARRIER), mark.cast(REJECT_TYPE)))
 
@@ -152,14 +153,14 @@ def refusal_sql(
 
 
 def has_rejects_column(df: DataFrame) -> bool:
-    return REJECT_COLUMN in df.columns
+    return REJECT_COLUMN in columns_of(df)
 
 
 def fail_on_reject(df: DataFrame) -> DataFrame:
     """The fail-fast rule: a refused row fails the batch's Spark job with an ERROR_MARKER message
     (the driver reports it as InvalidInputError, before anything is committed); the column is dropped.
     Costs no extra Spark job: the check runs as the rows are written."""
-    if REJECT_COLUMN not in df.columns:
+    if REJECT_COLUMN not in columns_of(df):
         return df
     r = column(REJECT_COLUMN)
     message = (

@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from iceberg_sink._spark_schema import columns_of
 from iceberg_sink._sql import parse
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
@@ -105,9 +106,9 @@ def with_event(df: DataFrame, error_class: str, raw: str, source_table: str | No
     :data:`MARKER_TYPE`: the names beside the event the row was read from, recorded as a refusal of
     ``error_class`` would record it (``raw``, ``source_table``: SQL text, as for
     :func:`iceberg_sink.sources.rejects.refusal_sql`; Kafka's coordinates when ``df`` has them)."""
-    if UNAVAILABLE_COLUMN not in df.columns:
+    if UNAVAILABLE_COLUMN not in columns_of(df):
         return df
-    columns = [c for c in df.columns if c != REJECT_COLUMN]
+    columns = [c for c in columns_of(df) if c != REJECT_COLUMN]
     event = refusal_sql(columns, [("''", error_class)], raw, source_table)
     names = F.col(UNAVAILABLE_COLUMN)
     marker = F.when(names.isNotNull(), F.struct(names.alias("columns"), parse(event).alias("event")))
@@ -143,7 +144,7 @@ def refuse_marked(df: DataFrame, reason: Column) -> DataFrame:
 def refuse_unavailable(df: DataFrame, why: str) -> DataFrame:
     """Refuse the rows that still hold a placeholder (``why`` the value is not known), naming the
     first such column, with the event they were read from, and drop :data:`UNAVAILABLE_COLUMN`."""
-    if UNAVAILABLE_COLUMN not in df.columns:
+    if UNAVAILABLE_COLUMN not in columns_of(df):
         return df
     reason = placeholder_reason(
         F.get(unknown_columns(F.col(UNAVAILABLE_COLUMN)), 0),

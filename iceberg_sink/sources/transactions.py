@@ -53,6 +53,7 @@ from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from iceberg_sink import _faults
+from iceberg_sink._spark_schema import columns_of, schema_of
 from iceberg_sink.committer.store import CARRY_DIR, checkpoint_filesystem, read_if_present, write_atomically
 from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError
 
@@ -343,13 +344,13 @@ def _summary(annotated: DataFrame, checkpoint_id: int) -> tuple[list[Txn], list[
 
 
 def _needs(df: DataFrame, value_column: str) -> None:
-    missing = [c for c in (value_column, "topic", "partition", "offset") if c not in df.columns]
+    missing = [c for c in (value_column, "topic", "partition", "offset") if c not in columns_of(df)]
     if missing:
         raise InvalidInputError(
             f'debezium(transactions="consistent"): expected the Kafka source\'s columns {value_column!r}, '
             f"'topic', 'partition' and 'offset' (a transaction's place in commit order is its boundary "
             f"events' offset in the connector's transaction topic); the micro-batch lacks {missing}, "
-            f"received columns {df.columns}"
+            f"received columns {columns_of(df)}"
         )
 
 
@@ -377,7 +378,7 @@ def consistent_cut(batch: DataFrame, value_column: str) -> DataFrame:
     data = batch.withColumn(SINCE, F.lit(None).cast("long"))
     if previous is not None and previous.held:
         # With its schema (the batch's and SINCE): no job to infer it from the files.
-        carried = batch.sparkSession.read.schema(data.schema).parquet(store.rows_path(previous.checkpoint_id))
+        carried = batch.sparkSession.read.schema(schema_of(data)).parquet(store.rows_path(previous.checkpoint_id))
         data = data.unionByName(carried, allowMissingColumns=True)
     annotated = _annotated(data, value_column)
     done = store.read(n)
@@ -416,7 +417,7 @@ def consistent_cut(batch: DataFrame, value_column: str) -> DataFrame:
         low: dict[str, dict[int, int]] = {}
         if held:
             rows_of_held = annotated.where(F.col(TXN).isin(list(held)))
-            rows_of_held.select(*data.columns).withColumn(SINCE, F.coalesce(F.col(SINCE), F.lit(n))).write.mode(
+            rows_of_held.select(*columns_of(data)).withColumn(SINCE, F.coalesce(F.col(SINCE), F.lit(n))).write.mode(
                 "overwrite"
             ).parquet(store.rows_path(n))
             holding = set(held)
@@ -432,4 +433,4 @@ def consistent_cut(batch: DataFrame, value_column: str) -> DataFrame:
         store.remove_before(previous.checkpoint_id, records, row_folders)
     logger.debug("checkpoint %d: %d transaction(s) held (%d events)", n, len(carry.held), carry.held_rows)
     kept = annotated.where(F.col(TXN).isNull() | ~F.col(TXN).isin(list(held))) if held else annotated
-    return kept.select(*batch.columns)
+    return kept.select(*columns_of(batch))

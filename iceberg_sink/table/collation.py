@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from iceberg_sink._spark_schema import schema_of
 from iceberg_sink._sql import named
 
 BINARY = "UTF8_BINARY"
@@ -60,7 +61,7 @@ def binary_strings(df: DataFrame) -> DataFrame:
     ``df`` itself when it has none (no new projection to analyse)."""
     if not COLLATIONS:
         return df
-    fields = [(f, collated(f.dataType)) for f in df.schema.fields]
+    fields = [(f, collated(f.dataType)) for f in schema_of(df).fields]
     if not any(c for _, c in fields):
         return df
     return df.select(

@@ -38,6 +38,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
+from iceberg_sink._spark_schema import columns_of, schema_of
 from iceberg_sink._sql import column, parse, path, path_column, string, strings, where
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
@@ -67,7 +68,7 @@ _LAST_ARRIVED = "__iceberg_sink_last_unordered_truncate"
 
 def carries_truncates(df: DataFrame, changes: ChangeConfig) -> bool:
     """Whether ``df``'s op column is marked as holding truncates (:data:`TRUNCATES_METADATA`)."""
-    return changes.op_column is not None and _truncates_marked(df.schema, changes)  # no schema call without one
+    return changes.op_column is not None and _truncates_marked(schema_of(df), changes)  # no schema call without one
 
 
 def _truncates_marked(schema: StructType, changes: ChangeConfig) -> bool:
@@ -134,7 +135,7 @@ def no_rows(df: DataFrame, changes: ChangeConfig) -> Callable[[], bool]:
     columns: a Debezium batch of events that are not JSON has no row image to read them from)."""
 
     def asked() -> bool:
-        rows = df.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in df.columns else df
+        rows = df.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in columns_of(df) else df
         if carries_truncates(df, changes):
             rows = rows.where(~is_truncate(changes))
         return rows.limit(1).count() == 0
@@ -256,7 +257,7 @@ def reduce_changes(
 
     # The plan is built from SQL text (iceberg_sink/_sql.py): one Py4J call per expression instead of
     # one per Column operation, and the input's schema is asked for once.
-    schema = df.schema
+    schema = schema_of(df)
     check_order_by(schema, changes)
     columns = schema.fieldNames()
     # A batch of truncates only has no row columns (table/schema.py lets a CDC key be missing): its

@@ -42,6 +42,7 @@ from pyiceberg.types import (
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from iceberg_sink._spark_schema import columns_of
 from iceberg_sink._sql import path_column
 from iceberg_sink.vocab.distribution import DistributionMode
 from iceberg_sink.writer.task_start import task_start
@@ -132,7 +133,7 @@ def distribute(
         sort_columns: the table's sort order columns (used by ``range``).
         extra_keys: columns every change of one key must share a writer by (CDC keys).
     """
-    present = set(df.columns)
+    present = set(columns_of(df))
     keys = partition_expressions(spec, schema, present) + [path_column(k) for k in extra_keys]
     sort_columns = [c for c in sort_columns if c.split(".")[0] in present]
     if mode is DistributionMode.NONE:
@@ -156,7 +157,7 @@ def distribute_routed(
     # Tables of one partition layout share one expression; layouts differ only by source
     # columns and transforms, so a stream of many similar tables has one or a few.
     layouts: dict[tuple[tuple[str, str], ...], tuple[list[str], list[Column]]] = {}
-    present = set(df.columns)
+    present = set(columns_of(df))
     for table, (spec, schema) in sorted(tables.items()):
         shape = tuple((schema.find_column_name(f.source_id) or "", str(f.transform)) for f in spec.fields)
         if shape not in layouts:

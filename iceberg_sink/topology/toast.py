@@ -28,6 +28,7 @@ from pyspark.sql.window import Window
 
 from iceberg_sink import _faults
 from iceberg_sink._iceberg.retry import moved_on
+from iceberg_sink._spark_schema import columns_of, schema_of
 from iceberg_sink._sql import named
 from iceberg_sink.errors import CatalogUnavailableError, CommitRetriesExhaustedError, pending_because
 from iceberg_sink.sources.toast import (
@@ -64,7 +65,7 @@ def carry_forward(df: DataFrame, window: WindowSpec, op_column: str, skip: Seque
     earlier = window.rowsBetween(Window.currentRow, Window.unboundedFollowing)
     names = [
         f.name
-        for f in df.schema.fields
+        for f in schema_of(df).fields
         if can_hold(f.dataType) and f.name not in (*skip, op_column, UNAVAILABLE_COLUMN)
     ]
     columns: list[Column] = []
@@ -83,7 +84,7 @@ def carry_forward(df: DataFrame, window: WindowSpec, op_column: str, skip: Seque
     by_name = dict(zip(names, columns, strict=True))
     left = F.filter(F.array(*still), lambda n: n.isNotNull())
     return df.select(
-        *[by_name.get(c, named(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
+        *[by_name.get(c, named(c)) for c in columns_of(df) if c != UNAVAILABLE_COLUMN],
         remark(F.col(UNAVAILABLE_COLUMN), left).alias(UNAVAILABLE_COLUMN),
         F.coalesce(*deleted).alias(AFTER_DELETE),
     )
@@ -92,7 +93,7 @@ def carry_forward(df: DataFrame, window: WindowSpec, op_column: str, skip: Seque
 def refuse_after_delete(df: DataFrame) -> DataFrame:
     """Refuse the changes :func:`carry_forward` found after a delete of their key (recording the event
     each was read from), and drop its column."""
-    if AFTER_DELETE not in df.columns:
+    if AFTER_DELETE not in columns_of(df):
         return df
     reason = placeholder_reason(
         F.col(AFTER_DELETE), "its key was deleted earlier in this batch, so no stored value is known; see docs/cdc.md"
@@ -150,11 +151,11 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     """Give the marked columns of the reduced batch ``df`` their stored values, refuse what is still
     unknown, and drop :data:`UNAVAILABLE_COLUMN` (see the module docstring). ``tables``: by route
     value (``route_column``), or the one table under None."""
-    if UNAVAILABLE_COLUMN not in df.columns:
+    if UNAVAILABLE_COLUMN not in columns_of(df):
         return df
     marker = F.col(UNAVAILABLE_COLUMN)
     pending = df.where(marker.isNotNull())
-    if REJECT_COLUMN in df.columns:
+    if REJECT_COLUMN in columns_of(df):
         pending = pending.where(F.col(REJECT_COLUMN).isNull())
     route = F.col(route_column) if route_column is not None else F.lit("")
     names: dict[str, StoredTable] = (
@@ -174,8 +175,8 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
         marked.update(row["m"])
     if not wanted:
         return refuse_unavailable(df, "the table holds no row of its key")
-    types = {f.name: f.dataType for f in df.schema.fields}
-    columns = [c for c in df.columns if c in marked]  # in the table's order: a refusal names the first
+    types = {f.name: f.dataType for f in schema_of(df).fields}
+    columns = [c for c in columns_of(df) if c in marked]  # in the table's order: a refusal names the first
     spark = df.sparkSession
     parts: list[DataFrame] = []
     for name, by_key in wanted.items():
@@ -237,7 +238,7 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
         left.append(F.when(_marked(c) & ~usable, F.lit(c)))
     rest = F.filter(F.array(*left), lambda n: n.isNotNull()) if left else F.array().cast("array<string>")
     out = joined.select(
-        *[replaced.get(c, named(c)) for c in df.columns if c != UNAVAILABLE_COLUMN],
+        *[replaced.get(c, named(c)) for c in columns_of(df) if c != UNAVAILABLE_COLUMN],
         remark(marker, rest).alias(UNAVAILABLE_COLUMN),
     )
     return refuse_unavailable(out, "the table holds no row of its key (or only the placeholder)")

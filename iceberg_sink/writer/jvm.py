@@ -67,6 +67,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from iceberg_sink._iceberg.metrics import footer_metrics
+from iceberg_sink._spark_schema import columns_of, schema_of
 from iceberg_sink._sql import named, valid_utf8
 from iceberg_sink.vocab.columns import ERROR_MARKER
 from iceberg_sink.vocab.distribution import DistributionMode
@@ -324,7 +325,7 @@ def _project(df: DataFrame, schema: Schema) -> DataFrame:
     """``df`` as the table's columns, in order, with their field ids; a string that is not valid
     UTF-8 fails the job with an ERROR_MARKER message (reported as InvalidInputError naming the
     column, as the Arrow writers' check does: writer/conform.check_utf8)."""
-    present = set(df.columns)
+    present = set(columns_of(df))
     version = df.sparkSession.version
     columns = []
     for field in schema.fields:
@@ -402,7 +403,7 @@ def _file_meta(
 
 def write_appends(df: DataFrame, spec: WriterSpec, mode: DistributionMode) -> list[WriteResult] | None:
     """Write ``df`` with Spark's Parquet writer; None (nothing written) when :func:`unsupported` says no."""
-    reason = unsupported(spec, df.schema, mode)
+    reason = unsupported(spec, schema_of(df), mode)
     if reason is not None:
         logger.debug("appends of %s use the Arrow writer: %s", spec.table_name, reason)
         return None

@@ -17,6 +17,7 @@ from pyspark import SparkContext
 from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
+from iceberg_sink._spark_schema import schema_of
 from iceberg_sink.errors import IcebergSinkError, InvalidInputError, WriteFailedError
 from iceberg_sink.vocab.columns import ERROR_MARKER
 from iceberg_sink.writer.multi import MultiTableTaskWriter
@@ -69,6 +70,13 @@ def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
     return write
 
 
+def map_in_arrow(df: DataFrame, task: object, schema: str) -> DataFrame:
+    """``df.mapInArrow(task, schema)``. PySpark asks ``df.columns`` for it: given first through
+    :func:`~iceberg_sink._spark_schema.schema_of`, so a wide schema the driver knows is not rendered again."""
+    schema_of(df)
+    return df.mapInArrow(task, schema)  # type: ignore[arg-type]
+
+
 def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
     """Write ``df`` with one stateless writer per Spark partition; return each task's result.
 
@@ -78,7 +86,7 @@ def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
     lost or killed one may leave files no result names, orphans for the remove-orphans maintenance.
     """
     with shipped(df.sparkSession.sparkContext, spec) as load_spec:
-        rows = df.mapInArrow(_write_task(load_spec), "payload binary").collect()  # type: ignore[arg-type]
+        rows = map_in_arrow(df, _write_task(load_spec), "payload binary").collect()
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
     return [r for r in results if not r.is_empty]
 
@@ -166,7 +174,7 @@ def write_routed_dataframe(
     shipped_specs = context.broadcast(dict(specs))
     try:
         task = _write_routed_task(lambda: shipped_specs.value, route_column, max_open_files, buffer_bytes)
-        rows = df.mapInArrow(task, "table string, payload binary, peak_open_files int").collect()  # type: ignore[arg-type]
+        rows = map_in_arrow(df, task, "table string, payload binary, peak_open_files int").collect()
     finally:
         shipped_specs.destroy()
     results: dict[str, list[WriteResult]] = {}

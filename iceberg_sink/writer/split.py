@@ -20,6 +20,7 @@ from iceberg_sink.vocab.columns import REJECT_COLUMN
 from iceberg_sink.writer.conform import repaired_utf8
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.result import WriteResult, Written
+from iceberg_sink.writer.spark import map_in_arrow
 from iceberg_sink.writer.spec import WriterSpec
 from iceberg_sink.writer.task_start import task_start
 from iceberg_sink.writer.task_writer import TaskWriter
@@ -208,7 +209,7 @@ def write_split(
     shipped = context.broadcast((dict(specs), task))
     try:
         fn = _split_task(lambda: shipped.value, max_open_files, buffer_bytes)
-        rows = df.mapInArrow(fn, "table string, payload binary, peak_open_files int, counts string").collect()  # type: ignore[arg-type]
+        rows = map_in_arrow(df, fn, "table string, payload binary, peak_open_files int, counts string").collect()
     finally:
         shipped.destroy()
     out = Written()
