@@ -6,7 +6,8 @@ string, Decimal, Date, MicroTimestamp, boolean and float64), a fresh Python proc
 embedded SQLite catalog, the table created by the first write) and writes ``--batches`` bounded
 micro-batches of ``--events`` Debezium envelopes with the schema part, each a checkpoint.
 
-Per width it reports the SparkSession's start, then per batch: the ``write()`` wall time, the Py4J
+Per width it reports the SparkSession's start, then per batch: the ``write()`` wall time (and the
+sink's own ``phases_ms`` of it, docs/metrics.md), the Py4J
 round trips it made (``GatewayClient.send_command`` counted; a count does not depend on the
 machine's load), the driver's Python CPU seconds and the whole process tree's (driver, JVM, Python
 workers), and the CPU other processes used meanwhile (benchmarks/cpu_monitor.py: the machine was
@@ -135,6 +136,7 @@ def one(columns: int, batches: int, events: int, jfr: str | None = None) -> dict
                 "driver_python_cpu_s": round(time.process_time() - cpu, 3),
                 "process_tree_cpu_s": round(after - tree, 3) if after is not None and tree is not None else None,
                 "foreign_cpu_s": monitor.between(begin, end),
+                "phases_ms": (sink.last_progress() or {}).get("phases_ms"),
             }
         )
     snapshots = len(sink.load_table().snapshots())  # one per checkpoint: each batch was committed
