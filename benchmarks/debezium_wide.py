@@ -16,6 +16,8 @@ first write; ``steady_s`` the median of the batches after the first.
 
     python -m benchmarks.debezium_wide --columns 4 80 160 --out benchmarks/results/debezium-wide.json
 
+``--option KEY=VALUE`` (repeatable) sets a ``write_option`` of the sink in every width's process.
+
 Results: docs/benchmarks-debezium-wide.md (``--table`` prints result files as its table).
 """
 
@@ -78,9 +80,11 @@ def envelopes(columns: int, batch: int, events: int) -> list[str]:
     return out
 
 
-def one(columns: int, batches: int, events: int, jfr: str | None = None) -> dict[str, Any]:
+def one(
+    columns: int, batches: int, events: int, jfr: str | None = None, write_options: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One width in this process (a fresh one: ``--one``); ``jfr``: record the JVM there
-    (benchmarks/jvm_profile.py reads it)."""
+    (benchmarks/jvm_profile.py reads it); ``write_options``: the sink's ``write_option``s."""
     from py4j.java_gateway import GatewayClient
 
     from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
@@ -119,8 +123,10 @@ def one(columns: int, batches: int, events: int, jfr: str | None = None) -> dict
         .create_if_missing(format_version=2)  # as docs/benchmarks-debezium-wide.md measured it (v3: the CDC default)
         .debezium(table_column=None)
         .cdc(op_column="op", key=["id"], order_by="lsn")
-        .build()
     )
+    for key, value in (write_options or {}).items():
+        sink = sink.write_option(key, value)
+    sink = sink.build()
     rows = []
     for b in range(batches):
         df = spark.createDataFrame([(v,) for v in envelopes(columns, b, events)], "value string")
@@ -190,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         help="record each width's JVM with Java Flight Recorder into PREFIX-<columns>.jfr "
         "(python -m benchmarks.jvm_profile reads it)",
     )
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="a write_option of the sink (repeatable)"
+    )
     parser.add_argument("--table", nargs="+", metavar="JSON", help="print result files as a Markdown table")
     args = parser.parse_args(argv)
     if args.table:
@@ -197,13 +206,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.one is not None:
         jfr = f"{args.jfr}-{args.one}.jfr" if args.jfr else None
-        print(json.dumps(one(args.one, args.batches, args.events, jfr)))
+        options = dict(o.split("=", 1) for o in args.option)
+        print(json.dumps(one(args.one, args.batches, args.events, jfr, options)))
         return 0
     results = []
     for columns in args.columns:
         command = [sys.executable, "-m", "benchmarks.debezium_wide", "--one", str(columns)]
         command += ["--batches", str(args.batches), "--events", str(args.events)]
         command += ["--jfr", args.jfr] if args.jfr else []
+        command += [f"--option={o}" for o in args.option]
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
@@ -212,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     report = {
         "benchmark": "debezium_wide",
+        "write_options": dict(o.split("=", 1) for o in args.option),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "widths": results,
     }

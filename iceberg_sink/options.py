@@ -337,17 +337,6 @@ SHUFFLE_PARTITIONS = Option(
     table_property=False,
     minimum=0,
 )
-PACKED_COLUMNS_MIN = Option(
-    "iceberg-sink.write.packed-columns-min",
-    int,
-    32,
-    "CDC and upserts of one table (no dead-letter table, no TOAST marker): a batch with at least this many "
-    "columns the sink does not name (keys, operation, order, partition and sort sources are named) carries them "
-    "to its writers in one struct, unpacked by each writer: Spark then plans, and generates code per task for, "
-    "a narrow plan instead of every column at every step (0: never). See job/packing.py.",
-    table_property=False,
-    minimum=0,
-)
 SCHEMA_EVOLUTION = Option(
     "iceberg-sink.schema-evolution",
     str,
@@ -390,7 +379,6 @@ OPTIONS: tuple[Option, ...] = (
     JVM_PARQUET_WRITER,
     SINGLE_TASK_MAX_BYTES,
     SHUFFLE_PARTITIONS,
-    PACKED_COLUMNS_MIN,
     SCHEMA_EVOLUTION,
 )
 _BY_KEY = {o.key: o for o in OPTIONS}

@@ -5,7 +5,6 @@ table, takes it, stage by stage, each stage one module that takes the batch and 
     2. plan                pipeline.py      each table created or checked, its older checkpoints
                            routing.py       committed, a replayed or stored checkpoint found (BatchPlan)
     3. refuse              refusal.py       rows already stored dropped; required nulls refused
-                           packing.py       a wide change batch's value columns in one struct
     4. reduce changes      reduction.py     one row per changed key, TOASTed values filled in
     5. enforce             refusal.py       refused rows fail the batch, or stay for the dead-letter split
     6. distribute          distributing.py  rows to writer tasks (none / hash / range)
@@ -29,7 +28,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
 
-from iceberg_sink.job import committing, distributing, packing, reduction, refusal, staging, writing
+from iceberg_sink.job import committing, distributing, reduction, refusal, staging, writing
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.job.together import Committed
 
@@ -52,7 +51,6 @@ def run(df: DataFrame, batch: BatchPlan) -> list[Committed]:
 
 def _build(df: DataFrame, batch: BatchPlan) -> DataFrame:
     df = refusal.refuse(df, batch)
-    df = packing.pack(df, batch)
     df = reduction.reduce(df, batch)
     df = refusal.enforce(df, dead_letter=batch.dead is not None)
     return distributing.distribute(df, batch)

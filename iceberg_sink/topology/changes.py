@@ -49,8 +49,6 @@ from iceberg_sink.vocab.columns import (
     DELETE_CODES,
     INSERT_CODES,
     OP_COLUMN,
-    PACKED_COLUMN,
-    PACKED_ORDER,
     REJECT_COLUMN,
     TRUNCATE_CODES,
     TRUNCATE_OP,
@@ -243,20 +241,6 @@ def check_order_by(schema: StructType, changes: ChangeConfig) -> None:
         )
 
 
-def _values(schema: StructType, columns: Sequence[str]) -> list[tuple[str, str]]:
-    """Each column of a row and the SQL text of its value, in the batch's order: the columns packed in
-    :data:`PACKED_COLUMN` (job/packing.py) in the order they had before, read from the struct."""
-    if PACKED_COLUMN not in columns:
-        return [(c, column(c)) for c in columns]
-    packed = schema[PACKED_COLUMN]
-    assert isinstance(packed.dataType, StructType)
-    inner = set(packed.dataType.fieldNames())
-    order = [c for c in packed.metadata.get(PACKED_ORDER, []) if c in inner or c in columns]
-    order += [c for c in columns if c not in order and c != PACKED_COLUMN]
-    order += [c for c in packed.dataType.fieldNames() if c not in order]
-    return [(c, f"{column(PACKED_COLUMN)}.{column(c)}" if c in inner else column(c)) for c in order]
-
-
 def reduce_changes(
     df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = (), single_task_max_bytes: int = 0
 ) -> DataFrame:
@@ -283,9 +267,7 @@ def reduce_changes(
         df = df.select("*", *[F.lit(None).alias(k) for k in absent])
         columns = [*columns, *absent]
     raw = "to_json(named_struct({}), map('ignoreNullFields', 'false'))".format(
-        ", ".join(
-            f"{string(c)}, {e}" for c, e in _values(schema, columns) if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN)
-        )
+        ", ".join(f"{string(c)}, {column(c)}" for c in columns if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN))
     )
     truncates = _truncates_marked(schema, changes)
     checks = _refusals(changes, truncates)

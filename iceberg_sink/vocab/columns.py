@@ -26,12 +26,6 @@ TRUNCATES_METADATA = "iceberg_sink.truncates"
 #: Marks errors raised inside Spark so the driver can report them as InvalidInputError.
 ERROR_MARKER = "iceberg_sink invalid input:"
 
-#: The value columns of a wide change batch, carried in one struct from the road's refusal to the writers,
-#: which unpack it (job/packing.py); its field metadata's :data:`PACKED_ORDER` lists the batch's columns
-#: in their order before packing.
-PACKED_COLUMN = "__iceberg_sink_packed"
-PACKED_ORDER = "iceberg_sink.columns"
-
 #: The column that carries a row's refusal (null for a good row; sources/rejects.py).
 REJECT_COLUMN = "__iceberg_sink_reject"
 #: Columns of a row still holding a TOAST placeholder and the event it was read from (null when none;

@@ -40,7 +40,7 @@ from iceberg_sink import options
 from iceberg_sink._iceberg import files
 from iceberg_sink._iceberg.encoding import dictionary_columns
 from iceberg_sink._iceberg.metrics import ColumnValueStats, parquet_metrics
-from iceberg_sink.vocab.columns import PACKED_COLUMN, TRUNCATE_OP
+from iceberg_sink.vocab.columns import TRUNCATE_OP
 from iceberg_sink.vocab.files import DataFileMeta, FileContent
 from iceberg_sink.writer.conform import conform_batch, write_defaults
 from iceberg_sink.writer.result import WriteResult
@@ -207,23 +207,6 @@ class RollingParquetWriter:
             logger.debug("ignoring error while aborting writer", exc_info=True)
 
 
-def unpacked(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table:
-    """``batch`` with the columns the road packed (job/packing.py, :data:`PACKED_COLUMN`) as columns
-    of their own again, after the others; ``batch`` itself when nothing was packed."""
-    names = batch.schema.names
-    if PACKED_COLUMN not in names:
-        return batch
-    at = names.index(PACKED_COLUMN)
-    packed = batch.column(at)
-    if isinstance(packed, pa.ChunkedArray):
-        packed = packed.combine_chunks()
-    fields = [batch.schema.field(i) for i in range(len(names)) if i != at] + list(packed.type)
-    arrays = [batch.column(i) for i in range(len(names)) if i != at] + packed.flatten()
-    if isinstance(batch, pa.Table):
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
-
-
 def _sign_bit(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Whether each float's sign bit is set (true for -0.0, which compares equal to 0.0)."""
     if isinstance(values, pa.ChunkedArray):
@@ -372,7 +355,6 @@ class TaskWriter:
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
-        batch = unpacked(batch)
         op_column = self._spec.op_column
         if op_column is None:
             self._write_rows(_Output.DATA, conform_batch(batch, self._arrow_schema, self._defaults))

@@ -416,9 +416,6 @@ class World:
         # CDC batches reduced in one task without a shuffle (the default for small batches) or
         # always through the shuffle (0): both ways must agree with the model.
         self.single_task_max_bytes = random.Random(f"single-task-{seed}").choice([0, 8 * 1024 * 1024])
-        # Odd seeds (two of the short profile's three): every value column of a change batch reaches the
-        # writers packed in one struct (job/packing.py); even seeds never pack.
-        self.packed_columns_min = seed % 2
         # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
         self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
         # The format of the CDC tables the sinks create (routed tables; db.dbz of debezium_steps.py):
@@ -530,7 +527,6 @@ class World:
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
-            .write_option("iceberg-sink.write.packed-columns-min", self.packed_columns_min)
         )
 
     def key_index(self, builder: Any) -> Any:
@@ -1759,8 +1755,7 @@ class World:
             f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, "
             f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, "
             f"key index {self.key_index_options or 'in the driver'}, "
-            f"single-task-max-bytes {self.single_task_max_bytes}, packed-columns-min {self.packed_columns_min}, "
-            f"created format v{self.created_format}, "
+            f"single-task-max-bytes {self.single_task_max_bytes}, created format v{self.created_format}, "
             f"routed commits {'atomic' if self.routed_atomic else 'one table at a time'}, operations {kinds}"
         )
         for _ in range(steps):
