@@ -85,6 +85,7 @@ def test_every_answer_is_the_schema_pyspark_renders(spark: SparkSession, seed: i
 
 
 def test_a_schema_asked_again_is_not_rendered_again_and_the_answer_is_a_copy(spark: SparkSession) -> None:
+    _spark_schema._RENDERED.pop(spark.sparkContext, None)  # other tests of the session may have filled it
     select = "CAST(1 AS BIGINT) AS id, " + ", ".join(f"CAST({i} AS STRING) AS c{i}" for i in range(160))
     first = spark.sql(f"SELECT {select}")
     schema_of(first)
