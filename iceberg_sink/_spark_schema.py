@@ -84,7 +84,7 @@ def schema_of(df: DataFrame) -> StructType:
     rendered = _rendered(df.sparkSession.sparkContext)
     kept = rendered.find(jschema, code)
     if kept is None:
-        kept = _parsed(df)
+        kept = df.schema  # rendered as PySpark renders it; df's own cache is given a copy below
         rendered.keep(jschema, code, kept)
     schema = StructType(list(kept.fields))
     _give(df, schema)
@@ -96,23 +96,20 @@ def columns_of(df: DataFrame) -> list[str]:
     return schema_of(df).fieldNames()
 
 
+def _cached_property(df: DataFrame) -> bool:
+    """Whether ``df``'s class caches its schema as a cached property (PySpark 4), not in ``_schema`` (3.5)."""
+    return isinstance(type(df).__dict__.get("schema"), cached_property)
+
+
 def _own(df: DataFrame) -> StructType | None:
     """The schema PySpark already holds for ``df``, if it rendered one."""
-    if isinstance(type(df).__dict__.get("schema"), cached_property):
-        found = df.__dict__.get("schema")
-    else:
-        found = getattr(df, "_schema", None)
+    found = df.__dict__.get("schema") if _cached_property(df) else getattr(df, "_schema", None)
     return found if isinstance(found, StructType) else None
 
 
-def _parsed(df: DataFrame) -> StructType:
-    """The schema rendered as PySpark renders it (``df``'s own cache is given a copy after)."""
-    return df.schema
-
-
 def _give(df: DataFrame, schema: StructType) -> None:
-    """Put ``schema`` in ``df``'s own cache (PySpark 4's cached property, or 3.5's ``_schema``)."""
-    if isinstance(type(df).__dict__.get("schema"), cached_property):
+    """Put ``schema`` in ``df``'s own cache."""
+    if _cached_property(df):
         df.__dict__["schema"] = schema
     elif hasattr(df, "_schema"):
         df._schema = schema

@@ -80,6 +80,7 @@ def refuse_required_nulls(
     ``tables``: each table's schema by name; ``route_column``: a routed sink's table column;
     ``keys``: each table's upsert/CDC key columns, refused for a null by the change rules like its
     identifier fields (a table created without identifier fields still requires its key)."""
+    present = columns_of(df)
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, schema in sorted(tables.items()):
         key = set(schema.identifier_field_ids)
@@ -87,7 +88,7 @@ def refuse_required_nulls(
         required = tuple(
             f.name
             for f in schema.fields
-            if f.required and f.field_id not in key and f.name not in key_names and f.name in columns_of(df)
+            if f.required and f.field_id not in key and f.name not in key_names and f.name in present
         )
         if required:
             groups.setdefault(required, []).append(name)
@@ -104,11 +105,11 @@ def refuse_required_nulls(
             here = F.when(found, text)
             reason = here if reason is None else F.coalesce(reason, here)
     assert reason is not None
-    if op_column is not None and op_column in columns_of(df):
+    if op_column is not None and op_column in present:
         op = named(op_column).cast("string")
         reason = F.when(~F.coalesce(op.isin(*DELETE_CODES, *TRUNCATE_CODES), F.lit(False)), reason)
     raw = F.to_json(
-        F.struct(*[named(c) for c in columns_of(df) if c not in (REJECT_COLUMN, route_column)]),
+        F.struct(*[named(c) for c in present if c not in (REJECT_COLUMN, route_column)]),
         {"ignoreNullFields": "false"},
     )
     return reject_where(df, reason, REQUIRED_NULL_CLASS, raw)

@@ -322,10 +322,11 @@ def read_envelope(
             f'["db", "schema", "table"], received {table_fields!r}'
         )
     paths, types = order_paths(order_by, order_type)
-    missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in columns_of(df)]
+    present = columns_of(df)
+    missing = [c for c in (value_column, *keep, *([key_from] if key_from else [])) if c not in present]
     if missing:
-        raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {columns_of(df)}")
-    kafka = [c for c in ("topic", "partition", "offset") if c in columns_of(df) and c not in keep]
+        raise InvalidInputError(f"read_envelope: expected columns {missing} in the DataFrame; it has {present}")
+    kafka = [c for c in ("topic", "partition", "offset") if c in present and c not in keep]
     carried = [*keep, *kafka]
     # Placeholders are looked for (one more aggregate of the same job) only where the sink marks them.
     marks = unavailable_value if rejects == "mark" and row_column is None else None
@@ -541,5 +542,6 @@ def _finish(
     # A routed sink (rejects="mark") keeps each event's source: it holds every table to one source.
     helpers = [_REASON, *([SOURCE_COLUMN] if rejects != "mark" else [])]
     helpers += [c for c in (value_column, "topic", "partition", "offset") if c not in keep]
-    out = marked.drop(*[c for c in helpers if c in columns_of(marked) and c not in keep])
+    present = columns_of(marked)
+    out = marked.drop(*[c for c in helpers if c in present and c not in keep])
     return out if rejects == "mark" else fail_on_reject(out)
