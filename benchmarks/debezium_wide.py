@@ -17,6 +17,9 @@ first write; ``steady_s`` the median of the batches after the first.
     python -m benchmarks.debezium_wide --columns 4 80 160 --out benchmarks/results/debezium-wide.json
 
 ``--option KEY=VALUE`` (repeatable) sets a ``write_option`` of the sink in every width's process.
+``--source`` says where the batches come from: bounded writes of Python rows (``rows``, the default,
+which Spark cannot size) or of a text file per batch (``file``), or the micro-batches of one
+streaming query over a Kafka topic (``kafka``, :func:`one_kafka`: the sink as deployed on Debezium).
 
 Results: docs/benchmarks-debezium-wide.md (``--table`` prints result files as its table).
 """
@@ -81,10 +84,18 @@ def envelopes(columns: int, batch: int, events: int) -> list[str]:
 
 
 def one(
-    columns: int, batches: int, events: int, jfr: str | None = None, write_options: dict[str, str] | None = None
+    columns: int,
+    batches: int,
+    events: int,
+    jfr: str | None = None,
+    write_options: dict[str, str] | None = None,
+    source: str = "rows",
 ) -> dict[str, Any]:
     """One width in this process (a fresh one: ``--one``); ``jfr``: record the JVM there
-    (benchmarks/jvm_profile.py reads it); ``write_options``: the sink's ``write_option``s."""
+    (benchmarks/jvm_profile.py reads it); ``write_options``: the sink's ``write_option``s;
+    ``source``: each batch a DataFrame of Python rows (``rows``: Spark has no size estimate of it)
+    or read from a text file of its events (``file``: sized, as Spark's file sources and the sink's
+    Kafka micro-batches are)."""
     from py4j.java_gateway import GatewayClient
 
     from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
@@ -129,7 +140,13 @@ def one(
     sink = sink.build()
     rows = []
     for b in range(batches):
-        df = spark.createDataFrame([(v,) for v in envelopes(columns, b, events)], "value string")
+        if source == "file":  # written before the timed window, as a Kafka topic holds its events
+            path = lake / "input" / f"batch-{b}.json"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text("".join(v + "\n" for v in envelopes(columns, b, events)))
+            df = spark.read.text(str(path))
+        else:
+            df = spark.createDataFrame([(v,) for v in envelopes(columns, b, events)], "value string")
         calls, cpu, tree, begin = 0, time.process_time(), tree_cpu_seconds(), time.time()
         sink.write(df, checkpoint_location=str(lake / "checkpoint"))
         end = time.time()
@@ -151,11 +168,130 @@ def one(
     later = [r["write_s"] for r in rows[1:]]
     return {
         "columns": columns,
+        "source": source,
         "events_per_batch": events,
         "spark_start_s": round(spark_start, 3),
         "end_to_end_s": round(spark_start + rows[0]["write_s"], 3),
         "first_write_s": rows[0]["write_s"],
         "steady_s": round(statistics.median(later), 3) if later else None,
+        "batches": rows,
+        "snapshots": snapshots,
+    }
+
+
+def one_kafka(
+    columns: int, batches: int, events: int, jfr: str | None = None, write_options: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """One width as a stream: the sink deployed on Kafka (``--source kafka``).
+
+    A Kafka broker (``scripts/pipeline_components.py``, its jars from Maven Central) holds the
+    ``batches`` x ``events`` envelopes on one partition, produced before anything is timed; one
+    ``sink.start`` query reads them with Spark's Kafka source, ``maxOffsetsPerTrigger`` = ``events``,
+    so each micro-batch is one batch of :func:`envelopes`. Per micro-batch: Spark's
+    ``triggerExecution`` (the whole micro-batch: offset and commit logs, planning, the sink) and
+    ``addBatch`` (the sink's ``foreachBatch``), the sink's ``phases_ms`` and whether its write job ran
+    without generated code. CPU: the process tree's (driver, JVM, Python workers) over the stream,
+    the broker's left out."""
+    from benchmarks import cdc_kafka
+    from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
+    from benchmarks.jvm_profile import JFR_OPTIONS
+
+    lake = Path(tempfile.mkdtemp(prefix="debezium-wide-"))
+    broker = cdc_kafka.components().KafkaBroker(lake / "kafka")
+    broker.start()
+    try:
+        broker_pid = broker.process.pid()
+        broker.create_topic("wide", partitions=1)
+        lines = lake / "messages.txt"
+        with lines.open("w", encoding="utf-8", newline="\n") as out:
+            for b in range(batches):
+                for value in envelopes(columns, b, events):
+                    key = json.dumps({"id": json.loads(value)["payload"]["after"]["id"]})
+                    out.write(f"{key}\t{value}\n")
+        cdc_kafka.produce(broker, "wide", lines)
+        monitor = ForeignCpuMonitor(interval=0.5).start()
+        monitor.adopt(int(broker_pid))
+        started = time.time()
+        from pyspark.sql import SparkSession
+
+        builder = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.jars", ",".join(cdc_kafka.spark_kafka_jars()))
+        )
+        if jfr is not None:
+            builder = builder.config("spark.driver.extraJavaOptions", JFR_OPTIONS.format(path=jfr))
+        spark = builder.getOrCreate()
+        spark_start = time.time() - started
+        from iceberg_sink import IcebergSink
+
+        sink_builder = (
+            IcebergSink.builder()
+            .embedded(lake)
+            .table("db.wide")
+            .create_if_missing(format_version=2)
+            .debezium(table_column=None)
+            .cdc(op_column="op", key=["id"], order_by="lsn")
+        )
+        for key, value in (write_options or {}).items():
+            sink_builder = sink_builder.write_option(key, value)
+        sink = sink_builder.build()
+        stream = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", "wide")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(events))
+            .load()
+        )
+        broker_cpu, tree = tree_cpu_seconds(int(broker_pid)), tree_cpu_seconds()
+        begin = time.time()
+        query = sink.start(stream, checkpoint_location=str(lake / "checkpoint"), trigger={"availableNow": True})
+        query.awaitTermination()
+        end = time.time()
+        after, broker_after = tree_cpu_seconds(), tree_cpu_seconds(int(broker_pid))
+        if query.exception() is not None:
+            raise RuntimeError(f"the stream failed: {query.exception()}")
+        records = {int(r["checkpoint_id"]): r for r in sink.progress()}
+        rows = []
+        for progress in query.recentProgress:
+            batch_id, durations = int(progress.batchId), dict(progress.durationMs)
+            record = records.get(batch_id, {})
+            rows.append(
+                {
+                    "batch": batch_id,
+                    "input_rows": int(progress.numInputRows),
+                    "write_s": round(durations.get("triggerExecution", 0) / 1000, 3),
+                    "add_batch_s": round(durations.get("addBatch", 0) / 1000, 3),
+                    "phases_ms": record.get("phases_ms"),
+                    "interpreted": record.get("interpreted"),
+                    "status": record.get("status"),
+                }
+            )
+        snapshots = len(sink.load_table().snapshots())
+        monitor.stop()
+        spark.stop()
+    finally:
+        broker.stop()
+    if len(rows) != batches or any(r["status"] != "committed" for r in rows):
+        raise RuntimeError(f"expected {batches} committed micro-batches of {events} events: {rows}")
+    later = rows[1:]
+    cpu = None
+    if None not in (tree, after, broker_cpu, broker_after):
+        cpu = (after - tree) - (broker_after - broker_cpu)  # type: ignore[operator]
+    return {
+        "columns": columns,
+        "source": "kafka",
+        "events_per_batch": events,
+        "spark_start_s": round(spark_start, 3),
+        "end_to_end_s": round(spark_start + rows[0]["write_s"], 3),
+        "first_write_s": rows[0]["write_s"],
+        "steady_s": round(statistics.median(r["write_s"] for r in later), 3) if later else None,
+        "steady_add_batch_s": round(statistics.median(r["add_batch_s"] for r in later), 3) if later else None,
+        "stream_s": round(end - begin, 3),
+        "process_tree_cpu_s_per_batch": round(cpu / batches, 3) if cpu is not None else None,
+        "foreign_cpu_s": monitor.between(begin, end),
         "batches": rows,
         "snapshots": snapshots,
     }
@@ -199,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE", help="a write_option of the sink (repeatable)"
     )
+    parser.add_argument(
+        "--source",
+        choices=["rows", "file", "kafka"],
+        default="rows",
+        help="each batch a bounded write of Python rows (no size estimate) or of a text file of its events "
+        "(sized), or a micro-batch of one streaming query over a Kafka topic (one_kafka)",
+    )
     parser.add_argument("--table", nargs="+", metavar="JSON", help="print result files as a Markdown table")
     args = parser.parse_args(argv)
     if args.table:
@@ -207,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.one is not None:
         jfr = f"{args.jfr}-{args.one}.jfr" if args.jfr else None
         options = dict(o.split("=", 1) for o in args.option)
-        print(json.dumps(one(args.one, args.batches, args.events, jfr, options)))
+        if args.source == "kafka":
+            print(json.dumps(one_kafka(args.one, args.batches, args.events, jfr, options)))
+        else:
+            print(json.dumps(one(args.one, args.batches, args.events, jfr, options, args.source)))
         return 0
     results = []
     for columns in args.columns:
@@ -215,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         command += ["--batches", str(args.batches), "--events", str(args.events)]
         command += ["--jfr", args.jfr] if args.jfr else []
         command += [f"--option={o}" for o in args.option]
+        command += ["--source", args.source]
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:

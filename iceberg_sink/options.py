@@ -325,6 +325,17 @@ SINGLE_TASK_MAX_BYTES = Option(
     table_property=False,
     minimum=0,
 )
+INTERPRETED_MAX_ROWS = Option(
+    "iceberg-sink.write.interpreted-max-rows",
+    int,
+    10_000,
+    "A micro-batch Spark's size estimate puts at most this many rows (its bytes over a row's default size; a "
+    "Kafka micro-batch's records counted from Spark's offset log) is built and written with Spark's code "
+    "generation off (spark.sql.codegen.wholeStage=false, spark.sql.codegen.factoryMode=NO_CODEGEN, set for that "
+    "write only): a small batch's job spends most of its time generating code. 0: never. See job/codegen.py.",
+    table_property=False,
+    minimum=0,
+)
 SHUFFLE_PARTITIONS = Option(
     "iceberg-sink.write.shuffle-partitions",
     int,
@@ -378,6 +389,7 @@ OPTIONS: tuple[Option, ...] = (
     KEY_INDEX_DRIVER_MAX_BYTES,
     JVM_PARQUET_WRITER,
     SINGLE_TASK_MAX_BYTES,
+    INTERPRETED_MAX_ROWS,
     SHUFFLE_PARTITIONS,
     SCHEMA_EVOLUTION,
 )

@@ -52,7 +52,7 @@ from iceberg_sink.job.binding import NoRowsNoTable, TableBinding
 from iceberg_sink.job.dead_letter import DeadLetterTable, dead_letter_config
 from iceberg_sink.job.key_index import key_index_arguments
 from iceberg_sink.job.pending import CommitDeferred, PendingCommits
-from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
+from iceberg_sink.job.plan import BatchPlan, CheckpointPlan, Sizes
 from iceberg_sink.job.refusal import without_reject
 from iceberg_sink.job.together import Together, raise_first
 from iceberg_sink.observe import progress
@@ -242,10 +242,9 @@ class SinkJob:
         except BaseException as e:
             # One rule for every Spark action of the batch (the writers' job, a TOAST lookup's keys, a
             # truncate check): a row refused inside Spark is reported as InvalidInputError.
-            refused = refused_input(e, checkpoint_id, f"table {self._config.table}")
-            error = refused or e
-            if refused is not None:
-                raise refused from e
+            error = refused_input(e, checkpoint_id, f"table {self._config.table}") or e
+            if error is not e:
+                raise error from e
             raise
         finally:
             duration_ms = (time.monotonic() - started) * 1000
@@ -263,6 +262,7 @@ class SinkJob:
                 write_ms=self.batch_record.get("write_ms"),
                 committed=self.commits.committed,
                 phases_ms=self.batch_record.get("phases_ms"),
+                interpreted=self.batch_record.get("interpreted"),
                 dead_letter_records=self.batch_record.get("dead_letter_records", 0),
             )
 
@@ -312,7 +312,7 @@ class SinkJob:
             describe=f"table {table}",
             dead=dead,
             dead_plan=dead_plan,
-            single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES),
+            sizes=Sizes.of(resolved),
             progress=self.batch_record,
             together=self.together,
         )

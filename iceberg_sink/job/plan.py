@@ -32,9 +32,27 @@ if TYPE_CHECKING:  # the jobs run the road; the road only calls them
     from iceberg_sink.job.pipeline import SinkJob
     from iceberg_sink.job.together import Together
 
-__all__ = ["BatchPlan", "CheckpointPlan"]
+__all__ = ["BatchPlan", "CheckpointPlan", "Sizes"]
 
 logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Sizes:
+    """Up to which size a batch is a small one: its change reduction runs in one task
+    (``single_task_max_bytes``, topology/changes.py), its write job without generated code
+    (``interpreted_max_rows``, job/codegen.py); 0: never."""
+
+    single_task_max_bytes: int = 0
+    interpreted_max_rows: int = 0
+
+    @classmethod
+    def of(cls, resolved: options.ResolvedOptions) -> Sizes:
+        """The sizes the sink's write options (``resolved``) set."""
+        return cls(
+            single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES),
+            interpreted_max_rows=resolved.get(options.INTERPRETED_MAX_ROWS),
+        )
 
 
 @attrs.define
@@ -87,7 +105,7 @@ class BatchPlan:
         dead: the dead-letter table, or None (a refused row fails the batch).
         dead_plan: the dead-letter table's plan for this checkpoint.
         distribution_mode: a routed sink's ``.distribution_mode`` (None: hash); a single table's is its plan's.
-        single_task_max_bytes: up to which size a batch's change reduction runs in one task.
+        sizes: up to which size the batch is a small one (:class:`Sizes`).
         commit_threads: how many tables commit at once (a routed sink's ``route.commit-threads``).
         progress: the single-table job's progress record of this batch (dead-letter rows counted in it).
         metrics: where the write's peak of open files is recorded (a routed sink's metrics), or None.
@@ -105,7 +123,7 @@ class BatchPlan:
     dead: DeadLetterTable | None = None
     dead_plan: CheckpointPlan | None = None
     distribution_mode: str | None = None
-    single_task_max_bytes: int = 0
+    sizes: Sizes = attrs.field(factory=Sizes)
     commit_threads: int = 1
     progress: dict[str, Any] = attrs.field(factory=dict)
     metrics: SinkMetrics | None = None

@@ -31,7 +31,7 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
     if changes is None:
         return df
     tables = batch.rows_of()
-    one_task = batch.single_task_max_bytes
+    one_task = batch.sizes.single_task_max_bytes
     route = batch.route_column
     if route is None:  # one table
         if not batch.plans:

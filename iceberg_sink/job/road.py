@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
 
-from iceberg_sink.job import committing, distributing, reduction, refusal, staging, writing
+from iceberg_sink.job import codegen, committing, distributing, reduction, refusal, staging, writing
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.job.together import Committed
 
@@ -40,11 +40,15 @@ def run(df: DataFrame, batch: BatchPlan) -> list[Committed]:
 
     Each stage's wall time goes to ``batch.progress["phases_ms"]`` (the progress record's
     ``phases_ms``, docs/metrics.md): ``build`` (stages 3-6 build the Spark plan; nothing runs),
-    ``write`` (the Spark job), ``stage`` and ``commit`` (post-commit work included)."""
+    ``write`` (the Spark job), ``stage`` and ``commit`` (post-commit work included). A batch small
+    enough is built and written without Spark's code generation (codegen.py)."""
     progress = batch.progress
     if batch.to_write() or batch.dead_to_write:
-        built = timed(progress, "build", lambda: _build(df, batch))
-        written = timed(progress, "write", lambda: writing.write(built, batch))
+        # A small batch's job evaluated without generated code (codegen.py); its commit as configured.
+        with codegen.sized(df, batch.sizes.interpreted_max_rows) as interpreted:
+            progress["interpreted"] = interpreted
+            built = timed(progress, "build", lambda: _build(df, batch))
+            written = timed(progress, "write", lambda: writing.write(built, batch))
         timed(progress, "stage", lambda: staging.stage(batch, written))
     return timed(progress, "commit", lambda: committing.commit(batch))
 

@@ -59,7 +59,7 @@ from iceberg_sink.errors import InvalidInputError, SchemaMismatchError
 from iceberg_sink.job import road
 from iceberg_sink.job.dead_letter import DeadLetterTable
 from iceberg_sink.job.pipeline import CommitDeferred, SinkJob, dead_letter_table
-from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
+from iceberg_sink.job.plan import BatchPlan, CheckpointPlan, Sizes
 from iceberg_sink.job.refusal import enforce, refuse_routed_to
 from iceberg_sink.job.source_ledger import SourceLedger
 from iceberg_sink.job.together import Committed, Together, each_table, raise_first
@@ -472,7 +472,7 @@ class RoutedJob:
             dead=dead,
             dead_plan=dead.begin(checkpoint_id) if dead is not None else None,
             distribution_mode=self._config.distribution_mode,
-            single_task_max_bytes=options.resolve(self._config.options, {}).get(options.SINGLE_TASK_MAX_BYTES),
+            sizes=Sizes.of(options.resolve(self._config.options, {})),
             commit_threads=self._threads,
             metrics=self.metrics,
             together=self.together,
@@ -500,6 +500,7 @@ class RoutedJob:
                 write_ms=job.batch_record.get("write_ms"),
                 committed=job.commits.committed,
                 phases_ms=batch.progress.get("phases_ms"),
+                interpreted=batch.progress.get("interpreted"),
                 dead_letter_records=batch.progress.get("dead_letter_records", 0)
                 if table == self._config.dead_letter
                 else 0,

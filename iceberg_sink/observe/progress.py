@@ -43,10 +43,13 @@ def record(
     committed: list[dict[str, Any]],
     dead_letter_records: int = 0,
     phases_ms: dict[str, float] | None = None,
+    interpreted: bool | None = None,
 ) -> dict[str, Any]:
     """The progress record of micro-batch ``checkpoint_id``; ``committed``: the commits it made
     (its own and pending ones of earlier checkpoints), ``summary``: its CommitSummary or None;
-    ``phases_ms``: the wall milliseconds of each stage the batch went through (job/road.py)."""
+    ``phases_ms``: the wall milliseconds of each stage the batch went through (job/road.py);
+    ``interpreted``: whether its write job ran without Spark's code generation (job/codegen.py;
+    None: nothing was written)."""
     own = next((c for c in committed if c["checkpoint_id"] == checkpoint_id), None)
     return {
         "table": table,
@@ -67,6 +70,7 @@ def record(
         "committed_pending": [c["checkpoint_id"] for c in committed if c["checkpoint_id"] != checkpoint_id],
         "dead_letter_records": dead_letter_records,
         "phases_ms": dict(phases_ms or {}),
+        "interpreted": interpreted,
         "error": one_line(error) if error is not None else None,
     }
 

@@ -416,6 +416,11 @@ class World:
         # CDC batches reduced in one task without a shuffle (the default for small batches) or
         # always through the shuffle (0): both ways must agree with the model.
         self.single_task_max_bytes = random.Random(f"single-task-{seed}").choice([0, 8 * 1024 * 1024])
+        # Batches Spark can size (cached, so their bytes are known) or not (Python rows), written with
+        # Spark's code generation (0) or, when sized small enough, without it (job/codegen.py).
+        sizing_rng = random.Random(f"sized-{seed}")
+        self.sized_batches = sizing_rng.choice([False, True])
+        self.interpreted_max_rows = sizing_rng.choice([0, 10_000])
         # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
         self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
         # The format of the CDC tables the sinks create (routed tables; db.dbz of debezium_steps.py):
@@ -527,6 +532,7 @@ class World:
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
+            .write_option("iceberg-sink.write.interpreted-max-rows", self.interpreted_max_rows)
         )
 
     def key_index(self, builder: Any) -> Any:
@@ -557,6 +563,7 @@ class World:
             .write_option("iceberg-sink.writer.max-open-files", self.max_open_files)
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
+            .write_option("iceberg-sink.write.interpreted-max-rows", self.interpreted_max_rows)
         ).build()
         return sink
 
@@ -635,7 +642,15 @@ class World:
         names = list(cols.names)
         data = [tuple(cols.spark_value(c, r) for c in names) + ((r["op"],) if with_op else ()) for r in rows]
         df = self.spark.createDataFrame(data, cols.ddl("op string" if with_op else ""))
-        return df.repartition(self.rng.choice([1, 2, 3]))
+        return self.sized(df).repartition(self.rng.choice([1, 2, 3]))
+
+    def sized(self, df: DataFrame) -> DataFrame:
+        """``df`` as Spark can size it (cached and counted: its bytes known) for a seed that sizes its batches."""
+        if not self.sized_batches:
+            return df
+        df = df.cache()
+        df.count()
+        return df
 
     # -- batches ----------------------------------------------------------------------------------
 
@@ -1036,9 +1051,11 @@ class World:
             for r in sorted(rows, key=lambda r: r["lsn"])
         )
         self.log(f"routed cdc checkpoint {checkpoint}: {desc}" + (f" [crash at {crash_at}]" if crash_at else ""))
-        df = self.spark.createDataFrame(
-            [(r["tbl"], r["pk"], r["g"], r["id"], r["v"], r["lsn"], r["op"]) for r in rows],
-            "tbl string, pk string, g bigint, id bigint, v string, lsn bigint, op string",
+        df = self.sized(
+            self.spark.createDataFrame(
+                [(r["tbl"], r["pk"], r["g"], r["id"], r["v"], r["lsn"], r["op"]) for r in rows],
+                "tbl string, pk string, g bigint, id bigint, v string, lsn bigint, op string",
+            )
         ).repartition(rng.choice([1, 2, 3]))
 
         def handler(point: str, cp: int) -> None:
@@ -1755,7 +1772,8 @@ class World:
             f"seed {self.seed}, {steps} steps, max-open-files {self.max_open_files}, "
             f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, "
             f"key index {self.key_index_options or 'in the driver'}, "
-            f"single-task-max-bytes {self.single_task_max_bytes}, created format v{self.created_format}, "
+            f"single-task-max-bytes {self.single_task_max_bytes}, sized batches {self.sized_batches}, "
+            f"interpreted-max-rows {self.interpreted_max_rows}, created format v{self.created_format}, "
             f"routed commits {'atomic' if self.routed_atomic else 'one table at a time'}, operations {kinds}"
         )
         for _ in range(steps):
