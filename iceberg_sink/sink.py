@@ -488,8 +488,9 @@ class IcebergSink:
 
 class KafkaBatchRecords:
     """The Kafka records each micro-batch of one query reads at most, from Spark's offset log entries
-    of it and of the micro-batch before (sources/kafka_offsets.py); None when unknown (the first
-    micro-batch, a source that is not Kafka, an entry that cannot be read).
+    of it and of the micro-batch before (the first micro-batch: of where its sources started,
+    ``sources/<i>/0``; sources/kafka_offsets.py); None when unknown (a source that is not Kafka, an
+    entry that cannot be read).
 
     One read per micro-batch: the entry of the micro-batch before is the one read for it. A query
     whose entry names no Kafka source (its sources never change) is not read again.
@@ -507,6 +508,10 @@ class KafkaBatchRecords:
             current = self._logs.spark_offset_log(batch_id)
             if current is not None and self._kafka is None:
                 self._kafka = kafka_offsets.end_offsets(current) is not None
+            if self._kafka and batch_id == 0:
+                # The first micro-batch: from where each source started (Spark keeps it beside its logs).
+                self._last = (batch_id, current)
+                return kafka_offsets.first_records(current, self._logs.spark_initial_offsets)
             if not self._kafka or batch_id < 1:
                 previous = None
             elif self._last is not None and self._last[0] == batch_id - 1:

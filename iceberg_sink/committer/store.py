@@ -150,6 +150,11 @@ class CheckpointStore:
         """Spark's offset log entry of micro-batch ``batch_id`` (``<location>/offsets/<id>``); None if absent."""
         return self._read(f"{self._location}/offsets/{batch_id}")
 
+    def spark_initial_offsets(self, source: int) -> bytes | None:
+        """Spark's entry of where source ``source`` of the query started (``<location>/sources/<i>/0``:
+        a Kafka source's starting offsets, resolved); None if absent."""
+        return self._read(f"{self._location}/sources/{source}/0")
+
     @classmethod
     def for_table(cls, checkpoint_location: str, table: str, create: bool = True) -> CheckpointStore:
         """The state of one table of a routed sink, under ``<location>/iceberg_sink/tables/<table>``."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -115,3 +115,32 @@ def records_between(previous: bytes | None, current: bytes | None) -> int | None
     if now is None or before is None or any(part not in before for part in now):
         return None
     return sum(max(0, end - before[part]) for part, end in now.items())
+
+
+def initial_offsets(entry: bytes | None) -> str | None:
+    """The offsets line of a Kafka source's starting offsets, as Spark keeps them for a query's first
+    micro-batch (``<checkpoint>/sources/<source>/0``: a zero byte, a version line, then
+    ``{topic: {partition: offset}}``); None when absent, not a Kafka source's, or holding a sentinel
+    (a negative offset: earliest or latest, not resolved)."""
+    if entry is None:
+        return None
+    lines = entry.lstrip(b"\0").decode("utf-8", errors="replace").splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        return None
+    parsed = _kafka_offsets(lines[1].strip())
+    if parsed is None or any(offset < 0 for partitions in parsed.values() for offset in partitions.values()):
+        return None
+    return lines[1].strip()
+
+
+def first_records(current: bytes | None, initial: Callable[[int], bytes | None]) -> int | None:
+    """:func:`records_between` for a query's first micro-batch (``current``: its offset log entry),
+    which has no entry before it: each source's starting offsets (``initial(i)``: the
+    ``sources/<i>/0`` entry of source ``i``) stand in for it. None when a source's cannot be read."""
+    sources = _sources(current) if current is not None else None
+    if not sources:
+        return None
+    starts = [initial_offsets(initial(i)) for i in range(len(sources))]
+    if any(start is None for start in starts):
+        return None
+    return records_between("\n".join(["v1", "{}", *(s for s in starts if s is not None)]).encode(), current)

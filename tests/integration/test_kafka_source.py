@@ -19,7 +19,8 @@ import pytest
 import yaml
 from pyiceberg.catalog import load_catalog
 
-from iceberg_sink.sources.kafka_offsets import parse_summary
+from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.sources.kafka_offsets import first_records, parse_summary
 from tests.integration.kafka import kafka_broker, spark_kafka_conf  # noqa: F401
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -76,6 +77,11 @@ def test_run_reads_json_events_from_a_kafka_topic(
     )
     result = run_cli(config, "--available-now")
     assert result["committed_records"] == 20, result
+    # The first micro-batch's records counted as the sink counts them (sink.KafkaBatchRecords), from
+    # the starting offsets Spark's Kafka source kept beside its offset log.
+    (offsets,) = [p.parent for p in tmp_path.rglob("offsets/0")]
+    store = CheckpointStore(str(offsets.parent), create=False)
+    assert first_records(store.spark_offset_log(0), store.spark_initial_offsets) == 20
     second = [(str(i), json.dumps({"id": i, "item": f"item-{i}-v2", "qty": -i})) for i in range(10, 25)]
     kafka_broker.produce("orders", second)
     result = run_cli(config, "--available-now")

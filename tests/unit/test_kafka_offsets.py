@@ -8,7 +8,13 @@ from pathlib import Path
 
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.sink import KafkaBatchRecords
-from iceberg_sink.sources.kafka_offsets import parse_summary, records_between, summary_properties
+from iceberg_sink.sources.kafka_offsets import (
+    first_records,
+    initial_offsets,
+    parse_summary,
+    records_between,
+    summary_properties,
+)
 
 META = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
 
@@ -71,7 +77,7 @@ def test_the_sink_counts_a_micro_batch_from_the_offset_log(tmp_path: Path) -> No
     assert KafkaBatchRecords(store)(7) == 15
     assert KafkaBatchRecords(store)(6) is None  # entry 5 is gone
     assert KafkaBatchRecords(store)(9) is None  # a file source
-    assert KafkaBatchRecords(store)(0) is None
+    assert KafkaBatchRecords(store)(0) is None  # no entry 0
     assert KafkaBatchRecords(CheckpointStore(str(tmp_path / "nowhere"), create=False))(3) is None
     # One query's micro-batches in turn: the entry read for 6 is 7's previous one, and a query whose
     # entry names no Kafka source is not read again (its later entries are not looked at).
@@ -91,3 +97,34 @@ def test_a_micro_batch_that_also_reads_another_source_is_not_counted() -> None:
     before = entry({"t": {"0": 10}}, {"logOffset": 3})
     assert records_between(before, entry({"t": {"0": 25}}, {"logOffset": 4})) is None
     assert records_between(entry({"t": {"0": 10}}), entry({"t": {"0": 25}})) == 15
+
+
+def started(offsets: object) -> bytes:
+    """A source's starting offsets as Spark keeps them (``sources/<i>/0``: a zero byte, ``v1``, the JSON;
+    written so by Spark 4.3's Kafka source, tests/integration/test_kafka_source.py reads a real one)."""
+    return b"\0v1\n" + json.dumps(offsets).encode()
+
+
+def test_a_querys_first_micro_batch_is_counted_from_where_its_sources_started(tmp_path: Path) -> None:
+    now = entry({"orders": {"0": 120, "1": 40}})
+    assert initial_offsets(started({"orders": {"0": 100, "1": 0}})) == '{"orders": {"0": 100, "1": 0}}'
+    assert first_records(now, lambda i: started({"orders": {"0": 100, "1": 0}})) == 60
+    # Unknown: a source's start not kept, not a Kafka source's, unresolved (-2: earliest), unreadable,
+    # a partition it does not name; a union with another source.
+    assert first_records(now, lambda i: None) is None
+    assert first_records(now, lambda i: started({"logOffset": 0})) is None
+    assert first_records(now, lambda i: started({"orders": {"0": -2, "1": 0}})) is None
+    assert first_records(now, lambda i: b"garbage") is None
+    assert first_records(now, lambda i: started({"orders": {"0": 100}})) is None
+    two = entry({"orders": {"0": 120}}, {"a": {"0": 7}})
+    starts = {0: started({"orders": {"0": 100}}), 1: started({"a": {"0": 5}})}
+    assert first_records(two, starts.get) == 22
+    assert first_records(entry({"orders": {"0": 120}}, {"logOffset": 3}), starts.get) is None
+    # The sink's count of micro-batch 0, from the checkpoint location.
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "sources" / "0").mkdir(parents=True)
+    (tmp_path / "offsets" / "0").write_bytes(now)
+    (tmp_path / "offsets" / "1").write_bytes(entry({"orders": {"0": 125, "1": 41}}))
+    (tmp_path / "sources" / "0" / "0").write_bytes(started({"orders": {"0": 100, "1": 0}}))
+    stream = KafkaBatchRecords(CheckpointStore(str(tmp_path), create=False))
+    assert stream(0) == 60 and stream(1) == 6
