@@ -83,6 +83,42 @@ def envelopes(columns: int, batch: int, events: int) -> list[str]:
     return out
 
 
+def session(jfr: str | None, jars: list[str] | None = None) -> Any:
+    """The width's ``local[2]`` SparkSession (``jfr``: recorded there; ``jars``: on ``spark.jars``)."""
+    from pyspark.sql import SparkSession
+
+    from benchmarks.jvm_profile import JFR_OPTIONS
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    if jfr is not None:
+        builder = builder.config("spark.driver.extraJavaOptions", JFR_OPTIONS.format(path=jfr))
+    return builder.getOrCreate()
+
+
+def wide_sink(lake: Path, write_options: dict[str, str] | None) -> Any:
+    """The upsert sink of every width: ``.debezium(table_column=None)`` + ``.cdc(...)`` into ``db.wide``
+    of an embedded catalog in ``lake``, created by the first write."""
+    from iceberg_sink import IcebergSink
+
+    builder = (
+        IcebergSink.builder()
+        .embedded(lake)
+        .table("db.wide")
+        .create_if_missing(format_version=2)  # as docs/benchmarks-debezium-wide.md measured it (v3: the CDC default)
+        .debezium(table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+    )
+    for key, value in (write_options or {}).items():
+        builder = builder.write_option(key, value)
+    return builder.build()
+
+
 def one(
     columns: int,
     batches: int,
@@ -111,33 +147,10 @@ def one(
 
     GatewayClient.send_command = counted  # type: ignore[method-assign]
     started = time.time()
-    from pyspark.sql import SparkSession
-
-    from benchmarks.jvm_profile import JFR_OPTIONS
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-    )
-    if jfr is not None:
-        builder = builder.config("spark.driver.extraJavaOptions", JFR_OPTIONS.format(path=jfr))
-    spark = builder.getOrCreate()
+    spark = session(jfr)
     spark_start = time.time() - started
-    from iceberg_sink import IcebergSink
-
     lake = Path(tempfile.mkdtemp(prefix="debezium-wide-"))
-    sink = (
-        IcebergSink.builder()
-        .embedded(lake)
-        .table("db.wide")
-        .create_if_missing(format_version=2)  # as docs/benchmarks-debezium-wide.md measured it (v3: the CDC default)
-        .debezium(table_column=None)
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-    )
-    for key, value in (write_options or {}).items():
-        sink = sink.write_option(key, value)
-    sink = sink.build()
+    sink = wide_sink(lake, write_options)
     rows = []
     for b in range(batches):
         if source == "file":  # written before the timed window, as a Kafka topic holds its events
@@ -194,7 +207,6 @@ def one_kafka(
     the broker's left out."""
     from benchmarks import cdc_kafka
     from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
-    from benchmarks.jvm_profile import JFR_OPTIONS
 
     lake = Path(tempfile.mkdtemp(prefix="debezium-wide-"))
     broker = cdc_kafka.components().KafkaBroker(lake / "kafka")
@@ -212,31 +224,9 @@ def one_kafka(
         monitor = ForeignCpuMonitor(interval=0.5).start()
         monitor.adopt(int(broker_pid))
         started = time.time()
-        from pyspark.sql import SparkSession
-
-        builder = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.jars", ",".join(cdc_kafka.spark_kafka_jars()))
-        )
-        if jfr is not None:
-            builder = builder.config("spark.driver.extraJavaOptions", JFR_OPTIONS.format(path=jfr))
-        spark = builder.getOrCreate()
+        spark = session(jfr, cdc_kafka.spark_kafka_jars())
         spark_start = time.time() - started
-        from iceberg_sink import IcebergSink
-
-        sink_builder = (
-            IcebergSink.builder()
-            .embedded(lake)
-            .table("db.wide")
-            .create_if_missing(format_version=2)
-            .debezium(table_column=None)
-            .cdc(op_column="op", key=["id"], order_by="lsn")
-        )
-        for key, value in (write_options or {}).items():
-            sink_builder = sink_builder.write_option(key, value)
-        sink = sink_builder.build()
+        sink = wide_sink(lake, write_options)
         stream = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", broker.bootstrap)

@@ -508,12 +508,10 @@ class KafkaBatchRecords:
             current = self._logs.spark_offset_log(batch_id)
             if current is not None and self._kafka is None:
                 self._kafka = kafka_offsets.end_offsets(current) is not None
-            if self._kafka and batch_id == 0:
-                # The first micro-batch: from where each source started (Spark keeps it beside its logs).
-                self._last = (batch_id, current)
-                return kafka_offsets.first_records(current, self._logs.spark_initial_offsets)
-            if not self._kafka or batch_id < 1:
+            if not self._kafka:
                 previous = None
+            elif batch_id == 0:  # the first micro-batch: from where each source started
+                previous = kafka_offsets.starting_entry(current, self._logs.spark_initial_offsets)
             elif self._last is not None and self._last[0] == batch_id - 1:
                 previous = self._last[1]
             else:

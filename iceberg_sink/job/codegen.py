@@ -39,25 +39,12 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame
 
-from iceberg_sink.topology.estimate import estimated_bytes
+from iceberg_sink.topology.estimate import estimated_rows
 
 logger = logging.getLogger("iceberg_sink")
 
 #: The settings of an interpreted batch: Spark's own keys, and what they hold for it.
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
-
-def estimated_rows(df: DataFrame) -> int | None:
-    """The rows Spark's size estimate of ``df`` stands for (its bytes over a row's default size), or
-    None when it has no estimate."""
-    size = estimated_bytes(df)
-    if size is None:
-        return None
-    try:
-        width = int(str(df._jdf.schema().defaultSize()))
-    except Exception:  # an estimate only: unknown
-        return None
-    return size // max(1, width)
 
 
 def interpreted(df: DataFrame, max_rows: int) -> bool:

@@ -133,14 +133,15 @@ def initial_offsets(entry: bytes | None) -> str | None:
     return lines[1].strip()
 
 
-def first_records(current: bytes | None, initial: Callable[[int], bytes | None]) -> int | None:
-    """:func:`records_between` for a query's first micro-batch (``current``: its offset log entry),
-    which has no entry before it: each source's starting offsets (``initial(i)``: the
-    ``sources/<i>/0`` entry of source ``i``) stand in for it. None when a source's cannot be read."""
+def starting_entry(current: bytes | None, initial: Callable[[int], bytes | None]) -> bytes | None:
+    """The entry before a query's first micro-batch (``current``: its offset log entry), which Spark
+    does not write: each source's starting offsets (``initial(i)``: the ``sources/<i>/0`` entry of
+    source ``i``) as one offset log entry, for :func:`records_between`. None when a source's cannot
+    be read."""
     sources = _sources(current) if current is not None else None
     if not sources:
         return None
     starts = [initial_offsets(initial(i)) for i in range(len(sources))]
     if any(start is None for start in starts):
         return None
-    return records_between("\n".join(["v1", "{}", *(s for s in starts if s is not None)]).encode(), current)
+    return "\n".join(["v1", "{}", *(s for s in starts if s is not None)]).encode()

@@ -54,9 +54,22 @@ def estimated_bytes(df: DataFrame) -> int | None:
     if 0 <= size < UNKNOWN_BYTES:
         return size
     records = _RECORDS.get()
-    if records is None:
-        return None
+    width = _row_width(df) if records is not None else None
+    return records * width if records is not None and width is not None else None
+
+
+def estimated_rows(df: DataFrame) -> int | None:
+    """The rows of ``df`` as the sink estimates them: within :func:`counted`, the counted records when
+    Spark has no estimate; else Spark's size estimate over a row's default size (a file's bytes over
+    it: an overcount for long text lines); else None."""
+    size = estimated_bytes(df)
+    width = _row_width(df) if size is not None else None
+    return size // width if size is not None and width is not None else None
+
+
+def _row_width(df: DataFrame) -> int | None:
+    """The default size of a row of ``df`` (Spark's, as it sizes rows it cannot measure), at least 1."""
     try:
-        return records * max(1, int(str(df._jdf.schema().defaultSize())))
-    except Exception:
+        return max(1, int(str(df._jdf.schema().defaultSize())))
+    except Exception:  # an estimate only: unknown
         return None

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from iceberg_sink import IcebergSink
 from iceberg_sink.job import codegen
+from iceberg_sink.topology import estimate
 from iceberg_sink.topology.hooks import CommitResult
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree
 
@@ -156,10 +157,10 @@ def test_a_batch_over_the_bound_keeps_sparks_settings(
 
 def test_an_unsized_batch_and_the_option_at_zero_keep_sparks_settings(spark: SparkSession, tmp_path: Path) -> None:
     small = spark.createDataFrame([(1, "a")], "id long, v string")  # Python rows: Spark cannot size them
-    assert codegen.estimated_rows(small) is None and not codegen.interpreted(small, 10**9)
+    assert estimate.estimated_rows(small) is None and not codegen.interpreted(small, 10**9)
     batch(tmp_path, 0, 10)
     sized = spark.read.parquet(str(tmp_path))
-    rows = codegen.estimated_rows(sized)
+    rows = estimate.estimated_rows(sized)
     assert rows is not None and rows >= 10  # a file's bytes over a row's default size: never fewer
     assert codegen.interpreted(sized, rows) and not codegen.interpreted(sized, rows - 1)
     assert not codegen.interpreted(sized, 0)

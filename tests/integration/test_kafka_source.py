@@ -20,7 +20,7 @@ import yaml
 from pyiceberg.catalog import load_catalog
 
 from iceberg_sink.committer.store import CheckpointStore
-from iceberg_sink.sources.kafka_offsets import first_records, parse_summary
+from iceberg_sink.sources.kafka_offsets import parse_summary, records_between, starting_entry
 from tests.integration.kafka import kafka_broker, spark_kafka_conf  # noqa: F401
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -81,7 +81,8 @@ def test_run_reads_json_events_from_a_kafka_topic(
     # the starting offsets Spark's Kafka source kept beside its offset log.
     (offsets,) = [p.parent for p in tmp_path.rglob("offsets/0")]
     store = CheckpointStore(str(offsets.parent), create=False)
-    assert first_records(store.spark_offset_log(0), store.spark_initial_offsets) == 20
+    entry_0 = store.spark_offset_log(0)
+    assert records_between(starting_entry(entry_0, store.spark_initial_offsets), entry_0) == 20
     second = [(str(i), json.dumps({"id": i, "item": f"item-{i}-v2", "qty": -i})) for i in range(10, 25)]
     kafka_broker.produce("orders", second)
     result = run_cli(config, "--available-now")

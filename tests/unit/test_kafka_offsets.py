@@ -9,10 +9,10 @@ from pathlib import Path
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.sink import KafkaBatchRecords
 from iceberg_sink.sources.kafka_offsets import (
-    first_records,
     initial_offsets,
     parse_summary,
     records_between,
+    starting_entry,
     summary_properties,
 )
 
@@ -108,18 +108,19 @@ def started(offsets: object) -> bytes:
 def test_a_querys_first_micro_batch_is_counted_from_where_its_sources_started(tmp_path: Path) -> None:
     now = entry({"orders": {"0": 120, "1": 40}})
     assert initial_offsets(started({"orders": {"0": 100, "1": 0}})) == '{"orders": {"0": 100, "1": 0}}'
-    assert first_records(now, lambda i: started({"orders": {"0": 100, "1": 0}})) == 60
+    assert records_between(starting_entry(now, lambda i: started({"orders": {"0": 100, "1": 0}})), now) == 60
     # Unknown: a source's start not kept, not a Kafka source's, unresolved (-2: earliest), unreadable,
     # a partition it does not name; a union with another source.
-    assert first_records(now, lambda i: None) is None
-    assert first_records(now, lambda i: started({"logOffset": 0})) is None
-    assert first_records(now, lambda i: started({"orders": {"0": -2, "1": 0}})) is None
-    assert first_records(now, lambda i: b"garbage") is None
-    assert first_records(now, lambda i: started({"orders": {"0": 100}})) is None
+    assert records_between(starting_entry(now, lambda i: None), now) is None
+    assert records_between(starting_entry(now, lambda i: started({"logOffset": 0})), now) is None
+    assert records_between(starting_entry(now, lambda i: started({"orders": {"0": -2, "1": 0}})), now) is None
+    assert records_between(starting_entry(now, lambda i: b"garbage"), now) is None
+    assert records_between(starting_entry(now, lambda i: started({"orders": {"0": 100}})), now) is None
     two = entry({"orders": {"0": 120}}, {"a": {"0": 7}})
     starts = {0: started({"orders": {"0": 100}}), 1: started({"a": {"0": 5}})}
-    assert first_records(two, starts.get) == 22
-    assert first_records(entry({"orders": {"0": 120}}, {"logOffset": 3}), starts.get) is None
+    assert records_between(starting_entry(two, starts.get), two) == 22
+    union = entry({"orders": {"0": 120}}, {"logOffset": 3})
+    assert records_between(starting_entry(union, starts.get), union) is None
     # The sink's count of micro-batch 0, from the checkpoint location.
     (tmp_path / "offsets").mkdir()
     (tmp_path / "sources" / "0").mkdir(parents=True)
