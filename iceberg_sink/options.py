@@ -336,6 +336,15 @@ INTERPRETED_MAX_ROWS = Option(
     table_property=False,
     minimum=0,
 )
+START_PYTHON_WORKERS = Option(
+    "iceberg-sink.write.start-python-workers",
+    bool,
+    True,
+    "Streams: start() starts the Python workers the first micro-batch's write task reuses (one single-task "
+    "Spark job in the background, once per SparkContext), so that micro-batch does not wait for them to import "
+    "the writer. See writer/workers.py.",
+    table_property=False,
+)
 SHUFFLE_PARTITIONS = Option(
     "iceberg-sink.write.shuffle-partitions",
     int,
@@ -390,6 +399,7 @@ OPTIONS: tuple[Option, ...] = (
     JVM_PARQUET_WRITER,
     SINGLE_TASK_MAX_BYTES,
     INTERPRETED_MAX_ROWS,
+    START_PYTHON_WORKERS,
     SHUFFLE_PARTITIONS,
     SCHEMA_EVOLUTION,
 )

@@ -43,9 +43,12 @@ from iceberg_sink.topology.compaction.job import Progress
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion import ConversionResult, convert_equality_deletes
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
-from iceberg_sink.writer.workers import check_python_workers
+from iceberg_sink.writer.workers import REQUIRED_MODULES, check_python_workers, start_python_workers
 
 _TRIGGER_KEYS = ("processingTime", "once", "availableNow", "continuous")
+# What a stream's write task imports in its Python workers (started by start(): writer/workers.py):
+# the writer's modules and the Debezium row reader's.
+_TASK_MODULES = (*REQUIRED_MODULES, "iceberg_sink.writer.spark", "iceberg_sink.sources.arrow_rows")
 
 
 class IcebergSink:
@@ -276,6 +279,8 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         check_python_workers(streaming_df.sparkSession)
+        if options.resolve(self._config.options, {}).get(options.START_PYTHON_WORKERS):
+            start_python_workers(streaming_df.sparkSession, _TASK_MODULES)
         if self._config.changes is not None and not self._config.map_batches:
             # The stream's rows are the batches' rows: a missing or unsortable order_by is named now,
             # not by the first micro-batch (with map_batches, per batch).

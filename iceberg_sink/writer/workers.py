@@ -21,20 +21,34 @@ worker may still have what the subprocess lacked (``addPyFile``), and its answer
 
 The probe function is compiled from source in a namespace that is not an importable module, so
 cloudpickle ships it by value: it must run on a worker where ``iceberg_sink`` itself is missing.
+
+:func:`start_python_workers` starts the workers a stream's first write task will reuse, in the
+background while Spark plans that micro-batch: a new Python worker imports the writer (PyArrow,
+PyIceberg, pandas; 0.4-0.5 s here) before its first task can run, and a write task holds two (the
+Debezium row reader's Arrow function and the writer's ``mapInArrow``). A first micro-batch of a
+160-column Debezium table spent 1.2-1.4 s of its write job waiting for them (docs/benchmarks-debezium-wide.md).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 import os
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from iceberg_sink.errors import WorkerEnvironmentError
 from iceberg_sink.writer.spark import task_failure
+from iceberg_sink.writer.task_start import settle
+
+logger = logging.getLogger(__name__)
 
 # What a writer or rewrite task imports: the sink (and through it everything else it needs).
 REQUIRED_MODULES = ("pyarrow", "pandas", "pyiceberg", "pyiceberg_core", "attrs", "iceberg_sink.writer.task_writer")
@@ -162,3 +176,60 @@ def _local_check(context: Any, interpreter: str, modules: tuple[str, ...]) -> bo
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return False
     return isinstance(reply, dict) and reply.get("missing") == []
+
+
+# The warm-up's Spark job group and description (to find its jobs in Spark's status tracker and UI).
+START_JOB_GROUP = "iceberg_sink-worker-start"
+#: Python functions a write task chains, each in a worker of its own: the Debezium row reader's
+#: Arrow function and the writer's mapInArrow. The warm-up chains as many in one task.
+STARTED_WORKERS = 2
+_started: set[tuple[str, str]] = set()
+
+
+def start_python_workers(spark: SparkSession, modules: tuple[str, ...]) -> threading.Thread | None:
+    """Start, in the background, the Python workers the first write task will reuse, ``modules``
+    imported: one single-task job of :data:`STARTED_WORKERS` chained ``mapInArrow`` functions (a
+    Python worker each), once per SparkContext and worker interpreter. Returns the thread running it,
+    or None when there is nothing to start (done before, or ``spark.python.worker.reuse`` off: no task
+    would reuse them). Its failure is logged at DEBUG only: the first write task reports its own."""
+    context = spark.sparkContext
+    if str(context.getConf().get("spark.python.worker.reuse", "true")).strip().lower() == "false":
+        return None
+    key = (str(context.applicationId), str(getattr(context, "pythonExec", "python3")))
+    with _lock:
+        if key in _started:
+            return None
+        _started.add(key)
+    thread = threading.Thread(target=_run_start, args=(spark, modules), name="iceberg_sink-python-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _run_start(spark: SparkSession, modules: tuple[str, ...]) -> None:
+    # A thread of its own: its job group is its own (PySpark pins a JVM thread to each Python thread).
+    spark.sparkContext.setJobGroup(START_JOB_GROUP, "iceberg_sink: start the writers' Python workers")
+    try:
+        started = spark.range(1, numPartitions=1)
+        for _ in range(STARTED_WORKERS):
+            started = started.mapInArrow(_starting(modules), "id long")  # type: ignore[arg-type]
+        started.collect()
+    except Exception as e:  # a stopped session, a worker without the modules: the writers say so
+        logger.debug("iceberg_sink: starting the Python workers failed: %s", e)
+
+
+def _starting(modules: tuple[str, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A task function that imports ``modules`` in its worker and then settles the worker's heap
+    (writer/task_start.py), as the writer's first task would after unpickling."""
+
+    def start(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the write task that needs it fails with its own error
+                break
+        context = TaskContext.get()
+        if context is not None:
+            settle(context.taskAttemptId())
+        yield from batches
+
+    return start

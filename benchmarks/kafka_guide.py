@@ -1,0 +1,227 @@
+"""The Kafka guide's stream, its first micro-batch: what a new user waits for (issue 41, target 4).
+
+docs/postgres-debezium-kafka.md's ``shop_stream.py`` as written there: a ``local[2]`` session with
+Spark's defaults (``spark.sql.shuffle.partitions`` 200, adaptive execution on) and Spark's Kafka source
+on ``spark.jars``; one query reading every ``shop.public.*`` topic (``subscribePattern``,
+``startingOffsets`` earliest) into a routed Debezium CDC sink (``.route(...)``, ``.debezium(value_column=
+"value", key_from="key")``, ``.cdc(...)``, ``.schema_evolution("add-columns")``,
+``.create_if_missing()``) over an embedded catalog, started with ``trigger={"availableNow": True}``
+(the guide's 10 s ``processingTime`` runs the same first micro-batch).
+
+The topics hold what Debezium's PostgreSQL connector writes with ``schemas.enable`` (a key and a value
+each with its schema part): ``--events`` snapshot reads (``op`` r) of ``public.customers`` (id, name,
+a ``NUMERIC(10,2)`` credit as Connect's Decimal, a ``DATE`` born) and as many of ``public.orders``, sent
+before anything is timed by the broker of ``scripts/pipeline_components.py`` (its jars from Maven
+Central). Each run is this process, fresh; ``--option KEY=VALUE`` sets a ``write_option`` of the sink.
+
+It reports the session's start, the first micro-batch (Spark's ``triggerExecution``, the sink's
+``addBatch``), the process tree's CPU over it (the broker's left out), the Spark jobs, stages and tasks
+of the query, and the CPU other processes used meanwhile (``foreign_cpu_s``: the machine was shared
+when it is large). ``end_to_end_s`` runs from before the session's start to the first micro-batch's end.
+
+    python -m benchmarks.kafka_guide --out benchmarks/results/kafka-guide.json
+    python -m benchmarks.kafka_guide --option iceberg-sink.write.start-python-workers=false
+
+Results: docs/benchmarks.md (issue 41, "No inherited 200").
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_CUSTOMER = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "string", "optional": True, "field": "name"},
+    {
+        "type": "bytes",
+        "optional": True,
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+        "field": "credit",
+    },
+    {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "born"},
+]
+_ORDER = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "int32", "optional": True, "field": "customer_id"},
+    {
+        "type": "bytes",
+        "optional": True,
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+        "field": "amount",
+    },
+]
+_SOURCE = {
+    "type": "struct",
+    "optional": False,
+    "field": "source",
+    "fields": [
+        {"type": "string", "optional": False, "field": "connector"},
+        {"type": "string", "optional": False, "field": "db"},
+        {"type": "string", "optional": False, "field": "schema"},
+        {"type": "string", "optional": False, "field": "table"},
+        {"type": "int64", "optional": True, "field": "lsn"},
+    ],
+}
+
+
+def _decimal(cents: int) -> str:
+    return base64.b64encode(cents.to_bytes(4, "big", signed=True)).decode()
+
+
+def messages(table: str, events: int, first_lsn: int) -> list[str]:
+    """``events`` snapshot reads of ``public.<table>``, as ``key<TAB>value`` lines."""
+    fields = _CUSTOMER if table == "customers" else _ORDER
+    row = {"type": "struct", "optional": True, "fields": fields}
+    value_schema = {
+        "type": "struct",
+        "optional": False,
+        "name": f"shop.public.{table}.Envelope",
+        "fields": [
+            {**row, "field": "before"},
+            {**row, "field": "after"},
+            _SOURCE,
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }
+    key_schema = {"type": "struct", "optional": False, "name": f"shop.public.{table}.Key", "fields": fields[:1]}
+    lines = []
+    for i in range(1, events + 1):
+        if table == "customers":
+            after: dict[str, Any] = {"id": i, "name": f"customer {i}", "credit": _decimal(i * 125), "born": 7000 + i}
+        else:
+            after = {"id": i, "customer_id": i, "amount": _decimal(i * 999)}
+        source = {"connector": "postgresql", "db": "shop", "schema": "public", "table": table, "lsn": first_lsn + i}
+        value = {
+            "schema": value_schema,
+            "payload": {"before": None, "after": after, "source": source, "op": "r", "ts_ms": 1_700_000_000_000},
+        }
+        key = {"schema": key_schema, "payload": {"id": i}}
+        lines.append(f"{json.dumps(key)}\t{json.dumps(value)}")
+    return lines
+
+
+def run(events: int, write_options: dict[str, str]) -> dict[str, Any]:
+    """One run in this process: the broker started and the topics filled first, then the guide's
+    session, sink and query; the first micro-batch timed."""
+    from benchmarks import cdc_kafka
+    from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
+
+    lake = Path(tempfile.mkdtemp(prefix="kafka-guide-"))
+    broker = cdc_kafka.components().KafkaBroker(lake / "kafka")
+    broker.start()
+    try:
+        broker_pid = int(broker.process.pid())
+        for number, table in enumerate(("customers", "orders")):
+            topic = f"shop.public.{table}"
+            broker.create_topic(topic, partitions=1)
+            lines = lake / f"{table}.txt"
+            lines.write_text("".join(f"{m}\n" for m in messages(table, events, number * 1_000_000)), encoding="utf-8")
+            cdc_kafka.produce(broker, topic, lines)
+        jars = cdc_kafka.spark_kafka_jars()
+        monitor = ForeignCpuMonitor(interval=0.5).start()
+        monitor.adopt(broker_pid)
+        broker_cpu, tree = tree_cpu_seconds(broker_pid), tree_cpu_seconds()
+        started = time.time()
+        from pyspark.sql import SparkSession
+
+        from iceberg_sink import IcebergSink
+
+        spark = SparkSession.builder.master("local[2]").config("spark.jars", ",".join(jars)).getOrCreate()
+        spark_start = time.time() - started
+        stream = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribePattern", "shop[.]public[.].*")
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        builder = (
+            IcebergSink.builder()
+            .embedded(lake / "lake")
+            .route(table_column="source_table", namespace="shop")
+            .debezium(value_column="value", key_from="key")
+            .cdc(op_column="op", order_by="lsn", key_column="key_columns")
+            .schema_evolution("add-columns")
+            .create_if_missing()
+        )
+        for key, value in write_options.items():
+            builder = builder.write_option(key, value)
+        sink = builder.build()
+        begin = time.time()
+        query = sink.start(stream, checkpoint_location=str(lake / "checkpoints"), trigger={"availableNow": True})
+        query.awaitTermination()
+        end = time.time()
+        after, broker_after = tree_cpu_seconds(), tree_cpu_seconds(broker_pid)
+        if query.exception() is not None:
+            raise RuntimeError(f"the stream failed: {query.exception()}")
+        progress = [p for p in query.recentProgress if int(p.numInputRows) > 0]
+        if len(progress) != 1:
+            raise RuntimeError(f"expected one micro-batch of {2 * events} events: {[p.json for p in progress]}")
+        first, durations = progress[0], dict(progress[0].durationMs)
+        tracker = spark.sparkContext.statusTracker()
+        stages, jobs = [], tracker.getJobIdsForGroup(str(query.runId))
+        for job in jobs:
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info is not None else []:
+                stage_info = tracker.getStageInfo(stage)
+                if stage_info is not None:
+                    stages.append(stage_info.numTasks)
+        tables = {name: len(sink.load_table(f"shop.{name}").scan().to_arrow()) for name in ("customers", "orders")}
+        monitor.stop()
+        spark.stop()
+    finally:
+        broker.stop()
+    if tables != {"customers": events, "orders": events}:
+        raise RuntimeError(f"expected {events} rows in each table: {tables}")
+    cpu = None
+    if None not in (tree, after, broker_cpu, broker_after):
+        cpu = (after - tree) - (broker_after - broker_cpu)  # type: ignore[operator]
+    records = [r for r in sink.progress() if r.get("status") == "committed"]
+    return {
+        "events_per_table": events,
+        "write_options": write_options,
+        "spark_start_s": round(spark_start, 3),
+        "first_micro_batch_s": round(durations.get("triggerExecution", 0) / 1000, 3),
+        "add_batch_s": round(durations.get("addBatch", 0) / 1000, 3),
+        "end_to_end_s": round(begin - started + durations.get("triggerExecution", 0) / 1000, 3),
+        "stream_s": round(end - begin, 3),
+        "input_rows": int(first.numInputRows),
+        "jobs": len(jobs),
+        "tasks_per_stage": stages,
+        "phases_ms": {str(r.get("table")): r.get("phases_ms") for r in records},
+        "process_tree_cpu_s": round(cpu, 3) if cpu is not None else None,
+        "foreign_cpu_s": monitor.between(begin, end),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1, help="snapshot events per table (default 1)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a sink write_option")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    write_options = dict(o.split("=", 1) for o in args.option)
+    result = {
+        "benchmark": "kafka_guide",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **run(args.events, write_options),
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
