@@ -137,6 +137,8 @@ class SinkConfig:
             cannot, ``"off"`` one table at a time.
         carries_transactions: ``.debezium(transactions="consistent")``: micro-batches carry incomplete
             source transactions into the next under the checkpoint location (sources/transactions.py).
+        reads_debezium: ``.debezium(...)``: a micro-batch is read as Debezium envelopes, whose
+            statistics are counted in a Spark job before the batch is written.
     """
 
     catalog: CatalogConfig
@@ -156,6 +158,7 @@ class SinkConfig:
     dead_letter: str | None = None
     atomic_commits: str = "auto"
     carries_transactions: bool = False
+    reads_debezium: bool = False
 
     @property
     def options(self) -> dict[str, Any]:

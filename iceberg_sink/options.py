@@ -340,9 +340,9 @@ START_PYTHON_WORKERS = Option(
     "iceberg-sink.write.start-python-workers",
     bool,
     True,
-    "Streams: start() starts the Python workers the first micro-batch's write task reuses (one single-task "
-    "Spark job in the background, once per SparkContext), so that micro-batch does not wait for them to import "
-    "the writer. See writer/workers.py.",
+    "Streams of Debezium envelopes or routed: start() starts the Python workers the first micro-batch's write "
+    "task reuses (one single-task Spark job in the background, once per SparkContext) while that micro-batch "
+    "runs its other Spark jobs, so its write does not wait for them to import the writer. See writer/workers.py.",
     table_property=False,
 )
 SHUFFLE_PARTITIONS = Option(

@@ -279,7 +279,11 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         check_python_workers(streaming_df.sparkSession)
-        if options.resolve(self._config.options, {}).get(options.START_PYTHON_WORKERS):
+        if (self._config.reads_debezium or self._config.route is not None) and options.resolve(
+            self._config.options, {}
+        ).get(options.START_PYTHON_WORKERS):
+            # The first micro-batch runs Spark jobs before its write (the Debezium statistics, a
+            # routed batch's tables): time for the workers to start beside them (writer/workers.py).
             start_python_workers(streaming_df.sparkSession, _TASK_MODULES)
         if self._config.changes is not None and not self._config.map_batches:
             # The stream's rows are the batches' rows: a missing or unsortable order_by is named now,

@@ -65,6 +65,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
         self._atomic_commits: Any = "auto"
         self._debezium_names: tuple[str, tuple[str, ...] | None] | None = None  # (table column, table_fields)
         self._transactions = "ignore"  # .debezium(transactions=...)
+        self._reads_debezium = False
 
     def catalog(self, name: str, **properties: Any) -> Self:
         """Use a PyIceberg catalog: ``name`` and any PyIceberg catalog properties (type, uri, ...)."""
@@ -240,6 +241,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
         if names is not None:
             self._debezium_names = names
         self._transactions = transactions
+        self._reads_debezium = True
         return self.map_batches(read)
 
     def pre_commit_hook(self, fn: PreCommitHook) -> Self:
@@ -561,6 +563,7 @@ class IcebergSinkBuilder(Generic[SinkT]):
                 dead_letter=dead_letter,
                 atomic_commits=checked.atomic_commits,
                 carries_transactions=self._transactions == "consistent",
+                reads_debezium=self._reads_debezium,
             )
 
         if route is not None and self._debezium_names is not None and self._debezium_names[0] == route.table_column:

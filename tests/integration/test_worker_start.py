@@ -1,9 +1,11 @@
 """start() starts the Python workers the first micro-batch's write task reuses (writer/workers.py).
 
 A new Python worker imports the writer (PyArrow, PyIceberg, pandas) before its first task runs: in a
-fresh SparkContext the first micro-batch's write job waited for that. Each case runs a driver in a
-fresh process (tests/integration/worker_start_driver.py), since the test session's workers have long
-been started, and reads the daemon's workers from ``/proc``.
+fresh SparkContext the first micro-batch's write job waited for that. A stream of Debezium envelopes
+or a routed one starts them while its first micro-batch runs its other Spark jobs; a stream whose
+first job is its write does not (the start job would compete with it). The first two cases run a
+driver in a fresh process (tests/integration/worker_start_driver.py), since the test session's
+workers have long been started, and read the daemon's workers from ``/proc``.
 """
 
 from __future__ import annotations
@@ -59,18 +61,39 @@ def test_without_the_option_the_write_starts_its_own(tmp_path: Path) -> None:
     assert got["after"], got  # forked by the micro-batch's write task
 
 
-def test_started_once_per_spark_context(spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_started_once_per_spark_context_for_routed_and_debezium_streams(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(workers, "_started", set())  # as if this session had not started them yet
     tracker = spark.sparkContext.statusTracker()
     before = set(tracker.getJobIdsForGroup(workers.START_JOB_GROUP))
+
+    def started() -> set[int]:
+        return set(tracker.getJobIdsForGroup(workers.START_JOB_GROUP)) - before
+
     (tmp_path / "source").mkdir()
-    (tmp_path / "source" / "a.json").write_text('{"id": 1}\n')
-    stream = spark.readStream.schema("id long").json(str(tmp_path / "source"))
-    for n in range(2):
-        sink = IcebergSink.builder().embedded(tmp_path / "lake").table(f"db.t{n}").create_if_missing().build()
-        query = sink.start(stream, str(tmp_path / f"checkpoint{n}"), trigger={"availableNow": True})
+    (tmp_path / "source" / "a.json").write_text('{"id": 1, "t": "a"}\n')
+    stream = spark.readStream.schema("id long, t string").json(str(tmp_path / "source"))
+    lake = tmp_path / "lake"
+    plain = IcebergSink.builder().embedded(lake).table("db.plain").create_if_missing().build()
+    routed = IcebergSink.builder().embedded(lake).route(table_column="t", namespace="db").create_if_missing().build()
+    envelopes = spark.readStream.schema("value string").json(str(tmp_path / "source"))
+    debezium = (
+        IcebergSink.builder()
+        .embedded(lake)
+        .table("db.dbz")
+        .create_if_missing()
+        .debezium(table_column=None)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .build()
+    )
+    for n, (sink, source, want) in enumerate(((plain, stream, 0), (routed, stream, 1), (routed, stream, 1))):
+        query = sink.start(source, str(tmp_path / f"checkpoint{n}"), trigger={"availableNow": True})
         query.awaitTermination()
         assert query.exception() is None
-        assert sink.load_table().scan().to_arrow().num_rows == 1
-    started = set(tracker.getJobIdsForGroup(workers.START_JOB_GROUP)) - before
-    assert len(started) == 1, started  # the second start() ran none
+        # A plain stream's first job is its write: nothing started. The routed one starts them once.
+        assert len(started()) == want, (n, started())
+    monkeypatch.setattr(workers, "_started", set())
+    query = debezium.start(envelopes, str(tmp_path / "checkpoint-dbz"), trigger={"availableNow": True})
+    query.awaitTermination()
+    assert len(started()) == 2  # the Debezium stream started them too

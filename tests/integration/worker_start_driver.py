@@ -2,7 +2,8 @@
 
     python -m tests.integration.worker_start_driver ROOT on|off
 
-Starts a file stream (``processingTime`` 200 ms, its source directory empty) into a sink with
+Starts a file stream (``processingTime`` 200 ms, its source directory empty) into a routed sink (whose
+first micro-batch counts its tables in a Spark job before it writes) with
 ``iceberg-sink.write.start-python-workers`` on or off. With it on, waits for the sink's start job
 (writer/workers.py) to finish. Then lists the Python workers of Spark's daemon (``before``), drops one
 source file, waits for its commit and lists them again (``after``); prints one JSON line: the start
@@ -20,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
+from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.writer import workers
 
 
@@ -72,12 +74,12 @@ def main(root: Path, mode: str) -> None:
     sink = (
         IcebergSink.builder()
         .embedded(root / "lake")
-        .table("db.t")
+        .route(table_column="t", namespace="db")
         .create_if_missing()
         .write_option("iceberg-sink.write.start-python-workers", mode == "on")
         .build()
     )
-    stream = spark.readStream.schema("id long, v string").json(str(source))
+    stream = spark.readStream.schema("id long, v string, t string").json(str(source))
     query = sink.start(stream, str(root / "checkpoint"), trigger={"processingTime": "200 milliseconds"})
 
     def start_jobs() -> list[int]:
@@ -87,10 +89,19 @@ def main(root: Path, mode: str) -> None:
         _wait(lambda: start_jobs() and all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in start_jobs()), "start")
     before = python_workers(jvm_pid)
     imported = [pid for pid in before if b"pyiceberg_core" in Path(f"/proc/{pid}/maps").read_bytes()]
-    (source / "part-0.json").write_text("".join(json.dumps({"id": i, "v": f"v{i}"}) + "\n" for i in range(10)))
-    _wait(lambda: len(sink.load_table().snapshots()) >= 1, "the commit")
+    (source / "part-0.json").write_text(
+        "".join(json.dumps({"id": i, "v": f"v{i}", "t": "t"}) + "\n" for i in range(10))
+    )
+
+    def committed() -> bool:
+        try:
+            return len(sink.load_table("db.t").snapshots()) >= 1
+        except InvalidSinkConfigError:  # not created yet
+            return False
+
+    _wait(committed, "the commit")
     after = python_workers(jvm_pid)
-    rows = sink.load_table().scan().to_arrow().num_rows
+    rows = sink.load_table("db.t").scan().to_arrow().num_rows
     query.stop()
     stages = [list(tracker.getJobInfo(j).stageIds) for j in start_jobs()]
     print(
