@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import pyarrow as pa
@@ -70,3 +72,12 @@ def count_key_bounds_reads(monkeypatch: Any) -> list[str]:
 
     monkeypatch.setattr(key_bounds, "fetch_entries", counting)
     return reads
+
+
+def driver_env(pythonpath: str | None = None) -> dict[str, str]:
+    """The environment of a driver the tests start in a subprocess: this one without pytest's own
+    variables, ``PYTHONPATH`` set to ``pythonpath`` (default: this process's ``sys.path``, so the
+    driver imports what the tests import)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = pythonpath if pythonpath is not None else os.pathsep.join(p for p in sys.path if p)
+    return env

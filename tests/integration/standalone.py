@@ -26,6 +26,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.helpers import driver_env
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_HOSTS = ("127.0.0.1", "127.0.0.2")
 
@@ -178,8 +180,7 @@ def run_driver(
     module: str, args: list[str], cwd: Path, extra_env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m module args`` as a driver in its own process group and working directory."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = driver_env(str(ROOT))
     env.update(extra_env or {})
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.run(

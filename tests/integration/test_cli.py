@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import CommitVetoedError, IcebergSink, _faults
 from iceberg_sink.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
+from tests.helpers import driver_env
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -386,8 +387,7 @@ def test_console_run_json_stdout_is_one_document_and_a_timeout_stop_loses_nothin
         "sink: {embedded: lake, table: demo.rate, create_if_missing: true}\n"
         "checkpoint_location: ckpt\ntrigger: {processingTime: '1 second'}\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = driver_env(str(ROOT))
     docs = []
     for extra in (["--timeout", "40", "--progress"], ["--max-batches", "2"]):
         run = subprocess.run(

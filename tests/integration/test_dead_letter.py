@@ -30,6 +30,7 @@ from iceberg_sink.errors import InvalidInputError, InvalidSinkConfigError
 from iceberg_sink.job.dead_letter import DEAD_LETTER_STATE
 from iceberg_sink.observe.prometheus import metric_families
 from iceberg_sink.sources.rejects import reject_where
+from tests.helpers import driver_env
 from tests.integration.sources import CHANGE_SCHEMA_DDL, apply_changes, write_change_files
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -476,8 +477,7 @@ def run_driver(root: Path, props: dict[str, str], kill: Sequence[Any] | None, at
     }
     request.write_text(json.dumps({"catalog": props, "streams": [stream], "kill": list(kill) if kill else None}))
     out = root / f"driver-{time.monotonic_ns()}.out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = driver_env()
     with out.open("wb") as stdout:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.crash_driver", str(request)],

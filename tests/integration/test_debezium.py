@@ -26,6 +26,7 @@ from iceberg_sink import IcebergSink, IcebergSinkError, InvalidInputError, _faul
 from iceberg_sink.sources import debezium as debezium_module
 from iceberg_sink.sources.debezium import UNAVAILABLE_VALUE, read_envelope
 from iceberg_sink.vocab.columns import REJECT_COLUMN
+from tests.helpers import driver_env
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
 pytestmark = pytest.mark.interop
@@ -379,8 +380,7 @@ def run_driver(root: Path, request: dict[str, Any]) -> str:
     path = root / "request.json"
     path.write_text(json.dumps(request), encoding="utf-8")
     out = root / f"driver-{len(list(root.glob('driver-*')))}.out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = driver_env()
     with out.open("wb") as stdout:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.evolve_driver", str(path)],

@@ -29,6 +29,7 @@ from pyiceberg.table import Table
 
 from iceberg_sink import _faults
 from iceberg_sink.committer.store import CheckpointStore
+from tests.helpers import driver_env
 from tests.integration.crash_driver import WRITERS_RUNNING
 from tests.integration.sources import apply_changes, write_change_files, write_source_files
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
@@ -106,8 +107,7 @@ class Streams:
 
     def start(self, kill: tuple[str, int] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
         out = self.root / f"driver-{time.monotonic_ns()}.out"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env = driver_env()
         with out.open("wb") as stdout:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.integration.crash_driver", str(self.request(kill))],

@@ -19,6 +19,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 
 from iceberg_sink import _faults
 from iceberg_sink.committer.store import CheckpointStore
+from tests.helpers import driver_env
 from tests.integration.sources import ROUTED_CHANGE_SCHEMA_DDL, apply_changes, write_routed_change_files
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -65,8 +66,7 @@ def run_driver(
         json.dumps({"catalog": catalog_props, "streams": [stream], "kill": list(kill) if kill else None})
     )
     out = root / f"driver-{time.monotonic_ns()}.out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = driver_env()
     with out.open("wb") as stdout:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.crash_driver", str(request)],

@@ -11,7 +11,6 @@ workers have long been started, and read the daemon's workers from ``/proc``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +21,13 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
 from iceberg_sink.writer import workers
+from tests.helpers import driver_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_driver(root: Path, mode: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = driver_env()
     done = subprocess.run(
         [sys.executable, "-m", "tests.integration.worker_start_driver", str(root), mode],
         cwd=ROOT,

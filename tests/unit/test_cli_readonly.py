@@ -18,6 +18,7 @@ import pytest
 
 from iceberg_sink.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_STDOUT_CLOSED, main
 from iceberg_sink.table.catalog import CatalogConfig
+from tests.helpers import driver_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,8 +87,7 @@ def test_a_missing_table_names_the_catalog_looked_in(
 
 def _closed_pipe_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run the CLI with stdout a pipe whose reader is already gone (what ``| head`` leaves behind)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = driver_env(str(ROOT))
     read, write = os.pipe()
     os.close(read)
     try:
