@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -174,6 +174,16 @@ class ChangeTopic:
             "sink_max_offsets_per_trigger": max_offsets_per_trigger,
             "starting_offsets": "earliest",
         }
+
+
+def filled_topic(broker: Any, topic: str, lines: Iterable[str], lines_file: Path) -> None:
+    """``topic`` created (one partition) and filled with ``lines`` (``key<TAB>value``), written to
+    ``lines_file`` first, by :func:`produce`."""
+    broker.create_topic(topic, partitions=1)
+    with lines_file.open("w", encoding="utf-8", newline="\n") as out:
+        for line in lines:
+            out.write(f"{line}\n")
+    produce(broker, topic, lines_file)
 
 
 def produce(broker: Any, topic: str, lines_file: Path) -> None:

@@ -175,9 +175,10 @@ def quiet_gate(spec: dict[str, Any]) -> tuple[ForeignCpuMonitor, Callable[[], fl
     return monitor, wait
 
 
-def tree_cpu_seconds(root: int | None = None, also: tuple[int, ...] = ()) -> float | None:
+def tree_cpu_seconds(root: int | None = None, also: tuple[int, ...] = (), without: int | None = None) -> float | None:
     """CPU seconds used so far by ``root`` (default: this process) and all its descendants, read now;
-    ``also``: more roots whose trees count too (each process once).
+    ``also``: more roots whose trees count too (each process once); ``without``: a process whose tree
+    does not count (a server the benchmark started, measured apart).
 
     For every live process of the tree: its own user and system time plus those of its children that
     have exited and been waited for (``cutime``/``cstime``), so a Python worker that ended inside the
@@ -188,4 +189,6 @@ def tree_cpu_seconds(root: int | None = None, also: tuple[int, ...] = ()) -> flo
     root = os.getpid() if root is None else root
     totals = _read_processes(reaped_children=True)
     pids = set().union(*(_descendants(r, totals) for r in (root, *also)))
+    if without is not None:
+        pids -= _descendants(without, totals)
     return sum(totals[pid][1] for pid in pids if pid in totals)

@@ -212,19 +212,18 @@ def one_kafka(
     broker = cdc_kafka.components().KafkaBroker(lake / "kafka")
     broker.start()
     try:
-        broker_pid = broker.process.pid()
-        broker.create_topic("wide", partitions=1)
-        lines = lake / "messages.txt"
-        with lines.open("w", encoding="utf-8", newline="\n") as out:
-            for b in range(batches):
-                for value in envelopes(columns, b, events):
-                    key = json.dumps({"id": json.loads(value)["payload"]["after"]["id"]})
-                    out.write(f"{key}\t{value}\n")
-        cdc_kafka.produce(broker, "wide", lines)
+        broker_pid = int(broker.process.pid())
+        messages = (
+            f"{json.dumps({'id': json.loads(value)['payload']['after']['id']})}\t{value}"
+            for b in range(batches)
+            for value in envelopes(columns, b, events)
+        )
+        cdc_kafka.filled_topic(broker, "wide", messages, lake / "messages.txt")
+        jars = cdc_kafka.spark_kafka_jars()
         monitor = ForeignCpuMonitor(interval=0.5).start()
-        monitor.adopt(int(broker_pid))
+        monitor.adopt(broker_pid)
         started = time.time()
-        spark = session(jfr, cdc_kafka.spark_kafka_jars())
+        spark = session(jfr, jars)
         spark_start = time.time() - started
         sink = wide_sink(lake, write_options)
         stream = (
@@ -235,12 +234,12 @@ def one_kafka(
             .option("maxOffsetsPerTrigger", str(events))
             .load()
         )
-        broker_cpu, tree = tree_cpu_seconds(int(broker_pid)), tree_cpu_seconds()
+        tree = tree_cpu_seconds(without=broker_pid)
         begin = time.time()
         query = sink.start(stream, checkpoint_location=str(lake / "checkpoint"), trigger={"availableNow": True})
         query.awaitTermination()
         end = time.time()
-        after, broker_after = tree_cpu_seconds(), tree_cpu_seconds(int(broker_pid))
+        after = tree_cpu_seconds(without=broker_pid)
         if query.exception() is not None:
             raise RuntimeError(f"the stream failed: {query.exception()}")
         records = {int(r["checkpoint_id"]): r for r in sink.progress()}
@@ -267,9 +266,7 @@ def one_kafka(
     if len(rows) != batches or any(r["status"] != "committed" for r in rows):
         raise RuntimeError(f"expected {batches} committed micro-batches of {events} events: {rows}")
     later = rows[1:]
-    cpu = None
-    if None not in (tree, after, broker_cpu, broker_after):
-        cpu = (after - tree) - (broker_after - broker_cpu)  # type: ignore[operator]
+    cpu = after - tree if after is not None and tree is not None else None
     return {
         "columns": columns,
         "source": "kafka",

@@ -122,15 +122,12 @@ def run(events: int, write_options: dict[str, str]) -> dict[str, Any]:
     try:
         broker_pid = int(broker.process.pid())
         for number, table in enumerate(("customers", "orders")):
-            topic = f"shop.public.{table}"
-            broker.create_topic(topic, partitions=1)
-            lines = lake / f"{table}.txt"
-            lines.write_text("".join(f"{m}\n" for m in messages(table, events, number * 1_000_000)), encoding="utf-8")
-            cdc_kafka.produce(broker, topic, lines)
+            lines = messages(table, events, number * 1_000_000)
+            cdc_kafka.filled_topic(broker, f"shop.public.{table}", lines, lake / f"{table}.txt")
         jars = cdc_kafka.spark_kafka_jars()
         monitor = ForeignCpuMonitor(interval=0.5).start()
         monitor.adopt(broker_pid)
-        broker_cpu, tree = tree_cpu_seconds(broker_pid), tree_cpu_seconds()
+        tree = tree_cpu_seconds(without=broker_pid)
         started = time.time()
         from pyspark.sql import SparkSession
 
@@ -161,7 +158,7 @@ def run(events: int, write_options: dict[str, str]) -> dict[str, Any]:
         query = sink.start(stream, checkpoint_location=str(lake / "checkpoints"), trigger={"availableNow": True})
         query.awaitTermination()
         end = time.time()
-        after, broker_after = tree_cpu_seconds(), tree_cpu_seconds(broker_pid)
+        after = tree_cpu_seconds(without=broker_pid)
         if query.exception() is not None:
             raise RuntimeError(f"the stream failed: {query.exception()}")
         progress = [p for p in query.recentProgress if int(p.numInputRows) > 0]
@@ -183,9 +180,7 @@ def run(events: int, write_options: dict[str, str]) -> dict[str, Any]:
         broker.stop()
     if tables != {"customers": events, "orders": events}:
         raise RuntimeError(f"expected {events} rows in each table: {tables}")
-    cpu = None
-    if None not in (tree, after, broker_cpu, broker_after):
-        cpu = (after - tree) - (broker_after - broker_cpu)  # type: ignore[operator]
+    cpu = after - tree if after is not None and tree is not None else None
     records = [r for r in sink.progress() if r.get("status") == "committed"]
     return {
         "events_per_table": events,

@@ -41,12 +41,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from iceberg_sink.errors import WorkerEnvironmentError
 from iceberg_sink.writer.spark import task_failure
-from iceberg_sink.writer.task_start import settle
+from iceberg_sink.writer.task_start import task_start
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +108,8 @@ def check_python_workers(spark: SparkSession, modules: tuple[str, ...] = REQUIRE
     single-task Spark job.
     """
     context = spark.sparkContext
-    interpreter = str(getattr(context, "pythonExec", "python3"))
-    key = (str(context.applicationId), interpreter)
+    key = _context_key(context)
+    interpreter = key[1]
     with _lock:
         if key in _checked:
             return
@@ -147,6 +146,11 @@ def check_python_workers(spark: SparkSession, modules: tuple[str, ...] = REQUIRE
         )
     with _lock:
         _checked.add(key)
+
+
+def _context_key(context: Any) -> tuple[str, str]:
+    """What the check and the start are done once for: the SparkContext and its workers' interpreter."""
+    return str(context.applicationId), str(getattr(context, "pythonExec", "python3"))
 
 
 def _local_check(context: Any, interpreter: str, modules: tuple[str, ...]) -> bool:
@@ -186,23 +190,21 @@ STARTED_WORKERS = 2
 _started: set[tuple[str, str]] = set()
 
 
-def start_python_workers(spark: SparkSession, modules: tuple[str, ...]) -> threading.Thread | None:
+def start_python_workers(spark: SparkSession, modules: tuple[str, ...]) -> None:
     """Start, in the background, the Python workers the first write task will reuse, ``modules``
     imported: one single-task job of :data:`STARTED_WORKERS` chained ``mapInArrow`` functions (a
-    Python worker each), once per SparkContext and worker interpreter. Returns the thread running it,
-    or None when there is nothing to start (done before, or ``spark.python.worker.reuse`` off: no task
-    would reuse them). Its failure is logged at DEBUG only: the first write task reports its own."""
+    Python worker each), once per SparkContext and worker interpreter; nothing when
+    ``spark.python.worker.reuse`` is off (no task would reuse them). Its failure is logged at DEBUG
+    only: the first write task reports its own."""
     context = spark.sparkContext
     if str(context.getConf().get("spark.python.worker.reuse", "true")).strip().lower() == "false":
-        return None
-    key = (str(context.applicationId), str(getattr(context, "pythonExec", "python3")))
+        return
+    key = _context_key(context)
     with _lock:
         if key in _started:
-            return None
+            return
         _started.add(key)
-    thread = threading.Thread(target=_run_start, args=(spark, modules), name="iceberg_sink-python-workers", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=_run_start, args=(spark, modules), name="iceberg_sink-python-workers", daemon=True).start()
 
 
 def _run_start(spark: SparkSession, modules: tuple[str, ...]) -> None:
@@ -218,8 +220,8 @@ def _run_start(spark: SparkSession, modules: tuple[str, ...]) -> None:
 
 
 def _starting(modules: tuple[str, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A task function that imports ``modules`` in its worker and then settles the worker's heap
-    (writer/task_start.py), as the writer's first task would after unpickling."""
+    """A task function that imports ``modules`` in its worker and then starts as every task the sink
+    ships does (writer/task_start.py: the worker's heap settled, the imports in it)."""
 
     def start(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for name in modules:
@@ -227,9 +229,7 @@ def _starting(modules: tuple[str, ...]) -> Callable[[Iterator[pa.RecordBatch]], 
                 importlib.import_module(name)
             except Exception:  # the write task that needs it fails with its own error
                 break
-        context = TaskContext.get()
-        if context is not None:
-            settle(context.taskAttemptId())
+        task_start()  # after the imports, so the worker's heap is settled with them in it
         yield from batches
 
     return start
