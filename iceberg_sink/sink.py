@@ -303,9 +303,11 @@ class IcebergSink:
                 with routed_lock:
                     here = (checkpoint_location, batch_id, False)
                     reading.read_again_if_stale(
+                        self._config,
+                        batch,
                         lambda: routed.process(
                             reading.read_batch(self._config, batch, routed.known_tables(), checkpoint=here), batch_id
-                        )
+                        ),
                     )
 
             query = self._start(streaming_df, process_routed, self._config, checkpoint_location, trigger, query_name)
@@ -330,9 +332,11 @@ class IcebergSink:
             with batch_lock:
                 here = (checkpoint_location, batch_id, False)
                 reading.read_again_if_stale(
+                    config,
+                    batch,
                     lambda: job.process(
                         reading.read_batch(config, batch, table=reading.last_loaded(job), checkpoint=here), batch_id
-                    )
+                    ),
                 )
 
         query = self._start(streaming_df, process_batch, self._config, checkpoint_location, trigger, query_name)
@@ -447,7 +451,7 @@ class IcebergSink:
                     # Refused rows only, and no table yet: a checkpoint of the dead-letter table alone.
                 return job.process(read, planned_id if planned_id is not None else next_id()), True
 
-            outcome, written = reading.read_again_if_stale(attempt)
+            outcome, written = reading.read_again_if_stale(self._config, df, attempt)
             if written:
                 # The job ends here: its newly indexed keys are in storage before the next job needs them.
                 job.committer.key_index.flush()
@@ -484,7 +488,7 @@ class IcebergSink:
             chosen = planned_id if planned_id is not None else next_id()
             return chosen, routed.process(read, chosen)
 
-        checkpoint_id, outcomes = reading.read_again_if_stale(attempt)
+        checkpoint_id, outcomes = reading.read_again_if_stale(self._config, df, attempt)
         self._last_routed = outcomes
         # None as for an empty DataFrame when no table was touched (no rows).
         return RoutedOutcome.of(checkpoint_id, outcomes) if outcomes else None

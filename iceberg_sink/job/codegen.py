@@ -1,6 +1,7 @@
-"""Whether a micro-batch's write job has Spark generate code, or evaluates its expressions as they
-are: one rule, chosen per batch from its size, around the stages that build and run the write job
-(road.py).
+"""Whether a micro-batch's own Spark jobs have Spark generate code and plan adaptively, or evaluate
+their expressions as they are in the plan they were given: one rule, chosen per batch from its size,
+around everything the sink runs of the batch up to its write (job/reading.py ``read_again_if_stale``),
+put back before its committable is staged (road.py) and for post-commit work (job/pending.py).
 
 Spark compiles Java code for each stage of a job (whole-stage code generation, on the driver) and,
 inside each task, for each projection, filter and ordering the stage's operators evaluate. For the
@@ -12,23 +13,33 @@ same values and starts at once; per row it is slower. Measured on this project's
 (benchmarks/debezium_wide.py, one process per setting): a steady batch of 20 events 25-45 % faster
 at 4 and 160 columns, 2,000 events of 160 columns 27 % faster, 20,000 of 4 columns 8 % faster; 10,000
 events of 40 columns 5 % slower and 60,000 of 4 columns 12 % slower. The gain is where the code is
-generated and compiled anew: a stream's first micro-batches, a restarted driver, bounded writes; on a
-Kafka stream 30 micro-batches in, where Spark reuses the classes it compiled, the difference was inside
-the spread between runs.
+generated and compiled anew: a stream's first micro-batches, a restarted driver, bounded writes.
+
+Adaptive execution (``spark.sql.adaptive.enabled``, on by default in batch jobs, which a
+``foreachBatch`` micro-batch's are) runs each stage of a job with a shuffle as a job of its own and
+plans the next stage again when it ends, to coalesce partitions and split skewed ones. A small
+batch's shuffles are already at the sink's parallelism (job/parallelism.py) and have nothing to
+coalesce; what remains is the extra jobs: a routed Debezium batch of 40 events ran five Spark jobs
+(its cache, its tables' columns counted in two, its write in two), two with it off.
 
 So a batch Spark's estimate puts at most ``iceberg-sink.write.interpreted-max-rows`` rows (10,000 by
-default; 0: never) is built and written with ``spark.sql.codegen.wholeStage=false`` and
-``spark.sql.codegen.factoryMode=NO_CODEGEN``; a larger one, or one nothing can size, keeps Spark's
-settings. Its rows are Spark's size estimate over a row's default size (topology/estimate.py: a
-Kafka micro-batch's records counted from Spark's offset log, exactly; a file's bytes over a row's
-default width, an overcount for long JSON lines, which errs toward Spark's code generation).
+default; 0: never) is read, planned and written with ``spark.sql.codegen.wholeStage=false``,
+``spark.sql.codegen.factoryMode=NO_CODEGEN`` and ``spark.sql.adaptive.enabled=false``
+(:data:`SMALL_BATCH`): its Debezium statistics, a routed batch's column counts, and its write job. A
+larger one, or one nothing can size, keeps Spark's settings. Its rows are Spark's size estimate over a
+row's default size (topology/estimate.py: a Kafka micro-batch's records counted from Spark's offset
+log, exactly; a file's bytes over a row's default width, an overcount for long JSON lines, which errs
+toward Spark's settings). The Kafka guide's first micro-batch, on a cold JVM, runs its statistics and
+column-count jobs this way too: 5.8-6.8 s against 8.4-8.8 with only the write sized
+(docs/benchmarks.md).
 
-The two settings are set on the session the batch came with (a stream's own clone, or a bounded
-write's session) for the build and the write job only, and put back as they were before the batch's
-committable is staged: commits and post-commit compaction run as configured. (A query the user runs
-on a bounded write's session from another thread meanwhile is evaluated the same way: the same
-values, only its speed differs.) ``factoryMode`` is one of Spark's internal settings (since 2.4); the
-path it selects is the one Spark's own fallback takes.
+The settings are set on the session the batch came with (a stream's own clone, or a bounded write's
+session) and put back as they were before the batch's committable is staged (:func:`as_configured`):
+commits, post-commit hooks and compaction run as configured, including the post-commit work of older
+checkpoints committed while the batch is planned. (A query the user runs on a bounded write's session
+from another thread meanwhile is evaluated the same way: the same values, only its speed differs.)
+``factoryMode`` is one of Spark's internal settings (since 2.4); the path it selects is the one
+Spark's own fallback takes.
 """
 
 from __future__ import annotations
@@ -36,43 +47,93 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from pyspark.sql import DataFrame
+from pyspark.sql.conf import RuntimeConfig
 
 from iceberg_sink.topology.estimate import estimated_rows
 
 logger = logging.getLogger("iceberg_sink")
 
-#: The settings of an interpreted batch: Spark's own keys, and what they hold for it.
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+#: The settings of a small batch: Spark's own keys, and what they hold for it.
+SMALL_BATCH = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
+}
 
 
 def interpreted(df: DataFrame, max_rows: int) -> bool:
     """Whether batch ``df`` is small enough (at most ``max_rows`` rows estimated, ``max_rows`` > 0)
-    for Spark to evaluate its write job without generating code."""
+    for Spark to evaluate its jobs without generating code."""
     if max_rows <= 0:
         return False
     rows = estimated_rows(df)
     return rows is not None and rows <= max_rows
 
 
+class _Sized:
+    """The small-batch settings of one batch's session, and that session's own values of them."""
+
+    def __init__(self, conf: RuntimeConfig) -> None:
+        self.conf = conf
+        self.before: dict[str, str | None] = {key: conf.get(key, None) for key in SMALL_BATCH}
+        self.applied = False
+
+    def apply(self) -> None:
+        for key, value in SMALL_BATCH.items():
+            self.conf.set(key, value)
+        self.applied = True
+
+    def put_back(self) -> None:
+        for key, previous in self.before.items():
+            if previous is None:
+                self.conf.unset(key)
+            else:
+                self.conf.set(key, previous)
+        self.applied = False
+
+
+_SIZED: ContextVar[_Sized | None] = ContextVar("iceberg_sink_small_batch", default=None)
+
+
 @contextmanager
 def sized(df: DataFrame, max_rows: int) -> Iterator[bool]:
-    """Within the block, Spark evaluates the jobs of ``df``'s session without generating code when
-    :func:`interpreted` says so (yields whether it does); the session's settings are put back after."""
-    if not interpreted(df, max_rows):
+    """Within the block, Spark evaluates the jobs of ``df``'s session with :data:`SMALL_BATCH` when
+    :func:`interpreted` says so (yields whether it does); the session's settings are put back after.
+    Inside a block already sized, a nested one changes nothing."""
+    if _SIZED.get() is not None or not interpreted(df, max_rows):
         yield False
         return
-    conf = df.sparkSession.conf
-    before: dict[str, str | None] = {key: conf.get(key, None) for key in INTERPRETED}
-    logger.debug("micro-batch evaluated without generated code (at most %s rows estimated)", max_rows)
-    for key, value in INTERPRETED.items():
-        conf.set(key, value)
+    scope = _Sized(df.sparkSession.conf)
+    logger.debug("micro-batch evaluated without generated code or adaptive plans (at most %s rows estimated)", max_rows)
+    scope.apply()
+    token = _SIZED.set(scope)
     try:
         yield True
     finally:
-        for key, previous in before.items():
-            if previous is None:
-                conf.unset(key)
-            else:
-                conf.set(key, previous)
+        _SIZED.reset(token)
+        if scope.applied:
+            scope.put_back()
+
+
+def active() -> bool:
+    """Whether the jobs run now are a small batch's (inside :func:`sized`, not :func:`as_configured`)."""
+    scope = _SIZED.get()
+    return scope is not None and scope.applied
+
+
+@contextmanager
+def as_configured() -> Iterator[None]:
+    """Within the block, the batch's session holds its own settings again (a small batch's commit and
+    post-commit work); the small-batch ones come back after, for what the batch still runs."""
+    scope = _SIZED.get()
+    if scope is None or not scope.applied:
+        yield
+        return
+    scope.put_back()
+    try:
+        yield
+    finally:
+        scope.apply()

@@ -46,6 +46,7 @@ from iceberg_sink.errors import (
     pending_because,
     sqlite_catalog_locked,
 )
+from iceberg_sink.job import codegen
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources import kafka_offsets, transactions
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
@@ -218,7 +219,9 @@ class PendingCommits:
             snapshot_summary=dict(snapshot.summary.additional_properties) if snapshot.summary else {},
             checkpoint=summary,
         )
-        with self._serial:
+        # Post-commit work runs Spark jobs of its own (hooks, compaction, conversion): with the session's
+        # settings, not a small batch's (codegen.py), whichever batch's planning or road committed it.
+        with self._serial, codegen.as_configured():
             self._hooks.after_commit(result)
             if self.compaction is not None:
                 self.compaction.observe(result, outcome.data_files)

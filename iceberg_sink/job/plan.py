@@ -40,19 +40,15 @@ logger = logging.getLogger(__name__)
 @attrs.frozen
 class Sizes:
     """Up to which size a batch is a small one: its change reduction runs in one task
-    (``single_task_max_bytes``, topology/changes.py), its write job without generated code
-    (``interpreted_max_rows``, job/codegen.py); 0: never."""
+    (``single_task_max_bytes``, topology/changes.py); 0: never. (Whether its jobs run without
+    generated code is chosen as it is read: job/codegen.py.)"""
 
     single_task_max_bytes: int = 0
-    interpreted_max_rows: int = 0
 
     @classmethod
     def of(cls, resolved: options.ResolvedOptions) -> Sizes:
         """The sizes the sink's write options (``resolved``) set."""
-        return cls(
-            single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES),
-            interpreted_max_rows=resolved.get(options.INTERPRETED_MAX_ROWS),
-        )
+        return cls(single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES))
 
 
 @attrs.define

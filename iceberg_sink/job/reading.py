@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame
 
 from iceberg_sink import options
 from iceberg_sink.config import SinkConfig
+from iceberg_sink.job import codegen
 from iceberg_sink.job.routing import route_column
 from iceberg_sink.sources.bare_types import writing_table
 from iceberg_sink.sources.envelope import read_again, reading_batch
@@ -91,8 +92,9 @@ def last_loaded(job: SinkJob) -> Table | None:
         return None
 
 
-def read_again_if_stale(attempt: Callable[[], _T]) -> _T:
-    """``attempt()``: read one batch (:func:`read_batch`) and write it, its Debezium readers planning
+def read_again_if_stale(config: SinkConfig, df: DataFrame, attempt: Callable[[], _T]) -> _T:
+    """``attempt()``: read one batch ``df`` (:func:`read_batch`) and write it, with Spark's settings for
+    a small batch when ``config``'s bound says ``df`` is one (codegen.py), its Debezium readers planning
     on their last batch's statistics and reading row images with Arrow where they can
     (sources/envelope.py, sources/arrow_rows.py). When a Spark job of it met an event those
     statistics do not cover (STALE_COUNTS) or an image the Arrow reader leaves to Spark
@@ -103,13 +105,15 @@ def read_again_if_stale(attempt: Callable[[], _T]) -> _T:
     record is not reported (observe/progress.py); files its writer tasks wrote are left unreferenced
     (remove-orphans deletes them). A batch that fails otherwise leaves its readers without last
     statistics: the next one is counted."""
-    try:
-        with reading_batch(plan=True):
+    max_rows = options.resolve(config.options, {}).get(options.INTERPRETED_MAX_ROWS)
+    with codegen.sized(df, max_rows):
+        try:
+            with reading_batch(plan=True):
+                return attempt()
+        except Exception as e:
+            why = read_again(e)
+            if why is None:
+                raise
+            logger.info("this batch is read again, counted, by Spark's reader: %s", why)
+        with reading_batch(plan=False):
             return attempt()
-    except Exception as e:
-        why = read_again(e)
-        if why is None:
-            raise
-        logger.info("this batch is read again, counted, by Spark's reader: %s", why)
-    with reading_batch(plan=False):
-        return attempt()

@@ -41,16 +41,19 @@ def run(df: DataFrame, batch: BatchPlan) -> list[Committed]:
     Each stage's wall time goes to ``batch.progress["phases_ms"]`` (the progress record's
     ``phases_ms``, docs/metrics.md): ``build`` (stages 3-6 build the Spark plan; nothing runs),
     ``write`` (the Spark job), ``stage`` and ``commit`` (post-commit work included). A batch small
-    enough is built and written without Spark's code generation (codegen.py)."""
+    enough was read and is built and written without Spark's code generation and adaptive plans
+    (codegen.py, from job/reading.py ``read_again_if_stale``); its committable is staged and
+    committed with the session's own settings."""
     progress = batch.progress
+    written = None
     if batch.to_write() or batch.dead_to_write:
-        # A small batch's job evaluated without generated code (codegen.py); its commit as configured.
-        with codegen.sized(df, batch.sizes.interpreted_max_rows) as interpreted:
-            progress["interpreted"] = interpreted
-            built = timed(progress, "build", lambda: _build(df, batch))
-            written = timed(progress, "write", lambda: writing.write(built, batch))
-        timed(progress, "stage", lambda: staging.stage(batch, written))
-    return timed(progress, "commit", lambda: committing.commit(batch))
+        progress["interpreted"] = codegen.active()
+        built = timed(progress, "build", lambda: _build(df, batch))
+        written = timed(progress, "write", lambda: writing.write(built, batch))
+    with codegen.as_configured():
+        if written is not None:
+            timed(progress, "stage", lambda: staging.stage(batch, written))
+        return timed(progress, "commit", lambda: committing.commit(batch))
 
 
 def _build(df: DataFrame, batch: BatchPlan) -> DataFrame:

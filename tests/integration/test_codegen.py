@@ -1,16 +1,21 @@
-"""A small batch's write job runs without Spark's code generation; a large one, or the commit, as set.
+"""A small batch is read, planned and written without Spark's code generation and adaptive
+execution; a large one, or the commit and its post-commit work, as set.
 
-job/codegen.py sets ``spark.sql.codegen.wholeStage=false`` and ``spark.sql.codegen.factoryMode=
-NO_CODEGEN`` on the batch's session while the sink builds and runs the write job of a batch Spark
-estimates at most ``iceberg-sink.write.interpreted-max-rows`` rows. These tests watch it from inside
-the job: a ``map_batches`` column reads the setting the writer task was sent (Spark ships a job's SQL
-settings to its tasks as local properties), and a post-commit hook reads the session's during the
-commit. The tables are read back by Iceberg Java (1.9.2 and the newest) and DuckDB.
+job/codegen.py sets ``spark.sql.codegen.wholeStage=false``, ``spark.sql.codegen.factoryMode=
+NO_CODEGEN`` and ``spark.sql.adaptive.enabled=false`` on the batch's session from its read until its
+write job ends, for a batch Spark estimates at most ``iceberg-sink.write.interpreted-max-rows`` rows.
+These tests watch it from inside: a ``map_batches`` function reads the session's settings as the
+sink reads the batch, a column of it reads the settings the writer task was sent (Spark ships a job's
+SQL settings to its tasks as local properties), a post-commit hook reads the session's during the
+commit, and a routed stream's Spark jobs are counted. The tables are read back by Iceberg Java (1.9.2
+and the newest) and DuckDB.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -26,21 +31,34 @@ from iceberg_sink import IcebergSink
 from iceberg_sink.job import codegen
 from iceberg_sink.topology import estimate
 from iceberg_sink.topology.hooks import CommitResult
-from tests.interop.readers import JavaIcebergReader, assert_readers_agree
+from tests.interop.readers import JavaIcebergReader, assert_readers_agree, assert_readers_agree_many
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 WHOLE_STAGE = "spark.sql.codegen.wholeStage"
+ADAPTIVE = "spark.sql.adaptive.enabled"
+
+
+def _task_setting(key: str) -> str | None:
+    """The setting ``key`` the running task was sent (None: Spark's default)."""
+    context = TaskContext.get()
+    return context.getLocalProperty(key) if context is not None else "no task"
 
 
 def _task_mode(_: Any) -> str | None:
-    """The code-generation mode the running task was sent (None: Spark's default)."""
-    context = TaskContext.get()
-    return context.getLocalProperty(FACTORY_MODE) if context is not None else "no task"
+    return _task_setting(FACTORY_MODE)
 
 
-def with_mode(df: DataFrame) -> DataFrame:
-    mode = F.udf(_task_mode, "string")
-    return df.withColumn("mode", mode(F.col("id")))
+def _task_adaptive(_: Any) -> str | None:
+    return _task_setting(ADAPTIVE)
+
+
+def with_mode(df: DataFrame, read: list[tuple[str | None, str | None]] | None = None) -> DataFrame:
+    """``df`` with the writer task's code-generation mode and adaptive setting as columns; the
+    session's, as the sink reads the batch, appended to ``read``."""
+    if read is not None:
+        read.append((df.sparkSession.conf.get(FACTORY_MODE, None), df.sparkSession.conf.get(ADAPTIVE, None)))
+    mode, adaptive = F.udf(_task_mode, "string"), F.udf(_task_adaptive, "string")
+    return df.withColumn("mode", mode(F.col("id"))).withColumn("adaptive", adaptive(F.col("id")))
 
 
 def batch(path: Path, b: int, rows: int) -> list[dict[str, Any]]:
@@ -86,21 +104,27 @@ def apply(model: dict[int, dict[str, Any]], changes: list[dict[str, Any]]) -> No
 
 
 def run(
-    spark: SparkSession, tmp_path: Path, max_rows: int | None, batches: int = 3, rows: int = 40
+    spark: SparkSession,
+    tmp_path: Path,
+    max_rows: int | None,
+    batches: int = 3,
+    rows: int = 40,
+    read: list[tuple[str | None, str | None]] | None = None,
 ) -> tuple[IcebergSink, list[dict[str, Any]], list[dict[str, Any]]]:
     """Upsert ``batches`` sized batches through bounded writes; the sink, its progress records, and
-    what each commit's post-commit hook saw of the session."""
+    what each commit's post-commit hook saw of the session (``read``: what the session held as
+    each batch was read)."""
     seen: list[dict[str, Any]] = []
 
     def hook(_: CommitResult) -> None:
-        seen.append({key: spark.conf.get(key, None) for key in (FACTORY_MODE, WHOLE_STAGE)})
+        seen.append({key: spark.conf.get(key, None) for key in (FACTORY_MODE, WHOLE_STAGE, ADAPTIVE)})
 
     builder = (
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .table("db.t")
         .create_if_missing(format_version=3)
-        .map_batches(with_mode)
+        .map_batches(lambda df: with_mode(df, read))
         .cdc(op_column="op", key=["id"], order_by="lsn")
         .post_commit_hook(hook)
     )
@@ -125,16 +149,20 @@ def model_of(tmp_path: Path, batches: int = 3, rows: int = 40) -> list[dict[str,
 def test_a_small_batch_is_written_without_generated_code_and_readers_agree(
     spark: SparkSession, tmp_path: Path, java_readers: tuple[JavaIcebergReader, ...]
 ) -> None:
-    whole_stage = spark.conf.get(WHOLE_STAGE, None)
+    whole_stage, adaptive = spark.conf.get(WHOLE_STAGE, None), spark.conf.get(ADAPTIVE, None)
     assert spark.conf.get(FACTORY_MODE, None) is None
-    sink, progress, seen = run(spark, tmp_path, None)
+    read: list[tuple[str | None, str | None]] = []
+    sink, progress, seen = run(spark, tmp_path, None, read=read)
     assert [p.get("interpreted") for p in progress] == [True, True, True]
-    modes = {r["mode"] for r in sink.load_table().scan(selected_fields=("mode",)).to_arrow().to_pylist()}
-    assert modes == {"NO_CODEGEN"}, modes  # the writer tasks ran without generated code
+    # The batch was read with the small batch's settings, and its writer tasks ran with them.
+    assert set(read) == {("NO_CODEGEN", "false")}, read
+    written = sink.load_table().scan(selected_fields=("mode", "adaptive")).to_arrow().to_pylist()
+    assert {(r["mode"], r["adaptive"]) for r in written} == {("NO_CODEGEN", "false")}, written
     # The commit (and its post-commit work) and the session after the write: as the user set them.
-    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: whole_stage}] * 3
+    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: whole_stage, ADAPTIVE: adaptive}] * 3
     assert spark.conf.get(FACTORY_MODE, None) is None and spark.conf.get(WHOLE_STAGE, None) == whole_stage
-    expected = [{**row, "mode": "NO_CODEGEN"} for row in model_of(tmp_path)]
+    assert spark.conf.get(ADAPTIVE, None) == adaptive
+    expected = [{**row, "mode": "NO_CODEGEN", "adaptive": "false"} for row in model_of(tmp_path)]
     assert_readers_agree(java_readers, sink.load_table().metadata_location, expected, ["id"])
 
 
@@ -142,16 +170,20 @@ def test_a_batch_over_the_bound_keeps_sparks_settings(
     spark: SparkSession, tmp_path: Path, java_readers: tuple[JavaIcebergReader, ...]
 ) -> None:
     spark.conf.set(WHOLE_STAGE, "true")  # set by the user: still set after the write
+    spark.conf.set(ADAPTIVE, "true")
+    read: list[tuple[str | None, str | None]] = []
     try:
-        sink, progress, seen = run(spark, tmp_path, 5)  # 40 rows a batch: over 5
-        assert spark.conf.get(WHOLE_STAGE) == "true"
+        sink, progress, seen = run(spark, tmp_path, 5, read=read)  # 40 rows a batch: over 5
+        assert spark.conf.get(WHOLE_STAGE) == "true" and spark.conf.get(ADAPTIVE) == "true"
     finally:
         spark.conf.unset(WHOLE_STAGE)
+        spark.conf.unset(ADAPTIVE)
     assert [p.get("interpreted") for p in progress] == [False, False, False]
-    modes = {r["mode"] for r in sink.load_table().scan(selected_fields=("mode",)).to_arrow().to_pylist()}
-    assert modes == {None}, modes
-    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: "true"}] * 3
-    expected = [{**row, "mode": None} for row in model_of(tmp_path)]
+    assert set(read) == {(None, "true")}, read
+    written = sink.load_table().scan(selected_fields=("mode", "adaptive")).to_arrow().to_pylist()
+    assert {(r["mode"], r["adaptive"]) for r in written} == {(None, "true")}, written
+    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: "true", ADAPTIVE: "true"}] * 3
+    expected = [{**row, "mode": None, "adaptive": "true"} for row in model_of(tmp_path)]
     assert_readers_agree(java_readers, sink.load_table().metadata_location, expected, ["id"])
 
 
@@ -190,3 +222,80 @@ def test_the_settings_are_put_back_when_the_write_fails(spark: SparkSession, tmp
         assert spark.conf.get(WHOLE_STAGE, None) == whole_stage
     finally:
         spark.conf.unset(FACTORY_MODE)
+
+
+def test_post_commit_work_inside_a_small_batch_runs_with_the_sessions_settings(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """What a small batch's road commits (its own checkpoint, or older ones its plan commits) runs
+    inside :func:`codegen.as_configured`: the session's own settings, then the small batch's again."""
+    batch(tmp_path, 0, 10)
+    df = spark.read.parquet(str(tmp_path))
+    spark.conf.set(ADAPTIVE, "true")
+    try:
+        with codegen.sized(df, 10**6) as small:
+            assert small and codegen.active()
+            assert (spark.conf.get(FACTORY_MODE), spark.conf.get(ADAPTIVE)) == ("NO_CODEGEN", "false")
+            with codegen.sized(df, 10**6) as nested:  # a nested block changes nothing
+                assert not nested and spark.conf.get(ADAPTIVE) == "false"
+            with codegen.as_configured():
+                assert not codegen.active()
+                assert (spark.conf.get(FACTORY_MODE, None), spark.conf.get(ADAPTIVE)) == (None, "true")
+            assert codegen.active() and spark.conf.get(ADAPTIVE) == "false"
+        assert not codegen.active()
+        assert (spark.conf.get(FACTORY_MODE, None), spark.conf.get(ADAPTIVE)) == (None, "true")
+    finally:
+        spark.conf.unset(ADAPTIVE)
+
+
+def _routed_files(source: Path, batches: int) -> dict[str, dict[int, dict[str, Any]]]:
+    """``batches`` JSON files of rows for two tables (a sized source); the model of each table."""
+    source.mkdir(parents=True)
+    model: dict[str, dict[int, dict[str, Any]]] = {"a": {}, "b": {}}
+    for b in range(batches):
+        lines = []
+        for i in range(10):
+            table, key = ("a" if i % 2 else "b"), (b * 3 + i) % 12
+            row = {"tbl": table, "id": key, "v": f"v{b}-ñ{i}", "lsn": b * 100 + i}
+            model[table][key] = {k: v for k, v in row.items() if k != "tbl"}  # the route column is not kept
+            lines.append(json.dumps(row))
+        path = source / f"part-{b:03d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + b, 1_700_000_000 + b))  # the file source reads them in this order
+    return model
+
+
+@pytest.mark.parametrize("max_rows", [10_000, 0])
+def test_a_small_routed_batch_runs_one_job_per_step_not_one_per_stage(
+    spark: SparkSession, tmp_path: Path, java_readers: tuple[JavaIcebergReader, ...], max_rows: int
+) -> None:
+    """A routed micro-batch counts its tables' columns (an aggregation over its cache) and writes
+    (a shuffle to the writers): with adaptive execution on, each of their stages was a job of its own
+    (five per batch); a small batch runs two."""
+    batches = 4
+    model = _routed_files(tmp_path / "source", batches)
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .route(table_column="tbl", namespace="r")
+        .upsert(["id"], order_by="lsn")
+        .create_if_missing(format_version=2)
+        .write_option("iceberg-sink.write.interpreted-max-rows", max_rows)
+        .build()
+    )
+    spark.conf.set(ADAPTIVE, "true")  # Spark's default, as a user's session has it
+    try:
+        stream = spark.readStream.schema("tbl string, id long, v string, lsn long").option("maxFilesPerTrigger", 1)
+        query = sink.start(stream.json(str(tmp_path / "source")), str(tmp_path / "ck"), trigger={"availableNow": True})
+        query.awaitTermination(600)
+        assert query.exception() is None
+        assert spark.conf.get(ADAPTIVE) == "true"
+    finally:
+        spark.conf.unset(ADAPTIVE)
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
+    if max_rows:
+        assert jobs == 2 * batches, jobs
+    else:
+        assert jobs > 2 * batches, jobs
+    expected = {sink.load_table(f"r.{t}").metadata_location: list(rows.values()) for t, rows in model.items()}
+    assert_readers_agree_many(java_readers, expected, ["id"])
