@@ -19,8 +19,14 @@ It reports the session's start, the first micro-batch (Spark's ``triggerExecutio
 of the query, and the CPU other processes used meanwhile (``foreign_cpu_s``: the machine was shared
 when it is large). ``end_to_end_s`` runs from before the session's start to the first micro-batch's end.
 
+With ``--per-batch N`` the topics' events are read ``N`` at a time (Spark's ``maxOffsetsPerTrigger``,
+over both topics): the first micro-batch as above, then the median of the second half of the
+micro-batches after it (``steady_micro_batch_s_p50``, Spark's ``triggerExecution``), the sink's phases
+there and the Spark jobs per micro-batch.
+
     python -m benchmarks.kafka_guide --out benchmarks/results/kafka-guide.json
     python -m benchmarks.kafka_guide --option iceberg-sink.write.start-python-workers=false
+    python -m benchmarks.kafka_guide --events 600 --per-batch 40
 
 Results: docs/benchmarks.md (issue 41, "No inherited 200").
 """
