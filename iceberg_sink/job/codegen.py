@@ -30,8 +30,8 @@ larger one, or one nothing can size, keeps Spark's settings. Its rows are Spark'
 row's default size (topology/estimate.py: a Kafka micro-batch's records counted from Spark's offset
 log, exactly; a file's bytes over a row's default width, an overcount for long JSON lines, which errs
 toward Spark's settings). The Kafka guide's first micro-batch, on a cold JVM, runs its statistics and
-column-count jobs this way too: 5.8-6.8 s against 8.4-8.8 with only the write sized
-(docs/benchmarks.md).
+column-count jobs this way too: 7.2-8.2 s against 8.5-9.0 with only the write sized, three jobs
+instead of seven (docs/benchmarks-debezium-wide.md, session 44).
 
 The settings are set on the session the batch came with (a stream's own clone, or a bounded write's
 session) and put back as they were before the batch's committable is staged (:func:`as_configured`):
