@@ -75,6 +75,7 @@ from iceberg_sink import (
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.retry import RetryPolicy
 from iceberg_sink.committer.store import CheckpointStore
+from iceberg_sink.job import codegen
 from iceberg_sink.table.catalog import embedded_catalog_uri, embedded_warehouse
 from iceberg_sink.table.names import allowed, table_name_problem
 from iceberg_sink.topology import maintenance
@@ -85,6 +86,7 @@ from tests.model.debezium_steps import DEBEZIUM
 from tests.model.points import FAULT_POINTS, Crash
 from tests.model.transactions_steps import TRANSACTIONS
 
+ADAPTIVE = "spark.sql.adaptive.enabled"
 Row = dict[str, Any]
 
 # Operation kinds and their weights. ICEBERG_SINK_MODEL_SKIP=a,b disables kinds (default: none).
@@ -420,7 +422,13 @@ class World:
         # Spark's code generation (0) or, when sized small enough, without it (job/codegen.py).
         sizing_rng = random.Random(f"sized-{seed}")
         self.sized_batches = sizing_rng.choice([False, True])
+        self.sized_files = 0
         self.interpreted_max_rows = sizing_rng.choice([0, 10_000])
+        # The session's adaptive execution as its user set it (Spark's default, on, or off): a small
+        # batch runs with it off (job/codegen.py), and every step, a failed or killed one included,
+        # leaves the session with the user's settings (check_session_settings).
+        self.adaptive = random.Random(f"adaptive-{seed}").choice(["true", "false"])
+        self.user_settings = self.session_settings()  # as run() sets them, and after it as before it
         # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
         self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
         # The format of the CDC tables the sinks create (routed tables; db.dbz of debezium_steps.py):
@@ -645,12 +653,15 @@ class World:
         return self.sized(df).repartition(self.rng.choice([1, 2, 3]))
 
     def sized(self, df: DataFrame) -> DataFrame:
-        """``df`` as Spark can size it (cached and counted: its bytes known) for a seed that sizes its batches."""
+        """``df`` as Spark can size it for a seed that sizes its batches: read from a Parquet file of
+        it, whose bytes are in the analyzed plan's statistics (topology/estimate.py reads those; a
+        cached DataFrame's are not, so caching it sized nothing for the sink)."""
         if not self.sized_batches:
             return df
-        df = df.cache()
-        df.count()
-        return df
+        self.sized_files += 1
+        path = str(self.root / "sized-batches" / str(self.sized_files))
+        df.write.parquet(path)
+        return self.spark.read.parquet(path)
 
     # -- batches ----------------------------------------------------------------------------------
 
@@ -1715,7 +1726,17 @@ class World:
                 return None
             raise
 
+    def session_settings(self) -> dict[str, str | None]:
+        return {key: self.spark.conf.get(key, None) for key in codegen.SMALL_BATCH}
+
+    def check_session_settings(self) -> None:
+        """The settings a small batch changes are the user's again once a step is over."""
+        now = self.session_settings()
+        if now != self.user_settings:
+            raise self.fail(f"the session's settings after the step are {now}, its user's {self.user_settings}")
+
     def check(self) -> None:
+        self.check_session_settings()
         self.check_snapshots()
         self.check_metadata_files()
         main = self.table("db.main")
@@ -1773,9 +1794,24 @@ class World:
             f"buffer-bytes {self.buffer_bytes}, key-index-max-bytes {self.key_index_bytes}, "
             f"key index {self.key_index_options or 'in the driver'}, "
             f"single-task-max-bytes {self.single_task_max_bytes}, sized batches {self.sized_batches}, "
-            f"interpreted-max-rows {self.interpreted_max_rows}, created format v{self.created_format}, "
+            f"interpreted-max-rows {self.interpreted_max_rows}, adaptive execution {self.adaptive}, "
+            f"created format v{self.created_format}, "
             f"routed commits {'atomic' if self.routed_atomic else 'one table at a time'}, operations {kinds}"
         )
+        adaptive_before = self.spark.conf.get(ADAPTIVE, None)
+        self.spark.conf.set(ADAPTIVE, self.adaptive)
+        self.user_settings = self.session_settings()
+        try:
+            self._steps(steps, kinds, weights)
+        finally:
+            if adaptive_before is None:
+                self.spark.conf.unset(ADAPTIVE)
+            else:
+                self.spark.conf.set(ADAPTIVE, adaptive_before)
+            self.user_settings = self.session_settings()
+        return time.monotonic() - started
+
+    def _steps(self, steps: int, kinds: list[str], weights: list[int]) -> None:
         for _ in range(steps):
             kind = self.rng.choices(kinds, weights)[0]
             try:
@@ -1803,7 +1839,6 @@ class World:
                 raise self.fail(
                     f"step raised {type(exc).__name__}: {exc}\n{''.join(traceback.format_exc()[-4000:])}"
                 ) from exc
-        return time.monotonic() - started
 
 
 def racing(load: Callable[[], Table], meanwhile: Callable[[], None]) -> Callable[[], Table]:
