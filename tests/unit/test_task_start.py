@@ -41,8 +41,11 @@ def test_the_first_two_tasks_of_a_worker_freeze_and_later_ones_do_not(fresh: Non
         item.append(item)  # cycles alive when the second task starts are frozen with it
     assert start.settle(18)
     frozen = gc.get_freeze_count()
+    later = [[] for _ in range(1000)]  # alive when the third task starts
     assert not start.settle(19)
+    # The third task freezes nothing: its objects stay collectable. (Not an equality: a frozen object
+    # another thread of this process frees leaves the permanent generation and lowers the count.)
+    assert gc.get_freeze_count() < frozen + len(later)
     cycle: list[object] = []
     cycle.append(cycle)
-    assert gc.get_freeze_count() == frozen  # the third task's objects stay collectable
     assert gc.is_tracked(cycle)
