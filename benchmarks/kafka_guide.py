@@ -193,12 +193,14 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
     cpu = after - tree if after is not None and tree is not None else None
     records = [r for r in sink.progress() if r.get("status") == "committed"]
     # Micro-batches after the first: the second half of them is the steady state (Spark's JIT
-    # compiler is still busy over the first ones).
-    later = [dict(p.durationMs) for p in progress[1:]]
-    steady = later[len(later) // 2 :]
+    # compiler is still busy over the first ones). The sink's records name their micro-batch by its
+    # batch id (checkpoint_id); it keeps the newest 100.
+    later = progress[1:]
+    steady = [dict(p.durationMs) for p in later[len(later) // 2 :]]
+    steady_ids = {int(p.batchId) for p in later[len(later) // 2 :]}
     phases: dict[str, list[float]] = {}
     for r in records:
-        if r.get("table") == "shop.orders" and int(r.get("checkpoint_id", 0)) > len(progress) // 2:
+        if r.get("table") == "shop.orders" and r.get("checkpoint_id") in steady_ids:
             for name, ms in (r.get("phases_ms") or {}).items():
                 phases.setdefault(name, []).append(ms)
     return {
@@ -212,7 +214,9 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
         "input_rows": int(first.numInputRows),
         "jobs": len(jobs),
         "tasks_per_stage": stages,
-        "phases_ms": {str(r.get("table")): r.get("phases_ms") for r in records[:2]},
+        "phases_ms": {
+            str(r.get("table")): r.get("phases_ms") for r in records if r.get("checkpoint_id") == int(first.batchId)
+        },
         "micro_batches": len(progress),
         "steady_micro_batch_s_p50": round(statistics.median(d["triggerExecution"] for d in steady) / 1000, 3)
         if steady
