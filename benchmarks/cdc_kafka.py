@@ -176,10 +176,11 @@ class ChangeTopic:
         }
 
 
-def filled_topic(broker: Any, topic: str, lines: Iterable[str], lines_file: Path) -> None:
-    """``topic`` created (one partition) and filled with ``lines`` (``key<TAB>value``), written to
-    ``lines_file`` first, by :func:`produce`."""
-    broker.create_topic(topic, partitions=1)
+def filled_topic(broker: Any, topic: str, lines: Iterable[str], lines_file: Path, partitions: int = 1) -> None:
+    """``topic`` created (``partitions`` partitions: Kafka's producer spreads the lines over them by
+    their key) and filled with ``lines`` (``key<TAB>value``), written to ``lines_file`` first, by
+    :func:`produce`."""
+    broker.create_topic(topic, partitions=partitions)
     with lines_file.open("w", encoding="utf-8", newline="\n") as out:
         for line in lines:
             out.write(f"{line}\n")

@@ -12,7 +12,10 @@ The topics hold what Debezium's PostgreSQL connector writes with ``schemas.enabl
 each with its schema part): ``--events`` snapshot reads (``op`` r) of ``public.customers`` (id, name,
 a ``NUMERIC(10,2)`` credit as Connect's Decimal, a ``DATE`` born) and as many of ``public.orders``, sent
 before anything is timed by the broker of ``scripts/pipeline_components.py`` (its jars from Maven
-Central). Each run is this process, fresh; ``--option KEY=VALUE`` sets a ``write_option`` of the sink.
+Central), each topic in ``--partitions`` partitions (1). Each run is this process, fresh; ``--option
+KEY=VALUE`` sets a ``write_option`` of the sink, ``--source-option KEY=VALUE`` an option of the Kafka
+source (the guide's ``kafka.fetch.max.wait.ms`` 10: ``--source-option kafka.fetch.max.wait.ms=500``
+measures Kafka's default, sources/kafka_source.py).
 
 It reports the session's start, the first micro-batch (Spark's ``triggerExecution``, the sink's
 ``addBatch``), the process tree's CPU over it (the broker's left out), the Spark jobs, stages and tasks
@@ -22,11 +25,14 @@ when it is large). ``end_to_end_s`` runs from before the session's start to the 
 With ``--per-batch N`` the topics' events are read ``N`` at a time (Spark's ``maxOffsetsPerTrigger``,
 over both topics): the first micro-batch as above, then the median of the second half of the
 micro-batches after it (``steady_micro_batch_s_p50``, Spark's ``triggerExecution``), the sink's phases
-there and the Spark jobs per micro-batch.
+there and the Spark jobs per micro-batch. With ``--tail N`` the query keeps running after its first
+micro-batch and ``N`` events are sent one at a time, each read by a micro-batch of its own at the
+topics' end, as in a live pipeline: the steady figures are then those micro-batches' medians.
 
     python -m benchmarks.kafka_guide --out benchmarks/results/kafka-guide.json
     python -m benchmarks.kafka_guide --option iceberg-sink.write.start-python-workers=false
     python -m benchmarks.kafka_guide --events 600 --per-batch 40
+    python -m benchmarks.kafka_guide --tail 20 --source-option kafka.fetch.max.wait.ms=500
 
 Results: docs/benchmarks.md (issue 41, "No inherited 200").
 """
@@ -84,8 +90,9 @@ def _decimal(cents: int) -> str:
     return base64.b64encode(cents.to_bytes(4, "big", signed=True)).decode()
 
 
-def messages(table: str, events: int, first_lsn: int) -> list[str]:
-    """``events`` snapshot reads of ``public.<table>``, as ``key<TAB>value`` lines."""
+def messages(table: str, events: int, first_lsn: int, first_id: int = 1) -> list[str]:
+    """``events`` snapshot reads of ``public.<table>`` (ids from ``first_id``, log positions after
+    ``first_lsn``), as ``key<TAB>value`` lines."""
     fields = _CUSTOMER if table == "customers" else _ORDER
     row = {"type": "struct", "optional": True, "fields": fields}
     value_schema = {
@@ -102,12 +109,13 @@ def messages(table: str, events: int, first_lsn: int) -> list[str]:
     }
     key_schema = {"type": "struct", "optional": False, "name": f"shop.public.{table}.Key", "fields": fields[:1]}
     lines = []
-    for i in range(1, events + 1):
+    for n in range(1, events + 1):
+        i = first_id + n - 1
         if table == "customers":
             after: dict[str, Any] = {"id": i, "name": f"customer {i}", "credit": _decimal(i * 125), "born": 7000 + i}
         else:
             after = {"id": i, "customer_id": i, "amount": _decimal(i * 999)}
-        source = {"connector": "postgresql", "db": "shop", "schema": "public", "table": table, "lsn": first_lsn + i}
+        source = {"connector": "postgresql", "db": "shop", "schema": "public", "table": table, "lsn": first_lsn + n}
         value = {
             "schema": value_schema,
             "payload": {"before": None, "after": after, "source": source, "op": "r", "ts_ms": 1_700_000_000_000},
@@ -117,10 +125,20 @@ def messages(table: str, events: int, first_lsn: int) -> list[str]:
     return lines
 
 
-def run(events: int, write_options: dict[str, str], per_batch: int | None = None) -> dict[str, Any]:
+def run(
+    events: int,
+    write_options: dict[str, str],
+    per_batch: int | None = None,
+    source_options: dict[str, str] | None = None,
+    partitions: int = 1,
+    tail: int = 0,
+) -> dict[str, Any]:
     """One run in this process: the broker started and the topics filled first, then the guide's
     session, sink and query; the first micro-batch timed, and with ``per_batch`` (Spark's
-    ``maxOffsetsPerTrigger``: messages per micro-batch over both topics) the ones after it."""
+    ``maxOffsetsPerTrigger``: messages per micro-batch over both topics) the ones after it. With
+    ``tail`` the query keeps running (a 100 ms ``processingTime`` trigger) and ``tail`` events are
+    sent after the first micro-batch, one at a time, the tables in turns, each read by a micro-batch
+    of its own: the stream at the end of its topics, as a live pipeline runs."""
     from benchmarks import cdc_kafka
     from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
 
@@ -131,7 +149,7 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
         broker_pid = int(broker.process.pid())
         for number, table in enumerate(("customers", "orders")):
             lines = messages(table, events, number * 1_000_000)
-            cdc_kafka.filled_topic(broker, f"shop.public.{table}", lines, lake / f"{table}.txt")
+            cdc_kafka.filled_topic(broker, f"shop.public.{table}", lines, lake / f"{table}.txt", partitions)
         jars = cdc_kafka.spark_kafka_jars()
         monitor = ForeignCpuMonitor(interval=0.5).start()
         monitor.adopt(broker_pid)
@@ -148,9 +166,12 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
             .option("kafka.bootstrap.servers", broker.bootstrap)
             .option("subscribePattern", "shop[.]public[.].*")
             .option("startingOffsets", "earliest")
+            .option("kafka.fetch.max.wait.ms", "10")
         )
         if per_batch is not None:
             stream = stream.option("maxOffsetsPerTrigger", per_batch)
+        for key, value in (source_options or {}).items():
+            stream = stream.option(key, value)
         stream = stream.load()
         builder = (
             IcebergSink.builder()
@@ -165,14 +186,19 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
             builder = builder.write_option(key, value)
         sink = builder.build()
         begin = time.time()
-        query = sink.start(stream, checkpoint_location=str(lake / "checkpoints"), trigger={"availableNow": True})
-        query.awaitTermination()
+        trigger = {"processingTime": "100 milliseconds"} if tail else {"availableNow": True}
+        query = sink.start(stream, checkpoint_location=str(lake / "checkpoints"), trigger=trigger)
+        if tail:
+            _send_tail(spark, query, broker.bootstrap, events, tail)
+            query.stop()
+        else:
+            query.awaitTermination()
         end = time.time()
         after = tree_cpu_seconds(without=broker_pid)
         if query.exception() is not None:
             raise RuntimeError(f"the stream failed: {query.exception()}")
         progress = [p for p in query.recentProgress if int(p.numInputRows) > 0]
-        if per_batch is None and len(progress) != 1:
+        if per_batch is None and len(progress) != 1 + tail:
             raise RuntimeError(f"expected one micro-batch of {2 * events} events: {[p.json for p in progress]}")
         first, durations = progress[0], dict(progress[0].durationMs)
         tracker = spark.sparkContext.statusTracker()
@@ -188,16 +214,19 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
         spark.stop()
     finally:
         broker.stop()
-    if tables != {"customers": events, "orders": events}:
-        raise RuntimeError(f"expected {events} rows in each table: {tables}")
+    expected = {"customers": events + (tail + 1) // 2, "orders": events + tail // 2}
+    if tables != expected:
+        raise RuntimeError(f"expected {expected} rows: {tables}")
     cpu = after - tree if after is not None and tree is not None else None
     records = [r for r in sink.progress() if r.get("status") == "committed"]
     # Micro-batches after the first: the second half of them is the steady state (Spark's JIT
     # compiler is still busy over the first ones). The sink's records name their micro-batch by its
     # batch id (checkpoint_id); it keeps the newest 100.
     later = progress[1:]
-    steady = [dict(p.durationMs) for p in later[len(later) // 2 :]]
-    steady_ids = {int(p.batchId) for p in later[len(later) // 2 :]}
+    # A tail's micro-batches each read one event: all of them are its steady state.
+    settled = later if tail else later[len(later) // 2 :]
+    steady = [dict(p.durationMs) for p in settled]
+    steady_ids = {int(p.batchId) for p in settled}
     phases: dict[str, list[float]] = {}
     for r in records:
         if r.get("table") == "shop.orders" and r.get("checkpoint_id") in steady_ids:
@@ -206,6 +235,8 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
     return {
         "events_per_table": events,
         "write_options": write_options,
+        "source_options": source_options or {},
+        "partitions_per_topic": partitions,
         "spark_start_s": round(spark_start, 3),
         "first_micro_batch_s": round(durations.get("triggerExecution", 0) / 1000, 3),
         "add_batch_s": round(durations.get("addBatch", 0) / 1000, 3),
@@ -229,6 +260,42 @@ def run(events: int, write_options: dict[str, str], per_batch: int | None = None
     }
 
 
+def _send_tail(spark: Any, query: Any, bootstrap: str, events: int, rounds: int) -> None:
+    """``rounds`` more events, one at a time (the tables in turns, new ids and later log positions),
+    each sent once the micro-batch of the one before has ended, by a Kafka producer in the session's
+    JVM (Spark's Kafka jars hold the client): no process of its own starting beside the micro-batch."""
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.util.Properties()
+    serializer = "org.apache.kafka.common.serialization.StringSerializer"
+    for key, value in {"bootstrap.servers": bootstrap, "acks": "all", "key.serializer": serializer}.items():
+        props.setProperty(key, value)
+    props.setProperty("value.serializer", serializer)
+
+    def batches() -> int:
+        return sum(1 for p in query.recentProgress if int(p.numInputRows) > 0)
+
+    def wait_for(count: int) -> None:
+        deadline = time.time() + 120
+        while batches() < count:
+            if query.exception() is not None or time.time() > deadline:
+                raise RuntimeError(f"the stream did not run micro-batch {count}: {query.exception()}")
+            time.sleep(0.05)
+
+    wait_for(1)
+    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(props)
+    try:
+        for k in range(rounds):
+            number = k % 2
+            table = ("customers", "orders")[number]
+            line = messages(table, 1, number * 1_000_000 + events + k, first_id=events + 1 + k // 2)[0]
+            key, value = line.split("\t", 1)
+            record = jvm.org.apache.kafka.clients.producer.ProducerRecord(f"shop.public.{table}", key, value)
+            producer.send(record).get()
+            wait_for(2 + k)
+    finally:
+        producer.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1, help="snapshot events per table (default 1)")
@@ -238,13 +305,30 @@ def main(argv: list[str] | None = None) -> int:
         help="messages per micro-batch over both topics (maxOffsetsPerTrigger); default: all in one",
     )
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a sink write_option")
+    parser.add_argument(
+        "--source-option", action="append", default=[], metavar="KEY=VALUE", help="an option of the Kafka source"
+    )
+    parser.add_argument(
+        "--tail",
+        type=int,
+        default=0,
+        help="events sent one at a time after the first micro-batch, each read at the topics' end (default 0)",
+    )
+    parser.add_argument("--partitions", type=int, default=1, help="partitions of each topic (default 1)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     write_options = dict(o.split("=", 1) for o in args.option)
     result = {
         "benchmark": "kafka_guide",
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        **run(args.events, write_options, args.per_batch),
+        **run(
+            args.events,
+            write_options,
+            args.per_batch,
+            dict(o.split("=", 1) for o in args.source_option),
+            args.partitions,
+            args.tail,
+        ),
     }
     text = json.dumps(result, indent=2)
     print(text)

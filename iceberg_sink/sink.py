@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import threading
@@ -31,7 +32,7 @@ from iceberg_sink.job.together import Together
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
-from iceberg_sink.sources import kafka_offsets
+from iceberg_sink.sources import kafka_offsets, kafka_source
 from iceberg_sink.sources.transactions import CarryStore
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.key_bounds import KeyBoundsCache
@@ -44,6 +45,8 @@ from iceberg_sink.topology.compaction.trigger import CompactionTrigger
 from iceberg_sink.topology.conversion import ConversionResult, convert_equality_deletes
 from iceberg_sink.topology.conversion.trigger import ConversionTrigger
 from iceberg_sink.writer.workers import REQUIRED_MODULES, check_python_workers, start_python_workers
+
+logger = logging.getLogger(__name__)
 
 _TRIGGER_KEYS = ("processingTime", "once", "availableNow", "continuous")
 # What a stream's write task imports in its Python workers (started by start(): writer/workers.py):
@@ -279,6 +282,9 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         check_python_workers(streaming_df.sparkSession)
+        waiting = kafka_source.waiting_sources(streaming_df)
+        if waiting:
+            logger.warning(kafka_source.fetch_wait_hint(waiting))
         if (self._config.reads_debezium or self._config.route is not None) and options.resolve(
             self._config.options, {}
         ).get(options.START_PYTHON_WORKERS):

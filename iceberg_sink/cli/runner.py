@@ -117,6 +117,8 @@ def open_source(spark: SparkSession, config: RunConfig) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
+    from iceberg_sink.sources import kafka_source
+
     source = config.source
     kind = source["type"]
     where = config.source_file
@@ -153,6 +155,9 @@ def open_source(spark: SparkSession, config: RunConfig) -> DataFrame:
             *(("subscribe", source["topic"]) if "topic" in source else ("subscribePattern", source["topic_pattern"]))
         )
         .option("startingOffsets", source.get("starting_offsets", "earliest"))
+        # A micro-batch at the topic's end would wait Kafka's default 500 ms (sources/kafka_source.py);
+        # source.options may set it otherwise (Spark's reader options are case-insensitive).
+        .option(kafka_source.FETCH_WAIT_OPTION, str(kafka_source.RECOMMENDED_FETCH_WAIT_MS))
         .options(**{k: str(v) for k, v in source.get("options", {}).items()})
     )
     try:
