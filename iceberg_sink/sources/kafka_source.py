@@ -8,7 +8,7 @@ offset range, on the same connection, and that request waits behind the held fet
 that reads a partition to its end waits about half a second, and so does every Spark job that reads
 the micro-batch from Kafka. That is every micro-batch of a live stream, and the first one of any
 stream that starts from ``earliest`` (``docs/benchmarks.md``, issue 41: the Kafka guide's micro-batch
-at the topics' end took 1.67 s with the default and 0.91 s with 10 ms).
+at the topics' end took 1.17-1.52 s with the default and 0.89-0.95 s with 10 ms).
 
 ``kafka.fetch.max.wait.ms`` on the source (``.option("kafka.fetch.max.wait.ms", "10")``) makes the
 broker answer that fetch at once. Spark's tasks only read offsets that exist, so nothing else changes.
