@@ -354,8 +354,9 @@ SHUFFLE_PARTITIONS = Option(
     "Streams: partitions of the shuffles a micro-batch runs (change reduction, distribution, checks, a routed "
     "batch's cache). 0: chosen per micro-batch from its size (128 MiB each; up to the cores while each gets "
     "4 MiB; at most spark.sql.shuffle.partitions unless the cores are more; a Kafka micro-batch by its "
-    "records counted from Spark's offset log) or, when it cannot be sized, the cluster's cores. See "
-    "job/parallelism.py.",
+    "records counted from Spark's offset log) or, when it cannot be sized, the cluster's cores. A small batch "
+    "(iceberg-sink.write.interpreted-max-rows) shuffling into one partition reaches its one writer task without "
+    "the distribution's shuffle. See job/parallelism.py and job/distributing.py.",
     table_property=False,
     minimum=0,
 )

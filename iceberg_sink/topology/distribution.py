@@ -126,12 +126,14 @@ def distribute(
     schema: Schema,
     sort_columns: Sequence[str] = (),
     extra_keys: Sequence[str] = (),
+    one_task: bool = False,
 ) -> DataFrame:
     """Apply ``mode`` to ``df``.
 
     Args:
         sort_columns: the table's sort order columns (used by ``range``).
         extra_keys: columns every change of one key must share a writer by (CDC keys).
+        one_task: the batch is written by one task (:func:`to_writers`).
     """
     present = set(columns_of(df))
     keys = partition_expressions(spec, schema, present) + [path_column(k) for k in extra_keys]
@@ -139,19 +141,36 @@ def distribute(
     if mode is DistributionMode.NONE:
         return df
     if mode is DistributionMode.HASH:
-        return df.repartition(*keys) if keys else df
+        return to_writers(df, mode, keys, one_task) if keys else df
     ordering = keys + [path_column(c) for c in sort_columns]
     if not ordering:
         return df
-    return df.repartitionByRange(*ordering).sortWithinPartitions(*ordering)
+    return to_writers(df, mode, ordering, one_task)
+
+
+def to_writers(df: DataFrame, mode: DistributionMode, keys: Sequence[Column], one_task: bool) -> DataFrame:
+    """``df``'s rows clustered by ``keys`` for the writer tasks: ``hash`` gives each key one task,
+    ``range`` also sorts by them. With ``one_task`` (a batch whose shuffle has one partition) the rows
+    go to that one task without a shuffle, sorted alike for ``range``: the same task and files, one
+    Spark stage fewer."""
+    if one_task:
+        single = df.coalesce(1)
+        return single if mode is DistributionMode.HASH else single.sortWithinPartitions(*keys)
+    if mode is DistributionMode.HASH:
+        return df.repartition(*keys)
+    return df.repartitionByRange(*keys).sortWithinPartitions(*keys)
 
 
 def distribute_routed(
-    df: DataFrame, route_column: str, tables: Mapping[str, tuple[PartitionSpec, Schema]], mode: DistributionMode
+    df: DataFrame,
+    route_column: str,
+    tables: Mapping[str, tuple[PartitionSpec, Schema]],
+    mode: DistributionMode,
+    one_task: bool = False,
 ) -> DataFrame:
     """Cluster a routed batch's rows by (table, partition): ``hash`` gives each (table, partition) to
     one writer task; ``range`` also sorts by them; ``none`` leaves rows. ``tables``: each table's
-    spec and schema, by the name ``route_column`` holds."""
+    spec and schema, by the name ``route_column`` holds; ``one_task``: see :func:`to_writers`."""
     if mode is DistributionMode.NONE:
         return df
     # Tables of one partition layout share one expression; layouts differ only by source
@@ -174,6 +193,4 @@ def distribute_routed(
             F.when(F.col(route_column).isin(*keyed[0][0]), F.hash(*keyed[0][1])),
         ).otherwise(F.lit(0))
         keys.append(partition)
-    if mode is DistributionMode.HASH:
-        return df.repartition(*keys)
-    return df.repartitionByRange(*keys).sortWithinPartitions(*keys)
+    return to_writers(df, mode, keys, one_task)

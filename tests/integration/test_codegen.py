@@ -299,3 +299,51 @@ def test_a_small_routed_batch_runs_one_job_per_step_not_one_per_stage(
         assert jobs > 2 * batches, jobs
     expected = {sink.load_table(f"r.{t}").metadata_location: list(rows.values()) for t, rows in model.items()}
     assert_readers_agree_many(java_readers, expected, ["id"])
+
+
+def _stages(spark: SparkSession, group: str) -> list[list[int]]:
+    """The task count of each stage of each job of ``group`` (a streaming query's run id), in order."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = []
+    for job in sorted(tracker.getJobIdsForGroup(group)):
+        info = tracker.getJobInfo(job)
+        stages = [tracker.getStageInfo(stage) for stage in sorted(info.stageIds)] if info is not None else []
+        jobs.append([stage.numTasks if stage is not None else -1 for stage in stages])
+    return jobs
+
+
+@pytest.mark.parametrize("mode", ["hash", "range"])
+@pytest.mark.parametrize("writers", [1, 2])
+def test_a_small_batch_for_one_writer_task_skips_the_shuffle(
+    spark: SparkSession, tmp_path: Path, java_readers: tuple[JavaIcebergReader, ...], writers: int, mode: str
+) -> None:
+    """A small routed micro-batch whose shuffle has one partition reaches its one writer task without
+    the shuffle (job/distributing.py): its write job is one stage, not two, and writes the same rows."""
+    batches = 3
+    model = _routed_files(tmp_path / "source", batches)
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .route(table_column="tbl", namespace="r")
+        .upsert(["id"], order_by="lsn")
+        .create_if_missing(format_version=2)
+        .distribution_mode(mode)
+        .write_option("iceberg-sink.write.shuffle-partitions", writers)
+        .build()
+    )
+    stream = spark.readStream.schema("tbl string, id long, v string, lsn long").option("maxFilesPerTrigger", 1)
+    query = sink.start(stream.json(str(tmp_path / "source")), str(tmp_path / "ck"), trigger={"availableNow": True})
+    query.awaitTermination(600)
+    assert query.exception() is None
+    jobs = _stages(spark, str(query.runId))
+    # Per micro-batch: the tables' columns counted (an aggregation: two stages), then the write; a
+    # range shuffle first samples its input for the ranges (one more job).
+    per_batch = 3 if mode == "range" and writers > 1 else 2
+    assert len(jobs) == per_batch * batches, jobs
+    writes = jobs[per_batch - 1 :: per_batch]
+    if writers == 1:
+        assert writes == [[1]] * batches, jobs  # one stage of one task: no shuffle
+    else:
+        assert all(len(w) >= 2 and w[-1] == 2 for w in writes), jobs  # the shuffle, then two writers
+    expected = {sink.load_table(f"r.{t}").metadata_location: list(rows.values()) for t, rows in model.items()}
+    assert_readers_agree_many(java_readers, expected, ["id"])

@@ -87,6 +87,7 @@ from tests.model.points import FAULT_POINTS, Crash
 from tests.model.transactions_steps import TRANSACTIONS
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
+SHUFFLE = "spark.sql.shuffle.partitions"
 Row = dict[str, Any]
 
 # Operation kinds and their weights. ICEBERG_SINK_MODEL_SKIP=a,b disables kinds (default: none).
@@ -428,6 +429,10 @@ class World:
         # batch runs with it off (job/codegen.py), and every step, a failed or killed one included,
         # leaves the session with the user's settings (check_session_settings).
         self.adaptive = random.Random(f"adaptive-{seed}").choice(["true", "false"])
+        # The session's shuffle partitions as its user set them (the test session's 4, or 1): a small
+        # batch whose shuffle has one partition reaches its one writer task without the shuffle
+        # (job/distributing.py); a stream's micro-batch chooses its own (job/parallelism.py).
+        self.shuffle_partitions = random.Random(f"shuffle-{seed}").choice(["4", "1"])
         self.user_settings = self.session_settings()  # as run() sets them, and after it as before it
         # Checkpoints a stream may keep pending through a catalog outage (op_catalog_outage).
         self.max_pending = random.Random(f"max-pending-{seed}").choice([1, 2, 3])
@@ -1727,7 +1732,7 @@ class World:
             raise
 
     def session_settings(self) -> dict[str, str | None]:
-        return {key: self.spark.conf.get(key, None) for key in codegen.SMALL_BATCH}
+        return {key: self.spark.conf.get(key, None) for key in (*codegen.SMALL_BATCH, SHUFFLE)}
 
     def check_session_settings(self) -> None:
         """The settings a small batch changes are the user's again once a step is over."""
@@ -1795,19 +1800,22 @@ class World:
             f"key index {self.key_index_options or 'in the driver'}, "
             f"single-task-max-bytes {self.single_task_max_bytes}, sized batches {self.sized_batches}, "
             f"interpreted-max-rows {self.interpreted_max_rows}, adaptive execution {self.adaptive}, "
+            f"shuffle partitions {self.shuffle_partitions}, "
             f"created format v{self.created_format}, "
             f"routed commits {'atomic' if self.routed_atomic else 'one table at a time'}, operations {kinds}"
         )
-        adaptive_before = self.spark.conf.get(ADAPTIVE, None)
+        before = {key: self.spark.conf.get(key, None) for key in (ADAPTIVE, SHUFFLE)}
         self.spark.conf.set(ADAPTIVE, self.adaptive)
+        self.spark.conf.set(SHUFFLE, self.shuffle_partitions)
         self.user_settings = self.session_settings()
         try:
             self._steps(steps, kinds, weights)
         finally:
-            if adaptive_before is None:
-                self.spark.conf.unset(ADAPTIVE)
-            else:
-                self.spark.conf.set(ADAPTIVE, adaptive_before)
+            for key, value in before.items():
+                if value is None:
+                    self.spark.conf.unset(key)
+                else:
+                    self.spark.conf.set(key, value)
             self.user_settings = self.session_settings()
         return time.monotonic() - started
 
