@@ -215,10 +215,28 @@ def spark_kafka_jars(spark_version: str) -> list[Path]:
 # -- processes -------------------------------------------------------------------------------------
 
 
+def free_ports(count: int, host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> list[int]:
+    """``count`` distinct ports free on ``host`` now, none of ``avoid``. The sockets stay bound until
+    all are picked: ports picked one at a time can repeat (the system may hand out a port just
+    released), and a process given two equal ports fails (a broker's listener and controller)."""
+    sockets: list[socket.socket] = []
+    try:
+        ports: list[int] = []
+        while len(ports) < count:
+            s = socket.socket()
+            sockets.append(s)
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+            if port not in avoid:
+                ports.append(port)
+        return ports
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def port_open(port: int) -> bool:
@@ -349,8 +367,10 @@ class KafkaBroker:
             saved = json.loads(state.read_text())
             self.port, self.controller_port = int(saved["port"]), int(saved["controller_port"])
         else:
-            self.port = port or free_port()
-            self.controller_port = free_port()
+            # Both picked while bound: picked one after the other they could be the same port.
+            picked = free_ports(2, avoid=(port,) if port else ())
+            self.port = port or picked[0]
+            self.controller_port = picked[1]
             state.write_text(json.dumps({"port": self.port, "controller_port": self.controller_port}))
         self.process = JavaProcess(root, "kafka")
         self.properties = root / "server.properties"

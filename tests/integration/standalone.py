@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests import scripts
 from tests.helpers import driver_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,10 +38,10 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports (scripts/pipeline_components.py ``free_ports``)."""
+    ports: list[int] = scripts.load("pipeline_components.py").free_ports(count, host)
+    return ports
 
 
 class StandaloneCluster:
@@ -53,8 +53,7 @@ class StandaloneCluster:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.port = free_port()
-        self.ui_port = free_port()
+        self.port, self.ui_port = free_ports(2)
         self.url = f"spark://127.0.0.1:{self.port}"
         home = spark_home()
         java_home = os.environ.get("JAVA_HOME")
@@ -84,11 +83,12 @@ class StandaloneCluster:
                 work = base / f"worker{i}"
                 work.mkdir(parents=True, exist_ok=True)
                 worker_env = {**env, "SPARK_LOCAL_DIRS": str(work / "local")}
+                worker_ports = [str(p) for p in free_ports(2, host)]
                 self._start(
                     f"worker{i}",
                     [
                         *(spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--host", host),
-                        *("--port", str(free_port(host)), "--webui-port", str(free_port(host))),
+                        *("--port", *worker_ports[:1], "--webui-port", *worker_ports[1:]),
                         *("--cores", str(worker_cores), "--memory", worker_memory, "--work-dir", str(work)),
                     ],
                     worker_env,

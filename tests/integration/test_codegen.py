@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg_sink import IcebergSink
+from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.job import codegen
 from iceberg_sink.topology import estimate
 from iceberg_sink.topology.hooks import CommitResult
@@ -265,6 +266,27 @@ def _routed_files(source: Path, batches: int) -> dict[str, dict[int, dict[str, A
     return model
 
 
+def _routed_sink(tmp_path: Path) -> IcebergSinkBuilder:
+    """The routed upsert sink of :func:`_routed_files`' rows: tables ``r.a`` and ``r.b``."""
+    return (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .route(table_column="tbl", namespace="r")
+        .upsert(["id"], order_by="lsn")
+        .create_if_missing(format_version=2)
+    )
+
+
+def _routed_stream(spark: SparkSession, tmp_path: Path, builder: IcebergSinkBuilder) -> tuple[IcebergSink, Any]:
+    """The sink ``builder`` builds, run over :func:`_routed_files`' files one per micro-batch, to the end."""
+    sink = builder.build()
+    stream = spark.readStream.schema("tbl string, id long, v string, lsn long").option("maxFilesPerTrigger", 1)
+    query = sink.start(stream.json(str(tmp_path / "source")), str(tmp_path / "ck"), trigger={"availableNow": True})
+    query.awaitTermination(600)
+    assert query.exception() is None
+    return sink, query
+
+
 @pytest.mark.parametrize("max_rows", [10_000, 0])
 def test_a_small_routed_batch_runs_one_job_per_step_not_one_per_stage(
     spark: SparkSession, tmp_path: Path, java_readers: tuple[JavaIcebergReader, ...], max_rows: int
@@ -274,21 +296,10 @@ def test_a_small_routed_batch_runs_one_job_per_step_not_one_per_stage(
     (five per batch); a small batch runs two."""
     batches = 4
     model = _routed_files(tmp_path / "source", batches)
-    sink = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .route(table_column="tbl", namespace="r")
-        .upsert(["id"], order_by="lsn")
-        .create_if_missing(format_version=2)
-        .write_option("iceberg-sink.write.interpreted-max-rows", max_rows)
-        .build()
-    )
+    builder = _routed_sink(tmp_path).write_option("iceberg-sink.write.interpreted-max-rows", max_rows)
     spark.conf.set(ADAPTIVE, "true")  # Spark's default, as a user's session has it
     try:
-        stream = spark.readStream.schema("tbl string, id long, v string, lsn long").option("maxFilesPerTrigger", 1)
-        query = sink.start(stream.json(str(tmp_path / "source")), str(tmp_path / "ck"), trigger={"availableNow": True})
-        query.awaitTermination(600)
-        assert query.exception() is None
+        sink, query = _routed_stream(spark, tmp_path, builder)
         assert spark.conf.get(ADAPTIVE) == "true"
     finally:
         spark.conf.unset(ADAPTIVE)
@@ -321,20 +332,10 @@ def test_a_small_batch_for_one_writer_task_skips_the_shuffle(
     the shuffle (job/distributing.py): its write job is one stage, not two, and writes the same rows."""
     batches = 3
     model = _routed_files(tmp_path / "source", batches)
-    sink = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .route(table_column="tbl", namespace="r")
-        .upsert(["id"], order_by="lsn")
-        .create_if_missing(format_version=2)
-        .distribution_mode(mode)
-        .write_option("iceberg-sink.write.shuffle-partitions", writers)
-        .build()
+    builder = _routed_sink(tmp_path).distribution_mode(mode)
+    sink, query = _routed_stream(
+        spark, tmp_path, builder.write_option("iceberg-sink.write.shuffle-partitions", writers)
     )
-    stream = spark.readStream.schema("tbl string, id long, v string, lsn long").option("maxFilesPerTrigger", 1)
-    query = sink.start(stream.json(str(tmp_path / "source")), str(tmp_path / "ck"), trigger={"availableNow": True})
-    query.awaitTermination(600)
-    assert query.exception() is None
     jobs = _stages(spark, str(query.runId))
     # Per micro-batch: the tables' columns counted (an aggregation: two stages), then the write; a
     # range shuffle first samples its input for the ranges (one more job).
