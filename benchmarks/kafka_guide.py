@@ -267,9 +267,14 @@ def _send_tail(spark: Any, query: Any, bootstrap: str, events: int, rounds: int)
     jvm = spark.sparkContext._jvm
     props = jvm.java.util.Properties()
     serializer = "org.apache.kafka.common.serialization.StringSerializer"
-    for key, value in {"bootstrap.servers": bootstrap, "acks": "all", "key.serializer": serializer}.items():
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "key.serializer": serializer,
+        "value.serializer": serializer,
+    }
+    for key, value in settings.items():
         props.setProperty(key, value)
-    props.setProperty("value.serializer", serializer)
 
     def batches() -> int:
         return sum(1 for p in query.recentProgress if int(p.numInputRows) > 0)
