@@ -199,7 +199,7 @@ def run(
             raise RuntimeError(f"the stream failed: {query.exception()}")
         progress = [p for p in query.recentProgress if int(p.numInputRows) > 0]
         if per_batch is None and len(progress) != 1 + tail:
-            raise RuntimeError(f"expected one micro-batch of {2 * events} events: {[p.json for p in progress]}")
+            raise RuntimeError(f"expected {1 + tail} micro-batches with events: {[p.json for p in progress]}")
         first, durations = progress[0], dict(progress[0].durationMs)
         tracker = spark.sparkContext.statusTracker()
         stages, jobs = [], tracker.getJobIdsForGroup(str(query.runId))

@@ -367,10 +367,9 @@ class KafkaBroker:
             saved = json.loads(state.read_text())
             self.port, self.controller_port = int(saved["port"]), int(saved["controller_port"])
         else:
-            # Both picked while bound: picked one after the other they could be the same port.
-            picked = free_ports(2, avoid=(port,) if port else ())
-            self.port = port or picked[0]
-            self.controller_port = picked[1]
+            # Picked together (one after the other they could be the same port), never the given one.
+            given = (port,) if port else ()
+            self.port, self.controller_port = [*given, *free_ports(2 - len(given), avoid=given)]
             state.write_text(json.dumps({"port": self.port, "controller_port": self.controller_port}))
         self.process = JavaProcess(root, "kafka")
         self.properties = root / "server.properties"

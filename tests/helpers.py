@@ -81,3 +81,15 @@ def driver_env(pythonpath: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env["PYTHONPATH"] = pythonpath if pythonpath is not None else os.pathsep.join(p for p in sys.path if p)
     return env
+
+
+def query_stages(spark: Any, run_id: str) -> list[list[int]]:
+    """The task count of each stage of each Spark job a streaming query (run ``run_id``) ran, the
+    jobs and their stages in the order Spark numbered them."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = []
+    for job in sorted(tracker.getJobIdsForGroup(run_id)):
+        info = tracker.getJobInfo(job)
+        stages = [tracker.getStageInfo(stage) for stage in sorted(info.stageIds)] if info is not None else []
+        jobs.append([stage.numTasks for stage in stages if stage is not None])
+    return jobs

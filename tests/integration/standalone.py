@@ -83,12 +83,12 @@ class StandaloneCluster:
                 work = base / f"worker{i}"
                 work.mkdir(parents=True, exist_ok=True)
                 worker_env = {**env, "SPARK_LOCAL_DIRS": str(work / "local")}
-                worker_ports = [str(p) for p in free_ports(2, host)]
+                port, ui_port = free_ports(2, host)
                 self._start(
                     f"worker{i}",
                     [
                         *(spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--host", host),
-                        *("--port", *worker_ports[:1], "--webui-port", *worker_ports[1:]),
+                        *("--port", str(port), "--webui-port", str(ui_port)),
                         *("--cores", str(worker_cores), "--memory", worker_memory, "--work-dir", str(work)),
                     ],
                     worker_env,

@@ -32,6 +32,7 @@ from iceberg_sink.builder import IcebergSinkBuilder
 from iceberg_sink.job import codegen
 from iceberg_sink.topology import estimate
 from iceberg_sink.topology.hooks import CommitResult
+from tests.helpers import query_stages
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree, assert_readers_agree_many
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
@@ -312,17 +313,6 @@ def test_a_small_routed_batch_runs_one_job_per_step_not_one_per_stage(
     assert_readers_agree_many(java_readers, expected, ["id"])
 
 
-def _stages(spark: SparkSession, group: str) -> list[list[int]]:
-    """The task count of each stage of each job of ``group`` (a streaming query's run id), in order."""
-    tracker = spark.sparkContext.statusTracker()
-    jobs = []
-    for job in sorted(tracker.getJobIdsForGroup(group)):
-        info = tracker.getJobInfo(job)
-        stages = [tracker.getStageInfo(stage) for stage in sorted(info.stageIds)] if info is not None else []
-        jobs.append([stage.numTasks if stage is not None else -1 for stage in stages])
-    return jobs
-
-
 @pytest.mark.parametrize("mode", ["hash", "range"])
 @pytest.mark.parametrize("writers", [1, 2])
 def test_a_small_batch_for_one_writer_task_skips_the_shuffle(
@@ -336,7 +326,7 @@ def test_a_small_batch_for_one_writer_task_skips_the_shuffle(
     sink, query = _routed_stream(
         spark, tmp_path, builder.write_option("iceberg-sink.write.shuffle-partitions", writers)
     )
-    jobs = _stages(spark, str(query.runId))
+    jobs = query_stages(spark, str(query.runId))
     # Per micro-batch: the tables' columns counted (an aggregation: two stages), then the write; a
     # range shuffle first samples its input for the ranges (one more job).
     per_batch = 3 if mode == "range" and writers > 1 else 2

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from iceberg_sink import IcebergSink
 from iceberg_sink.job import parallelism
+from tests.helpers import query_stages
 from tests.integration.test_routing_schema import Topic
 
 DDL = "id BIGINT, v STRING, lsn BIGINT"
@@ -60,15 +61,7 @@ def write_batches(source: Path) -> dict[int, str]:
 
 def stage_tasks(spark: SparkSession, run_id: str) -> list[int]:
     """The task count of every stage of every job the query (run ``run_id``) ran."""
-    tracker = spark.sparkContext.statusTracker()
-    tasks = []
-    for job in tracker.getJobIdsForGroup(run_id):
-        info = tracker.getJobInfo(job)
-        for stage in info.stageIds if info is not None else []:
-            stage_info = tracker.getStageInfo(stage)
-            if stage_info is not None:
-                tasks.append(stage_info.numTasks)
-    return tasks
+    return [tasks for job in query_stages(spark, run_id) for tasks in job]
 
 
 def run(spark: SparkSession, tmp_path: Path, **write_options: Any) -> tuple[IcebergSink, list[int], Path]:
