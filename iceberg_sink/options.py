@@ -331,10 +331,12 @@ INTERPRETED_MAX_ROWS = Option(
     10_000,
     "A micro-batch Spark's size estimate puts at most this many rows (its bytes over a row's default size; a "
     "Kafka micro-batch's records counted from Spark's offset log) is read, planned and written with Spark's code "
-    "generation and adaptive execution off (spark.sql.codegen.wholeStage=false, spark.sql.codegen.factoryMode="
-    "NO_CODEGEN, spark.sql.adaptive.enabled=false, set on the batch's session until its write job ends; its commit "
+    "generation, adaptive execution and constraint propagation off (spark.sql.codegen.wholeStage=false, "
+    "spark.sql.codegen.factoryMode=NO_CODEGEN, spark.sql.adaptive.enabled=false, "
+    "spark.sql.constraintPropagation.enabled=false, set on the batch's session until its write job ends; its commit "
     "and post-commit work run with the session's own): a small batch's jobs spend most of their time generating "
-    "code, and adaptive execution runs each of their stages as a job of its own. 0: never. See job/codegen.py.",
+    "code, adaptive execution runs each of their stages as a job of its own, and the optimizer's constraints of a "
+    "wide plan cost more than the filters they infer save. 0: never. See job/codegen.py.",
     table_property=False,
     minimum=0,
 )

@@ -132,23 +132,34 @@ def refusal_sql(
         text = f"coalesce(CAST(({raw}) AS STRING), 'null')"
         opening, closing = string("value '"), string("'")
         event = f"concat({opening}, substring({text}, 1, {_RAW_LIMIT}), {closing})"
-    mark = column(REJECT_COLUMN) if REJECT_COLUMN in columns else None
-    for reason, error_class in checks:
-        fields = {
-            "reason": f"CAST(({reason}) AS STRING)",
-            "error_class": string(error_class),
-            "event": event,
-            "raw": f"CAST(({raw}) AS STRING)",
-            "source_table": f"CAST(({source_table}) AS STRING)" if source_table is not None else "CAST(NULL AS STRING)",
-            "topic": "CAST(`topic` AS STRING)" if kafka else "CAST(NULL AS STRING)",
-            "partition": "CAST(`partition` AS INT)" if kafka else "CAST(NULL AS INT)",
-            "offset": "CAST(`offset` AS BIGINT)" if kafka else "CAST(NULL AS BIGINT)",
-        }
-        refusal = "named_struct(" + ", ".join(f"{string(n)}, {e}" for n, e in fields.items()) + ")"
-        this = f"CASE WHEN ({reason}) IS NOT NULL THEN {refusal} END"
-        mark = this if mark is None else f"coalesce({mark}, {this})"
-        mark = f"CAST({mark} AS {struct_type(REJECT_TYPE)})"
-    assert mark is not None
+    # The row's raw value (a wide row's JSON text: hundreds of expressions) is written once, whatever
+    # the number of checks: each check's own copy made the mark's text, its parsing and its analysis
+    # grow with the checks (two checks of a 160-column batch: four copies).
+    reasons = [f"CAST(({reason}) AS STRING)" for reason, _ in checks]
+    assert reasons, "refusal_sql needs at least one check"
+    first = reasons[0] if len(reasons) == 1 else f"coalesce({', '.join(reasons)})"
+    error_class = (
+        string(checks[0][1])
+        if len(checks) == 1
+        else "CASE "
+        + " ".join(f"WHEN {r} IS NOT NULL THEN {string(c)}" for r, (_, c) in zip(reasons, checks, strict=True))
+        + " END"
+    )
+    fields = {
+        "reason": first,
+        "error_class": error_class,
+        "event": event,
+        "raw": f"CAST(({raw}) AS STRING)",
+        "source_table": f"CAST(({source_table}) AS STRING)" if source_table is not None else "CAST(NULL AS STRING)",
+        "topic": "CAST(`topic` AS STRING)" if kafka else "CAST(NULL AS STRING)",
+        "partition": "CAST(`partition` AS INT)" if kafka else "CAST(NULL AS INT)",
+        "offset": "CAST(`offset` AS BIGINT)" if kafka else "CAST(NULL AS BIGINT)",
+    }
+    refusal = "named_struct(" + ", ".join(f"{string(n)}, {e}" for n, e in fields.items()) + ")"
+    this = f"CASE WHEN {first} IS NOT NULL THEN {refusal} END"
+    # A row already refused keeps its refusal: the first reason a row gets wins.
+    mark = this if REJECT_COLUMN not in columns else f"coalesce({column(REJECT_COLUMN)}, {this})"
+    mark = f"CAST({mark} AS {struct_type(REJECT_TYPE)})"
     return f"CASE WHEN {_OPTIMIZER_BARRIER} THEN {mark} END"
 
 

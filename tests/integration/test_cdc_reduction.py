@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from iceberg_sink.config import ChangeConfig
+from iceberg_sink.sources.rejects import reject_where
 from iceberg_sink.topology import estimate
 from iceberg_sink.topology.changes import fits_one_task, reduce_changes
 from iceberg_sink.vocab.columns import OP_COLUMN, REJECT_COLUMN
@@ -140,3 +141,29 @@ def test_names_and_codes_that_need_quoting_in_sql_text(spark: SparkSession, lite
     assert reason.endswith(f"row key: {key}=4"), reason
     assert refused[0][REJECT_COLUMN]["error_class"] == "UnknownOperationError"
     assert f'"{key}":4' in refused[0][REJECT_COLUMN]["raw"], refused[0][REJECT_COLUMN]["raw"]
+
+
+def test_a_row_refused_twice_keeps_its_first_refusal(spark: SparkSession) -> None:
+    """The reduction's checks run in order (a null key, then an unknown operation code), each row's
+    first refusal wins, and a refusal the row already had (from its source) wins over both: one mark
+    holds the raw row once, whatever the number of checks (sources/rejects.py ``refusal_sql``)."""
+    config = ChangeConfig(key=("k",), op_column="op")
+    df = spark.createDataFrame(
+        [(None, "X", "both"), (None, "U", "key"), (1, "X", "code"), (2, "U", "fine"), (3, "X", "source")],
+        "k int, op string, v string",
+    )
+    marked = reject_where(df, "CASE WHEN v = 'source' THEN 'read wrong' END", "SourceError", "to_json(struct(v))")
+    rows = {r["v"]: r[REJECT_COLUMN] for r in reduce_changes(marked, config).collect()}
+    assert {v: (m["error_class"] if m is not None else None) for v, m in rows.items()} == {
+        "both": "NullKeyError",
+        "key": "NullKeyError",
+        "code": "UnknownOperationError",
+        "fine": None,
+        "source": "SourceError",
+    }
+    assert rows["both"]["reason"].startswith("a key column is null (k must all be set)"), rows["both"]["reason"]
+    assert rows["code"]["reason"].startswith("unknown operation code 'X' in column 'op'"), rows["code"]["reason"]
+    assert rows["source"]["reason"] == "read wrong"
+    assert rows["source"]["raw"] == '{"v":"source"}'
+    assert rows["both"]["raw"] == '{"k":null,"op":"X","v":"both"}', rows["both"]["raw"]
+    assert rows["both"]["event"] == "value '" + rows["both"]["raw"] + "'"

@@ -2,7 +2,8 @@
 execution; a large one, or the commit and its post-commit work, as set.
 
 job/codegen.py sets ``spark.sql.codegen.wholeStage=false``, ``spark.sql.codegen.factoryMode=
-NO_CODEGEN`` and ``spark.sql.adaptive.enabled=false`` on the batch's session from its read until its
+NO_CODEGEN``, ``spark.sql.adaptive.enabled=false`` and ``spark.sql.constraintPropagation.enabled=
+false`` on the batch's session from its read until its
 write job ends, for a batch Spark estimates at most ``iceberg-sink.write.interpreted-max-rows`` rows.
 These tests watch it from inside: a ``map_batches`` function reads the session's settings as the
 sink reads the batch, a column of it reads the settings the writer task was sent (Spark ships a job's
@@ -38,6 +39,7 @@ from tests.interop.readers import JavaIcebergReader, assert_readers_agree, asser
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 ADAPTIVE = "spark.sql.adaptive.enabled"
+CONSTRAINTS = "spark.sql.constraintPropagation.enabled"
 
 
 def _task_setting(key: str) -> str | None:
@@ -54,11 +56,11 @@ def _task_adaptive(_: Any) -> str | None:
     return _task_setting(ADAPTIVE)
 
 
-def with_mode(df: DataFrame, read: list[tuple[str | None, str | None]] | None = None) -> DataFrame:
+def with_mode(df: DataFrame, read: list[tuple[str | None, ...]] | None = None) -> DataFrame:
     """``df`` with the writer task's code-generation mode and adaptive setting as columns; the
-    session's, as the sink reads the batch, appended to ``read``."""
+    session's (those two and constraint propagation), as the sink reads the batch, appended to ``read``."""
     if read is not None:
-        read.append((df.sparkSession.conf.get(FACTORY_MODE, None), df.sparkSession.conf.get(ADAPTIVE, None)))
+        read.append(tuple(df.sparkSession.conf.get(key, None) for key in (FACTORY_MODE, ADAPTIVE, CONSTRAINTS)))
     mode, adaptive = F.udf(_task_mode, "string"), F.udf(_task_adaptive, "string")
     return df.withColumn("mode", mode(F.col("id"))).withColumn("adaptive", adaptive(F.col("id")))
 
@@ -111,7 +113,7 @@ def run(
     max_rows: int | None,
     batches: int = 3,
     rows: int = 40,
-    read: list[tuple[str | None, str | None]] | None = None,
+    read: list[tuple[str | None, ...]] | None = None,
 ) -> tuple[IcebergSink, list[dict[str, Any]], list[dict[str, Any]]]:
     """Upsert ``batches`` sized batches through bounded writes; the sink, its progress records, and
     what each commit's post-commit hook saw of the session (``read``: what the session held as
@@ -119,7 +121,7 @@ def run(
     seen: list[dict[str, Any]] = []
 
     def hook(_: CommitResult) -> None:
-        seen.append({key: spark.conf.get(key, None) for key in (FACTORY_MODE, WHOLE_STAGE, ADAPTIVE)})
+        seen.append({key: spark.conf.get(key, None) for key in (FACTORY_MODE, WHOLE_STAGE, ADAPTIVE, CONSTRAINTS)})
 
     builder = (
         IcebergSink.builder()
@@ -152,18 +154,18 @@ def test_a_small_batch_is_written_without_generated_code_and_readers_agree(
     spark: SparkSession, tmp_path: Path, java_readers: tuple[JavaIcebergReader, ...]
 ) -> None:
     whole_stage, adaptive = spark.conf.get(WHOLE_STAGE, None), spark.conf.get(ADAPTIVE, None)
-    assert spark.conf.get(FACTORY_MODE, None) is None
-    read: list[tuple[str | None, str | None]] = []
+    assert spark.conf.get(FACTORY_MODE, None) is None and spark.conf.get(CONSTRAINTS, None) is None
+    read: list[tuple[str | None, ...]] = []
     sink, progress, seen = run(spark, tmp_path, None, read=read)
     assert [p.get("interpreted") for p in progress] == [True, True, True]
     # The batch was read with the small batch's settings, and its writer tasks ran with them.
-    assert set(read) == {("NO_CODEGEN", "false")}, read
+    assert set(read) == {("NO_CODEGEN", "false", "false")}, read
     written = sink.load_table().scan(selected_fields=("mode", "adaptive")).to_arrow().to_pylist()
     assert {(r["mode"], r["adaptive"]) for r in written} == {("NO_CODEGEN", "false")}, written
     # The commit (and its post-commit work) and the session after the write: as the user set them.
-    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: whole_stage, ADAPTIVE: adaptive}] * 3
+    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: whole_stage, ADAPTIVE: adaptive, CONSTRAINTS: None}] * 3
     assert spark.conf.get(FACTORY_MODE, None) is None and spark.conf.get(WHOLE_STAGE, None) == whole_stage
-    assert spark.conf.get(ADAPTIVE, None) == adaptive
+    assert spark.conf.get(ADAPTIVE, None) == adaptive and spark.conf.get(CONSTRAINTS, None) is None
     expected = [{**row, "mode": "NO_CODEGEN", "adaptive": "false"} for row in model_of(tmp_path)]
     assert_readers_agree(java_readers, sink.load_table().metadata_location, expected, ["id"])
 
@@ -173,7 +175,7 @@ def test_a_batch_over_the_bound_keeps_sparks_settings(
 ) -> None:
     spark.conf.set(WHOLE_STAGE, "true")  # set by the user: still set after the write
     spark.conf.set(ADAPTIVE, "true")
-    read: list[tuple[str | None, str | None]] = []
+    read: list[tuple[str | None, ...]] = []
     try:
         sink, progress, seen = run(spark, tmp_path, 5, read=read)  # 40 rows a batch: over 5
         assert spark.conf.get(WHOLE_STAGE) == "true" and spark.conf.get(ADAPTIVE) == "true"
@@ -181,10 +183,10 @@ def test_a_batch_over_the_bound_keeps_sparks_settings(
         spark.conf.unset(WHOLE_STAGE)
         spark.conf.unset(ADAPTIVE)
     assert [p.get("interpreted") for p in progress] == [False, False, False]
-    assert set(read) == {(None, "true")}, read
+    assert set(read) == {(None, "true", None)}, read
     written = sink.load_table().scan(selected_fields=("mode", "adaptive")).to_arrow().to_pylist()
     assert {(r["mode"], r["adaptive"]) for r in written} == {(None, "true")}, written
-    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: "true", ADAPTIVE: "true"}] * 3
+    assert seen == [{FACTORY_MODE: None, WHOLE_STAGE: "true", ADAPTIVE: "true", CONSTRAINTS: None}] * 3
     expected = [{**row, "mode": None, "adaptive": "true"} for row in model_of(tmp_path)]
     assert_readers_agree(java_readers, sink.load_table().metadata_location, expected, ["id"])
 
