@@ -21,6 +21,15 @@ first write; ``steady_s`` the median of the batches after the first.
 which Spark cannot size) or of a text file per batch (``file``), or the micro-batches of one
 streaming query over a Kafka topic (``kafka``, :func:`one_kafka`: the sink as deployed on Debezium).
 
+``--alternate KEY=VALUE`` (with ``--source kafka``) compares one of the sink's small-batch settings
+(``job/codegen.py`` ``SMALL_BATCH``) with another value inside one process: every other micro-batch
+(the second, the fourth...) runs with ``KEY=VALUE`` instead of the sink's. Runs in fresh processes
+differ by more than a setting worth 50 ms a micro-batch (the 160-column stream's steady median moved
+between 0.42 and 0.62 s from one process to the next on the same code); two halves of one stream
+share the JVM's warm-up, the machine's state and the topic. The report's ``alternate`` gives both
+halves' medians over micro-batches 10 to the one before the last (the last one waits at the topic's
+end).
+
 Results: docs/benchmarks-debezium-wide.md (``--table`` prints result files as its table).
 """
 
@@ -35,7 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +202,59 @@ def one(
     }
 
 
+def alternating(setting: str, value: str) -> list[bool]:
+    """Make every other micro-batch of this process (the second, the fourth...) run with Spark setting
+    ``setting`` = ``value`` instead of the sink's small-batch value (``--alternate``); the returned list
+    gets, per micro-batch in order, whether it did. ``setting`` must be one the sink sets and puts back
+    (``codegen.SMALL_BATCH``), so a batch's value never leaks into the next one."""
+    from iceberg_sink.job import codegen
+
+    if setting not in codegen.SMALL_BATCH:
+        raise SystemExit(f"--alternate: expected one of {sorted(codegen.SMALL_BATCH)}, received {setting!r}")
+    marks: list[bool] = []
+    sized, apply = codegen.sized, codegen._Sized.apply
+
+    @contextmanager
+    def sized_alternating(df: Any, max_rows: int) -> Iterator[bool]:
+        if codegen._SIZED.get() is None:  # a micro-batch's own block, not one nested in it
+            marks.append(len(marks) % 2 == 1)
+        with sized(df, max_rows) as small:
+            yield small
+
+    def apply_alternating(self: Any) -> None:
+        apply(self)
+        if marks and marks[-1]:
+            self.conf.set(setting, value)
+
+    codegen.sized = sized_alternating  # type: ignore[assignment]
+    codegen._Sized.apply = apply_alternating  # type: ignore[method-assign]
+    return marks
+
+
+def alternated_halves(rows: list[dict[str, Any]], setting: str, value: str) -> dict[str, Any]:
+    """Both halves of an ``--alternate`` run: medians of micro-batches 10 to the one before the last."""
+    middle = rows[10:-1]
+
+    def half(changed: bool) -> dict[str, Any]:
+        picked = [r for r in middle if r["alternated"] is changed]
+        return {
+            "micro_batches": len(picked),
+            "trigger_s": round(statistics.median(r["write_s"] for r in picked), 4) if picked else None,
+            "add_batch_s": round(statistics.median(r["add_batch_s"] for r in picked), 4) if picked else None,
+            "write_phase_ms": round(statistics.median(r["phases_ms"]["write"] for r in picked), 1) if picked else None,
+            "build_phase_ms": round(statistics.median(r["phases_ms"]["build"] for r in picked), 1) if picked else None,
+        }
+
+    return {"setting": setting, "value": value, "sinks": half(False), "alternated": half(True)}
+
+
 def one_kafka(
-    columns: int, batches: int, events: int, jfr: str | None = None, write_options: dict[str, str] | None = None
+    columns: int,
+    batches: int,
+    events: int,
+    jfr: str | None = None,
+    write_options: dict[str, str] | None = None,
+    alternate: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """One width as a stream: the sink deployed on Kafka (``--source kafka``).
 
@@ -226,6 +287,7 @@ def one_kafka(
         spark = session(jfr, jars)
         spark_start = time.time() - started
         sink = wide_sink(lake, write_options)
+        marks = alternating(*alternate) if alternate is not None else None
         stream = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", broker.bootstrap)
@@ -265,6 +327,11 @@ def one_kafka(
         broker.stop()
     if len(rows) != batches or any(r["status"] != "committed" for r in rows):
         raise RuntimeError(f"expected {batches} committed micro-batches of {events} events: {rows}")
+    if marks is not None:
+        if len(marks) != batches:
+            raise RuntimeError(f"--alternate: {len(marks)} micro-batch blocks for {batches} micro-batches")
+        for row, mark in zip(rows, marks, strict=True):
+            row["alternated"] = mark
     later = rows[1:]
     cpu = after - tree if after is not None and tree is not None else None
     return {
@@ -281,6 +348,7 @@ def one_kafka(
         "foreign_cpu_s": monitor.between(begin, end),
         "batches": rows,
         "snapshots": snapshots,
+        **({"alternate": alternated_halves(rows, *alternate)} if alternate is not None else {}),
     }
 
 
@@ -329,8 +397,16 @@ def main(argv: list[str] | None = None) -> int:
         help="each batch a bounded write of Python rows (no size estimate) or of a text file of its events "
         "(sized), or a micro-batch of one streaming query over a Kafka topic (one_kafka)",
     )
+    parser.add_argument(
+        "--alternate",
+        metavar="KEY=VALUE",
+        help="with --source kafka: every other micro-batch runs with this small-batch Spark setting instead of "
+        "the sink's (job/codegen.py SMALL_BATCH); both halves are reported",
+    )
     parser.add_argument("--table", nargs="+", metavar="JSON", help="print result files as a Markdown table")
     args = parser.parse_args(argv)
+    if args.alternate and (args.source != "kafka" or "=" not in args.alternate):
+        parser.error("--alternate takes KEY=VALUE and needs --source kafka")
     if args.table:
         print(table(args.table))
         return 0
@@ -338,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         jfr = f"{args.jfr}-{args.one}.jfr" if args.jfr else None
         options = dict(o.split("=", 1) for o in args.option)
         if args.source == "kafka":
-            print(json.dumps(one_kafka(args.one, args.batches, args.events, jfr, options)))
+            alternate = tuple(args.alternate.split("=", 1)) if args.alternate else None
+            print(json.dumps(one_kafka(args.one, args.batches, args.events, jfr, options, alternate)))  # type: ignore[arg-type]
         else:
             print(json.dumps(one(args.one, args.batches, args.events, jfr, options, args.source)))
         return 0
@@ -349,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         command += ["--jfr", args.jfr] if args.jfr else []
         command += [f"--option={o}" for o in args.option]
         command += ["--source", args.source]
+        command += ["--alternate", args.alternate] if args.alternate else []
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
