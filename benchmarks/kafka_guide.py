@@ -249,6 +249,7 @@ def run(
             str(r.get("table")): r.get("phases_ms") for r in records if r.get("checkpoint_id") == int(first.batchId)
         },
         "micro_batches": len(progress),
+        "micro_batch_s": [round(dict(p.durationMs).get("triggerExecution", 0) / 1000, 3) for p in progress],
         "steady_micro_batch_s_p50": round(statistics.median(d["triggerExecution"] for d in steady) / 1000, 3)
         if steady
         else None,
