@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import attrs
 import pyarrow as pa
+import pyspark
 from pyspark import SparkContext
 from pyspark.rdd import PythonEvalType
 from pyspark.sql import Column, DataFrame
@@ -80,6 +81,8 @@ def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
 
 #: Joins the quoted column names :func:`map_in_arrow` sends the JVM in one string (no name holds it there).
 _NAMES_SEPARATOR = "\x00"
+#: Whether ``Dataset.mapInArrow`` takes the function as a Column (Spark 4; 3.5 takes its expression).
+_FUNCTION_AS_COLUMN = int(pyspark.__version__.split(".")[0]) >= 4
 
 
 def map_in_arrow(df: DataFrame, task: object, schema: str) -> DataFrame:
@@ -91,9 +94,10 @@ def map_in_arrow(df: DataFrame, task: object, schema: str) -> DataFrame:
     whatever its arguments (``MapInBatchExec`` reads ``child.schema``); the arguments only tell the
     plan which columns the function reads. Here the function takes one argument, the struct of all
     of them (``functions.struct`` of the quoted names, split on the JVM from one string), so it still
-    reads every column; a name holding the separator takes PySpark's own way."""
+    reads every column; a name holding the separator, or Spark 3.5 (whose ``mapInArrow`` takes
+    another signature), takes PySpark's own way."""
     names = schema_of(df).fieldNames()
-    if len(names) < 2 or any(_NAMES_SEPARATOR in name for name in names):
+    if not _FUNCTION_AS_COLUMN or len(names) < 2 or any(_NAMES_SEPARATOR in name for name in names):
         return df.mapInArrow(task, schema)  # type: ignore[arg-type]
     jvm = df.sparkSession._jvm
     assert jvm is not None
