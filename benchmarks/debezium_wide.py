@@ -237,12 +237,15 @@ def alternated_halves(rows: list[dict[str, Any]], setting: str, value: str) -> d
 
     def half(changed: bool) -> dict[str, Any]:
         picked = [r for r in middle if r["alternated"] is changed]
+        medians = {
+            "trigger_s": [r["write_s"] for r in picked],
+            "add_batch_s": [r["add_batch_s"] for r in picked],
+            "write_phase_ms": [r["phases_ms"]["write"] for r in picked],
+            "build_phase_ms": [r["phases_ms"]["build"] for r in picked],
+        }
         return {
             "micro_batches": len(picked),
-            "trigger_s": round(statistics.median(r["write_s"] for r in picked), 4) if picked else None,
-            "add_batch_s": round(statistics.median(r["add_batch_s"] for r in picked), 4) if picked else None,
-            "write_phase_ms": round(statistics.median(r["phases_ms"]["write"] for r in picked), 1) if picked else None,
-            "build_phase_ms": round(statistics.median(r["phases_ms"]["build"] for r in picked), 1) if picked else None,
+            **{k: round(statistics.median(v), 4) if v else None for k, v in medians.items()},
         }
 
     return {"setting": setting, "value": value, "sinks": half(False), "alternated": half(True)}

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql.pandas.functions import pandas_udf
 
 from iceberg_sink import _task_faults
-from iceberg_sink._spark_schema import schema_of
+from iceberg_sink._spark_schema import columns_of
 from iceberg_sink._sql import quoted
 from iceberg_sink.errors import IcebergSinkError, InvalidInputError, WriteFailedError
 from iceberg_sink.vocab.columns import ERROR_MARKER
@@ -96,8 +96,8 @@ def map_in_arrow(df: DataFrame, task: object, schema: str) -> DataFrame:
     of them (``functions.struct`` of the quoted names, split on the JVM from one string), so it still
     reads every column; a name holding the separator, or Spark 3.5 (whose ``mapInArrow`` takes
     another signature), takes PySpark's own way."""
-    names = schema_of(df).fieldNames()
-    if not _FUNCTION_AS_COLUMN or len(names) < 2 or any(_NAMES_SEPARATOR in name for name in names):
+    names = columns_of(df)
+    if not _FUNCTION_AS_COLUMN or not names or any(_NAMES_SEPARATOR in name for name in names):
         return df.mapInArrow(task, schema)  # type: ignore[arg-type]
     jvm = df.sparkSession._jvm
     assert jvm is not None
