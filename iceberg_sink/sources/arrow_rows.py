@@ -43,6 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas import functions as pandas_functions
 
@@ -232,32 +233,39 @@ def _arrow_type(dtype: T.DataType) -> pa.DataType | None:
 
 
 class RowReader:
-    """The Arrow UDF's work, shipped to the workers: for each event, its schema part's readers."""
+    """The Arrow UDF's work, shipped to the workers: for each event, its schema part's readers.
+
+    An event names its schema part by its place in :attr:`texts` (:func:`reading_column` finds it on
+    the JVM): a wide table's schema part is most of its event (25 of a 160-column event's 28 KB), and
+    the worker needs only which one it is."""
 
     def __init__(self, parts: dict[str, list[tuple[str, Callable[[Any], Any]]]], target: T.StructType) -> None:
-        self.parts = parts
+        self.texts = list(parts)
+        self.parts = [parts[text] for text in self.texts]
         self.names = [f.name for f in target.fields]
         types = [_arrow_type(f.dataType) for f in target.fields]
         assert all(t is not None for t in types)
         self.struct = pa.struct([pa.field(f.name, t) for f, t in zip(target.fields, types, strict=True)])
 
-    def __call__(self, images: pa.Array, schemas: pa.Array) -> pa.Array:
+    def __call__(self, images: pa.Array, parts: pa.Array) -> pa.Array:
         task_start()
         try:
-            return self.read(images.to_pylist(), schemas.to_pylist())
+            return self.read(images.to_pylist(), parts.to_pylist())
         except _Leave as e:
             raise RuntimeError(f"{READ_BY_SPARK} ({e})") from None
 
-    def read(self, images: list[str | None], schemas: list[str | None]) -> pa.Array:
+    def read(self, images: list[str | None], parts: list[int | None]) -> pa.Array:
+        """``images`` as rows; ``parts``: each event's schema part, its place in :attr:`texts` (None or
+        out of range: one this reader was not built for, or none)."""
         columns: dict[str, list[Any]] = {name: [None] * len(images) for name in self.names}
         present = [True] * len(images)
-        for i, (image, schema) in enumerate(zip(images, schemas, strict=True)):
+        for i, (image, part) in enumerate(zip(images, parts, strict=True)):
             if image is None:
                 present[i] = False
                 continue
-            readers = self.parts.get(schema) if schema is not None else None
-            if readers is None:
-                raise _leave("an event whose schema part this reader was not built for", schema)
+            if part is None or not 0 <= part < len(self.parts):
+                raise _leave("an event whose schema part this reader was not built for", part)
+            readers = self.parts[part]
             document = _document(image)
             for name, read in readers:
                 value = document.get(name)
@@ -322,13 +330,17 @@ def _promotes(schema: dict[str, Any], target: T.DataType) -> bool:
 
 
 def reading_column(reader: RowReader, image: Column, schema: Column, target: T.StructType) -> Column:
-    """The row image as ``target`` (``reader``'s), read by an Arrow UDF (:func:`arrow_udfs`)."""
+    """The row image as ``target`` (``reader``'s), read by an Arrow UDF (:func:`arrow_udfs`) that is
+    handed each event's image and the place of its schema part (``schema``: the part's text) among
+    ``reader.texts``: -1 for another part, null for none."""
     assert _ARROW_UDF is not None
 
-    def read(images: pa.Array, schemas: pa.Array) -> pa.Array:  # its hints make it a scalar Arrow UDF
-        return reader(images, schemas)
+    def read(images: pa.Array, parts: pa.Array) -> pa.Array:  # its hints make it a scalar Arrow UDF
+        return reader(images, parts)
 
-    return _ARROW_UDF(read, target)(image, schema)  # type: ignore[no-any-return]
+    known = F.array(*[F.lit(text) for text in reader.texts])
+    part = (F.array_position(known, schema) - F.lit(1)).cast("int")
+    return _ARROW_UDF(read, target)(image, part)  # type: ignore[no-any-return]
 
 
 def arrow_udfs() -> bool:

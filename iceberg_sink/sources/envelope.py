@@ -42,19 +42,20 @@ BEFORE = "__iceberg_sink_dbz_before"
 IMAGE = "__iceberg_sink_dbz_image"
 SCHEMA = "__iceberg_sink_dbz_schema"
 ORDER = "__iceberg_sink_dbz_order"
+RAW_PAYLOAD = "__iceberg_sink_dbz_raw_payload"
 
 KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
 
 
-def connector_event(value: str, payload: str, op: str) -> str:
+def connector_event(schema: str, payload: str, op: str) -> str:
     """SQL text, true for an event Debezium's connectors send beside the change events, on topics a
     pattern subscription to the connector's prefix also reads (none has an op): a schema change (the
     prefix topic itself: ``ddl`` and ``tableChanges``), a transaction boundary
     (``provide.transaction.metadata``: ``status`` BEGIN or END and ``id``) or a heartbeat
     (``heartbeat.interval.ms``: ``ts_ms`` alone). Recognised by the schema part's name when the
-    event has one, else by those fields. ``value``, ``payload``, ``op``: the columns holding the
-    event, its payload and its op."""
-    name = f"get_json_object({column(value)}, '$.schema.name')"
+    event has one, else by those fields. ``schema``, ``payload``, ``op``: the columns holding the
+    event's schema part, its payload and its op."""
+    name = f"get_json_object({column(schema)}, '$.name')"
     field = f"get_json_object({column(payload)}, '$.{{}}')"
     return (
         f"coalesce({column(op)} IS NULL AND ("
@@ -106,13 +107,14 @@ def built(spark: SparkSession, key: tuple[Any, ...], build: Callable[[], Any]) -
 @dataclass(frozen=True)
 class EnvelopeColumns:
     """The expressions :func:`iceberg_sink.sources.debezium.read_envelope` applies to every batch, in
-    its order: ``df.where(present).select(*first)``, then ``payload`` as :data:`PAYLOAD`, the ``parts``,
-    ``df.where(kept)``, ``image`` as :data:`IMAGE`; ``stats`` (group, aggregates) count the batch."""
+    its order: ``df.where(present).select(*first)``, then ``split`` (:data:`SCHEMA` and
+    :data:`RAW_PAYLOAD`), the ``parts`` (:data:`PAYLOAD` first), ``df.where(kept)``, ``image`` as
+    :data:`IMAGE`; ``stats`` (group, aggregates) count the batch."""
 
     present: Column  # a value that is not null or blank (a tombstone is null)
     first: list[Column]  # the carried columns, the value as text, the message key
-    payload: Column
-    parts: list[Column]  # op, after, before, schema part, raw order values
+    split: Column  # the value's schema part and payload, from one parse (json_tuple)
+    parts: list[Column]  # payload, op, after, before, raw order values
     kept: Column  # not a message, skipped truncate or connector event
     image: Column  # after, or before for a delete
     carried: list[Column]
@@ -155,28 +157,41 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     message_key = [named(key_from).cast("string").alias(KEY)] if key_from is not None else []
     kept_columns = [named(c) for c in args.carried]
     v = named(value_column)
+    # The value is parsed once, for both its parts: json_tuple reads them with get_json_object's
+    # parser and gives what it gives for $.schema and $.payload, but where a key repeats it gives the
+    # last value (get_json_object the first; JSON leaves it open, Python's json and Jackson take the
+    # last). Parsing the whole value is most of a wide event's reading (a 160-column event's schema part
+    # is 25 of its 28 KB): get_json_object parsed it once per part and once more to check it is JSON.
+    split = F.json_tuple(v, "schema", "payload").alias(SCHEMA, RAW_PAYLOAD)
     # With the schema part, the payload is under "payload"; without it the value is the payload.
     # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
+    whole = F.coalesce(F.col(RAW_PAYLOAD), v)
     payload = F.col(PAYLOAD)
     parts = [
-        F.get_json_object(payload, "$.op").alias(OP),
-        F.get_json_object(payload, "$.after").alias(AFTER),
-        F.get_json_object(payload, "$.before").alias(BEFORE),
-        F.get_json_object(v, "$.schema").alias(SCHEMA),
-        *[F.get_json_object(payload, json_path(p)).alias(f"{ORDER}{i}") for i, p in enumerate(paths)],
+        whole.alias(PAYLOAD),
+        F.get_json_object(whole, "$.op").alias(OP),
+        F.get_json_object(whole, "$.after").alias(AFTER),
+        F.get_json_object(whole, "$.before").alias(BEFORE),
+        *[F.get_json_object(whole, json_path(p)).alias(f"{ORDER}{i}") for i, p in enumerate(paths)],
     ]
     op, after, before = F.col(OP), F.col(AFTER), F.col(BEFORE)
     # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
     # so are the connector's schema changes, transaction boundaries and heartbeats.
     dropped = ["m"] + (["t"] if args.truncate == "skip" else [])
-    kept = (op.isNull() | ~op.isin(*dropped)) & ~parse(connector_event(value_column, PAYLOAD, OP))
+    kept = (op.isNull() | ~op.isin(*dropped)) & ~parse(connector_event(SCHEMA, PAYLOAD, OP))
     # Under "apply" the op column says it holds truncates: the change reduction applies them.
     extra: list[Column] = [
         op.alias(args.op_column, metadata={TRUNCATES_METADATA: True} if args.truncate == "apply" else {})
     ]
     reasons: list[Column] = [
-        F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")),
-        F.when(F.json_object_keys(payload).isNull(), F.lit("value is not a JSON object")),
+        # A value that is not JSON has no payload that is an object either: the whole value is parsed
+        # again, to say which, only for an event refused either way.
+        F.when(
+            F.json_object_keys(payload).isNull(),
+            F.when(F.get_json_object(v, "$").isNull(), F.lit("value is not JSON")).otherwise(
+                F.lit("value is not a JSON object")
+            ),
+        ),
         F.when(op.isNull(), F.lit(f"event has no op; expected one of {', '.join(KNOWN_OPS)}")),
         F.when(
             ~op.isin(*KNOWN_OPS),
@@ -238,7 +253,7 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     return EnvelopeColumns(
         present=value.isNotNull() & (F.trim(value) != F.lit("")),
         first=[*kept_columns, value.alias(value_column), *message_key],
-        payload=F.coalesce(F.get_json_object(v, "$.payload"), v),
+        split=split,
         parts=parts,
         kept=kept,
         image=F.when(op == F.lit("d"), before).otherwise(after),
@@ -247,7 +262,7 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
         extra=extra,
         helpers=helpers,
         reason=F.coalesce(*reasons),
-        stats=_stats(op, raw_orders, args.need_schemas, v, args.placeholder),
+        stats=_stats(op, raw_orders, args.need_schemas, payload, args.placeholder),
         added=added,
     )
 
@@ -261,14 +276,15 @@ class Counts:
 
 
 def _per_event(
-    op: Column, raw_orders: list[Column], value: Column, placeholder: str | None
+    op: Column, raw_orders: list[Column], payload: Column, placeholder: str | None
 ) -> tuple[Column, Column, Column]:
-    """Per event: a row event without an order value, a row event with one, and whether its text
-    holds the placeholder (as is or base64, as bytes are written)."""
+    """Per event: a row event without an order value, a row event with one, and whether its
+    payload's text (where the row images are; not the schema part, most of a wide event) holds the
+    placeholder (as is or base64, as bytes are written)."""
     found = F.lit(False)
     if placeholder is not None:
         encoded = base64.b64encode(placeholder.encode()).decode().rstrip("=")
-        found = value.contains(placeholder) | value.contains(encoded)
+        found = payload.contains(placeholder) | payload.contains(encoded)
     row_event = op.isin("c", "r", "u", "d")
     missing = F.lit(False)
     for raw in raw_orders:
@@ -277,13 +293,13 @@ def _per_event(
 
 
 def _stats(
-    op: Column, raw_orders: list[Column], need_schemas: bool, value: Column, placeholder: str | None
+    op: Column, raw_orders: list[Column], need_schemas: bool, payload: Column, placeholder: str | None
 ) -> tuple[list[Column], list[Column], Column] | None:
     """The grouping and aggregates of :func:`batch_stats`, and what no event of a batch
     :meth:`LastCounts.plan_on` accepts may hold; None when there is nothing to count."""
     if not need_schemas and not raw_orders and placeholder is None:
         return None
-    unordered, ordered, found = _per_event(op, raw_orders, value, placeholder)
+    unordered, ordered, found = _per_event(op, raw_orders, payload, placeholder)
     group = [F.col(SCHEMA).alias("s")] if need_schemas else []
     aggregates = [
         F.sum(unordered.cast("long")).alias("unordered"),
@@ -295,8 +311,8 @@ def _stats(
 
 def batch_stats(events: DataFrame, stats: tuple[list[Column], list[Column], Column] | None) -> Counts:
     """One Spark job: the batch's distinct schema parts (when grouped by them), how many row events
-    have no order value, and how many events' text holds the placeholder (as is or base64, as bytes
-    are written)."""
+    have no order value, and how many events' payload holds the placeholder (as is or base64, as
+    bytes are written)."""
     if stats is None:
         return Counts([], 0, 0)
     group, aggregates, _ = stats

@@ -239,10 +239,10 @@ def test_the_arrow_reader_reads_what_spark_reads_or_leaves_it(spark: SparkSessio
     events, clean = draw_batch(seed, hostile_share=0.0 if seed % 4 == 0 else 0.08)
     df = spark.createDataFrame(list(enumerate(events)), "n int, value string")
     # The texts the sink's reader hands the Arrow reader: Spark's own serialization of each part.
-    payload = F.coalesce(F.get_json_object("value", "$.payload"), F.col("value"))
-    parts = df.select(
-        F.get_json_object(payload, "$.after").alias("image"), F.get_json_object("value", "$.schema").alias("schema")
-    ).collect()  # in the order of n: one partition, no shuffle
+    split = df.select("value", F.json_tuple("value", "schema", "payload").alias("schema", "payload"))
+    payload = F.coalesce(F.col("payload"), F.col("value"))
+    # In the order of n: one partition, no shuffle.
+    parts = split.select(F.get_json_object(payload, "$.after").alias("image"), "schema").collect()
     # An event Spark cannot parse (NaN and Infinity tokens) has no schema part to Spark: never
     # planned for the Arrow reader (the batch is left to Spark's, sources/envelope.py ``unlike``).
     assert all(clean[i] is False for i, p in enumerate(parts) if p["schema"] is None)
@@ -261,7 +261,7 @@ def test_the_arrow_reader_reads_what_spark_reads_or_leaves_it(spark: SparkSessio
         if part["schema"] is None:
             continue
         try:
-            ours = reader.read([part["image"]], [part["schema"]])
+            ours = reader.read([part["image"]], [reader.texts.index(part["schema"])])
         except Exception as e:  # the Arrow reader leaves this event to Spark
             assert type(e).__name__ == "_Leave", f"event {i}: the Arrow reader failed instead of leaving: {e!r}"
             assert not clean[i], f"event {i} is clean but the Arrow reader left it to Spark ({e}): {events[i]}"
@@ -281,7 +281,11 @@ def test_an_arrow_batch_is_one_struct_array_with_null_images(spark: SparkSession
     assert target is not None
     reader = row_reader({schema: _row_schema(schema)}, target)
     assert reader is not None
-    out = reader(pa.array(['{"id": 1}', None]), pa.array([schema, None]))
+    assert reader.texts == [schema]
+    out = reader(pa.array(['{"id": 1}', None]), pa.array([0, None], pa.int32()))
     assert out.to_pylist()[0]["id"] == 1 and out.to_pylist()[1] is None
     with pytest.raises(RuntimeError, match="Arrow reader leaves to Spark"):
-        reader(pa.array(['{"id": 1.5}']), pa.array([schema]))
+        reader(pa.array(['{"id": 1.5}']), pa.array([0], pa.int32()))
+    for part in (None, -1, 1):  # no schema part, another one (reading_column's -1), out of range
+        with pytest.raises(RuntimeError, match="schema part this reader was not built for"):
+            reader(pa.array(['{"id": 1}']), pa.array([part], pa.int32()))

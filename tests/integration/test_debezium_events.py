@@ -31,7 +31,8 @@ from pyiceberg.types import (
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink import IcebergSink, InvalidInputError, InvalidSinkConfigError, SchemaMismatchError
-from iceberg_sink.sources.debezium import read_envelope
+from iceberg_sink.sources.debezium import UNAVAILABLE_VALUE, read_envelope
+from iceberg_sink.sources.envelope import LastCounts, reading_batch
 from iceberg_sink.sources.readers import read_json
 from iceberg_sink.vocab.columns import REJECT_COLUMN
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
@@ -448,6 +449,41 @@ def test_truncate_message_and_garbage_events_are_refused_naming_the_reason_and_t
         sink(tmp_path / "lake").write(frame(spark, values[:2]), checkpoint_location=str(tmp_path / "c"))
     with pytest.raises(Exception, match="truncate"):
         IcebergSink.builder().debezium(truncate="drop")
+
+
+def test_an_events_parts_come_from_one_parse_and_values_around_them_are_still_refused(spark: SparkSession) -> None:
+    """sources/envelope.py reads a value's schema part and payload in one parse (json_tuple) and parses
+    the whole value again only for an event whose payload is no object: JSON that is no object (an
+    envelope inside an array, a string) and a value cut short after a whole payload are refused as
+    before; where a key repeats, its last value is read, as Python's json reads it."""
+    fields = [field("id", "int64"), field("name", "string")]
+    good = envelope("c", 1, None, {"id": 1, "name": "a"}, fields)
+    doc = json.loads(good)
+    first = json.loads(envelope("c", 1, None, {"id": 9, "name": "first"}, fields))["payload"]
+    repeated = (
+        f'{{"payload": {json.dumps(first)}, "schema": {json.dumps(doc["schema"])}, '
+        f'"payload": {json.dumps(doc["payload"])}}}'
+    )
+    values = [good, json.dumps([doc]), good[:-1] + ', "tail": }', '"text"', repeated]
+    read = read_envelope(frame(spark, values), rejects="mark", table_column=None, keep=["offset"])
+    assert refusals(read) == {1: "value is not a JSON object", 2: "value is not JSON", 3: "value is not a JSON object"}
+    rows = read.where(read[REJECT_COLUMN].isNull()).select("offset", "id", "name").orderBy("offset").collect()
+    assert [tuple(r) for r in rows] == [(0, 1, "a"), (4, 1, "a")]
+
+
+def test_a_placeholder_only_a_schema_part_names_is_none(spark: SparkSession) -> None:
+    """The TOAST placeholder is looked for in the payload, where the row images are (sources/envelope.py
+    ``_per_event``): a schema part naming it (a column's default) leaves the batch's statistics plain,
+    so the next batch is planned on them; a row image holding it does not."""
+    fields = [field("id", "int64"), {**field("name", "string"), "default": UNAVAILABLE_VALUE}]
+    named = envelope("c", 1, None, {"id": 1, "name": "a"}, fields)
+    held = envelope("u", 2, {"id": 1, "name": "a"}, {"id": 1, "name": UNAVAILABLE_VALUE}, fields)
+    for values, plain in (([named], True), ([named, held], False)):
+        last = LastCounts()
+        with reading_batch(plan=True):
+            read_envelope(frame(spark, values), rejects="mark", table_column=None, last_counts=last).collect()
+        with reading_batch(plan=True):
+            assert (last.plan_on() is not None) is plain, values
 
 
 @pytest.mark.parametrize("truncate", ["fail", "skip", "apply"])

@@ -76,6 +76,10 @@ HOSTILE = [
     ("truncate", "truncate event (op 't') refused"),
     ("no_after", "update without after"),
     ("not_json", "value is not JSON"),
+    # The value's parts are read in one parse (sources/envelope.py): JSON that is no object, and a value
+    # whose payload is whole but whose text is cut short after it, are refused all the same.
+    ("not_object", "value is not a JSON object"),
+    ("cut_after_payload", "value is not JSON"),
     ("order", "order value 'abc' at source.lsn is not a long"),
 ]
 BINLOG_HOSTILE = "order value 'abc' at source.file is not a binlog file name"
@@ -246,6 +250,10 @@ class DebeziumJob:
             return self.envelope("u", {"id": key}, None, schema=self.schema)
         if kind == "not_json":
             return '{"payload": {"op": "c", "after": {"id": 1'
+        if kind == "not_object":  # an envelope inside an array
+            return json.dumps([json.loads(self.envelope("c", None, good, schema=self.schema))])
+        if kind == "cut_after_payload":
+            return self.envelope("c", None, good, schema=self.schema)[:-1] + ', "tail": }'
         doc = json.loads(self.envelope("c", None, good, schema=False))
         doc["source"]["file" if self.binlog else "lsn"] = "abc"
         return json.dumps(doc)
