@@ -19,7 +19,7 @@ and strings chosen by data into that text so that Spark reads them back as they 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -107,6 +107,16 @@ def path_column(name: str) -> Column:
 def _reference(parts: list[str]) -> str:
     text = ".".join(quoted(p) for p in parts)
     return f"IDENTIFIER({string(text)})" if SUBSTITUTED in text else text
+
+
+def row_struct(names: Sequence[str]) -> str:
+    """SQL text of a struct of the columns ``names``, each field named as its column: ``struct(...)``,
+    whose fields take their columns' names, half the text Spark parses and analyses for a wide row
+    of ``named_struct('name', `name`, ...)`` (a 160-column row: 6 against 13 ms); ``named_struct`` where
+    a name holds ``${`` (its reference, ``IDENTIFIER(...)``, would name its field ``colN``)."""
+    if any(SUBSTITUTED in n for n in names):
+        return "named_struct(" + ", ".join(f"{string(n)}, {column(n)}" for n in names) + ")"
+    return "struct(" + ", ".join(column(n) for n in names) + ")"
 
 
 def field(sql: str, name: str) -> str:

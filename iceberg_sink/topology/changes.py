@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from iceberg_sink._spark_schema import columns_of, schema_of
-from iceberg_sink._sql import column, parse, path, path_column, string, strings, where
+from iceberg_sink._sql import column, parse, path, path_column, row_struct, string, strings, where
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.sources.rejects import refusal_sql
@@ -266,9 +266,8 @@ def reduce_changes(
     if absent:
         df = df.select("*", *[F.lit(None).alias(k) for k in absent])
         columns = [*columns, *absent]
-    raw = "to_json(named_struct({}), map('ignoreNullFields', 'false'))".format(
-        ", ".join(f"{string(c)}, {column(c)}" for c in columns if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN))
-    )
+    fields = row_struct([c for c in columns if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN)])
+    raw = f"to_json({fields}, map('ignoreNullFields', 'false'))"
     truncates = _truncates_marked(schema, changes)
     checks = _refusals(changes, truncates)
     # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,17 @@ def test_a_row_refused_twice_keeps_its_first_refusal(spark: SparkSession) -> Non
     assert rows["source"]["raw"] == '{"v":"source"}'
     assert rows["both"]["raw"] == '{"k":null,"op":"X","v":"both"}', rows["both"]["raw"]
     assert rows["both"]["event"] == "value '" + rows["both"]["raw"] + "'"
+
+
+def test_a_refused_rows_raw_value_names_each_field_as_its_column(spark: SparkSession, literal_mode: bool) -> None:
+    """A refused row's raw value (its JSON, kept for a dead-letter table) names each field as its column,
+    whether the row is written as ``struct(...)`` or, where a name holds ``${``, as ``named_struct(...)``
+    (iceberg_sink/_sql.py ``row_struct``: a reference to such a name would name its field ``colN``)."""
+    for names in (["k", "a.b", "we`ird", "it's", "back\\slash", "ünï", "op"], ["k", "a.b", "x${y}", "op"]):
+        values = [None, *range(1, len(names) - 1), "I"]
+        df = spark.createDataFrame([tuple(values)], ", ".join(f"c{i} string" for i in range(len(names)))).toDF(*names)
+        refused = reduce_changes(df, ChangeConfig(key=("k",), op_column="op")).collect()
+        raw = refused[0][REJECT_COLUMN]["raw"]
+        assert list(json.loads(raw).items()) == [
+            (n, None if v is None else str(v)) for n, v in zip(names, values, strict=True)
+        ], raw
