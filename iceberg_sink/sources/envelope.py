@@ -219,7 +219,7 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
         )
     raw_orders = [F.col(f"{ORDER}{i}") for i in range(len(paths))]
     if paths:
-        orders = [order_value(r, t) for r, t in zip(raw_orders, args.types, strict=True)]
+        orders = [order_value(f"{ORDER}{i}", t) for i, t in enumerate(args.types)]
         for path, raw_order, order, kind in zip(paths, raw_orders, orders, args.types, strict=True):
             reasons.append(
                 F.when(

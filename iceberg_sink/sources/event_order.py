@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column
-from pyspark.sql import functions as F
+from pyspark.sql.types import _parse_datatype_string
 
+from iceberg_sink._sql import column, parse, string
 from iceberg_sink.errors import InvalidInputError
 
 BINLOG_ORDER = "binlog"
@@ -46,19 +47,21 @@ def order_expected(kind: str) -> str:
     return _BINLOG_EXPECTED if kind == BINLOG_ORDER else f"a {kind}"
 
 
-def order_value(raw: Column, kind: str) -> Column:
-    """The order value ``raw`` (payload text) as ``kind``: a Spark type it is cast to (null when it
-    does not cast), or :data:`BINLOG_ORDER`: the file's sequence number as a long, null when ``raw``
-    is not a binlog file name. MySQL and MariaDB number their binlog files with at least six digits
-    and go on past 999999 (``binlog.999999`` is followed by ``binlog.1000000``), so the names do
-    not sort as text."""
+def order_value(raw: str, kind: str) -> Column:
+    """The order value in column ``raw`` (payload text) as ``kind``: a Spark type it is cast to (null
+    when it does not cast), or :data:`BINLOG_ORDER`: the file's sequence number as a long, null when
+    ``raw`` is not a binlog file name. MySQL and MariaDB number their binlog files with at least six
+    digits and go on past 999999 (``binlog.999999`` is followed by ``binlog.1000000``), so the names
+    do not sort as text. Written as SQL text: ``Column.try_cast`` is Spark 4's, SQL's ``try_cast`` is
+    Spark 3.5's too."""
     if kind == BINLOG_ORDER:
         # No match extracts "", which casts to null: one regular expression per value.
-        return F.regexp_extract(raw, _BINLOG_NUMBER, 1).try_cast("long")
+        return parse(f"try_cast(regexp_extract({column(raw)}, {string(_BINLOG_NUMBER)}, 1) AS BIGINT)")
     try:
-        return raw.try_cast(kind)
+        dtype = _parse_datatype_string(kind)
     except Exception as e:  # Spark's parser: an unknown type name
         raise InvalidInputError(
             f"read_envelope(order_type=...): expected a Spark type name (long, string, timestamp, ...) or "
             f"{BINLOG_ORDER!r}, received {kind!r}"
         ) from e
+    return parse(f"try_cast({column(raw)} AS {dtype.simpleString()})")

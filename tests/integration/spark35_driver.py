@@ -11,7 +11,12 @@ In ``WORK_DIR`` it creates a SQLite catalog and a warehouse, then:
 (c) with ``--kafka``: Spark's Kafka source (``--jars``: ``spark-sql-kafka-0-10_2.12`` of this Spark
     and its dependencies, on ``spark.jars``) over :data:`KAFKA_TOPIC`, whose JSON values the test
     produced (:func:`kafka_records`), parsed and upserted by ``id${x}`` (:data:`KAFKA_KEY`) into ``db.from_kafka`` (trigger
-    ``availableNow``); the commit records the Kafka offsets in its snapshot summary.
+    ``availableNow``); the commit records the Kafka offsets in its snapshot summary;
+(d) Debezium envelopes (:func:`debezium_events`: creates, an update and a delete, one envelope whose
+    ``payload`` key repeats, and :data:`DEBEZIUM_GARBAGE`, values that are no event) read by
+    ``read_envelope(rejects="mark")`` (the refusals' reasons) and the events written by a
+    ``.debezium(...).cdc(...)`` sink into ``db.from_debezium``: Spark 3.5 has no Arrow UDFs, so Spark's
+    expressions read every row image.
 
 The session time zone is Asia/Kolkata (UTC+5:30), so a transform or cast that uses local time
 instead of UTC puts rows in the wrong partition. Each step runs even if another failed; the
@@ -51,6 +56,9 @@ KAFKA_PARTITIONS = 2
 # column "id" holds 0 in every record, so a key read from it would leave one row.
 KAFKA_KEY = "id${x}"
 KAFKA_VALUE_DDL = "`id${x}` long, id long, item string, qty int"
+DEBEZIUM_TABLE = "db.from_debezium"
+# Values that are no Debezium event, and the reason each is refused with.
+DEBEZIUM_GARBAGE = {'{"payload": {"op": "c"': "value is not JSON", "[1, 2]": "value is not a JSON object"}
 CHECKPOINT_KEY = "iceberg-sink.checkpoint-id"
 RESULT_FILE = "result.json"
 STREAM_TIMEOUT_S = 600
@@ -119,6 +127,42 @@ def kafka_expected_rows() -> list[dict[str, Any]]:
     """The table after the upsert: the last value of each id, by id."""
     last = {r[KAFKA_KEY]: r for r in (json.loads(value) for _, value in kafka_records())}
     return [last[i] for i in sorted(last)]
+
+
+def debezium_events() -> list[str]:
+    """Envelopes as Kafka Connect's JsonConverter writes PostgreSQL's (with the schema part): ids 1-3
+    created, 1 updated, 3 deleted; the second envelope names ``payload`` twice, and its last one
+    (``b``) is the event (sources/envelope.py)."""
+    fields = [
+        {"type": "int64", "optional": False, "field": "id"},
+        {"type": "string", "optional": True, "field": "name"},
+    ]
+    row = {"type": "struct", "fields": fields, "optional": True, "name": "pg.public.items.Value"}
+    schema = {
+        "type": "struct",
+        "name": "pg.public.items.Envelope",
+        "optional": False,
+        "fields": [{**row, "field": "before"}, {**row, "field": "after"}, {"type": "string", "field": "op"}],
+    }
+
+    def event(op: str, lsn: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+        source = {"db": "shop", "schema": "public", "table": "items", "lsn": lsn}
+        payload = {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000, "source": source}
+        return json.dumps({"schema": schema, "payload": payload})
+
+    second = json.loads(event("c", 2, None, {"id": 2, "name": "b"}))["payload"]
+    repeated = event("c", 2, None, {"id": 2, "name": "first"})[:-1] + f', "payload": {json.dumps(second)}}}'
+    return [
+        event("c", 1, None, {"id": 1, "name": "a"}),
+        repeated,
+        event("c", 3, None, {"id": 3, "name": "c"}),
+        event("u", 4, {"id": 1, "name": "a"}, {"id": 1, "name": "a2"}),
+        event("d", 5, {"id": 3, "name": "c"}, None),
+    ]
+
+
+def debezium_expected_rows() -> list[dict[str, Any]]:
+    return [{"id": 1, "name": "a2"}, {"id": 2, "name": "b"}]
 
 
 def bounded_arrow_schema() -> Any:
@@ -310,7 +354,39 @@ def main(argv: list[str]) -> int:
             "snapshots": _snapshot_summaries(table),
         }
 
-    steps = {"bounded": bounded, "streamed": streamed, **({"kafka": kafka} if args.kafka else {})}
+    def debezium() -> dict[str, Any]:
+        from iceberg_sink.sources.debezium import read_envelope
+        from iceberg_sink.vocab.columns import REJECT_COLUMN
+
+        events = debezium_events()
+        values = [*events, *DEBEZIUM_GARBAGE]
+        df = spark.createDataFrame(
+            [("items", 0, i, v) for i, v in enumerate(values)],
+            "topic string, partition int, offset long, value string",
+        )
+        marked = read_envelope(df, rejects="mark", table_column=None)
+        refusals = marked.where(F.col(REJECT_COLUMN).isNotNull()).select(REJECT_COLUMN).collect()
+        sink = (
+            IcebergSink.builder()
+            .catalog("spark35", **catalog)
+            .table(DEBEZIUM_TABLE)
+            .create_if_missing()
+            .debezium(value_column="value", table_column=None)
+            .cdc(op_column="op", key=["id"], order_by="lsn")
+            .build()
+        )
+        sink.write(df.where(F.col("offset") < len(events)))
+        return {
+            "metadata_location": sink.load_table().metadata_location,
+            "refused": {str(r[0]["offset"]): r[0]["reason"] for r in refusals},
+        }
+
+    steps = {
+        "bounded": bounded,
+        "streamed": streamed,
+        "debezium": debezium,
+        **({"kafka": kafka} if args.kafka else {}),
+    }
     try:
         for name, step in steps.items():
             _run_step(name, result, step)

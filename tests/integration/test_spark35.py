@@ -177,7 +177,7 @@ def test_driver_ran_on_spark_35(spark35_run: DriverRun) -> None:
     assert result["pyspark_version"].startswith("3.5."), result
     assert result["spark_version"].startswith("3.5."), result
     assert result["session_tz"] == driver.SESSION_TZ
-    steps = ("bounded", "streamed", "kafka") if spark35_run.kafka_error is None else ("bounded", "streamed")
+    steps = ("bounded", "streamed", "debezium", *(("kafka",) if spark35_run.kafka_error is None else ()))
     failed = {name: result[name]["error"] for name in steps if not result[name]["ok"]}
     assert not failed and spark35_run.returncode == 0, (
         f"spark35_driver exit {spark35_run.returncode}; failed steps: {json.dumps(failed, indent=2)}\n"
@@ -262,6 +262,19 @@ def _added_partitions(entries: list[dict[str, Any]]) -> dict[int, list[tuple[Any
         if e["status"] == 1:  # ADDED
             added[e["snapshot_id"]].append(tuple(sorted(e["data_file"]["partition"].items())))
     return added
+
+
+def test_debezium_reader_on_spark_35(spark35_run: DriverRun, java_reader: JavaIcebergReader) -> None:
+    """The Debezium reader on Spark 3.5, where Spark's expressions read every row image (no Arrow
+    UDFs): each value's parts come from one parse (a repeated key's last value), values that are no
+    event are refused with their reasons, and the upserts read back equal in Iceberg Java and DuckDB."""
+    step = _step(spark35_run, "debezium")
+    first = len(driver.debezium_events())
+    assert step["refused"] == {str(first + i): reason for i, reason in enumerate(driver.DEBEZIUM_GARBAGE.values())}
+    location = step["metadata_location"]
+    want = driver.debezium_expected_rows()
+    assert normalize(java_reader.read(location).select(["id", "name"]), ["id"]) == want
+    assert normalize(duckdb_read(location).select(["id", "name"]), ["id"]) == want
 
 
 def test_kafka_source_on_spark_35(spark35_run: DriverRun) -> None:
