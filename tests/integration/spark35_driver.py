@@ -136,6 +136,16 @@ def debezium_events() -> list[str]:
     fields = [
         {"type": "int64", "optional": False, "field": "id"},
         {"type": "string", "optional": True, "field": "name"},
+        # Logical types, converted by Spark's expressions here (sources/connect_types.py).
+        {
+            "type": "bytes",
+            "optional": True,
+            "name": "org.apache.kafka.connect.data.Decimal",
+            "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+            "field": "price",
+        },
+        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "day"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "field": "at"},
     ]
     row = {"type": "struct", "fields": fields, "optional": True, "name": "pg.public.items.Value"}
     schema = {
@@ -146,6 +156,8 @@ def debezium_events() -> list[str]:
     }
 
     def event(op: str, lsn: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+        if after is not None:  # 12.50 (unscaled 1250, big-endian, base64), 2022-01-08, 2023-11-14 22:13:20.000001
+            after = {**after, "price": "BOI=", "day": 19_000, "at": 1_700_000_000_000_001}
         source = {"db": "shop", "schema": "public", "table": "items", "lsn": lsn}
         payload = {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000, "source": source}
         return json.dumps({"schema": schema, "payload": payload})
@@ -162,7 +174,8 @@ def debezium_events() -> list[str]:
 
 
 def debezium_expected_rows() -> list[dict[str, Any]]:
-    return [{"id": 1, "name": "a2"}, {"id": 2, "name": "b"}]
+    logical = {"price": Decimal("12.50"), "day": dt.date(2022, 1, 8), "at": dt.datetime(2023, 11, 14, 22, 13, 20, 1)}
+    return [{"id": 1, "name": "a2", **logical}, {"id": 2, "name": "b", **logical}]
 
 
 def bounded_arrow_schema() -> Any:

@@ -273,8 +273,9 @@ def test_debezium_reader_on_spark_35(spark35_run: DriverRun, java_reader: JavaIc
     assert step["refused"] == {str(first + i): reason for i, reason in enumerate(driver.DEBEZIUM_GARBAGE.values())}
     location = step["metadata_location"]
     want = driver.debezium_expected_rows()
-    assert normalize(java_reader.read(location).select(["id", "name"]), ["id"]) == want
-    assert normalize(duckdb_read(location).select(["id", "name"]), ["id"]) == want
+    columns = list(want[0])
+    assert normalize(java_reader.read(location).select(columns), ["id"]) == want
+    assert normalize(duckdb_read(location).select(columns), ["id"]) == want
 
 
 def test_kafka_source_on_spark_35(spark35_run: DriverRun) -> None:
