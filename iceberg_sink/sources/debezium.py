@@ -76,6 +76,7 @@ from iceberg_sink.sources.envelope import (
     BEFORE,
     IMAGE,
     OP,
+    PAYLOAD,
     SCHEMA,
     EnvelopeArgs,
     LastCounts,
@@ -349,7 +350,7 @@ def read_envelope(
     clash = [name for name in keep if name in added]
     if clash or len(set(added)) != len(added):
         raise InvalidInputError(f"read_envelope: output column names clash: {added} and kept columns {list(keep)}")
-    events = df.where(c.present).select(*c.first).select("*", c.split).select("*", *c.parts)
+    events = df.where(c.present).select(*c.first).withColumn(PAYLOAD, c.payload).select("*", *c.parts)
     events = events.where(c.kept).withColumn(IMAGE, c.image)
     refusal, counts = c.reason, None
     if last_counts is not None and c.stats is not None:

@@ -42,7 +42,6 @@ BEFORE = "__iceberg_sink_dbz_before"
 IMAGE = "__iceberg_sink_dbz_image"
 SCHEMA = "__iceberg_sink_dbz_schema"
 ORDER = "__iceberg_sink_dbz_order"
-RAW_PAYLOAD = "__iceberg_sink_dbz_raw_payload"
 
 KNOWN_OPS = ("c", "r", "u", "d", "t", "m")
 
@@ -107,14 +106,13 @@ def built(spark: SparkSession, key: tuple[Any, ...], build: Callable[[], Any]) -
 @dataclass(frozen=True)
 class EnvelopeColumns:
     """The expressions :func:`iceberg_sink.sources.debezium.read_envelope` applies to every batch, in
-    its order: ``df.where(present).select(*first)``, then ``split`` (:data:`SCHEMA` and
-    :data:`RAW_PAYLOAD`), the ``parts`` (:data:`PAYLOAD` first), ``df.where(kept)``, ``image`` as
-    :data:`IMAGE`; ``stats`` (group, aggregates) count the batch."""
+    its order: ``df.where(present).select(*first)``, then ``payload`` as :data:`PAYLOAD`, the ``parts``,
+    ``df.where(kept)``, ``image`` as :data:`IMAGE`; ``stats`` (group, aggregates) count the batch."""
 
     present: Column  # a value that is not null or blank (a tombstone is null)
     first: list[Column]  # the carried columns, the value as text, the message key
-    split: Column  # the value's schema part and payload, from one parse (json_tuple)
-    parts: list[Column]  # payload, op, after, before, raw order values
+    payload: Column
+    parts: list[Column]  # op, after, before, schema part, raw order values
     kept: Column  # not a message, skipped truncate or connector event
     image: Column  # after, or before for a delete
     carried: list[Column]
@@ -157,22 +155,18 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     message_key = [named(key_from).cast("string").alias(KEY)] if key_from is not None else []
     kept_columns = [named(c) for c in args.carried]
     v = named(value_column)
-    # The value is parsed once, for both its parts: json_tuple reads them with get_json_object's
-    # parser and gives what it gives for $.schema and $.payload, but where a key repeats it gives the
-    # last value (get_json_object the first; JSON leaves it open, Python's json and Jackson take the
-    # last). Parsing the whole value is most of a wide event's reading (a 160-column event's schema part
-    # is 25 of its 28 KB): get_json_object parsed it once per part and once more to check it is JSON.
-    split = F.json_tuple(v, "schema", "payload").alias(SCHEMA, RAW_PAYLOAD)
     # With the schema part, the payload is under "payload"; without it the value is the payload.
     # Each piece is a column of its own, so the expressions below refer to it instead of repeating it.
-    whole = F.coalesce(F.col(RAW_PAYLOAD), v)
+    # The whole value is read twice, for its two parts, and nowhere else (a 160-column event is 28 KB,
+    # 25 of them its schema part). json_tuple reads both parts in one parse, but its Generate node
+    # cost a wide stream's first micro-batch 0.6-1.6 s on a cold JVM (docs/benchmarks-debezium-wide.md).
     payload = F.col(PAYLOAD)
     parts = [
-        whole.alias(PAYLOAD),
-        F.get_json_object(whole, "$.op").alias(OP),
-        F.get_json_object(whole, "$.after").alias(AFTER),
-        F.get_json_object(whole, "$.before").alias(BEFORE),
-        *[F.get_json_object(whole, json_path(p)).alias(f"{ORDER}{i}") for i, p in enumerate(paths)],
+        F.get_json_object(payload, "$.op").alias(OP),
+        F.get_json_object(payload, "$.after").alias(AFTER),
+        F.get_json_object(payload, "$.before").alias(BEFORE),
+        F.get_json_object(v, "$.schema").alias(SCHEMA),
+        *[F.get_json_object(payload, json_path(p)).alias(f"{ORDER}{i}") for i, p in enumerate(paths)],
     ]
     op, after, before = F.col(OP), F.col(AFTER), F.col(BEFORE)
     # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
@@ -253,7 +247,7 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     return EnvelopeColumns(
         present=value.isNotNull() & (F.trim(value) != F.lit("")),
         first=[*kept_columns, value.alias(value_column), *message_key],
-        split=split,
+        payload=F.coalesce(F.get_json_object(v, "$.payload"), v),
         parts=parts,
         kept=kept,
         image=F.when(op == F.lit("d"), before).otherwise(after),

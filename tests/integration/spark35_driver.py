@@ -131,8 +131,8 @@ def kafka_expected_rows() -> list[dict[str, Any]]:
 
 def debezium_events() -> list[str]:
     """Envelopes as Kafka Connect's JsonConverter writes PostgreSQL's (with the schema part): ids 1-3
-    created, 1 updated, 3 deleted; the second envelope names ``payload`` twice, and its last one
-    (``b``) is the event (sources/envelope.py)."""
+    created, 1 updated, 3 deleted; the second envelope names ``payload`` twice, and its first one
+    (``b``) is the event (``get_json_object``'s reading, sources/envelope.py)."""
     fields = [
         {"type": "int64", "optional": False, "field": "id"},
         {"type": "string", "optional": True, "field": "name"},
@@ -162,8 +162,8 @@ def debezium_events() -> list[str]:
         payload = {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000, "source": source}
         return json.dumps({"schema": schema, "payload": payload})
 
-    second = json.loads(event("c", 2, None, {"id": 2, "name": "b"}))["payload"]
-    repeated = event("c", 2, None, {"id": 2, "name": "first"})[:-1] + f', "payload": {json.dumps(second)}}}'
+    second = json.loads(event("c", 2, None, {"id": 2, "name": "second"}))["payload"]
+    repeated = event("c", 2, None, {"id": 2, "name": "b"})[:-1] + f', "payload": {json.dumps(second)}}}'
     return [
         event("c", 1, None, {"id": 1, "name": "a"}),
         repeated,

@@ -451,11 +451,11 @@ def test_truncate_message_and_garbage_events_are_refused_naming_the_reason_and_t
         IcebergSink.builder().debezium(truncate="drop")
 
 
-def test_an_events_parts_come_from_one_parse_and_values_around_them_are_still_refused(spark: SparkSession) -> None:
-    """sources/envelope.py reads a value's schema part and payload in one parse (json_tuple) and parses
-    the whole value again only for an event whose payload is no object: JSON that is no object (an
-    envelope inside an array, a string) and a value cut short after a whole payload are refused as
-    before; where a key repeats, its last value is read, as Python's json reads it."""
+def test_the_whole_value_is_parsed_again_only_for_an_event_refused_either_way(spark: SparkSession) -> None:
+    """sources/envelope.py checks that a value is JSON only for an event whose payload is no object:
+    JSON that is no object (an envelope inside an array, a string) and a value cut short after a
+    whole payload are refused with the reasons they had; where a key repeats, its first value is read
+    (get_json_object's)."""
     fields = [field("id", "int64"), field("name", "string")]
     good = envelope("c", 1, None, {"id": 1, "name": "a"}, fields)
     doc = json.loads(good)
@@ -468,7 +468,7 @@ def test_an_events_parts_come_from_one_parse_and_values_around_them_are_still_re
     read = read_envelope(frame(spark, values), rejects="mark", table_column=None, keep=["offset"])
     assert refusals(read) == {1: "value is not a JSON object", 2: "value is not JSON", 3: "value is not a JSON object"}
     rows = read.where(read[REJECT_COLUMN].isNull()).select("offset", "id", "name").orderBy("offset").collect()
-    assert [tuple(r) for r in rows] == [(0, 1, "a"), (4, 1, "a")]
+    assert [tuple(r) for r in rows] == [(0, 1, "a"), (4, 9, "first")]
 
 
 def test_a_placeholder_only_a_schema_part_names_is_none(spark: SparkSession) -> None:

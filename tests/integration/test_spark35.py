@@ -266,8 +266,8 @@ def _added_partitions(entries: list[dict[str, Any]]) -> dict[int, list[tuple[Any
 
 def test_debezium_reader_on_spark_35(spark35_run: DriverRun, java_reader: JavaIcebergReader) -> None:
     """The Debezium reader on Spark 3.5, where Spark's expressions read every row image (no Arrow
-    UDFs): each value's parts come from one parse (a repeated key's last value), values that are no
-    event are refused with their reasons, and the upserts read back equal in Iceberg Java and DuckDB."""
+    UDFs): a repeated key's first value is read, values that are no event are refused with their
+    reasons, and the upserts read back equal in Iceberg Java and DuckDB."""
     step = _step(spark35_run, "debezium")
     first = len(driver.debezium_events())
     assert step["refused"] == {str(first + i): reason for i, reason in enumerate(driver.DEBEZIUM_GARBAGE.values())}

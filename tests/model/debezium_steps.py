@@ -76,8 +76,9 @@ HOSTILE = [
     ("truncate", "truncate event (op 't') refused"),
     ("no_after", "update without after"),
     ("not_json", "value is not JSON"),
-    # The value's parts are read in one parse (sources/envelope.py): JSON that is no object, and a value
-    # whose payload is whole but whose text is cut short after it, are refused all the same.
+    # The whole value is checked to be JSON only for an event whose payload is no object
+    # (sources/envelope.py): JSON that is no object, and a value whose payload is whole but whose text
+    # is cut short after it, are refused all the same.
     ("not_object", "value is not a JSON object"),
     ("cut_after_payload", "value is not JSON"),
     ("order", "order value 'abc' at source.lsn is not a long"),
