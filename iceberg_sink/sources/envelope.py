@@ -161,12 +161,13 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
     # 25 of them its schema part). json_tuple reads both parts in one parse, but its Generate node
     # cost a wide stream's first micro-batch 0.6-1.6 s on a cold JVM (docs/benchmarks-debezium-wide.md).
     payload = F.col(PAYLOAD)
+    order_names = [f"{ORDER}{i}" for i in range(len(paths))]  # each order path's raw text
     parts = [
         F.get_json_object(payload, "$.op").alias(OP),
         F.get_json_object(payload, "$.after").alias(AFTER),
         F.get_json_object(payload, "$.before").alias(BEFORE),
         F.get_json_object(v, "$.schema").alias(SCHEMA),
-        *[F.get_json_object(payload, json_path(p)).alias(f"{ORDER}{i}") for i, p in enumerate(paths)],
+        *[F.get_json_object(payload, json_path(p)).alias(n) for p, n in zip(paths, order_names, strict=True)],
     ]
     op, after, before = F.col(OP), F.col(AFTER), F.col(BEFORE)
     # Message events carry no row; a skipped truncate is dropped too (before any check of its row);
@@ -211,9 +212,9 @@ def _build(args: EnvelopeArgs) -> EnvelopeColumns:
                 row_image.isNotNull() & F.json_object_keys(row_image).isNull(), F.lit(f"{name} is not a JSON object")
             )
         )
-    raw_orders = [F.col(f"{ORDER}{i}") for i in range(len(paths))]
+    raw_orders = [F.col(n) for n in order_names]
     if paths:
-        orders = [order_value(f"{ORDER}{i}", t) for i, t in enumerate(args.types)]
+        orders = [order_value(n, t) for n, t in zip(order_names, args.types, strict=True)]
         for path, raw_order, order, kind in zip(paths, raw_orders, orders, args.types, strict=True):
             reasons.append(
                 F.when(
