@@ -49,6 +49,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks import driver_options
+
 KINDS: list[tuple[dict[str, Any], Callable[[int], Any]]] = [
     ({"type": "int32"}, lambda i: i),
     ({"type": "int64"}, lambda i: i * 1000),
@@ -93,8 +95,11 @@ def envelopes(columns: int, batch: int, events: int) -> list[str]:
     return out
 
 
-def session(jfr: str | None, jars: list[str] | None = None) -> Any:
-    """The width's ``local[2]`` SparkSession (``jfr``: recorded there; ``jars``: on ``spark.jars``)."""
+def session(
+    jfr: str | None, jars: list[str] | None = None, driver_jvm: str = "sink", scratch: Path | None = None
+) -> Any:
+    """The width's ``local[2]`` SparkSession (``jfr``: recorded there; ``jars``: on ``spark.jars``;
+    ``driver_jvm``: its JVM's options, benchmarks/driver_options.py, ``scratch`` the run's folder)."""
     from pyspark.sql import SparkSession
 
     from benchmarks.jvm_profile import JFR_OPTIONS
@@ -106,8 +111,11 @@ def session(jfr: str | None, jars: list[str] | None = None) -> Any:
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
+    options = driver_options.java_options(driver_jvm, scratch or Path(tempfile.mkdtemp(prefix="debezium-wide-")))
     if jfr is not None:
-        builder = builder.config("spark.driver.extraJavaOptions", JFR_OPTIONS.format(path=jfr))
+        options = f"{options} {JFR_OPTIONS.format(path=jfr)}".strip()
+    if options:
+        builder = builder.config("spark.driver.extraJavaOptions", options)
     return builder.getOrCreate()
 
 
@@ -136,6 +144,7 @@ def one(
     jfr: str | None = None,
     write_options: dict[str, str] | None = None,
     source: str = "rows",
+    driver_jvm: str = "sink",
 ) -> dict[str, Any]:
     """One width in this process (a fresh one: ``--one``); ``jfr``: record the JVM there
     (benchmarks/jvm_profile.py reads it); ``write_options``: the sink's ``write_option``s;
@@ -156,10 +165,10 @@ def one(
         return send(client, *args, **kwargs)
 
     GatewayClient.send_command = counted  # type: ignore[method-assign]
-    started = time.time()
-    spark = session(jfr)
-    spark_start = time.time() - started
     lake = Path(tempfile.mkdtemp(prefix="debezium-wide-"))
+    started = time.time()
+    spark = session(jfr, driver_jvm=driver_jvm, scratch=lake)
+    spark_start = time.time() - started
     sink = wide_sink(lake, write_options)
     rows = []
     for b in range(batches):
@@ -193,6 +202,7 @@ def one(
         "columns": columns,
         "source": source,
         "events_per_batch": events,
+        "driver_jvm": driver_jvm,
         "spark_start_s": round(spark_start, 3),
         "end_to_end_s": round(spark_start + rows[0]["write_s"], 3),
         "first_write_s": rows[0]["write_s"],
@@ -258,6 +268,7 @@ def one_kafka(
     jfr: str | None = None,
     write_options: dict[str, str] | None = None,
     alternate: tuple[str, str] | None = None,
+    driver_jvm: str = "sink",
 ) -> dict[str, Any]:
     """One width as a stream: the sink deployed on Kafka (``--source kafka``).
 
@@ -287,7 +298,7 @@ def one_kafka(
         monitor = ForeignCpuMonitor(interval=0.5).start()
         monitor.adopt(broker_pid)
         started = time.time()
-        spark = session(jfr, jars)
+        spark = session(jfr, jars, driver_jvm, lake)
         spark_start = time.time() - started
         sink = wide_sink(lake, write_options)
         marks = alternating(*alternate) if alternate is not None else None
@@ -341,6 +352,7 @@ def one_kafka(
         "columns": columns,
         "source": "kafka",
         "events_per_batch": events,
+        "driver_jvm": driver_jvm,
         "spark_start_s": round(spark_start, 3),
         "end_to_end_s": round(spark_start + rows[0]["write_s"], 3),
         "first_write_s": rows[0]["write_s"],
@@ -406,6 +418,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --source kafka: every other micro-batch runs with this small-batch Spark setting instead of "
         "the sink's (job/codegen.py SMALL_BATCH); both halves are reported",
     )
+    parser.add_argument(
+        "--driver-jvm",
+        choices=list(driver_options.MODES),
+        default="sink",
+        help="the driver JVM's options: driver_java_options() (default), the same over a new archive folder "
+        "(a first start), or none (benchmarks/driver_options.py)",
+    )
     parser.add_argument("--table", nargs="+", metavar="JSON", help="print result files as a Markdown table")
     args = parser.parse_args(argv)
     if args.alternate and (args.source != "kafka" or "=" not in args.alternate):
@@ -418,9 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         options = dict(o.split("=", 1) for o in args.option)
         if args.source == "kafka":
             alternate = tuple(args.alternate.split("=", 1)) if args.alternate else None
-            print(json.dumps(one_kafka(args.one, args.batches, args.events, jfr, options, alternate)))  # type: ignore[arg-type]
+            result = one_kafka(args.one, args.batches, args.events, jfr, options, alternate, args.driver_jvm)  # type: ignore[arg-type]
         else:
-            print(json.dumps(one(args.one, args.batches, args.events, jfr, options, args.source)))
+            result = one(args.one, args.batches, args.events, jfr, options, args.source, args.driver_jvm)
+        print(json.dumps(result))
         return 0
     results = []
     for columns in args.columns:
@@ -430,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         command += [f"--option={o}" for o in args.option]
         command += ["--source", args.source]
         command += ["--alternate", args.alternate] if args.alternate else []
+        command += ["--driver-jvm", args.driver_jvm]
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:

@@ -132,6 +132,7 @@ def run(
     source_options: dict[str, str] | None = None,
     partitions: int = 1,
     tail: int = 0,
+    driver_jvm: str = "sink",
 ) -> dict[str, Any]:
     """One run in this process: the broker started and the topics filled first, then the guide's
     session, sink and query; the first micro-batch timed, and with ``per_batch`` (Spark's
@@ -139,7 +140,7 @@ def run(
     ``tail`` the query keeps running (a 100 ms ``processingTime`` trigger) and ``tail`` events are
     sent after the first micro-batch, one at a time, the tables in turns, each read by a micro-batch
     of its own: the stream at the end of its topics, as a live pipeline runs."""
-    from benchmarks import cdc_kafka
+    from benchmarks import cdc_kafka, driver_options
     from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
 
     lake = Path(tempfile.mkdtemp(prefix="kafka-guide-"))
@@ -159,7 +160,12 @@ def run(
 
         from iceberg_sink import IcebergSink
 
-        spark = SparkSession.builder.master("local[2]").config("spark.jars", ",".join(jars)).getOrCreate()
+        java_options = driver_options.java_options(driver_jvm, lake)
+
+        builder = SparkSession.builder.master("local[2]").config("spark.jars", ",".join(jars))
+        if java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", java_options)  # the guide's line
+        spark = builder.getOrCreate()
         spark_start = time.time() - started
         stream = (
             spark.readStream.format("kafka")
@@ -237,6 +243,8 @@ def run(
         "write_options": write_options,
         "source_options": source_options or {},
         "partitions_per_topic": partitions,
+        "driver_jvm": driver_jvm,
+        "class_sharing": driver_options.class_sharing(java_options),
         "spark_start_s": round(spark_start, 3),
         "first_micro_batch_s": round(durations.get("triggerExecution", 0) / 1000, 3),
         "add_batch_s": round(durations.get("addBatch", 0) / 1000, 3),
@@ -321,6 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         help="events sent one at a time after the first micro-batch, each read at the topics' end (default 0)",
     )
     parser.add_argument("--partitions", type=int, default=1, help="partitions of each topic (default 1)")
+    parser.add_argument(
+        "--driver-jvm",
+        choices=["sink", "sink-new-archive", "none"],
+        default="sink",
+        help="the driver JVM's options: the guide's driver_java_options() (default), the same over a new "
+        "archive folder (a first start), or none (benchmarks/driver_options.py)",
+    )
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     write_options = dict(o.split("=", 1) for o in args.option)
@@ -334,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             dict(o.split("=", 1) for o in args.source_option),
             args.partitions,
             args.tail,
+            args.driver_jvm,
         ),
     }
     text = json.dumps(result, indent=2)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from iceberg_sink.builder import IcebergSinkBuilder
     from iceberg_sink.committer.committable import CommitSummary
     from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
+    from iceberg_sink._driver_jvm import driver_java_options
     from iceberg_sink.errors import (
         CatalogUnavailableError,
         CheckpointRewoundError,
@@ -75,6 +76,7 @@ _LAZY = {
     "UnsupportedTableError": "iceberg_sink.errors",
     "WorkerEnvironmentError": "iceberg_sink.errors",
     "WriteFailedError": "iceberg_sink.errors",
+    "driver_java_options": "iceberg_sink._driver_jvm",
 }
 
 __all__ = [
@@ -107,6 +109,7 @@ __all__ = [
     "UnsupportedTableError",
     "WorkerEnvironmentError",
     "WriteFailedError",
+    "driver_java_options",
 ]
 
 

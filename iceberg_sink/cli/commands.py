@@ -30,11 +30,13 @@ from iceberg_sink.cli.where import (
     table_name,
     table_options,
 )
+from iceberg_sink._driver_jvm import driver_java_options, names_class_sharing
 from iceberg_sink.topology import arguments
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 Run = Callable[[argparse.Namespace, Output], dict[str, Any]]
 
@@ -65,7 +67,9 @@ def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser],
 
 def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None, debug: bool = False) -> SparkSession:
     """A SparkSession without UI or console progress (progress is ours) and, unless ``debug``,
-    without Spark's log (a failed query would print its JVM stack trace; the CLI prints one line)."""
+    without Spark's log (a failed query would print its JVM stack trace; the CLI prints one line).
+    Its driver JVM starts with :func:`~iceberg_sink._driver_jvm.driver_java_options`, before any
+    ``spark.driver.extraJavaOptions`` of ``conf`` (whose values win)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -75,8 +79,14 @@ def spark_session(master: str, app_name: str, conf: dict[str, Any] | None = None
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
+    settings = {
+        key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in (conf or {}).items()
+    }
+    own = settings.get(JAVA_OPTIONS, "")
+    # A class data sharing archive of the user's own replaces ours (Java 17 refuses two).
+    settings[JAVA_OPTIONS] = f"{driver_java_options(class_sharing=not names_class_sharing(own))} {own}".strip()
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR" if debug else "OFF")
     return spark

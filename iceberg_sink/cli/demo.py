@@ -268,7 +268,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from iceberg_sink import IcebergSink
+    from iceberg_sink import IcebergSink, driver_java_options
 
     root = Path(args.root).absolute()
     shutil.rmtree(root, ignore_errors=True)
@@ -292,6 +292,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", driver_java_options())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
