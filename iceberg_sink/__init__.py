@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import iceberg_sink._requires  # noqa: F401
 
 if TYPE_CHECKING:
+    from iceberg_sink._driver_jvm import driver_java_options
     from iceberg_sink.builder import IcebergSinkBuilder
     from iceberg_sink.committer.committable import CommitSummary
     from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
-    from iceberg_sink._driver_jvm import driver_java_options
     from iceberg_sink.errors import (
         CatalogUnavailableError,
         CheckpointRewoundError,

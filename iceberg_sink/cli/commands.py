@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from pyiceberg.table import Table
 
+from iceberg_sink._driver_jvm import driver_java_options, names_class_sharing
 from iceberg_sink.cli.output import Output, emit
 from iceberg_sink.cli.where import (
     NotFoundError,
@@ -30,7 +31,6 @@ from iceberg_sink.cli.where import (
     table_name,
     table_options,
 )
-from iceberg_sink._driver_jvm import driver_java_options, names_class_sharing
 from iceberg_sink.topology import arguments
 
 if TYPE_CHECKING:
