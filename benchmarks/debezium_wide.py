@@ -418,13 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         help="with --source kafka: every other micro-batch runs with this small-batch Spark setting instead of "
         "the sink's (job/codegen.py SMALL_BATCH); both halves are reported",
     )
-    parser.add_argument(
-        "--driver-jvm",
-        choices=list(driver_options.MODES),
-        default="sink",
-        help="the driver JVM's options: driver_java_options() (default), the same over a new archive folder "
-        "(a first start), or none (benchmarks/driver_options.py)",
-    )
+    driver_options.add_argument(parser)
     parser.add_argument("--table", nargs="+", metavar="JSON", help="print result files as a Markdown table")
     args = parser.parse_args(argv)
     if args.alternate and (args.source != "kafka" or "=" not in args.alternate):

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 MODES = ("sink", "sink-new-archive", "none")
@@ -34,3 +35,14 @@ def class_sharing(options: str) -> str:
     if "ArchiveClassesAtExit=" in options:
         return "written at exit"
     return "used" if "SharedArchiveFile=" in options else "none"
+
+
+def add_argument(parser: argparse.ArgumentParser) -> None:
+    """``--driver-jvm``: one of :data:`MODES`, ``sink`` by default (as the guides run)."""
+    parser.add_argument(
+        "--driver-jvm",
+        choices=list(MODES),
+        default="sink",
+        help="the driver JVM's options: driver_java_options() (default, as the guides), the same over a new "
+        "archive folder (a first start), or none (benchmarks/driver_options.py)",
+    )

@@ -1,7 +1,8 @@
 """The Kafka guide's stream, its first micro-batch: what a new user waits for (issue 41, target 4).
 
 docs/postgres-debezium-kafka.md's ``shop_stream.py`` as written there: a ``local[2]`` session with
-Spark's defaults (``spark.sql.shuffle.partitions`` 200, adaptive execution on) and Spark's Kafka source
+Spark's defaults (``spark.sql.shuffle.partitions`` 200, adaptive execution on), its driver JVM started
+with ``driver_java_options()`` (``--driver-jvm``, benchmarks/driver_options.py), and Spark's Kafka source
 on ``spark.jars``; one query reading every ``shop.public.*`` topic (``subscribePattern``,
 ``startingOffsets`` earliest) into a routed Debezium CDC sink (``.route(...)``, ``.debezium(value_column=
 "value", key_from="key")``, ``.cdc(...)``, ``.schema_evolution("add-columns")``,
@@ -48,6 +49,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks import driver_options
 
 _CUSTOMER = [
     {"type": "int32", "optional": False, "field": "id"},
@@ -140,7 +143,7 @@ def run(
     ``tail`` the query keeps running (a 100 ms ``processingTime`` trigger) and ``tail`` events are
     sent after the first micro-batch, one at a time, the tables in turns, each read by a micro-batch
     of its own: the stream at the end of its topics, as a live pipeline runs."""
-    from benchmarks import cdc_kafka, driver_options
+    from benchmarks import cdc_kafka
     from benchmarks.cpu_monitor import ForeignCpuMonitor, tree_cpu_seconds
 
     lake = Path(tempfile.mkdtemp(prefix="kafka-guide-"))
@@ -329,13 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         help="events sent one at a time after the first micro-batch, each read at the topics' end (default 0)",
     )
     parser.add_argument("--partitions", type=int, default=1, help="partitions of each topic (default 1)")
-    parser.add_argument(
-        "--driver-jvm",
-        choices=["sink", "sink-new-archive", "none"],
-        default="sink",
-        help="the driver JVM's options: the guide's driver_java_options() (default), the same over a new "
-        "archive folder (a first start), or none (benchmarks/driver_options.py)",
-    )
+    driver_options.add_argument(parser)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     write_options = dict(o.split("=", 1) for o in args.option)
