@@ -27,6 +27,10 @@ and layout, in fresh processes:
    instead of two, so that its JVM is as warm as the steady phase's: what is left is the table's
    and the index's restart cost).
 
+Every driver starts with the ``--driver-jvm`` options (benchmarks/driver_options.py: by default the
+sink's ``driver_java_options()``, a class data sharing archive and later C2 compilation; ``none``:
+Spark's defaults).
+
 Each process first warms Spark up the same way (two checkpoints like the timed ones, to a table of
 its own, built the same way), so a first checkpoint's time is the table's and its key index's, not
 the JVM's and the Python workers' first jobs'.
@@ -52,6 +56,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from benchmarks import driver_options
 from benchmarks.cpu_monitor import ForeignCpuMonitor
 from iceberg_sink.keyindex.runs import mix  # splitmix64's finalizer: a bijection, so keys stay distinct
 
@@ -134,7 +139,7 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
 
     root = Path(spec["work"])
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -142,8 +147,11 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
     )
+    java_options = driver_options.java_options(spec.get("driver_jvm", "none"), root)
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # Warm-up, the same in every process: Spark's first jobs and the Python workers' imports, on a
     # table of its own, so that the first checkpoint's time is the key index's, not the JVM's.
@@ -330,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--note", default="")
+    driver_options.add_argument(parser)
     parser.add_argument("--child", nargs=2, metavar=("PHASE", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -351,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
                             "changes": args.changes,
                             "bound": args.bound,
                             "seed": args.seed,
+                            "driver_jvm": args.driver_jvm,
                             "work": stack.enter_context(
                                 tempfile.TemporaryDirectory(dir=args.work_dir, prefix="key-index-scale-")
                             ),
