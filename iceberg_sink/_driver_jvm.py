@@ -115,7 +115,7 @@ def archive_options(folder: Path, feature: int, key: str, java: str) -> list[str
     if feature >= AUTO_ARCHIVE_JAVA:
         # The JVM checks the archive and writes a new one at exit when it cannot use it.
         return ["-XX:+AutoCreateSharedArchive", f"-XX:SharedArchiveFile={archive}", QUIET_CDS]
-    if archive.is_file() or _promote(folder, archive, java):
+    if _promote(folder, archive, java):
         return [f"-XX:SharedArchiveFile={archive}", QUIET_CDS]
     # Java 17 and 18 map an archive cut short (a driver killed while writing it at exit) and crash
     # (SIGBUS), so a driver writes under a name of its own and a later call checks the file with the
@@ -125,8 +125,9 @@ def archive_options(folder: Path, feature: int, key: str, java: str) -> list[str
 
 
 def _promote(folder: Path, archive: Path, java: str) -> bool:
-    """Give ``archive``'s name to a settled partial archive the JVM starts with; remove the settled
-    partials it does not. True when the archive exists now."""
+    """Give ``archive``'s name to a settled partial archive the JVM starts with, unless it has one;
+    remove the other settled partials (drivers started before the archive existed each wrote one).
+    True when the archive exists now."""
     now = time.time()
     for partial in sorted(folder.glob(f"{archive.stem}.*.partial")):
         try:
