@@ -95,9 +95,7 @@ def envelopes(columns: int, batch: int, events: int) -> list[str]:
     return out
 
 
-def session(
-    jfr: str | None, jars: list[str] | None = None, driver_jvm: str = "sink", scratch: Path | None = None
-) -> Any:
+def session(jfr: str | None, jars: list[str] | None, driver_jvm: str, scratch: Path) -> Any:
     """The width's ``local[2]`` SparkSession (``jfr``: recorded there; ``jars``: on ``spark.jars``;
     ``driver_jvm``: its JVM's options, benchmarks/driver_options.py, ``scratch`` the run's folder)."""
     from pyspark.sql import SparkSession
@@ -111,7 +109,7 @@ def session(
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
-    options = driver_options.java_options(driver_jvm, scratch or Path(tempfile.mkdtemp(prefix="debezium-wide-")))
+    options = driver_options.java_options(driver_jvm, scratch)
     if jfr is not None:
         options = f"{options} {JFR_OPTIONS.format(path=jfr)}".strip()
     if options:
@@ -167,7 +165,7 @@ def one(
     GatewayClient.send_command = counted  # type: ignore[method-assign]
     lake = Path(tempfile.mkdtemp(prefix="debezium-wide-"))
     started = time.time()
-    spark = session(jfr, driver_jvm=driver_jvm, scratch=lake)
+    spark = session(jfr, None, driver_jvm, lake)
     spark_start = time.time() - started
     sink = wide_sink(lake, write_options)
     rows = []

@@ -88,7 +88,7 @@ def driver_java_options(cache_dir: str | os.PathLike[str] | None = None, class_s
             and "sharing" in report
         ):
             folder = _cache_folder(cache_dir)
-            options.extend(archive_options(folder, feature, _archive_key(java, report), java))
+            options.extend(archive_options(folder, feature, archive_key(java, report, _spark_jars()), java))
     return " ".join(options)
 
 
@@ -206,12 +206,8 @@ def feature_version(report: str) -> int | None:
     return int(found.group(2) or 0) if major == 1 else major
 
 
-def _archive_key(java: str, version: str) -> str:
-    """A name for the archive of this Java runtime and these Spark jars: any change makes a new one."""
-    return archive_key(java, version, _spark_jars())
-
-
 def archive_key(java: str, version: str, jars: Sequence[Path]) -> str:
+    """A name for the archive of this Java runtime and these Spark jars: any change makes a new one."""
     listing = sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars if p.is_file())
     text = "\n".join([str(Path(java).resolve()), version, *listing])
     feature = feature_version(version)
