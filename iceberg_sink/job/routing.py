@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from iceberg_sink import _faults, options
-from iceberg_sink._spark_schema import columns_of, schema_of
+from iceberg_sink._spark_schema import built, columns_of, schema_of
 from iceberg_sink._sql import named
 from iceberg_sink.committer.committer import CommitOutcome
 from iceberg_sink.committer.store import CheckpointStore
@@ -66,10 +66,10 @@ from iceberg_sink.job.together import Committed, Together, each_table, raise_fir
 from iceberg_sink.job.writing import failure
 from iceberg_sink.observe import progress
 from iceberg_sink.observe.metrics import SinkMetrics
-from iceberg_sink.sources.rejects import reject_where
+from iceberg_sink.sources.rejects import reject_mark, reject_where
 from iceberg_sink.table import catalog as catalogs
-from iceberg_sink.table.carried import count_column, leaf_paths
-from iceberg_sink.table.keys import key_names
+from iceberg_sink.table.carried import Path, count_column, leaf_paths
+from iceberg_sink.table.keys import check_key_column, key_names
 from iceberg_sink.table.names import allowed, known_names, table_name_problem, table_name_refusal
 from iceberg_sink.topology.changes import carries_truncates, is_truncate
 from iceberg_sink.vocab.columns import MARK_COLUMNS, REJECT_COLUMN, ROUTE_COLUMN, SOURCE_COLUMN
@@ -107,32 +107,37 @@ def route_column(df: DataFrame, route: RouteConfig, known: Iterable[str] = ()) -
     columns = columns_of(df)  # asked once
     if ROUTE_COLUMN in columns:
         return df
+    if route.table_column is not None and route.table_column not in columns:
+        raise SchemaMismatchError(
+            route_marker(route),
+            [f"{route.table_column}: the column given to .route(table_column=...) is missing from the DataFrame"],
+        )
+    accepted = tuple(sorted(known))
+    # The same Columns serve every batch of the same columns and known tables (about 0.2 s of Py4J
+    # calls per micro-batch of a routed Debezium stream when built each time).
+    name, mark = built(
+        df.sparkSession, ("route", route, tuple(columns), accepted), lambda: _route_columns(route, columns, accepted)
+    )
+    routed = df.withColumn(ROUTE_COLUMN, name).withColumn(REJECT_COLUMN, mark)
+    return routed.drop(route.table_column) if route.table_column is not None else routed
+
+
+def _route_columns(route: RouteConfig, columns: list[str], known: tuple[str, ...]) -> tuple[Column, Column]:
+    """:func:`route_column`'s two Columns: each row's table name, and its refusal mark (the rows
+    whose name breaks the rule, or names a table outside what the route may write)."""
     if route.table_column is not None:
-        if route.table_column not in columns:
-            raise SchemaMismatchError(
-                route_marker(route),
-                [f"{route.table_column}: the column given to .route(table_column=...) is missing from the DataFrame"],
-            )
         name = named(route.table_column).cast("string")
     else:
         assert route.fn is not None
         name = _route_udf(route.fn)(F.struct(*[named(c) for c in columns if c != REJECT_COLUMN]))
     if route.namespace is not None:
         name = F.when(name.contains("."), name).otherwise(F.concat(F.lit(route.namespace + "."), name))
-    routed = df.withColumn(ROUTE_COLUMN, name)
     column = F.col(ROUTE_COLUMN)
     # The event as received: a Kafka record's value, else the row as JSON (for a dead-letter table).
     inputs = [named(c) for c in columns if c != REJECT_COLUMN]
     raw = F.col("value") if "value" in columns else F.to_json(F.struct(*inputs))
-    routed = reject_where(
-        routed,
-        table_name_refusal(column, route.namespace, route.allow, known),
-        InvalidInputError.__name__,
-        raw,
-        source_table=column,
-        columns=[*columns, ROUTE_COLUMN],
-    )
-    return routed.drop(route.table_column) if route.table_column is not None else routed
+    refusal = table_name_refusal(column, route.namespace, route.allow, known)
+    return name, reject_mark([*columns, ROUTE_COLUMN], refusal, InvalidInputError.__name__, raw, source_table=column)
 
 
 def check_table_names(names: list[str | None], route: RouteConfig) -> list[str]:
@@ -205,32 +210,45 @@ class Groups:
         )
 
 
-def carried_columns(
-    routed: DataFrame, struct: StructType, key_expr: Column | None = None, truncate: Column | None = None
-) -> Groups:
-    """The batch's tables, each with the paths of ``struct``'s columns and nested fields (through
-    structs, list elements and map values) non-null in at least one of its rows (table/carried.py),
-    the distinct keys its rows name (``key_expr``: the key column as an array of names,
-    table/keys.py), whether its rows are all truncates (``truncate``: true for a truncate,
-    topology/changes.py), per table and, when rows carry their Debezium source (SOURCE_COLUMN), per
-    source: one grouped aggregation (one small Spark job), whatever the number of tables."""
-    paths = list(leaf_paths(struct))
-    counts = [count_column(p).alias(f"c{i}") for i, p in enumerate(paths)]
+@attrs.frozen(eq=False)  # Columns compare as Columns: never compared
+class CarriedCounts:
+    """The aggregates of :func:`carried_columns`: Columns that name columns only, so the same serve
+    every batch of the same schema (built once: :meth:`RoutedJob.plan`)."""
+
+    paths: tuple[Path, ...]
+    counts: tuple[Column, ...]
+    keys: bool  # whether ``counts`` collect the keys rows name (as "keys")
+
+
+def carried_counts(struct: StructType, key_expr: Column | None = None, truncate: Column | None = None) -> CarriedCounts:
+    """:func:`carried_columns`'s aggregates: the leaves of ``struct`` counted, the keys ``key_expr``
+    names collected (the key column as an array of names, table/keys.py), and the rows that are not
+    truncates counted (``truncate``: true for a truncate, topology/changes.py)."""
+    paths = tuple(leaf_paths(struct))
+    counts = [F.count(F.lit(1)).alias("rows"), *[count_column(p).alias(f"c{i}") for i, p in enumerate(paths)]]
     if key_expr is not None:
         counts.append(F.collect_set(key_expr).alias("keys"))
     counts.append(F.sum((~truncate if truncate is not None else F.lit(True)).cast("long")).alias("changes"))
+    return CarriedCounts(paths=paths, counts=tuple(counts), keys=key_expr is not None)
+
+
+def carried_columns(routed: DataFrame, counted: CarriedCounts) -> Groups:
+    """The batch's tables, each with the paths of the struct's columns and nested fields (through
+    structs, list elements and map values) non-null in at least one of its rows (table/carried.py),
+    the distinct keys its rows name, whether its rows are all truncates, per table and, when rows
+    carry their Debezium source (SOURCE_COLUMN), per source: one grouped aggregation (one small
+    Spark job) of ``counted`` (:func:`carried_counts`), whatever the number of tables."""
+    paths = counted.paths
     by_source = SOURCE_COLUMN in columns_of(routed)
     grouping = [ROUTE_COLUMN, *([SOURCE_COLUMN] if by_source else [])]
-    rows = routed.groupBy(*grouping).agg(F.count(F.lit(1)).alias("rows"), *counts).collect()
+    rows = routed.groupBy(*grouping).agg(*counted.counts).collect()
     return Groups(
         tuple(
             _Group(
                 table=r[0],
                 source=r[1] if by_source else None,
                 paths=frozenset(p for i, p in enumerate(paths) if r[f"c{i}"]),
-                keys=frozenset(tuple(k) for k in r["keys"])
-                if key_expr is not None and r[0] is not None
-                else frozenset(),
+                keys=frozenset(tuple(k) for k in r["keys"]) if counted.keys and r[0] is not None else frozenset(),
                 changes=r["changes"] or 0,
             )
             for r in rows
@@ -426,13 +444,27 @@ class RoutedJob:
         columns they get) and the dead-letter table: each table's plan, and the rows to write."""
         # Per-table keys (table/keys.py): the keys each table's rows name in the key column.
         key_column = self._config.changes.key_column if self._config.changes is not None else None
-        names_of_key = key_names(schema_of(routed), key_column) if key_column is not None else None
+        schema = schema_of(routed)
+        if key_column is not None:
+            check_key_column(schema, key_column)  # a missing key column or one of another type is named now
         # Refused rows (sources/rejects.py) plan no table: they fail the batch or go to the dead-letter table.
         good = routed.where(F.col(REJECT_COLUMN).isNull()) if REJECT_COLUMN in columns_of(routed) else routed
         changes = self._config.changes
-        truncate = is_truncate(changes) if changes is not None and carries_truncates(routed, changes) else None
+        truncates = changes is not None and carries_truncates(routed, changes)
+
+        def counts() -> CarriedCounts:
+            names_of_key = key_names(schema, key_column) if key_column is not None else None
+            truncate = is_truncate(changes) if changes is not None and truncates else None
+            return carried_counts(struct, names_of_key, truncate)
+
+        # The same aggregates serve every batch of the same schema: built once (a Py4J call or more
+        # per column and nested field).
+        op_column = changes.op_column if changes is not None else None
+        counted = built(
+            routed.sparkSession, ("carried", schema.json(), struct.json(), key_column, truncates, op_column), counts
+        )
         try:
-            groups = carried_columns(good, struct, names_of_key, truncate)
+            groups = carried_columns(good, counted)
             refused = self._ledger.foreign(groups.sources()) if self._ledger is not None else {}
             found = groups.carried(leave_out=refused)
             carried, named, rowless = found.columns, found.keys, found.rowless

@@ -53,7 +53,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from iceberg_sink._session import classic_frame
-from iceberg_sink._spark_schema import columns_of
+from iceberg_sink._spark_schema import built, columns_of
 from iceberg_sink._sql import column, named, string
 from iceberg_sink._sql_expr import Expr
 from iceberg_sink._sql_expr import functions as SF
@@ -81,7 +81,6 @@ from iceberg_sink.sources.envelope import (
     EnvelopeArgs,
     LastCounts,
     batch_stats,
-    built,
     envelope_columns,
     unlike,
     warn_unordered,

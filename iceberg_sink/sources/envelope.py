@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import base64
 import logging
-import threading
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
-from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from iceberg_sink._spark_schema import built
 from iceberg_sink._sql import column, named, parse
 from iceberg_sink.errors import raised_from
 from iceberg_sink.sources.event_order import order_expected, order_value
@@ -69,38 +65,6 @@ def connector_event(schema: str, payload: str, op: str) -> str:
 
 def json_path(path: str) -> str:
     return "$." + path
-
-
-# -- Columns built once per Spark context
-
-_BUILT: OrderedDict[tuple[Any, ...], tuple[weakref.ref[SparkContext], Any]] = OrderedDict()
-_BUILT_LIMIT = 32
-_BUILT_LOCK = threading.Lock()
-
-
-def built(spark: SparkSession, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-    """``build()`` (Columns), made once per Spark context and ``key`` and reused by later batches.
-
-    A row image's conversions and checks are Column expressions built through Py4J, tens of round
-    trips per column and more per nested field (PySpark 4 also records each call's Python call site):
-    about 118,000 for a batch of an 80-column table, which took 10 s of the driver's time whatever
-    the batch's size. Columns are unresolved expressions naming columns, so the same ones serve every
-    batch with the same schema parts, in any session of the JVM: keyed by the Spark context, since
-    ``foreachBatch`` hands each micro-batch a session object of its own. The most recent 32 keys are
-    kept; an entry of a stopped context is not used (its Py4J objects belong to a gone JVM)."""
-    context = spark.sparkContext
-    full = (id(context), *key)
-    with _BUILT_LOCK:
-        entry = _BUILT.get(full)
-        if entry is not None and entry[0]() is context:
-            _BUILT.move_to_end(full)
-            return entry[1]
-    value = build()
-    with _BUILT_LOCK:
-        _BUILT[full] = (weakref.ref(context), value)
-        while len(_BUILT) > _BUILT_LIMIT:
-            _BUILT.popitem(last=False)
-    return value
 
 
 @dataclass(frozen=True)

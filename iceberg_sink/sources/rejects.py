@@ -57,7 +57,11 @@ def event_label(df: DataFrame, raw: Column, columns: Sequence[str] | None = None
     columns, else the raw value's first 200 characters (quoted). ``columns``: ``df.columns`` when
     the caller knows them."""
     names = columns_of(df) if columns is None else columns
-    if all(c in names for c in KAFKA_COLUMNS):
+    return _label(raw, all(c in names for c in KAFKA_COLUMNS))
+
+
+def _label(raw: Column, kafka: bool) -> Column:
+    if kafka:
         return F.concat(
             F.lit("topic "),
             F.col("topic").cast("string"),
@@ -90,11 +94,20 @@ def reject_where(
     if isinstance(reason, str) and isinstance(raw, str) and (source_table is None or isinstance(source_table, str)):
         return df.withColumn(REJECT_COLUMN, parse(refusal_sql(names, [(reason, error_class)], raw, source_table)))
     assert not isinstance(reason, str) and not isinstance(raw, str) and not isinstance(source_table, str)
-    kafka = all(c in names for c in KAFKA_COLUMNS)
+    return df.withColumn(REJECT_COLUMN, reject_mark(names, reason, error_class, raw, source_table))
+
+
+def reject_mark(
+    columns: Sequence[str], reason: Column, error_class: str, raw: Column, source_table: Column | None = None
+) -> Column:
+    """The :data:`REJECT_COLUMN` :func:`reject_where` gives a DataFrame of ``columns`` (its Column
+    form): a Column that names columns only, so a caller may build it once and reuse it for every
+    batch of the same columns."""
+    kafka = all(c in columns for c in KAFKA_COLUMNS)
     refusal = F.struct(
         reason.cast("string").alias("reason"),
         F.lit(error_class).alias("error_class"),
-        event_label(df, raw, names).alias("event"),
+        _label(raw, kafka).alias("event"),
         raw.cast("string").alias("raw"),
         (source_table.cast("string") if source_table is not None else F.lit(None).cast("string")).alias("source_table"),
         (F.col("topic").cast("string") if kafka else F.lit(None).cast("string")).alias("topic"),
@@ -102,9 +115,9 @@ def reject_where(
         (F.col("offset").cast("long") if kafka else F.lit(None).cast("long")).alias("offset"),
     )
     mark = F.when(reason.isNotNull(), refusal)
-    if REJECT_COLUMN in names:
+    if REJECT_COLUMN in columns:
         mark = F.coalesce(F.col(REJECT_COLUMN), mark)
-    return df.withColumn(REJECT_COLUMN, F.when(parse(_OPTIMIZER_BARRIER), mark.cast(REJECT_TYPE)))
+    return F.when(parse(_OPTIMIZER_BARRIER), mark.cast(REJECT_TYPE))
 
 
 def reject_as(df: DataFrame, reason: Column, refusal: Column) -> DataFrame:

@@ -39,6 +39,17 @@ def identifier_names(table: Any) -> tuple[str, ...]:
 
 def key_names(df_schema: T.StructType, key_column: str) -> Column:
     """The key column as an array of column names (a comma-separated string is split and trimmed)."""
+    column = named(key_column)
+    if isinstance(check_key_column(df_schema, key_column), T.StringType):
+        return F.when(column.isNull(), F.lit(None)).otherwise(
+            F.transform(F.split(column, ","), lambda name: F.trim(name))
+        )
+    return column
+
+
+def check_key_column(df_schema: T.StructType, key_column: str) -> T.DataType:
+    """The key column's type, or a clear error when it is missing or neither a string nor an array of
+    strings (:func:`key_names` without building its Column)."""
     fields = {f.name: f for f in df_schema.fields}
     field = fields.get(key_column)
     if field is None:
@@ -46,16 +57,12 @@ def key_names(df_schema: T.StructType, key_column: str) -> Column:
             f"the key column {key_column!r} given to .cdc/.upsert(key_column=...) is missing from the DataFrame "
             f"(columns: {', '.join(df_schema.fieldNames())})"
         )
-    column = named(key_column)
-    if isinstance(field.dataType, T.StringType):
-        return F.when(column.isNull(), F.lit(None)).otherwise(
-            F.transform(F.split(column, ","), lambda name: F.trim(name))
-        )
-    if isinstance(field.dataType, T.ArrayType) and isinstance(field.dataType.elementType, T.StringType):
-        return column
+    kind = field.dataType
+    if isinstance(kind, T.StringType) or (isinstance(kind, T.ArrayType) and isinstance(kind.elementType, T.StringType)):
+        return kind
     raise InvalidInputError(
         f"key column {key_column!r}: expected a string ('a,b') or an array of strings naming each row's key "
-        f"columns, received type {field.dataType.simpleString()}"
+        f"columns, received type {kind.simpleString()}"
     )
 
 
