@@ -71,7 +71,7 @@ from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.carried import Path, count_column, leaf_paths
 from iceberg_sink.table.keys import check_key_column, key_names
 from iceberg_sink.table.names import allowed, known_names, table_name_problem, table_name_refusal
-from iceberg_sink.topology.changes import carries_truncates, is_truncate
+from iceberg_sink.topology.changes import carries_truncates, fits_one_task, is_truncate
 from iceberg_sink.vocab.columns import MARK_COLUMNS, REJECT_COLUMN, ROUTE_COLUMN, SOURCE_COLUMN
 from iceberg_sink.writer.spark import refused_input
 
@@ -463,8 +463,14 @@ class RoutedJob:
         counted = built(
             routed.sparkSession, ("carried", schema.json(), struct.json(), key_column, truncates, op_column), counts
         )
+        sizes = Sizes.of(options.resolve(self._config.options, {}))
+        counted_rows = good
+        if sizes.single_task_max_bytes > 0 and fits_one_task(good, sizes.single_task_max_bytes):
+            # A small batch is counted in one task: one stage, without the aggregation's shuffle (as
+            # its reduction and write run, topology/changes.py).
+            counted_rows = good.coalesce(1)
         try:
-            groups = carried_columns(good, counted)
+            groups = carried_columns(counted_rows, counted)
             refused = self._ledger.foreign(groups.sources()) if self._ledger is not None else {}
             found = groups.carried(leave_out=refused)
             carried, named, rowless = found.columns, found.keys, found.rowless
@@ -504,7 +510,7 @@ class RoutedJob:
             dead=dead,
             dead_plan=dead.begin(checkpoint_id) if dead is not None else None,
             distribution_mode=self._config.distribution_mode,
-            sizes=Sizes.of(options.resolve(self._config.options, {})),
+            sizes=sizes,
             commit_threads=self._threads,
             metrics=self.metrics,
             together=self.together,

@@ -653,3 +653,36 @@ def test_a_routed_batchs_route_and_planning_columns_are_built_once_per_schema(
     assert builds == before
     ids = {t: sorted(r["id"] for r in catalog.load_table(f"once.{t}").scan().to_arrow().to_pylist()) for t in "ab"}
     assert ids == {"a": [1, 3, 5], "b": [2, 4]}
+
+
+@pytest.mark.parametrize("single_task_max_bytes", [8 * 1024 * 1024, 0])
+def test_a_small_routed_batch_counts_its_tables_columns_in_one_stage(
+    spark: SparkSession, tmp_path: Path, single_task_max_bytes: int
+) -> None:
+    """The planning job of a routed micro-batch (each table's carried columns) of a batch Spark sizes
+    under ``iceberg-sink.changes.single-task-max-bytes`` runs in one task: one stage, without its
+    aggregation's shuffle, as the batch's write does; with the bound at 0 it shuffles as before."""
+    from tests.helpers import query_stages
+
+    source = tmp_path / "source"
+    for b in range(2):
+        batch = spark.createDataFrame([("a", 2 * b, "x"), ("b", 2 * b + 1, "y")], "tbl string, id long, v string")
+        batch.coalesce(1).write.mode("append").parquet(str(source))
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .route(table_column="tbl", namespace="small")
+        .create_if_missing()
+        .write_option("iceberg-sink.changes.single-task-max-bytes", single_task_max_bytes)
+        .build()
+    )
+    stream = spark.readStream.schema("tbl string, id long, v string").option("maxFilesPerTrigger", 1)
+    query = sink.start(stream.parquet(str(source)), str(tmp_path / "ck"), trigger={"availableNow": True})
+    query.awaitTermination(600)
+    assert query.exception() is None
+    stages = [len(job) for job in query_stages(spark, str(query.runId))]
+    # Two micro-batches of two jobs each: the planning job and the write.
+    assert len(stages) == 4, stages
+    assert stages == ([1, 1, 1, 1] if single_task_max_bytes else [2, 1, 2, 1]), stages
+    for table, ids in (("a", [0, 2]), ("b", [1, 3])):
+        assert sorted(r["id"] for r in sink.load_table(f"small.{table}").scan().to_arrow().to_pylist()) == ids
