@@ -318,8 +318,8 @@ SINGLE_TASK_MAX_BYTES = Option(
     "iceberg-sink.changes.single-task-max-bytes",
     int,
     8 * 1024 * 1024,
-    "CDC: a micro-batch Spark estimates at most this large is reduced and written by one task, without a shuffle "
-    "(0: never). A stream's micro-batch of Kafka alone, which Spark cannot size, is sized by its records (counted from "
+    "A micro-batch Spark estimates at most this large is reduced (CDC) and written by one task, without a shuffle, "
+    "and a routed micro-batch's tables and columns are counted in one task (0: never). A stream's micro-batch of Kafka alone, which Spark cannot size, is sized by its records (counted from "
     "Spark's offset log, from the second micro-batch on) times a row's default size; other sources without an "
     "estimate never are.",
     table_property=False,

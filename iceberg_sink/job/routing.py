@@ -464,11 +464,9 @@ class RoutedJob:
             routed.sparkSession, ("carried", schema.json(), struct.json(), key_column, truncates, op_column), counts
         )
         sizes = Sizes.of(options.resolve(self._config.options, {}))
-        counted_rows = good
-        if sizes.single_task_max_bytes > 0 and fits_one_task(good, sizes.single_task_max_bytes):
-            # A small batch is counted in one task: one stage, without the aggregation's shuffle (as
-            # its reduction and write run, topology/changes.py).
-            counted_rows = good.coalesce(1)
+        # A small batch is counted in one task: one stage, without the aggregation's shuffle (as its
+        # reduction and write run, topology/changes.py).
+        counted_rows = good.coalesce(1) if fits_one_task(good, sizes.single_task_max_bytes) else good
         try:
             groups = carried_columns(counted_rows, counted)
             refused = self._ledger.foreign(groups.sources()) if self._ledger is not None else {}

@@ -52,15 +52,9 @@ _RAW_LIMIT = 200
 _OPTIMIZER_BARRIER = "spark_partition_id() >= 0"
 
 
-def event_label(df: DataFrame, raw: Column, columns: Sequence[str] | None = None) -> Column:
-    """How a message names an event: ``topic T partition P offset O`` when ``df`` has Kafka's
-    columns, else the raw value's first 200 characters (quoted). ``columns``: ``df.columns`` when
-    the caller knows them."""
-    names = columns_of(df) if columns is None else columns
-    return _label(raw, all(c in names for c in KAFKA_COLUMNS))
-
-
 def _label(raw: Column, kafka: bool) -> Column:
+    """How a message names an event: ``topic T partition P offset O`` when the batch has Kafka's
+    columns (``kafka``), else the raw value's first 200 characters (quoted)."""
     if kafka:
         return F.concat(
             F.lit("topic "),

@@ -39,8 +39,9 @@ def identifier_names(table: Any) -> tuple[str, ...]:
 
 def key_names(df_schema: T.StructType, key_column: str) -> Column:
     """The key column as an array of column names (a comma-separated string is split and trimmed)."""
+    kind = check_key_column(df_schema, key_column)
     column = named(key_column)
-    if isinstance(check_key_column(df_schema, key_column), T.StringType):
+    if isinstance(kind, T.StringType):
         return F.when(column.isNull(), F.lit(None)).otherwise(
             F.transform(F.split(column, ","), lambda name: F.trim(name))
         )

@@ -188,8 +188,12 @@ def _after_last_truncate(df: DataFrame, changes: ChangeConfig, scope: Sequence[s
 
 
 def fits_one_task(df: DataFrame, max_bytes: int) -> bool:
-    """Whether Spark's size estimate of ``df`` (topology/estimate.py) is at most ``max_bytes``; False
-    when it has none. ``df`` is the input of the reduction."""
+    """Whether ``df`` is a small batch, run in one task: Spark's size estimate of it
+    (topology/estimate.py) is at most ``max_bytes`` (``iceberg-sink.changes.single-task-max-bytes``);
+    False when it has none or ``max_bytes`` is 0 (never). The one rule for the reduction, the write
+    after it and a routed batch's planning job."""
+    if max_bytes <= 0:
+        return False
     size = estimated_bytes(df)
     return size is not None and size <= max_bytes
 
@@ -273,7 +277,7 @@ def reduce_changes(
     # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
     # optimizer from pushing the filters below through it (the refusals would be computed for every row).
     with_seq = df.withColumn(_SEQ, parse("monotonically_increasing_id()"))
-    if single_task_max_bytes > 0 and fits_one_task(df, single_task_max_bytes):
+    if fits_one_task(df, single_task_max_bytes):
         with_seq = with_seq.coalesce(1)
     checked = with_seq.withColumn(REJECT_COLUMN, parse(refusal_sql(columns, checks, raw)))
     refused_sql = f"{column(REJECT_COLUMN)} IS NOT NULL"
