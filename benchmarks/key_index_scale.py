@@ -3,7 +3,8 @@ partitioned one (issue 43).
 
     .venv/bin/python -m benchmarks.key_index_scale [--rows 1000000 10000000] [--keys long uuid]
         [--formats 3] [--layouts driver partitioned] [--checkpoints 12] [--changes 10000]
-        [--bound 67108864] [--rounds 1] [--restarts 1] [--restart-warmup 2] [--out result.json]
+        [--driver-rows 1000000] [--bound 67108864] [--rounds 1] [--restarts 1] [--restart-warmup 2]
+        [--out result.json]
 
 For each row count, key kind (a long, or a UUID string; random: key bounds prune nothing), format
 and layout, in fresh processes:
@@ -20,7 +21,9 @@ and layout, in fresh processes:
    first checkpoint indexes it); every size's tables are set up first and round r of each size runs
    before round r + 1 of any (in alternating order), so a slow stretch of the machine falls on every
    size alike: ``steady_round_p50s`` holds each round's p50, ``steady_p50_seconds`` the p50 of all of
-   them pooled;
+   them pooled; the layouts' cases of one key and format share the rounds (``--driver-rows``: the
+   row counts the driver layout runs at, all of them by default), so the driver index at 1M is an
+   anchor from the same run;
 3. **restart** (a second process, the same table): three more checkpoints by a new driver; the first
    one's time is the restart cost (``--restarts N``: N such processes one after another, the median
    of their first checkpoints; ``--restart-warmup N``: each first warms Spark up with N checkpoints
@@ -263,10 +266,10 @@ def _summary(
 def _group(
     specs: list[dict[str, Any]], checkpoints_count: int, rounds: int, restarts: int, restart_warmup: int
 ) -> list[dict[str, Any]]:
-    """The cases of ``specs`` (one per row count, same key, format and layout), their steady rounds
-    interleaved: every table is set up and indexed, then round r of each size runs, in turn, before
-    round r + 1 of any; so a slow stretch of the machine falls on every size, not on one. Then each
-    case's restarts."""
+    """The cases of ``specs`` (one per layout and row count, same key and format), their steady rounds
+    interleaved: every table is set up and indexed, then round r of each case runs, in turn, before
+    round r + 1 of any; so a slow stretch of the machine falls on every size and layout, not on one.
+    Then each case's restarts."""
     setups = [_child(spec, "setup") for spec in specs]
     steadies: list[list[dict[str, Any]]] = [[] for _ in specs]
     for round_ in range(rounds):
@@ -275,7 +278,7 @@ def _group(
             steadies[i].append(_child(_steady_spec(specs[i], checkpoints_count, round_), "run"))
             r = steadies[i][-1]["seconds"]
             print(
-                f"[key_index_scale]   {specs[i]['rows']:,} rows round {round_}: first {r[0]:.2f} s, "
+                f"[key_index_scale]   {specs[i]['layout']} {specs[i]['rows']:,} rows round {round_}: first {r[0]:.2f} s, "
                 f"p50 {float(np.percentile(_steady_tail(r, round_), 50)):.3f} s",
                 file=sys.stderr,
                 flush=True,
@@ -324,6 +327,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", nargs="+", default=["long", "uuid"], choices=["long", "uuid"])
     parser.add_argument("--formats", type=int, nargs="+", default=[3], choices=[2, 3])
     parser.add_argument("--layouts", nargs="+", default=["driver", "partitioned"], choices=["driver", "partitioned"])
+    parser.add_argument(
+        "--driver-rows",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the row counts the driver layout runs at (default: every --rows); its rounds interleave with the other layout's",
+    )
     parser.add_argument("--checkpoints", type=int, default=12)
     parser.add_argument(
         "--rounds", type=int, default=1, help="steady processes per case, interleaved across the row counts"
@@ -349,35 +359,44 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for key in args.keys:
         for fmt in args.formats:
-            for layout in args.layouts:
-                with contextlib.ExitStack() as stack:
-                    specs = [
-                        {
-                            "rows": rows,
-                            "key": key,
-                            "format": fmt,
-                            "layout": layout,
-                            "changes": args.changes,
-                            "bound": args.bound,
-                            "seed": args.seed,
-                            "driver_jvm": args.driver_jvm,
-                            "work": stack.enter_context(
-                                tempfile.TemporaryDirectory(dir=args.work_dir, prefix="key-index-scale-")
-                            ),
-                        }
-                        for rows in args.rows
-                    ]
-                    print(f"[key_index_scale] {time.strftime('%H:%M:%S')} {specs[0]}", file=sys.stderr, flush=True)
-                    group = _group(specs, args.checkpoints, args.rounds, args.restarts, args.restart_warmup)
-                results += group
-                for r in group:
-                    print(
-                        f"[key_index_scale]   {r['rows']:,} rows: first {r['first_checkpoint_seconds']:.2f} s, "
-                        f"steady p50 {r['steady_p50_seconds']:.3f} s (rounds {r['steady_round_p50s']}), "
-                        f"restart {r['restart_first_seconds']} s, rss {r['driver_rss_max_bytes'] / 2**20:.0f} MiB",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            # Every layout's cases of one key and format in one group, so the driver index's rounds
+            # run between the partitioned index's (a same-run anchor, not one run after the other).
+            cases = [
+                (layout, rows)
+                for layout in args.layouts
+                for rows in args.rows
+                if layout != "driver" or args.driver_rows is None or rows in args.driver_rows
+            ]
+            with contextlib.ExitStack() as stack:
+                specs = [
+                    {
+                        "rows": rows,
+                        "key": key,
+                        "format": fmt,
+                        "layout": layout,
+                        "changes": args.changes,
+                        "bound": args.bound,
+                        "seed": args.seed,
+                        "driver_jvm": args.driver_jvm,
+                        "work": stack.enter_context(
+                            tempfile.TemporaryDirectory(dir=args.work_dir, prefix="key-index-scale-")
+                        ),
+                    }
+                    for layout, rows in cases
+                ]
+                print(
+                    f"[key_index_scale] {time.strftime('%H:%M:%S')} {key} v{fmt} {cases}", file=sys.stderr, flush=True
+                )
+                group = _group(specs, args.checkpoints, args.rounds, args.restarts, args.restart_warmup)
+            results += group
+            for r in group:
+                print(
+                    f"[key_index_scale]   {r['layout']} {r['rows']:,} rows: first {r['first_checkpoint_seconds']:.2f} s, "
+                    f"steady p50 {r['steady_p50_seconds']:.3f} s (rounds {r['steady_round_p50s']}), "
+                    f"restart {r['restart_first_seconds']} s, rss {r['driver_rss_max_bytes'] / 2**20:.0f} MiB",
+                    file=sys.stderr,
+                    flush=True,
+                )
     output = {
         "note": args.note,
         "machine": os.uname().machine,
