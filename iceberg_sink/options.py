@@ -298,6 +298,15 @@ KEY_INDEX_PARTITIONS = Option(
     table_property=False,
     minimum=1,
 )
+KEY_INDEX_PARTITION_MAX_ENTRIES = Option(
+    "iceberg-sink.key-index.partition-max-entries",
+    int,
+    8_000_000,
+    "Partitioned key index: when a partition holds more entries, every partition splits in two (in the index's "
+    "manifest; merges rewrite its runs later), so one merge task stays bounded as the table grows.",
+    table_property=False,
+    minimum=1,
+)
 KEY_INDEX_DRIVER_MAX_BYTES = Option(
     "iceberg-sink.key-index.driver-max-bytes",
     int,
@@ -400,6 +409,7 @@ OPTIONS: tuple[Option, ...] = (
     CONVERSION_KEY_INDEX_PERSIST,
     KEY_INDEX_MODE,
     KEY_INDEX_PARTITIONS,
+    KEY_INDEX_PARTITION_MAX_ENTRIES,
     KEY_INDEX_DRIVER_MAX_BYTES,
     JVM_PARQUET_WRITER,
     SINGLE_TASK_MAX_BYTES,

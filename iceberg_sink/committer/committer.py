@@ -32,6 +32,7 @@ from iceberg_sink.committer.committable import Committable
 from iceberg_sink.committer.store import committable_name
 from iceberg_sink.errors import CommitRetriesExhaustedError, UncommittableCheckpointError
 from iceberg_sink.keyindex.index import DEFAULT_MAX_BYTES, KeyIndex
+from iceberg_sink.keyindex.partitioned import DEFAULT_PARTITION_MAX_ENTRIES
 from iceberg_sink.keyindex.runner import Runner
 from iceberg_sink.table.key_bounds import data_added_since
 from iceberg_sink.vocab.files import DataFileMeta, FileContent
@@ -196,6 +197,7 @@ class IcebergCommitter:
         key_index_persist: bool = False,
         key_index_partitions: int = 0,
         key_index_runner: Runner | None = None,
+        key_index_partition_max_entries: int = DEFAULT_PARTITION_MAX_ENTRIES,
     ) -> None:
         self._load_table = load_table
         self._on_conflict = on_conflict
@@ -206,7 +208,13 @@ class IcebergCommitter:
         self._sleep = sleep
         # v3 upserts: data files' keys between checkpoints, in memory (and table storage for the next
         # driver), or with partitions in the partitioned index in table storage (keyindex/).
-        self._key_index = KeyIndex(key_index_max_bytes, key_index_persist, key_index_partitions, key_index_runner)
+        self._key_index = KeyIndex(
+            key_index_max_bytes,
+            key_index_persist,
+            key_index_partitions,
+            key_index_runner,
+            key_index_partition_max_entries,
+        )
 
     def take_key_index(self, index: KeyIndex | None) -> None:
         """Use ``index``, an earlier job's of the same sink and table (each bounded ``write()`` is a

@@ -36,5 +36,6 @@ def key_index_arguments(
     return {
         **arguments,
         "key_index_partitions": resolved.get(options.KEY_INDEX_PARTITIONS),
+        "key_index_partition_max_entries": resolved.get(options.KEY_INDEX_PARTITION_MAX_ENTRIES),
         "key_index_runner": SparkRunner(context, resolved.get(options.KEY_INDEX_DRIVER_MAX_BYTES)),
     }

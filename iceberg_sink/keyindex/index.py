@@ -60,7 +60,7 @@ from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.keyindex import fetch
 from iceberg_sink.keyindex.keys import IndexEntry, SortedKeys, as_int64, index_rows
 from iceberg_sink.keyindex.manifest import FOLDER, IndexKey
-from iceberg_sink.keyindex.partitioned import PartitionedIndex
+from iceberg_sink.keyindex.partitioned import DEFAULT_PARTITION_MAX_ENTRIES, PartitionedIndex
 from iceberg_sink.keyindex.persisted import PersistCounters, PersistedKeys, index_location
 from iceberg_sink.keyindex.runner import Runner
 from iceberg_sink.vocab.files import DataFileMeta
@@ -89,6 +89,7 @@ class KeyIndex:
         persist: keep data files' keys in the storage of the table given to :meth:`bind` too.
         partitions: above 0, keys are looked up in the partitioned index in table storage instead
             (partitioned.py: the driver holds none of them), with that many partitions.
+        partition_max_entries: the partitioned index splits its partitions past this many entries each.
         runner: where the partitioned index's tasks run (runner.py; default: this process).
     """
 
@@ -98,10 +99,12 @@ class KeyIndex:
         persist: bool = False,
         partitions: int = 0,
         runner: Runner | None = None,
+        partition_max_entries: int = DEFAULT_PARTITION_MAX_ENTRIES,
     ) -> None:
         self.max_bytes = max_bytes
         self.persist = persist
         self.partitions = partitions
+        self.partition_max_entries = partition_max_entries
         self.runner = runner
         self.partitioned: PartitionedIndex | None = None
         """The partitioned index of the bound table (when ``partitions`` > 0)."""
@@ -119,9 +122,10 @@ class KeyIndex:
         """The branch's manifests, read once each (ManifestEntries)."""
 
     @property
-    def layout(self) -> tuple[int, bool, int]:
-        """Memory bound, persistence and partitions: what an index shared by several jobs must agree on."""
-        return (self.max_bytes, self.persist, self.partitions)
+    def layout(self) -> tuple[int, bool, int, int]:
+        """Memory bound, persistence, partitions and their bound: what an index shared by several jobs
+        must agree on."""
+        return (self.max_bytes, self.persist, self.partitions, self.partition_max_entries)
 
     @property
     def nbytes(self) -> int:
@@ -143,7 +147,9 @@ class KeyIndex:
         if self.partitions > 0:
             location = f"{index_location(table)}/{FOLDER}"
             if self.partitioned is None or self.partitioned.location != location:
-                self.partitioned = PartitionedIndex.shared(table.io, location, self.runner, self.partitions)
+                self.partitioned = PartitionedIndex.shared(
+                    table.io, location, self.runner, self.partitions, self.partition_max_entries
+                )
             else:
                 self.partitioned.io = table.io
             self.partitioned.check_writable()

@@ -129,6 +129,23 @@ class Manifest:
         first, last = self.partition_of(np.array([run.lo, run.hi], np.uint64))
         return run.entries / (int(last) - int(first) + 1)
 
+    def partition_entries(self) -> list[float]:
+        """About how many entries each partition holds (its runs' shares)."""
+        shares = [self.slice_entries(i) if r.entries else 0.0 for i, r in enumerate(self.runs)]
+        return [sum(shares[i] for i in s) for s in self.slices]
+
+    def split(self) -> Manifest:
+        """This manifest with twice the partitions (one more bit of the hash): each half of a
+        partition is served by those of its runs whose hashes reach into it. No run is rewritten: a
+        run that served one partition serves both halves until merges rewrite it half by half."""
+        halves = attrs.evolve(self, bits=self.bits + 1, slices=())
+        slices = []
+        for b, indexes in enumerate(self.slices):
+            for half in (2 * b, 2 * b + 1):
+                lo, hi = halves.bounds(half)
+                slices.append(tuple(i for i in indexes if self.runs[i].lo <= hi and self.runs[i].hi >= lo))
+        return attrs.evolve(halves, slices=tuple(slices))
+
     def compacted(self) -> tuple[Manifest, list[str]]:
         """The manifest without runs no partition uses, and those runs' paths."""
         used = sorted({i for s in self.slices for i in s})

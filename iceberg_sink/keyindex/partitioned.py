@@ -24,6 +24,12 @@ What keeps it right:
 - **A broken index is rebuilt, never trusted.** A missing or corrupt run or manifest (each checked
   by CRC-32) drops the index; the lookup is redone after a catch-up of every file it needs.
 
+Growth (*split*): when a partition holds more than ``partition_max_entries`` entries, every
+partition is split in two (one more bit of the hash; hashes are uniform, so all grow alike), in the
+manifest only: each half is served by the runs of its parent that reach into it, and merges rewrite
+those runs half by half as they come due. A merge task (one partition, or neighbours that merge the
+same runs) stays bounded however large the table grows; at most ``MAX_BITS`` bits.
+
 Maintenance (*merge*): each partition's runs are merged size-tiered (the smallest runs, while the
 next is at most ``fan_in`` times their sum) when the partition has more than ``fan_in`` runs, in one
 task per partition, or per range of neighbouring partitions that merge the same runs (the small runs
@@ -66,6 +72,11 @@ DEFAULT_PARTITIONS = 16
 DEFAULT_BLOCK = 32
 DEFAULT_FAN_IN = 4
 DEFAULT_WHOLE_ENTRIES = 4_000_000
+DEFAULT_PARTITION_MAX_ENTRIES = 8_000_000
+"""A partition past this many entries is split (module docstring): a merge task of one partition
+holds about 100-200 MB of entries at most."""
+MAX_BITS = 12
+"""At most 4,096 partitions: the manifest lists each one's runs."""
 ROWS_PER_TASK = 4_000_000
 """Catch-up: data file rows one task indexes (about 100 MB of entries at most in its memory)."""
 
@@ -160,6 +171,7 @@ class PartitionedCounters:
     runs_read: int = 0
     manifests_written: int = 0
     rebuilds: int = 0
+    splits: int = 0
 
 
 _SHARED: weakref.WeakValueDictionary[str, PartitionedIndex] = weakref.WeakValueDictionary()
@@ -177,6 +189,7 @@ class PartitionedIndex:
         block: entries per block of a run (the unit a lookup reads).
         fan_in: runs a partition holds before they are merged (module docstring).
         whole_entries: up to this many entries the index is merged as one key range, not by partition.
+        partition_max_entries: a partition past this many entries splits them all in two.
     """
 
     def __init__(
@@ -188,6 +201,7 @@ class PartitionedIndex:
         block: int = DEFAULT_BLOCK,
         fan_in: int = DEFAULT_FAN_IN,
         whole_entries: int = DEFAULT_WHOLE_ENTRIES,
+        partition_max_entries: int = DEFAULT_PARTITION_MAX_ENTRIES,
     ) -> None:
         self.io = io
         self.location = location.rstrip("/")
@@ -196,6 +210,7 @@ class PartitionedIndex:
         self.block = block
         self.fan_in = max(2, fan_in)
         self.whole_entries = whole_entries
+        self.partition_max_entries = max(1, partition_max_entries)
         self.counters = PartitionedCounters()
         self._manifests: dict[str, Manifest] = {}
         self._names: dict[str, str] = {}  # by key signature: the manifest the pointer names, as last seen
@@ -204,7 +219,14 @@ class PartitionedIndex:
         """Held by :meth:`match`: the committer and a background conversion may share the index."""
 
     @classmethod
-    def shared(cls, io: FileIO, location: str, runner: Runner | None, partitions: int) -> PartitionedIndex:
+    def shared(
+        cls,
+        io: FileIO,
+        location: str,
+        runner: Runner | None,
+        partitions: int,
+        partition_max_entries: int = DEFAULT_PARTITION_MAX_ENTRIES,
+    ) -> PartitionedIndex:
         """The one index of ``location`` in this process (a new one if none is alive), with ``io``.
 
         A table's v3 committer and its conversion (or two jobs of one sink) each writing the index
@@ -214,7 +236,7 @@ class PartitionedIndex:
         with _SHARED_LOCK:
             index = _SHARED.get(location.rstrip("/"))
             if index is None:
-                index = cls(io, location, runner, partitions)
+                index = cls(io, location, runner, partitions, partition_max_entries=partition_max_entries)
                 _SHARED[index.location] = index
             index.io = io
             return index
@@ -344,6 +366,7 @@ class PartitionedIndex:
                 fresh = set(range(len(manifest.runs), len(manifest.runs) + len(built)))
             manifest = manifest.with_runs(built, uncovered)
         found = self._find(manifest, key, requests)
+        manifest = self._split(manifest)
         manifest, dropped = self._merge_partitions(manifest, fresh)
         if manifest != before:
             self._save(manifest, dropped)
@@ -447,6 +470,14 @@ class PartitionedIndex:
             if len(chunk)
         }
 
+    def _split(self, manifest: Manifest) -> Manifest:
+        """``manifest`` split (module docstring) until no partition holds more than
+        ``partition_max_entries`` entries, or it has ``MAX_BITS`` bits."""
+        while manifest.bits < MAX_BITS and max(manifest.partition_entries()) > self.partition_max_entries:
+            manifest = manifest.split()
+            self.counters.splits += 1
+        return manifest
+
     def _tier(self, indexes: Sequence[int], size: Callable[[int], float]) -> list[int]:
         """The runs to merge: the smallest two, and each next one while it is at most ``fan_in``
         times their sum (size-tiered: an entry is rewritten O(log n) times)."""
@@ -529,6 +560,7 @@ class PartitionedIndex:
         """Runs, entries and bytes of the index of ``key`` as it stands."""
         manifest = self.manifest(key)
         return {
+            "partitions": manifest.partitions,
             "runs": len(manifest.runs),
             "entries": sum(r.entries for r in manifest.runs),
             "bytes": sum(r.nbytes for r in manifest.runs),

@@ -447,14 +447,18 @@ class World:
         self.key_index_bytes = (600, 256 * 1024 * 1024, 0)[(seed - 1) % 3]
         # Odd seeds past 1 resolve deletes through the partitioned key index in table storage instead
         # (every sink: v3 commits, v2 conversions, routed tables keyed by (g, id)), with 1, 4 or 16
-        # partitions, each step in the driver or as a Spark job (seed 3, in the short profile: always).
+        # partitions, each step in the driver or as a Spark job (seed 3, in the short profile: always);
+        # their partitions split past 8 or 64 entries each, or (the default) never at these sizes
+        # (seed 13, in the short profile: one partition at first, split past 8: its tables are small).
         index_rng = random.Random(f"key-index-{seed}")
         self.key_index_options: dict[str, Any] = {}
         if seed % 2 == 1 and seed > 1:
+            partitions = index_rng.choice([1, 4, 16])
             self.key_index_options = {
                 "iceberg-sink.key-index.mode": "partitioned",
-                "iceberg-sink.key-index.partitions": index_rng.choice([1, 4, 16]),
+                "iceberg-sink.key-index.partitions": 1 if seed == 13 else partitions,
                 "iceberg-sink.key-index.driver-max-bytes": 0 if seed == 3 else index_rng.choice([0, 64 << 20]),
+                "iceberg-sink.key-index.partition-max-entries": 8 if seed == 13 else index_rng.choice([8, 64, 8 << 20]),
             }
         # The CDC job also converts its equality deletes after every few commits (between micro-batches,
         # so runs stay reproducible), when conversion is not skipped.

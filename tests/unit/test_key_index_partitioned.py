@@ -30,9 +30,10 @@ from pyiceberg.types import (
 from iceberg_sink import _faults
 from iceberg_sink.keyindex import fetch, runs
 from iceberg_sink.keyindex.index import KeyIndex
-from iceberg_sink.keyindex.manifest import IndexKey
+from iceberg_sink.keyindex.manifest import IndexKey, Manifest
 from iceberg_sink.keyindex.partitioned import PartitionedIndex
 from iceberg_sink.keyindex.runner import LocalRunner
+from iceberg_sink.keyindex.runs import RunFile
 from iceberg_sink.vocab.files import DataFileMeta
 from tests.unit.test_key_index import IO, deleted, expected, schema_of, write
 
@@ -145,6 +146,7 @@ def test_checkpoints_of_random_files_agree_with_brute_force(
         block=r.choice([1, 3, 16]),
         fan_in=r.choice([2, 3]),
         whole_entries=r.choice([0, 10**9]),  # merged by partition, or as one key range
+        partition_max_entries=r.choice([10**9, 8, 40]),  # partitions split as the index grows, or never
     )
     files: list[tuple[DataFileMeta, dict[str, list[Any]]]] = []
     merged = 0
@@ -167,6 +169,7 @@ def test_checkpoints_of_random_files_agree_with_brute_force(
                 block=idx.block,
                 fan_in=idx.fan_in,
                 whole_entries=idx.whole_entries,
+                partition_max_entries=idx.partition_max_entries,
             )
             again, read = ask(idx, schema, ids, asked, keys, live)
             assert (again, read) == (found, 0)
@@ -465,6 +468,64 @@ def test_partitions_that_merge_the_same_runs_merge_in_one_task(tmp_path: Path) -
     key = IndexKey.of(LONG, (1,))
     assert key is not None
     assert idx.stats(key)["runs"] <= 3  # runs serving all eight partitions, not eight of each
+
+
+@pytest.mark.parametrize("whole_entries", [0, 10**9])
+def test_partitions_split_as_the_index_grows_and_merges_rewrite_their_runs_half_by_half(
+    tmp_path: Path, whole_entries: int
+) -> None:
+    """A partition past ``partition_max_entries`` splits every partition in two, in the manifest
+    only: no run is rewritten then, each half is served by its parent's runs, and lookups stay exact
+    before and after later merges rewrite them; a restarted driver reads the split index as it is."""
+    idx = index(tmp_path, partitions=1, fan_in=2, whole_entries=whole_entries, partition_max_entries=50)
+    key = IndexKey.of(LONG, (1,))
+    assert key is not None
+    r = random.Random(7)
+    files: list[tuple[DataFileMeta, dict[str, list[Any]]]] = []
+    sizes = []
+    for n in range(12):
+        columns = {"id": [r.randrange(10**12) for _ in range(40)]}
+        files.append((write(tmp_path, f"f{n}", LONG, columns), columns))
+        keys = {"id": [k for _, c in r.sample(files, min(3, len(files))) for k in c["id"][::7]] + [-1]}
+        before = idx.manifest(key)
+        found, _ = ask(idx, LONG, (1,), files, keys)
+        assert found == brute(files, keys), n
+        after = idx.manifest(key)
+        sizes.append(after.partitions)
+        if after.partitions > before.partitions:
+            assert max(after.partition_entries()) <= 50
+            # Every run of a half reaches into it; every entry's partition is served by its run.
+            for b, indexes in enumerate(after.slices):
+                lo, hi = after.bounds(b)
+                assert all(after.runs[i].lo <= hi and after.runs[i].hi >= lo for i in indexes)
+    assert idx.counters.splits >= 3 and sizes == sorted(sizes) and sizes[-1] >= 8, sizes
+    assert sum(c for _, _, c in idx.manifest(key).covered) == 12 * 40
+    on_disk = {str(p) for p in (tmp_path / "index").rglob("*.run")}
+    assert on_disk == {run.path for run in idx.manifest(key).runs}
+    again = PartitionedIndex(IO, idx.location, partitions=1, block=3, fan_in=2, whole_entries=whole_entries)
+    keys = {"id": [k for _, c in files for k in c["id"][::5]]}
+    assert ask(again, LONG, (1,), files, keys) == (brute(files, keys), 0)
+    assert again.manifest(key).partitions == sizes[-1]
+
+
+def test_a_split_serves_each_half_with_the_runs_that_reach_into_it() -> None:
+    key = IndexKey.of(LONG, (1,))
+    assert key is not None
+    half = 2**63
+    manifest = Manifest.empty(key, 2, 3).with_runs(
+        [
+            RunFile("low", 10, 100, 5, half // 4),  # the first quarter of the hashes only
+            RunFile("all", 40, 400, 0, 2**64 - 1),  # every partition
+            RunFile("high", 20, 200, half + 1, 2**64 - 10),  # the upper half
+        ],
+        [],
+    )
+    assert manifest.slices == ((0, 1), (1, 2))
+    split = manifest.split()
+    assert split.partitions == 4
+    assert split.slices == ((0, 1), (1,), (1, 2), (1, 2))
+    assert split.partition_entries() == pytest.approx([10 + 10, 10, 10 + 10, 10 + 10])
+    assert [split.bounds(b) for b in (0, 3)] == [(0, 2**62 - 1), (3 * 2**62, 2**64 - 1)]
 
 
 def test_a_catch_up_of_several_runs_leaves_one_run_per_partition(

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pyiceberg.table import Table
 
 from iceberg_sink.keyindex.index import DEFAULT_MAX_BYTES, KeyIndex
+from iceberg_sink.keyindex.partitioned import DEFAULT_PARTITION_MAX_ENTRIES
 from iceberg_sink.keyindex.runner import Runner
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.topology.background import BackgroundJob
@@ -45,6 +46,7 @@ class ConversionTrigger(BackgroundJob):
         key_index_persist: bool = False,
         key_index_partitions: int = 0,
         key_index_runner: Runner | None = None,
+        key_index_partition_max_entries: int = DEFAULT_PARTITION_MAX_ENTRIES,
     ) -> None:
         super().__init__(table_key, config.background)
         self._config = config
@@ -57,7 +59,11 @@ class ConversionTrigger(BackgroundJob):
         # Data files never change: their keys are looked up in memory by the next conversions (and
         # in table storage by the next driver, when persisting).
         self.index = KeyIndex(
-            key_index_max_bytes, key_index_persist, partitions=key_index_partitions, runner=key_index_runner
+            key_index_max_bytes,
+            key_index_persist,
+            partitions=key_index_partitions,
+            runner=key_index_runner,
+            partition_max_entries=key_index_partition_max_entries,
         )
 
     def should_run(self, result: CommitResult) -> bool:
