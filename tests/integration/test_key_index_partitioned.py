@@ -6,6 +6,7 @@ through it. Iceberg Java 1.9.2, the newest Iceberg Java and DuckDB read the mode
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,27 @@ def test_a_task_error_reaches_the_driver_as_itself(spark: SparkSession) -> None:
         with pytest.raises(kind, match=f"task {item}"):
             runner.run(fail, [0, item], PyArrowFileIO(), "/tmp", weight=1)
     assert runner.jobs == 3 and runner.local.tasks == 0
+
+
+def test_a_step_runs_in_the_driver_up_to_its_bound_and_on_the_executors_past_it(spark: SparkSession) -> None:
+    """``iceberg-sink.key-index.driver-max-bytes``: a step's bytes at most the bound run in the driver,
+    past it as one Spark job of a task per item in Python workers; with no Spark context, or no items,
+    no job."""
+    runner = SparkRunner(lambda: spark.sparkContext, local_bytes=1000)
+    driver = os.getpid()
+
+    def where(io: object, item: int) -> tuple[int, int]:
+        return item, os.getpid()
+
+    assert runner.slots(1000) == 1 and runner.slots(1001) == spark.sparkContext.defaultParallelism
+    assert runner.run(where, [1, 2], PyArrowFileIO(), "/tmp", weight=1000) == [(1, driver), (2, driver)]
+    assert (runner.jobs, runner.tasks, runner.local.tasks) == (0, 0, 2)
+    out = runner.run(where, [3, 4], PyArrowFileIO(), "/tmp", weight=1001)
+    assert [i for i, _ in out] == [3, 4] and all(pid != driver for _, pid in out)
+    assert (runner.jobs, runner.tasks, runner.local.tasks) == (1, 2, 2)
+    assert runner.run(where, [], PyArrowFileIO(), "/tmp", weight=10**9) == [] and runner.jobs == 1
+    alone = SparkRunner(lambda: None, local_bytes=0)
+    assert alone.run(where, [5], PyArrowFileIO(), "/tmp", weight=10**9) == [(5, driver)] and alone.jobs == 0
 
 
 def test_an_int_key_promoted_to_long_keeps_its_index(

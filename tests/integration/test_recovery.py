@@ -94,7 +94,7 @@ class Streams:
             },
         ]
 
-    def request(self, kill: tuple[str, int] | None) -> Path:
+    def request(self, kill: tuple[str, int] | tuple[str, int, int] | None) -> Path:
         path = self.root / "request.json"
         req = {
             "catalog": self.catalog_props,
@@ -105,7 +105,7 @@ class Streams:
         path.write_text(json.dumps(req), encoding="utf-8")
         return path
 
-    def start(self, kill: tuple[str, int] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+    def start(self, kill: tuple[str, int] | tuple[str, int, int] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
         out = self.root / f"driver-{time.monotonic_ns()}.out"
         env = driver_env()
         with out.open("wb") as stdout:
@@ -119,7 +119,7 @@ class Streams:
             )
         return proc, out
 
-    def run(self, kill: tuple[str, int] | None = None) -> str:
+    def run(self, kill: tuple[str, int] | tuple[str, int, int] | None = None) -> str:
         proc, out = self.start(kill)
         try:
             proc.wait(timeout=600)
@@ -199,6 +199,40 @@ def test_driver_killed_at_every_step_of_a_checkpoint(tmp_path: Path, java_reader
     output = streams.run()
     assert "DONE" in output, output[-4000:]
     streams.check_final(java_reader, orphan_stagings={4})
+
+
+def test_driver_killed_inside_the_partitioned_key_indexs_save(tmp_path: Path, java_reader: JavaIcebergReader) -> None:
+    """The v3 CDC stream resolving its deletes through the partitioned key index (every step a Spark
+    job, partitions split past 8 entries each): its driver SIGKILLed after the index wrote a new
+    manifest and before it moved its pointer, then after the pointer moved and before the commit;
+    each restart replays the pending checkpoint against the index as stored (the runs and manifest
+    of the killed save are orphans no pointer names) and the table ends as the changes say, by
+    Iceberg Java and DuckDB."""
+    streams = Streams(tmp_path, files=7, seed=5)
+    streams.streams = [
+        {
+            **s,
+            "write_options": {
+                "iceberg-sink.key-index.mode": "partitioned",
+                "iceberg-sink.key-index.partitions": 2,
+                "iceberg-sink.key-index.driver-max-bytes": 0,
+                "iceberg-sink.key-index.partition-max-entries": 8,
+            },
+        }
+        for s in streams.streams
+        if s["kind"] == "cdc"
+    ]
+    (stream,) = streams.streams
+    for point in (_faults.INDEX_RUNS_WRITTEN, _faults.INDEX_MANIFEST_WRITTEN):
+        committed = len(streams.committed(stream)) if streams.exists(stream) else 0
+        output = streams.run((point, -1, 2))  # at the second save of this driver's index
+        assert f"KILLING at {point} -1" in output and "DONE" not in output, output[-4000:]
+        assert len(streams.committed(stream)) > committed and len(streams.pending(stream)) == 1, output[-4000:]
+    output = streams.run()
+    assert "DONE" in output, output[-4000:]
+    streams.check_final(java_reader, orphan_stagings=set())
+    pointers = list(streams.table_dir(stream).rglob("partitioned/*/current"))
+    assert len(pointers) == 1, pointers
 
 
 def kill_profile() -> tuple[list[int], int, int]:

@@ -56,6 +56,32 @@ def page_job() -> str:
     return job
 
 
+# A second job on the same cluster and archive: upserts into the page's table whose deletes resolve
+# through the partitioned key index, every step (indexing, lookups, merges) a Spark job on the workers.
+INDEX_JOB = """
+from pyspark.sql import SparkSession
+
+from iceberg_sink import IcebergSink
+
+spark = SparkSession.builder.appName("orders-key-index").getOrCreate()
+sink = (
+    IcebergSink.builder()
+    .catalog("lake")
+    .table("shop.orders")
+    .upsert(key=["id"])
+    .write_option("iceberg-sink.key-index.mode", "partitioned")
+    .write_option("iceberg-sink.key-index.driver-max-bytes", 0)
+    .write_option("iceberg-sink.key-index.partitions", 2)
+    .write_option("iceberg-sink.key-index.partition-max-entries", 8)
+    .build()
+)
+for n in range(3):
+    rows = [(i, f"item-{i}-v{n}", i * 10 + n) for i in range(n, 40, 3)]
+    sink.write(spark.createDataFrame(rows, "id long, item string, qty int").repartition(2))
+print("key index jobs:", sink._committer_index.runner.jobs, flush=True)
+"""
+
+
 def executor_requirements() -> list[str]:
     """What step 1 installs besides the sink: the ``spark`` extra without PySpark (the cluster's)."""
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["spark"]
@@ -187,4 +213,29 @@ def test_the_pages_job_runs_with_spark_submit_and_a_shipped_environment(
     catalog = load_catalog("lake", type="sql", uri=f"sqlite:///{lake / 'catalog.db'}")
     table = catalog.load_table("shop.orders")
     assert normalize(duckdb_read(table.metadata_location), ["id"]) == orders
-    print(f"archive {built:.0f} s (cached: {built < 5}), spark-submit {seconds:.0f} s")
+
+    # The partitioned key index on the same bare workers: its tasks import the archive's sink.
+    (submit_dir / "index_job.py").write_text(INDEX_JOB)
+    submitted = time.monotonic()
+    done = subprocess.run(
+        [*command[:-2], "index_job.py"],
+        cwd=submit_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        start_new_session=True,
+    )
+    index_seconds = time.monotonic() - submitted
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n{bare_cluster.executor_logs()}"
+    jobs = re.findall(r"^key index jobs: (\d+)$", done.stdout, re.M)
+    assert jobs and int(jobs[0]) > 0, done.stdout[-3000:]
+    for n in range(3):
+        for i in range(n, 40, 3):
+            orders[i] = {"id": i, "item": f"item-{i}-v{n}", "qty": i * 10 + n}
+    table = catalog.load_table("shop.orders")
+    assert normalize(duckdb_read(table.metadata_location), ["id"]) == orders
+    print(
+        f"archive {built:.0f} s (cached: {built < 5}), spark-submit {seconds:.0f} s, "
+        f"the key index job {index_seconds:.0f} s"
+    )

@@ -5,6 +5,7 @@ by Iceberg Java 1.9.2, the newest Iceberg Java, DuckDB and PyIceberg 0.12 equals
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 from pathlib import Path
@@ -22,6 +23,7 @@ from iceberg_sink import IcebergSink, _faults
 from iceberg_sink._iceberg.deletion_vectors import read_deletion_vector
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.lineage import read_entries, read_manifests
+from iceberg_sink.topology import maintenance
 from iceberg_sink.vocab.files import DataFileMeta
 from tests.integration.test_cdc import CHANGE_DDL, apply, expected, frame, random_changes
 from tests.integration.test_debezium_truncate import AFTER, AROUND, BEFORE, event, row
@@ -37,6 +39,26 @@ SOURCE = pa.schema(
         for name, kind in (f.split() for f in CHANGE_DDL.split(", "))
     ]
 )
+# The key index a test's sink resolves deletes with: the driver's, or the partitioned one in table
+# storage, every step a Spark job, its one partition split past 2 entries each (tests/unit covers
+# splits against brute force; these tables are a few rows).
+KEY_INDEXES = {
+    "driver index": {},
+    "partitioned index": {
+        "iceberg-sink.key-index.mode": "partitioned",
+        "iceberg-sink.key-index.partitions": 1,
+        "iceberg-sink.key-index.driver-max-bytes": 0,
+        "iceberg-sink.key-index.partition-max-entries": 2,
+    },
+}
+
+
+def with_key_index(builder: Any, layout: str) -> Any:
+    for key, value in KEY_INDEXES[layout].items():
+        builder = builder.write_option(key, value)
+    return builder
+
+
 KILLS = {3: _faults.AFTER_MANIFESTS, 5: _faults.BEFORE_COMMIT_SEND, 6: _faults.AFTER_COMMIT}
 
 
@@ -231,18 +253,19 @@ def test_the_sink_merges_iceberg_javas_deletion_vectors_and_java_merges_the_sink
     assert all(d.file_format == "PUFFIN" for d, _ in deletes)
 
 
+@pytest.mark.parametrize("layout", list(KEY_INDEXES))
 def test_a_debezium_truncate_on_v3_removes_every_file_and_dv(
-    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, layout: str
 ) -> None:
-    sink = (
+    builder = (
         IcebergSink.builder()
         .embedded(tmp_path / "lake")
         .table("cdc.items")
         .create_if_missing(format_version=3)
         .debezium(value_column="value", table_column=None, truncate="apply")
         .cdc(op_column="op", key=["id"], order_by="lsn")
-        .build()
     )
+    sink = with_key_index(builder, layout).build()
     ckpt = str(tmp_path / "ckpt")
     sink.write(debezium_frame(spark, BEFORE), checkpoint_location=ckpt, checkpoint_id=0)
     sink.write(debezium_frame(spark, [event("d", 3, row(2, "b"))]), checkpoint_location=ckpt, checkpoint_id=1)
@@ -255,22 +278,23 @@ def test_a_debezium_truncate_on_v3_removes_every_file_and_dv(
     assert normalize(pyiceberg_read(table.metadata_location), ["id"]) == normalize(pa.Table.from_pylist(model), ["id"])
 
 
+@pytest.mark.parametrize("layout", list(KEY_INDEXES))
 def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behind(
-    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, layout: str
 ) -> None:
     """The sink's committer has the keys of the table's files in its index; Iceberg Java 1.12
     compacts them (the DVs applied, new files); the same sink then updates and deletes rows that now
     live in the compacted file: the index drops the replaced files and the rows are found anew."""
     java = java_readers[-1]
     catalog_props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db", "warehouse": (tmp_path / "wh").as_uri()}
-    sink = (
+    builder = (
         IcebergSink.builder()
         .catalog("t", **catalog_props)
         .table("db.t")
         .create_if_missing(format_version=3)
         .upsert(key=["id"])
-        .build()
     )
+    sink = with_key_index(builder, layout).build()
     sink.write(spark.createDataFrame([(i, f"v{i}") for i in range(1, 9)], "id long, v string"))
     sink.write(spark.createDataFrame([(2, "b2"), (9, "i")], "id long, v string"))
     sink.write(spark.createDataFrame([(3, "c2")], "id long, v string"))
@@ -294,21 +318,17 @@ def test_a_compaction_by_iceberg_java_between_checkpoints_leaves_no_delete_behin
     assert_reads_with_live_dvs(table, java_readers, {2: "b3", 3: "c2", 4: "d2", 9: "i", 10: "j"})
 
 
+@pytest.mark.parametrize("layout", list(KEY_INDEXES))
 def test_the_sinks_own_compaction_of_a_v3_cdc_table_applies_its_dvs_and_upserts_go_on(
-    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path
+    spark: SparkSession, java_readers: tuple[JavaIcebergReader, ...], tmp_path: Path, layout: str
 ) -> None:
     """The sink's upserts leave DVs on a v3 table; the sink's own compaction applies them (rows keep
     their _row_id and _last_updated_sequence_number, as the newest Java reads them) and drops them
-    with the files they referenced; later upserts find their rows in the compacted file."""
+    with the files they referenced; the snapshots before it are expired (the replaced files deleted,
+    which the index still covers); later upserts find their rows in the compacted file."""
     newest = java_readers[-1]
-    sink = (
-        IcebergSink.builder()
-        .embedded(tmp_path / "lake")
-        .table("db.t")
-        .create_if_missing(format_version=3)
-        .upsert(key=["id"])
-        .build()
-    )
+    builder = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").create_if_missing(format_version=3)
+    sink = with_key_index(builder.upsert(key=["id"]), layout).build()
     sink.write(spark.createDataFrame([(i, f"v{i}") for i in range(1, 9)], "id long, v string"))
     sink.write(spark.createDataFrame([(2, "b2"), (9, "i")], "id long, v string"))
     sink.write(spark.createDataFrame([(3, "c2"), (2, "b3")], "id long, v string"))
@@ -325,6 +345,9 @@ def test_the_sinks_own_compaction_of_a_v3_cdc_table_applies_its_dvs_and_upserts_
     assert table.current_snapshot() is not None and table.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
     assert not delete_files(table)  # every DV referenced a rewritten file
     assert lineage(table.metadata_location) == before
+    replaced = {p for p in (Path(table.location().removeprefix("file://")) / "data").rglob("*.parquet")}
+    maintenance.expire_snapshots(sink.load_table, dt.datetime.now(dt.UTC), retain_last=1)
+    assert {p for p in replaced if not p.exists()}, "the expiry deleted the replaced data files"
     sink.write(spark.createDataFrame([(4, "d2"), (2, "b4"), (10, "j")], "id long, v string"))
     table = sink.load_table()
     assert_reads_with_live_dvs(table, java_readers, {2: "b4", 3: "c2", 4: "d2", 9: "i", 10: "j"})
