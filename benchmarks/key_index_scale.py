@@ -35,8 +35,10 @@ sink's ``driver_java_options()``, a class data sharing archive and later C2 comp
 Spark's defaults).
 
 Each process first warms Spark up the same way (two checkpoints like the timed ones, to a table of
-its own, built the same way), so a first checkpoint's time is the table's and its key index's, not
-the JVM's and the Python workers' first jobs'.
+its own, by a sink built the same way: the same key index layout, the v2 conversion; the second
+updates the first's keys, so its deletes resolve through the index; before session 50 the warm-up
+sink had the driver layout and no conversion, and wrote new keys only), so a first checkpoint's
+time is the table's and its key index's, not the JVM's and the Python workers' first jobs'.
 
 Printed as JSON: per checkpoint wall seconds, the driver process's resident memory after each one
 (the index lives there in the driver layout), the index's size (partitioned: bytes and entries of its
@@ -135,10 +137,26 @@ def _changes(spec: dict[str, Any], ids: np.ndarray, lsn: int, payload: str) -> A
     )
 
 
+def _builder(spec: dict[str, Any], root: Path, table: str) -> Any:
+    """The sink of a case (its key index's bound and layout; on v2 the conversion after every commit)."""
+    from iceberg_sink import IcebergSink
+
+    builder = (
+        IcebergSink.builder()
+        .catalog("bench", type="sql", uri=f"sqlite:///{root}/catalog.db", warehouse=(root / "wh").as_uri())
+        .table(table)
+        .cdc(op_column="op", key=["id"], order_by="lsn")
+        .write_option("iceberg-sink.conversion.key-index-max-bytes", spec["bound"])
+    )
+    if spec["format"] == 2:
+        builder = builder.convert_equality_deletes(every_n_commits=1, background=False)
+    if spec["layout"] == "partitioned":
+        builder = builder.write_option("iceberg-sink.key-index.mode", "partitioned")
+    return builder
+
+
 def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, Any]:
     from pyspark.sql import SparkSession
-
-    from iceberg_sink import IcebergSink
 
     root = Path(spec["work"])
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -156,32 +174,16 @@ def checkpoints(spec: dict[str, Any], count: int, first_id: int) -> dict[str, An
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    # Warm-up, the same in every process: Spark's first jobs and the Python workers' imports, on a
-    # table of its own, so that the first checkpoint's time is the key index's, not the JVM's.
-    warm = (
-        IcebergSink.builder()
-        .catalog("bench", type="sql", uri=f"sqlite:///{root}/catalog.db", warehouse=(root / "wh").as_uri())
-        .table(f"db.warm_{first_id}")
-        .create_if_missing(format_version=spec["format"])
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .build()
-    )
+    # Warm-up, the same in every process: Spark's first jobs, the Python workers' imports and the key
+    # index's code (a sink built as the measured one: the same layout, the v2 conversion; its second
+    # checkpoint updates the first's keys, so their deletes resolve through the index), on a table of
+    # its own, so that the first checkpoint's time is the table's and its key index's, not the JVM's.
+    warm = _builder(spec, root, f"db.warm_{first_id}").create_if_missing(format_version=spec["format"]).build()
     for n in range(spec.get("warmup", 2)):
-        ids = np.arange(n * spec["changes"], (n + 1) * spec["changes"])
+        ids = np.arange(spec["changes"])
         warm.write(spark.createDataFrame(_changes(spec, ids, n * 1_000_000, f"w{n}").to_pandas()))
     warm.close()
-    builder = (
-        IcebergSink.builder()
-        .catalog("bench", type="sql", uri=f"sqlite:///{root}/catalog.db", warehouse=(root / "wh").as_uri())
-        .table("db.t")
-        .cdc(op_column="op", key=["id"], order_by="lsn")
-        .write_option("iceberg-sink.conversion.key-index-max-bytes", spec["bound"])
-    )
-    if spec["format"] == 2:
-        builder = builder.convert_equality_deletes(every_n_commits=1, background=False)
-    if spec["layout"] == "partitioned":
-        builder = builder.write_option("iceberg-sink.key-index.mode", "partitioned")
-    sink = builder.build()
+    sink = _builder(spec, root, "db.t").build()
     sink.upgrade_format_version(3) if spec["format"] == 3 else None  # PyIceberg appends only to v2 (setup)
     rng = np.random.default_rng(spec["seed"] + first_id)
     ckpt = str(root / "ckpt")
