@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from iceberg_sink._driver_jvm import driver_java_options
     from iceberg_sink.builder import IcebergSinkBuilder
     from iceberg_sink.committer.committable import CommitSummary
-    from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
+    from iceberg_sink.committer.committer import CommitOutcome
+    from iceberg_sink.committer.routed import RoutedOutcome
     from iceberg_sink.errors import (
         CatalogUnavailableError,
         CheckpointRewoundError,
@@ -70,7 +71,7 @@ _LAZY = {
     "MetricsSnapshot": "iceberg_sink.observe.metrics",
     "PendingCheckpointsLimitError": "iceberg_sink.errors",
     "PostCommitHookError": "iceberg_sink.topology.hooks",
-    "RoutedOutcome": "iceberg_sink.committer.committer",
+    "RoutedOutcome": "iceberg_sink.committer.routed",
     "SchemaMismatchError": "iceberg_sink.errors",
     "UncommittableCheckpointError": "iceberg_sink.errors",
     "UnsupportedTableError": "iceberg_sink.errors",

@@ -18,7 +18,8 @@ from iceberg_sink import options
 from iceberg_sink._session import classic_frame, classic_session
 from iceberg_sink._spark_schema import schema_of
 from iceberg_sink.builder import IcebergSinkBuilder
-from iceberg_sink.committer.committer import CommitOutcome, RoutedOutcome
+from iceberg_sink.committer.committer import CommitOutcome
+from iceberg_sink.committer.routed import RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
