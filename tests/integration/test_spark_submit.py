@@ -186,15 +186,24 @@ def test_the_pages_job_runs_with_spark_submit_and_a_shipped_environment(
         *("--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"),
         *("--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=180s"),
         *("--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"),
-        "job.py",
-        "--available-now",
     ]
-    submitted = time.monotonic()
-    done = subprocess.run(
-        command, cwd=submit_dir, env=env, capture_output=True, text=True, timeout=1800, start_new_session=True
-    )
-    seconds = time.monotonic() - submitted
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n{bare_cluster.executor_logs()}"
+
+    def submit(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        """``spark-submit`` of ``args`` (the script and its arguments) on the bare cluster: the run and its seconds."""
+        started = time.monotonic()
+        done = subprocess.run(
+            [*command, *args],
+            cwd=submit_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            start_new_session=True,
+        )
+        assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n{bare_cluster.executor_logs()}"
+        return done, time.monotonic() - started
+
+    done, seconds = submit("job.py", "--available-now")
 
     # Every executor asked (both, unless the scheduler put the two tasks on one) ran the archive's
     # Python, unpacked in its own working directory, and the archive's iceberg_sink.
@@ -216,18 +225,7 @@ def test_the_pages_job_runs_with_spark_submit_and_a_shipped_environment(
 
     # The partitioned key index on the same bare workers: its tasks import the archive's sink.
     (submit_dir / "index_job.py").write_text(INDEX_JOB)
-    submitted = time.monotonic()
-    done = subprocess.run(
-        [*command[:-2], "index_job.py"],
-        cwd=submit_dir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        start_new_session=True,
-    )
-    index_seconds = time.monotonic() - submitted
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n{bare_cluster.executor_logs()}"
+    done, index_seconds = submit("index_job.py")
     jobs = re.findall(r"^key index jobs: (\d+)$", done.stdout, re.M)
     assert jobs and int(jobs[0]) > 0, done.stdout[-3000:]
     for n in range(3):
