@@ -127,8 +127,11 @@ def _build_files(folder: Path, key: str, rows: int, seed: int) -> list[DataFileM
 def measure(key: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     io = PyArrowFileIO()
     kind = INT if key == "long" else DIGEST
-    partitions = 1 << max(0, (BILLION // partitioned.DEFAULT_PARTITION_MAX_ENTRIES).bit_length())
-    manifest = Manifest(IndexKey((1,), kind, "bench"), (partitions - 1).bit_length(), partitioned.DEFAULT_BLOCK)
+    # The partitions a 1B-row index holds: the index's own split rule, applied to a run of 1B entries.
+    grown = Manifest.empty(IndexKey((1,), kind, "bench"), partitioned.DEFAULT_PARTITIONS, partitioned.DEFAULT_BLOCK)
+    grown = grown.with_runs([runs.RunFile("all", BILLION, 0, 0, 2**64 - 1)], [])
+    manifest = partitioned.PartitionedIndex(io, str(folder))._split(grown)
+    partitions = manifest.partitions
     bounds = manifest.bounds(partitions // 3)
     rss_before = _max_rss()
     started = time.perf_counter()
