@@ -457,7 +457,8 @@ def _decode(
     path: str, header: RunHeader, blocks: np.ndarray, first: np.ndarray, last: np.ndarray, chunks: list[bytes]
 ) -> np.ndarray:
     """The entries of ``blocks`` from the bytes read for the pieces ``first``..``last`` (``_groups``),
-    each block checked against its checksum."""
+    each block checked against its checksum, as stored (``header.dtype``: :func:`_unpack` splits the
+    location; a lookup unpacks only its hits)."""
     dtype = header.dtype
     width = dtype.itemsize
     read = _ranges(first, last - first + 1)  # every block read
@@ -477,7 +478,7 @@ def _decode(
         raise CorruptFileError(
             f"key index run {path}: block {int(read[bad[0]])} checksum mismatch; the index is rebuilt from the data files"
         )
-    return _unpack(entries, header)
+    return entries
 
 
 def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) -> np.ndarray:
@@ -487,7 +488,7 @@ def read_blocks(io: FileIO, path: str, header: RunHeader, blocks: np.ndarray) ->
         return _unpack(np.empty(0, header.dtype), header)
     first, last, spans = _groups(path, header, blocks)
     (chunks,) = fetch.read_ranges(io, [(path, spans)])
-    return _decode(path, header, blocks, first, last, chunks)
+    return _unpack(_decode(path, header, blocks, first, last, chunks), header)
 
 
 def _unpack(packed: np.ndarray, header: RunHeader) -> np.ndarray:
@@ -515,7 +516,9 @@ def lookup(io: FileIO, items: Sequence[tuple[str, np.ndarray]]) -> list[tuple[np
     of ``wanted`` (distinct, sorted by :func:`distinct_hashes`; fields ``s`` and, for digest keys,
     ``t``), with the run's data files (the entries' ``f`` index them). The blocks of every run are
     read at once (fetch.py). A run a quarter of whose blocks are needed is read whole and kept in this
-    process's cache (``ENTRIES``) when it takes at most half of it."""
+    process's cache (``ENTRIES``, as stored: only a lookup's hits are unpacked, so a restart's first
+    lookup, which reads a small index whole, does not unpack every entry) when it takes at most half
+    of it."""
     headers = fetch.each(lambda item: read_header(io, item[0]), items, fetch.overlapped(p for p, _ in items))
     found: list[np.ndarray | None] = [ENTRIES.get(path) for path, _ in items]
     plans = []  # (item, the blocks to read, kept whole)
@@ -528,11 +531,11 @@ def lookup(io: FileIO, items: Sequence[tuple[str, np.ndarray]]) -> list[tuple[np
         # large index these are the runs of the last checkpoints, which span every partition and
         # which every lookup reads again until a merge replaces them.
         whole = 4 * len(blocks) >= len(header.firsts)
-        whole = whole and 2 * header.entries * DTYPES[header.kind].itemsize <= ENTRIES.max_bytes
+        whole = whole and 2 * header.entries * header.dtype.itemsize <= ENTRIES.max_bytes
         if whole:
             blocks = np.arange(len(header.firsts))
         if not len(blocks):
-            found[i] = _unpack(np.empty(0, header.dtype), header)
+            found[i] = np.empty(0, header.dtype)
             continue
         plans.append((i, blocks, whole, *_groups(path, header, blocks)))
     chunks = fetch.read_ranges(io, [(items[i][0], spans) for i, _, _, _, _, spans in plans])
@@ -540,7 +543,7 @@ def lookup(io: FileIO, items: Sequence[tuple[str, np.ndarray]]) -> list[tuple[np
         path, header = items[i][0], headers[i]
         found[i] = _decode(path, header, blocks, first, last, read)
         if whole:
-            ENTRIES.put(path, found[i], header.entries * DTYPES[header.kind].itemsize)
+            ENTRIES.put(path, found[i], header.entries * header.dtype.itemsize)
     out = []
     for (_, wanted), header, entries in zip(items, headers, found, strict=True):
         assert entries is not None
@@ -551,7 +554,7 @@ def lookup(io: FileIO, items: Sequence[tuple[str, np.ndarray]]) -> list[tuple[np
         hits = entries[_ranges(low, counts)]
         if header.kind == DIGEST and len(hits):
             hits = hits[hits["t"] == np.repeat(wanted["t"], counts)]
-        out.append((hits, header.files))
+        out.append((_unpack(hits, header), header.files))
     return out
 
 
