@@ -51,6 +51,23 @@ def system_result(
     }
 
 
+def unread_result(raw: dict[str, Any], engine: str) -> dict[str, Any]:
+    """:func:`system_result` of a run that read nothing back (``--scans 0``): its checks not run."""
+    summaries: list[dict[str, str]] = raw["batch_summaries"]
+    return {
+        "engine": engine,
+        "load_seconds": raw["load_seconds"],
+        "batch_seconds": raw["batch_seconds"],
+        "batch_intervals": raw["batch_intervals"],
+        "load_waited_for_quiet_seconds": raw["load_waited_for_quiet_seconds"],
+        "batch_waited_for_quiet_seconds": raw["batch_waited_for_quiet_seconds"],
+        "batch_summaries": summaries,
+        "table_files_after": table_files(summaries[-1]) if summaries else {},
+        "table_rows_after": None,
+        "checks": {"ok": None, "not_run": "--scans 0: the table was not read back"},
+    }
+
+
 def scan_point_results(recorded: list[dict[str, Any]], scanned: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per scan point: the sink table's delete files then, both scan medians and their ratio."""
     out = []
@@ -176,6 +193,14 @@ def system_extras(name: str, raw: dict[str, Any], reader: dict[str, Any], jar: P
     return extras
 
 
+def _seconds(value: float | None) -> str:
+    return "not run" if value is None else f"{value:.2f}s"
+
+
+def _checks(ok: bool | None) -> str:
+    return "NOT RUN" if ok is None else "ok" if ok else "FAILED"
+
+
 def report(result: dict[str, Any], out: Path) -> None:
     """One line per system (and per scan point) on stderr."""
     for name, system in result["systems"].items():
@@ -187,7 +212,7 @@ def report(result: dict[str, Any], out: Path) -> None:
             f"{name}: load {system['load_seconds']:.1f}s, end to end {e2e['seconds']:.1f}s; steady batches "
             f"p50 {steady['median']:.2f}s p99 {steady['p99']:.2f}s, {steady.get('changes_per_second', 0):.0f} "
             f"changes/s, {'?' if cpu is None else f'{cpu:.0f}'} CPU-s per M changes; full scan "
-            f"{system['full_scan_seconds']:.2f}s; checks {'ok' if system['checks']['ok'] else 'FAILED'}; other "
+            f"{_seconds(system['full_scan_seconds'])}; checks {_checks(system['checks']['ok'])}; other "
             f"processes used {foreign_cpu:.1f} CPU-s during its batches; waited {waited_total:.0f}s for quiet"
         )
         half = system.get("second_half")

@@ -195,7 +195,8 @@ def v3_goals(systems: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     if sink is None or merge is None:
         return None
     write = sink["steady_state"]["median"]
-    ratio = sink["full_scan_seconds"] / merge["full_scan_seconds"] if merge["full_scan_seconds"] else None
+    scans = sink["full_scan_seconds"], merge["full_scan_seconds"]
+    ratio = scans[0] / scans[1] if scans[0] is not None and scans[1] else None
     return {
         "write_p50_seconds": write,
         "write_target_seconds": V3_WRITE_TARGET_SECONDS,

@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.cdc import percentile, summarize
 from benchmarks.cdc_data import CHECKSUM_SQL, _digits, _rows, compare, generate
+from benchmarks.cdc_results import report, unread_result
 from benchmarks.cdc_systems import (
     SYSTEMS,
     entry_changes,
@@ -225,3 +226,25 @@ def test_timed_scans_rotate_the_order_so_each_table_takes_each_position_equally(
         firsts = [r[position] for r in rounds]
         assert {n: firsts.count(n) for n in names} == {n: 2 for n in names}
     assert scan_order([], 3) == []
+
+
+def test_a_run_read_back_by_nothing_says_its_checks_were_not_run(capsys: pytest.CaptureFixture[str]) -> None:
+    raw = {
+        "load_seconds": 1.0,
+        "batch_seconds": [0.5, 0.5],
+        "batch_intervals": [[0.0, 0.5], [0.5, 1.0]],
+        "load_waited_for_quiet_seconds": 0.0,
+        "batch_waited_for_quiet_seconds": [0.0, 0.0],
+        "batch_summaries": [{"total-data-files": "1"}, {"total-data-files": "2"}],
+    }
+    system = {
+        **unread_result(raw, "an engine"),
+        "full_scan_seconds": None,
+        "batch_foreign_cpu_seconds": [0.0, 0.0],
+        **write_figures(raw, warmup=0, batch_size=10, initial_rows=10),
+    }
+    assert system["checks"]["ok"] is None and system["table_rows_after"] is None
+    assert system["table_files_after"]["total-data-files"] == 2
+    report({"systems": {"iceberg_sink_kafka": system}, "timings_seconds": {"total": 1.0}}, Path("out.json"))
+    err = capsys.readouterr().err
+    assert "checks NOT RUN" in err and "full scan not run" in err
