@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 from iceberg_sink import _faults, options
 from iceberg_sink.errors import InvalidInputError
 from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
-from iceberg_sink.writer import jvm
+from iceberg_sink.writer import arrow_batches, jvm
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
 from iceberg_sink.writer.result import Written
 from iceberg_sink.writer.spark import write_dataframe, write_error, write_routed_dataframe
@@ -29,9 +29,13 @@ def write(df: DataFrame, batch: BatchPlan) -> Written:
     _faults.hit(_faults.BEFORE_WRITE, checkpoint_id)
     started = time.monotonic()
     try:
-        written = _write(df, batch, batch.to_write())
+        # Spark's per-row check of an Arrow batch's bytes, skipped when this job's last write says
+        # its rows cannot reach the bound (writer/arrow_batches.py).
+        with arrow_batches.bounded_by_rows(df.sparkSession, batch.job_id):
+            written = _write(df, batch, batch.to_write())
     except Exception as e:
         raise failure(e, checkpoint_id, batch.describe, routed=batch.route_column is not None) from e
+    arrow_batches.observe(batch.job_id, (r.arrow_row_bytes for r in written.results()))
     _faults.hit(_faults.AFTER_WRITE, checkpoint_id)
     written.write_ms = (time.monotonic() - started) * 1000  # one Spark job for every table
     return written

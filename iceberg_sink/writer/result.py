@@ -25,6 +25,8 @@ class WriteResult:
             no longer holds at commit time (the committer decides).
         truncated: the task received the checkpoint's truncate marker (topology/changes.py): the
             checkpoint's snapshot removes every older file of the table.
+        arrow_row_bytes: the widest Arrow batch the task received, in bytes per row (0: not
+            measured), for how Spark cuts the next write's batches (writer/arrow_batches.py).
     """
 
     data_files: tuple[DataFileMeta, ...] = ()
@@ -34,9 +36,10 @@ class WriteResult:
     skipped_deletes: int = 0
     conditional_delete_files: tuple[DataFileMeta, ...] = ()
     truncated: bool = False
+    arrow_row_bytes: int = 0
 
-    # 3: conditional_delete_files (versions 1 and 2 decode with none). 4: truncated.
-    CODEC_VERSION = 4
+    # 3: conditional_delete_files (versions 1 and 2 decode with none). 4: truncated. 5: arrow_row_bytes.
+    CODEC_VERSION = 5
 
     @property
     def is_empty(self) -> bool:
@@ -55,12 +58,13 @@ class WriteResult:
                 "skipped_deletes": self.skipped_deletes,
                 "conditional_delete_files": [f.to_json() for f in self.conditional_delete_files],
                 "truncated": self.truncated,
+                "arrow_row_bytes": self.arrow_row_bytes,
             },
         )
 
     @classmethod
     def decode(cls, data: bytes) -> WriteResult:
-        obj = _codec.loads(data, "write-result", (1, 2, 3, 4))
+        obj = _codec.loads(data, "write-result", (1, 2, 3, 4, 5))
         return cls(
             data_files=tuple(DataFileMeta.from_json(f) for f in obj["data_files"]),
             delete_files=tuple(DataFileMeta.from_json(f) for f in obj["delete_files"]),
@@ -69,6 +73,7 @@ class WriteResult:
             skipped_deletes=obj.get("skipped_deletes", 0),
             conditional_delete_files=tuple(DataFileMeta.from_json(f) for f in obj.get("conditional_delete_files", ())),
             truncated=obj.get("truncated", False),
+            arrow_row_bytes=obj.get("arrow_row_bytes", 0),
         )
 
 
@@ -82,3 +87,7 @@ class Written:
     counts: Counter[str] = attrs.field(factory=Counter)
     peaks: list[int] = attrs.field(factory=list)
     write_ms: float = 0.0
+
+    def results(self) -> list[WriteResult]:
+        """Every task result of the write: each table's, then the dead-letter table's."""
+        return [r for results in self.tables.values() for r in results] + self.dead

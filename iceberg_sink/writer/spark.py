@@ -24,6 +24,7 @@ from iceberg_sink._spark_schema import columns_of
 from iceberg_sink._sql import quoted
 from iceberg_sink.errors import IcebergSinkError, InvalidInputError, WriteFailedError
 from iceberg_sink.vocab.columns import ERROR_MARKER
+from iceberg_sink.writer.arrow_batches import Widths
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.read_ahead import read_ahead
 from iceberg_sink.writer.result import WriteResult
@@ -66,10 +67,11 @@ def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
         task_id, attempt_id, attempt_number = task_start()
         spec = load_spec()
         writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
+        widths = Widths()
         try:
-            for batch in read_ahead(batches):
+            for batch in read_ahead(widths.measured(batches)):
                 writer.write(batch)
-            result = writer.complete()
+            result = attrs.evolve(writer.complete(), arrow_row_bytes=widths.row_bytes)
             _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, spec.checkpoint_id)
         except BaseException:
             writer.abort()
@@ -166,10 +168,11 @@ def _write_routed_task(
         task_id, attempt_id, attempt_number = task_start()
         by_table = specs()
         writer = MultiTableTaskWriter(by_table, route_column, task_id, attempt_id, max_open_files, buffer_bytes)
+        widths = Widths()
         try:
-            for batch in read_ahead(batches):
+            for batch in read_ahead(widths.measured(batches)):
                 writer.write(batch)
-            results = writer.complete()
+            results = {t: attrs.evolve(r, arrow_row_bytes=widths.row_bytes) for t, r in writer.complete().items()}
             checkpoint = next(iter(by_table.values())).checkpoint_id if by_table else 0
             _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, checkpoint)
         except BaseException:

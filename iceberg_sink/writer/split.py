@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 
 from iceberg_sink import _task_faults
 from iceberg_sink.vocab.columns import REJECT_COLUMN
+from iceberg_sink.writer.arrow_batches import Widths
 from iceberg_sink.writer.conform import repaired_utf8
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.result import WriteResult, Written
@@ -167,10 +168,13 @@ def _split_task(
         elif specs:
             good = TaskWriter(next(iter(specs.values())), task_id=task_id, attempt_id=attempt_id)
         writer = SplitTaskWriter(good, specs, task, task_id, attempt_id)
+        widths = Widths()
         try:
-            for batch in batches:
+            for batch in widths.measured(batches):
                 writer.write(batch)
             results, dead = writer.complete()
+            results = {t: attrs.evolve(r, arrow_row_bytes=widths.row_bytes) for t, r in results.items()}
+            dead = attrs.evolve(dead, arrow_row_bytes=widths.row_bytes) if dead is not None else None
             _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, task.checkpoint_id)
         except BaseException:
             writer.abort()
