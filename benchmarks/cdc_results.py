@@ -30,39 +30,33 @@ def table_files(summary: dict[str, str]) -> dict[str, int]:
     return {k: int(summary[k]) for k in keys if k in summary}
 
 
+def _common(raw: dict[str, Any], engine: str) -> dict[str, Any]:
+    summaries: list[dict[str, str]] = raw["batch_summaries"]
+    return {
+        "engine": engine,
+        "load_seconds": raw["load_seconds"],
+        "batch_seconds": raw["batch_seconds"],
+        "batch_intervals": raw["batch_intervals"],
+        "load_waited_for_quiet_seconds": raw["load_waited_for_quiet_seconds"],
+        "batch_waited_for_quiet_seconds": raw["batch_waited_for_quiet_seconds"],
+        "batch_summaries": summaries,
+        "table_files_after": table_files(summaries[-1]) if summaries else {},
+    }
+
+
 def system_result(
     raw: dict[str, Any], engine: str, observed: dict[str, Any], reader: str, data: Dataset, sample_ids: list[int]
 ) -> dict[str, Any]:
     """The common part of one system's result: latencies, checks and table files."""
     checks = compare(data.expected, observed, sample_ids)
     checks["reader"] = reader
-    summaries: list[dict[str, str]] = raw["batch_summaries"]
-    return {
-        "engine": engine,
-        "load_seconds": raw["load_seconds"],
-        "batch_seconds": raw["batch_seconds"],
-        "batch_intervals": raw["batch_intervals"],
-        "load_waited_for_quiet_seconds": raw["load_waited_for_quiet_seconds"],
-        "batch_waited_for_quiet_seconds": raw["batch_waited_for_quiet_seconds"],
-        "batch_summaries": summaries,
-        "table_files_after": table_files(summaries[-1]) if summaries else {},
-        "table_rows_after": observed["rows"],
-        "checks": checks,
-    }
+    return {**_common(raw, engine), "table_rows_after": observed["rows"], "checks": checks}
 
 
 def unread_result(raw: dict[str, Any], engine: str) -> dict[str, Any]:
     """:func:`system_result` of a run that read nothing back (``--scans 0``): its checks not run."""
-    summaries: list[dict[str, str]] = raw["batch_summaries"]
     return {
-        "engine": engine,
-        "load_seconds": raw["load_seconds"],
-        "batch_seconds": raw["batch_seconds"],
-        "batch_intervals": raw["batch_intervals"],
-        "load_waited_for_quiet_seconds": raw["load_waited_for_quiet_seconds"],
-        "batch_waited_for_quiet_seconds": raw["batch_waited_for_quiet_seconds"],
-        "batch_summaries": summaries,
-        "table_files_after": table_files(summaries[-1]) if summaries else {},
+        **_common(raw, engine),
         "table_rows_after": None,
         "checks": {"ok": None, "not_run": "--scans 0: the table was not read back"},
     }
