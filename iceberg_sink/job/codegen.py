@@ -46,6 +46,9 @@ session) and put back as they were before the batch's committable is staged (:fu
 commits, post-commit hooks and compaction run as configured, including the post-commit work of older
 checkpoints committed while the batch is planned. (A query the user runs on a bounded write's session
 from another thread meanwhile is evaluated the same way: the same values, only its speed differs.)
+Two writes on one session from two threads hold the settings together (_session_settings.py): the
+last one to finish puts the session's own values back, whichever began first (each used to put back
+what it found, so one that began while the other held them left them set for good).
 ``factoryMode`` is one of Spark's internal settings (since 2.4); the path it selects is the one
 Spark's own fallback takes.
 """
@@ -57,9 +60,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from pyspark.sql import DataFrame
-from pyspark.sql.conf import RuntimeConfig
+from pyspark.sql import DataFrame, SparkSession
 
+from iceberg_sink._session_settings import Held, session_identity, take
 from iceberg_sink.topology.estimate import estimated_rows
 
 logger = logging.getLogger("iceberg_sink")
@@ -83,25 +86,25 @@ def interpreted(df: DataFrame, max_rows: int) -> bool:
 
 
 class _Sized:
-    """The small-batch settings of one batch's session, and that session's own values of them."""
+    """The small-batch settings of one batch's session, held while applied (_session_settings.py:
+    the session's own values come back when its last holder lets go)."""
 
-    def __init__(self, conf: RuntimeConfig) -> None:
-        self.conf = conf
-        self.before: dict[str, str | None] = {key: conf.get(key, None) for key in SMALL_BATCH}
-        self.applied = False
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.identity = session_identity(spark)
+        self.held: Held | None = None
+
+    @property
+    def applied(self) -> bool:
+        return self.held is not None
 
     def apply(self) -> None:
-        for key, value in SMALL_BATCH.items():
-            self.conf.set(key, value)
-        self.applied = True
+        self.held = take(self.spark, SMALL_BATCH, self.identity)
 
     def put_back(self) -> None:
-        for key, previous in self.before.items():
-            if previous is None:
-                self.conf.unset(key)
-            else:
-                self.conf.set(key, previous)
-        self.applied = False
+        if self.held is not None:
+            self.held.release()
+            self.held = None
 
 
 _SIZED: ContextVar[_Sized | None] = ContextVar("iceberg_sink_small_batch", default=None)
@@ -115,7 +118,7 @@ def sized(df: DataFrame, max_rows: int) -> Iterator[bool]:
     if _SIZED.get() is not None or not interpreted(df, max_rows):
         yield False
         return
-    scope = _Sized(df.sparkSession.conf)
+    scope = _Sized(df.sparkSession)
     logger.debug("micro-batch evaluated without generated code or adaptive plans (at most %s rows estimated)", max_rows)
     scope.apply()
     token = _SIZED.set(scope)

@@ -20,7 +20,8 @@ check measures) and returns it in its WriteResult; :func:`bounded_by_rows` appli
 the write and :func:`observe` keeps what the tasks saw. A sink job's first write, a job whose tasks
 reported nothing (Spark's own Parquet writer for appends, writer/jvm.py), and rows wider than the rule
 allows keep Spark's byte bound; a job whose rows widen gets it back from its next write on. The
-setting is put back after the write job, as the small-batch settings are (job/codegen.py).
+setting is put back after the write job, when no other write on the session holds it
+(_session_settings.py, as the small-batch settings of job/codegen.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
+
+from iceberg_sink._session_settings import holding
 
 MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 MAX_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
@@ -81,30 +84,24 @@ class Widths:
 @contextmanager
 def bounded_by_rows(spark: SparkSession, job_id: str) -> Iterator[bool]:
     """Within the block, Spark's byte bound of Arrow batches is lifted when job ``job_id``'s last
-    write allows it (module docstring); yields whether it is. The session's own value is put back."""
+    write allows it (module docstring); yields whether Spark skips the check in the block. The
+    session's own value is put back when no other write on it holds the setting."""
     with _lock:
         widest = _WIDEST.get(job_id, 0)
-    if widest <= 0:
-        yield False
-        return
     conf = spark.conf
-    before = conf.get(MAX_BYTES, None)  # the session's own value; None: Spark's default
     max_bytes = parse_bytes(str(conf.get(MAX_BYTES)))
     try:
         max_records = int(str(conf.get(MAX_RECORDS)))
     except ValueError:
         max_records = 0
+    if max_bytes is not None and max_bytes >= UNBOUNDED:
+        yield True  # unbounded already: the user's setting, or another write's on this session
+        return
     if max_bytes is None or not lifts(widest, max_records, max_bytes):
         yield False
         return
-    conf.set(MAX_BYTES, str(UNBOUNDED))
-    try:
+    with holding(spark, {MAX_BYTES: str(UNBOUNDED)}):
         yield True
-    finally:
-        if before is None:
-            conf.unset(MAX_BYTES)
-        else:
-            conf.set(MAX_BYTES, before)
 
 
 def observe(job_id: str, row_bytes: Iterable[int]) -> None:
