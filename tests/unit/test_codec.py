@@ -135,6 +135,16 @@ def test_write_result_conditional_deletes_round_trip(conditional: list[DataFileM
     assert WriteResult.decode(result.encode()) == result
 
 
+@given(st.integers(0, 10**9))
+def test_write_result_row_width_round_trips_and_an_older_result_reads_as_unmeasured(row_bytes: int) -> None:
+    result = WriteResult(task_id=3, arrow_row_bytes=row_bytes)
+    assert WriteResult.decode(result.encode()) == result
+    older = json.loads(result.encode())
+    older["version"] = 4
+    del older["arrow_row_bytes"]
+    assert WriteResult.decode(json.dumps(older).encode()) == WriteResult(task_id=3)
+
+
 def test_unknown_version_is_refused_with_a_clear_message() -> None:
     encoded = json.loads(WriteResult().encode())
     encoded["version"] = 99
