@@ -119,9 +119,3 @@ def observe(job_id: str, row_bytes: Iterable[int]) -> None:
         _WIDEST[job_id] = widest
         while len(_WIDEST) > MAX_JOBS:
             del _WIDEST[next(iter(_WIDEST))]
-
-
-def forget(job_id: str) -> None:
-    """Drop job ``job_id``'s observation (its next write keeps Spark's byte bound)."""
-    with _lock:
-        _WIDEST.pop(job_id, None)

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+import pytest
 from pyspark.sql import SparkSession
 
 from iceberg_sink._session_settings import take
@@ -70,15 +71,14 @@ def test_two_small_batches_overlapping_on_one_session_leave_its_settings_as_they
     assert {key: spark.conf.get(key, None) for key in codegen.SMALL_BATCH} == dict.fromkeys(codegen.SMALL_BATCH)
 
 
-def test_two_unbounded_writes_overlapping_on_one_session_leave_its_byte_bound_as_it_was(spark: SparkSession) -> None:
+def test_two_unbounded_writes_overlapping_on_one_session_leave_its_byte_bound_as_it_was(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arrow_batches, "_WIDEST", {})  # this test's jobs only, gone after it
     arrow_batches.observe("job-a", [100])
     arrow_batches.observe("job-b", [100])
-    try:
-        held = _overlap(
-            lambda: arrow_batches.bounded_by_rows(spark, "job-a"), lambda: arrow_batches.bounded_by_rows(spark, "job-b")
-        )
-        assert held == [True, True]
-        assert spark.conf.get(MAX_BYTES, None) is None
-    finally:
-        arrow_batches.forget("job-a")
-        arrow_batches.forget("job-b")
+    held = _overlap(
+        lambda: arrow_batches.bounded_by_rows(spark, "job-a"), lambda: arrow_batches.bounded_by_rows(spark, "job-b")
+    )
+    assert held == [True, True]
+    assert spark.conf.get(MAX_BYTES, None) is None

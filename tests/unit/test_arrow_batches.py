@@ -63,5 +63,3 @@ def test_the_driver_keeps_each_jobs_last_reported_width_and_forgets_the_oldest_j
     for job in ("b", "c", "d"):
         observe(job, [1])
     assert list(arrow_batches._WIDEST) == ["b", "c", "d"]
-    arrow_batches.forget("c")
-    assert list(arrow_batches._WIDEST) == ["b", "d"]
