@@ -334,6 +334,20 @@ SINGLE_TASK_MAX_BYTES = Option(
     table_property=False,
     minimum=0,
 )
+REDUCE_IN_WRITERS = Option(
+    "iceberg-sink.changes.reduce-in-writers",
+    str,
+    "auto",
+    "Where an upsert/CDC micro-batch's changes are reduced to the last change of each key. 'auto': a stream's "
+    "micro-batch of Kafka alone (whose messages Debezium and most producers key by the row's key, so a key's "
+    "changes are in one Kafka partition) is reduced inside its writer tasks, one per Kafka partition, without a "
+    "shuffle or a single task; every other batch in Spark. 'always': every batch that can be (one table, no "
+    "dead-letter table, no truncates or TOASTed columns, keys of simple types, a distribution that moves no "
+    "rows). 'never': always in Spark. A batch whose key changes turn out to be in two tasks is written again "
+    "reduced in Spark, and so are the job's later batches.",
+    table_property=False,
+    choices=("auto", "always", "never"),
+)
 INTERPRETED_MAX_ROWS = Option(
     "iceberg-sink.write.interpreted-max-rows",
     int,
@@ -413,6 +427,7 @@ OPTIONS: tuple[Option, ...] = (
     KEY_INDEX_DRIVER_MAX_BYTES,
     JVM_PARQUET_WRITER,
     SINGLE_TASK_MAX_BYTES,
+    REDUCE_IN_WRITERS,
     INTERPRETED_MAX_ROWS,
     START_PYTHON_WORKERS,
     SHUFFLE_PARTITIONS,

@@ -41,14 +41,19 @@ logger = logging.getLogger(__name__)
 class Sizes:
     """Up to which size a batch is a small one: its change reduction runs in one task
     (``single_task_max_bytes``, topology/changes.py); 0: never. (Whether its jobs run without
-    generated code is chosen as it is read: job/codegen.py.)"""
+    generated code is chosen as it is read: job/codegen.py.) ``reduce_in_writers``: where its changes
+    are reduced (``iceberg-sink.changes.reduce-in-writers``: auto, always or never; job/reduction.py)."""
 
     single_task_max_bytes: int = 0
+    reduce_in_writers: str = "never"
 
     @classmethod
     def of(cls, resolved: options.ResolvedOptions) -> Sizes:
         """The sizes the sink's write options (``resolved``) set."""
-        return cls(single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES))
+        return cls(
+            single_task_max_bytes=resolved.get(options.SINGLE_TASK_MAX_BYTES),
+            reduce_in_writers=resolved.get(options.REDUCE_IN_WRITERS),
+        )
 
 
 @attrs.define

@@ -8,6 +8,7 @@ the stored rows (topology/toast.py). Appends pass through.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import reduce as fold
 
 import attrs
@@ -18,6 +19,13 @@ from iceberg_sink._spark_schema import columns_of
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.topology import toast
 from iceberg_sink.topology.changes import reduce_changes
+from iceberg_sink.topology.estimate import counted_records
+from iceberg_sink.vocab.distribution import DistributionMode
+
+#: Sink jobs (by job id) a batch of which had one key's changes in two writer tasks: their batches are
+#: reduced in Spark from then on (at most this many remembered, the oldest forgotten first).
+MAX_CROSSED_JOBS = 1024
+_CROSSED: OrderedDict[str, None] = OrderedDict()
 
 
 def reduce(df: DataFrame, batch: BatchPlan) -> DataFrame:
@@ -38,7 +46,9 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
             return df  # no table yet and refused rows only: for the dead-letter table as they are
         (table,) = batch.plans
         key = batch.jobs[table].key
-        return reduce_changes(df, attrs.evolve(changes, key=key), single_task_max_bytes=one_task)
+        return reduce_changes(
+            df, attrs.evolve(changes, key=key), single_task_max_bytes=one_task, in_writers=in_writers(batch)
+        )
     by_key: dict[tuple[str, ...], list[str]] = {}
     for table in sorted(tables):
         by_key.setdefault(batch.jobs[table].key, []).append(table)
@@ -60,3 +70,34 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
         rest = df.where(~F.coalesce(F.col(route).isin(*sorted(tables)), F.lit(False)))
         parts.append(rest.drop(*[c for c in columns_of(rest) if c not in columns_of(parts[0])]))
     return fold(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+
+
+def in_writers(batch: BatchPlan) -> bool:
+    """Whether ``batch``'s changes are to be reduced in its writer tasks, one per Spark partition of the
+    input, without a shuffle (writer/key_runs.py): ``iceberg-sink.changes.reduce-in-writers`` says so
+    (``auto``: a stream's micro-batch of Kafka alone, whose messages are keyed by the row's key; ``always``),
+    the batch writes one table without a dead-letter table, the table's distribution moves no rows,
+    and no batch of the sink job had a key's changes in two tasks (:func:`keys_crossed`). The batch's
+    schema may still say no (topology/changes.py ``reducible_in_writers``)."""
+    choice = batch.sizes.reduce_in_writers
+    if choice == "never" or (choice == "auto" and counted_records() is None):
+        return False
+    if batch.route_column is not None or batch.dead is not None or batch.job_id in _CROSSED:
+        return False
+    plans = list(batch.to_write().values())
+    if len(plans) != 1:
+        return False
+    (plan,) = plans
+    if plan.mode is DistributionMode.NONE:
+        return True
+    # hash clusters by partition only (the key's writer is the point of reducing in them); range sorts
+    return not plan.table.spec().fields and (plan.mode is DistributionMode.HASH or not plan.sort_columns)
+
+
+def keys_crossed(job_id: str) -> None:
+    """Remember that a batch of ``job_id`` had a key's changes in two writer tasks: its input is not
+    partitioned by the key, so its later batches are reduced in Spark."""
+    _CROSSED[job_id] = None
+    _CROSSED.move_to_end(job_id)
+    while len(_CROSSED) > MAX_CROSSED_JOBS:
+        _CROSSED.popitem(last=False)

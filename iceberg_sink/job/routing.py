@@ -537,6 +537,8 @@ class RoutedJob:
                 committed=job.commits.committed,
                 phases_ms=batch.progress.get("phases_ms"),
                 interpreted=batch.progress.get("interpreted"),
+                reduced_in_writers=batch.progress.get("reduced_in_writers"),
+                keys_crossed=batch.progress.get("keys_crossed", False),
                 dead_letter_records=batch.progress.get("dead_letter_records", 0)
                 if table == self._config.dead_letter
                 else 0,

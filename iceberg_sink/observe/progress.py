@@ -44,12 +44,16 @@ def record(
     dead_letter_records: int = 0,
     phases_ms: dict[str, float] | None = None,
     interpreted: bool | None = None,
+    reduced_in_writers: bool | None = None,
+    keys_crossed: bool = False,
 ) -> dict[str, Any]:
     """The progress record of micro-batch ``checkpoint_id``; ``committed``: the commits it made
     (its own and pending ones of earlier checkpoints), ``summary``: its CommitSummary or None;
     ``phases_ms``: the wall milliseconds of each stage the batch went through (job/road.py);
     ``interpreted``: whether its write job ran without Spark's code generation (job/codegen.py;
-    None: nothing was written)."""
+    None: nothing was written); ``reduced_in_writers``: whether its changes were reduced in its writer
+    tasks (job/reduction.py; None: nothing was written); ``keys_crossed``: a write reduced in its
+    writer tasks found a key's changes in two of them and was written again, reduced in Spark."""
     own = next((c for c in committed if c["checkpoint_id"] == checkpoint_id), None)
     return {
         "table": table,
@@ -71,6 +75,8 @@ def record(
         "dead_letter_records": dead_letter_records,
         "phases_ms": dict(phases_ms or {}),
         "interpreted": interpreted,
+        "reduced_in_writers": reduced_in_writers,
+        "keys_crossed": keys_crossed,
         "error": one_line(error) if error is not None else None,
     }
 

@@ -36,10 +36,26 @@ from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from iceberg_sink._spark_schema import columns_of, schema_of
-from iceberg_sink._sql import column, parse, path, path_column, row_struct, string, strings, where
+from iceberg_sink._sql import column, named, parse, path, path_column, row_struct, string, strings, where
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.sources.rejects import refusal_sql
@@ -50,6 +66,9 @@ from iceberg_sink.vocab.columns import (
     INSERT_CODES,
     OP_COLUMN,
     REJECT_COLUMN,
+    RUN_ALONE_COLUMN,
+    RUN_HASH_COLUMN,
+    RUN_KEY_PREFIX,
     TRUNCATE_CODES,
     TRUNCATE_OP,
     TRUNCATES_METADATA,
@@ -246,7 +265,11 @@ def check_order_by(schema: StructType, changes: ChangeConfig) -> None:
 
 
 def reduce_changes(
-    df: DataFrame, changes: ChangeConfig, scope: Sequence[str] = (), single_task_max_bytes: int = 0
+    df: DataFrame,
+    changes: ChangeConfig,
+    scope: Sequence[str] = (),
+    single_task_max_bytes: int = 0,
+    in_writers: bool = False,
 ) -> DataFrame:
     """Return one row per changed key: its last change, with the operation in :data:`OP_COLUMN`.
 
@@ -257,6 +280,9 @@ def reduce_changes(
     and so do the writers after it unless a distribution repartitions: a 10,000-change micro-batch
     spent more on the shuffle's second stage than on its rows. The arrival order is numbered before
     the rows are brought together, so it stays the source's order whatever order they come in.
+    ``in_writers``: when the batch can be (:func:`reducible_in_writers`), its rows stay in their Spark
+    partitions, sorted there by key, a key's newest change first, with the helper columns the writer
+    tasks reduce them by (writer/key_runs.py); no shuffle, no single task.
     """
 
     # The plan is built from SQL text (iceberg_sink/_sql.py): one Py4J call per expression instead of
@@ -277,7 +303,8 @@ def reduce_changes(
     # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
     # optimizer from pushing the filters below through it (the refusals would be computed for every row).
     with_seq = df.withColumn(_SEQ, parse("monotonically_increasing_id()"))
-    if fits_one_task(df, single_task_max_bytes):
+    in_writers = in_writers and not scope and reducible_in_writers(schema, changes, truncates)
+    if not in_writers and fits_one_task(df, single_task_max_bytes):
         with_seq = with_seq.coalesce(1)
     checked = with_seq.withColumn(REJECT_COLUMN, parse(refusal_sql(columns, checks, raw)))
     refused_sql = f"{column(REJECT_COLUMN)} IS NOT NULL"
@@ -296,6 +323,8 @@ def reduce_changes(
     ordering = ([f"{path(changes.order_by)} DESC NULLS LAST"] if changes.order_by is not None else []) + [
         f"{column(_SEQ)} DESC"
     ]
+    if in_writers:
+        return _sorted_for_writers(with_op, changes, alone)
     window = f"PARTITION BY {', '.join(partition)} ORDER BY {', '.join(ordering)}"
     toasted = UNAVAILABLE_COLUMN in columns
     if toasted:
@@ -322,3 +351,53 @@ def reduce_changes(
         last = where(with_op.withColumn(_RANK, parse(f"row_number() OVER ({window})")), f"{column(_RANK)} = 1")
     dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
     return last.drop(*dropped)
+
+
+#: Key types whose values the writer tasks compare as Spark groups them (writer/key_runs.py): no
+#: collations, no floating point (never an Iceberg key), nothing nested.
+_RUN_KEY_TYPES = (
+    ByteType,
+    ShortType,
+    IntegerType,
+    LongType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    TimestampType,
+    TimestampNTZType,
+    DecimalType,
+)
+
+
+def reducible_in_writers(schema: StructType, changes: ChangeConfig, truncates: bool) -> bool:
+    """Whether a batch of ``schema`` can be reduced in its writer tasks: no truncates to place (they
+    order the whole batch), no TOASTed columns (their values come from the key's earlier changes),
+    and keys of types the tasks compare as Spark groups them (strings without a collation)."""
+    if truncates or UNAVAILABLE_COLUMN in schema.fieldNames():
+        return False
+    for key in changes.key:
+        found = _order_type(schema, key)
+        plain_string = isinstance(found, StringType) and found.simpleString() == "string"
+        if not (plain_string or isinstance(found, _RUN_KEY_TYPES)):
+            return False
+    return True
+
+
+def _sorted_for_writers(df: DataFrame, changes: ChangeConfig, alone: str) -> DataFrame:
+    """``df``'s changes sorted within each Spark partition for its writer tasks to reduce
+    (writer/key_runs.py): by key (a copy of each key column), then a row alone by its arrival, then
+    a key's newest change first (``order_by``, nulls oldest, then arrival); the key's hash beside it."""
+    keys = [path(k) for k in changes.key]
+    runs = [RUN_KEY_PREFIX + str(i) for i in range(len(keys))] + [RUN_ALONE_COLUMN]
+    helpers = [parse(f"{k} AS {column(name)}") for k, name in zip(keys, runs, strict=False)]
+    helpers.append(parse(f"{alone} AS {column(RUN_ALONE_COLUMN)}"))
+    helpers.append(
+        parse(f"CASE WHEN {alone} IS NULL THEN xxhash64({', '.join(keys)}) END AS {column(RUN_HASH_COLUMN)}")
+    )
+    marked = df.select("*", *helpers)
+    order = [named(name).asc_nulls_first() for name in runs]
+    if changes.order_by is not None:
+        order.append(path_column(changes.order_by).desc_nulls_last())
+    order.append(named(_SEQ).desc())
+    dropped = [_SEQ] + ([changes.op_column] if changes.op_column is not None else [])
+    return marked.sortWithinPartitions(*order).drop(*dropped)

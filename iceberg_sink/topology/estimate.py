@@ -33,6 +33,12 @@ def counted(records: int | None) -> Iterator[None]:
         _RECORDS.reset(token)
 
 
+def counted_records() -> int | None:
+    """The records of the micro-batch being processed, when the sink counted them (a stream's
+    micro-batch of Kafka alone); None otherwise."""
+    return _RECORDS.get()
+
+
 #: Estimates at or above this are no estimate: a source without statistics (Kafka, sockets) reports
 #: ``spark.sql.defaultSizeInBytes``, the largest long, which each projection above it rescales into
 #: another huge number (a Kafka batch's ``from_json`` gave 1.4 PB).

@@ -38,3 +38,12 @@ ROUTE_COLUMN = "__iceberg_sink_table"
 SOURCE_COLUMN = "__iceberg_sink_source"
 #: The columns the sink adds to a batch for its own use: never stored in a table.
 MARK_COLUMNS = (REJECT_COLUMN, UNAVAILABLE_COLUMN, SOURCE_COLUMN)
+
+#: A batch whose changes its writer tasks reduce (writer/key_runs.py) carries, sorted within each Spark
+#: partition by them: a copy of each key column (``RUN_KEY_PREFIX`` and its position in the key), the
+#: arrival number of a row that is a group of its own (:data:`RUN_ALONE_COLUMN`: a refused row or a
+#: truncate marker; null for a change) and a 64-bit hash of the key (:data:`RUN_HASH_COLUMN`). The
+#: writer tasks drop them; their presence is what tells every later stage so.
+RUN_KEY_PREFIX = "__iceberg_sink_run_key_"
+RUN_ALONE_COLUMN = "__iceberg_sink_run_alone"
+RUN_HASH_COLUMN = "__iceberg_sink_run_hash"

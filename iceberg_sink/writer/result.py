@@ -80,13 +80,17 @@ class WriteResult:
 @attrs.define
 class Written:
     """What the one write of a micro-batch produced: each table's task results, the dead-letter
-    table's, the refused rows per source table, the most files a task held open, and how long it took."""
+    table's, the refused rows per source table, the most files a task held open, how long it took, and
+    whether its tasks' reductions overlapped."""
 
     tables: dict[str, list[WriteResult]] = attrs.field(factory=dict)
     dead: list[WriteResult] = attrs.field(factory=list)
     counts: Counter[str] = attrs.field(factory=Counter)
     peaks: list[int] = attrs.field(factory=list)
     write_ms: float = 0.0
+    #: Reduced in its writer tasks (writer/key_runs.py), a key's changes were maybe in two of them:
+    #: these results are not the batch's.
+    keys_crossed: bool = False
 
     def results(self) -> list[WriteResult]:
         """Every task result of the write: each table's, then the dead-letter table's."""

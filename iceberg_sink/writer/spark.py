@@ -25,6 +25,7 @@ from iceberg_sink._sql import quoted
 from iceberg_sink.errors import IcebergSinkError, InvalidInputError, WriteFailedError
 from iceberg_sink.vocab.columns import ERROR_MARKER
 from iceberg_sink.writer.arrow_batches import Widths
+from iceberg_sink.writer.key_runs import KeyRuns, crossed
 from iceberg_sink.writer.multi import MultiTableTaskWriter
 from iceberg_sink.writer.read_ahead import read_ahead
 from iceberg_sink.writer.result import WriteResult
@@ -37,6 +38,10 @@ _PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrup
 _STAGE_FAILURE = "Job aborted due to stage failure:"
 
 _RESULT_SCHEMA = pa.schema([pa.field("payload", pa.binary(), nullable=False)])
+#: A task that reduced its batch's changes (writer/key_runs.py) also returns the hashes of its keys.
+_REDUCED_RESULT_SCHEMA = pa.schema(
+    [pa.field("payload", pa.binary(), nullable=False), pa.field("keys", pa.binary(), nullable=False)]
+)
 
 
 @contextmanager
@@ -62,21 +67,31 @@ def shipped(context: SparkContext, spec: WriterSpec) -> Iterator[Callable[[], Wr
         io_properties.destroy()
 
 
-def _write_task(load_spec: Callable[[], WriterSpec]) -> object:
+def _write_task(load_spec: Callable[[], WriterSpec], reduce: bool = False) -> object:
+    """The task function of a write; ``reduce``: the task reduces its rows' changes first
+    (writer/key_runs.py) and returns the hashes of its keys beside its result."""
+
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task_id, attempt_id, attempt_number = task_start()
         spec = load_spec()
         writer = TaskWriter(spec, task_id=task_id, attempt_id=attempt_id)
         widths = Widths()
+        runs = KeyRuns() if reduce else None
         try:
-            for batch in read_ahead(widths.measured(batches)):
+            measured = widths.measured(batches)
+            for batch in read_ahead(runs.reduced(measured) if runs is not None else measured):
                 writer.write(batch)
             result = attrs.evolve(writer.complete(), arrow_row_bytes=widths.row_bytes)
             _task_faults.hit(_task_faults.TASK_AFTER_WRITE, task_id, attempt_number, spec.checkpoint_id)
         except BaseException:
             writer.abort()
             raise
-        yield pa.RecordBatch.from_arrays([pa.array([result.encode()], pa.binary())], schema=_RESULT_SCHEMA)
+        payload = pa.array([result.encode()], pa.binary())
+        if runs is None:
+            yield pa.RecordBatch.from_arrays([payload], schema=_RESULT_SCHEMA)
+        else:
+            keys = pa.array([runs.hashes()], pa.binary())
+            yield pa.RecordBatch.from_arrays([payload, keys], schema=_REDUCED_RESULT_SCHEMA)
 
     return write
 
@@ -124,6 +139,17 @@ def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
         rows = map_in_arrow(df, _write_task(load_spec), "payload binary").collect()
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
     return [r for r in results if not r.is_empty]
+
+
+def write_reducing_dataframe(df: DataFrame, spec: WriterSpec) -> tuple[list[WriteResult], bool]:
+    """:func:`write_dataframe` for a batch its writer tasks reduce (writer/key_runs.py): each task's
+    result, and whether a key's changes were maybe in two tasks (then the results are not the
+    batch's: the caller discards their files and writes the batch again, reduced in Spark)."""
+    with shipped(df.sparkSession.sparkContext, spec) as load_spec:
+        rows = map_in_arrow(df, _write_task(load_spec, reduce=True), "payload binary, keys binary").collect()
+    results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
+    keys_crossed = crossed(bytes(row["keys"]) for row in rows)
+    return [r for r in results if not r.is_empty], keys_crossed
 
 
 def task_failure(error: BaseException) -> str | None:
