@@ -261,10 +261,7 @@ class SinkJob:
                 summary=self.batch_record.get("summary"),
                 write_ms=self.batch_record.get("write_ms"),
                 committed=self.commits.committed,
-                phases_ms=self.batch_record.get("phases_ms"),
-                interpreted=self.batch_record.get("interpreted"),
-                reduced_in_writers=self.batch_record.get("reduced_in_writers"),
-                keys_crossed=self.batch_record.get("keys_crossed", False),
+                **progress.road(self.batch_record),
                 dead_letter_records=self.batch_record.get("dead_letter_records", 0),
             )
 

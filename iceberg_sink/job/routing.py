@@ -535,10 +535,7 @@ class RoutedJob:
                 summary=job.batch_record.get("summary"),
                 write_ms=job.batch_record.get("write_ms"),
                 committed=job.commits.committed,
-                phases_ms=batch.progress.get("phases_ms"),
-                interpreted=batch.progress.get("interpreted"),
-                reduced_in_writers=batch.progress.get("reduced_in_writers"),
-                keys_crossed=batch.progress.get("keys_crossed", False),
+                **progress.road(batch.progress),
                 dead_letter_records=batch.progress.get("dead_letter_records", 0)
                 if table == self._config.dead_letter
                 else 0,

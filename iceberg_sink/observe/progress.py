@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from iceberg_sink.errors import one_line
@@ -27,6 +28,17 @@ def status_of(outcome: Any, error: BaseException | None) -> str:
     if outcome.pending:
         return "pending"
     return "committed" if outcome.snapshot is not None else "skipped"
+
+
+def road(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of :func:`record` a batch's road (job/road.py) wrote in ``batch``, its progress
+    record: each stage's milliseconds, and how the batch was written."""
+    return {
+        "phases_ms": batch.get("phases_ms"),
+        "interpreted": batch.get("interpreted"),
+        "reduced_in_writers": batch.get("reduced_in_writers"),
+        "keys_crossed": batch.get("keys_crossed", False),
+    }
 
 
 def record(

@@ -74,6 +74,7 @@ from iceberg_sink import (
 )
 from iceberg_sink._iceberg.files import to_meta
 from iceberg_sink._iceberg.retry import RetryPolicy
+from iceberg_sink._sql import named
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.job import codegen
 from iceberg_sink.table.catalog import embedded_catalog_uri, embedded_warehouse
@@ -425,6 +426,16 @@ class World:
         self.sized_batches = sizing_rng.choice([False, True])
         self.sized_files = 0
         self.interpreted_max_rows = sizing_rng.choice([0, 10_000])
+        # Changes reduced in the writer tasks (job/reduction.py): never, as for a bounded write
+        # (auto), or always, with frames partitioned by key (each key's changes in one task: the
+        # writers' road) or not (a key in two tasks: the batch is written again, reduced by Spark).
+        reduce_rng = random.Random(f"reduce-in-writers-{seed}")
+        self.reduce_in_writers = reduce_rng.choice(["auto", "never", "always"])
+        self.keyed_frames = self.reduce_in_writers == "always" and reduce_rng.random() < 0.6
+        self.roads: collections.Counter[str] = collections.Counter()  # how the sink reduced each write
+        # The tables are partitioned, which hash-distributes their rows unless "none" is set; the
+        # writers' road takes only a distribution that moves no rows, so "always" seeds set "none".
+        self.distribution_mode = "none" if self.reduce_in_writers == "always" else ""
         # The session's adaptive execution as its user set it (Spark's default, on, or off): a small
         # batch runs with it off (job/codegen.py), and every step, a failed or killed one included,
         # leaves the session with the user's settings (check_session_settings).
@@ -550,6 +561,8 @@ class World:
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
             .write_option("iceberg-sink.write.interpreted-max-rows", self.interpreted_max_rows)
+            .write_option("iceberg-sink.changes.reduce-in-writers", self.reduce_in_writers)
+            .write_option("write.distribution-mode", self.distribution_mode)
         )
 
     def key_index(self, builder: Any) -> Any:
@@ -581,6 +594,8 @@ class World:
             .write_option("iceberg-sink.writer.buffer-bytes", self.buffer_bytes)
             .write_option("iceberg-sink.changes.single-task-max-bytes", self.single_task_max_bytes)
             .write_option("iceberg-sink.write.interpreted-max-rows", self.interpreted_max_rows)
+            .write_option("iceberg-sink.changes.reduce-in-writers", self.reduce_in_writers)
+            .write_option("write.distribution-mode", self.distribution_mode)
         ).build()
         return sink
 
@@ -659,7 +674,11 @@ class World:
         names = list(cols.names)
         data = [tuple(cols.spark_value(c, r) for c in names) + ((r["op"],) if with_op else ()) for r in rows]
         df = self.spark.createDataFrame(data, cols.ddl("op string" if with_op else ""))
-        return self.sized(df).repartition(self.rng.choice([1, 2, 3]))
+        partitions = self.rng.choice([1, 2, 3])
+        sized = self.sized(df)
+        if self.keyed_frames and "id" in cols.names:
+            return sized.repartition(partitions, named(cols.names["id"]))
+        return sized.repartition(partitions)
 
     def sized(self, df: DataFrame) -> DataFrame:
         """``df`` as Spark can size it for a seed that sizes its batches: read from a Parquet file of
@@ -746,6 +765,7 @@ class World:
         elif crash_at is None:
             outcome = job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
             job.next_checkpoint += 1
+            self._note_road(job)
             return outcome, ""
 
         def handler(point: str, cp: int) -> None:
@@ -782,6 +802,16 @@ class World:
         outcome = job.get().write(df, checkpoint_location=job.location, checkpoint_id=checkpoint)
         job.next_checkpoint += 1
         return outcome, f"restarted, replayed checkpoint {checkpoint}"
+
+    def _note_road(self, job: SinkJob) -> None:
+        """Count and trace how the write just done reduced its changes (job/reduction.py)."""
+        progress = job.get().last_progress() or {}
+        if progress.get("keys_crossed"):
+            self.roads["a key in two writer tasks, written again"] += 1
+            self.trace[-1] += " (a key in two writer tasks: written again, reduced by Spark)"
+        elif progress.get("reduced_in_writers"):
+            self.roads["reduced in the writer tasks"] += 1
+            self.trace[-1] += " (reduced in its writer tasks)"
 
     def _sigkill_write(self, job: SinkJob, rows: list[Row], point: str, checkpoint: int) -> bool:
         """Run the checkpoint in a subprocess driver that SIGKILLs its process group at ``point``;
@@ -1804,6 +1834,7 @@ class World:
             f"key index {self.key_index_options or 'in the driver'}, "
             f"single-task-max-bytes {self.single_task_max_bytes}, sized batches {self.sized_batches}, "
             f"interpreted-max-rows {self.interpreted_max_rows}, adaptive execution {self.adaptive}, "
+            f"reduce-in-writers {self.reduce_in_writers} (keyed frames {self.keyed_frames}), "
             f"shuffle partitions {self.shuffle_partitions}, "
             f"created format v{self.created_format}, "
             f"routed commits {'atomic' if self.routed_atomic else 'one table at a time'}, operations {kinds}"
@@ -1821,6 +1852,7 @@ class World:
                 else:
                     self.spark.conf.set(key, value)
             self.user_settings = self.session_settings()
+            self.log(f"seed {self.seed}: writes by road {dict(self.roads) or 'none in the writer tasks'}")
         return time.monotonic() - started
 
     def _steps(self, steps: int, kinds: list[str], weights: list[int]) -> None:

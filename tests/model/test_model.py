@@ -39,8 +39,11 @@ def test_model(
     )
     sys.stderr.write(
         f"model check seed {model_seed}: {model_steps} steps ({v3} on v3 tables: {layout}; {index_deaths} driver "
-        f"deaths inside a key index save) in {seconds:.1f}s\n"
+        f"deaths inside a key index save; writes by road: {dict(world.roads)}) in {seconds:.1f}s\n"
     )
+    if world.keyed_frames:
+        # Frames partitioned by key under "always": some write took the writers' road (not only Spark's).
+        assert world.roads["reduced in the writer tasks"] > 0, world.roads
 
 
 def test_model_catalog_outages(
