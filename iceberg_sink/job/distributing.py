@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from iceberg_sink._spark_schema import columns_of
 from iceberg_sink.job import codegen
 from iceberg_sink.job.parallelism import SHUFFLE_PARTITIONS
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.topology.distribution import distribute as distribute_table
 from iceberg_sink.topology.distribution import distribute_routed
 from iceberg_sink.vocab.distribution import DistributionMode
-from iceberg_sink.writer.key_runs import is_reduced_in_writers
 
 
 def distribute(df: DataFrame, batch: BatchPlan) -> DataFrame:
@@ -29,7 +27,7 @@ def distribute(df: DataFrame, batch: BatchPlan) -> DataFrame:
     plan = next(iter(batch.to_write().values()), None)
     if plan is None or batch.jvm_appends(df):
         return df  # nothing of the table is written (the dead-letter table's rows are), or the JVM distributes
-    if is_reduced_in_writers(columns_of(df)):
+    if batch.reduced_in_writers:
         return df  # its writer tasks reduce it where it is (job/reduction.py chose a distribution that moves nothing)
     sort = [c for c in plan.sort_columns if c]
     return distribute_table(

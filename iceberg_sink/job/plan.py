@@ -129,6 +129,9 @@ class BatchPlan:
     progress: dict[str, Any] = attrs.field(factory=dict)
     metrics: SinkMetrics | None = None
     together: Together | None = None
+    #: Whether the reduction (job/reduction.py) left the batch's changes to its writer tasks
+    #: (writer/key_runs.py): then the distribution moves nothing and the write reduces.
+    reduced_in_writers: bool = attrs.field(default=False, init=False)
     #: :meth:`jvm_appends`' answer, once asked (the distribution and the write both ask it).
     _jvm_appends: bool | None = attrs.field(default=None, init=False)
 

@@ -15,10 +15,10 @@ import attrs
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from iceberg_sink._spark_schema import columns_of
+from iceberg_sink._spark_schema import columns_of, schema_of
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.topology import toast
-from iceberg_sink.topology.changes import reduce_changes
+from iceberg_sink.topology.changes import reduce_changes, reducible_in_writers
 from iceberg_sink.topology.estimate import counted_records
 from iceberg_sink.vocab.distribution import DistributionMode
 
@@ -31,6 +31,7 @@ _CROSSED: OrderedDict[str, None] = OrderedDict()
 def reduce(df: DataFrame, batch: BatchPlan) -> DataFrame:
     """``df`` reduced to one row per changed key of each table, TOASTed values filled in; a routed
     batch with a dead-letter table keeps the rows of no table it writes (refused rows)."""
+    batch.reduced_in_writers = False
     return toast.resolve(_last_changes(df, batch), batch.stored_tables(), batch.route_column)
 
 
@@ -45,10 +46,9 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
         if not batch.plans:
             return df  # no table yet and refused rows only: for the dead-letter table as they are
         (table,) = batch.plans
-        key = batch.jobs[table].key
-        return reduce_changes(
-            df, attrs.evolve(changes, key=key), single_task_max_bytes=one_task, in_writers=in_writers(batch)
-        )
+        keyed = attrs.evolve(changes, key=batch.jobs[table].key)
+        batch.reduced_in_writers = in_writers(batch) and reducible_in_writers(schema_of(df), keyed)
+        return reduce_changes(df, keyed, single_task_max_bytes=one_task, in_writers=batch.reduced_in_writers)
     by_key: dict[tuple[str, ...], list[str]] = {}
     for table in sorted(tables):
         by_key.setdefault(batch.jobs[table].key, []).append(table)
@@ -78,7 +78,8 @@ def in_writers(batch: BatchPlan) -> bool:
     (``auto``: a stream's micro-batch of Kafka alone, whose messages are keyed by the row's key; ``always``),
     the batch writes one table without a dead-letter table, the table's distribution moves no rows,
     and no batch of the sink job had a key's changes in two tasks (:func:`keys_crossed`). The batch's
-    schema may still say no (topology/changes.py ``reducible_in_writers``)."""
+    schema may still say no (topology/changes.py ``reducible_in_writers``): :func:`reduce` records the
+    answer in ``batch.reduced_in_writers``, which the distribution, the write and the road follow."""
     choice = batch.sizes.reduce_in_writers
     if choice == "never" or (choice == "auto" and counted_records() is None):
         return False

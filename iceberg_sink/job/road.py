@@ -28,11 +28,9 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame
 
-from iceberg_sink._spark_schema import columns_of
 from iceberg_sink.job import codegen, committing, distributing, reduction, refusal, staging, writing
 from iceberg_sink.job.plan import BatchPlan
 from iceberg_sink.job.together import Committed
-from iceberg_sink.writer.key_runs import is_reduced_in_writers
 
 _T = TypeVar("_T")
 
@@ -51,7 +49,7 @@ def run(df: DataFrame, batch: BatchPlan) -> list[Committed]:
     if batch.to_write() or batch.dead_to_write:
         progress["interpreted"] = codegen.active()
         built = timed(progress, "build", lambda: _build(df, batch))
-        progress["reduced_in_writers"] = is_reduced_in_writers(columns_of(built))
+        progress["reduced_in_writers"] = batch.reduced_in_writers
         written = timed(progress, "write", lambda: writing.write(built, batch))
         if written.keys_crossed:
             # A key's changes were in two writer tasks (the input is not partitioned by the key): its
@@ -60,7 +58,7 @@ def run(df: DataFrame, batch: BatchPlan) -> list[Committed]:
             reduction.keys_crossed(batch.job_id)
             progress["keys_crossed"] = True
             rebuilt = timed(progress, "build", lambda: _build(df, batch))
-            progress["reduced_in_writers"] = False
+            progress["reduced_in_writers"] = batch.reduced_in_writers
             written = timed(progress, "write", lambda: writing.write(rebuilt, batch))
     with codegen.as_configured():
         if written is not None:

@@ -9,23 +9,19 @@ full disk, a lost executor), naming the checkpoint and the table or route.
 
 from __future__ import annotations
 
-import logging
 import time
 
 from pyspark.sql import DataFrame
 
 from iceberg_sink import _faults, options
-from iceberg_sink._spark_schema import columns_of
+from iceberg_sink._iceberg.files import delete_quietly
 from iceberg_sink.errors import InvalidInputError
 from iceberg_sink.job.plan import BatchPlan, CheckpointPlan
 from iceberg_sink.writer import arrow_batches, jvm
-from iceberg_sink.writer.key_runs import is_reduced_in_writers
 from iceberg_sink.writer.multi import UNPLANNED_COLUMN, UNPLANNED_TABLE
 from iceberg_sink.writer.result import Written
 from iceberg_sink.writer.spark import write_dataframe, write_error, write_reducing_dataframe, write_routed_dataframe
 from iceberg_sink.writer.split import write_split
-
-logger = logging.getLogger(__name__)
 
 
 def write(df: DataFrame, batch: BatchPlan) -> Written:
@@ -68,7 +64,7 @@ def _write(df: DataFrame, batch: BatchPlan, to_write: dict[str, CheckpointPlan])
         return Written(tables=tables, peaks=peaks)
     ((table, plan),) = to_write.items()
     assert plan.spec is not None
-    if is_reduced_in_writers(columns_of(df)):
+    if batch.reduced_in_writers:
         reduced, crossed = write_reducing_dataframe(df, plan.spec)
         return Written(tables={table: reduced}, keys_crossed=crossed)
     results = jvm.write_appends(df, plan.spec, plan.mode) if batch.jvm_appends(df) else None
@@ -81,17 +77,8 @@ def discard(written: Written, batch: BatchPlan) -> None:
     """Delete the files of ``written``, a write whose results are not the batch's (best effort: a file
     left is an orphan no snapshot names, for the remove-orphans maintenance)."""
     for table, results in written.tables.items():
-        plan = batch.plans.get(table)
-        if plan is None:
-            continue
-        for result in results:
-            for meta in (*result.data_files, *result.delete_files, *result.conditional_delete_files):
-                try:
-                    plan.table.io.delete(meta.path)
-                except Exception as e:  # an orphan, not an error: nothing names the file
-                    logger.warning(
-                        "checkpoint %s: could not delete the unused file %s: %s", batch.checkpoint_id, meta.path, e
-                    )
+        files = [f for r in results for f in (*r.data_files, *r.delete_files, *r.conditional_delete_files)]
+        delete_quietly(batch.plans[table].table.io, [f.path for f in files])
 
 
 def failure(error: Exception, checkpoint_id: int, describe: str, routed: bool = False) -> Exception:

@@ -281,9 +281,9 @@ def reduce_changes(
     and so do the writers after it unless a distribution repartitions: a 10,000-change micro-batch
     spent more on the shuffle's second stage than on its rows. The arrival order is numbered before
     the rows are brought together, so it stays the source's order whatever order they come in.
-    ``in_writers``: when the batch can be (:func:`reducible_in_writers`), its rows stay in their Spark
-    partitions, sorted there by key, a key's newest change first, with the helper columns the writer
-    tasks reduce them by (writer/key_runs.py); no shuffle, no single task.
+    ``in_writers`` (the caller checked :func:`reducible_in_writers`, and passes no ``scope``): the rows
+    stay in their Spark partitions, sorted there by key, a key's newest change first, with the helper
+    columns the writer tasks reduce them by (writer/key_runs.py); no shuffle, no single task.
     """
 
     # The plan is built from SQL text (iceberg_sink/_sql.py): one Py4J call per expression instead of
@@ -304,7 +304,6 @@ def reduce_changes(
     # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
     # optimizer from pushing the filters below through it (the refusals would be computed for every row).
     with_seq = df.withColumn(_SEQ, parse("monotonically_increasing_id()"))
-    in_writers = in_writers and not scope and reducible_in_writers(schema, changes, truncates)
     if not in_writers and fits_one_task(df, single_task_max_bytes):
         with_seq = with_seq.coalesce(1)
     checked = with_seq.withColumn(REJECT_COLUMN, parse(refusal_sql(columns, checks, raw)))
@@ -370,11 +369,11 @@ _RUN_KEY_TYPES = (
 )
 
 
-def reducible_in_writers(schema: StructType, changes: ChangeConfig, truncates: bool) -> bool:
+def reducible_in_writers(schema: StructType, changes: ChangeConfig) -> bool:
     """Whether a batch of ``schema`` can be reduced in its writer tasks: no truncates to place (they
     order the whole batch), no TOASTed columns (their values come from the key's earlier changes),
     and keys of types the tasks compare as Spark groups them (strings without a collation)."""
-    if truncates or UNAVAILABLE_COLUMN in schema.fieldNames():
+    if _truncates_marked(schema, changes) or UNAVAILABLE_COLUMN in schema.fieldNames():
         return False
     for key in changes.key:
         found = _order_type(schema, key)

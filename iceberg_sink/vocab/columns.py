@@ -43,7 +43,7 @@ MARK_COLUMNS = (REJECT_COLUMN, UNAVAILABLE_COLUMN, SOURCE_COLUMN)
 #: partition by them: a copy of each key column (``RUN_KEY_PREFIX`` and its position in the key), the
 #: arrival number of a row that is a group of its own (:data:`RUN_ALONE_COLUMN`: a refused row or a
 #: truncate marker; null for a change) and a 64-bit hash of the key (:data:`RUN_HASH_COLUMN`). The
-#: writer tasks drop them; their presence is what tells every later stage so.
+#: writer tasks drop them (the batch plan's ``reduced_in_writers`` tells the other stages).
 RUN_KEY_PREFIX = "__iceberg_sink_run_key_"
 RUN_ALONE_COLUMN = "__iceberg_sink_run_alone"
 RUN_HASH_COLUMN = "__iceberg_sink_run_hash"

@@ -24,11 +24,6 @@ import pyarrow.compute as pc
 from iceberg_sink.vocab.columns import RUN_ALONE_COLUMN, RUN_HASH_COLUMN, RUN_KEY_PREFIX
 
 
-def is_reduced_in_writers(names: Sequence[str]) -> bool:
-    """Whether a batch of these columns is reduced in its writer tasks (it carries the hash column)."""
-    return RUN_HASH_COLUMN in names
-
-
 def helper_columns(names: Sequence[str]) -> list[str]:
     """The helper columns among ``names``, in their order."""
     return [n for n in names if n.startswith(RUN_KEY_PREFIX) or n in (RUN_ALONE_COLUMN, RUN_HASH_COLUMN)]
@@ -69,13 +64,14 @@ class KeyRuns:
         first = previous is None or any(
             previous.column(name)[0].as_py() != batch.column(name)[0].as_py() for name in runs
         )
-        rest: pa.Array = pa.array([False] * (rows - 1), pa.bool_())
+        rest: pa.Array | None = None  # whether each later row differs from the row before it
         for name in runs:
             values = batch.column(name)
             after, before = values.slice(1), values.slice(0, rows - 1)
             both_null = pc.and_(pc.is_null(after), pc.is_null(before))
-            same = pc.or_(both_null, pc.fill_null(pc.equal(after, before), False))
-            rest = pc.or_(rest, pc.invert(same))
+            differs = pc.invert(pc.or_(both_null, pc.fill_null(pc.equal(after, before), False)))
+            rest = differs if rest is None else pc.or_(rest, differs)
+        assert rest is not None  # runs holds the alone column at least
         return pa.concat_arrays([pa.array([first], pa.bool_()), rest])
 
     def hashes(self) -> bytes:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyspark
 from pyspark import SparkContext
 from pyspark.rdd import PythonEvalType
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql.pandas.functions import pandas_udf
 
 from iceberg_sink import _task_faults
@@ -127,6 +127,13 @@ def map_in_arrow(df: DataFrame, task: object, schema: str) -> DataFrame:
     return DataFrame(df._jdf.mapInArrow(function(every_column)._jc, False, None), df.sparkSession)
 
 
+def _run_write(df: DataFrame, spec: WriterSpec, reduce: bool = False) -> list[Row]:
+    """Run the write job of ``df`` (:func:`_write_task`'s tasks) and collect each partition's row."""
+    schema = "payload binary, keys binary" if reduce else "payload binary"
+    with shipped(df.sparkSession.sparkContext, spec) as load_spec:
+        return map_in_arrow(df, _write_task(load_spec, reduce=reduce), schema).collect()
+
+
 def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
     """Write ``df`` with one stateless writer per Spark partition; return each task's result.
 
@@ -135,9 +142,7 @@ def write_dataframe(df: DataFrame, spec: WriterSpec) -> list[WriteResult]:
     and Spark drops the results of later ones. A failed attempt deletes its files (best effort); a
     lost or killed one may leave files no result names, orphans for the remove-orphans maintenance.
     """
-    with shipped(df.sparkSession.sparkContext, spec) as load_spec:
-        rows = map_in_arrow(df, _write_task(load_spec), "payload binary").collect()
-    results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
+    results = [WriteResult.decode(bytes(row["payload"])) for row in _run_write(df, spec)]
     return [r for r in results if not r.is_empty]
 
 
@@ -145,11 +150,9 @@ def write_reducing_dataframe(df: DataFrame, spec: WriterSpec) -> tuple[list[Writ
     """:func:`write_dataframe` for a batch its writer tasks reduce (writer/key_runs.py): each task's
     result, and whether a key's changes were maybe in two tasks (then the results are not the
     batch's: the caller discards their files and writes the batch again, reduced in Spark)."""
-    with shipped(df.sparkSession.sparkContext, spec) as load_spec:
-        rows = map_in_arrow(df, _write_task(load_spec, reduce=True), "payload binary, keys binary").collect()
+    rows = _run_write(df, spec, reduce=True)
     results = [WriteResult.decode(bytes(row["payload"])) for row in rows]
-    keys_crossed = crossed(bytes(row["keys"]) for row in rows)
-    return [r for r in results if not r.is_empty], keys_crossed
+    return [r for r in results if not r.is_empty], crossed(bytes(row["keys"]) for row in rows)
 
 
 def task_failure(error: BaseException) -> str | None:

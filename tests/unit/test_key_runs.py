@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from iceberg_sink.vocab.columns import RUN_ALONE_COLUMN, RUN_HASH_COLUMN, RUN_KEY_PREFIX
-from iceberg_sink.writer.key_runs import KeyRuns, crossed, helper_columns, is_reduced_in_writers
+from iceberg_sink.writer.key_runs import KeyRuns, crossed, helper_columns
 
 K0, K1 = RUN_KEY_PREFIX + "0", RUN_KEY_PREFIX + "1"
 
@@ -104,8 +104,7 @@ def test_tasks_cross_when_a_hash_is_in_two_of_them() -> None:
     assert not crossed([])
 
 
-def test_the_marker_is_the_hash_column() -> None:
+def test_the_helper_columns_are_the_run_columns_and_the_hash() -> None:
     names = ["id", K0, RUN_ALONE_COLUMN, RUN_HASH_COLUMN, "v"]
-    assert is_reduced_in_writers(names)
-    assert not is_reduced_in_writers(["id", K0, "v"])
     assert helper_columns(names) == [K0, RUN_ALONE_COLUMN, RUN_HASH_COLUMN]
+    assert helper_columns(["id", "v"]) == []
