@@ -14,8 +14,12 @@ Each file is indexed in one of two forms:
 - **sorted**: the key is one top-level field of an integer-like type (int, long, date, time,
   timestamp) and the file holds no null key: the keys as a sorted numpy int64 array and the row
   positions in that order (uint32; left out when the file is already sorted by key, as rows
-  appended with increasing ids are). A lookup of k keys is 2k binary searches: O(k log n) per file,
-  whatever the file's size. 12 bytes per row (8 when the file is sorted).
+  appended with increasing ids are). A lookup of k keys is 2k binary searches, O(k log n) per file,
+  or, when the file has fewer rows in the keys' range than about 8k and the keys' range is narrow
+  (a table of a byte per value, built once per checkpoint), a read of each of those rows' keys in
+  that table (keys.py ``WantedKeys``): a random update of a table of many small files reads each
+  file's keys once instead of searching every file for every key. 12 bytes per row (8 when the
+  file is sorted).
 - **arrow**: any other key (several fields, strings, binary, nested fields, nullable keys): the
   projected key columns as Arrow; a lookup is one hash lookup per row of the file (``is_in``, or a
   semi-join for several fields, nulls matching nulls as in Iceberg). Exact, no file read; memory is
@@ -58,7 +62,7 @@ from iceberg_sink._iceberg.live_rows import matching_rows
 from iceberg_sink._iceberg.position_deletes import read_positions, sorted_positions
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.keyindex import fetch
-from iceberg_sink.keyindex.keys import IndexEntry, SortedKeys, as_int64, index_rows
+from iceberg_sink.keyindex.keys import IndexEntry, SortedKeys, WantedKeys, as_int64, index_rows
 from iceberg_sink.keyindex.manifest import FOLDER, IndexKey
 from iceberg_sink.keyindex.partitioned import DEFAULT_PARTITION_MAX_ENTRIES, PartitionedIndex
 from iceberg_sink.keyindex.persisted import PersistCounters, PersistedKeys, index_location
@@ -116,7 +120,7 @@ class KeyIndex:
         """Data files whose key columns were read, ever."""
         self._keys: dict[tuple[str, int, tuple[int, ...]], IndexEntry] = {}
         self._positions: dict[tuple[str, str], np.ndarray] = {}
-        self._last_deleted: tuple[pa.Table, np.ndarray] | None = None
+        self._last_deleted: tuple[pa.Table, WantedKeys] | None = None
         self._live: Collection[str] | None = None  # the data files live at the last retain()
         self.manifests: ManifestEntries = _KeptManifests(self)
         """The branch's manifests, read once each (ManifestEntries)."""
@@ -271,9 +275,9 @@ class KeyIndex:
             return pa.array(entry.keys.lookup(self._distinct(deleted))), read
         return matching_rows(entry.keys.rows, key_schema(schema, ids), ids, deleted), read
 
-    def _distinct(self, deleted: pa.Table) -> np.ndarray:
-        """The distinct non-null keys of ``deleted`` as int64 (the same table serves many data files
-        in a row: the last one is remembered)."""
+    def _distinct(self, deleted: pa.Table) -> WantedKeys:
+        """The distinct non-null keys of ``deleted`` as int64, with their membership table (the same
+        table serves many data files in a row: the last one is remembered)."""
         if self._last_deleted is not None and self._last_deleted[0] is deleted:
             return self._last_deleted[1]
         # Projected with the same schema, the deleted keys have the file's integer-like type; a
@@ -281,7 +285,7 @@ class KeyIndex:
         values = as_int64(deleted.column(0).combine_chunks().drop_null())
         if values is None:
             raise TypeError(f"equality delete keys of type {deleted.schema.field(0).type} for an integer key")
-        distinct = np.unique(values)
+        distinct = WantedKeys.of(values)
         self._last_deleted = (deleted, distinct)
         return distinct
 
