@@ -75,17 +75,49 @@ class DeletionVector:
     cardinality: int
 
 
-def serialize(positions: Iterable[pa.Array | np.ndarray]) -> bytes:
-    """The ``deletion-vector-v1`` blob of ``positions`` (deduplicated; any order).
+@attrs.frozen(eq=False)
+class Vector:
+    """A data file's deleted positions as a DV holds them: buckets of the positions' high 32 bits
+    (ascending, none empty), each a 32-bit Roaring bitmap of their low halves.
 
-    Raises:
-        ValueError: a position is negative or above :data:`MAX_POSITION`.
+    Adding positions to a DV read back (:meth:`union`) touches only the new positions, where going
+    through a sorted array would decode, merge and re-encode every position the file has deleted:
+    a checkpoint of random updates replaces the DV of most data files of the table.
     """
-    return _encode(sorted_positions(positions))
+
+    buckets: tuple[tuple[int, BitMap], ...]
+
+    @classmethod
+    def of(cls, positions: Iterable[pa.Array | np.ndarray]) -> Vector:
+        """The vector of ``positions`` (deduplicated; any order).
+
+        Raises:
+            ValueError: a position is negative or above :data:`MAX_POSITION`.
+        """
+        return cls(tuple(_buckets(sorted_positions(positions))))
+
+    def __len__(self) -> int:
+        return sum(len(bitmap) for _, bitmap in self.buckets)
+
+    def positions(self) -> np.ndarray:
+        """The positions, sorted int64."""
+        chunks = [np.frombuffer(b.to_array(), dtype=np.uint32).astype(np.int64) + (k << 32) for k, b in self.buckets]
+        return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
+
+    def union(self, positions: Iterable[pa.Array | np.ndarray]) -> Vector:
+        """This vector with ``positions`` (any order, repeats allowed) deleted too; this one is unchanged.
+
+        Raises:
+            ValueError: a position is negative or above :data:`MAX_POSITION`.
+        """
+        merged = {key: bitmap for key, bitmap in self.buckets}
+        for key, added in _buckets(sorted_positions(positions)):
+            merged[key] = merged[key] | added if key in merged else added
+        return Vector(tuple(sorted(merged.items(), key=lambda item: item[0])))
 
 
-def _encode(pos: np.ndarray) -> bytes:
-    """The blob of ``pos``: sorted, distinct int64 positions."""
+def _buckets(pos: np.ndarray) -> list[tuple[int, BitMap]]:
+    """The buckets of sorted, distinct int64 positions."""
     if len(pos) and (pos[0] < 0 or pos[-1] > MAX_POSITION):
         bad = int(pos[0]) if pos[0] < 0 else int(pos[-1])
         raise ValueError(f"a deletion vector holds positions from 0 to {MAX_POSITION}, got {bad}")
@@ -93,21 +125,48 @@ def _encode(pos: np.ndarray) -> bytes:
     cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1  # where a bucket ends and the next begins
     starts = np.concatenate(([0], cuts)) if len(pos) else cuts
     ends = np.append(cuts, len(pos)) if len(pos) else cuts
-    parts = [len(starts).to_bytes(8, "little")]
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        low = (pos[start:end] & 0xFFFFFFFF).astype(np.uint32)
-        bitmap = BitMap(array.array("I", low.tobytes()))
-        bitmap.run_optimize()  # as Java does before writing: runs of deleted rows cost 4 bytes each
-        parts.append(int(keys[start]).to_bytes(4, "little"))
-        parts.append(bitmap.serialize())
+    return [
+        (int(keys[start]), BitMap(array.array("I", (pos[start:end] & 0xFFFFFFFF).astype(np.uint32).tobytes())))
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+
+
+def serialize(positions: Iterable[pa.Array | np.ndarray] | Vector) -> bytes:
+    """The ``deletion-vector-v1`` blob of ``positions`` (deduplicated; any order).
+
+    Raises:
+        ValueError: a position is negative or above :data:`MAX_POSITION`.
+    """
+    return _encode(positions if isinstance(positions, Vector) else Vector.of(positions))
+
+
+def _encode(vector: Vector) -> bytes:
+    """The blob of ``vector``."""
+    parts = [len(vector.buckets).to_bytes(8, "little")]
+    for key, bitmap in vector.buckets:
+        # As Java does before writing: runs of deleted rows cost 4 bytes each. On a copy: the
+        # vector's bitmaps may be another vector's too (union keeps the buckets it does not change).
+        optimized = bitmap.copy()
+        optimized.run_optimize()
+        parts.append(key.to_bytes(4, "little"))
+        parts.append(optimized.serialize())
     body = MAGIC + b"".join(parts)
     if len(body) > 2**31 - 1:
-        raise ValueError(f"a deletion vector of {len(pos)} positions takes {len(body)} bytes, over the 2 GiB limit")
+        raise ValueError(f"a deletion vector of {len(vector)} positions takes {len(body)} bytes, over the 2 GiB limit")
     return len(body).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
 
 
 def deserialize(blob: bytes, where: str = "deletion vector") -> np.ndarray:
     """The positions (sorted int64) of a ``deletion-vector-v1`` blob; ``where`` names it in errors.
+
+    Raises:
+        CorruptFileError: the length, magic or CRC-32 do not match, or the vector is malformed.
+    """
+    return deserialize_vector(blob, where).positions()
+
+
+def deserialize_vector(blob: bytes, where: str = "deletion vector") -> Vector:
+    """The :class:`Vector` of a ``deletion-vector-v1`` blob; ``where`` names it in errors.
 
     Raises:
         CorruptFileError: the length, magic or CRC-32 do not match, or the vector is malformed.
@@ -130,11 +189,11 @@ def deserialize(blob: bytes, where: str = "deletion vector") -> np.ndarray:
     return _read_vector(memoryview(body)[len(MAGIC) :], where)
 
 
-def _read_vector(vector: memoryview, where: str) -> np.ndarray:
+def _read_vector(vector: memoryview, where: str) -> Vector:
     count = int.from_bytes(vector[:8], "little")
     offset = 8
     last_key = -1
-    chunks: list[np.ndarray] = []
+    buckets: list[tuple[int, BitMap]] = []
     for _ in range(count):
         if offset + 4 > len(vector):
             raise CorruptFileError(f"{where}: the vector ends before its {count} buckets")
@@ -149,12 +208,11 @@ def _read_vector(vector: memoryview, where: str) -> np.ndarray:
         except ValueError as exc:
             raise CorruptFileError(f"{where}: bucket {key} is not a valid Roaring bitmap: {exc}") from exc
         offset += size
-        low = np.frombuffer(bitmap.to_array(), dtype=np.uint32)
-        if len(low):
-            chunks.append(low.astype(np.int64) + (key << 32))
+        if len(bitmap):  # Java writes an empty bucket for each gap below its last key
+            buckets.append((key, bitmap))
     if offset != len(vector):
         raise CorruptFileError(f"{where}: {len(vector) - offset} bytes follow the vector's {count} buckets")
-    return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
+    return Vector(tuple(buckets))
 
 
 def _bitmap_size(buf: memoryview, start: int, where: str) -> int:
@@ -200,14 +258,15 @@ def _bitmap_size(buf: memoryview, start: int, where: str) -> int:
 
 
 def write_deletion_vectors(
-    io: FileIO, path: str, positions_by_file: Mapping[str, Iterable[pa.Array | np.ndarray]]
+    io: FileIO, path: str, positions_by_file: Mapping[str, Iterable[pa.Array | np.ndarray] | Vector]
 ) -> tuple[DeletionVector, ...]:
-    """Write the Puffin file ``path`` with one DV per data file of ``positions_by_file``.
+    """Write the Puffin file ``path`` with one DV per data file of ``positions_by_file`` (its
+    positions, or its :class:`Vector`).
 
     The keys are data file paths exactly as the table's manifests hold them; the DVs come back in
     the order of the blobs in the file (data file paths sorted). A DV replacing an earlier one of
     the same data file must already carry that one's positions (read them with
-    :func:`read_deletion_vector`).
+    :func:`read_deletion_vector`, or :func:`read_vector` and :meth:`Vector.union`).
 
     Raises:
         ValueError: no data file, a data file without a position, or a position out of range.
@@ -216,16 +275,17 @@ def write_deletion_vectors(
         raise ValueError(f"no deletion vector to write to {path}")
     blobs = []
     for data_file in sorted(positions_by_file):
-        positions = sorted_positions(positions_by_file[data_file])
-        if not len(positions):
+        given = positions_by_file[data_file]
+        vector = given if isinstance(given, Vector) else Vector.of(given)
+        cardinality = len(vector)
+        if not cardinality:
             raise ValueError(f"no position to delete in {data_file}")
-        data = _encode(positions)
         blobs.append(
             Blob(
                 type=BLOB_TYPE,
                 fields=(ROW_POSITION_FIELD_ID,),
-                data=data,
-                properties={REFERENCED_DATA_FILE: data_file, CARDINALITY: str(len(positions))},
+                data=_encode(vector),
+                properties={REFERENCED_DATA_FILE: data_file, CARDINALITY: str(cardinality)},
             )
         )
     written = write_puffin(io, path, blobs, created_by=CREATED_BY)
@@ -253,8 +313,20 @@ def read_deletion_vector(
     Raises:
         CorruptFileError: the blob is corrupted or holds another number of positions.
     """
+    return read_vector(io, path, content_offset, content_size_in_bytes, cardinality).positions()
+
+
+def read_vector(
+    io: FileIO, path: str, content_offset: int, content_size_in_bytes: int, cardinality: int | None = None
+) -> Vector:
+    """The :class:`Vector` of the DV at ``content_offset`` in the Puffin file ``path``, read and checked
+    as :func:`read_deletion_vector` does.
+
+    Raises:
+        CorruptFileError: the blob is corrupted or holds another number of positions.
+    """
     where = f"deletion vector at {path}@{content_offset}"
-    positions = deserialize(read_blob(io, path, content_offset, content_size_in_bytes), where)
-    if cardinality is not None and len(positions) != cardinality:
-        raise CorruptFileError(f"{where}: holds {len(positions)} positions, its manifest entry says {cardinality}")
-    return positions
+    vector = deserialize_vector(read_blob(io, path, content_offset, content_size_in_bytes), where)
+    if cardinality is not None and len(vector) != cardinality:
+        raise CorruptFileError(f"{where}: holds {len(vector)} positions, its manifest entry says {cardinality}")
+    return vector

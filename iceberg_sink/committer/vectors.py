@@ -44,7 +44,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from iceberg_sink import options
 from iceberg_sink._iceberg.deletes import DeleteRules, keys_may_match
-from iceberg_sink._iceberg.deletion_vectors import DeletionVector, read_deletion_vector, write_deletion_vectors
+from iceberg_sink._iceberg.deletion_vectors import DeletionVector, Vector, read_vector, write_deletion_vectors
 from iceberg_sink._iceberg.entries import live_files
 from iceberg_sink._iceberg.files import LiveFile, delete_quietly
 from iceberg_sink._iceberg.live_rows import key_columns
@@ -169,17 +169,17 @@ def write_vectors(
     # their live DVs (a request each, at every checkpoint) and the position delete files that apply.
     with_dv = [dvs[path] for path in news if path in dvs]  # (one Puffin file may hold several)
     read = fetch.each(_read_vector(table), with_dv, fetch.overlapped(v.meta.path for v in with_dv))
-    vectors_read = {str(v.meta.referenced_data_file): positions for v, positions in zip(with_dv, read, strict=True)}
+    vectors_read = {str(v.meta.referenced_data_file): vector for v, vector in zip(with_dv, read, strict=True)}
     pairs = [(p.meta.path, path) for path in news for p in older.get(path, [])]
     earlier = dict(zip(pairs, index.positions_of(io, pairs), strict=True))
-    positions: dict[str, np.ndarray] = {}
+    positions: dict[str, Vector] = {}
     replaced: set[tuple[str, str]] = set()
     retired: set[tuple[str, str]] = set()
     for path, new in news.items():
         old = dvs.get(path)
-        before = [vectors_read[path]] if old is not None else []
-        before += [earlier[(p.meta.path, path)] for p in older.get(path, [])]
-        merged = sorted_positions([*before, new])
+        before = [earlier[(p.meta.path, path)] for p in older.get(path, [])]
+        # A live DV is added to as it was read (its bitmaps), not decoded and encoded again.
+        merged = vectors_read[path].union([*before, new]) if old is not None else Vector.of([*before, new])
         # A reader that finds a DV ignores position delete files; without one it applies them.
         already = old.meta.record_count if old is not None else len(sorted_positions(before))
         if len(merged) == already:
@@ -209,20 +209,18 @@ def write_vectors(
     return ResolvedDeletes(vectors, frozenset(replaced), frozenset(retired), paths)
 
 
-def _read_vector(table: Table) -> Callable[[LiveFile], np.ndarray]:
-    """Reads the positions of a live DV (checked: CorruptFileError when they do not hold)."""
+def _read_vector(table: Table) -> Callable[[LiveFile], Vector]:
+    """Reads a live DV (checked: CorruptFileError when it does not hold)."""
 
-    def read(dv: LiveFile) -> np.ndarray:
+    def read(dv: LiveFile) -> Vector:
         meta = dv.meta
         assert meta.content_offset is not None and meta.content_size_in_bytes is not None
-        return read_deletion_vector(
-            table.io, meta.path, meta.content_offset, meta.content_size_in_bytes, meta.record_count
-        )
+        return read_vector(table.io, meta.path, meta.content_offset, meta.content_size_in_bytes, meta.record_count)
 
     return read
 
 
-def _write_puffins(table: Table, positions: dict[str, np.ndarray]) -> tuple[list[DeletionVector], tuple[str, ...]]:
+def _write_puffins(table: Table, positions: dict[str, Vector]) -> tuple[list[DeletionVector], tuple[str, ...]]:
     """Write the DVs of ``positions`` (data file -> every position it has deleted) where the data files
     go, laid out as the table property ``iceberg-sink.deletion-vectors.files`` says: a Puffin file per
     DV (the default), or all in one. The one rule for the layout of the sink's Puffin files.
@@ -246,7 +244,7 @@ def _write_puffins(table: Table, positions: dict[str, np.ndarray]) -> tuple[list
 
     def write(index: int) -> tuple[DeletionVector, ...] | OSError:
         try:
-            return write_deletion_vectors(io, paths[index], {path: [positions[path]] for path in files[index]})
+            return write_deletion_vectors(io, paths[index], {path: positions[path] for path in files[index]})
         except OSError as e:
             return e
 

@@ -139,6 +139,35 @@ def test_round_trip_property(points: list[int], runs: list[tuple[int, int]]) -> 
     assert blob[8:-4] == reference.serialize()
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from([0, 1, 5, 65_535, 65_536, B - 1, B, B + 3, 7 * B, dv.MAX_POSITION]), max_size=8),
+    st.lists(st.tuples(st.integers(0, 3 * B), st.integers(1, 5_000)), max_size=3),
+    st.lists(st.integers(0, 4 * B), max_size=200),
+)
+def test_adding_to_a_vector_read_back_is_the_vector_of_all_its_positions(
+    points: list[int], runs: list[tuple[int, int]], added: list[int]
+) -> None:
+    """A live DV gains a checkpoint's positions in its bitmaps (committer/vectors.py): the blob is the
+    one a fresh vector of every position gives, byte for byte, and the vector read is unchanged."""
+    old = np.array(points + [p for start, n in runs for p in range(start, start + n)], dtype=np.int64)
+    read = dv.deserialize_vector(dv.serialize([old]))
+    new = np.array(added, dtype=np.int64)
+    merged = read.union([new, new[::-1]])
+    everything = _positions(np.concatenate([old, new]))
+    np.testing.assert_array_equal(merged.positions(), everything)
+    assert len(merged) == len(everything)
+    assert dv.serialize(merged) == dv.serialize([everything])
+    np.testing.assert_array_equal(read.positions(), _positions(old))  # the vector read is unchanged
+    assert dv.serialize(read) == dv.serialize([old])
+
+
+def test_a_position_out_of_range_is_refused_when_added_to_a_vector() -> None:
+    read = dv.deserialize_vector(dv.serialize([np.array([3])]))
+    with pytest.raises(ValueError, match="positions from 0 to"):
+        read.union([np.array([dv.MAX_POSITION + 1])])
+
+
 @pytest.mark.parametrize("bad", [-1, dv.MAX_POSITION + 1, (2**31 - 1) << 32])
 def test_positions_out_of_range_are_refused(bad: int) -> None:
     with pytest.raises(ValueError, match="positions from 0 to"):
