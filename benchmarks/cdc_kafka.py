@@ -312,6 +312,7 @@ def extras(raw: dict[str, Any]) -> dict[str, Any]:
         "checkpoints",
         "kafka_connector",
         "driver_gc",
+        "key_index",
     )
     return {k: raw[k] for k in keys if k in raw}
 

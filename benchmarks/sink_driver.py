@@ -416,6 +416,11 @@ def run_kafka_stream(
         "mode": "kafka",
         "driver": "sink",
         "driver_gc": collections.summary(),
+        # Whether the committer's key index held every file (v3): files it had to read or load.
+        "key_index": {
+            "data_files_read": sink.metrics().key_index_data_files_read,
+            "entries_loaded": sink.metrics().key_index_entries_loaded,
+        },
         "kafka": kafka,
         "order_by": spec.get("order_by"),
         "files_per_trigger": None,
