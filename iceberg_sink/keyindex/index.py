@@ -232,6 +232,7 @@ class KeyIndex:
             for path, rows in matched.items():
                 if len(rows):
                     found[path].append(rows)
+        self._last_deleted = None  # its membership table (up to 64 MiB) is this lookup's only
         return dict(found), read
 
     def matching_positions(
