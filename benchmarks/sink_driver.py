@@ -412,14 +412,15 @@ def run_kafka_stream(
     snapshots = [by_id[int(records[i]["snapshot_id"])] for i in range(batches)]
     summaries = [dict(s.summary.additional_properties) if s.summary else {} for s in snapshots]
     log(f"kafka stream: {sum(changes)} changes in {stream_seconds:.1f}s, {batches} micro-batches of <= {per_trigger}")
+    metrics = sink.metrics()
     return {
         "mode": "kafka",
         "driver": "sink",
         "driver_gc": collections.summary(),
         # Whether the committer's key index held every file (v3): files it had to read or load.
         "key_index": {
-            "data_files_read": sink.metrics().key_index_data_files_read,
-            "entries_loaded": sink.metrics().key_index_entries_loaded,
+            "data_files_read": metrics.key_index_data_files_read,
+            "entries_loaded": metrics.key_index_entries_loaded,
         },
         "kafka": kafka,
         "order_by": spec.get("order_by"),

@@ -273,10 +273,10 @@ class KeyIndex:
                 if self._store is not None:
                     self._store.save(data, schema.schema_id, ids, entry)
         if isinstance(entry.keys, SortedKeys):
-            return pa.array(entry.keys.lookup(self._distinct(deleted))), read
+            return pa.array(entry.keys.lookup(self._wanted(deleted))), read
         return matching_rows(entry.keys.rows, key_schema(schema, ids), ids, deleted), read
 
-    def _distinct(self, deleted: pa.Table) -> WantedKeys:
+    def _wanted(self, deleted: pa.Table) -> WantedKeys:
         """The distinct non-null keys of ``deleted`` as int64, with their membership table (the same
         table serves many data files in a row: the last one is remembered)."""
         if self._last_deleted is not None and self._last_deleted[0] is deleted:
@@ -286,9 +286,9 @@ class KeyIndex:
         values = as_int64(deleted.column(0).combine_chunks().drop_null())
         if values is None:
             raise TypeError(f"equality delete keys of type {deleted.schema.field(0).type} for an integer key")
-        distinct = WantedKeys.of(values)
-        self._last_deleted = (deleted, distinct)
-        return distinct
+        wanted = WantedKeys.of(values)
+        self._last_deleted = (deleted, wanted)
+        return wanted
 
     def positions(self, io: FileIO, delete_path: str, data_path: str) -> np.ndarray:
         """The positions (int64, sorted, distinct) the position delete file ``delete_path`` deletes in
