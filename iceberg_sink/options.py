@@ -183,6 +183,18 @@ PENDING_RETRY_INTERVAL_MS = Option(
     table_property=False,
     minimum=0,
 )
+COMMIT_OVERLAP = Option(
+    "iceberg-sink.commit.overlap",
+    str,
+    "auto",
+    "Streams: whether a micro-batch's commit may run beside the next micro-batch (job/lane.py). 'auto': on a "
+    "format v3 table (whose commit resolves deleted keys to deletion vectors), for a one-table sink without a "
+    "dead-letter table, when the stream's source already had more records waiting (so the next micro-batch "
+    "follows at once and takes the commit's result) and the trigger is not once or availableNow; the "
+    "committable is durable before the micro-batch returns. 'never': every micro-batch commits before it returns.",
+    table_property=False,
+    choices=("auto", "never"),
+)
 TRANSACTIONS_MAX_HELD_EVENTS = Option(
     "iceberg-sink.transactions.max-held-events",
     int,
@@ -410,6 +422,7 @@ OPTIONS: tuple[Option, ...] = (
     COMMIT_TOTAL_TIMEOUT_MS,
     MAX_PENDING_CHECKPOINTS,
     PENDING_RETRY_INTERVAL_MS,
+    COMMIT_OVERLAP,
     TRANSACTIONS_MAX_HELD_EVENTS,
     TRANSACTIONS_MAX_HELD_BATCHES,
     SNAPSHOT_PROPERTY_PREFIX,

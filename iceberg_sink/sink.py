@@ -33,7 +33,7 @@ from iceberg_sink.job.together import Together
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.observe.metrics import MetricsSnapshot, SinkMetrics
 from iceberg_sink.observe.prometheus import MetricsServer
-from iceberg_sink.sources import kafka_offsets, kafka_source
+from iceberg_sink.sources import backlog, kafka_offsets, kafka_source
 from iceberg_sink.sources.transactions import CarryStore
 from iceberg_sink.table import catalog as catalogs
 from iceberg_sink.table.key_bounds import KeyBoundsCache
@@ -348,6 +348,15 @@ class IcebergSink:
 
         query = self._start(streaming_df, process_batch, self._config, checkpoint_location, trigger, query_name)
         dead = job.dead_letter
+        resolved = options.resolve(self._config.options, {})
+        if (
+            dead is None
+            and job.together is None
+            and not {"once", "availableNow"} & set(trigger)
+            and resolved.get(options.PENDING_RETRY_INTERVAL_MS) > 0
+        ):
+            # A commit may run beside the next micro-batch (job/lane.py): when a next one follows at once.
+            job.backlog = lambda: backlog.source_backlog(query)
 
         def has_pending() -> bool:
             return job.has_pending() or (dead is not None and dead.has_pending())
@@ -358,7 +367,13 @@ class IcebergSink:
                 dead.commit_pending()
 
         self._retry_while_idle(
-            query, batch_lock, has_pending, commit_pending, f"table {config.table}", checkpoint_location
+            query,
+            batch_lock,
+            has_pending,
+            commit_pending,
+            f"table {config.table}",
+            checkpoint_location,
+            job.commits.drain,
         )
         return query
 
@@ -370,12 +385,14 @@ class IcebergSink:
         commit_pending: Callable[[], object],
         what: str,
         checkpoint_location: str,
+        finish: Callable[[], object] | None = None,
     ) -> None:
-        """Commit checkpoints a catalog outage left pending while the stream is idle (iceberg_sink/job/idle.py)."""
+        """Commit checkpoints a catalog outage left pending while the stream is idle, and take the
+        commit lane's last result when the query stops (``finish``; iceberg_sink/job/idle.py)."""
         interval_ms = options.resolve(self._config.options, {}).get(options.PENDING_RETRY_INTERVAL_MS)
         if interval_ms > 0:
             idle.retry_while_idle(
-                query, batch_lock, has_pending, commit_pending, interval_ms / 1000, what, checkpoint_location
+                query, batch_lock, has_pending, commit_pending, interval_ms / 1000, what, checkpoint_location, finish
             )
 
     @staticmethod

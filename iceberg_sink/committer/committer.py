@@ -63,6 +63,9 @@ class CommitOutcome:
             committed one at a time (``.atomic_commits("off")``, or a catalog that cannot).
         cleanup: for a checkpoint that needed no snapshot, deletes its staged files; call it after
             removing its committable (a replay before that reads them again).
+        in_flight: True when the checkpoint's commit was handed to the stream's commit lane
+            (job/lane.py): its committable is stored, and the next micro-batch (or the idle retry)
+            takes the commit's result before committing anything else.
     """
 
     checkpoint_id: int
@@ -76,6 +79,7 @@ class CommitOutcome:
     key_index_data_files_read: int = 0
     key_index_entries_loaded: int = 0
     atomic: bool = True
+    in_flight: bool = False
 
 
 @attrs.frozen

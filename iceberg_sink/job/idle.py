@@ -77,12 +77,25 @@ def retry_while_idle(
     interval_s: float,
     what: str,
     checkpoint_location: str | None = None,
+    finish: Callable[[], object] | None = None,
 ) -> threading.Thread:
     """Start the thread that commits pending checkpoints of ``query``'s sink between micro-batches
-    (registered under ``checkpoint_location`` for :func:`end_stopped`)."""
+    (registered under ``checkpoint_location`` for :func:`end_stopped`); when it ends (the query
+    stopped), ``finish()`` takes what the commit lane still holds (job/lane.py)."""
     stopped = threading.Event()
 
     def loop() -> None:
+        try:
+            retry()
+        finally:
+            if finish is not None:
+                with batch_lock:
+                    try:
+                        finish()
+                    except Exception:
+                        logger.exception("%s: the last commit of the stopped query failed", what)
+
+    def retry() -> None:
         while not stopped.wait(interval_s):
             if not _active(query):
                 return

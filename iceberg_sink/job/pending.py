@@ -47,6 +47,7 @@ from iceberg_sink.errors import (
     sqlite_catalog_locked,
 )
 from iceberg_sink.job import codegen
+from iceberg_sink.job.lane import CommitLane
 from iceberg_sink.observe.metrics import SinkMetrics
 from iceberg_sink.sources import kafka_offsets, transactions
 from iceberg_sink.topology.compaction.trigger import CompactionTrigger
@@ -124,6 +125,9 @@ class PendingCommits:
         self.conversion = conversion
         #: What was committed since :meth:`start_batch` (checkpoint, snapshot, commit time, attempts).
         self.committed: list[dict[str, Any]] = []
+        # The job's commit lane (job/lane.py) and the committable on it.
+        self._lane: CommitLane[tuple[CommitOutcome, float]] = CommitLane(f"table {table_name}")
+        self._handed: Committable | None = None
         # Whether the store holds why checkpoints were pending (None: not read yet; an earlier run
         # may have left it): cleared, with the metric, by the first commit that leaves none pending.
         self._reason_recorded: bool | None = None
@@ -135,6 +139,12 @@ class PendingCommits:
         """Commit ``committable`` (idempotently) and forget it; raises :class:`CommitDeferred` when a
         stream's commit cannot land now (:meth:`defers`; the committable stays stored)."""
         started = time.monotonic()
+        outcome = self._send(committable, self._properties(committable), table)
+        return self._land(committable, outcome, (time.monotonic() - started) * 1000)
+
+    def _properties(self, committable: Committable) -> dict[str, str]:
+        """The snapshot properties of ``committable``'s commit: the job's, each Kafka partition's
+        offset (streams: sources/kafka_offsets.py) and the pre-commit hooks'."""
         properties = dict(self._job_properties)
         if self._streaming:  # how far each Kafka partition is (sources/kafka_offsets.py)
             checkpoint_id = committable.checkpoint_id
@@ -147,6 +157,11 @@ class PendingCommits:
             properties.update(kafka_offsets.summary_properties(self._store.spark_offset_log(checkpoint_id), held))
         with self._serial:
             properties.update(self._hooks.before_commit(committable.summary))
+        return properties
+
+    def _send(self, committable: Committable, properties: dict[str, str], table: Table | None) -> CommitOutcome:
+        """The commit itself (on the commit lane too, job/lane.py): the committer's snapshot, then the
+        committable removed. Raises :class:`CommitDeferred` as :meth:`commit` does."""
         try:
             outcome = self._committer.commit(committable, extra_properties=properties, table=table)
         except Exception as e:
@@ -163,12 +178,16 @@ class PendingCommits:
             self._reason_recorded = False
         if outcome.cleanup is not None:
             outcome.cleanup()
+        return outcome
+
+    def _land(self, committable: Committable, outcome: CommitOutcome, commit_ms: float) -> CommitOutcome:
+        """What follows a commit, on the caller's thread: metrics, the progress entry, the hooks."""
         if outcome.snapshot is None:
             self._metrics.add(skipped_commits=1)
             # Already in the table, or it only deleted keys that provably do not exist.
             logger.info("checkpoint %s needed no new snapshot; skipped", committable.checkpoint_id)
             return outcome
-        self._committed(committable, outcome, (time.monotonic() - started) * 1000)
+        self._committed(committable, outcome, commit_ms)
         logger.info(
             "checkpoint %s committed as snapshot %s: %s data files, %s records",
             committable.checkpoint_id,
@@ -177,6 +196,52 @@ class PendingCommits:
             committable.summary.records,
         )
         return outcome
+
+    # -- the commit lane (job/lane.py) -------------------------------------------------------
+
+    def hand(self, committable: Committable) -> CommitOutcome:
+        """Commit ``committable`` on the job's commit lane and return at once: the lane must be
+        drained (:meth:`commit_or_defer` drains it). Its pre-commit hooks run here, now; the rest of
+        what follows the commit runs when the lane is drained (:meth:`drain`)."""
+        properties = self._properties(committable)
+
+        def send() -> tuple[CommitOutcome, float]:
+            started = time.monotonic()
+            outcome = self._send(committable, properties, None)
+            return outcome, (time.monotonic() - started) * 1000
+
+        self._handed = committable
+        self._lane.hand(committable.checkpoint_id, send)
+        self._metrics.add(overlapped_commits=1)
+        return CommitOutcome(committable.checkpoint_id, None, already_committed=False, attempts=0, in_flight=True)
+
+    def lane_running(self) -> bool:
+        """Whether a checkpoint's commit is running on the commit lane."""
+        return self._lane.running()
+
+    def drain(self) -> CommitOutcome | None:
+        """Wait for the commit lane's checkpoint, then do what follows its commit here (metrics, the
+        progress entry, hooks); None when the lane was empty.
+
+        Raises:
+            CommitDeferred: its commit could not land now (it is recorded pending, as :meth:`defer`
+                does); its committable stays stored.
+            Exception: its commit's error.
+        """
+        drained = self._lane.drain()
+        if drained is None:
+            return None
+        checkpoint_id, future = drained
+        committable, self._handed = self._handed, None
+        assert committable is not None and committable.checkpoint_id == checkpoint_id
+        error = future.exception()
+        if isinstance(error, CommitDeferred):
+            self.defer(checkpoint_id, error.error)
+            raise error
+        if error is not None:
+            raise error
+        outcome, commit_ms = future.result()
+        return self._land(committable, outcome, commit_ms)
 
     def _committed(self, committable: Committable, outcome: CommitOutcome, commit_ms: float) -> None:
         """Metrics, the progress entry, post-commit hooks and maintenance triggers of a new snapshot."""
@@ -229,7 +294,10 @@ class PendingCommits:
                 self.conversion.observe(result)
 
     def has_pending(self, before: int | None = None) -> bool:
-        """Whether a committable (below ``before``) is stored."""
+        """Whether a committable (below ``before``) is stored, or (``before`` None) a checkpoint
+        is on the commit lane, committed or not, whose landing is still to be done."""
+        if before is None and self._lane.holds():
+            return True
         return any(before is None or c < before for c in self._store.pending_ids())
 
     def stored(self) -> list[Committable]:
@@ -241,8 +309,12 @@ class PendingCommits:
         self._metrics.set(pending_checkpoints=len(self._store.pending_ids()))
 
     def commit_pending(self, before: int | None = None) -> list[CommitOutcome]:
-        """Commit stored committables (below ``before``), oldest first, one snapshot each."""
+        """Commit stored committables (below ``before``), oldest first, one snapshot each, after the
+        commit lane's checkpoint (drained first)."""
         outcomes = []
+        drained = self.drain()
+        if drained is not None:
+            outcomes.append(drained)
         for committable in self._store.pending():
             if before is not None and committable.checkpoint_id >= before:
                 continue
@@ -306,11 +378,25 @@ class PendingCommits:
         )
         return CommitOutcome(checkpoint_id, None, already_committed=False, attempts=0, pending=True)
 
-    def commit_or_defer(self, committable: Committable, table: Table, error: BaseException | None) -> CommitOutcome:
+    def commit_or_defer(
+        self, committable: Committable, table: Table | None, error: BaseException | None, overlap: bool = False
+    ) -> CommitOutcome:
         """Commit ``committable`` now, or keep it pending when it cannot land now (``error``: an
-        earlier commit of this batch could not, so this one waits behind it)."""
+        earlier commit of this batch could not, so this one waits behind it), or (``overlap``) hand
+        it to the commit lane (job/lane.py). The lane's checkpoint, and any stored below this one,
+        are committed first, in order."""
+        before = committable.checkpoint_id
+        try:
+            if self.drain() is not None:
+                table = None  # loaded before that commit landed: the committer loads it again
+                if error is None and self.has_pending(before):
+                    self.commit_pending(before)
+        except CommitDeferred as e:
+            error = error or e.error
         if error is not None:
             return self.defer(committable.checkpoint_id, error)
+        if overlap:
+            return self.hand(committable)
         try:
             return self.commit(committable, table)
         except CommitDeferred as e:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -51,6 +51,7 @@ from iceberg_sink.job import road
 from iceberg_sink.job.binding import NoRowsNoTable, TableBinding
 from iceberg_sink.job.dead_letter import DeadLetterTable, dead_letter_config
 from iceberg_sink.job.key_index import key_index_arguments
+from iceberg_sink.job.lane import overlaps
 from iceberg_sink.job.pending import CommitDeferred, PendingCommits
 from iceberg_sink.job.plan import BatchPlan, CheckpointPlan, Sizes
 from iceberg_sink.job.refusal import without_reject
@@ -131,10 +132,10 @@ class SinkJob:
         self._spark: SparkSession | None = None
         self._dead_letter: DeadLetterTable | None = None
         self.together: Together | None = None  # the tables it commits atomically with (job/together.py)
+        self.backlog: Callable[[], bool] | None = None  # streams: more records waiting? (job/lane.py)
         # What the micro-batch being processed did, for its progress record.
         self.batch_record: dict[str, Any] = {}
-        # The trigger outlives a job: a sink's bounded writes are jobs of their own but count
-        # towards the same compaction thresholds.
+        # The trigger outlives a job: a sink's bounded writes (jobs of their own) count towards its thresholds.
         table_key = f"{config.catalog.name}:{config.table}:{config.branch}"
         if compaction is None and config.compaction is not None:
             compaction = CompactionTrigger(
@@ -155,8 +156,7 @@ class SinkJob:
                 metrics=self.metrics,
                 **key_index_arguments(resolved, lambda: self._spark),
             )
-        self.compaction: CompactionTrigger | None = compaction
-        self.conversion: ConversionTrigger | None = conversion
+        self.compaction, self.conversion = compaction, conversion
         # An ephemeral job (no checkpoint location to resume from) needs no snapshots kept by expiry.
         self.commits = PendingCommits(
             table_name=config.table,
@@ -350,7 +350,7 @@ class SinkJob:
         if self.binding.schema_changed:
             self.binding.schema_changed = False
             _faults.hit(_faults.AFTER_SCHEMA_CHANGE, checkpoint_id)
-        if deferred is None:
+        if deferred is None and not self.commits.lane_running():  # else its commit step takes it
             committed_pending = []
             try:
                 committed_pending = self.commit_pending(before=checkpoint_id)
@@ -415,7 +415,8 @@ class SinkJob:
         committable = committable or plan.stored
         if committable is None:
             return None
-        return self.commits.commit_or_defer(committable, plan.table, plan.deferred)
+        overlap = overlaps(self.backlog, plan.table.format_version, plan.resolved)  # a one-table stream: job/lane.py
+        return self.commits.commit_or_defer(committable, plan.table, plan.deferred, overlap)
 
     def flushed(self, results: list[WriteResult], duration_ms: float) -> None:
         """Writer metrics of one checkpoint, from its tasks' results (observe/metrics.py)."""

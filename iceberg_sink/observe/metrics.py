@@ -136,6 +136,8 @@ class MetricsSnapshot:
     # held locked (errors.SQLITE_CATALOG_LOCKED), of all deferred_commits.
     pending_reason: str | None = None
     catalog_locked_commits: int = 0
+    # Streams: commits handed to the commit lane, to run beside the next micro-batch (job/lane.py).
+    overlapped_commits: int = 0
     # Writers (from the WriteResults of each checkpoint's tasks, aggregated on the driver).
     flushed_data_files: int = 0
     flushed_delete_files: int = 0

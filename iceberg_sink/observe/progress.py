@@ -19,14 +19,17 @@ logger = logging.getLogger("iceberg_sink.progress")
 
 
 def status_of(outcome: Any, error: BaseException | None) -> str:
-    """failed, empty (no rows), pending (outage), committed, or skipped (already in the table, or
-    only deletes of keys that do not exist)."""
+    """failed, empty (no rows), pending (outage), committing (its commit runs on the commit lane,
+    job/lane.py: a later record's ``committed_pending`` names it once it landed), committed, or
+    skipped (already in the table, or only deletes of keys that do not exist)."""
     if error is not None:
         return "failed"
     if outcome is None:
         return "empty"
     if outcome.pending:
         return "pending"
+    if getattr(outcome, "in_flight", False):
+        return "committing"
     return "committed" if outcome.snapshot is not None else "skipped"
 
 

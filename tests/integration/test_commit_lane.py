@@ -1,0 +1,138 @@
+"""The commit lane (job/lane.py): a v3 stream's commit runs beside its next micro-batch when its
+Kafka source had more records waiting, with commit order, exactly once and the hooks unchanged.
+
+A real broker and Spark's Kafka source, in a subprocess (the test session's SparkSession has no
+Kafka jars): tests/integration/commit_lane_driver.py. The topic's keyed records (a key's changes in
+one partition, as Debezium writes them) are read 40 at a time, so every micro-batch but the last
+has records waiting behind it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iceberg_sink import _faults
+from tests.integration.kafka import kafka_broker, spark_kafka_conf  # noqa: F401
+from tests.interop.readers import JavaIcebergReader, assert_readers_agree
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS, KEYS, PER_TRIGGER = 400, 50, 40
+
+
+def _produce(broker: Any, topic: str, seed: int) -> dict[int, str]:
+    """RECORDS random updates of KEYS keys; the model: each key's last value."""
+    rng = random.Random(seed)
+    broker.create_topic(topic, partitions=2)
+    records = [(str(rng.randrange(KEYS)), f"v{i}-{rng.randrange(10**6)}") for i in range(RECORDS)]
+    broker.produce(topic, records)
+    return {int(k): v for k, v in records}
+
+
+def _run(tmp_path: Path, broker: Any, topic: str, overlap: str, kill: list[Any] | None = None) -> dict[str, Any]:
+    request = tmp_path / "request.json"
+    killed_on = tmp_path / "killed_on"
+    request.write_text(
+        json.dumps(
+            {
+                "jars": spark_kafka_conf()["spark.jars"],
+                "bootstrap": broker.bootstrap,
+                "topic": topic,
+                "lake": str(tmp_path / "lake"),
+                "checkpoint": str(tmp_path / "checkpoint"),
+                "overlap": overlap,
+                "per_trigger": PER_TRIGGER,
+                "kill": kill,
+                "killed_on": str(killed_on),
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.commit_lane_driver", str(request)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        start_new_session=True,  # a kill takes its process group: the driver, its JVM and workers
+    )
+    if kill:
+        assert done.returncode != 0, "the driver was to be killed"
+        return {"killed_on": killed_on.read_text()}
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _every_checkpoint_once(result: dict[str, Any]) -> None:
+    checkpoints = result["checkpoints"]
+    assert sorted(checkpoints) == list(range(len(checkpoints))), checkpoints  # one snapshot each
+    assert checkpoints == sorted(checkpoints, reverse=True) or checkpoints == sorted(checkpoints)  # in order
+
+
+@pytest.mark.slow
+def test_commits_run_beside_the_next_micro_batch_and_land_in_order(
+    kafka_broker: Any,  # noqa: F811
+    tmp_path: Path,
+    java_readers: tuple[JavaIcebergReader, ...],
+) -> None:
+    model = _produce(kafka_broker, "kv", seed=41)
+    result = _run(tmp_path, kafka_broker, "kv", "auto")
+    # Every record is in the table when processAllAvailable() returns: the last micro-batch had
+    # nothing waiting, so it committed before returning, after the lane's checkpoint.
+    assert [(i, v) for i, v, _ in result["rows"]] == sorted(model.items())
+    records = result["progress"]
+    statuses = [r["status"] for r in records]
+    assert statuses[-1] == "committed"
+    assert "committing" in statuses and set(statuses) <= {"committing", "committed"}, statuses
+    assert result["overlapped_commits"] == statuses.count("committing")
+    # A checkpoint committed on the lane is named by the next micro-batch's record, which took it.
+    for before, after in itertools.pairwise(records):
+        if before["status"] == "committing":
+            assert before["snapshot_id"] is None
+            assert before["checkpoint_id"] in after["committed_pending"], (before, after)
+    _every_checkpoint_once(result)
+    assert len(result["checkpoints"]) == len(records)
+    # Post-commit hooks: once per checkpoint, in order, never on the lane's thread.
+    hooks = result["hooks"]
+    assert [h["checkpoint_id"] for h in hooks] == sorted(result["checkpoints"])
+    assert not [h for h in hooks if h["thread"].startswith("iceberg-sink-commit")], hooks
+    assert_readers_agree(
+        java_readers, result["metadata_location"], [{"id": i, "v": v, "seq": s} for i, v, s in result["rows"]], ["id"]
+    )
+
+
+@pytest.mark.slow
+def test_never_commits_every_micro_batch_before_it_returns(
+    kafka_broker: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    model = _produce(kafka_broker, "kv", seed=42)
+    result = _run(tmp_path, kafka_broker, "kv", "never")
+    assert [(i, v) for i, v, _ in result["rows"]] == sorted(model.items())
+    assert {r["status"] for r in result["progress"]} == {"committed"}
+    assert result["overlapped_commits"] == 0
+    _every_checkpoint_once(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", [_faults.BEFORE_COMMIT_SEND, _faults.COMMIT_SENT, _faults.AFTER_COMMIT])
+def test_a_driver_killed_while_the_lane_commits_loses_nothing_and_commits_nothing_twice(
+    kafka_broker: Any,  # noqa: F811
+    tmp_path: Path,
+    point: str,
+) -> None:
+    model = _produce(kafka_broker, "kv", seed=43)
+    killed = _run(tmp_path, kafka_broker, "kv", "auto", kill=[point, 3])
+    assert killed["killed_on"].startswith("iceberg-sink-commit"), killed  # it died on the lane
+    result = _run(tmp_path, kafka_broker, "kv", "auto")  # the same checkpoint location, restarted
+    assert [(i, v) for i, v, _ in result["rows"]] == sorted(model.items())
+    _every_checkpoint_once(result)
