@@ -215,6 +215,17 @@ class PendingCommits:
         self._metrics.add(overlapped_commits=1)
         return CommitOutcome(committable.checkpoint_id, None, already_committed=False, attempts=0, in_flight=True)
 
+    def settle(self) -> tuple[bool, BaseException | None]:
+        """Drain the commit lane if it holds a checkpoint: whether it held one, and why its commit
+        was deferred (None: it landed). Other errors are raised, as :meth:`drain` raises them."""
+        if not self._lane.holds():
+            return False, None
+        try:
+            self.drain()
+        except CommitDeferred as e:
+            return True, e.error
+        return True, None
+
     def lane_running(self) -> bool:
         """Whether a checkpoint's commit is running on the commit lane."""
         return self._lane.running()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -177,7 +178,27 @@ class BatchPlan:
         tables = self.rows_of()
         return {
             (t if self.route_column is not None else None): toast.StoredTable(
-                p.table, self.jobs[t].binding.config.branch, self.jobs[t].key, p.deferred
+                p.table,
+                self.jobs[t].binding.config.branch,
+                self.jobs[t].key,
+                p.deferred,
+                partial(_settle, self.jobs[t], p),
             )
             for t, p in tables.items()
         }
+
+
+def _settle(job: Any, plan: CheckpointPlan) -> tuple[Table, BaseException | None]:
+    """``plan``'s table with the commit on ``job``'s commit lane landed (job/lane.py), and why its
+    commit is deferred: stored values are read after the previous checkpoint's rows are in."""
+    held, deferred = job.commits.settle()
+    if held and deferred is None:
+        try:
+            plan.table = job.binding.refresh()
+        except Exception as e:
+            if not job.commits.is_outage(e):
+                raise
+            plan.deferred = e
+    elif held:
+        plan.deferred = deferred
+    return plan.table, plan.deferred

@@ -16,7 +16,7 @@ Two steps, both only for rows the Debezium reader marked (a batch without any pl
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -105,12 +105,15 @@ def refuse_after_delete(df: DataFrame) -> DataFrame:
 class StoredTable:
     """Where one table's stored rows are read: the table as loaded for the checkpoint, its branch, its
     key, and why the checkpoint's commit is deferred (a catalog outage or lost races: the table then
-    misses pending checkpoints, so stored values would be stale)."""
+    misses pending checkpoints, so stored values would be stale). ``settle``, when given, is called
+    before stored rows are read and gives the table and deferral to read with: the previous
+    checkpoint's commit may still run beside this one (job/lane.py), and its rows count."""
 
     table: Table
     branch: str
     key: tuple[str, ...]
     deferred: BaseException | None = None
+    settle: Callable[[], tuple[Table, BaseException | None]] | None = attrs.field(default=None, eq=False)
 
 
 def resolve(
@@ -181,6 +184,9 @@ def fill_stored(df: DataFrame, tables: Mapping[str | None, StoredTable], route_c
     parts: list[DataFrame] = []
     for name, by_key in wanted.items():
         target = names[name]
+        if target.settle is not None:
+            table, deferred = target.settle()
+            target = attrs.evolve(target, table=table, deferred=deferred, settle=None)
         if target.deferred is not None:
             lost = isinstance(target.deferred, CommitRetriesExhaustedError)
             raise (CommitRetriesExhaustedError if lost else CatalogUnavailableError)(

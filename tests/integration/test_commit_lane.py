@@ -21,11 +21,14 @@ from typing import Any
 import pytest
 
 from iceberg_sink import _faults
+from iceberg_sink.sources.debezium import UNAVAILABLE_VALUE
 from tests.integration.kafka import kafka_broker, spark_kafka_conf  # noqa: F401
+from tests.integration.test_debezium_events import envelope, field
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS, KEYS, PER_TRIGGER = 400, 50, 40
+STALL = [_faults.BEFORE_COMMIT_SEND, 1.5]
 
 
 def _produce(broker: Any, topic: str, seed: int) -> dict[int, str]:
@@ -37,7 +40,15 @@ def _produce(broker: Any, topic: str, seed: int) -> dict[int, str]:
     return {int(k): v for k, v in records}
 
 
-def _run(tmp_path: Path, broker: Any, topic: str, overlap: str, kill: list[Any] | None = None) -> dict[str, Any]:
+def _run(
+    tmp_path: Path,
+    broker: Any,
+    topic: str,
+    overlap: str,
+    kill: list[Any] | None = None,
+    debezium: bool = False,
+    stall: list[Any] | None = None,
+) -> dict[str, Any]:
     request = tmp_path / "request.json"
     killed_on = tmp_path / "killed_on"
     request.write_text(
@@ -52,6 +63,8 @@ def _run(tmp_path: Path, broker: Any, topic: str, overlap: str, kill: list[Any] 
                 "per_trigger": PER_TRIGGER,
                 "kill": kill,
                 "killed_on": str(killed_on),
+                "debezium": debezium,
+                "stall": stall,
             }
         )
     )
@@ -85,7 +98,8 @@ def test_commits_run_beside_the_next_micro_batch_and_land_in_order(
     java_readers: tuple[JavaIcebergReader, ...],
 ) -> None:
     model = _produce(kafka_broker, "kv", seed=41)
-    result = _run(tmp_path, kafka_broker, "kv", "auto")
+    # Each commit on the lane stalls, so the next micro-batch is planned and written beside it.
+    result = _run(tmp_path, kafka_broker, "kv", "auto", stall=STALL)
     # Every record is in the table when processAllAvailable() returns: the last micro-batch had
     # nothing waiting, so it committed before returning, after the lane's checkpoint.
     assert [(i, v) for i, v, _ in result["rows"]] == sorted(model.items())
@@ -135,4 +149,32 @@ def test_a_driver_killed_while_the_lane_commits_loses_nothing_and_commits_nothin
     assert killed["killed_on"].startswith("iceberg-sink-commit"), killed  # it died on the lane
     result = _run(tmp_path, kafka_broker, "kv", "auto")  # the same checkpoint location, restarted
     assert [(i, v) for i, v, _ in result["rows"]] == sorted(model.items())
+    _every_checkpoint_once(result)
+
+
+@pytest.mark.slow
+def test_unchanged_toasted_columns_take_the_value_the_commit_on_the_lane_wrote(
+    kafka_broker: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A key's update in micro-batch N sets a TOASTed column; its update in N+1 leaves it unchanged
+    (the placeholder), so N+1 reads the stored row: with N's commit still on the lane while N+1 is
+    planned, the lookup must wait for it, or it reads the value N replaced."""
+    fields = [field("id", "int32"), field("doc", "string"), field("n", "int32")]
+    kafka_broker.create_topic("docs", partitions=1)  # micro-batches of exactly PER_TRIGGER events
+    events, lsn = [], 0
+    for version in range(5):
+        for i in range(PER_TRIGGER):  # one micro-batch: every key's document replaced
+            lsn += 1
+            row = {"id": i, "doc": f"doc {i}.{version}", "n": -1}
+            events.append(envelope("c" if version == 0 else "u", lsn, None if version == 0 else {"id": i}, row, fields))
+        for i in range(PER_TRIGGER):  # the next: only n changed, the document TOASTed
+            lsn += 1
+            row = {"id": i, "doc": UNAVAILABLE_VALUE, "n": version}
+            events.append(envelope("u", lsn, {"id": i}, row, fields))
+    kafka_broker.produce("docs", [(None, e) for e in events])
+    # Each commit on the lane stalls, so the next micro-batch is planned while it runs.
+    result = _run(tmp_path, kafka_broker, "docs", "auto", debezium=True, stall=STALL)
+    assert [tuple(r) for r in result["rows"]] == [(i, f"doc {i}.4", 4) for i in range(PER_TRIGGER)]
+    assert "committing" in {r["status"] for r in result["progress"]}
     _every_checkpoint_once(result)
