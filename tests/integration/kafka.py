@@ -13,6 +13,10 @@ for the installed PySpark or another Spark version (tests/integration/test_spark
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -80,3 +84,23 @@ def kafka_broker(tmp_path: Path) -> Iterator[object]:
         yield broker
     finally:
         broker.stop()  # type: ignore[attr-defined]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_spark_driver(module: str, request: Path, fields: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module request`` (a test's Spark driver with Spark's Kafka source) with
+    ``fields`` and the source's jars (``"jars"``) written to ``request``, in a process group of its
+    own (a driver that kills itself takes its JVM and workers, not the test)."""
+    request.write_text(json.dumps({"jars": spark_kafka_conf()["spark.jars"], **fields}))
+    return subprocess.run(
+        [sys.executable, "-m", module, str(request)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        start_new_session=True,
+    )

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +19,10 @@ import pytest
 
 from iceberg_sink import _faults
 from iceberg_sink.sources.debezium import UNAVAILABLE_VALUE
-from tests.integration.kafka import kafka_broker, spark_kafka_conf  # noqa: F401
+from tests.integration.kafka import kafka_broker, run_spark_driver  # noqa: F401
 from tests.integration.test_debezium_events import envelope, field
 from tests.interop.readers import JavaIcebergReader, assert_readers_agree
 
-ROOT = Path(__file__).resolve().parents[2]
 RECORDS, KEYS, PER_TRIGGER = 400, 50, 40
 STALL = [_faults.BEFORE_COMMIT_SEND, 1.5]
 
@@ -49,35 +45,21 @@ def _run(
     debezium: bool = False,
     stall: list[Any] | None = None,
 ) -> dict[str, Any]:
-    request = tmp_path / "request.json"
     killed_on = tmp_path / "killed_on"
-    request.write_text(
-        json.dumps(
-            {
-                "jars": spark_kafka_conf()["spark.jars"],
-                "bootstrap": broker.bootstrap,
-                "topic": topic,
-                "lake": str(tmp_path / "lake"),
-                "checkpoint": str(tmp_path / "checkpoint"),
-                "overlap": overlap,
-                "per_trigger": PER_TRIGGER,
-                "kill": kill,
-                "killed_on": str(killed_on),
-                "debezium": debezium,
-                "stall": stall,
-            }
-        )
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.integration.commit_lane_driver", str(request)],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        start_new_session=True,  # a kill takes its process group: the driver, its JVM and workers
-    )
+    fields = {
+        "bootstrap": broker.bootstrap,
+        "topic": topic,
+        "lake": str(tmp_path / "lake"),
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "overlap": overlap,
+        "per_trigger": PER_TRIGGER,
+        "kill": kill,
+        "killed_on": str(killed_on),
+        "debezium": debezium,
+        "stall": stall,
+    }
+    # A kill takes the driver's process group: the driver, its JVM and workers.
+    done = run_spark_driver("tests.integration.commit_lane_driver", tmp_path / "request.json", fields)
     if kill:
         assert done.returncode != 0, "the driver was to be killed"
         return {"killed_on": killed_on.read_text()}

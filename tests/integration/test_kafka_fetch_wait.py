@@ -10,18 +10,13 @@ checks that its runs log no such warning). A real broker and Spark's Kafka sourc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from iceberg_sink.sources.kafka_source import FETCH_WAIT_OPTION, fetch_wait_hint, waiting_sources
-from tests.integration.kafka import kafka_broker, spark_kafka_conf  # noqa: F401
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.kafka import kafka_broker, run_spark_driver  # noqa: F401
 
 
 @pytest.mark.slow
@@ -31,25 +26,10 @@ def test_start_warns_once_for_a_kafka_source_without_the_fetch_wait(
 ) -> None:
     kafka_broker.create_topic("events", partitions=1)
     kafka_broker.produce("events", [(str(i), f"event {i}") for i in range(3)])
-    request = tmp_path / "request.json"
-    request.write_text(
-        json.dumps(
-            {
-                "jars": spark_kafka_conf()["spark.jars"],
-                "bootstrap": kafka_broker.bootstrap,
-                "topic": "events",
-                "lake": str(tmp_path / "lake"),
-            }
-        )
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.integration.kafka_fetch_wait_driver", str(request)],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    done = run_spark_driver(
+        "tests.integration.kafka_fetch_wait_driver",
+        tmp_path / "request.json",
+        {"bootstrap": kafka_broker.bootstrap, "topic": "events", "lake": str(tmp_path / "lake")},
     )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
     result = json.loads(done.stdout.strip().splitlines()[-1])
