@@ -17,6 +17,10 @@ e.g. a SQLite catalog file another process holds locked) goes to the warning, th
 (``pending_reason``, ``catalog_locked_commits``) and the checkpoint store, where ``iceberg-sink
 inspect`` shows it, until a commit leaves none pending. It never calls back into the job: what it committed
 is kept in :attr:`PendingCommits.committed` for the job's progress record.
+
+A stream's v3 checkpoint may instead be handed to the job's commit lane (job/lane.py, :meth:`hand`):
+its commit runs beside the next micro-batch, and whoever commits next drains the lane first
+(:meth:`drain`), where what follows the commit (metrics, progress entry, hooks) runs.
 """
 
 from __future__ import annotations
