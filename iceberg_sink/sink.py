@@ -348,15 +348,6 @@ class IcebergSink:
 
         query = self._start(streaming_df, process_batch, self._config, checkpoint_location, trigger, query_name)
         dead = job.dead_letter
-        resolved = options.resolve(self._config.options, {})
-        if (
-            dead is None
-            and job.together is None
-            and not {"once", "availableNow"} & set(trigger)
-            and resolved.get(options.PENDING_RETRY_INTERVAL_MS) > 0
-        ):
-            # A commit may run beside the next micro-batch (job/lane.py): when a next one follows at once.
-            job.backlog = lambda: backlog.source_backlog(query)
 
         def has_pending() -> bool:
             return job.has_pending() or (dead is not None and dead.has_pending())
@@ -366,7 +357,7 @@ class IcebergSink:
             if dead is not None:
                 dead.commit_pending()
 
-        self._retry_while_idle(
+        idle_retry = self._retry_while_idle(
             query,
             batch_lock,
             has_pending,
@@ -375,6 +366,10 @@ class IcebergSink:
             checkpoint_location,
             job.commits.drain,
         )
+        if idle_retry and dead is None and job.together is None and not {"once", "availableNow"} & set(trigger):
+            # A commit may run beside the next micro-batch (job/lane.py) when a next one follows at
+            # once; the idle retry drains it when the query stops.
+            job.backlog = lambda: backlog.source_backlog(query)
         return query
 
     def _retry_while_idle(
@@ -386,14 +381,16 @@ class IcebergSink:
         what: str,
         checkpoint_location: str,
         finish: Callable[[], object] | None = None,
-    ) -> None:
+    ) -> bool:
         """Commit checkpoints a catalog outage left pending while the stream is idle, and take the
-        commit lane's last result when the query stops (``finish``; iceberg_sink/job/idle.py)."""
+        commit lane's last result when the query stops (``finish``; iceberg_sink/job/idle.py).
+        Whether the thread runs (``iceberg-sink.commit.pending-retry-interval-ms`` is not 0)."""
         interval_ms = options.resolve(self._config.options, {}).get(options.PENDING_RETRY_INTERVAL_MS)
         if interval_ms > 0:
             idle.retry_while_idle(
                 query, batch_lock, has_pending, commit_pending, interval_ms / 1000, what, checkpoint_location, finish
             )
+        return bool(interval_ms > 0)
 
     @staticmethod
     def _start(

@@ -28,7 +28,7 @@ def status_of(outcome: Any, error: BaseException | None) -> str:
         return "empty"
     if outcome.pending:
         return "pending"
-    if getattr(outcome, "in_flight", False):
+    if outcome.in_flight:
         return "committing"
     return "committed" if outcome.snapshot is not None else "skipped"
 
