@@ -208,6 +208,33 @@ def test_consistent_transactions(
     assert job.source.complete_prefix() > 0, world.trace
 
 
+def test_model_commit_lane(
+    spark: SparkSession, java_reader: JavaIcebergReader, java_newest_reader: JavaIcebergReader, tmp_path: Path
+) -> None:
+    """Streams of db.v3 whose commits run on the commit lane (job/lane.py), one per window a lane's
+    commit can meet while the next micro-batch is planned and written beside it (another writer
+    appending rows of keys those micro-batches insert as new, an expiry, a compaction, nothing) and a
+    driver death at each point of the lane's commit, replayed by a restarted sink: db.v3 checked
+    against its model by both Iceberg Javas, DuckDB and PyIceberg after each, every checkpoint one
+    snapshot (tests/model/v3_steps.py ``v3_lane``)."""
+    world = World(spark, java_reader, tmp_path, seed=21, java_newest=java_newest_reader)
+    v3 = v3_steps.tables(world)
+    v3.op_cdc(v3_steps.V3)
+    for window in v3_steps.LANE_WINDOWS:
+        if window == "crash":
+            for point in v3_steps.LANE_CRASH_POINTS:
+                v3.op_lane(window, crash_at=point)
+        else:
+            v3.op_lane(window)
+    trace = "\n".join(world.trace)
+    assert v3.stats["lane_crash"] == len(v3_steps.LANE_CRASH_POINTS), (v3.stats, trace)
+    assert v3.stats["lane_other_writer"] == v3.stats["lane_compaction"] == v3.stats["lane_expire"] == 1, trace
+    # Every window but a death at the stream's last checkpoint has a next micro-batch writing beside it.
+    assert v3.stats["lane_beside"] >= len(v3_steps.LANE_WINDOWS) - 1, (v3.stats, trace)
+    assert v3.stats["lane_commits"] >= 2 * (len(v3_steps.LANE_WINDOWS) + 2), (v3.stats, trace)
+    sys.stderr.write(f"model check, the commit lane: {dict(v3.stats)}\n")
+
+
 def test_model_v3_tables(
     spark: SparkSession, java_reader: JavaIcebergReader, java_newest_reader: JavaIcebergReader, tmp_path: Path
 ) -> None:

@@ -35,6 +35,13 @@ their own, so a seed's other draws do not depend on them):
 - ``v3_convert``: ``sink.convert_equality_deletes()`` of ``db.v2up`` once upgraded (before: the
   upgrade step): the equality deletes it kept become DVs, merged with the DVs there; no row's lineage
   moves, and no equality delete is left.
+- ``v3_lane``: a stream of ``db.v3`` whose commits run on the commit lane (job/lane.py: each
+  checkpoint's commit beside the next micro-batch, as a Kafka stream with records waiting does), 2-3
+  micro-batches that also insert keys above every key so far. One checkpoint's commit on the lane
+  (drawn) waits there until the next micro-batch has planned and started writing, then meets one of
+  LANE_WINDOWS: another writer appending rows of the keys this and the next checkpoint insert as new,
+  an expiry of every snapshot but the last, a compaction of db.v3, or a driver death at one of
+  LANE_CRASH_POINTS on the lane's thread (the next micro-batch raises it; a restarted sink replays it).
 
 After every step each v3 table that changed is read by Iceberg Java 1.9.2, the newest Iceberg Java,
 DuckDB and PyIceberg (when no equality delete is live) and must equal its model; its deletes are
@@ -51,6 +58,7 @@ from __future__ import annotations
 import collections
 import random
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,9 +77,20 @@ from tests.model.points import FAULT_POINTS, INDEX_FAULT_POINTS, Crash
 
 Row = dict[str, Any]
 
-OPERATIONS: dict[str, int] = {"v3_cdc": 3, "v3_java_delete": 1, "v3_compaction": 1, "v3_upgrade": 1, "v3_convert": 1}
+OPERATIONS: dict[str, int] = {
+    "v3_cdc": 3,
+    "v3_java_delete": 1,
+    "v3_compaction": 1,
+    "v3_upgrade": 1,
+    "v3_convert": 1,
+    "v3_lane": 1,
+}
 V3, V2UP = "db.v3", "db.v2up"
 KEYS = 12  # few keys: checkpoints keep deleting rows of the same data files (DV merges)
+NEW_KEYS = 1000  # the lane's streams insert keys from here up, each above every key before it
+LANE_WINDOWS = ("none", "other_writer", "expire", "compaction", "crash")
+LANE_CRASH_POINTS = (_faults.BEFORE_COMMIT_SEND, _faults.COMMIT_SENT, _faults.AFTER_COMMIT)
+LANE_BESIDE_S = 30.0  # how long a lane's commit waits for the next micro-batch to start writing
 CRASH_SHARE = 0.3
 OTHER_WRITER_SHARE = 0.3
 JAVA_DEFAULT_SHARE = 0.25
@@ -86,6 +105,8 @@ class V3Tables:
     def __init__(self, world: Any) -> None:
         self.world = world
         self.rng = random.Random(f"v3-{world.seed}")
+        self.lane_rng = random.Random(f"v3-lane-{world.seed}")  # the lane's draws: other sequences kept
+        self.new_key = NEW_KEYS
         self.other_rng = random.Random(f"v3-other-{world.seed}")  # other writers in a commit's window
         # db.v3's DVs packed into one Puffin file per commit (table property) in half the seeds; a
         # Puffin file per DV (the default) in the others and always on db.v2up.
@@ -271,6 +292,136 @@ class V3Tables:
             other.write(w.spark.createDataFrame(rows, "id bigint not null, v string, n bigint, lsn bigint"))
 
         _faults.install(append)
+
+    def op_lane(self, window: str | None = None, crash_at: str | None = None) -> None:
+        """A stream of db.v3 with its commits on the commit lane (module docstring, ``v3_lane``)."""
+        w = self.world
+        if not w.catalog.table_exists(V3):
+            self.op_cdc(V3)
+            return
+        rng = self.lane_rng
+        window = window or rng.choice(LANE_WINDOWS)
+        if window == "crash":
+            crash_at = crash_at or rng.choice(LANE_CRASH_POINTS)
+        count = rng.randrange(2, 4)
+        at = rng.randrange(count - 1) if window != "crash" else rng.randrange(count)
+        first = self.next_checkpoint[V3]
+        target = first + at
+        # Each micro-batch inserts 1-2 keys above every key so far (a new-key proof can hold for them);
+        # the other writer appends rows of the keys checkpoint `target` and the next one insert.
+        batches: list[list[Row]] = []
+        inserted: list[list[int]] = []
+        for _ in range(count):
+            keys = [self.new_key + i for i in range(rng.randrange(1, 3))]
+            self.new_key += len(keys)
+            inserted.append(keys)
+        theirs = (
+            [{"id": k, "v": f"other-{k}", "n": None, "lsn": None} for k in inserted[at] + inserted[at + 1]]
+            if window == "other_writer"
+            else []
+        )
+        for i in range(count):
+            if i == at:
+                for row in theirs:  # committed before checkpoint `target`, after the ones before it
+                    self.models[V3][row["id"]] = dict(row)
+            changes = self.batch(V3)
+            for key in inserted[i]:
+                self.lsn += 1
+                changes.append({"id": key, "v": f"new{key}", "n": key, "lsn": self.lsn, "op": "I"})
+            batches.append(changes)
+            w.apply_cdc(self.models[V3], changes)
+        for row in self.models[V3].values():
+            for column, (_, write) in self.defaults.items():
+                row.setdefault(column, write)
+        w.log(
+            f"v3: {V3} stream of {count} micro-batches on the commit lane (checkpoints {first}-{first + count - 1}, "
+            f"new keys {inserted}); checkpoint {target}'s commit meets: {window}"
+            + (f" at {crash_at}" if crash_at else "")
+            + (f" (ids {[r['id'] for r in theirs]})" if theirs else "")
+        )
+        location = str(Path(w.root) / f"ckpt-{V3}")
+        frames = [
+            w.spark.createDataFrame(
+                [tuple(c.get(k) for k in ("id", "v", "n", "lsn", "op")) for c in changes], DDL
+            ).repartition(rng.choice([1, 2]))
+            for changes in batches
+        ]
+        lanes: list[int] = []  # commits handed to the lane, per sink object (a restart makes a new one)
+
+        def stream(restart: bool = False) -> Any:
+            if restart:
+                lanes.append(self.sinks[V3].metrics().overlapped_commits)
+                self.remember_checkpoints(V3)
+            sink = self.sink(V3, restart=restart)
+            lanes.append(-sink.metrics().overlapped_commits)
+            job = sink._job(location, ephemeral=False, streaming=True)
+            job.backlog = lambda: True  # a source with records waiting: every commit goes on the lane
+            return job
+
+        beside, notes = self._lane_window(window, crash_at, target, last=first + count - 1, theirs=theirs)
+        try:
+            job, i = stream(), 0
+            while i < count:
+                try:
+                    job.process(frames[i], first + i)
+                    i += 1
+                except Crash:  # the lane's commit died; the next commit (this micro-batch's) raised it
+                    notes.append(f"died, micro-batch {first + i} replayed by a restarted sink")
+                    job = stream(restart=True)
+            try:
+                job.commits.drain()  # what the stopped query's idle thread does (job/idle.py)
+            except Crash:
+                notes.append("died, the restarted sink committed what was stored")
+                stream(restart=True).commit_pending()
+        finally:
+            _faults.clear()
+        handed = sum(lanes) + self.sinks[V3].metrics().overlapped_commits
+        if window == "crash" and not any("died" in n for n in notes):
+            raise w.fail(f"v3: the lane's commit of checkpoint {target} did not die at {crash_at}: {notes}")
+        self.stats["lane_commits"] += handed
+        self.stats["lane_beside"] += bool(beside)
+        self.stats[f"lane_{window}"] += 1
+        self.next_checkpoint[V3] = first + count
+        self.touched[V3] |= {c["id"] for changes in batches for c in changes} | {r["id"] for r in theirs}
+        w.trace[-1] += f" -> {handed} commits on the lane; " + "; ".join(notes)
+        self.check(V3)
+
+    def _lane_window(
+        self, window: str, crash_at: str | None, target: int, last: int, theirs: list[Row]
+    ) -> tuple[list[int], list[str]]:
+        """Install the fault handler by which checkpoint ``target``'s commit on the lane meets
+        ``window``: on its first attempt it waits until the next micro-batch begins writing (when
+        there is one), then acts. Returns the list it marks when the next micro-batch did write beside
+        that commit, and the notes of what happened; the caller clears the handler."""
+        w = self.world
+        writing, beside, notes, done = threading.Event(), [], [], []
+
+        def handler(point: str, cp: int) -> None:
+            if point == _faults.BEFORE_WRITE and cp == target + 1:
+                writing.set()
+                return
+            on_lane = threading.current_thread().name.startswith("iceberg-sink-commit")
+            if cp != target or done or not on_lane or point != (crash_at or _faults.BEFORE_COMMIT_SEND):
+                return
+            done.append(cp)
+            if target < last and writing.wait(LANE_BESIDE_S):
+                beside.append(cp)
+            if window == "crash":
+                raise Crash(f"simulated driver death at {point} of checkpoint {cp}, on the commit lane")
+            if window == "other_writer":
+                other = IcebergSink.builder().catalog("model", **w.catalog_props).table(V3).build()
+                rows = [tuple(r[k] for k in ("id", "v", "n", "lsn")) for r in theirs]
+                other.write(w.spark.createDataFrame(rows, "id bigint not null, v string, n bigint, lsn bigint"))
+                notes.append(f"another writer appended ids {[r['id'] for r in theirs]}")
+            elif window == "expire":
+                notes.append(w._expire(V3, retain_last=1))
+            elif window == "compaction":
+                maintenance = IcebergSink.builder().catalog("model", **w.catalog_props).table(V3).build()
+                result = maintenance.compact(w.spark, CompactionConfig(min_input_files=1, delete_file_threshold=1))
+                notes.append(f"compaction committed {result.committed_groups} groups")
+
+        _faults.install(handler)
+        return beside, notes
 
     def op_java_delete(self) -> None:
         """The newest Iceberg Java deletes live rows of db.v3 (merge-on-read: a DV of its own)."""
@@ -580,6 +731,7 @@ def step(world: Any, kind: str) -> None:
         "v3_compaction": job.op_compaction,
         "v3_upgrade": job.op_upgrade,
         "v3_convert": job.op_conversion,
+        "v3_lane": job.op_lane,
     }[kind]()
 
 
