@@ -23,7 +23,7 @@ from iceberg_sink.committer.routed import RoutedOutcome
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.errors import InvalidSinkConfigError
-from iceberg_sink.job import idle, parallelism, reading
+from iceberg_sink.job import checkpoint_files, idle, parallelism, reading
 from iceberg_sink.job.binding import NoRowsNoTable
 from iceberg_sink.job.dead_letter import DEAD_LETTER_STATE
 from iceberg_sink.job.pipeline import SinkJob, dead_letter_table
@@ -416,7 +416,8 @@ class IcebergSink:
             writer = writer.trigger(**trigger)
         if query_name:
             writer = writer.queryName(query_name)
-        return writer.start()
+        with checkpoint_files.starting(streaming_df.sparkSession, checkpoint_location):
+            return writer.start()
 
     def write(
         self, df: DataFrame, checkpoint_location: str | None = None, checkpoint_id: int | None = None
