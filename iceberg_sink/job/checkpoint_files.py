@@ -7,8 +7,8 @@ default, ``FileContextBasedCheckpointFileManager``, renames each file through Ha
 ``FileContext``; on the local filesystem without Hadoop's native library (PySpark from PyPI has
 none), that rename asks for the link status of its paths, which Hadoop's ``RawLocalFileSystem``
 answers by running a ``readlink`` process each time. A micro-batch ran about 15 of them (and 4
-``chmod``), and Spark's ``walCommit`` and ``commitOffsets`` took 70-84 ms of every micro-batch
-against 18-24 ms with ``FileSystemBasedCheckpointFileManager``, which renames with
+``chmod``), and Spark's ``walCommit`` and ``commitOffsets`` took 70-111 ms of every micro-batch
+against 18-30 ms with ``FileSystemBasedCheckpointFileManager``, which renames with
 ``FileSystem.rename`` (``File.renameTo``): docs/benchmarks-cdc.md.
 
 On the local filesystem the two give the same guarantee: ``FileContext``'s rename there is
