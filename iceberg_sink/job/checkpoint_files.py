@@ -23,7 +23,6 @@ query, and the query's own session is a copy taken then). Any other filesystem k
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlparse
@@ -32,6 +31,7 @@ from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 
 from iceberg_sink._session_settings import holding
+from iceberg_sink._spark_schema import built
 
 #: Spark's session setting naming the class that writes a query's checkpoint files.
 MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
@@ -41,9 +41,6 @@ _MANAGERS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
     "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
 )
-
-_lock = threading.Lock()
-_FOUND: dict[int, str | None] = {}  # JVM (Spark context) -> the manager's class name there
 
 
 def on_local_filesystem(spark: SparkSession, checkpoint_location: str) -> bool:
@@ -59,23 +56,20 @@ def on_local_filesystem(spark: SparkSession, checkpoint_location: str) -> bool:
 
 
 def _manager(spark: SparkSession) -> str | None:
-    """The file-system manager's class name in this Spark (None: it has none of the known ones)."""
-    context = spark.sparkContext
-    with _lock:
-        if id(context) in _FOUND:
-            return _FOUND[id(context)]
-    client = context._gateway._gateway_client  # type: ignore[union-attr]
-    found = None
-    for name in _MANAGERS:
-        try:
-            JavaClass("java.lang.Class", client).forName(name)
-        except Exception:  # Py4JJavaError: ClassNotFoundException
-            continue
-        found = name
-        break
-    with _lock:
-        _FOUND[id(context)] = found
-    return found
+    """The file-system manager's class name in this Spark (None: it has none of the known ones),
+    looked up once per Spark context."""
+    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+
+    def find() -> str | None:
+        for name in _MANAGERS:
+            try:
+                JavaClass("java.lang.Class", client).forName(name)
+            except Exception:  # Py4JJavaError: ClassNotFoundException
+                continue
+            return name
+        return None
+
+    return built(spark, ("checkpoint-file-manager",), find)  # type: ignore[no-any-return]
 
 
 def query_settings(spark: SparkSession, checkpoint_location: str) -> dict[str, str]:
