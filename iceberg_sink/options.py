@@ -266,12 +266,13 @@ MANIFEST_TARGET_SIZE_BYTES = Option(
 DELETION_VECTOR_FILES = Option(
     "iceberg-sink.deletion-vectors.files",
     str,
-    "one-per-vector",
-    "How a commit's deletion vectors (format v3) are laid out in Puffin files: 'one-per-vector' (a file each: "
-    "every reader checked reads them right) or 'one-per-commit' (all in one file, as Iceberg Java's writers do: "
-    "fewer files, but DuckDB's iceberg extension 1.5.x returns a DV that follows a larger one in a file as the "
-    "larger one; docs/format-v3.md).",
-    choices=("one-per-vector", "one-per-commit"),
+    "one-per-commit-spaced",
+    "How a commit's deletion vectors (format v3) are laid out in Puffin files: 'one-per-commit-spaced' (all in "
+    "one file, each DV followed by zero bytes one more than its own size: every reader checked reads them "
+    "right), 'one-per-vector' (a file each: as many files as DVs, each written and later deleted on its own) or "
+    "'one-per-commit' (all in one file side by side, as Iceberg Java's writers do: DuckDB's iceberg extension "
+    "1.5.x returns a DV that follows a larger one in a file as the larger one; docs/format-v3.md).",
+    choices=("one-per-commit-spaced", "one-per-vector", "one-per-commit"),
     builder=False,
 )
 CONVERSION_KEY_INDEX_MAX_BYTES = Option(

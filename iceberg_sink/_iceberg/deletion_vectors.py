@@ -13,7 +13,8 @@ the framing around them is here. As Iceberg Java's ``BitmapPositionDeleteIndex``
 run-optimized before they are written; reading accepts array, bitmap and run containers and the
 empty buckets Java writes for gaps (its ``RoaringPositionBitmap`` is a dense array of buckets).
 
-Each Puffin file written here holds one blob per data file, with the blob metadata Iceberg Java's
+Each Puffin file written here holds one blob per data file (side by side, or spaced apart:
+:func:`spaced_gaps`), with the blob metadata Iceberg Java's
 ``BaseDVFileWriter`` writes (fields ``[_pos]``, snapshot id and sequence number -1 as the spec
 requires, properties ``referenced-data-file`` and ``cardinality``). A :class:`DeletionVector` is what
 a v3 delete manifest entry needs to reference one blob. Committing them (one DV per data file, a new
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import array
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -257,8 +258,27 @@ def _bitmap_size(buf: memoryview, start: int, where: str) -> int:
     return pos - start
 
 
+def spaced_gaps(lengths: Sequence[int]) -> list[int]:
+    """Zero bytes to write after each of blobs of ``lengths`` (in file order) so that no reader
+    that widens a read up to the next range it has cached can cover another blob with it: one
+    byte more than the blob after every blob but the last.
+
+    DuckDB's iceberg extension 1.5.x reads a DV through its external file cache, which widens a read
+    of n bytes up to the next range it has cached when that one starts at most n bytes (and at most
+    1 MiB) after the read's end (``ShouldExpandToFillGap``); a later read that falls inside a
+    widened range is served from it, and the extension takes the start of that range as the blob.
+    Packed blobs side by side therefore let a DV's read cover the next DV, which is then read as
+    the first (docs/format-v3.md). With more than n zero bytes after a blob of n bytes, the next
+    cached range after it is always further than its read may widen; the last blob's read may widen
+    to the footer, which holds no blob."""
+    return [n + 1 for n in lengths[:-1]] + [0] * min(1, len(lengths))
+
+
 def write_deletion_vectors(
-    io: FileIO, path: str, positions_by_file: Mapping[str, Iterable[pa.Array | np.ndarray] | Vector]
+    io: FileIO,
+    path: str,
+    positions_by_file: Mapping[str, Iterable[pa.Array | np.ndarray] | Vector],
+    spaced: bool = False,
 ) -> tuple[DeletionVector, ...]:
     """Write the Puffin file ``path`` with one DV per data file of ``positions_by_file`` (its
     positions, or its :class:`Vector`).
@@ -266,7 +286,8 @@ def write_deletion_vectors(
     The keys are data file paths exactly as the table's manifests hold them; the DVs come back in
     the order of the blobs in the file (data file paths sorted). A DV replacing an earlier one of
     the same data file must already carry that one's positions (read them with
-    :func:`read_deletion_vector`, or :func:`read_vector` and :meth:`Vector.union`).
+    :func:`read_deletion_vector`, or :func:`read_vector` and :meth:`Vector.union`). ``spaced``:
+    blobs apart by :func:`spaced_gaps`, so that every reader checked reads a file of many DVs right.
 
     Raises:
         ValueError: no data file, a data file without a position, or a position out of range.
@@ -288,7 +309,8 @@ def write_deletion_vectors(
                 properties={REFERENCED_DATA_FILE: data_file, CARDINALITY: str(cardinality)},
             )
         )
-    written = write_puffin(io, path, blobs, created_by=CREATED_BY)
+    gaps = spaced_gaps([len(b.data) for b in blobs]) if spaced else ()
+    written = write_puffin(io, path, blobs, created_by=CREATED_BY, gaps=gaps)
     return tuple(
         DeletionVector(
             path=written.path,

@@ -103,14 +103,22 @@ class PuffinFile:
     blobs: tuple[BlobMetadata, ...]
 
 
-def write_puffin(io: FileIO, path: str, blobs: Sequence[Blob], created_by: str) -> PuffinFile:
+def write_puffin(io: FileIO, path: str, blobs: Sequence[Blob], created_by: str, gaps: Sequence[int] = ()) -> PuffinFile:
     """Write the Puffin file ``path`` (it must not exist) holding ``blobs`` in order, uncompressed.
 
-    ``created_by`` goes to the footer's ``created-by`` property, as the spec recommends.
+    ``created_by`` goes to the footer's ``created-by`` property, as the spec recommends. ``gaps``
+    (one per blob, or none): zero bytes written after each blob, which no footer entry covers;
+    readers find every blob by its offset and length, as the spec's footer gives them.
+
+    Raises:
+        ValueError: ``gaps`` given with another length than ``blobs``, or holding a negative number.
     """
+    if gaps and (len(gaps) != len(blobs) or min(gaps) < 0):
+        raise ValueError(f"Puffin gaps: expected {len(blobs)} counts of zero bytes >= 0, received {list(gaps)}")
+    after = list(gaps) or [0] * len(blobs)
     metadata: list[BlobMetadata] = []
     offset = len(MAGIC)
-    for blob in blobs:
+    for blob, gap in zip(blobs, after, strict=True):
         metadata.append(
             BlobMetadata(
                 type=blob.type,
@@ -122,7 +130,7 @@ def write_puffin(io: FileIO, path: str, blobs: Sequence[Blob], created_by: str) 
                 properties=blob.properties,
             )
         )
-        offset += len(blob.data)
+        offset += len(blob.data) + gap
     payload = json.dumps(
         {"blobs": [m.to_json() for m in metadata], "properties": {"created-by": created_by}},
         separators=(",", ":"),
@@ -131,8 +139,10 @@ def write_puffin(io: FileIO, path: str, blobs: Sequence[Blob], created_by: str) 
     stream = io.new_output(path).create(overwrite=False)
     try:
         stream.write(MAGIC)
-        for blob in blobs:
+        for blob, gap in zip(blobs, after, strict=True):
             stream.write(blob.data)
+            if gap:
+                stream.write(bytes(gap))
         stream.write(footer)
     finally:
         stream.close()

@@ -222,29 +222,33 @@ def _read_vector(table: Table) -> Callable[[LiveFile], Vector]:
 
 def _write_puffins(table: Table, positions: dict[str, Vector]) -> tuple[list[DeletionVector], tuple[str, ...]]:
     """Write the DVs of ``positions`` (data file -> every position it has deleted) where the data files
-    go, laid out as the table property ``iceberg-sink.deletion-vectors.files`` says: a Puffin file per
-    DV (the default), or all in one. The one rule for the layout of the sink's Puffin files.
+    go, laid out as the table property ``iceberg-sink.deletion-vectors.files`` says: all in one Puffin
+    file, spaced apart (the default), a Puffin file per DV, or all in one side by side. The one rule
+    for the layout of the sink's Puffin files.
 
-    One per DV because DuckDB's iceberg extension 1.5.5 reads a blob through a cache that returns the
-    start of a cached range, not the blob's offset in it: a DV whose bytes a read of a larger DV before
-    it in the same file covered (the extension widens a read to the next cached range, its footer
-    read, when the gap is at most the read's length) is read as that larger DV, and rows come back
-    wrong (docs/format-v3.md). A file of one blob has nothing a read can cover. On object storage the
-    files are written by the read pool's threads. Files written are deleted again if any fails.
+    Not side by side by default because DuckDB's iceberg extension 1.5.5 reads a blob through a cache
+    that returns the start of a cached range, not the blob's offset in it: a DV whose bytes a read of
+    another DV before it in the same file covered (the extension widens a read to the next cached
+    range when the gap is at most the read's length) is read as that other DV, and rows come back
+    wrong (docs/format-v3.md). Spaced (deletion_vectors.spaced_gaps) no read can widen over another
+    DV, and a commit writes one file however many data files it touches (a file per DV was hundreds
+    of files a commit on a table of hundreds of data files). On object storage a file per DV is
+    written by the read pool's threads. Files written are deleted again if any fails.
 
     Raises:
         InvalidSinkConfigError: the table property holds another value.
         OSError: a Puffin file cannot be written (nothing is committed).
     """
     io = table.io
-    packed = options.DELETION_VECTOR_FILES.from_properties(table.properties) == "one-per-commit"
+    layout = options.DELETION_VECTOR_FILES.from_properties(table.properties)
+    spaced = layout == "one-per-commit-spaced"
     location = table.location_provider()
-    files = [sorted(positions)] if packed else [[path] for path in sorted(positions)]
+    files = [[path] for path in sorted(positions)] if layout == "one-per-vector" else [sorted(positions)]
     paths = tuple(location.new_data_location(data_file_name=f"{uuid.uuid4().hex}-dv.puffin") for _ in files)
 
     def write(index: int) -> tuple[DeletionVector, ...] | OSError:
         try:
-            return write_deletion_vectors(io, paths[index], {path: positions[path] for path in files[index]})
+            return write_deletion_vectors(io, paths[index], {path: positions[path] for path in files[index]}, spaced)
         except OSError as e:
             return e
 

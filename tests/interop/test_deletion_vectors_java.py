@@ -99,9 +99,14 @@ def _want(values: np.ndarray) -> np.ndarray:
     return np.unique(np.asarray(values, dtype=np.int64))
 
 
-def test_java_reads_our_dvs(java_dv: JavaDvTool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spaced", [False, True], ids=["side-by-side", "spaced"])
+def test_java_reads_our_dvs(java_dv: JavaDvTool, tmp_path: Path, spaced: bool) -> None:
+    """Iceberg Java's Puffin reader (its footer, each blob by offset) reads every DV of a file, the
+    blobs side by side or spaced apart (zero bytes between them that no footer entry covers)."""
     path = tmp_path / "ours.puffin"
-    ours = dv.write_deletion_vectors(PyArrowFileIO(), str(path), {k: [v] for k, v in CASES.items()})
+    ours = dv.write_deletion_vectors(PyArrowFileIO(), str(path), {k: [v] for k, v in CASES.items()}, spaced)
+    if spaced:
+        assert ours[1].content_offset > ours[0].content_offset + 2 * ours[0].content_size_in_bytes
     read = java_dv.read(path, tmp_path / "out")
     assert len(read) == len(ours)
     for written, (blob, positions) in zip(ours, read, strict=True):

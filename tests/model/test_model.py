@@ -34,9 +34,7 @@ def test_model(
     v3 = sum(": v3: " in line for line in world.trace)
     index_deaths = sum("[crash at index-" in line and "-> crashed" in line for line in world.trace)
     tables = v3_steps.tables(world)
-    layout = (
-        f"DVs packed, up to {tables.stats['shared_puffins']} shared files live" if tables.packed else "a file per DV"
-    )
+    layout = f"DVs {tables.layout_of(v3_steps.V3)}, up to {tables.stats['shared_puffins']} shared files live"
     sys.stderr.write(
         f"model check seed {model_seed}: {model_steps} steps ({v3} on v3 tables: {layout}; {index_deaths} driver "
         f"deaths inside a key index save; writes by road: {dict(world.roads)}) in {seconds:.1f}s\n"

@@ -4,11 +4,13 @@ Kept out of harness.py (as debezium_steps.py is). Two tables of their own, each 
 (``.cdc(op_column="op", key=["id"], order_by="lsn")``) and a ``dict id -> row`` model:
 
 - ``db.v3``: created by its sink with ``create_if_missing(format_version=3, partition_by=["bucket(2, id)"])``,
-  in half the seeds with the table property ``iceberg-sink.deletion-vectors.files = one-per-commit``
-  (its DVs packed into one Puffin file per commit; DuckDB reads it with its file cache off).
+  with the table property ``iceberg-sink.deletion-vectors.files`` drawn per seed: unset (the default,
+  ``one-per-commit-spaced``: a commit's DVs in one Puffin file, spaced apart), ``one-per-vector`` or
+  ``one-per-commit`` (side by side; DuckDB reads it with its file cache off).
   Its deletes must be deletion vectors only: main never holds an equality or position delete file,
-  at most one DV per data file, each naming a live data file; unless packed, each Puffin file of the
-  sink holds one DV.
+  at most one DV per data file, each naming a live data file; with ``one-per-vector`` each Puffin
+  file of the sink holds one DV, spaced each DV of a shared file is followed by more zero bytes than
+  its own size.
 - ``db.v2up``: created on format v2 (``create_if_missing(format_version=2)``: its updates write
   equality deletes), upgraded to v3 mid-run with
   ``sink.upgrade_format_version(3)``, then it keeps taking checkpoints: its old equality deletes stay
@@ -56,6 +58,7 @@ its own, ``dv_merges``; the sink's over Java's, ``java_dv_merges``; Java's over 
 from __future__ import annotations
 
 import collections
+import itertools
 import random
 import sqlite3
 import threading
@@ -108,9 +111,11 @@ class V3Tables:
         self.lane_rng = random.Random(f"v3-lane-{world.seed}")  # the lane's draws: other sequences kept
         self.new_key = NEW_KEYS
         self.other_rng = random.Random(f"v3-other-{world.seed}")  # other writers in a commit's window
-        # db.v3's DVs packed into one Puffin file per commit (table property) in half the seeds; a
-        # Puffin file per DV (the default) in the others and always on db.v2up.
-        self.packed = random.Random(f"v3-layout-{world.seed}").random() < 0.5
+        # db.v3's Puffin layout (table property, None: the default, spaced), drawn per seed; db.v2up
+        # always has the default.
+        self.layout: str | None = random.Random(f"v3-layout-{world.seed}").choice(
+            [None, "one-per-vector", "one-per-commit"]
+        )
         self.lsn = 0
         self.models: dict[str, dict[int, Row]] = {V3: {}, V2UP: {}}
         self.next_checkpoint = {V3: 0, V2UP: 0}
@@ -139,8 +144,8 @@ class V3Tables:
             create: dict[str, Any] = {"format_version": 2}
             if table == V3:
                 create = {"format_version": 3, "partition_by": ["bucket(2, id)"]}
-                if self.packed:
-                    create["properties"] = {"iceberg-sink.deletion-vectors.files": "one-per-commit"}
+                if self.layout is not None:
+                    create["properties"] = {"iceberg-sink.deletion-vectors.files": self.layout}
             self.sinks[table] = w.key_index(
                 IcebergSink.builder()
                 .catalog("model", **w.catalog_props)
@@ -617,7 +622,9 @@ class V3Tables:
         try:
             javas = (w.java,) if lineage is not None else (w.java, w.java_newest)
             # DuckDB 1.5.5's file cache misreads a small DV packed after a larger one (docs/format-v3.md).
-            assert_readers_agree(javas, location, want, ["id"], duckdb_file_cache=not (name == V3 and self.packed))
+            assert_readers_agree(
+                javas, location, want, ["id"], duckdb_file_cache=self.layout_of(name) != "one-per-commit"
+            )
             if lineage is not None:
                 got = normalize(lineage.select(schema.names), ["id"])
                 assert got == want, f"the newest Iceberg Java read {got}"
@@ -634,6 +641,10 @@ class V3Tables:
             raise w.fail(f"v3: {V3} is format {table.metadata.format_version}")
         w.verified[name] = location
 
+    def layout_of(self, name: str) -> str:
+        """The Puffin layout of table ``name``'s DVs (db.v2up: always the default)."""
+        return (self.layout if name == V3 else None) or "one-per-commit-spaced"
+
     def check_deletes(self, name: str, table: Table) -> None:
         """DVs only (on db.v2up: those committed after the upgrade), at most one per live data file,
         and a DV that stays on a data file keeps every position it had (merged, never lost)."""
@@ -643,6 +654,7 @@ class V3Tables:
                 raise w.fail(f"v3: {V3} snapshot {snap.snapshot_id} holds equality deletes")
         live = set(table.inspect.files()["file_path"].to_pylist())
         dvs: dict[str, tuple[tuple[str, int | None], int, bool]] = {}
+        sizes: dict[tuple[str, int | None], int] = {}  # each DV's length, by (Puffin file, offset)
         file_scoped: dict[str, str] = {}  # v2 position delete file -> the one data file it names
         for meta, sequence in delete_files(table):
             if meta.file_format != "PUFFIN" or meta.referenced_data_file is None:
@@ -661,10 +673,20 @@ class V3Tables:
                 raise w.fail(f"v3: {name} holds a DV of data file {target}, which is not live")
             at = (meta.path, meta.content_offset)
             dvs[target] = (at, meta.record_count, at in self.java_dvs)
+            sizes[at] = meta.content_size_in_bytes or 0
         sharing = collections.Counter(at[0] for at, _, java in dvs.values() if not java)
         shared = sum(1 for n in sharing.values() if n > 1)
-        if shared and not (name == V3 and self.packed):
+        if shared and self.layout_of(name) == "one-per-vector":
             raise w.fail(f"v3: {name} holds a Puffin file of the sink with several DVs: {sharing.most_common(1)}")
+        if self.layout_of(name) == "one-per-commit-spaced":
+            for path, count in sharing.items():
+                blobs = sorted((at[1] or 0, sizes[at]) for at, _, java in dvs.values() if at[0] == path and not java)
+                for (offset, size), (after, _) in itertools.pairwise(blobs):
+                    if count > 1 and after - (offset + size) <= size:
+                        raise w.fail(
+                            f"v3: {name}'s Puffin file {path} holds a DV of {size} bytes at {offset} followed "
+                            f"by another at {after}: expected more than {size} zero bytes between them"
+                        )
         self.stats["shared_puffins"] = max(self.stats["shared_puffins"], shared)
         for path, target in file_scoped.items():
             if target in dvs:

@@ -28,7 +28,7 @@ from pyroaring import BitMap, BitMap64
 from iceberg_sink import CorruptFileError
 from iceberg_sink._iceberg import deletion_vectors as dv
 from iceberg_sink._iceberg.puffin import MAGIC as PUFFIN_MAGIC
-from iceberg_sink._iceberg.puffin import read_footer
+from iceberg_sink._iceberg.puffin import Blob, read_footer, write_puffin
 
 B = 1 << 32  # one bucket of the 64-bit bitmap
 CASES: dict[str, np.ndarray] = {
@@ -240,13 +240,16 @@ DATA_FILES = {
 }
 
 
-def _write(io: FileIO, tmp_path: Path, name: str = "dv.puffin") -> tuple[str, tuple[dv.DeletionVector, ...]]:
+def _write(
+    io: FileIO, tmp_path: Path, name: str = "dv.puffin", spaced: bool = False
+) -> tuple[str, tuple[dv.DeletionVector, ...]]:
     path = str(tmp_path / name)
-    return path, dv.write_deletion_vectors(io, path, {k: [v] for k, v in DATA_FILES.items()})
+    return path, dv.write_deletion_vectors(io, path, {k: [v] for k, v in DATA_FILES.items()}, spaced)
 
 
-def test_puffin_file_layout_and_footer(io: FileIO, tmp_path: Path) -> None:
-    path, dvs = _write(io, tmp_path)
+@pytest.mark.parametrize("spaced", [False, True], ids=["side-by-side", "spaced"])
+def test_puffin_file_layout_and_footer(io: FileIO, tmp_path: Path, spaced: bool) -> None:
+    path, dvs = _write(io, tmp_path, spaced=spaced)
     raw = Path(path).read_bytes()
     assert raw[:4] == raw[-4:] == PUFFIN_MAGIC == b"PFA1"
     assert raw[-8:-4] == bytes(4)  # flags: footer not compressed
@@ -262,18 +265,25 @@ def test_puffin_file_layout_and_footer(io: FileIO, tmp_path: Path) -> None:
         assert "compression-codec" not in blob
         assert (blob["offset"], blob["length"]) == (written.content_offset, written.content_size_in_bytes)
         assert blob["properties"]["cardinality"] == str(written.cardinality)
-    # Blobs follow the magic back to back; every DV of the file names the same file and size.
+    # Blobs follow the magic back to back, or each followed by one zero byte more than its own
+    # length (all but the last); every DV of the file names the same file and size.
     assert dvs[0].content_offset == 4
     for before, after in itertools.pairwise(dvs):
-        assert after.content_offset == before.content_offset + before.content_size_in_bytes
+        end = before.content_offset + before.content_size_in_bytes
+        gap = before.content_size_in_bytes + 1 if spaced else 0
+        assert after.content_offset == end + gap
+        assert raw[end : after.content_offset] == bytes(gap)
+    last = dvs[-1].content_offset + dvs[-1].content_size_in_bytes
+    assert raw[last : last + 4] == b"PFA1"  # the footer right after the last blob
     assert {(d.path, d.file_size_in_bytes) for d in dvs} == {(path, len(raw))}
     assert read_footer(io, path)[0].property("referenced-data-file") == sorted(DATA_FILES)[0]
 
 
+@pytest.mark.parametrize("spaced", [False, True], ids=["side-by-side", "spaced"])
 @pytest.mark.parametrize("file_io", [PyArrowFileIO(), FsspecFileIO({})], ids=["pyarrow", "fsspec"])
-def test_write_and_read_back_each_dv(file_io: FileIO, tmp_path: Path) -> None:
+def test_write_and_read_back_each_dv(file_io: FileIO, tmp_path: Path, spaced: bool) -> None:
     path = f"file://{tmp_path}/dv.puffin"
-    dvs = dv.write_deletion_vectors(file_io, path, {k: [v] for k, v in DATA_FILES.items()})
+    dvs = dv.write_deletion_vectors(file_io, path, {k: [v] for k, v in DATA_FILES.items()}, spaced)
     for d in dvs:
         want = _positions(DATA_FILES[d.referenced_data_file])
         assert d.cardinality == len(want)
@@ -345,11 +355,12 @@ def test_an_existing_file_is_not_overwritten(io: FileIO, tmp_path: Path) -> None
 # -- PyIceberg 0.12's reader --------------------------------------------------------------------
 
 
-def test_pyiceberg_reads_our_puffin_files(io: FileIO, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spaced", [False, True], ids=["side-by-side", "spaced"])
+def test_pyiceberg_reads_our_puffin_files(io: FileIO, tmp_path: Path, spaced: bool) -> None:
     """PyIceberg's own Puffin and DV reader (pyiceberg.table.puffin / deletion_vector) gives the
     same positions for every blob, and so does ``_read_deletes``, the function its scans call for a
     PUFFIN delete file."""
-    path, dvs = _write(io, tmp_path)
+    path, dvs = _write(io, tmp_path, spaced=spaced)
     puffin = PuffinFile(Path(path).read_bytes())
     assert {b.type for b in puffin.footer.blobs} == {"deletion-vector-v1"}
     read = {v.referenced_data_file: v.to_vector() for v in deletion_vectors_from_puffin_file(puffin)}
@@ -380,3 +391,26 @@ def test_pyiceberg_reads_each_case(name: str, io: FileIO, tmp_path: Path) -> Non
     dv.write_deletion_vectors(io, path, {"d.parquet": [CASES[name]]})
     (vector,) = deletion_vectors_from_puffin_file(PuffinFile(Path(path).read_bytes()))
     np.testing.assert_array_equal(vector.to_vector().to_numpy(), _positions(CASES[name]))
+
+
+@pytest.mark.parametrize(
+    ("lengths", "gaps"), [([], []), ([7], [0]), ([7, 3], [8, 0]), ([12, 1_500_000, 40], [13, 1_500_001, 0])]
+)
+def test_spaced_gaps_keep_a_read_from_widening_over_the_next_blob(lengths: list[int], gaps: list[int]) -> None:
+    assert dv.spaced_gaps(lengths) == gaps
+    # A read of blob i widens to the next cached range only if it starts within len(i) bytes of its
+    # end (DuckDB's ShouldExpandToFillGap): every later blob starts further away than that.
+    offset, starts = 4, []
+    for n, g in zip(lengths, gaps, strict=True):
+        starts.append(offset)
+        offset += n + g
+    for i, (start, n) in enumerate(zip(starts, lengths, strict=True)):
+        assert all(later - (start + n) > n for later in starts[i + 1 :])
+
+
+def test_puffin_gaps_must_match_the_blobs(io: FileIO, tmp_path: Path) -> None:
+    blobs = [Blob(type="t", fields=(), data=b"ab"), Blob(type="t", fields=(), data=b"c")]
+    for gaps in ([1], [1, -1]):
+        with pytest.raises(ValueError, match="expected 2 counts of zero bytes"):
+            write_puffin(io, str(tmp_path / "x.puffin"), blobs, created_by="t", gaps=gaps)
+    assert not (tmp_path / "x.puffin").exists()

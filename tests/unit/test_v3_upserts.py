@@ -401,12 +401,20 @@ def test_a_dv_written_as_a_bare_blob_as_duckdb_up_to_1_5_3_did_is_read_and_merge
 
 
 @pytest.mark.parametrize(
-    ("layout", "files"), [(None, 2), ("one-per-vector", 2), ("one-per-commit", 1), ("ONE-PER-COMMIT", 1)]
+    ("layout", "files"),
+    [
+        (None, 1),
+        ("one-per-commit-spaced", 1),
+        ("one-per-vector", 2),
+        ("one-per-commit", 1),
+        ("ONE-PER-COMMIT", 1),
+    ],
 )
-def test_each_dv_gets_a_puffin_file_of_its_own_unless_the_table_packs_them(
+def test_a_commits_dvs_share_one_puffin_file_unless_the_table_wants_one_per_dv(
     catalog: LosingCatalog, layout: str | None, files: int
 ) -> None:
-    """Why one per DV: tests/integration/test_v3_dv_layout.py (DuckDB 1.5.5 misreads packed ones)."""
+    """Why spaced by default: tests/integration/test_v3_dv_layout.py (DuckDB 1.5.5 misreads DVs side
+    by side)."""
     if layout is not None:
         with v3_metadata_writes():
             transaction = catalog.load_table("db.t").transaction()
@@ -422,6 +430,11 @@ def test_each_dv_gets_a_puffin_file_of_its_own_unless_the_table_packs_them(
     assert rows_in(table) == {2: "b", 3: "c2", 4: "d"}
     puffins = {p.as_uri() for p in Path(table.location().removeprefix("file://")).rglob("*.puffin")}
     assert puffins == {v.path for v in vectors_now}  # nothing else written
+    first, second = sorted(vectors_now, key=lambda v: v.content_offset or 0)
+    assert first.content_offset == 4 and first.content_size_in_bytes is not None
+    if files == 1:  # spaced: one zero byte more than the DV before; side by side: none
+        gap = first.content_size_in_bytes + 1 if layout in (None, "one-per-commit-spaced") else 0
+        assert second.content_offset == 4 + first.content_size_in_bytes + gap
 
 
 def test_an_unknown_puffin_layout_fails_the_commit_naming_the_property(catalog: LosingCatalog) -> None:
@@ -444,7 +457,11 @@ def test_a_puffin_file_that_fails_among_several_leaves_none_and_commits_nothing(
     catalog: LosingCatalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The second of a commit's Puffin files fails to write (a storage error injected): the error
-    names it, the files already written are deleted, nothing is committed, and the replay lands."""
+    names it, the files already written are deleted, nothing is committed, and the replay lands.
+    (A file per DV: the layout that writes several files a commit.)"""
+    with v3_metadata_writes():
+        transaction = catalog.load_table("db.t").transaction()
+        transaction.set_properties({"iceberg-sink.deletion-vectors.files": "one-per-vector"}).commit_transaction()
     c = committer(catalog)
     c.commit(committable(catalog.load_table("db.t"), 0, [(1, "a", "I"), (2, "b", "I")]))
     c.commit(committable(catalog.load_table("db.t"), 1, [(3, "c", "I"), (4, "d", "I")]))
@@ -452,11 +469,11 @@ def test_a_puffin_file_that_fails_among_several_leaves_none_and_commits_nothing(
     real = vectors.write_deletion_vectors
     calls: list[str] = []
 
-    def failing_second(io: Any, path: str, positions: Any) -> Any:
+    def failing_second(io: Any, path: str, positions: Any, spaced: bool) -> Any:
         calls.append(path)
         if len(calls) == 2:
             raise OSError(f"injected: storage refused {path}")
-        return real(io, path, positions)
+        return real(io, path, positions, spaced)
 
     monkeypatch.setattr(vectors, "write_deletion_vectors", failing_second)
     with pytest.raises(OSError) as failure:
