@@ -225,7 +225,12 @@ class KeyIndex:
                 read += indexed
             else:
                 matched = {}
+                # The files that share a table of deleted keys one after another: :meth:`_wanted`
+                # keeps the last table's distinct keys, built again at every change of table.
+                by_table: dict[int, list[tuple[DataFileMeta, pa.Table]]] = {}
                 for meta, deleted in asked:
+                    by_table.setdefault(id(deleted), []).append((meta, deleted))
+                for meta, deleted in (pair for group in by_table.values() for pair in group):
                     positions, was_read = self.matching_positions(io, schema, meta, ids, deleted, mapping)
                     matched[meta.path] = np.asarray(positions, dtype=np.int64)
                     read += was_read

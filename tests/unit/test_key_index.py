@@ -17,6 +17,7 @@ from pyiceberg.types import DateType, LongType, NestedField, StringType, StructT
 from iceberg_sink._iceberg.files import arrow_schema
 from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.projection import key_schema
+from iceberg_sink.keyindex import keys as keys_module
 from iceberg_sink.keyindex.index import KeyIndex
 from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
@@ -241,3 +242,29 @@ def test_sorted_positions_merges_deduplicates_and_sorts() -> None:
     assert sorted_positions([]).tolist() == []
     already = np.array([0, 3, 7], np.int64)
     assert sorted_positions([already]) is already
+
+
+def test_files_sharing_deleted_keys_build_their_wanted_keys_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's data files ask with one of two tables of deleted keys (equality delete files
+    that apply to some files and not others), interleaved in path order: each table's distinct keys
+    are built once (a sort of the checkpoint's keys), not once per change of table, and every file
+    gets its own positions."""
+    metas = [write(tmp_path, f"f{i}", LONG, {"id": list(range(i * 10, i * 10 + 10))}) for i in range(6)]
+    one = deleted(LONG, (1,), {"id": [1, 21, 41]})
+    two = deleted(LONG, (1,), {"id": [12, 33, 55]})
+    builds: list[int] = []
+    real = keys_module.WantedKeys.of
+
+    def counted(values: np.ndarray) -> keys_module.WantedKeys:
+        builds.append(len(values))
+        return real(values)
+
+    monkeypatch.setattr(keys_module.WantedKeys, "of", staticmethod(counted))
+    asked = [(meta, one if i % 2 == 0 else two) for i, meta in enumerate(metas)]
+    found, read = KeyIndex().match(IO, LONG, {(1,): asked}, None)
+    assert builds == [3, 3], builds
+    assert read == 6
+    want = {meta.path: [position] for meta, position in zip(metas, [1, 2, 1, 3, 1, 5], strict=True)}
+    assert {path: np.concatenate(rows).tolist() for path, rows in found.items()} == want
