@@ -30,13 +30,14 @@ from pyiceberg.types import LongType, NestedField
 
 from benchmarks.key_index_reads import BUCKET, emit, seaweed
 from iceberg_sink import options
+from iceberg_sink._iceberg.deletion_vectors import Vector
 from iceberg_sink.committer.vectors import _write_puffins
 
 LAYOUTS = ("one-per-commit-spaced", "one-per-vector", "one-per-commit")
 
 
 def time_layout(
-    catalog: SqlCatalog, name: str, location: str, layout: str, positions: dict[str, np.ndarray], trials: int
+    catalog: SqlCatalog, name: str, location: str, layout: str, positions: dict[str, Vector], trials: int
 ) -> dict[str, Any]:
     """Median wall and CPU milliseconds of one ``_write_puffins`` call, and the bytes and files it writes."""
     schema = Schema(NestedField(1, "id", LongType(), required=True))
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     positions = {
-        f"s3://{BUCKET}/t/data/file-{i:04d}.parquet": np.sort(rng.choice(1_000_000, args.positions, replace=False))
+        f"s3://{BUCKET}/t/data/file-{i:04d}.parquet": Vector.of(
+            [np.sort(rng.choice(1_000_000, args.positions, replace=False))]
+        )
         for i in range(args.vectors)
     }
     root = Path(tempfile.mkdtemp(prefix="dv-layout-"))
