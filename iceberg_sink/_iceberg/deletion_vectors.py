@@ -259,7 +259,7 @@ def _bitmap_size(buf: memoryview, start: int, where: str) -> int:
 
 
 def spaced_gaps(lengths: Sequence[int]) -> list[int]:
-    """Zero bytes to write after each of blobs of ``lengths`` (in file order) so that no reader
+    """Zero bytes to write after each of the blobs of ``lengths`` (in file order) so that no reader
     that widens a read up to the next range it has cached can cover another blob with it: one
     byte more than the blob after every blob but the last.
 

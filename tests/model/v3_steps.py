@@ -679,10 +679,13 @@ class V3Tables:
         if shared and self.layout_of(name) == "one-per-vector":
             raise w.fail(f"v3: {name} holds a Puffin file of the sink with several DVs: {sharing.most_common(1)}")
         if self.layout_of(name) == "one-per-commit-spaced":
-            for path, count in sharing.items():
-                blobs = sorted((at[1] or 0, sizes[at]) for at, _, java in dvs.values() if at[0] == path and not java)
-                for (offset, size), (after, _) in itertools.pairwise(blobs):
-                    if count > 1 and after - (offset + size) <= size:
+            by_file: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+            for at, _, java in dvs.values():
+                if not java:
+                    by_file[at[0]].append((at[1] or 0, sizes[at]))
+            for path, blobs in by_file.items():
+                for (offset, size), (after, _) in itertools.pairwise(sorted(blobs)):
+                    if after - (offset + size) <= size:
                         raise w.fail(
                             f"v3: {name}'s Puffin file {path} holds a DV of {size} bytes at {offset} followed "
                             f"by another at {after}: expected more than {size} zero bytes between them"
