@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import pyarrow as pa
+from py4j.java_gateway import JavaPackage
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitStateUnknownException
 from pyiceberg.table import Table
@@ -93,3 +94,18 @@ def query_stages(spark: Any, run_id: str) -> list[list[int]]:
         stages = [tracker.getStageInfo(stage) for stage in sorted(info.stageIds)] if info is not None else []
         jobs.append([stage.numTasks for stage in stages if stage is not None])
     return jobs
+
+
+def package_lookups(monkeypatch: Any) -> list[str]:
+    """The names py4j's ``JavaPackage`` is asked for from now on (``jvm.org.apache...`` chains: each
+    dotted prefix a failed class lookup over every jar of the class path), recorded through
+    ``monkeypatch`` (pytest's), so a test can check that code names its Java classes in full."""
+    asked: list[str] = []
+    original = JavaPackage.__getattr__
+
+    def counted(self: JavaPackage, name: str) -> object:
+        asked.append(name)
+        return original(self, name)
+
+    monkeypatch.setattr(JavaPackage, "__getattr__", counted)
+    return asked

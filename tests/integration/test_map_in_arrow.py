@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from py4j.java_gateway import JavaPackage
 from pyspark.sql import SparkSession
 
 from iceberg_sink.writer.spark import map_in_arrow
+from tests.helpers import package_lookups
 
 
 def _seen(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -77,14 +77,7 @@ def test_no_java_class_is_resolved_through_a_package_chain(
     """``jvm.org.apache...`` asks the JVM for each dotted prefix, and each is a failed class lookup
     that walks every jar of the class path (1.4 ms a chain here, every micro-batch): the classes
     are named in full instead."""
-    asked: list[str] = []
-    original = JavaPackage.__getattr__
-
-    def counted(self: JavaPackage, name: str) -> object:
-        asked.append(name)
-        return original(self, name)
-
-    monkeypatch.setattr(JavaPackage, "__getattr__", counted)
+    asked = package_lookups(monkeypatch)
     wide = spark.range(3).selectExpr("id", "id + 1 AS b")
     out = map_in_arrow(wide, _seen, "names string, types string, rows string").collect()
     assert next(r["names"] for r in out if r["rows"] != "[]") == "id|b"

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import pytest
-from py4j.java_gateway import JavaPackage
 from pyspark.sql import SparkSession
 
 from iceberg_sink._session_settings import session_identity, take
 from iceberg_sink.job import codegen
 from iceberg_sink.writer import arrow_batches
 from iceberg_sink.writer.arrow_batches import MAX_BYTES, UNBOUNDED
+from tests.helpers import package_lookups
 
 AQE = "spark.sql.adaptive.enabled"
 
@@ -90,14 +90,7 @@ def test_a_sessions_identity_is_asked_without_a_package_chain(
 ) -> None:
     """``jvm.java.lang.System`` resolves each dotted prefix through a failed class lookup that walks
     every jar of the class path; a small batch asks for its session's identity every micro-batch."""
-    asked: list[str] = []
-    original = JavaPackage.__getattr__
-
-    def counted(self: JavaPackage, name: str) -> object:
-        asked.append(name)
-        return original(self, name)
-
-    monkeypatch.setattr(JavaPackage, "__getattr__", counted)
+    asked = package_lookups(monkeypatch)
     identity = session_identity(spark)
     assert identity == session_identity(spark) and identity != session_identity(spark.newSession())
     assert asked == []
