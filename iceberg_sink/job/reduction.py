@@ -42,13 +42,16 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
     tables = batch.rows_of()
     one_task = batch.sizes.single_task_max_bytes
     route = batch.route_column
+    raw_kept = batch.dead is not None  # a refused row's raw value is for the dead-letter table
     if route is None:  # one table
         if not batch.plans:
             return df  # no table yet and refused rows only: for the dead-letter table as they are
         (table,) = batch.plans
         keyed = attrs.evolve(changes, key=batch.jobs[table].key)
         batch.reduced_in_writers = in_writers(batch) and reducible_in_writers(schema_of(df), keyed)
-        return reduce_changes(df, keyed, single_task_max_bytes=one_task, in_writers=batch.reduced_in_writers)
+        return reduce_changes(
+            df, keyed, single_task_max_bytes=one_task, in_writers=batch.reduced_in_writers, raw_kept=raw_kept
+        )
     by_key: dict[tuple[str, ...], list[str]] = {}
     for table in sorted(tables):
         by_key.setdefault(batch.jobs[table].key, []).append(table)
@@ -56,13 +59,16 @@ def _last_changes(df: DataFrame, batch: BatchPlan) -> DataFrame:
         return df  # no table's rows: every row was refused, for the dead-letter table as it is
     if len(by_key) == 1:
         key = next(iter(by_key))
-        return reduce_changes(df, attrs.evolve(changes, key=key), scope=[route], single_task_max_bytes=one_task)
+        return reduce_changes(
+            df, attrs.evolve(changes, key=key), scope=[route], single_task_max_bytes=one_task, raw_kept=raw_kept
+        )
     parts = [
         reduce_changes(
             df.where(F.col(route).isin(*group)),
             attrs.evolve(changes, key=key),
             scope=[route],
             single_task_max_bytes=one_task,
+            raw_kept=raw_kept,
         )
         for key, group in sorted(by_key.items())
     ]

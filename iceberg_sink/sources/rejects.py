@@ -125,10 +125,16 @@ def reject_as(df: DataFrame, reason: Column, refusal: Column) -> DataFrame:
 
 
 def refusal_sql(
-    columns: Sequence[str], checks: Sequence[tuple[str, str]], raw: str, source_table: str | None = None
+    columns: Sequence[str],
+    checks: Sequence[tuple[str, str]],
+    raw: str,
+    source_table: str | None = None,
+    raw_kept: bool = True,
 ) -> str:
     """SQL text of :data:`REJECT_COLUMN` after :func:`reject_where` of each (reason, error_class) of
-    ``checks`` in turn, on a DataFrame of ``columns``: the first refusal a row gets wins."""
+    ``checks`` in turn, on a DataFrame of ``columns``: the first refusal a row gets wins. Without
+    ``raw_kept`` (no dead-letter table will store it) the mark's raw value is null where Kafka's
+    coordinates name the event, and ``raw`` is not in the text."""
     kafka = all(c in columns for c in KAFKA_COLUMNS)
     if kafka:
         event = (
@@ -156,7 +162,7 @@ def refusal_sql(
         "reason": first,
         "error_class": error_class,
         "event": event,
-        "raw": f"CAST(({raw}) AS STRING)",
+        "raw": f"CAST(({raw}) AS STRING)" if raw_kept or not kafka else "CAST(NULL AS STRING)",
         "source_table": f"CAST(({source_table}) AS STRING)" if source_table is not None else "CAST(NULL AS STRING)",
         "topic": "CAST(`topic` AS STRING)" if kafka else "CAST(NULL AS STRING)",
         "partition": "CAST(`partition` AS INT)" if kafka else "CAST(NULL AS INT)",

@@ -33,9 +33,8 @@ it and the committer removes every file of the table in the checkpoint's snapsho
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -55,8 +54,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from iceberg_sink._spark_schema import built, columns_of, schema_of
-from iceberg_sink._sql import column, named, parse, path, path_column, row_struct, string, strings, where
+from iceberg_sink._spark_schema import columns_of, schema_of
+from iceberg_sink._sql import Steps, column, parse, path, path_column, row_struct, string, strings, where
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.sources.rejects import refusal_sql
@@ -271,6 +270,7 @@ def reduce_changes(
     scope: Sequence[str] = (),
     single_task_max_bytes: int = 0,
     in_writers: bool = False,
+    raw_kept: bool = True,
 ) -> DataFrame:
     """Return one row per changed key: its last change, with the operation in :data:`OP_COLUMN`.
 
@@ -284,10 +284,13 @@ def reduce_changes(
     ``in_writers`` (the caller checked :func:`reducible_in_writers`, and passes no ``scope``): the rows
     stay in their Spark partitions, sorted there by key, a key's newest change first, with the helper
     columns the writer tasks reduce them by (writer/key_runs.py); no shuffle, no single task.
+    ``raw_kept``: a refused row's mark keeps its raw value (a dead-letter table stores it); without
+    one a refusal fails the batch, whose message names a Kafka message by its coordinates, and a wide
+    row's JSON text (hundreds of expressions to parse and analyse) is not built.
     """
 
-    # The plan is built from SQL text (iceberg_sink/_sql.py): one Py4J call per expression instead of
-    # one per Column operation, and the input's schema is asked for once.
+    # The plan is built from SQL text (iceberg_sink/_sql.py): one statement for the steps up to a
+    # truncate's or TOASTed column's (DataFrame) steps, and the input's schema asked for once.
     schema = schema_of(df)
     check_order_by(schema, changes)
     columns = schema.fieldNames()
@@ -297,25 +300,22 @@ def reduce_changes(
     if absent:
         df = df.select("*", *[F.lit(None).alias(k) for k in absent])
         columns = [*columns, *absent]
-    fields = row_struct([c for c in columns if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN)])
-    raw = f"to_json({fields}, map('ignoreNullFields', 'false'))"
+    stored = [c for c in columns if c not in (REJECT_COLUMN, UNAVAILABLE_COLUMN)]
+    raw = f"to_json({row_struct(stored)}, map('ignoreNullFields', 'false'))"
     truncates = _truncates_marked(schema, changes)
     checks = _refusals(changes, truncates)
     # The arrival order in a step of its own: a Project holding a nondeterministic expression stops the
     # optimizer from pushing the filters below through it (the refusals would be computed for every row).
-    with_seq = df.withColumn(_SEQ, parse("monotonically_increasing_id()"))
+    steps = Steps(df, columns).add(("monotonically_increasing_id()", _SEQ))
     if not in_writers and fits_one_task(df, single_task_max_bytes):
-        with_seq = with_seq.coalesce(1)
-    checked = with_seq.withColumn(REJECT_COLUMN, parse(refusal_sql(columns, checks, raw)))
+        steps.one_partition()
+    steps.add((refusal_sql(columns, checks, raw, raw_kept=raw_kept), REJECT_COLUMN))
     refused_sql = f"{column(REJECT_COLUMN)} IS NOT NULL"
-    with_op = where(
-        checked.withColumn(
-            OP_COLUMN, parse(f"CASE WHEN NOT ({refused_sql}) THEN {_normalised_op(changes, truncates)} END")
-        ),
-        f"{refused_sql} OR {column(OP_COLUMN)} <> 'B'",
-    )
+    steps.add((f"CASE WHEN NOT ({refused_sql}) THEN {_normalised_op(changes, truncates)} END", OP_COLUMN))
+    steps.where(f"{refused_sql} OR {column(OP_COLUMN)} <> 'B'")
     if truncates:
-        with_op = _after_last_truncate(with_op, changes, scope, F.col(REJECT_COLUMN).isNotNull())
+        with_op = _after_last_truncate(steps.frame(), changes, scope, F.col(REJECT_COLUMN).isNotNull())
+        steps = Steps(with_op, columns_of(with_op))
     # A refused row is not a change of its key: it is its own group (kept whole, never reduced away);
     # so is the truncate marker (it has no key).
     alone = f"CASE WHEN {refused_sql} OR {column(OP_COLUMN)} = {string(TRUNCATE_OP)} THEN {column(_SEQ)} END"
@@ -323,34 +323,42 @@ def reduce_changes(
     ordering = ([f"{path(changes.order_by)} DESC NULLS LAST"] if changes.order_by is not None else []) + [
         f"{column(_SEQ)} DESC"
     ]
+    # The input's op column is not stored: dropped by the name a reference to it finds.
+    dropped = [_SEQ, _RANK] + ([_found_name(schema, changes.op_column)] if changes.op_column is not None else [])
     if in_writers:
-        return _sorted_for_writers(with_op, changes, alone)
+        return _sorted_for_writers(steps, changes, alone, ordering).drop(dropped).frame()
     window = f"PARTITION BY {', '.join(partition)} ORDER BY {', '.join(ordering)}"
-    toasted = UNAVAILABLE_COLUMN in columns
-    if toasted:
-        # Unchanged TOASTed columns (sources/toast.py) take the key's previous value in this batch.
-        skip = [*changes.key, *(c for c in (changes.op_column, changes.order_by) if c is not None)]
-        by_key = Window.partitionBy(*[parse(p) for p in partition]).orderBy(
-            *([path_column(changes.order_by).desc_nulls_last()] if changes.order_by is not None else []),
-            F.col(_SEQ).desc(),
-        )
-        with_op = carry_forward(with_op, by_key, OP_COLUMN, skip)
-        # A change still holding a placeholder after a delete of its key has no value to take: it is
-        # refused, but the delete before it still applies. So a key's change is its newest change not
-        # after a delete, and the changes newer than it (all after a delete) are kept to be refused.
-        # (Ranking first and refusing the newest change dropped the key's delete with it.)
-        after = f"{column(AFTER_DELETE)} IS NOT NULL"
-        seen = (
-            f"sum(CASE WHEN {after} THEN 0 ELSE 1 END) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
-        )
-        last = where(
-            with_op.withColumn(_RANK, parse(seen)), f"{column(_RANK)} = 0 OR ({column(_RANK)} = 1 AND NOT ({after}))"
-        )
-        last = refuse_after_delete(last)
-    else:
-        last = where(with_op.withColumn(_RANK, parse(f"row_number() OVER ({window})")), f"{column(_RANK)} = 1")
-    dropped = [_SEQ, _RANK] + ([changes.op_column] if changes.op_column is not None else [])
-    return last.drop(*dropped)
+    if UNAVAILABLE_COLUMN not in columns:
+        steps.add((f"row_number() OVER ({window})", _RANK)).where(f"{column(_RANK)} = 1")
+        return steps.drop(dropped).frame()
+    # Unchanged TOASTed columns (sources/toast.py) take the key's previous value in this batch.
+    with_op = steps.frame()
+    skip = [*changes.key, *(c for c in (changes.op_column, changes.order_by) if c is not None)]
+    by_key = Window.partitionBy(*[parse(p) for p in partition]).orderBy(
+        *([path_column(changes.order_by).desc_nulls_last()] if changes.order_by is not None else []),
+        F.col(_SEQ).desc(),
+    )
+    with_op = carry_forward(with_op, by_key, OP_COLUMN, skip)
+    # A change still holding a placeholder after a delete of its key has no value to take: it is
+    # refused, but the delete before it still applies. So a key's change is its newest change not
+    # after a delete, and the changes newer than it (all after a delete) are kept to be refused.
+    # (Ranking first and refusing the newest change dropped the key's delete with it.)
+    after = f"{column(AFTER_DELETE)} IS NOT NULL"
+    seen = f"sum(CASE WHEN {after} THEN 0 ELSE 1 END) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    last = where(
+        with_op.withColumn(_RANK, parse(seen)), f"{column(_RANK)} = 0 OR ({column(_RANK)} = 1 AND NOT ({after}))"
+    )
+    return refuse_after_delete(last).drop(*dropped)
+
+
+def _found_name(schema: StructType, name: str) -> str:
+    """The top-level column of ``schema`` a reference to ``name`` finds: the one named exactly so, else
+    the one such column of another case (Spark's default resolution); ``name`` when there is none."""
+    fields = schema.fieldNames()
+    if name in fields:
+        return name
+    folded = [f for f in fields if f.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 else name
 
 
 #: Key types whose values the writer tasks compare as Spark groups them (writer/key_runs.py): no
@@ -383,44 +391,13 @@ def reducible_in_writers(schema: StructType, changes: ChangeConfig) -> bool:
     return True
 
 
-def _sorted_for_writers(df: DataFrame, changes: ChangeConfig, alone: str) -> DataFrame:
-    """``df``'s changes sorted within each Spark partition for its writer tasks to reduce
+def _sorted_for_writers(steps: Steps, changes: ChangeConfig, alone: str, ordering: Sequence[str]) -> Steps:
+    """``steps``' changes sorted within each Spark partition for its writer tasks to reduce
     (writer/key_runs.py): by key (a copy of each key column), then a row alone by its arrival, then
-    a key's newest change first (``order_by``, nulls oldest, then arrival); the key's hash beside it.
-
-    Three Py4J calls: the helper columns, the sort order and the columns dropped are built once per
-    Spark context and change config (``built``), as Java sequences; each Column and each sequence
-    element is a round trip, which took 20 ms of every micro-batch's plan."""
-    spark = df.sparkSession
-    key = ("key-runs", tuple(changes.key), changes.order_by, changes.op_column, alone)
-    selected, order, dropped = built(spark, key, lambda: _run_sequences(spark, changes, alone))
-    marked = df._jdf.select(selected)
-    return DataFrame(marked.sortWithinPartitions(order).drop(dropped), spark)
-
-
-def _run_sequences(spark: SparkSession, changes: ChangeConfig, alone: str) -> tuple[Any, Any, Any]:
-    """The Java sequences :func:`_sorted_for_writers` passes: every column and the helpers; the sort
-    order; the names dropped after the sort."""
+    a key's newest change first (``ordering``: ``order_by``, nulls oldest, then arrival); the key's
+    hash beside it."""
     keys = [path(k) for k in changes.key]
     runs = [RUN_KEY_PREFIX + str(i) for i in range(len(keys))] + [RUN_ALONE_COLUMN]
-    helpers = [parse(f"{k} AS {column(name)}") for k, name in zip(keys, runs, strict=False)]
-    helpers.append(parse(f"{alone} AS {column(RUN_ALONE_COLUMN)}"))
-    helpers.append(
-        parse(f"CASE WHEN {alone} IS NULL THEN xxhash64({', '.join(keys)}) END AS {column(RUN_HASH_COLUMN)}")
-    )
-    order = [named(name).asc_nulls_first() for name in runs]
-    if changes.order_by is not None:
-        order.append(path_column(changes.order_by).desc_nulls_last())
-    order.append(named(_SEQ).desc())
-    dropped = [_SEQ] + ([changes.op_column] if changes.op_column is not None else [])
-    jvm = spark._jvm
-    assert jvm is not None
-
-    def seq(items: list[Any]) -> Any:
-        return jvm.PythonUtils.toSeq(items)
-
-    return (
-        seq([F.col("*")._jc, *(h._jc for h in helpers)]),  # type: ignore[attr-defined]
-        seq([o._jc for o in order]),  # type: ignore[attr-defined]
-        seq(dropped),
-    )
+    helpers = [*zip(keys, runs, strict=False), (alone, RUN_ALONE_COLUMN)]
+    helpers.append((f"CASE WHEN {alone} IS NULL THEN xxhash64({', '.join(keys)}) END", RUN_HASH_COLUMN))
+    return steps.add(*helpers).sort_within([*(f"{column(name)} ASC NULLS FIRST" for name in runs), *ordering])
