@@ -18,7 +18,6 @@ and strings chosen by data into that text so that Spark reads them back as they 
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterable, Sequence
 
@@ -144,83 +143,3 @@ def valid_utf8(name: str, spark_version: str) -> Column:
     if int(spark_version.split(".")[0]) >= 4:
         return parse(f"is_valid_utf8({column(name)})")
     return parse(f"CAST({column(name)} AS BINARY) = encode({column(name)}, 'UTF-8')")
-
-
-_VIEWS = itertools.count()
-
-
-class Steps:
-    """A DataFrame's next steps written as SQL text and run as one statement (:meth:`frame`).
-
-    Each DataFrame step (``withColumn``, ``where``, ``select``, ``sortWithinPartitions``, ``drop``) is a
-    Dataset that Spark analyses whole, and costs Py4J round trips for its Columns (a name PySpark
-    resolves through ``jvm.functions`` is a failed class lookup over every jar of the class path): the
-    change reduction's seven steps were 72 round trips and seven analyses of a growing plan. The same
-    steps as nested SELECTs over a temporary view of the input are parsed and analysed once, in a
-    handful of round trips. Each step is its own subquery, so the optimizer sees the operators the
-    DataFrame steps made (a nondeterministic column still stops filters below it). ``columns``: the
-    input's column names, kept in step with the steps (a column named twice is not supported)."""
-
-    def __init__(self, df: DataFrame, columns: Sequence[str]) -> None:
-        self.df = df
-        self.columns = list(columns)
-        self._view = f"__iceberg_sink_steps_{next(_VIEWS)}"
-        self._text: str | None = None
-        self._depth = 0
-
-    def _source(self) -> str:
-        if self._text is None:
-            return quoted(self._view)
-        self._depth += 1
-        return f"({self._text}) AS {quoted(f'__iceberg_sink_step_{self._depth}')}"
-
-    def add(self, *named: tuple[str, str]) -> Steps:
-        """Columns of SQL text, each (expression, name) as ``withColumn``: a column of that name is
-        replaced where it stands, any other added at the end."""
-        new = dict((name, checked(expression)) for expression, name in named)
-        if not any(c in new for c in self.columns):
-            items = ", ".join(f"{expression} AS {ident(name)}" for name, expression in new.items())
-            self._text = f"SELECT *, {items} FROM {self._source()}"
-        else:
-            listed = [f"{new.pop(c)} AS {ident(c)}" if c in new else column(c) for c in self.columns]
-            listed += [f"{expression} AS {ident(name)}" for name, expression in new.items()]
-            self._text = f"SELECT {', '.join(listed)} FROM {self._source()}"
-        self.columns += [name for _, name in named if name not in self.columns]
-        return self
-
-    def where(self, condition: str) -> Steps:
-        """Only the rows where the SQL text ``condition`` holds."""
-        self._text = f"SELECT * FROM {self._source()} WHERE {checked(condition)}"
-        return self
-
-    def one_partition(self) -> Steps:
-        """``coalesce(1)``: the rows in one partition, without a shuffle."""
-        self._text = f"SELECT /*+ COALESCE(1) */ * FROM {self._source()}"
-        return self
-
-    def sort_within(self, order: Sequence[str]) -> Steps:
-        """``sortWithinPartitions`` by the SQL text ``order`` (each item an expression and its direction)."""
-        self._text = f"SELECT * FROM {self._source()} SORT BY {checked(', '.join(order))}"
-        return self
-
-    def drop(self, names: Iterable[str]) -> Steps:
-        """Without the columns named exactly ``names`` (a name not among them is left alone)."""
-        gone = set(names) & set(self.columns)
-        if gone:
-            self.columns = [c for c in self.columns if c not in gone]
-            self._text = f"SELECT {', '.join(column(c) for c in self.columns)} FROM {self._source()}"
-        return self
-
-    def frame(self) -> DataFrame:
-        """The steps as one DataFrame: the input as a temporary view for as long as Spark takes to
-        analyse one statement over it (the analysed plan holds the input's own plan, not the name)."""
-        if self._text is None:
-            return self.df
-        spark = self.df.sparkSession
-        session = spark._jsparkSession  # type: ignore[attr-defined]
-        self.df._jdf.createOrReplaceTempView(self._view)  # type: ignore[operator]
-        try:
-            jdf = session.sql(checked(self._text))
-        finally:
-            session.catalog().dropTempView(self._view)
-        return DataFrame(jdf, spark)

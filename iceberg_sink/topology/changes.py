@@ -55,7 +55,8 @@ from pyspark.sql.types import (
 )
 
 from iceberg_sink._spark_schema import columns_of, schema_of
-from iceberg_sink._sql import Steps, column, parse, path, path_column, row_struct, string, strings, where
+from iceberg_sink._sql import column, parse, path, path_column, row_struct, string, strings, where
+from iceberg_sink._steps import Steps
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.errors import InvalidSinkConfigError
 from iceberg_sink.sources.rejects import refusal_sql

@@ -13,7 +13,8 @@ from py4j.java_gateway import GatewayClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg_sink._sql import Steps, column
+from iceberg_sink._sql import column
+from iceberg_sink._steps import Steps
 from iceberg_sink.config import ChangeConfig
 from iceberg_sink.sources.rejects import fail_on_reject
 from iceberg_sink.topology.changes import reduce_changes
@@ -71,13 +72,14 @@ def test_steps_without_a_step_are_the_input(spark: SparkSession) -> None:
 
 
 @contextmanager
-def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    calls = [0]
+def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The Py4J commands sent from now on (each a round trip)."""
+    calls: list[str] = []
     send = GatewayClient.send_command
 
-    def counted(client: Any, *args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return send(client, *args, **kwargs)
+    def counted(client: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(command)
+        return send(client, command, *args, **kwargs)
 
     monkeypatch.setattr(GatewayClient, "send_command", counted)
     try:
@@ -93,7 +95,7 @@ def test_the_reduction_is_one_statement_in_a_few_round_trips(
     """Counted, not timed: as DataFrame steps the reduction took 16 round trips sorted for its writers
     and 26 with a window (each Column a call, each name PySpark resolves through ``jvm.functions`` a
     failed class lookup over every jar) and an analysis of the growing plan per step; one statement
-    takes at most 6, and Spark analyses it once."""
+    takes at most 6, and Spark analyses it once and parses it for the first batch of a schema only."""
     df = spark.createDataFrame(
         [(1, "I", 1, "a"), (1, "U", 2, "b"), (2, "I", 3, "c"), (2, "D", 4, None), (3, "UB", 5, "d")],
         "k long, op string, lsn long, v string",
@@ -102,7 +104,8 @@ def test_the_reduction_is_one_statement_in_a_few_round_trips(
     reduce_changes(df, config, in_writers=in_writers)  # the schema asked for once, as a stream's first batch
     with counted_round_trips(monkeypatch) as calls:
         reduced = reduce_changes(df, config, in_writers=in_writers)
-    assert calls[0] <= 6, calls[0]
+    assert len(calls) <= 6, calls
+    assert not any("parsePlan" in c for c in calls), "the statement was parsed again"
     assert steps_views(spark) == []
     if not in_writers:
         rows = {r["k"]: (r[OP_COLUMN], r["v"]) for r in reduced.collect()}
@@ -129,3 +132,21 @@ def test_a_refused_rows_raw_value_is_left_out_only_where_no_dead_letter_table_st
     assert '"k":null' in refusal(plain, raw_kept=False)["raw"]
     with pytest.raises(Exception, match="topic t partition 0 offset 7"):
         fail_on_reject(reduce_changes(kafka, config, raw_kept=False)).collect()
+
+
+def test_batches_of_one_schema_share_a_parsed_statement_and_each_reads_its_own_rows(spark: SparkSession) -> None:
+    """The statement's parsed plan is kept and the view rebound for each batch: a batch built after
+    another reads its own rows, and the one before still reads its own (its plan holds its input's
+    plan, not the view's name), also side by side in one plan."""
+    schema = "k long, op string, v string"
+    config = ChangeConfig(key=("k",), op_column="op")
+    first = reduce_changes(spark.createDataFrame([(1, "I", "a"), (1, "U", "b")], schema), config)
+    second = reduce_changes(spark.createDataFrame([(2, "I", "c"), (3, "D", None)], schema), config)
+
+    def rows(df: DataFrame) -> set[tuple[Any, ...]]:
+        return {(r["k"], r[OP_COLUMN], r["v"]) for r in df.collect()}
+
+    assert rows(second) == {(2, "I", "c"), (3, "D", None)}
+    assert rows(first) == {(1, "U", "b")}
+    assert rows(first.unionByName(second)) == rows(first) | rows(second)
+    assert steps_views(spark) == []
