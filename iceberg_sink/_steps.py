@@ -1,29 +1,34 @@
-"""A DataFrame's next steps written as SQL text and made one DataFrame by one Spark statement.
+"""A DataFrame's next steps written as SQL text and made one DataFrame by one Spark analysis.
 
 Each DataFrame step (``withColumn``, ``where``, ``select``, ``sortWithinPartitions``, ``drop``) is a
-Dataset that Spark analyses whole, and costs Py4J round trips for its Columns (a name PySpark resolves
-through ``jvm.functions`` is a failed class lookup over every jar of the class path): the change
-reduction's seven steps were 16 round trips (26 with a window) and seven analyses of a growing plan.
-The same steps as nested SELECTs over a temporary view of the input are analysed once, in a handful of
-round trips; and since the text of a batch is the text of the batch before it (the same schema, the
-same view name), it is parsed once per Spark context (Spark's SQL parser took 70 % of the statement's
-JVM time): each batch then only binds the view to its rows and has the parsed plan analysed.
+Dataset that Spark analyses whole when it is made, and its Columns are Py4J round trips (a name
+PySpark resolves through ``jvm.functions`` is a failed class lookup over every jar of the class
+path): the change reduction's DataFrame steps were seven analyses of a growing plan in every batch.
+The same steps written as nested SELECTs over a placeholder relation are parsed once per Spark
+context and text (the text of a batch is the text of the batch before it: Spark's SQL parser took
+70 % of such a statement's JVM time); each batch puts its input's own plan in the placeholder's
+place (``withNewChildren`` up the parsed plan's single line of nodes, two round trips a node, with
+nothing registered in the session's catalog) and has the whole analysed once.
 
 Each step is its own subquery, so the optimizer sees the operators the DataFrame steps made (a
-nondeterministic column still stops filters below it).
+nondeterministic column still stops filters below it), and a parsed plan is never changed: each
+batch's copy is its own.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import attrs
 from py4j.java_gateway import JavaClass
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg_sink._spark_schema import built
 from iceberg_sink._sql import checked, column, ident, quoted
+
+#: The placeholder relation the text reads from; each batch's input takes its place.
+_INPUT = "__iceberg_sink_steps_input"
 
 
 class Steps:
@@ -33,15 +38,12 @@ class Steps:
     def __init__(self, df: DataFrame, columns: Sequence[str]) -> None:
         self.df = df
         self.columns = list(columns)
-        # One view name per thread: the text (and its parsed plan) is the same from batch to batch,
-        # and two threads building at once never bind the same name.
-        self._view = f"__iceberg_sink_steps_{threading.get_ident()}"
         self._text: str | None = None
         self._depth = 0
 
     def _source(self) -> str:
         if self._text is None:
-            return quoted(self._view)
+            return quoted(_INPUT)
         self._depth += 1
         return f"({self._text}) AS {quoted(f'__iceberg_sink_step_{self._depth}')}"
 
@@ -83,34 +85,49 @@ class Steps:
         return self
 
     def frame(self) -> DataFrame:
-        """The steps as one DataFrame: the input bound to the view for as long as Spark takes to
-        analyse the statement (the analysed plan holds the input's own plan, not the view's name)."""
+        """The steps as one DataFrame: the statement's parsed plan with the input's own plan in place
+        of the view's name, analysed."""
         if self._text is None:
             return self.df
         text = checked(self._text)
         spark = self.df.sparkSession
         session = spark._jsparkSession  # type: ignore[attr-defined]
-        plan = built(spark, ("steps", text), lambda: session.sessionState().sqlParser().parsePlan(text))
-        self.df._jdf.createOrReplaceTempView(self._view)  # type: ignore[operator]
-        try:
-            jdf = _datasets(spark).ofRows(session, plan)
-        finally:
-            session.catalog().dropTempView(self._view)
-        return DataFrame(jdf, spark)
+        chain = built(spark, ("steps", text), lambda: _chain(session.sessionState().sqlParser().parsePlan(text)))
+        classes = _classes(spark)
+        plan = self.df._jdf.logicalPlan()  # type: ignore[operator]
+        for node in reversed(chain):
+            plan = node.withNewChildren(getattr(classes.empty, "$colon$colon")(plan))
+        return DataFrame(classes.datasets.ofRows(session, plan), spark)
 
 
-def _datasets(spark: SparkSession) -> Any:
-    """Spark's ``Dataset`` companion (``ofRows``: a DataFrame of a logical plan, analysed), named in
-    full as py4j's JavaClass (a ``jvm.org...`` chain is a failed class lookup per dotted prefix):
-    ``org.apache.spark.sql.classic.Dataset`` on Spark 4, ``org.apache.spark.sql.Dataset`` before."""
+def _chain(plan: Any) -> list[Any]:
+    """The nodes of a parsed statement from its top to the one above its relation (each step has one
+    child: a projection, a filter, a sort, a hint, a subquery's alias)."""
+    chain = []
+    while plan.children().size() == 1:
+        chain.append(plan)
+        plan = plan.children().apply(0)
+    assert plan.getClass().getSimpleName() == "UnresolvedRelation", plan.getClass().getName()
+    return chain
 
-    def find() -> Any:
+
+@attrs.frozen
+class _Classes:
+    datasets: Any  # Spark's Dataset companion: ofRows, a DataFrame of a logical plan, analysed
+    empty: Any  # Scala's empty List: empty.$colon$colon(x) is List(x)
+
+
+def _classes(spark: SparkSession) -> _Classes:
+    """The JVM classes :meth:`Steps.frame` calls, named in full as py4j's JavaClass (a ``jvm.org...``
+    chain is a failed class lookup per dotted prefix): Spark 4's ``Dataset`` is in ``classic``."""
+
+    def find() -> _Classes:
         client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
-        name = (
-            "org.apache.spark.sql.classic.Dataset"
-            if int(spark.version.split(".")[0]) >= 4
-            else "org.apache.spark.sql.Dataset"
+        classic = int(spark.version.split(".")[0]) >= 4
+        name = "org.apache.spark.sql.classic.Dataset" if classic else "org.apache.spark.sql.Dataset"
+        return _Classes(
+            JavaClass(name, client), getattr(JavaClass("scala.collection.immutable.Nil$", client), "MODULE$")
         )
-        return JavaClass(name, client)
 
-    return built(spark, ("steps-datasets",), find)
+    classes: _Classes = built(spark, ("steps-classes",), find)
+    return classes
