@@ -50,7 +50,7 @@ class Steps:
     def add(self, *named: tuple[str, str]) -> Steps:
         """Columns of SQL text, each (expression, name) as ``withColumn``: a column of that name is
         replaced where it stands, any other added at the end."""
-        new = {name: checked(expression) for expression, name in named}
+        new = {name: expression for expression, name in named}
         if not any(c in new for c in self.columns):
             items = ", ".join(f"{expression} AS {ident(name)}" for name, expression in new.items())
             self._text = f"SELECT *, {items} FROM {self._source()}"
@@ -63,7 +63,7 @@ class Steps:
 
     def where(self, condition: str) -> Steps:
         """Only the rows where the SQL text ``condition`` holds."""
-        self._text = f"SELECT * FROM {self._source()} WHERE {checked(condition)}"
+        self._text = f"SELECT * FROM {self._source()} WHERE {condition}"
         return self
 
     def one_partition(self) -> Steps:
@@ -73,7 +73,7 @@ class Steps:
 
     def sort_within(self, order: Sequence[str]) -> Steps:
         """``sortWithinPartitions`` by the SQL text ``order`` (each item an expression and its direction)."""
-        self._text = f"SELECT * FROM {self._source()} SORT BY {checked(', '.join(order))}"
+        self._text = f"SELECT * FROM {self._source()} SORT BY {', '.join(order)}"
         return self
 
     def drop(self, names: Iterable[str]) -> Steps:
@@ -86,7 +86,8 @@ class Steps:
 
     def frame(self) -> DataFrame:
         """The steps as one DataFrame: the statement's parsed plan with the input's own plan in place
-        of the view's name, analysed."""
+        of the placeholder relation, analysed. The text is checked to hold no ``${`` here, where it
+        reaches Spark (iceberg_sink/_sql.py)."""
         if self._text is None:
             return self.df
         text = checked(self._text)

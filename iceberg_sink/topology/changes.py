@@ -226,13 +226,21 @@ def _order_type(schema: StructType, name: str) -> DataType | None:
     for part in name.split("."):
         if not isinstance(current, StructType):
             return None
-        exact = [f for f in current.fields if f.name == part]
-        folded = [f for f in current.fields if f.name.lower() == part.lower()]
-        found = exact or (folded if len(folded) == 1 else [])
-        if not found:
+        found = _field_named(current, part)
+        if found is None:
             return None
-        current = found[0].dataType
+        current = current[found].dataType
     return current
+
+
+def _field_named(struct: StructType, name: str) -> str | None:
+    """The field of ``struct`` a reference to ``name`` finds, as Spark's default resolution does: the
+    one named exactly so, else the one field of another case; None when there is none."""
+    names = struct.fieldNames()
+    if name in names:
+        return name
+    folded = [n for n in names if n.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 else None
 
 
 def _orderable(data_type: DataType) -> bool:
@@ -325,7 +333,9 @@ def reduce_changes(
         f"{column(_SEQ)} DESC"
     ]
     # The input's op column is not stored: dropped by the name a reference to it finds.
-    dropped = [_SEQ, _RANK] + ([_found_name(schema, changes.op_column)] if changes.op_column is not None else [])
+    dropped = [_SEQ, _RANK] + (
+        [_field_named(schema, changes.op_column) or changes.op_column] if changes.op_column else []
+    )
     if in_writers:
         return _sorted_for_writers(steps, changes, alone, ordering).drop(dropped).frame()
     window = f"PARTITION BY {', '.join(partition)} ORDER BY {', '.join(ordering)}"
@@ -350,16 +360,6 @@ def reduce_changes(
         with_op.withColumn(_RANK, parse(seen)), f"{column(_RANK)} = 0 OR ({column(_RANK)} = 1 AND NOT ({after}))"
     )
     return refuse_after_delete(last).drop(*dropped)
-
-
-def _found_name(schema: StructType, name: str) -> str:
-    """The top-level column of ``schema`` a reference to ``name`` finds: the one named exactly so, else
-    the one such column of another case (Spark's default resolution); ``name`` when there is none."""
-    fields = schema.fieldNames()
-    if name in fields:
-        return name
-    folded = [f for f in fields if f.lower() == name.lower()]
-    return folded[0] if len(folded) == 1 else name
 
 
 #: Key types whose values the writer tasks compare as Spark groups them (writer/key_runs.py): no
