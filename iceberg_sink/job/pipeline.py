@@ -234,8 +234,9 @@ class SinkJob:
         Each call ends with one progress record: kept by the sink (``IcebergSink.progress()``) and
         logged as one JSON line by the ``iceberg_sink.progress`` logger at INFO (docs/metrics.md).
         """
-        started, outcome, error = time.monotonic(), None, None
-        self.start_record()
+        read = progress.take_read_ms()  # the batch's read, just before: part of its checkpoint_ms
+        started, outcome, error = time.monotonic() - read.get("read", 0.0) / 1000, None, None
+        self.start_record(read)
         try:
             outcome = self._process(df, checkpoint_id)
             return outcome
@@ -265,9 +266,10 @@ class SinkJob:
                 dead_letter_records=self.batch_record.get("dead_letter_records", 0),
             )
 
-    def start_record(self) -> None:
-        """Begin this batch's progress record (a routed job's tables: job/routing.py reports them)."""
-        self.batch_record = {}
+    def start_record(self, phases_ms: dict[str, float] | None = None) -> None:
+        """Begin this batch's progress record (a routed job's tables: job/routing.py reports them),
+        its ``phases_ms`` starting with ``phases_ms`` (the batch's read, observe/progress.py)."""
+        self.batch_record = {"phases_ms": dict(phases_ms)} if phases_ms else {}
         self.commits.start_batch()
 
     def _active_spark(self) -> SparkSession:

@@ -10,6 +10,7 @@ reader settles the types of events without a schema part on the table's columns.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -20,6 +21,7 @@ from iceberg_sink import options
 from iceberg_sink.config import SinkConfig
 from iceberg_sink.job import codegen
 from iceberg_sink.job.routing import route_column
+from iceberg_sink.observe.progress import read_took
 from iceberg_sink.sources.bare_types import writing_table
 from iceberg_sink.sources.envelope import read_again, reading_batch
 from iceberg_sink.sources.rejects import fail_on_reject
@@ -50,7 +52,9 @@ def read_batch(
     (:func:`last_loaded`), whose schema the functions run with (sources/bare_types.py).
     ``checkpoint``: (location, checkpoint id, whether the location is a bounded write's temporary
     one) of the checkpoint ``df`` becomes, where ``.debezium(transactions="consistent")`` carries
-    incomplete source transactions (sources/transactions.py)."""
+    incomplete source transactions (sources/transactions.py). Its wall time is the batch's ``read``
+    phase (observe/progress.py ``read_took``: the record the job starts next takes it)."""
+    started = time.monotonic()
     place = None
     if checkpoint is not None and config.carries_transactions:
         resolved = options.resolve(config.options, {})
@@ -73,6 +77,7 @@ def read_batch(
         # Fail-fast: the first Spark job over the batch (a routed sink's column count, before any
         # table is created or evolved) fails on a refused row, so nothing is created for it.
         df = fail_on_reject(df)
+    read_took((time.monotonic() - started) * 1000)
     return df
 
 

@@ -414,17 +414,20 @@ class RoutedJob:
     def process(self, df: DataFrame, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
         """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""
         _faults.hit(_faults.BATCH_START, checkpoint_id)
+        read_ms = progress.take_read_ms()
         struct = self.input_struct(schema_of(df))
         routed = route_column(df, self._route, self.known_tables())
         if self.dead_letter is not None:
             routed = refuse_routed_to(routed, ROUTE_COLUMN, self.dead_letter.name)
         routed = routed.persist()
-        started = time.monotonic()
+        started = time.monotonic() - read_ms.get("read", 0.0) / 1000
         batch: BatchPlan | None = None
         done: list[Committed] = []
         error: BaseException | None = None
         try:
             batch, rows = self.plan(routed, struct, checkpoint_id)
+            if read_ms:
+                batch.progress["phases_ms"] = {**read_ms, **batch.progress.get("phases_ms", {})}
             done = road.run(rows, batch)
             return self._committed(done)
         except BaseException as e:

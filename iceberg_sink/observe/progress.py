@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from iceberg_sink.errors import one_line
@@ -16,6 +17,23 @@ from iceberg_sink.sources.envelope import read_again
 
 logger = logging.getLogger("iceberg_sink.progress")
 """One JSON line per micro-batch."""
+
+# Stage 1 of a batch's road (job/reading.py ``read_batch``) runs before the job starts the batch's
+# record: its milliseconds wait here, in the reading thread's context, for the record to take them.
+_READ_MS: ContextVar[float | None] = ContextVar("iceberg_sink_read_ms", default=None)
+
+
+def read_took(ms: float) -> None:
+    """The batch just read took ``ms`` wall milliseconds (the next :func:`take_read_ms` returns them)."""
+    _READ_MS.set(round(ms, 1))
+
+
+def take_read_ms() -> dict[str, float]:
+    """The ``phases_ms`` a batch's record starts with: ``{"read": ms}`` of the last :func:`read_took`
+    in this context, once (a batch processed without being read through it starts with none)."""
+    ms = _READ_MS.get()
+    _READ_MS.set(None)
+    return {} if ms is None else {"read": ms}
 
 
 def status_of(outcome: Any, error: BaseException | None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,7 @@ def test_progress_line_per_batch_and_listener(
         assert p["commit_ms"] > 0 and p["write_ms"] > 0 and p["checkpoint_ms"] >= p["commit_ms"]
         assert p["committed_pending"] == [] and p["error"] is None
         phases = p["phases_ms"]
-        assert set(phases) == {"plan", "build", "write", "stage", "commit"}, phases
+        assert set(phases) == {"read", "plan", "build", "write", "stage", "commit"}, phases
         assert phases["write"] >= p["write_ms"] - 1, (phases, p)
         assert sum(phases.values()) <= p["checkpoint_ms"] + 1 and phases["commit"] >= p["commit_ms"] - 1
     assert len({p["job_id"] for p in lines}) == 1 and lines[0]["job_id"]
@@ -265,6 +266,44 @@ def test_progress_status_of_empty_replayed_and_failed_batches(spark: SparkSessio
     failed = sink.last_progress()
     assert failed is not None and failed["error"].startswith("InvalidInputError: ") and failed["snapshot_id"] is None
     assert sink.metrics().commits == 1 and sink.metrics().skipped_commits == 0
+
+
+def test_the_read_phase_is_the_batchs_read_and_part_of_its_checkpoint_ms(spark: SparkSession, tmp_path: Path) -> None:
+    """Stage 1 of the road (the ``map_batches`` functions, a Debezium reader, ...) runs before the job
+    starts the batch's record: its wall time is the record's ``read`` phase and is counted in
+    ``checkpoint_ms``, once per batch."""
+    pause = 0.4
+
+    def slow(df: Any) -> Any:
+        time.sleep(pause)  # a reader's own work on the driver, such as a Debezium batch's plan
+        return df
+
+    sink = (
+        IcebergSink.builder()
+        .embedded(tmp_path / "lake")
+        .table("db.t")
+        .create_if_missing()
+        .upsert(["id"])
+        .map_batches(slow)
+        .build()
+    )
+    location = str(tmp_path / "checkpoint")
+    for checkpoint_id in range(2):
+        rows = spark.createDataFrame([(1, f"a{checkpoint_id}"), (2, "b")], "id long, v string")
+        sink.write(rows, checkpoint_location=location, checkpoint_id=checkpoint_id)
+        record = sink.last_progress()
+        assert record is not None and record["status"] == "committed", record
+        phases = record["phases_ms"]
+        assert list(phases)[:2] == ["read", "plan"], phases
+        assert pause * 1000 <= phases["read"] < pause * 1000 + 5_000, phases
+        assert sum(phases.values()) <= record["checkpoint_ms"] + 1, record
+    # Another sink's batch (a replay the table holds), read without the pause: its own read, not the last one's.
+    fast = IcebergSink.builder().embedded(tmp_path / "lake").table("db.t").upsert(["id"]).build()
+    rows = spark.createDataFrame([(1, "a1"), (2, "b")], "id long, v string")
+    fast.write(rows, checkpoint_location=location, checkpoint_id=1)
+    replay = fast.last_progress()
+    assert replay is not None and replay["status"] == "skipped", replay
+    assert replay["phases_ms"]["read"] < pause * 1000, replay
 
 
 def test_the_endpoint_binds_the_loopback_interface_unless_told(tmp_path: Path) -> None:
