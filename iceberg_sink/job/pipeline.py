@@ -133,8 +133,7 @@ class SinkJob:
         self._dead_letter: DeadLetterTable | None = None
         self.together: Together | None = None  # the tables it commits atomically with (job/together.py)
         self.backlog: Callable[[], bool] | None = None  # streams: more records waiting? (job/lane.py)
-        # What the micro-batch being processed did, for its progress record.
-        self.batch_record: dict[str, Any] = {}
+        self.batch_record: dict[str, Any] = {}  # what the micro-batch being processed did, for its record
         # The trigger outlives a job: a sink's bounded writes (jobs of their own) count towards its thresholds.
         table_key = f"{config.catalog.name}:{config.table}:{config.branch}"
         if compaction is None and config.compaction is not None:
@@ -267,8 +266,7 @@ class SinkJob:
             )
 
     def start_record(self, phases_ms: dict[str, float] | None = None) -> None:
-        """Begin this batch's progress record (a routed job's tables: job/routing.py reports them),
-        its ``phases_ms`` starting with ``phases_ms`` (the batch's read, observe/progress.py)."""
+        """Begin this batch's progress record, its phases from ``phases_ms`` (routed: job/routing.py)."""
         self.batch_record = {"phases_ms": dict(phases_ms)} if phases_ms else {}
         self.commits.start_batch()
 
