@@ -88,11 +88,15 @@ def timeline(log: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             jobs[stage_job[int(event["Stage ID"])]]["tasks"].append(
                 (int(metrics.get("Executor Run Time", 0)), int(metrics.get("Executor CPU Time", 0)) / 1e6)
             )
+    by_batch: dict[int, list[dict[str, Any]]] = {}
+    for job in jobs.values():
+        if "end" in job and job["execution"] in root_of:
+            by_batch.setdefault(root_of[job["execution"]], []).append(job)
     rows = []
     for n, batch in enumerate(batches):
         if batch not in ended:
             continue  # the log ends inside it
-        held = [j for j in jobs.values() if root_of.get(j["execution"]) == batch and "end" in j]
+        held = by_batch.get(batch, [])
         first = min((j["start"] for j in held), default=ended[batch])
         last = max((j["end"] for j in held), default=ended[batch])
         tasks = [t for j in held for t in j["tasks"]]

@@ -233,8 +233,8 @@ class SinkJob:
         Each call ends with one progress record: kept by the sink (``IcebergSink.progress()``) and
         logged as one JSON line by the ``iceberg_sink.progress`` logger at INFO (docs/metrics.md).
         """
-        read = progress.take_read_ms()  # the batch's read, just before: part of its checkpoint_ms
-        started, outcome, error = time.monotonic() - read.get("read", 0.0) / 1000, None, None
+        started, read = progress.take_read()  # the batch's read, just before, is part of its checkpoint_ms
+        outcome, error = None, None
         self.start_record(read)
         try:
             outcome = self._process(df, checkpoint_id)

@@ -77,7 +77,7 @@ def read_batch(
         # Fail-fast: the first Spark job over the batch (a routed sink's column count, before any
         # table is created or evolved) fails on a refused row, so nothing is created for it.
         df = fail_on_reject(df)
-    read_took((time.monotonic() - started) * 1000)
+    read_took(started)
     return df
 
 

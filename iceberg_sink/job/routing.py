@@ -414,13 +414,12 @@ class RoutedJob:
     def process(self, df: DataFrame, checkpoint_id: int) -> dict[str, CommitOutcome | None]:
         """Write and commit one checkpoint to every table its rows are routed to; see the module docstring."""
         _faults.hit(_faults.BATCH_START, checkpoint_id)
-        read_ms = progress.take_read_ms()
+        started, read_ms = progress.take_read()  # the batch's read, just before, is part of its checkpoint_ms
         struct = self.input_struct(schema_of(df))
         routed = route_column(df, self._route, self.known_tables())
         if self.dead_letter is not None:
             routed = refuse_routed_to(routed, ROUTE_COLUMN, self.dead_letter.name)
         routed = routed.persist()
-        started = time.monotonic() - read_ms.get("read", 0.0) / 1000
         batch: BatchPlan | None = None
         done: list[Committed] = []
         error: BaseException | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -19,21 +20,26 @@ logger = logging.getLogger("iceberg_sink.progress")
 """One JSON line per micro-batch."""
 
 # Stage 1 of a batch's road (job/reading.py ``read_batch``) runs before the job starts the batch's
-# record: its milliseconds wait here, in the reading thread's context, for the record to take them.
-_READ_MS: ContextVar[float | None] = ContextVar("iceberg_sink_read_ms", default=None)
+# record: when it began and how long it took wait here, in the reading thread's context, for the
+# record to take them.
+_READ: ContextVar[tuple[float, float] | None] = ContextVar("iceberg_sink_read", default=None)
 
 
-def read_took(ms: float) -> None:
-    """The batch just read took ``ms`` wall milliseconds (the next :func:`take_read_ms` returns them)."""
-    _READ_MS.set(round(ms, 1))
+def read_took(started: float) -> None:
+    """The batch just read began at ``started`` (``time.monotonic()``) and ends now."""
+    _READ.set((started, time.monotonic()))
 
 
-def take_read_ms() -> dict[str, float]:
-    """The ``phases_ms`` a batch's record starts with: ``{"read": ms}`` of the last :func:`read_took`
-    in this context, once (a batch processed without being read through it starts with none)."""
-    ms = _READ_MS.get()
-    _READ_MS.set(None)
-    return {} if ms is None else {"read": ms}
+def take_read() -> tuple[float, dict[str, float]]:
+    """When the batch about to be processed began (its read's start; else now), and the ``phases_ms``
+    its record starts with (``{"read": ms}``; else none): of the last :func:`read_took` in this
+    context, taken once."""
+    read = _READ.get()
+    _READ.set(None)
+    if read is None:
+        return time.monotonic(), {}
+    started, ended = read
+    return started, {"read": round((ended - started) * 1000, 1)}
 
 
 def status_of(outcome: Any, error: BaseException | None) -> str:

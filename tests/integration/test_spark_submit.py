@@ -4,8 +4,9 @@ The workers (tests/integration/standalone.py, ``project_on_workers=False``) have
 project: their Python comes from the archive the page's step 1 builds, shipped with
 ``spark.archives``; Spark's Kafka source comes from Maven Central through ``--packages``. The job
 reads JSON orders from a real Kafka broker (tests/integration/kafka.py) and upserts them into a table
-of a SQLite catalog configured by ``PYICEBERG_CATALOG__LAKE__*``; the test reads it back with DuckDB. A second job in the same application upserts through the partitioned key
-index on the same workers (one ``spark-submit`` for both: a submit is about 30 s of start-up).
+of a SQLite catalog configured by ``PYICEBERG_CATALOG__LAKE__*``; the test reads it back with DuckDB.
+A second job in the same application upserts through the partitioned key index on the same workers
+(one ``spark-submit`` for both: a submit is about 30 s of start-up).
 
 Building the archive (a venv with the checkout's wheel and the ``spark`` extra but PySpark, packed
 with ``tar -czf``) takes about a minute; it is cached under
@@ -62,7 +63,7 @@ def page_job() -> str:
 # metadata it left is printed (the test reads that state), and upserts into the page's table resolve
 # their deletes through the partitioned key index, every step (indexing, lookups, merges) a Spark
 # job on the workers.
-INDEX_JOB = """
+BOTH_JOBS = """
 import runpy
 
 from pyiceberg.catalog import load_catalog
@@ -212,7 +213,7 @@ def test_the_pages_job_runs_with_spark_submit_and_a_shipped_environment(
         assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n{bare_cluster.executor_logs()}"
         return done, time.monotonic() - started
 
-    (submit_dir / "both.py").write_text(INDEX_JOB)
+    (submit_dir / "both.py").write_text(BOTH_JOBS)
     done, seconds = submit("both.py", "--available-now")
 
     # Every executor asked (both, unless the scheduler put the two tasks on one) ran the archive's
