@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 
+from iceberg_sink._arrays import distinct
 from iceberg_sink.vocab.files import DataFileMeta, FileContent
 
 FILE_PATH_ID = 2147483546
@@ -73,8 +74,7 @@ def sorted_positions(positions: Iterable[pa.Array | np.ndarray]) -> np.ndarray:
     arrays = [np.asarray(p.cast(pa.int64()) if isinstance(p, pa.Array) else p, dtype=np.int64) for p in positions]
     merged = arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, np.int64)
     if len(merged) > 1 and not bool(np.all(merged[1:] > merged[:-1])):
-        merged = np.sort(merged, kind="stable")
-        merged = merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+        merged = distinct(merged, kind="stable")
     return merged
 
 

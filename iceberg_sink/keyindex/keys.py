@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.schema import Schema
 
+from iceberg_sink._arrays import distinct
+
 
 def as_int64(array: pa.Array) -> np.ndarray | None:
     """The values of an integer-like Arrow array (no nulls) as int64, or None for other types."""
@@ -92,7 +94,7 @@ class WantedKeys:
 
     @classmethod
     def of(cls, values: np.ndarray) -> WantedKeys:
-        keys = np.unique(values.astype(np.int64, copy=False))
+        keys = distinct(values.astype(np.int64, copy=False))
         if not len(keys):
             return cls(keys, None)
         span = int(keys[-1]) - int(keys[0]) + 1  # Python ints: no int64 overflow

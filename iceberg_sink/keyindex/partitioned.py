@@ -57,6 +57,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping
 
 from iceberg_sink import _faults
+from iceberg_sink._arrays import distinct
 from iceberg_sink._iceberg.live_rows import key_columns
 from iceberg_sink._iceberg.projection import key_schema, read_projected
 from iceberg_sink.errors import CorruptFileError, InvalidSinkConfigError
@@ -152,7 +153,7 @@ def _merge(io: FileIO, task: _Merge) -> RunFile:
         entries["f"] = targets[targets >= 0]
         parts.append(entries)
     merged = runs.sort_entries(np.concatenate(parts)) if parts else np.empty(0, DTYPES[task.kind])
-    used = np.unique(merged["f"])  # files whose every entry was dropped leave the run's file list
+    used = distinct(merged["f"])  # files whose every entry was dropped leave the run's file list
     renumber = np.zeros(len(files) or 1, np.int64)
     renumber[used] = np.arange(len(used))
     merged["f"] = renumber[merged["f"].astype(np.int64)] if len(merged) else merged["f"]

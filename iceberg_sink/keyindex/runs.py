@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.io import FileIO
 
+from iceberg_sink._arrays import distinct
 from iceberg_sink.errors import CorruptFileError
 from iceberg_sink.keyindex import fetch
 from iceberg_sink.keyindex.keys import as_int64
@@ -171,7 +172,7 @@ def sort_entries(entries: np.ndarray) -> np.ndarray:
 def distinct_hashes(hashes: np.ndarray) -> np.ndarray:
     """The distinct rows of ``hashes`` (``s``, or ``s`` and ``t``), sorted by ``s`` then ``t``."""
     if "t" not in (hashes.dtype.names or ()):
-        values = np.unique(hashes["s"])
+        values = distinct(hashes["s"])
         out = np.empty(len(values), hashes.dtype)
         out["s"] = values
         return out

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iceberg_sink._arrays import distinct, has_repeats
 from iceberg_sink.vocab.columns import RUN_ALONE_COLUMN, RUN_HASH_COLUMN, RUN_KEY_PREFIX
 
 
@@ -78,7 +79,7 @@ class KeyRuns:
         """The distinct hashes of the keys kept, sorted, as little-endian 64-bit integers."""
         if not self._hashes:
             return b""
-        return np.unique(np.concatenate(self._hashes)).astype("<i8").tobytes()
+        return distinct(np.concatenate(self._hashes)).astype("<i8").tobytes()
 
 
 def crossed(task_hashes: Iterable[bytes]) -> bool:
@@ -88,4 +89,4 @@ def crossed(task_hashes: Iterable[bytes]) -> bool:
     if len(arrays) < 2:
         return False
     every = np.concatenate(arrays)
-    return bool(len(np.unique(every)) < len(every))
+    return has_repeats(every)
