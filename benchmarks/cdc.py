@@ -83,6 +83,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -375,66 +376,83 @@ def run_writers(
     common: dict[str, Any],
     java_python: Path,
     jar: Path,
-    kafka: dict[str, Any] | None = None,
+    kafka: Callable[[Path], contextlib.AbstractContextManager[dict[str, Any]]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
     """Run each system's writer in a fresh process of its own, in the order of ``--systems``;
-    ``kafka``: the change topic's ``spec`` entry (cdc_kafka.ChangeTopic) for the _kafka systems."""
+    ``kafka``: for the _kafka systems, the change topic's ``spec`` entry (cdc_kafka.ChangeTopic) in a
+    context that lasts the system's run (given its scratch directory), entered before its clock starts."""
     raws: dict[str, dict[str, Any]] = {}
     timings: dict[str, float] = {}
     for name in args.systems:
         system = SYSTEMS[name]
         system_work = work_dir / name
         system_work.mkdir()
-        started = time.perf_counter()
-        log(f"{name}: starting its driver")
         on_kafka = system.source == "kafka"
         if on_kafka and kafka is None:
             raise RuntimeError(f"{name} reads the change topic, which was not produced")
-        if system.driver == "sink":
-            spec = {
-                **common,
-                "work_dir": str(system_work),
-                "format_version": system.format_version,
-                # The conversion writes position delete files, which v3 refuses; scan points compare v2 tables.
-                "convert_every": args.convert if system.format_version == 2 else 0,
-                "scan_every": args.scan_every if name == "iceberg_sink" else 0,
-                "write_options": args.write_option,
-                "mode": "kafka" if on_kafka else "stream" if name == "iceberg_sink_stream" else "batches",
-                "files_per_trigger": args.sink_files_per_trigger,
-                # Spark orders the files of one micro-batch by size, not by name: the changes of a key
-                # then need an order (the batch number, unique per key and batch) across files; a Kafka
-                # micro-batch holds several changes of a key too.
-                "order_by": "version"
-                if on_kafka or (name == "iceberg_sink_stream" and args.sink_files_per_trigger > 1)
-                else None,
-                "spark_conf": args.sink_spark_conf,
-                **({"kafka": kafka, "spark_jars": cdc_kafka.spark_kafka_jars()} if on_kafka else {}),
-            }
-            raws[name] = run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
-        elif system.driver == "merge":
-            spec = {
-                **common,
-                "jar": str(jar),
-                "warehouse": str(system_work / "warehouse"),
-                "merge": True,
-                "format_version": system.format_version,
-            }
-            raws[name] = run_driver(java_python, "benchmarks.merge_into_driver", spec, work_dir, True, name)
-        else:
-            env = flink_env(kafka=on_kafka)
-            spec = {
-                **common,
-                "work_dir": str(system_work),
-                "jars": [str(j) for j in env.jars],
-                "parallelism": args.cores,
-                "mode": "kafka" if on_kafka else "stream" if name == "flink_stream" else "batches",
-                "checkpoint_interval_ms": args.flink_checkpoint_ms,
-                "format_version": system.format_version,
-                **({"kafka": kafka} if on_kafka else {}),
-            }
-            raws[name] = run_driver(env.python, "benchmarks.flink_driver", spec, work_dir, True, name)
-        timings[name] = time.perf_counter() - started
+        with kafka(system_work) if on_kafka and kafka is not None else contextlib.nullcontext(None) as topic:
+            started = time.perf_counter()
+            log(f"{name}: starting its driver")
+            raws[name] = run_system(args, name, system_work, work_dir, common, java_python, jar, topic)
+            timings[name] = time.perf_counter() - started
     return raws, timings
+
+
+def run_system(
+    args: argparse.Namespace,
+    name: str,
+    system_work: Path,
+    work_dir: Path,
+    common: dict[str, Any],
+    java_python: Path,
+    jar: Path,
+    kafka: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """One system's writer in a fresh process of its own; ``kafka``: the change topic's ``spec`` entry."""
+    system = SYSTEMS[name]
+    on_kafka = system.source == "kafka"
+    if system.driver == "sink":
+        spec = {
+            **common,
+            "work_dir": str(system_work),
+            "format_version": system.format_version,
+            # The conversion writes position delete files, which v3 refuses; scan points compare v2 tables.
+            "convert_every": args.convert if system.format_version == 2 else 0,
+            "scan_every": args.scan_every if name == "iceberg_sink" else 0,
+            "write_options": args.write_option,
+            "mode": "kafka" if on_kafka else "stream" if name == "iceberg_sink_stream" else "batches",
+            "files_per_trigger": args.sink_files_per_trigger,
+            # Spark orders the files of one micro-batch by size, not by name: the changes of a key
+            # then need an order (the batch number, unique per key and batch) across files; a Kafka
+            # micro-batch holds several changes of a key too.
+            "order_by": "version"
+            if on_kafka or (name == "iceberg_sink_stream" and args.sink_files_per_trigger > 1)
+            else None,
+            "spark_conf": args.sink_spark_conf,
+            **({"kafka": kafka, "spark_jars": cdc_kafka.spark_kafka_jars()} if on_kafka else {}),
+        }
+        return run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
+    if system.driver == "merge":
+        spec = {
+            **common,
+            "jar": str(jar),
+            "warehouse": str(system_work / "warehouse"),
+            "merge": True,
+            "format_version": system.format_version,
+        }
+        return run_driver(java_python, "benchmarks.merge_into_driver", spec, work_dir, True, name)
+    env = flink_env(kafka=on_kafka)
+    spec = {
+        **common,
+        "work_dir": str(system_work),
+        "jars": [str(j) for j in env.jars],
+        "parallelism": args.cores,
+        "mode": "kafka" if on_kafka else "stream" if name == "flink_stream" else "batches",
+        "checkpoint_interval_ms": args.flink_checkpoint_ms,
+        "format_version": system.format_version,
+        **({"kafka": kafka} if on_kafka else {}),
+    }
+    return run_driver(env.python, "benchmarks.flink_driver", spec, work_dir, True, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,16 +489,31 @@ def main(argv: list[str] | None = None) -> int:
             "shuffle_partitions": args.shuffle_partitions,
             "quiet": {"threshold": QUIET_CORES, "seconds": QUIET_SECONDS, "max_wait": args.wait_quiet},
         }
-        # The _kafka systems' broker and topic: produced once, before any system, untimed for each.
-        with contextlib.ExitStack() as broker:
+        # The _kafka systems' broker and topic: a fresh one before each such system (or, with
+        # --kafka-shared-broker, one before the first), produced untimed for each.
+        topics: list[cdc_kafka.ChangeTopic] = []
+        kafka_seconds = 0.0
+
+        @contextlib.contextmanager
+        def change_topic(directory: Path) -> Iterator[dict[str, Any]]:
+            nonlocal kafka_seconds
             started = time.perf_counter()
-            topic: cdc_kafka.ChangeTopic | None = None
+            with cdc_kafka.change_topic(work_dir, data.batch_files, args.kafka_partitions, directory) as topic:
+                kafka_seconds += time.perf_counter() - started
+                topics.append(topic)
+                yield topic.spec(args.kafka_max_offsets_per_trigger)
+
+        with contextlib.ExitStack() as broker:
+            kafka: Callable[[Path], contextlib.AbstractContextManager[dict[str, Any]]] | None = None
             if any(SYSTEMS[name].source == "kafka" for name in args.systems):
-                topic = broker.enter_context(cdc_kafka.change_topic(work_dir, data.batch_files, args.kafka_partitions))
-            kafka_seconds = time.perf_counter() - started
-            kafka_spec = topic.spec(args.kafka_max_offsets_per_trigger) if topic else None
-            raws, timings = run_writers(args, work_dir, common, java_python, jar, kafka_spec)
+                if args.kafka_shared_broker:
+                    shared = broker.enter_context(change_topic(work_dir))
+                    kafka = lambda _: contextlib.nullcontext(shared)  # noqa: E731
+                else:
+                    kafka = change_topic
+            raws, timings = run_writers(args, work_dir, common, java_python, jar, kafka)
         timings["generate"] = data.generate_seconds
+        topic = topics[0] if topics else None
         if topic is not None:
             timings["kafka_broker_and_topic"] = kafka_seconds
 

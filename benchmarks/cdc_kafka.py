@@ -3,7 +3,8 @@ messages, and the parts of each driver's spec and result that come from them.
 
 ``benchmarks.cdc --systems iceberg_sink_kafka,flink_kafka`` (``_v3`` for format v3 tables) starts one
 Apache Kafka broker (KRaft, one node, 127.0.0.1, ``scripts/pipeline_components.py``: its jars from
-Maven Central through the project's cache) in the scratch directory, before any system runs, and:
+Maven Central through the project's cache) in the scratch directory before each system that reads it
+(a fresh broker per system: ``--kafka-shared-broker`` starts one for all, before the first), and:
 
 1. creates one topic of ``--kafka-partitions`` partitions (default 2);
 2. writes the change stream of ``benchmarks/cdc_data.py`` (every batch's rows, batch after batch, in
@@ -14,13 +15,15 @@ Maven Central through the project's cache) in the scratch directory, before any 
    stream order; across the partitions there is no order;
 3. checks that the topic's end offsets add up to the number of changes.
 
-None of this is timed for either system and it is done once, for both. Then each system, in a fresh
+None of this is timed for either system, and each gets the same: a broker that has served no one
+(with one broker for both, the system that ran first paid the broker's JIT compiling its fetch path,
+1.9 of the broker's 5.8 CPU-s in a 43 s window of session 59's race, and the second found it warm). Then each system, in a fresh
 process of its own, loads the initial rows as in the file race and reads the whole topic from its
 earliest offsets in one streaming query (``benchmarks/sink_driver.py``: Spark's Kafka source,
 ``maxOffsetsPerTrigger`` = ``--kafka-max-offsets-per-trigger``, ``from_json``, ``.upsert(key=["id"],
 order_by="version")``) or one streaming job (``benchmarks/flink_driver.py`` with
 ``benchmarks/flink_kafka.py``: Flink's Kafka SQL connector, the ``json`` format, bounded at the
-latest offsets, committing per checkpoint). The broker runs for both and is stopped after the last.
+latest offsets, committing per checkpoint). The broker is stopped after its system's run.
 
 Its CPU is no system's own: each driver counts it as the benchmark's (not "other processes") and
 reports the broker's CPU-seconds during its stream beside its own (``broker_cpu_seconds``).
@@ -72,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_PARTITIONS,
         help="the _kafka systems: partitions of the change topic (default 2)",
+    )
+    parser.add_argument(
+        "--kafka-shared-broker",
+        action="store_true",
+        help="one broker and topic for every _kafka system, produced before the first (the harness before "
+        "session 60; the first system pays the broker's warm-up); default: a fresh broker per system",
     )
 
 
@@ -225,10 +234,14 @@ def produce(broker: Any, topic: str, lines_file: Path) -> None:
 
 
 @contextlib.contextmanager
-def change_topic(work_dir: Path, batch_files: list[Path], partitions: int) -> Iterator[ChangeTopic]:
-    """A started broker holding every batch's changes on one topic; the broker is stopped at exit."""
+def change_topic(
+    work_dir: Path, batch_files: list[Path], partitions: int, broker_dir: Path | None = None
+) -> Iterator[ChangeTopic]:
+    """A started broker (its files in ``broker_dir``, default ``work_dir``) holding every batch's
+    changes on one topic; the broker is stopped at exit. The messages are written once into
+    ``work_dir`` and produced again by each later call."""
     pc = components()
-    broker = pc.KafkaBroker(work_dir / "kafka")
+    broker = pc.KafkaBroker((broker_dir or work_dir) / "kafka")
     try:
         broker.start()
         pid = broker.process.pid()
@@ -240,13 +253,17 @@ def change_topic(work_dir: Path, batch_files: list[Path], partitions: int) -> It
         started = time.perf_counter()
         lines_file = work_dir / "kafka-messages.txt"
         messages = 0
-        with lines_file.open("w", encoding="utf-8", newline="\n") as out:
-            for index, path in enumerate(batch_files):
-                lines = message_lines(path)
-                if index == 0:
-                    check_messages(path, lines)
-                out.write("\n".join(lines) + "\n")
-                messages += len(lines)
+        if lines_file.exists():
+            with lines_file.open("rb") as written:
+                messages = sum(chunk.count(b"\n") for chunk in iter(lambda: written.read(1 << 20), b""))
+        else:
+            with lines_file.open("w", encoding="utf-8", newline="\n") as out:
+                for index, path in enumerate(batch_files):
+                    lines = message_lines(path)
+                    if index == 0:
+                        check_messages(path, lines)
+                    out.write("\n".join(lines) + "\n")
+                    messages += len(lines)
         write_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
