@@ -429,7 +429,17 @@ def run_system(
             if on_kafka or (name == "iceberg_sink_stream" and args.sink_files_per_trigger > 1)
             else None,
             "spark_conf": args.sink_spark_conf,
-            **({"kafka": kafka, "spark_jars": cdc_kafka.spark_kafka_jars()} if on_kafka else {}),
+            **(
+                {
+                    "kafka": {
+                        **(kafka or {}),
+                        "source_options": dict(o.split("=", 1) for o in args.kafka_source_option),
+                    },
+                    "spark_jars": cdc_kafka.spark_kafka_jars(),
+                }
+                if on_kafka
+                else {}
+            ),
         }
         return run_driver(sys.executable, "benchmarks.sink_driver", spec, work_dir, False, name)
     if system.driver == "merge":

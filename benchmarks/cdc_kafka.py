@@ -77,6 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the _kafka systems: partitions of the change topic (default 2)",
     )
     parser.add_argument(
+        "--kafka-source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="iceberg_sink_kafka: an option of Spark's Kafka source, e.g. kafka.max.poll.records=20000 (repeatable)",
+    )
+    parser.add_argument(
         "--kafka-shared-broker",
         action="store_true",
         help="one broker and topic for every _kafka system, produced before the first (the harness before "
@@ -85,6 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if any("=" not in option for option in args.kafka_source_option):
+        parser.error(f"--kafka-source-option: expected KEY=VALUE, received {args.kafka_source_option}")
     if args.kafka_max_offsets_per_trigger < 1 or args.kafka_partitions < 1:
         parser.error(
             "--kafka-max-offsets-per-trigger and --kafka-partitions: expected >= 1, received "

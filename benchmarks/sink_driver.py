@@ -372,6 +372,7 @@ def run_kafka_stream(
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(per_trigger))
+        .options(**kafka.get("source_options", {}))
         .load()
         .select(F.from_json(F.col("value").cast("string"), SPARK_DDL).alias("change"))
         .select("change.*")
