@@ -503,29 +503,34 @@ def main(argv: list[str] | None = None) -> int:
         # --kafka-shared-broker, one before the first), produced untimed for each.
         topics: list[cdc_kafka.ChangeTopic] = []
         kafka_seconds = 0.0
+        written = None
+        if any(SYSTEMS[name].source == "kafka" for name in args.systems):
+            written = cdc_kafka.write_messages(work_dir, data.batch_files)
 
         @contextlib.contextmanager
         def change_topic(directory: Path) -> Iterator[dict[str, Any]]:
+            """A fresh broker for one system's run, or the shared one every run gets."""
             nonlocal kafka_seconds
+            assert written is not None
+            if args.kafka_shared_broker and topics:
+                yield topics[0].spec(args.kafka_max_offsets_per_trigger)
+                return
             started = time.perf_counter()
-            with cdc_kafka.change_topic(work_dir, data.batch_files, args.kafka_partitions, directory) as topic:
+            with cdc_kafka.change_topic(directory, written, args.kafka_partitions) as topic:
                 kafka_seconds += time.perf_counter() - started
                 topics.append(topic)
                 yield topic.spec(args.kafka_max_offsets_per_trigger)
 
-        with contextlib.ExitStack() as broker:
-            kafka: Callable[[Path], contextlib.AbstractContextManager[dict[str, Any]]] | None = None
-            if any(SYSTEMS[name].source == "kafka" for name in args.systems):
-                if args.kafka_shared_broker:
-                    shared = broker.enter_context(change_topic(work_dir))
-                    kafka = lambda _: contextlib.nullcontext(shared)  # noqa: E731
-                else:
-                    kafka = change_topic
-            raws, timings = run_writers(args, work_dir, common, java_python, jar, kafka)
+        with contextlib.ExitStack() as shared:
+            if args.kafka_shared_broker and written is not None:
+                shared.enter_context(change_topic(work_dir))  # before the first system, for all
+            raws, timings = run_writers(
+                args, work_dir, common, java_python, jar, change_topic if written is not None else None
+            )
         timings["generate"] = data.generate_seconds
         topic = topics[0] if topics else None
         if topic is not None:
-            timings["kafka_broker_and_topic"] = kafka_seconds
+            timings["kafka_broker_and_topic"] = kafka_seconds + (written.write_seconds if written else 0.0)
 
         # One fresh Iceberg Java process reads every table back and times the scans (none with --scans 0).
         started = time.perf_counter()

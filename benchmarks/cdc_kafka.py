@@ -242,15 +242,36 @@ def produce(broker: Any, topic: str, lines_file: Path) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Messages:
+    """The change stream as the console producer's input: written once, produced to each broker."""
+
+    path: Path
+    count: int
+    write_seconds: float
+
+
+def write_messages(work_dir: Path, batch_files: list[Path]) -> Messages:
+    """Every batch's rows as message lines in ``work_dir`` (the first batch's checked against its file)."""
+    started = time.perf_counter()
+    path = work_dir / "kafka-messages.txt"
+    count = 0
+    with path.open("w", encoding="utf-8", newline="\n") as out:
+        for index, batch in enumerate(batch_files):
+            lines = message_lines(batch)
+            if index == 0:
+                check_messages(batch, lines)
+            out.write("\n".join(lines) + "\n")
+            count += len(lines)
+    return Messages(path, count, time.perf_counter() - started)
+
+
 @contextlib.contextmanager
-def change_topic(
-    work_dir: Path, batch_files: list[Path], partitions: int, broker_dir: Path | None = None
-) -> Iterator[ChangeTopic]:
-    """A started broker (its files in ``broker_dir``, default ``work_dir``) holding every batch's
-    changes on one topic; the broker is stopped at exit. The messages are written once into
-    ``work_dir`` and produced again by each later call."""
+def change_topic(broker_dir: Path, written: Messages, partitions: int) -> Iterator[ChangeTopic]:
+    """A started broker (its files in ``broker_dir``) holding the ``written`` messages on one topic;
+    the broker is stopped at exit."""
     pc = components()
-    broker = pc.KafkaBroker((broker_dir or work_dir) / "kafka")
+    broker = pc.KafkaBroker(broker_dir / "kafka")
     try:
         broker.start()
         pid = broker.process.pid()
@@ -258,22 +279,7 @@ def change_topic(
             raise RuntimeError(f"the Kafka broker on {broker.bootstrap} is not running")
         log(f"Kafka {pc.KAFKA_VERSION} broker on {broker.bootstrap} (pid {pid})")
         broker.create_topic(TOPIC, partitions=partitions)
-
-        started = time.perf_counter()
-        lines_file = work_dir / "kafka-messages.txt"
-        messages = 0
-        if lines_file.exists():
-            with lines_file.open("rb") as written:
-                messages = sum(chunk.count(b"\n") for chunk in iter(lambda: written.read(1 << 20), b""))
-        else:
-            with lines_file.open("w", encoding="utf-8", newline="\n") as out:
-                for index, path in enumerate(batch_files):
-                    lines = message_lines(path)
-                    if index == 0:
-                        check_messages(path, lines)
-                    out.write("\n".join(lines) + "\n")
-                    messages += len(lines)
-        write_seconds = time.perf_counter() - started
+        lines_file, messages, write_seconds = written.path, written.count, written.write_seconds
 
         started = time.perf_counter()
         produce(broker, TOPIC, lines_file)

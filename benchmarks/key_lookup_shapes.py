@@ -6,7 +6,7 @@ N changes its files hold the initial rows plus N, and every file has keys in a c
 This script builds ``--files`` files of ``--rows-per-file`` random keys out of ``--key-space`` as the
 index holds them (``SortedKeys``: sorted int64 keys and row positions), asks them for
 ``--wanted`` distinct random keys (a checkpoint's deleted keys, ``WantedKeys``), and times, in one
-process, the median of ``--trials``:
+process, the median of ``--trials`` after a warm-up call (``compaction.timed_runs``):
 
 - ``per_file``: ``SortedKeys.lookup`` of every file (the index's path: a read of each row's key in
   the range from the checkpoint's membership table, or a binary search per key);
@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from benchmarks.compaction import timed_runs
 from iceberg_sink.keyindex.keys import SortedKeys, WantedKeys
 
 
@@ -53,16 +51,6 @@ def merged_lookup(keys: np.ndarray, slots: np.ndarray, rows: np.ndarray, wanted:
     return {int(part[0] >> 32): part & 0xFFFFFFFF for part in np.split(combined, bounds) if len(part)}
 
 
-def timed(function: Callable[[], Any], trials: int) -> tuple[float, Any]:
-    runs = []
-    result = None
-    for _ in range(trials):
-        started = time.perf_counter()
-        result = function()
-        runs.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(runs), result
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=240)
@@ -82,18 +70,23 @@ def main(argv: list[str] | None = None) -> int:
     wanted = WantedKeys.of(rng.integers(0, args.key_space, args.wanted))
 
     started = time.perf_counter()
-    keys = np.concatenate([f.keys for f in files])
-    slots = np.concatenate([np.full(len(f.keys), i, np.int32) for i, f in enumerate(files)])
-    rows = np.concatenate([f.order if f.order is not None else np.arange(len(f.keys)) for f in files])
-    order = np.argsort(keys, kind="stable")
-    keys, slots, rows = keys[order], slots[order], rows[order]
+    keys: np.ndarray = np.concatenate([f.keys for f in files])
+    slots: np.ndarray = np.concatenate([np.full(len(f.keys), i, np.int32) for i, f in enumerate(files)])
+    orders: list[np.ndarray] = [f.order if f.order is not None else np.arange(len(f.keys)) for f in files]
+    rows: np.ndarray = np.concatenate(orders)
+    by_key = np.argsort(keys, kind="stable")
+    keys, slots, rows = keys[by_key], slots[by_key], rows[by_key]
     merge_ms = (time.perf_counter() - started) * 1e3
 
-    per_file_ms, expected = timed(lambda: per_file(files, wanted), args.trials)
-    merged_ms, got = timed(lambda: merged_lookup(keys, slots, rows, wanted), args.trials)
-    search_ms, _ = timed(
-        lambda: (np.searchsorted(keys, wanted.keys, "left"), np.searchsorted(keys, wanted.keys, "right")),
-        args.trials,
+    expected, got = per_file(files, wanted), merged_lookup(keys, slots, rows, wanted)
+    per_file_ms = timed_runs(lambda: per_file(files, wanted), args.trials)["median"] * 1e3
+    merged_ms = timed_runs(lambda: merged_lookup(keys, slots, rows, wanted), args.trials)["median"] * 1e3
+    search_ms = (
+        timed_runs(
+            lambda: (np.searchsorted(keys, wanted.keys, "left"), np.searchsorted(keys, wanted.keys, "right")),
+            args.trials,
+        )["median"]
+        * 1e3
     )
     if expected.keys() != got.keys() or any(not np.array_equal(expected[k], got[k]) for k in expected):
         raise AssertionError("the merged lookup's answer differs from the per-file lookups'")
