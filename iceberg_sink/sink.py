@@ -283,9 +283,9 @@ class IcebergSink:
                 f"trigger: expected at most one of {', '.join(_TRIGGER_KEYS)}; received {trigger!r}"
             )
         check_python_workers(streaming_df.sparkSession)
-        waiting = kafka_source.waiting_sources(streaming_df)
-        if waiting:
-            logger.warning(kafka_source.fetch_wait_hint(waiting))
+        lacking = kafka_source.lacking_sources(streaming_df)
+        if lacking:
+            logger.warning(kafka_source.options_hint(lacking))
         if (self._config.reads_debezium or self._config.route is not None) and options.resolve(
             self._config.options, {}
         ).get(options.START_PYTHON_WORKERS):

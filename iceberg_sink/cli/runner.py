@@ -155,9 +155,10 @@ def open_source(spark: SparkSession, config: RunConfig) -> DataFrame:
             *(("subscribe", source["topic"]) if "topic" in source else ("subscribePattern", source["topic_pattern"]))
         )
         .option("startingOffsets", source.get("starting_offsets", "earliest"))
-        # A micro-batch at the topic's end would wait Kafka's default 500 ms (sources/kafka_source.py);
-        # source.options may set it otherwise (Spark's reader options are case-insensitive).
-        .option(kafka_source.FETCH_WAIT_OPTION, str(kafka_source.RECOMMENDED_FETCH_WAIT_MS))
+        # A micro-batch at the topic's end would wait Kafka's default 500 ms, and a backlog cost an
+        # offset round trip every 500 records (sources/kafka_source.py); source.options may set
+        # them otherwise (Spark's reader options are case-insensitive).
+        .options(**kafka_source.RECOMMENDED)
         .options(**{k: str(v) for k, v in source.get("options", {}).items()})
     )
     try:

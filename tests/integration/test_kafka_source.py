@@ -21,7 +21,7 @@ from pyiceberg.catalog import load_catalog
 
 from iceberg_sink.committer.store import CheckpointStore
 from iceberg_sink.sources.kafka_offsets import parse_summary, records_between, starting_entry
-from iceberg_sink.sources.kafka_source import FETCH_WAIT_OPTION
+from iceberg_sink.sources.kafka_source import HINT_START
 from tests.integration.kafka import kafka_broker, spark_kafka_conf  # noqa: F401
 from tests.interop.readers import JavaIcebergReader, duckdb_read, normalize
 
@@ -41,8 +41,8 @@ def run_cli(config: Path, *args: str) -> dict[str, Any]:
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
-    # The command sets the Kafka source's fetch wait (sources/kafka_source.py): sink.start warns without it.
-    assert f"has no {FETCH_WAIT_OPTION}" not in done.stderr, done.stderr[-6000:]
+    # The command sets the Kafka source's options (sources/kafka_source.py): sink.start warns without them.
+    assert HINT_START not in done.stderr, done.stderr[-6000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
