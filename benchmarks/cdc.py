@@ -100,6 +100,7 @@ from benchmarks.cdc_systems import (
     write_figures,
 )
 from benchmarks.cpu_monitor import ForeignCpuMonitor
+from iceberg_sink.sources import kafka_source
 
 __all__ = ["java_env_paths", "machine", "main", "percentile", "source_state", "summarize"]
 
@@ -433,7 +434,10 @@ def run_system(
                 {
                     "kafka": {
                         **(kafka or {}),
-                        "source_options": dict(o.split("=", 1) for o in args.kafka_source_option),
+                        "source_options": {
+                            **kafka_source.RECOMMENDED,
+                            **dict(o.split("=", 1) for o in args.kafka_source_option),
+                        },
                     },
                     "spark_jars": cdc_kafka.spark_kafka_jars(),
                 }

@@ -81,7 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="iceberg_sink_kafka: an option of Spark's Kafka source, e.g. kafka.max.poll.records=20000 (repeatable)",
+        help="iceberg_sink_kafka: an option of Spark's Kafka source (repeatable); by default the source has "
+        "what the guides set (iceberg_sink.sources.kafka_source.RECOMMENDED: kafka.fetch.max.wait.ms=10, "
+        "kafka.max.poll.records=20000), e.g. kafka.max.poll.records=500 measures Kafka's default",
     )
     parser.add_argument(
         "--kafka-shared-broker",
