@@ -99,9 +99,7 @@ def _start_spark(jars: list[str], class_path: list[str], driver_memory: str, cor
     os.environ["SPARK_LOCAL_DIRS"] = str(work_dir / "spark-local")
     log4j = work_dir / "log4j2.properties"
     log4j.write_text(_LOG4J2, encoding="utf-8")
-    # A server lives for the test session: the full JIT, where the tests' JAVA_TOOL_OPTIONS stop
-    # short-lived JVMs at C1 (scripts/test.sh; the flag given later wins).
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir} -XX:TieredStopAtLevel=4"
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dderby.system.home={work_dir}"
     spark = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName("iceberg-java-reader")
