@@ -51,8 +51,8 @@ _WHY = {
         "consumer's default 500 ms in each Spark job reading it"
     ),
     POLL_RECORDS_OPTION: (
-        "the source asks the broker for each partition's offsets after every poll of at most the "
-        "consumer's default 500 records, a round trip each (a backlog of 1M changes: ~4,000 of them)"
+        "the source sends two offset requests to the broker after every poll of at most the consumer's "
+        "default 500 records, each a round trip its task waits on (a backlog of 1M changes: about 4,000)"
     ),
 }
 
@@ -105,5 +105,5 @@ def options_hint(lacking: list[tuple[str, tuple[str, ...]]]) -> str:
     return (
         f"{HINT_START}{sources}): {why}. Set {sets} on "
         'spark.readStream.format("kafka") (docs/troubleshooting.md); set '
-        f"{defaults} to keep Kafka's default without this message."
+        f"{defaults} to keep Kafka's {'defaults' if len(missing) > 1 else 'default'} without this message."
     )
