@@ -15,8 +15,8 @@ a ``NUMERIC(10,2)`` credit as Connect's Decimal, a ``DATE`` born) and as many of
 before anything is timed by the broker of ``scripts/pipeline_components.py`` (its jars from Maven
 Central), each topic in ``--partitions`` partitions (1). Each run is this process, fresh; ``--option
 KEY=VALUE`` sets a ``write_option`` of the sink, ``--source-option KEY=VALUE`` an option of the Kafka
-source (the guide's ``kafka.fetch.max.wait.ms`` 10: ``--source-option kafka.fetch.max.wait.ms=500``
-measures Kafka's default, sources/kafka_source.py).
+source (the guide's ``kafka.fetch.max.wait.ms`` 10 and ``kafka.max.poll.records`` 20000:
+``--source-option kafka.fetch.max.wait.ms=500`` measures Kafka's default, sources/kafka_source.py).
 
 It reports the session's start, the first micro-batch (Spark's ``triggerExecution``, the sink's
 ``addBatch``), the process tree's CPU over it (the broker's left out), the Spark jobs, stages and tasks
@@ -176,6 +176,7 @@ def run(
             .option("subscribePattern", "shop[.]public[.].*")
             .option("startingOffsets", "earliest")
             .option("kafka.fetch.max.wait.ms", "10")
+            .option("kafka.max.poll.records", "20000")
         )
         if per_batch is not None:
             stream = stream.option("maxOffsetsPerTrigger", per_batch)
