@@ -100,7 +100,6 @@ from benchmarks.cdc_systems import (
     write_figures,
 )
 from benchmarks.cpu_monitor import ForeignCpuMonitor
-from iceberg_sink.sources import kafka_source
 
 __all__ = ["java_env_paths", "machine", "main", "percentile", "source_state", "summarize"]
 
@@ -432,13 +431,7 @@ def run_system(
             "spark_conf": args.sink_spark_conf,
             **(
                 {
-                    "kafka": {
-                        **(kafka or {}),
-                        "source_options": {
-                            **kafka_source.RECOMMENDED,
-                            **dict(o.split("=", 1) for o in args.kafka_source_option),
-                        },
-                    },
+                    "kafka": {**(kafka or {}), "source_options": cdc_kafka.source_options(args)},
                     "spark_jars": cdc_kafka.spark_kafka_jars(),
                 }
                 if on_kafka

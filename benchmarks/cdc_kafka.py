@@ -43,6 +43,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from iceberg_sink.sources import kafka_source
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "cdc-changes"
 DEFAULT_PARTITIONS = 2
@@ -91,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="one broker and topic for every _kafka system, produced before the first (the harness before "
         "session 60; the first system pays the broker's warm-up); default: a fresh broker per system",
     )
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The sink's Kafka source options: what the guides set, with ``--kafka-source-option`` over them."""
+    return {**kafka_source.RECOMMENDED, **dict(option.split("=", 1) for option in args.kafka_source_option)}
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

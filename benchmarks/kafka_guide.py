@@ -162,6 +162,7 @@ def run(
         from pyspark.sql import SparkSession
 
         from iceberg_sink import IcebergSink
+        from iceberg_sink.sources.kafka_source import RECOMMENDED
 
         java_options = driver_options.java_options(driver_jvm, lake)
 
@@ -175,8 +176,7 @@ def run(
             .option("kafka.bootstrap.servers", broker.bootstrap)
             .option("subscribePattern", "shop[.]public[.].*")
             .option("startingOffsets", "earliest")
-            .option("kafka.fetch.max.wait.ms", "10")
-            .option("kafka.max.poll.records", "20000")
+            .options(**RECOMMENDED)  # the guide's two consumer options, as it writes them
         )
         if per_batch is not None:
             stream = stream.option("maxOffsetsPerTrigger", per_batch)

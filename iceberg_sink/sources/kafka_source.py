@@ -30,6 +30,7 @@ The sink cannot set either itself: they are the source's, fixed when the stream 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -42,24 +43,34 @@ FETCH_WAIT_OPTION = "kafka.fetch.max.wait.ms"
 POLL_RECORDS_OPTION = "kafka.max.poll.records"
 """The Kafka consumer's records per poll, as a Kafka source option."""
 
-RECOMMENDED: dict[str, str] = {FETCH_WAIT_OPTION: "10", POLL_RECORDS_OPTION: "20000"}
-"""What the guides and ``iceberg-sink run`` set, in the order the hint names them."""
 
-_WHY = {
-    FETCH_WAIT_OPTION: (
+@dataclass(frozen=True)
+class _Option:
+    recommended: str
+    kafka_default: str
+    why: str  # what a source without it pays
+
+
+_OPTIONS = {
+    FETCH_WAIT_OPTION: _Option(
+        "10",
+        "500",
         "every micro-batch that reads a partition to its end (each one of a live stream) waits up to the "
-        "consumer's default 500 ms in each Spark job reading it"
+        "consumer's default 500 ms in each Spark job reading it",
     ),
-    POLL_RECORDS_OPTION: (
+    POLL_RECORDS_OPTION: _Option(
+        "20000",
+        "500",
         "the source sends two offset requests to the broker after every poll of at most the consumer's "
-        "default 500 records, each a round trip its task waits on (a backlog of 1M changes: about 4,000)"
+        "default 500 records, each a round trip its task waits on (a backlog of 1M changes: about 4,000)",
     ),
 }
 
+RECOMMENDED: dict[str, str] = {name: option.recommended for name, option in _OPTIONS.items()}
+"""What the guides and ``iceberg-sink run`` set, in the order the hint names them."""
+
 HINT_START = "iceberg_sink: Spark's Kafka source ("
 """How :func:`options_hint`'s line starts (tests look for it in a stream's log)."""
-
-_KAFKA_DEFAULTS = {FETCH_WAIT_OPTION: "500", POLL_RECORDS_OPTION: "500"}
 
 # Options naming what a Kafka source reads, in the order one is looked for.
 _TOPIC_OPTIONS = ("subscribe", "subscribePattern", "assign")
@@ -99,9 +110,9 @@ def options_hint(lacking: list[tuple[str, tuple[str, ...]]]) -> str:
     why each option matters, and the lines that set them."""
     missing = [name for name in RECOMMENDED if any(name in lacks for _, lacks in lacking)]
     sources = "; ".join(f"{source} without {', '.join(lacks)}" for source, lacks in lacking)
-    why = "; ".join(f"without {name}, {_WHY[name]}" for name in missing)
-    sets = "".join(f'.option("{name}", "{RECOMMENDED[name]}")' for name in missing)
-    defaults = ", ".join(f"{name} to {_KAFKA_DEFAULTS[name]}" for name in missing)
+    why = "; ".join(f"without {name}, {_OPTIONS[name].why}" for name in missing)
+    sets = "".join(f'.option("{name}", "{_OPTIONS[name].recommended}")' for name in missing)
+    defaults = ", ".join(f"{name} to {_OPTIONS[name].kafka_default}" for name in missing)
     return (
         f"{HINT_START}{sources}): {why}. Set {sets} on "
         'spark.readStream.format("kafka") (docs/troubleshooting.md); set '
